@@ -1,0 +1,207 @@
+//! Reading the log from any cursor and following its tail as others append.
+//!
+//! A reader never writes or locks. Damage at the very end of the log may be a
+//! record another process is writing right now, so the reader reports "nothing
+//! more yet" and looks again on the next call; damage with valid data after it
+//! is corruption and an error.
+
+use std::sync::Arc;
+
+use crate::error::{Damage, LogError};
+use crate::format::SEGMENT_HEADER_LEN;
+use crate::scan::{Parsed, SegmentFile, classify, list_segments, open_segment};
+use crate::storage::Storage;
+use crate::{Cursor, LogOptions};
+
+/// One record read from the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// The record's cursor.
+    pub cursor: Cursor,
+    /// Its payload, as appended.
+    pub payload: Vec<u8>,
+}
+
+/// A position in the log that reads forward, record by record.
+#[derive(Debug)]
+pub struct LogReader {
+    storage: Arc<dyn Storage>,
+    options: LogOptions,
+    segment: Option<SegmentFile>,
+    offset: u64,
+    next_cursor: u64,
+    prev_checksum: u32,
+    /// Records before this cursor are validated but not returned.
+    from: u64,
+}
+
+impl LogReader {
+    /// A reader that returns records from cursor `from` on (cursor 1 is the first record).
+    pub fn new(storage: Arc<dyn Storage>, options: LogOptions, from: Cursor) -> LogReader {
+        LogReader {
+            storage,
+            options,
+            segment: None,
+            offset: 0,
+            next_cursor: 1,
+            prev_checksum: 0,
+            from: from.0.max(1),
+        }
+    }
+
+    /// The cursor of the record the next successful [`LogReader::next`] returns.
+    pub fn next_cursor(&self) -> Cursor {
+        Cursor(self.next_cursor.max(self.from))
+    }
+
+    /// The next record, or `None` if the reader is at the end of the log for now.
+    pub fn next(&mut self) -> Result<Option<Record>, LogError> {
+        loop {
+            if self.segment.is_none() && !self.enter_first_segment()? {
+                return Ok(None);
+            }
+            let segment = self.segment.as_mut().expect("entered a segment above");
+            let describe = self.storage.describe(&segment.name);
+            let parsed = segment
+                .parse(
+                    self.offset,
+                    self.next_cursor,
+                    self.prev_checksum,
+                    self.options.max_record_bytes,
+                )
+                .map_err(|e| LogError::io("read", describe.clone(), e))?;
+            match parsed {
+                Parsed::Record {
+                    cursor,
+                    checksum,
+                    payload,
+                    next_offset,
+                } => {
+                    let payload = (cursor >= self.from).then(|| payload.to_vec());
+                    self.offset = next_offset;
+                    self.next_cursor += 1;
+                    self.prev_checksum = checksum;
+                    if let Some(payload) = payload {
+                        return Ok(Some(Record {
+                            cursor: Cursor(cursor),
+                            payload,
+                        }));
+                    }
+                }
+                Parsed::End => {
+                    if !self.enter_next_segment()? {
+                        return Ok(None);
+                    }
+                }
+                Parsed::Damaged(damage) => {
+                    classify(
+                        self.storage.as_ref(),
+                        segment,
+                        self.offset,
+                        self.next_cursor,
+                        damage,
+                        self.options.max_record_bytes,
+                    )?;
+                    // Possibly a record being written right now: look again later.
+                    segment.forget();
+                    return Ok(None);
+                }
+            }
+        }
+    }
+
+    /// Positions the reader at the start of the last segment that begins at or
+    /// before `from`. Returns false if the log has no segment yet.
+    fn enter_first_segment(&mut self) -> Result<bool, LogError> {
+        let segments = list_segments(self.storage.as_ref())?;
+        let Some((first, _)) = segments
+            .iter()
+            .rev()
+            .find(|(first, _)| *first <= self.from)
+            .or(segments.first())
+        else {
+            return Ok(false);
+        };
+        self.enter(*first, None)
+    }
+
+    /// At the end of the current segment: moves into the segment that starts at
+    /// `next_cursor` if it exists. Returns false if there is none (yet).
+    fn enter_next_segment(&mut self) -> Result<bool, LogError> {
+        let segments = list_segments(self.storage.as_ref())?;
+        let current = self.segment.as_ref().map_or(0, |s| s.first_cursor);
+        match segments.iter().find(|(first, _)| *first > current) {
+            None => Ok(false),
+            Some((first, name)) if *first != self.next_cursor => Err(LogError::Corrupt {
+                segment: self.storage.describe(name),
+                offset: 0,
+                cursor: self.next_cursor,
+                damage: Damage::SegmentGap {
+                    expected: self.next_cursor,
+                    found: *first,
+                },
+                followed_by: "the segment's records".to_string(),
+            }),
+            Some((first, _)) => self.enter(*first, Some(self.prev_checksum)),
+        }
+    }
+
+    /// Opens the segment starting at `first` and checks its header. `chain` is the
+    /// checksum it must continue, when the previous segment was read.
+    fn enter(&mut self, first: u64, chain: Option<u32>) -> Result<bool, LogError> {
+        let mut segment = open_segment(self.storage.as_ref(), first, false)?;
+        let describe = self.storage.describe(&segment.name);
+        let header = segment
+            .header()
+            .map_err(|e| LogError::io("read", describe.clone(), e))?;
+        let header = match header {
+            Ok(header) => header,
+            Err(damage) => {
+                // A segment being created right now, or torn by a crash while rolling
+                // over; corruption only if anything valid follows it.
+                classify(
+                    self.storage.as_ref(),
+                    &mut segment,
+                    0,
+                    first,
+                    damage,
+                    self.options.max_record_bytes,
+                )?;
+                return Ok(false);
+            }
+        };
+        let corrupt = |damage| LogError::Corrupt {
+            segment: describe.clone(),
+            offset: 0,
+            cursor: first,
+            damage,
+            followed_by: "the segment's records".to_string(),
+        };
+        if header.first_cursor != first {
+            return Err(corrupt(Damage::SegmentGap {
+                expected: first,
+                found: header.first_cursor,
+            }));
+        }
+        if let Some(expected) = chain
+            && header.prev_checksum != expected
+        {
+            return Err(corrupt(Damage::Chain {
+                expected,
+                found: header.prev_checksum,
+            }));
+        }
+        self.segment = Some(segment);
+        self.offset = SEGMENT_HEADER_LEN as u64;
+        self.next_cursor = header.first_cursor;
+        self.prev_checksum = header.prev_checksum;
+        Ok(true)
+    }
+
+    /// Where the reader stands: segment name and byte offset (for reports).
+    pub fn position(&self) -> Option<(String, u64)> {
+        self.segment
+            .as_ref()
+            .map(|s| (self.storage.describe(&s.name), self.offset))
+    }
+}

@@ -1,0 +1,563 @@
+//! The writer: recovery on open, catch-up under the lock, durable appends and group commit.
+//!
+//! Appends from one process are serialised by the group-commit state (`Group.busy`);
+//! appends from several processes by the storage lock. Whoever holds both first
+//! catches up on whatever other processes appended (validating it, and truncating a
+//! torn tail a crashed process left), then writes, then syncs. Concurrent callers in
+//! one process queue up while a sync is in flight and the next leader writes all of
+//! their records with one write and one sync.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use crate::error::LogError;
+use crate::format::{SEGMENT_HEADER_LEN, SegmentHeader, frame, segment_name};
+use crate::scan::{Parsed, SegmentFile, Verdict, classify, list_segments, open_segment};
+use crate::storage::{Storage, StorageLock};
+use crate::{Cursor, CursorRange, LogOptions, RecoveryReport, Truncation};
+
+/// What the writer knows about the end of the log. Only valid while the storage
+/// lock is held and after [`Tail::catch_up`]; between appends other processes move it.
+#[derive(Debug)]
+pub(crate) struct Tail {
+    /// The last segment, if any exists.
+    segment: Option<SegmentFile>,
+    /// Bytes of `segment` known to be valid records (the append position).
+    len: u64,
+    /// Cursor the next record will get.
+    next_cursor: u64,
+    /// Checksum of the last record, which the next record chains to.
+    last_checksum: u32,
+    /// Set when a write or sync failed; no append is attempted after that.
+    poisoned: Option<String>,
+}
+
+impl Tail {
+    fn empty() -> Tail {
+        Tail {
+            segment: None,
+            len: 0,
+            next_cursor: 1,
+            last_checksum: 0,
+            poisoned: None,
+        }
+    }
+
+    /// Reads everything appended since this tail was last current, validating each
+    /// record and truncating a torn tail. Must run under the storage lock.
+    fn catch_up(
+        &mut self,
+        storage: &dyn Storage,
+        options: &LogOptions,
+        truncations: &mut Vec<Truncation>,
+    ) -> Result<(), LogError> {
+        loop {
+            if let Some(segment) = self.segment.as_mut() {
+                let describe = storage.describe(&segment.name);
+                let file_len = segment
+                    .file
+                    .len()
+                    .map_err(|e| LogError::io("stat", describe.clone(), e))?;
+                if file_len < self.len {
+                    return Err(LogError::Corrupt {
+                        segment: describe,
+                        offset: file_len,
+                        cursor: self.next_cursor,
+                        damage: crate::Damage::Shrunk {
+                            known: self.len,
+                            now: file_len,
+                        },
+                        followed_by: "bytes already acknowledged as durable".to_string(),
+                    });
+                }
+                if file_len > self.len {
+                    segment.forget();
+                    loop {
+                        let parsed = segment
+                            .parse(
+                                self.len,
+                                self.next_cursor,
+                                self.last_checksum,
+                                options.max_record_bytes,
+                            )
+                            .map_err(|e| LogError::io("read", describe.clone(), e))?;
+                        match parsed {
+                            Parsed::Record {
+                                checksum,
+                                next_offset,
+                                ..
+                            } => {
+                                self.len = next_offset;
+                                self.next_cursor += 1;
+                                self.last_checksum = checksum;
+                            }
+                            Parsed::End => break,
+                            Parsed::Damaged(damage) => {
+                                let Verdict::TornTail { bytes } = classify(
+                                    storage,
+                                    segment,
+                                    self.len,
+                                    self.next_cursor,
+                                    damage.clone(),
+                                    options.max_record_bytes,
+                                )?;
+                                segment
+                                    .file
+                                    .set_len(self.len)
+                                    .and_then(|()| segment.file.sync_data())
+                                    .map_err(|e| LogError::io("truncate", describe.clone(), e))?;
+                                segment.forget();
+                                truncations.push(Truncation {
+                                    segment: describe.clone(),
+                                    offset: self.len,
+                                    bytes,
+                                    cursor: Cursor(self.next_cursor),
+                                    damage,
+                                });
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+            // A newer segment means another process rolled over; continue there.
+            let current_first = self.segment.as_ref().map(|s| s.first_cursor);
+            let next = list_segments(storage)?
+                .into_iter()
+                .find(|(first, _)| current_first.is_none_or(|c| *first > c));
+            let Some((first, name)) = next else {
+                return Ok(());
+            };
+            let mut segment = open_segment(storage, first, true)?;
+            match segment
+                .header()
+                .map_err(|e| LogError::io("read", storage.describe(&name), e))?
+            {
+                Ok(header)
+                    if header.first_cursor == self.next_cursor
+                        && first == self.next_cursor
+                        && header.prev_checksum == self.last_checksum =>
+                {
+                    self.segment = Some(segment);
+                    self.len = SEGMENT_HEADER_LEN as u64;
+                }
+                Ok(header) => {
+                    return Err(LogError::Corrupt {
+                        segment: storage.describe(&name),
+                        offset: 0,
+                        cursor: self.next_cursor,
+                        damage: if header.first_cursor != self.next_cursor {
+                            crate::Damage::SegmentGap {
+                                expected: self.next_cursor,
+                                found: header.first_cursor,
+                            }
+                        } else {
+                            crate::Damage::Chain {
+                                expected: self.last_checksum,
+                                found: header.prev_checksum,
+                            }
+                        },
+                        followed_by: "the segment's records".to_string(),
+                    });
+                }
+                Err(damage) => {
+                    // A segment whose header never became durable: a crash while
+                    // rolling over. It can only be the last one and hold no records.
+                    let Verdict::TornTail { bytes } = classify(
+                        storage,
+                        &mut segment,
+                        0,
+                        self.next_cursor,
+                        damage.clone(),
+                        options.max_record_bytes,
+                    )?;
+                    storage
+                        .remove(&name)
+                        .and_then(|()| storage.sync_dir())
+                        .map_err(|e| LogError::io("remove", storage.describe(&name), e))?;
+                    truncations.push(Truncation {
+                        segment: storage.describe(&name),
+                        offset: 0,
+                        bytes,
+                        cursor: Cursor(self.next_cursor),
+                        damage,
+                    });
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Writes `batches` (each a caller's list of payloads) durably: one write per
+    /// segment touched and one sync at the end. Returns each batch's cursor range.
+    fn write(
+        &mut self,
+        storage: &dyn Storage,
+        options: &LogOptions,
+        batches: &[Vec<Vec<u8>>],
+    ) -> Result<Vec<CursorRange>, LogError> {
+        if let Some(reason) = &self.poisoned {
+            return Err(LogError::Poisoned {
+                reason: reason.clone(),
+            });
+        }
+        let result = self.write_unpoisoned(storage, options, batches);
+        if let Err(error) = &result
+            && matches!(error, LogError::Io { .. })
+        {
+            // Bytes may have reached the file and the kernel may have dropped dirty
+            // pages after a failed sync: neither the tail nor a retry can be trusted.
+            self.poisoned = Some(error.to_string());
+        }
+        result
+    }
+
+    fn write_unpoisoned(
+        &mut self,
+        storage: &dyn Storage,
+        options: &LogOptions,
+        batches: &[Vec<Vec<u8>>],
+    ) -> Result<Vec<CursorRange>, LogError> {
+        if self.segment.is_none() {
+            self.roll(storage)?;
+        }
+        let mut ranges = Vec::with_capacity(batches.len());
+        let mut buf = Vec::new();
+        let mut buf_start = self.len;
+        for batch in batches {
+            let first = self.next_cursor;
+            for payload in batch {
+                let record_len = (crate::format::RECORD_HEADER_LEN + payload.len()) as u64;
+                let planned = buf_start + buf.len() as u64;
+                if planned + record_len > options.max_segment_bytes
+                    && planned > SEGMENT_HEADER_LEN as u64
+                {
+                    self.flush(storage, &buf, buf_start)?;
+                    buf.clear();
+                    self.roll(storage)?;
+                    buf_start = self.len;
+                }
+                self.last_checksum = frame(&mut buf, payload, self.next_cursor, self.last_checksum);
+                self.next_cursor += 1;
+            }
+            ranges.push(CursorRange {
+                first: Cursor(first),
+                count: batch.len() as u64,
+            });
+        }
+        self.flush(storage, &buf, buf_start)?;
+        Ok(ranges)
+    }
+
+    /// Writes `buf` at `offset` of the current segment and syncs it.
+    fn flush(&mut self, storage: &dyn Storage, buf: &[u8], offset: u64) -> Result<(), LogError> {
+        let segment = self.segment.as_ref().expect("a segment exists while writing");
+        let describe = || storage.describe(&segment.name);
+        segment
+            .file
+            .write_all_at(offset, buf)
+            .map_err(|e| LogError::io("write", describe(), e))?;
+        segment
+            .file
+            .sync_data()
+            .map_err(|e| LogError::io("fdatasync", describe(), e))?;
+        self.len = offset + buf.len() as u64;
+        Ok(())
+    }
+
+    /// Starts a new segment at `next_cursor`, durably (file and directory entry).
+    fn roll(&mut self, storage: &dyn Storage) -> Result<(), LogError> {
+        let name = segment_name(self.next_cursor);
+        let describe = storage.describe(&name);
+        let file = storage
+            .create_new(&name)
+            .map_err(|e| LogError::io("create", describe.clone(), e))?;
+        let header = SegmentHeader {
+            first_cursor: self.next_cursor,
+            prev_checksum: self.last_checksum,
+        };
+        file.write_all_at(0, &header.encode())
+            .and_then(|()| file.sync_data())
+            .map_err(|e| LogError::io("write segment header", describe.clone(), e))?;
+        storage
+            .sync_dir()
+            .map_err(|e| LogError::io("fsync directory", describe, e))?;
+        self.segment = Some(SegmentFile::new(name, self.next_cursor, file));
+        self.len = SEGMENT_HEADER_LEN as u64;
+        Ok(())
+    }
+}
+
+/// Queue of appends waiting for a leader, and whether a leader is at work.
+#[derive(Debug, Default)]
+struct Group {
+    /// A leader (or an [`AppendGuard`]) is writing; others wait on the condvar.
+    busy: bool,
+    next_ticket: u64,
+    queue: Vec<(u64, Vec<Vec<u8>>)>,
+    done: HashMap<u64, Result<CursorRange, LogError>>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    storage: Arc<dyn Storage>,
+    options: LogOptions,
+    group: Mutex<Group>,
+    group_changed: Condvar,
+    /// Touched only by the holder of `Group.busy`, so never contended.
+    tail: Mutex<Tail>,
+    truncations: Mutex<Vec<Truncation>>,
+}
+
+/// An open log that can be appended to; cheap to clone and share between threads.
+#[derive(Debug, Clone)]
+pub struct Log {
+    inner: Arc<Inner>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding one of these locks is a bug elsewhere; the data they
+    // guard stays consistent because every update is a plain assignment.
+    mutex.lock().unwrap_or_else(|poison| poison.into_inner())
+}
+
+impl Log {
+    /// Opens (creating if needed) the log on `storage`, recovering from a crash:
+    /// a torn tail is truncated and reported, corruption is an error.
+    pub fn open(
+        storage: Arc<dyn Storage>,
+        options: LogOptions,
+    ) -> Result<(Log, RecoveryReport), LogError> {
+        options.check();
+        let segments = list_segments(storage.as_ref())?;
+        let mut tail = Tail::empty();
+        let mut truncations = Vec::new();
+        {
+            let _lock = storage
+                .lock()
+                .map_err(|e| LogError::io("lock", storage.describe(crate::LOCK_FILE), e))?;
+            // Every header must be valid except possibly the last (a crash while
+            // rolling over); start from the last valid one and let catch-up walk on.
+            for (index, (first, name)) in segments.iter().enumerate() {
+                let mut segment = open_segment(storage.as_ref(), *first, true)?;
+                let header = segment
+                    .header()
+                    .map_err(|e| LogError::io("read", storage.describe(name), e))?;
+                match header {
+                    Ok(header) if header.first_cursor == *first => {
+                        tail.segment = Some(segment);
+                        tail.len = SEGMENT_HEADER_LEN as u64;
+                        tail.next_cursor = header.first_cursor;
+                        tail.last_checksum = header.prev_checksum;
+                    }
+                    Ok(header) => {
+                        return Err(LogError::Corrupt {
+                            segment: storage.describe(name),
+                            offset: 0,
+                            cursor: *first,
+                            damage: crate::Damage::SegmentGap {
+                                expected: *first,
+                                found: header.first_cursor,
+                            },
+                            followed_by: "the segment's records".to_string(),
+                        });
+                    }
+                    Err(damage) if index + 1 < segments.len() => {
+                        return Err(LogError::Corrupt {
+                            segment: storage.describe(name),
+                            offset: 0,
+                            cursor: *first,
+                            damage,
+                            followed_by: format!("segment {}", segments[index + 1].1),
+                        });
+                    }
+                    Err(_) => {}
+                }
+            }
+            tail.catch_up(storage.as_ref(), &options, &mut truncations)?;
+        }
+        let report = RecoveryReport {
+            segments: list_segments(storage.as_ref())?.len(),
+            next_cursor: Cursor(tail.next_cursor),
+            truncations: truncations.clone(),
+        };
+        let log = Log {
+            inner: Arc::new(Inner {
+                storage,
+                options,
+                group: Mutex::new(Group::default()),
+                group_changed: Condvar::new(),
+                tail: Mutex::new(tail),
+                truncations: Mutex::new(Vec::new()),
+            }),
+        };
+        Ok((log, report))
+    }
+
+    /// The storage this log lives on.
+    pub fn storage(&self) -> &Arc<dyn Storage> {
+        &self.inner.storage
+    }
+
+    /// The options the log was opened with.
+    pub fn options(&self) -> &LogOptions {
+        &self.inner.options
+    }
+
+    /// Torn tails left by other processes and truncated during catch-up since the
+    /// last call; recovery at open reports its own in [`RecoveryReport`].
+    pub fn take_truncations(&self) -> Vec<Truncation> {
+        std::mem::take(&mut *lock(&self.inner.truncations))
+    }
+
+    /// Appends `payloads` as consecutive records and returns once they are durable.
+    /// Concurrent callers share one sync.
+    pub fn append(&self, payloads: &[&[u8]]) -> Result<CursorRange, LogError> {
+        self.check_sizes(payloads)?;
+        let inner = &self.inner;
+        let mut group = lock(&inner.group);
+        let ticket = group.next_ticket;
+        group.next_ticket += 1;
+        group
+            .queue
+            .push((ticket, payloads.iter().map(|p| p.to_vec()).collect()));
+        loop {
+            if let Some(result) = group.done.remove(&ticket) {
+                return result;
+            }
+            if !group.busy {
+                group.busy = true;
+                let queued = std::mem::take(&mut group.queue);
+                drop(group);
+                let results = self.lead(&queued);
+                group = lock(&inner.group);
+                group.busy = false;
+                for ((ticket, _), result) in queued.iter().zip(results) {
+                    group.done.insert(*ticket, result);
+                }
+                inner.group_changed.notify_all();
+                continue;
+            }
+            group = inner
+                .group_changed
+                .wait(group)
+                .unwrap_or_else(|poison| poison.into_inner());
+        }
+    }
+
+    /// Runs one group commit for `queued`; one result per queued request.
+    fn lead(&self, queued: &[(u64, Vec<Vec<u8>>)]) -> Vec<Result<CursorRange, LogError>> {
+        let batches: Vec<Vec<Vec<u8>>> = queued.iter().map(|(_, p)| p.clone()).collect();
+        let outcome = (|| {
+            let mut tail = lock(&self.inner.tail);
+            let _lock = self.storage_lock()?;
+            self.catch_up(&mut tail)?;
+            tail.write(self.inner.storage.as_ref(), &self.inner.options, &batches)
+        })();
+        match outcome {
+            Ok(ranges) => ranges.into_iter().map(Ok).collect(),
+            Err(error) => queued.iter().map(|_| Err(error.clone())).collect(),
+        }
+    }
+
+    fn storage_lock(&self) -> Result<Box<dyn StorageLock>, LogError> {
+        let storage = &self.inner.storage;
+        storage
+            .lock()
+            .map_err(|e| LogError::io("lock", storage.describe(crate::LOCK_FILE), e))
+    }
+
+    fn catch_up(&self, tail: &mut Tail) -> Result<(), LogError> {
+        if let Some(reason) = &tail.poisoned {
+            return Err(LogError::Poisoned {
+                reason: reason.clone(),
+            });
+        }
+        let mut truncations = Vec::new();
+        let result = tail.catch_up(
+            self.inner.storage.as_ref(),
+            &self.inner.options,
+            &mut truncations,
+        );
+        lock(&self.inner.truncations).extend(truncations);
+        result
+    }
+
+    fn check_sizes(&self, payloads: &[&[u8]]) -> Result<(), LogError> {
+        let max = self.inner.options.max_record_bytes;
+        for payload in payloads {
+            if payload.len() > max as usize {
+                return Err(LogError::RecordTooLarge {
+                    len: payload.len(),
+                    max,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes the exclusive right to append, across threads and processes, with the
+    /// log caught up: the caller can read up to [`AppendGuard::next_cursor`], decide,
+    /// and append knowing nothing else was appended in between.
+    pub fn lock(&self) -> Result<AppendGuard<'_>, LogError> {
+        let inner = &self.inner;
+        let mut group = lock(&inner.group);
+        while group.busy {
+            group = inner
+                .group_changed
+                .wait(group)
+                .unwrap_or_else(|poison| poison.into_inner());
+        }
+        group.busy = true;
+        drop(group);
+        let mut guard = AppendGuard {
+            log: self,
+            tail: lock(&inner.tail),
+            storage_lock: None,
+        };
+        guard.storage_lock = Some(self.storage_lock()?);
+        self.catch_up(&mut guard.tail)?;
+        Ok(guard)
+    }
+
+    /// The cursor the next appended record would get, as last seen by this process.
+    pub fn next_cursor(&self) -> Cursor {
+        Cursor(lock(&self.inner.tail).next_cursor)
+    }
+}
+
+/// Exclusive, caught-up access to the end of the log; see [`Log::lock`].
+#[derive(Debug)]
+pub struct AppendGuard<'a> {
+    log: &'a Log,
+    tail: MutexGuard<'a, Tail>,
+    storage_lock: Option<Box<dyn StorageLock>>,
+}
+
+impl AppendGuard<'_> {
+    /// The cursor the next record will get: everything before it is in the log.
+    pub fn next_cursor(&self) -> Cursor {
+        Cursor(self.tail.next_cursor)
+    }
+
+    /// Appends `payloads` durably while holding the lock.
+    pub fn append(&mut self, payloads: &[&[u8]]) -> Result<CursorRange, LogError> {
+        self.log.check_sizes(payloads)?;
+        let batch = vec![payloads.iter().map(|p| p.to_vec()).collect()];
+        let inner = &self.log.inner;
+        let ranges = self
+            .tail
+            .write(inner.storage.as_ref(), &inner.options, &batch)?;
+        Ok(ranges[0])
+    }
+}
+
+impl Drop for AppendGuard<'_> {
+    fn drop(&mut self) {
+        self.storage_lock = None;
+        let inner = &self.log.inner;
+        let mut group = lock(&inner.group);
+        group.busy = false;
+        inner.group_changed.notify_all();
+    }
+}

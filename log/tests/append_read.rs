@@ -1,0 +1,180 @@
+//! Appending, reading back, rolling segments, reopening, tailing and locking.
+
+use std::sync::Arc;
+
+use planb_log::sim::SimStorage;
+use planb_log::{Cursor, Log, LogError, LogOptions, LogReader, Storage, verify};
+
+fn small() -> LogOptions {
+    LogOptions {
+        max_record_bytes: 256,
+        max_segment_bytes: 1024,
+    }
+}
+
+fn open(storage: &SimStorage, options: LogOptions) -> Log {
+    let (log, report) = Log::open(Arc::new(storage.clone()), options).expect("open");
+    assert!(report.truncations.is_empty(), "{report:?}");
+    log
+}
+
+fn read_all(storage: &SimStorage, options: LogOptions, from: u64) -> Vec<(u64, Vec<u8>)> {
+    let mut reader = LogReader::new(Arc::new(storage.clone()), options, Cursor(from));
+    let mut out = Vec::new();
+    while let Some(record) = reader.next().expect("read") {
+        out.push((record.cursor.0, record.payload));
+    }
+    out
+}
+
+fn payload(i: u64) -> Vec<u8> {
+    format!("record-{i}-{}", "x".repeat((i % 50) as usize)).into_bytes()
+}
+
+#[test]
+fn appended_records_read_back_in_order_across_segments() {
+    let storage = SimStorage::new();
+    let log = open(&storage, small());
+    for i in 1..=100 {
+        let range = log.append(&[&payload(i)]).expect("append");
+        assert_eq!(range.first, Cursor(i));
+    }
+    let records = read_all(&storage, small(), 1);
+    assert_eq!(records.len(), 100);
+    for (i, (cursor, bytes)) in records.iter().enumerate() {
+        assert_eq!(*cursor, i as u64 + 1);
+        assert_eq!(bytes, &payload(i as u64 + 1));
+    }
+    let segments = storage.list().expect("list").len();
+    assert!(segments > 5, "expected rolling, got {segments} files");
+    let report = verify(Arc::new(storage.clone()), small()).expect("verify");
+    assert_eq!(report.records, 100);
+    assert_eq!(report.last_cursor, Cursor(100));
+    assert_eq!(report.torn_tail, None);
+}
+
+#[test]
+fn reading_from_a_cursor_skips_earlier_records() {
+    let storage = SimStorage::new();
+    let log = open(&storage, small());
+    for i in 1..=60 {
+        log.append(&[&payload(i)]).expect("append");
+    }
+    let records = read_all(&storage, small(), 37);
+    assert_eq!(records.first().map(|r| r.0), Some(37));
+    assert_eq!(records.len(), 24);
+    assert!(read_all(&storage, small(), 61).is_empty());
+}
+
+#[test]
+fn reopening_continues_the_cursor_sequence_and_chain() {
+    let storage = SimStorage::new();
+    {
+        let log = open(&storage, small());
+        log.append(&[b"a", b"b", b"c"]).expect("append");
+    }
+    let (log, report) = Log::open(Arc::new(storage.clone()), small()).expect("reopen");
+    assert_eq!(report.next_cursor, Cursor(4));
+    assert_eq!(log.append(&[b"d"]).expect("append").first, Cursor(4));
+    let payloads: Vec<Vec<u8>> = read_all(&storage, small(), 1)
+        .into_iter()
+        .map(|r| r.1)
+        .collect();
+    assert_eq!(payloads, vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec(), b"d".to_vec()]);
+}
+
+#[test]
+fn a_reader_follows_the_tail_as_records_arrive() {
+    let storage = SimStorage::new();
+    let log = open(&storage, small());
+    let mut reader = LogReader::new(Arc::new(storage.clone()), small(), Cursor(1));
+    assert_eq!(reader.next().expect("read"), None);
+    for i in 1..=40 {
+        log.append(&[&payload(i)]).expect("append");
+        let record = reader.next().expect("read").expect("a new record");
+        assert_eq!(record.cursor, Cursor(i));
+        assert_eq!(reader.next().expect("read"), None);
+    }
+}
+
+#[test]
+fn two_logs_on_one_directory_interleave_in_one_gapless_order() {
+    // Two `Log` values stand for two processes: each must catch up on the other's
+    // records before appending.
+    let storage = SimStorage::new();
+    let first = open(&storage, small());
+    let second = open(&storage, small());
+    for i in 1..=30 {
+        let log = if i % 3 == 0 { &second } else { &first };
+        assert_eq!(log.append(&[&payload(i)]).expect("append").first, Cursor(i));
+    }
+    assert_eq!(read_all(&storage, small(), 1).len(), 30);
+    verify(Arc::new(storage.clone()), small()).expect("verify");
+}
+
+#[test]
+fn concurrent_appenders_lose_nothing_and_keep_their_own_order() {
+    let storage = SimStorage::new();
+    let log = open(&storage, LogOptions::default());
+    let threads = 8;
+    let per_thread = 200;
+    std::thread::scope(|scope| {
+        for t in 0..threads {
+            let log = log.clone();
+            scope.spawn(move || {
+                for i in 0..per_thread {
+                    log.append(&[format!("{t}:{i}").as_bytes()]).expect("append");
+                }
+            });
+        }
+    });
+    let records = read_all(&storage, LogOptions::default(), 1);
+    assert_eq!(records.len(), threads * per_thread);
+    let mut last_seen = vec![-1i64; threads];
+    for (_, bytes) in &records {
+        let text = String::from_utf8(bytes.clone()).expect("utf8");
+        let (t, i) = text.split_once(':').expect("tagged");
+        let (t, i): (usize, i64) = (t.parse().expect("t"), i.parse().expect("i"));
+        assert_eq!(i, last_seen[t] + 1, "thread {t} out of order");
+        last_seen[t] = i;
+    }
+}
+
+#[test]
+fn oversized_records_are_refused_and_nothing_is_written() {
+    let storage = SimStorage::new();
+    let log = open(&storage, small());
+    let big = vec![0u8; 257];
+    match log.append(&[b"ok", &big]) {
+        Err(LogError::RecordTooLarge { len: 257, max: 256 }) => {}
+        other => panic!("expected RecordTooLarge, got {other:?}"),
+    }
+    assert!(read_all(&storage, small(), 1).is_empty());
+}
+
+#[test]
+fn the_guard_sees_every_earlier_append_and_excludes_others() {
+    let storage = SimStorage::new();
+    let first = open(&storage, small());
+    let second = open(&storage, small());
+    first.append(&[b"one", b"two"]).expect("append");
+    let mut guard = second.lock().expect("lock");
+    assert_eq!(guard.next_cursor(), Cursor(3));
+    let range = guard.append(&[b"three"]).expect("append");
+    assert_eq!(range.first, Cursor(3));
+    drop(guard);
+    assert_eq!(first.append(&[b"four"]).expect("append").first, Cursor(4));
+}
+
+#[test]
+fn a_failed_sync_stops_the_writer_for_good() {
+    let storage = SimStorage::new();
+    let log = open(&storage, small());
+    log.append(&[b"durable"]).expect("append");
+    storage.crash_at_sync(1);
+    assert!(matches!(log.append(&[b"lost"]), Err(LogError::Io { .. })));
+    assert!(matches!(
+        log.append(&[b"after"]),
+        Err(LogError::Poisoned { .. })
+    ));
+}
