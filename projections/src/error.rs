@@ -1,0 +1,42 @@
+//! The projections' error type.
+
+use planb_core::{DecodeError, EncodeError, Rejection};
+use planb_log::LogError;
+
+/// Errors of the store and its projections.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The command was refused by the domain rules; nothing was recorded.
+    #[error(transparent)]
+    Rejected(#[from] Rejection),
+    /// The log failed (I/O, corruption, a previous failed sync).
+    #[error(transparent)]
+    Log(#[from] LogError),
+    /// A record in the log is not an event this version understands.
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    /// An event could not be encoded.
+    #[error(transparent)]
+    Encode(#[from] EncodeError),
+    /// The redb index failed.
+    #[error("index {path}: {op}: {source}")]
+    Index {
+        /// The index file.
+        path: String,
+        /// What was being done.
+        op: &'static str,
+        /// redb's error.
+        source: Box<redb::Error>,
+    },
+    /// A file-system operation on a projection failed.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The path involved.
+        path: String,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+}

@@ -1,0 +1,421 @@
+//! The redb indexes: a persistent projection of the log that any process can
+//! bring up to date.
+//!
+//! Several processes share one data root, so the database is opened in redb's
+//! `MultiWriter` concurrency mode: every process may open it, write transactions
+//! are serialised across processes by redb. The index records the last cursor
+//! it applied in the same transaction as the data, so catching up is idempotent:
+//! whoever commits first advances it, the others find nothing left to do, and a
+//! crash loses at most work that the next catch-up redoes from the log.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use planb_core::{Envelope, EventBody, decode};
+use planb_log::{Cursor, LogOptions, LogReader, Storage};
+use redb::{
+    ConcurrencyMode, Database, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction,
+};
+
+use crate::StoreError;
+
+/// Bumped when the tables or their meaning change; a mismatch triggers a rebuild.
+const INDEX_SCHEMA: u64 = 1;
+/// Events applied per write transaction while catching up, so a long catch-up
+/// neither holds the write lock for long nor builds a huge transaction.
+const EVENTS_PER_TRANSACTION: usize = 20_000;
+
+type Id = [u8; 16];
+
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+const SESSION_UPDATED: TableDefinition<Id, i64> = TableDefinition::new("session_updated");
+const SESSIONS_BY_UPDATED: TableDefinition<(i64, Id), ()> =
+    TableDefinition::new("sessions_by_updated");
+const SESSIONS_BY_PROJECT: TableDefinition<(&str, Id), ()> =
+    TableDefinition::new("sessions_by_project");
+const ASK_INFO: TableDefinition<Id, (u8, Id)> = TableDefinition::new("ask_info");
+const ASKS_BY_STATUS: TableDefinition<(u8, Id), Id> = TableDefinition::new("asks_by_status");
+const PLAN_VERSIONS: TableDefinition<(Id, u32), u64> = TableDefinition::new("plan_versions");
+const NAMED_PLAN_EVENTS: TableDefinition<(&str, u64), &str> =
+    TableDefinition::new("named_plan_events");
+const EVENTS_BY_SESSION: TableDefinition<(Id, u64), ()> =
+    TableDefinition::new("events_by_session");
+
+const APPLIED_CURSOR: &str = "applied_cursor";
+const SCHEMA: &str = "schema";
+
+/// An ask's status as the index stores it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum IndexedAskStatus {
+    /// Waiting for an answer.
+    Pending = 0,
+    /// Answered in time.
+    Answered = 1,
+    /// The tool stopped waiting.
+    TimedOut = 2,
+    /// Declined or cancelled.
+    Declined = 3,
+    /// Delivery or waiting failed.
+    Failed = 4,
+}
+
+/// Every table's content, in key order: for tests and `planb-mcp` debugging.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct IndexDump {
+    /// Last applied cursor.
+    pub applied_cursor: u64,
+    /// (updated ms, session).
+    pub sessions_by_updated: Vec<(i64, Id)>,
+    /// (project path, session).
+    pub sessions_by_project: Vec<(String, Id)>,
+    /// (status, ask, session).
+    pub asks_by_status: Vec<(u8, Id, Id)>,
+    /// (session, version, cursor).
+    pub plan_versions: Vec<(Id, u32, u64)>,
+    /// (plan name, cursor, event kind).
+    pub named_plan_events: Vec<(String, u64, String)>,
+    /// (session, cursor).
+    pub events_by_session: Vec<(Id, u64)>,
+}
+
+/// The redb index file and a reader positioned where the index left off.
+#[derive(Debug)]
+pub struct Index {
+    path: PathBuf,
+    db: Database,
+    storage: Arc<dyn Storage>,
+    options: LogOptions,
+    /// Read position in the log; only moved inside a write transaction.
+    reader: Mutex<Option<LogReader>>,
+}
+
+fn index_error<E: Into<redb::Error>>(path: &Path, op: &'static str) -> impl FnOnce(E) -> StoreError {
+    let path = path.display().to_string();
+    move |e| StoreError::Index {
+        path,
+        op,
+        source: Box::new(e.into()),
+    }
+}
+
+impl Index {
+    /// Opens (creating if needed) the index at `path` over the log on `storage`.
+    pub fn open(
+        path: &Path,
+        storage: Arc<dyn Storage>,
+        options: LogOptions,
+    ) -> Result<Index, StoreError> {
+        let db = Database::builder()
+            .set_concurrency_mode(ConcurrencyMode::MultiWriter)
+            .create(path)
+            .map_err(index_error(path, "open"))?;
+        let index = Index {
+            path: path.to_path_buf(),
+            db,
+            storage,
+            options,
+            reader: Mutex::new(None),
+        };
+        index.ensure_schema()?;
+        Ok(index)
+    }
+
+    fn ensure_schema(&self) -> Result<(), StoreError> {
+        let txn = self.db.begin_write().map_err(self.err("begin write"))?;
+        {
+            let meta = txn.open_table(META).map_err(self.err("open meta"))?;
+            let schema = meta.get(SCHEMA).map_err(self.err("read meta"))?.map(|v| v.value());
+            if schema != Some(INDEX_SCHEMA) {
+                drop(meta);
+                clear(&txn).map_err(self.err("clear"))?;
+                let mut meta = txn.open_table(META).map_err(self.err("open meta"))?;
+                meta.insert(SCHEMA, INDEX_SCHEMA).map_err(self.err("write meta"))?;
+                meta.insert(APPLIED_CURSOR, 0).map_err(self.err("write meta"))?;
+            }
+        }
+        create_tables(&txn).map_err(self.err("create tables"))?;
+        txn.commit().map_err(self.err("commit"))
+    }
+
+    fn err<E: Into<redb::Error>>(&self, op: &'static str) -> impl FnOnce(E) -> StoreError {
+        index_error(&self.path, op)
+    }
+
+    /// The last cursor the index has applied.
+    pub fn applied_cursor(&self) -> Result<Cursor, StoreError> {
+        let txn = self.db.begin_read().map_err(self.err("begin read"))?;
+        let meta = txn.open_table(META).map_err(self.err("open meta"))?;
+        let applied = meta
+            .get(APPLIED_CURSOR)
+            .map_err(self.err("read meta"))?
+            .map_or(0, |v| v.value());
+        Ok(Cursor(applied))
+    }
+
+    /// Applies every event in the log after the index's last applied cursor.
+    /// Returns how many were applied.
+    pub fn catch_up(&self) -> Result<u64, StoreError> {
+        let mut reader_slot = self.reader.lock().unwrap_or_else(|p| p.into_inner());
+        let mut total = 0u64;
+        loop {
+            let txn = self.db.begin_write().map_err(self.err("begin write"))?;
+            let applied = {
+                let meta = txn.open_table(META).map_err(self.err("open meta"))?;
+                meta.get(APPLIED_CURSOR)
+                    .map_err(self.err("read meta"))?
+                    .map_or(0, |v| v.value())
+            };
+            // Another process may have moved the index on (or rebuilt it): the
+            // reader must stand at or before the first unapplied cursor.
+            let reader = match reader_slot.take() {
+                Some(reader) if reader.next_cursor().0 <= applied + 1 => reader,
+                _ => LogReader::new(
+                    Arc::clone(&self.storage),
+                    self.options,
+                    Cursor(applied + 1),
+                ),
+            };
+            let reader = reader_slot.insert(reader);
+            let mut last = applied;
+            let mut count = 0usize;
+            while count < EVENTS_PER_TRANSACTION {
+                let Some(record) = reader.next()? else { break };
+                if record.cursor.0 <= applied {
+                    continue;
+                }
+                let envelope = decode(&record.payload, planb_core::Cursor(record.cursor.0))?;
+                apply(&txn, &envelope).map_err(self.err("apply"))?;
+                last = record.cursor.0;
+                count += 1;
+            }
+            if count == 0 {
+                drop(txn);
+                return Ok(total);
+            }
+            {
+                let mut meta = txn.open_table(META).map_err(self.err("open meta"))?;
+                meta.insert(APPLIED_CURSOR, last).map_err(self.err("write meta"))?;
+            }
+            txn.commit().map_err(self.err("commit"))?;
+            total += count as u64;
+        }
+    }
+
+    /// Sessions, most recently updated first, at most `limit`.
+    pub fn sessions_by_update(&self, limit: usize) -> Result<Vec<(i64, uuid::Uuid)>, StoreError> {
+        let txn = self.db.begin_read().map_err(self.err("begin read"))?;
+        let table = txn
+            .open_table(SESSIONS_BY_UPDATED)
+            .map_err(self.err("open table"))?;
+        let mut out = Vec::new();
+        for entry in table.iter().map_err(self.err("iterate"))?.rev().take(limit) {
+            let (key, _) = entry.map_err(self.err("iterate"))?;
+            let (updated, id) = key.value();
+            out.push((updated, uuid::Uuid::from_bytes(id)));
+        }
+        Ok(out)
+    }
+
+    /// Asks with the given status, as (ask, session).
+    pub fn asks_with_status(
+        &self,
+        status: IndexedAskStatus,
+    ) -> Result<Vec<(uuid::Uuid, uuid::Uuid)>, StoreError> {
+        let txn = self.db.begin_read().map_err(self.err("begin read"))?;
+        let table = txn
+            .open_table(ASKS_BY_STATUS)
+            .map_err(self.err("open table"))?;
+        let code = status as u8;
+        let mut out = Vec::new();
+        for entry in table
+            .range((code, [0u8; 16])..=(code, [0xffu8; 16]))
+            .map_err(self.err("iterate"))?
+        {
+            let (key, value) = entry.map_err(self.err("iterate"))?;
+            out.push((
+                uuid::Uuid::from_bytes(key.value().1),
+                uuid::Uuid::from_bytes(value.value()),
+            ));
+        }
+        Ok(out)
+    }
+
+    /// Every table's content.
+    pub fn dump(&self) -> Result<IndexDump, StoreError> {
+        let txn = self.db.begin_read().map_err(self.err("begin read"))?;
+        let mut dump = IndexDump {
+            applied_cursor: self.applied_cursor()?.0,
+            ..IndexDump::default()
+        };
+        macro_rules! collect {
+            ($table:expr, |$k:ident, $v:ident| $row:expr, $into:expr) => {{
+                let table = txn.open_table($table).map_err(self.err("open table"))?;
+                for entry in table.iter().map_err(self.err("iterate"))? {
+                    let (key, value) = entry.map_err(self.err("iterate"))?;
+                    let ($k, $v) = (key.value(), value.value());
+                    $into.push($row);
+                }
+            }};
+        }
+        collect!(SESSIONS_BY_UPDATED, |k, _v| k, dump.sessions_by_updated);
+        collect!(
+            SESSIONS_BY_PROJECT,
+            |k, _v| (k.0.to_string(), k.1),
+            dump.sessions_by_project
+        );
+        collect!(ASKS_BY_STATUS, |k, v| (k.0, k.1, v), dump.asks_by_status);
+        collect!(PLAN_VERSIONS, |k, v| (k.0, k.1, v), dump.plan_versions);
+        collect!(
+            NAMED_PLAN_EVENTS,
+            |k, v| (k.0.to_string(), k.1, v.to_string()),
+            dump.named_plan_events
+        );
+        collect!(EVENTS_BY_SESSION, |k, _v| k, dump.events_by_session);
+        Ok(dump)
+    }
+}
+
+/// Creates every table, so readers never meet a missing one.
+fn create_tables(txn: &WriteTransaction) -> Result<(), redb::Error> {
+    txn.open_table(SESSION_UPDATED)?;
+    txn.open_table(SESSIONS_BY_UPDATED)?;
+    txn.open_table(SESSIONS_BY_PROJECT)?;
+    txn.open_table(ASK_INFO)?;
+    txn.open_table(ASKS_BY_STATUS)?;
+    txn.open_table(PLAN_VERSIONS)?;
+    txn.open_table(NAMED_PLAN_EVENTS)?;
+    txn.open_table(EVENTS_BY_SESSION)?;
+    Ok(())
+}
+
+/// Empties every table (used when the schema changes).
+fn clear(txn: &WriteTransaction) -> Result<(), redb::Error> {
+    macro_rules! drop_table {
+        ($($table:expr),*) => {$(
+            txn.delete_table($table)?;
+        )*};
+    }
+    drop_table!(
+        META,
+        SESSION_UPDATED,
+        SESSIONS_BY_UPDATED,
+        SESSIONS_BY_PROJECT,
+        ASK_INFO,
+        ASKS_BY_STATUS,
+        PLAN_VERSIONS,
+        NAMED_PLAN_EVENTS,
+        EVENTS_BY_SESSION
+    );
+    Ok(())
+}
+
+/// Folds one event into the tables. Deterministic: the same events in the same
+/// order give the same tables however they are split into transactions.
+fn apply(txn: &WriteTransaction, envelope: &Envelope) -> Result<(), redb::Error> {
+    let cursor = envelope.cursor.0;
+    let at = envelope.event.at.0;
+    let body = &envelope.event.body;
+    let session = match body {
+        EventBody::SessionCreated {
+            session,
+            project_path,
+            ..
+        } => {
+            if let Some(project) = project_path {
+                txn.open_table(SESSIONS_BY_PROJECT)?
+                    .insert((project.as_str(), bytes(session.as_uuid())), ())?;
+            }
+            Some(bytes(session.as_uuid()))
+        }
+        EventBody::AskOpened { session, ask, .. } => {
+            let session = bytes(session.as_uuid());
+            set_ask_status(txn, bytes(ask.as_uuid()), Some(session), IndexedAskStatus::Pending)?
+        }
+        EventBody::AskAnswered { ask, .. } => {
+            set_ask_status(txn, bytes(ask.as_uuid()), None, IndexedAskStatus::Answered)?
+        }
+        EventBody::AskTimedOut { ask } => {
+            set_ask_status(txn, bytes(ask.as_uuid()), None, IndexedAskStatus::TimedOut)?
+        }
+        EventBody::AskDeclined { ask, .. } => {
+            set_ask_status(txn, bytes(ask.as_uuid()), None, IndexedAskStatus::Declined)?
+        }
+        EventBody::AskFailed { ask, .. } => {
+            set_ask_status(txn, bytes(ask.as_uuid()), None, IndexedAskStatus::Failed)?
+        }
+        EventBody::AskDraftSaved { ask, .. } | EventBody::AskLateAnswer { ask, .. } => txn
+            .open_table(ASK_INFO)?
+            .get(bytes(ask.as_uuid()))?
+            .map(|v| v.value().1),
+        EventBody::PlanVersionSaved {
+            session, version, ..
+        } => {
+            let session = bytes(session.as_uuid());
+            txn.open_table(PLAN_VERSIONS)?
+                .insert((session, *version), cursor)?;
+            Some(session)
+        }
+        EventBody::NamedPlanWritten { plan, session, .. } => {
+            txn.open_table(NAMED_PLAN_EVENTS)?
+                .insert((plan.as_str(), cursor), body.kind_name())?;
+            session.map(|s| bytes(s.as_uuid()))
+        }
+        other => {
+            if let Some(plan) = other.plan() {
+                txn.open_table(NAMED_PLAN_EVENTS)?
+                    .insert((plan.as_str(), cursor), other.kind_name())?;
+            }
+            None
+        }
+    };
+    if let Some(session) = session {
+        touch_session(txn, session, at)?;
+        txn.open_table(EVENTS_BY_SESSION)?
+            .insert((session, cursor), ())?;
+    }
+    Ok(())
+}
+
+/// Moves an ask to `status`; returns its session. `session` is given when the
+/// ask is new and looked up otherwise.
+fn set_ask_status(
+    txn: &WriteTransaction,
+    ask: Id,
+    session: Option<Id>,
+    status: IndexedAskStatus,
+) -> Result<Option<Id>, redb::Error> {
+    let mut info = txn.open_table(ASK_INFO)?;
+    let mut by_status = txn.open_table(ASKS_BY_STATUS)?;
+    let previous = info.get(ask)?.map(|v| v.value());
+    let session = match (previous, session) {
+        (Some((old_status, old_session)), given) => {
+            by_status.remove((old_status, ask))?;
+            given.unwrap_or(old_session)
+        }
+        (None, Some(given)) => given,
+        // An ask event without its opening: nothing to index it under.
+        (None, None) => return Ok(None),
+    };
+    info.insert(ask, (status as u8, session))?;
+    by_status.insert((status as u8, ask), session)?;
+    Ok(Some(session))
+}
+
+fn touch_session(txn: &WriteTransaction, session: Id, at: i64) -> Result<(), redb::Error> {
+    let mut updated = txn.open_table(SESSION_UPDATED)?;
+    let mut by_updated = txn.open_table(SESSIONS_BY_UPDATED)?;
+    let previous = updated.get(session)?.map(|v| v.value());
+    // Clocks of different processes disagree a little; the index keeps the latest.
+    let at = previous.map_or(at, |p| p.max(at));
+    if let Some(previous) = previous {
+        by_updated.remove((previous, session))?;
+    }
+    updated.insert(session, at)?;
+    by_updated.insert((at, session), ())?;
+    Ok(())
+}
+
+fn bytes(uuid: uuid::Uuid) -> Id {
+    *uuid.as_bytes()
+}

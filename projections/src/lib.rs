@@ -1,0 +1,25 @@
+//! `planb-projections`: everything derived from the log, and the write path.
+//!
+//! - [`Store`] is the one way to change anything: under the log's append lock
+//!   it catches up on the log, lets the core decide, appends the events durably
+//!   and applies them to the in-memory [`planb_core::State`].
+//! - [`Index`] keeps the redb indexes (sessions by update time and project, asks
+//!   by status, plan versions, events by session) up to date from the log; any
+//!   process may do so, and the index can be dropped and rebuilt at any time.
+//! - [`rebuild`] drops every projection and folds the whole log again.
+//!
+//! **Architecture invariant**: nothing here is ground truth. Every file this
+//! crate writes can be deleted and rebuilt from the log; the only bytes that
+//! cannot are the log's, which only [`Store::execute`] appends to.
+
+mod env;
+mod error;
+mod index;
+mod rebuild;
+mod store;
+
+pub use env::{Environment, FixedEnvironment, SystemEnvironment};
+pub use error::StoreError;
+pub use index::{Index, IndexDump, IndexedAskStatus};
+pub use rebuild::{RebuildReport, rebuild};
+pub use store::{DataRoot, OpenReport, Store};

@@ -1,0 +1,207 @@
+//! The `Store`: the one write path (catch up, decide, append, apply) and the read side.
+//!
+//! Every process keeps the whole [`State`] in memory, folded from the log. To
+//! change anything it takes the log's append lock (shared by all processes),
+//! reads whatever other processes appended since it last looked, lets the core
+//! decide on that up-to-date state, appends the resulting events durably, and
+//! applies them. So two processes can never both create "plan v3" or both answer
+//! one ask. The redb index is brought up to date after each change.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use planb_core::{Command, Cursor, Envelope, Event, EventId, State, decode, encode};
+use planb_log::{Log, LogOptions, LogReader, RecoveryReport};
+
+use crate::env::Environment;
+use crate::index::Index;
+use crate::StoreError;
+
+/// The files of a data root.
+#[derive(Debug, Clone)]
+pub struct DataRoot {
+    root: PathBuf,
+}
+
+impl DataRoot {
+    /// The data root at `root` (usually `$PLANB_MCP_DATA_DIR` or `~/.planb-mcp`).
+    pub fn new(root: impl Into<PathBuf>) -> DataRoot {
+        DataRoot { root: root.into() }
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The log directory: the ground truth.
+    pub fn log_dir(&self) -> PathBuf {
+        self.root.join("log")
+    }
+
+    /// The redb index: derived.
+    pub fn index_path(&self) -> PathBuf {
+        self.root.join("index.redb")
+    }
+}
+
+/// What opening a store found.
+#[derive(Debug, Clone)]
+pub struct OpenReport {
+    /// The log's recovery report (torn tails truncated).
+    pub recovery: RecoveryReport,
+    /// Events folded into the in-memory state.
+    pub events: u64,
+    /// Events the index had to catch up on.
+    pub indexed: u64,
+}
+
+/// In-memory state and the log position it reflects.
+#[derive(Debug)]
+struct Folded {
+    state: State,
+    /// Positioned at `state.last_cursor() + 1`.
+    reader: LogReader,
+}
+
+impl Folded {
+    /// Applies every event after the state's last cursor that is in the log now.
+    fn catch_up(&mut self) -> Result<u64, StoreError> {
+        let mut count = 0;
+        while let Some(record) = self.reader.next()? {
+            let cursor = Cursor(record.cursor.0);
+            if cursor <= self.state.last_cursor() {
+                continue;
+            }
+            let envelope = decode(&record.payload, cursor)?;
+            self.state.apply(&envelope);
+            count += 1;
+        }
+        Ok(count)
+    }
+}
+
+/// The store over one data root.
+#[derive(Debug)]
+pub struct Store {
+    root: DataRoot,
+    log: Log,
+    env: Arc<dyn Environment>,
+    /// Lock order: the log's append lock first, then this.
+    folded: Mutex<Folded>,
+    index: Index,
+}
+
+impl Store {
+    /// Opens the store at `root`, recovering the log and folding it into memory.
+    pub fn open(
+        root: DataRoot,
+        env: Arc<dyn Environment>,
+    ) -> Result<(Store, OpenReport), StoreError> {
+        std::fs::create_dir_all(root.root()).map_err(|source| StoreError::Io {
+            op: "create data root",
+            path: root.root().display().to_string(),
+            source,
+        })?;
+        let options = LogOptions::default();
+        let (log, recovery) = planb_log::open_dir(&root.log_dir(), options)?;
+        let mut folded = Folded {
+            state: State::default(),
+            reader: LogReader::new(Arc::clone(log.storage()), options, planb_log::Cursor(1)),
+        };
+        let events = folded.catch_up()?;
+        let index = Index::open(&root.index_path(), Arc::clone(log.storage()), options)?;
+        let indexed = index.catch_up()?;
+        let store = Store {
+            root,
+            log,
+            env,
+            folded: Mutex::new(folded),
+            index,
+        };
+        let report = OpenReport {
+            recovery,
+            events,
+            indexed,
+        };
+        Ok((store, report))
+    }
+
+    /// The data root.
+    pub fn root(&self) -> &DataRoot {
+        &self.root
+    }
+
+    /// The environment (clock and ids).
+    pub fn env(&self) -> &Arc<dyn Environment> {
+        &self.env
+    }
+
+    /// The redb index.
+    pub fn index(&self) -> &Index {
+        &self.index
+    }
+
+    fn folded(&self) -> MutexGuard<'_, Folded> {
+        self.folded.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Decides `command` on the state as of the end of the log (including other
+    /// processes' events), appends the resulting events durably and applies them.
+    /// Returns the recorded events; a rejection records nothing.
+    pub fn execute(&self, command: Command) -> Result<Vec<Envelope>, StoreError> {
+        let envelopes = {
+            let mut guard = self.log.lock()?;
+            let mut folded = self.folded();
+            folded.catch_up()?;
+            let end = guard.next_cursor().0 - 1;
+            assert_eq!(
+                folded.state.last_cursor().0,
+                end,
+                "under the append lock the state must reach the end of the log"
+            );
+            let bodies = folded.state.decide(command)?;
+            if bodies.is_empty() {
+                return Ok(Vec::new());
+            }
+            let at = self.env.now();
+            let events: Vec<Event> = bodies
+                .into_iter()
+                .map(|body| Event {
+                    id: EventId::from_uuid(self.env.event_id()),
+                    at,
+                    body,
+                })
+                .collect();
+            let payloads = events.iter().map(encode).collect::<Result<Vec<_>, _>>()?;
+            let refs: Vec<&[u8]> = payloads.iter().map(Vec::as_slice).collect();
+            let range = guard.append(&refs)?;
+            let envelopes: Vec<Envelope> = events
+                .into_iter()
+                .enumerate()
+                .map(|(i, event)| Envelope {
+                    cursor: Cursor(range.first.0 + i as u64),
+                    event,
+                })
+                .collect();
+            for envelope in &envelopes {
+                folded.state.apply(envelope);
+            }
+            envelopes
+        };
+        self.index.catch_up()?;
+        Ok(envelopes)
+    }
+
+    /// Folds in whatever other processes appended, then runs `f` on the state.
+    pub fn read<R>(&self, f: impl FnOnce(&State) -> R) -> Result<R, StoreError> {
+        let mut folded = self.folded();
+        folded.catch_up()?;
+        Ok(f(&folded.state))
+    }
+
+    /// A copy of the current state (after catching up).
+    pub fn snapshot(&self) -> Result<State, StoreError> {
+        self.read(State::clone)
+    }
+}
