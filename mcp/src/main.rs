@@ -1,1 +1,107 @@
-fn main() {}
+//! `planb-mcp`: the planb MCP server (stdio) and its admin commands.
+//!
+//! stdout belongs to JSON-RPC when the server runs; logs always go to stderr.
+//! The admin commands (`check`, `rebuild`, `log`) are for people and print
+//! their reports on stdout.
+
+mod admin;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// planb: a planning companion for AI coding agents.
+#[derive(Debug, Parser)]
+#[command(name = "planb-mcp", version, about)]
+struct Cli {
+    /// Data root (default: $PLANB_MCP_DATA_DIR, else ~/.planb-mcp).
+    #[arg(long, global = true, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Verify every record, checksum and chain link of the log and decode every
+    /// event; exits non-zero if the log is corrupt.
+    Check,
+    /// Drop every projection (the redb index) and rebuild it from the log.
+    Rebuild,
+    /// Show the log's events in human-readable form.
+    Log {
+        #[command(subcommand)]
+        command: LogCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum LogCommand {
+    /// Print events from a cursor on.
+    Dump {
+        /// First cursor to print.
+        #[arg(long, default_value_t = 1)]
+        from: u64,
+        /// Print at most this many events.
+        #[arg(long)]
+        limit: Option<u64>,
+    },
+    /// Print the last events, then follow the log as events arrive (Ctrl-C stops).
+    Tail {
+        /// How many existing events to print first.
+        #[arg(short = 'n', long, default_value_t = 10)]
+        lines: u64,
+        /// Print the existing events and stop instead of following.
+        #[arg(long)]
+        no_follow: bool,
+    },
+}
+
+fn data_root(cli: &Cli) -> anyhow::Result<PathBuf> {
+    if let Some(dir) = &cli.data_dir {
+        return Ok(dir.clone());
+    }
+    if let Some(dir) = std::env::var_os("PLANB_MCP_DATA_DIR").filter(|d| !d.is_empty()) {
+        return Ok(PathBuf::from(dir));
+    }
+    let home = std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .ok_or_else(|| anyhow::anyhow!("HOME is not set; pass --data-dir or PLANB_MCP_DATA_DIR"))?;
+    Ok(PathBuf::from(home).join(".planb-mcp"))
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let cli = Cli::parse();
+    let result = data_root(&cli).and_then(|root| {
+        let root = planb_projections::DataRoot::new(root);
+        let mut out = std::io::stdout().lock();
+        match &cli.command {
+            Some(Command::Check) => admin::check(&root, &mut out),
+            Some(Command::Rebuild) => admin::rebuild(&root, &mut out),
+            Some(Command::Log {
+                command: LogCommand::Dump { from, limit },
+            }) => admin::dump(&root, *from, *limit, &mut out),
+            Some(Command::Log {
+                command: LogCommand::Tail { lines, no_follow },
+            }) => admin::tail(&root, *lines, !no_follow, &mut out),
+            None => Err(anyhow::anyhow!(
+                "this build has no MCP server yet; use one of the subcommands: check, rebuild, log"
+            )),
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("planb-mcp: {error:#}");
+            ExitCode::from(2)
+        }
+    }
+}

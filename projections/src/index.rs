@@ -106,10 +106,28 @@ impl Index {
         storage: Arc<dyn Storage>,
         options: LogOptions,
     ) -> Result<Index, StoreError> {
-        let db = Database::builder()
-            .set_concurrency_mode(ConcurrencyMode::MultiWriter)
-            .create(path)
-            .map_err(index_error(path, "open"))?;
+        let create = || {
+            Database::builder()
+                .set_concurrency_mode(ConcurrencyMode::MultiWriter)
+                .create(path)
+        };
+        let db = match create() {
+            Ok(db) => db,
+            // The index is derived: an unreadable file is dropped and rebuilt from
+            // the log. Only a lock held elsewhere is an error worth reporting.
+            Err(error @ redb::DatabaseError::DatabaseAlreadyOpen) => {
+                return Err(index_error(path, "open")(error));
+            }
+            Err(error) => {
+                tracing::warn!(path = %path.display(), %error, "index unreadable; rebuilding it from the log");
+                std::fs::remove_file(path).map_err(|source| StoreError::Io {
+                    op: "remove unreadable index",
+                    path: path.display().to_string(),
+                    source,
+                })?;
+                create().map_err(index_error(path, "create"))?
+            }
+        };
         let index = Index {
             path: path.to_path_buf(),
             db,

@@ -1,0 +1,177 @@
+//! Admin commands: `check`, `rebuild`, `log dump`, `log tail`. Glue only: the
+//! log verifies, the projections rebuild; this module prints.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use planb_core::{Cursor, Envelope, EventBody, decode};
+use planb_log::{FsStorage, LogError, LogOptions, LogReader, Storage, verify};
+use planb_projections::DataRoot;
+
+/// How often `log tail` looks for new events.
+const TAIL_POLL: Duration = Duration::from_millis(200);
+
+fn storage(root: &DataRoot) -> anyhow::Result<Arc<dyn Storage>> {
+    let dir = root.log_dir();
+    let storage = FsStorage::open_read_only(&dir)
+        .with_context(|| format!("no log at {}", dir.display()))?;
+    Ok(Arc::new(storage))
+}
+
+/// Verifies the whole log and decodes every event.
+pub fn check(root: &DataRoot, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
+    writeln!(out, "data root: {}", root.root().display())?;
+    let storage = storage(root)?;
+    let report = match verify(Arc::clone(&storage), LogOptions::default()) {
+        Ok(report) => report,
+        Err(error @ LogError::Corrupt { .. }) => {
+            writeln!(out, "CORRUPT: {error}")?;
+            writeln!(
+                out,
+                "nothing was changed; keep a copy of {} before any repair",
+                root.log_dir().display()
+            )?;
+            return Ok(ExitCode::FAILURE);
+        }
+        Err(error) => return Err(error.into()),
+    };
+    writeln!(
+        out,
+        "log: {} segment(s), {} record(s), last cursor {}, {} payload bytes; checksums and chain verified",
+        report.segments, report.records, report.last_cursor, report.payload_bytes
+    )?;
+    if let Some((segment, offset, bytes)) = &report.torn_tail {
+        writeln!(
+            out,
+            "torn tail: {bytes} byte(s) at offset {offset} of {segment} (an interrupted append; the next writer truncates it)"
+        )?;
+    }
+    let mut reader = LogReader::new(storage, LogOptions::default(), planb_log::Cursor(1));
+    let mut kinds = std::collections::BTreeMap::<&str, u64>::new();
+    while let Some(record) = reader.next()? {
+        match decode(&record.payload, Cursor(record.cursor.0)) {
+            Ok(envelope) => *kinds.entry(envelope.event.body.kind_name()).or_default() += 1,
+            Err(error) => {
+                writeln!(out, "UNREADABLE EVENT: {error}")?;
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+    }
+    writeln!(out, "events: all {} decode", report.records)?;
+    for (kind, count) in kinds {
+        writeln!(out, "  {kind:<28} {count}")?;
+    }
+    writeln!(out, "ok")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Drops and rebuilds every projection.
+pub fn rebuild(root: &DataRoot, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
+    let (_, report) = planb_projections::rebuild(root)?;
+    writeln!(
+        out,
+        "rebuilt from {} event(s): {} session(s); state folded in {:.1} ms, index rebuilt in {:.1} ms",
+        report.events,
+        report.sessions,
+        report.state_time.as_secs_f64() * 1e3,
+        report.index_time.as_secs_f64() * 1e3
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Prints events from `from` on.
+pub fn dump(
+    root: &DataRoot,
+    from: u64,
+    limit: Option<u64>,
+    out: &mut dyn Write,
+) -> anyhow::Result<ExitCode> {
+    let mut reader = LogReader::new(storage(root)?, LogOptions::default(), planb_log::Cursor(from));
+    let mut printed = 0;
+    while limit.is_none_or(|l| printed < l) {
+        let Some(record) = reader.next()? else { break };
+        let envelope = decode(&record.payload, Cursor(record.cursor.0))?;
+        writeln!(out, "{}", describe(&envelope))?;
+        printed += 1;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Prints the last `lines` events, then follows the log if `follow`.
+pub fn tail(
+    root: &DataRoot,
+    lines: u64,
+    follow: bool,
+    out: &mut dyn Write,
+) -> anyhow::Result<ExitCode> {
+    let storage = storage(root)?;
+    let end = verify(Arc::clone(&storage), LogOptions::default())?.last_cursor.0;
+    let from = end.saturating_sub(lines) + 1;
+    let mut reader = LogReader::new(storage, LogOptions::default(), planb_log::Cursor(from));
+    loop {
+        while let Some(record) = reader.next()? {
+            let envelope = decode(&record.payload, Cursor(record.cursor.0))?;
+            writeln!(out, "{}", describe(&envelope))?;
+        }
+        out.flush()?;
+        if !follow {
+            return Ok(ExitCode::SUCCESS);
+        }
+        std::thread::sleep(TAIL_POLL);
+    }
+}
+
+/// One line per event: cursor, time, kind and the fields a person looks for.
+fn describe(envelope: &Envelope) -> String {
+    let body = &envelope.event.body;
+    let details = match body {
+        EventBody::SessionCreated {
+            session,
+            title,
+            project_path,
+            ..
+        } => format!(
+            "session={session} title={:?} project={:?}",
+            title.as_deref().unwrap_or(""),
+            project_path.as_deref().unwrap_or("")
+        ),
+        EventBody::AskOpened {
+            session, ask, spec, url, ..
+        } => format!(
+            "session={session} ask={ask} title={:?} questions={} url={url}",
+            spec.title,
+            spec.questions.len()
+        ),
+        EventBody::AskAnswered { ask, answers }
+        | EventBody::AskLateAnswer { ask, answers }
+        | EventBody::AskDraftSaved { ask, answers } => {
+            format!("ask={ask} answers={}", answers.to_json())
+        }
+        EventBody::AskDeclined { ask, action } => format!("ask={ask} action={action:?}"),
+        EventBody::AskFailed { ask, detail } => format!("ask={ask} detail={detail:?}"),
+        EventBody::PlanVersionSaved {
+            session,
+            version,
+            title,
+            content,
+        } => format!(
+            "session={session} version={version} title={:?} bytes={}",
+            title.as_deref().unwrap_or(""),
+            content.len()
+        ),
+        other => match (other.ask(), other.plan()) {
+            (Some(ask), _) => format!("ask={ask}"),
+            (_, Some(plan)) => format!("plan={}", plan.as_str()),
+            _ => String::new(),
+        },
+    };
+    format!(
+        "{:>8}  {}  {:<26}  {details}",
+        envelope.cursor.0,
+        envelope.event.at.to_iso8601(),
+        body.kind_name()
+    )
+}

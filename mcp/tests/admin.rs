@@ -1,0 +1,129 @@
+//! The admin commands on a real data root, through the real binary.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::Arc;
+
+use planb_core::{Command as Cmd, SessionId, Timestamp};
+use planb_projections::{DataRoot, FixedEnvironment, Store};
+
+fn planb(root: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_planb-mcp"))
+        .arg("--data-dir")
+        .arg(root)
+        .args(args)
+        .output()
+        .expect("run planb-mcp")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// A data root with one session and two plan versions (three events).
+fn populated_root() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = Arc::new(FixedEnvironment::new(Timestamp(1_780_000_000_000), 1000));
+    let (store, _) = Store::open(DataRoot::new(dir.path()), env).expect("open");
+    let session = SessionId::from_uuid(uuid::Uuid::from_u128(0xabc));
+    store
+        .execute(Cmd::CreateSession {
+            session,
+            title: Some("Demo".into()),
+            intent: None,
+            project_path: Some("/work/demo".into()),
+        })
+        .expect("create");
+    for content in ["# one", "# two"] {
+        store
+            .execute(Cmd::SavePlan {
+                session,
+                title: None,
+                content: content.into(),
+            })
+            .expect("save");
+    }
+    dir
+}
+
+#[test]
+fn check_reports_a_healthy_log_and_exits_zero() {
+    let dir = populated_root();
+    let output = planb(dir.path(), &["check"]);
+    let text = stdout(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("3 record(s), last cursor 3"), "{text}");
+    assert!(text.contains("plan_version_saved"), "{text}");
+    assert!(text.trim_end().ends_with("ok"), "{text}");
+}
+
+#[test]
+fn check_names_the_cursor_and_offset_of_corruption_and_changes_nothing() {
+    let dir = populated_root();
+    let segment = dir.path().join("log").join("00000000000000000001.seg");
+    let mut bytes = std::fs::read(&segment).expect("read segment");
+    // Flip a payload byte of the first record (segment header 32 + record header 32).
+    bytes[32 + 32 + 10] ^= 0x40;
+    std::fs::write(&segment, &bytes).expect("write segment");
+    let output = planb(dir.path(), &["check"]);
+    let text = stdout(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(text.contains("CORRUPT"), "{text}");
+    assert!(text.contains("byte offset 32 (cursor 1)"), "{text}");
+    assert_eq!(std::fs::read(&segment).expect("read"), bytes, "check changed the log");
+}
+
+#[test]
+fn rebuild_recreates_the_index_from_the_log() {
+    let dir = populated_root();
+    std::fs::write(dir.path().join("index.redb"), b"garbage").expect("damage index");
+    let output = planb(dir.path(), &["rebuild"]);
+    let text = stdout(&output);
+    assert!(output.status.success(), "{text}{}", String::from_utf8_lossy(&output.stderr));
+    assert!(text.contains("rebuilt from 3 event(s): 1 session(s)"), "{text}");
+    let (store, report) = Store::open(
+        DataRoot::new(dir.path()),
+        Arc::new(planb_projections::SystemEnvironment),
+    )
+    .expect("open after rebuild");
+    assert_eq!(report.indexed, 0, "the rebuilt index was already complete");
+    assert_eq!(store.index().applied_cursor().expect("cursor").0, 3);
+}
+
+#[test]
+fn an_unreadable_index_is_rebuilt_on_open() {
+    let dir = populated_root();
+    std::fs::write(dir.path().join("index.redb"), b"not a database").expect("damage index");
+    let (store, report) = Store::open(
+        DataRoot::new(dir.path()),
+        Arc::new(planb_projections::SystemEnvironment),
+    )
+    .expect("open with a damaged index");
+    assert_eq!(report.indexed, 3);
+    assert_eq!(store.index().applied_cursor().expect("cursor").0, 3);
+}
+
+#[test]
+fn log_dump_prints_one_line_per_event() {
+    let dir = populated_root();
+    let output = planb(dir.path(), &["log", "dump"]);
+    let text = stdout(&output);
+    assert!(output.status.success());
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(lines[0].contains("session_created") && lines[0].contains("/work/demo"));
+    assert!(lines[2].contains("plan_version_saved") && lines[2].contains("version=2"));
+    assert!(lines[0].contains("2026-05-28T"), "{}", lines[0]);
+    let tail = stdout(&planb(dir.path(), &["log", "tail", "-n", "1", "--no-follow"]));
+    assert_eq!(tail.lines().count(), 1, "{tail}");
+    assert!(tail.contains("version=2"), "{tail}");
+}
+
+#[test]
+fn a_missing_data_root_is_a_clear_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let output = planb(&dir.path().join("nowhere"), &["check"]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("no log at"), "{stderr}");
+}
