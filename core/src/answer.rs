@@ -1,0 +1,300 @@
+//! Answers to an ask: [`Answers`], and their validation against the spec
+//! ([`AskSpec::validate_answers`] for a submission, [`AskSpec::validate_draft`]
+//! for an autosaved draft).
+//!
+//! The browser is not trusted: the form enforces the same rules, but the
+//! callback server validates every submission here, so invalid answers never
+//! reach the agent or the log. Messages are per question so the form can show
+//! each next to its field.
+
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+
+use serde::ser::SerializeMap as _;
+use serde_json::{Map, Value};
+
+use crate::json::{echo, number_to_json, type_name};
+use crate::question::{AskSpec, Question, QuestionKind};
+
+/// Longest answer to a `text` question, in characters.
+pub const TEXT_ANSWER_CHARS_MAX: usize = 10_000;
+/// Longest answer to a `longtext` question, in characters.
+pub const LONGTEXT_ANSWER_CHARS_MAX: usize = 100_000;
+/// How far off the step grid a scale answer may be, as a fraction of the
+/// step: absorbs float noise such as `0.1 + 0.2`.
+pub const SCALE_STEP_TOLERANCE: f64 = 1e-9;
+
+/// The answer to one question.
+#[derive(Clone, PartialEq, Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub enum AnswerValue {
+    /// Answer to a `text` or `longtext` question.
+    Text(String),
+    /// The chosen option value of a `single` question.
+    Choice(String),
+    /// The chosen option values of a `multi` question, in the order given.
+    Choices(Vec<String>),
+    /// The value of a `scale` question.
+    Number(f64),
+}
+
+/// Answers keyed by question id, in spec order; unanswered optional
+/// questions are absent.
+#[derive(Clone, PartialEq, Debug, Default, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct Answers(pub Vec<(String, AnswerValue)>);
+
+impl AnswerValue {
+    /// A string, an array of strings, or a number (`4`, not `4.0`).
+    pub fn to_json(&self) -> Value {
+        match self {
+            AnswerValue::Text(text) | AnswerValue::Choice(text) => Value::String(text.clone()),
+            AnswerValue::Choices(values) => {
+                Value::Array(values.iter().cloned().map(Value::String).collect())
+            }
+            AnswerValue::Number(number) => number_to_json(*number),
+        }
+    }
+}
+
+impl Answers {
+    /// The answers JSON returned to the agent: `{ [questionId]: value }`.
+    ///
+    /// A `Value` object orders keys by serde_json's map (sorted unless its
+    /// `preserve_order` feature is on); serialize `Answers` directly to keep
+    /// spec order in text.
+    pub fn to_json(&self) -> Value {
+        let map: Map<String, Value> = self
+            .0
+            .iter()
+            .map(|(id, value)| (id.clone(), value.to_json()))
+            .collect();
+        Value::Object(map)
+    }
+
+    /// The answer to the question with this id.
+    pub fn get(&self, question_id: &str) -> Option<&AnswerValue> {
+        self.0
+            .iter()
+            .find(|(id, _)| id == question_id)
+            .map(|(_, value)| value)
+    }
+
+    /// The answers in spec order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &AnswerValue)> {
+        self.0.iter().map(|(id, value)| (id.as_str(), value))
+    }
+
+    /// How many questions have an answer.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether no question has an answer.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl serde::Serialize for AnswerValue {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.to_json().serialize(serializer)
+    }
+}
+
+/// Serializes as the answers object with keys in spec order.
+impl serde::Serialize for Answers {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (id, value) in &self.0 {
+            map.serialize_entry(id, value)?;
+        }
+        map.end()
+    }
+}
+
+/// Why a submission or draft was refused.
+#[derive(Clone, PartialEq, Eq, Debug, Default, thiserror::Error)]
+pub struct AnswerErrors {
+    /// `(question id, message)`, in spec order, at most one per question.
+    pub questions: Vec<(String, String)>,
+    /// Problems not tied to a question of the spec (the payload is not an
+    /// object, an id matches no question), each naming its path.
+    pub general: Vec<String>,
+}
+
+impl fmt::Display for AnswerErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let per_question = self.questions.iter().map(|(id, m)| format!("{id}: {m}"));
+        let all: Vec<String> = self.general.iter().cloned().chain(per_question).collect();
+        f.write_str(&all.join("; "))
+    }
+}
+
+/// Whether a missing or empty answer is an error.
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Final,
+    Draft,
+}
+
+impl AskSpec {
+    /// Validates a final submission: a JSON object of question id → answer.
+    /// Required questions must be answered (text non-blank, multi non-empty).
+    pub fn validate_answers(&self, answers: &Value) -> Result<Answers, AnswerErrors> {
+        validate(self, answers, Mode::Final)
+    }
+
+    /// Validates an autosaved draft: like [`validate_answers`](Self::validate_answers)
+    /// but partial, so required questions may be missing and values empty.
+    pub fn validate_draft(&self, answers: &Value) -> Result<Answers, AnswerErrors> {
+        validate(self, answers, Mode::Draft)
+    }
+}
+
+fn validate(spec: &AskSpec, answers: &Value, mode: Mode) -> Result<Answers, AnswerErrors> {
+    let mut errors = AnswerErrors::default();
+    let Value::Object(map) = answers else {
+        let got = type_name(answers);
+        errors
+            .general
+            .push(format!("answers: must be a JSON object (got {got})"));
+        return Err(errors);
+    };
+    for key in map.keys() {
+        if spec.question(key).is_none() {
+            let key = echo(key);
+            errors
+                .general
+                .push(format!("answers: unknown question id {key:?}"));
+        }
+    }
+    let mut valid = Vec::new();
+    for question in &spec.questions {
+        let value = map.get(&question.id).filter(|v| !v.is_null());
+        match check_answer(question, value, mode) {
+            Ok(Some(answer)) => valid.push((question.id.clone(), answer)),
+            Ok(None) => {}
+            Err(message) => errors.questions.push((question.id.clone(), message)),
+        }
+    }
+    if errors.questions.is_empty() && errors.general.is_empty() {
+        Ok(Answers(valid))
+    } else {
+        Err(errors)
+    }
+}
+
+const REQUIRED: &str = "an answer is required";
+
+/// The checked answer, `None` when there is none (allowed), or the message.
+fn check_answer(
+    question: &Question,
+    value: Option<&Value>,
+    mode: Mode,
+) -> Result<Option<AnswerValue>, String> {
+    let enforce_required = mode == Mode::Final && question.required;
+    let Some(value) = value else {
+        return if enforce_required {
+            Err(REQUIRED.to_owned())
+        } else {
+            Ok(None)
+        };
+    };
+    let answer = match &question.kind {
+        QuestionKind::Text { .. } => check_text(value, TEXT_ANSWER_CHARS_MAX)?,
+        QuestionKind::LongText { .. } => check_text(value, LONGTEXT_ANSWER_CHARS_MAX)?,
+        QuestionKind::Single { .. } => {
+            let text = expect_string(value)?;
+            if text.is_empty() && mode == Mode::Draft {
+                // An empty choice in a draft means nothing is selected yet.
+                return Ok(None);
+            }
+            check_known(question, text)?;
+            AnswerValue::Choice(text.to_owned())
+        }
+        QuestionKind::Multi { .. } => check_multi(question, value)?,
+        QuestionKind::Scale { min, max, step } => check_scale(value, *min, *max, *step)?,
+    };
+    let empty = match &answer {
+        AnswerValue::Text(text) => text.trim().is_empty(),
+        AnswerValue::Choice(_) | AnswerValue::Number(_) => false,
+        AnswerValue::Choices(values) => values.is_empty(),
+    };
+    if empty && enforce_required {
+        return Err(REQUIRED.to_owned());
+    }
+    Ok(Some(answer))
+}
+
+fn expect_string(value: &Value) -> Result<&str, String> {
+    value.as_str().ok_or_else(|| {
+        let got = type_name(value);
+        format!("must be a string (got {got})")
+    })
+}
+
+fn check_text(value: &Value, chars_max: usize) -> Result<AnswerValue, String> {
+    let text = expect_string(value)?;
+    let chars = text.chars().count();
+    if chars > chars_max {
+        return Err(format!(
+            "must be at most {chars_max} characters (got {chars})"
+        ));
+    }
+    Ok(AnswerValue::Text(text.to_owned()))
+}
+
+fn check_known(question: &Question, text: &str) -> Result<(), String> {
+    if question.kind.options().iter().any(|c| c.value == text) {
+        Ok(())
+    } else {
+        let text = echo(text);
+        Err(format!("{text:?} is not one of the options"))
+    }
+}
+
+fn check_multi(question: &Question, value: &Value) -> Result<AnswerValue, String> {
+    let Value::Array(items) = value else {
+        let got = type_name(value);
+        return Err(format!("must be an array of strings (got {got})"));
+    };
+    let mut chosen: Vec<String> = Vec::with_capacity(items.len());
+    for (index, item) in items.iter().enumerate() {
+        let Some(text) = item.as_str() else {
+            let got = type_name(item);
+            return Err(format!("item {index} must be a string (got {got})"));
+        };
+        check_known(question, text)?;
+        if chosen.iter().any(|c| c == text) {
+            let text = echo(text);
+            return Err(format!("{text:?} is chosen more than once"));
+        }
+        chosen.push(text.to_owned());
+    }
+    Ok(AnswerValue::Choices(chosen))
+}
+
+fn check_scale(
+    value: &Value,
+    min: f64,
+    max: f64,
+    step: Option<f64>,
+) -> Result<AnswerValue, String> {
+    let Some(number) = value.as_f64() else {
+        let got = type_name(value);
+        return Err(format!("must be a number (got {got})"));
+    };
+    if !(min..=max).contains(&number) {
+        return Err(format!("must be between {min} and {max} (got {number})"));
+    }
+    if let Some(step) = step {
+        let nearest = min + ((number - min) / step).round() * step;
+        if (number - nearest).abs() > SCALE_STEP_TOLERANCE * step {
+            return Err(format!(
+                "must be {min} plus a multiple of {step} (got {number})"
+            ));
+        }
+    }
+    Ok(AnswerValue::Number(number))
+}

@@ -1,0 +1,289 @@
+//! The golden log of schema version 1: `fixtures/golden/events-v1.bin`
+//! holds one fixed event of every variant, and this test proves the current
+//! code decodes it to exactly those events and encodes them to exactly those
+//! bytes. Run with `PLANB_BLESS=1` to rewrite the file, and only ever for a
+//! schema version that has not been released.
+
+use std::path::PathBuf;
+
+use uuid::Uuid;
+
+use super::*;
+use crate::answer::{AnswerValue, Answers};
+use crate::plan_edit::PlanEdit;
+use crate::question::{AskSpec, Choice, Question, QuestionKind};
+use crate::time::Timestamp;
+
+fn golden_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/golden/events-v1.bin")
+}
+
+fn session() -> SessionId {
+    SessionId::from_uuid(Uuid::from_u128(0x0190_f5a2_7c1e_7d3b_9a4f_1c2d_3e4f_5a6b))
+}
+
+fn ask() -> AskId {
+    AskId::from_uuid(Uuid::from_u128(0x0190_f5a2_8000_7000_8000_0000_0000_0001))
+}
+
+fn plan() -> PlanName {
+    PlanName::parse("auth-refactor").unwrap()
+}
+
+fn spec() -> AskSpec {
+    let question = |id: &str, tab: Option<&str>, required: bool, kind| Question {
+        id: id.into(),
+        label: format!("Label of {id}"),
+        required,
+        tab: tab.map(Into::into),
+        kind,
+    };
+    let choice = |value: &str| Choice {
+        value: value.into(),
+        markdown: None,
+    };
+    AskSpec {
+        title: "Project kickoff preferences".into(),
+        intro_title: Some("Kickoff".into()),
+        intro: Some("A few quick questions.\n\n| a | b |\n|---|---|\n| 1 | 2 |".into()),
+        questions: vec![
+            question(
+                "project_name",
+                Some("Workspace"),
+                true,
+                QuestionKind::Text {
+                    placeholder: Some("e.g. Aurora".into()),
+                },
+            ),
+            question(
+                "summary",
+                Some("Workspace"),
+                false,
+                QuestionKind::LongText { placeholder: None },
+            ),
+            question(
+                "language",
+                Some("Workspace"),
+                true,
+                QuestionKind::Single {
+                    options: vec![
+                        Choice {
+                            value: "TypeScript".into(),
+                            markdown: Some("### TypeScript\n\nStrong typing.".into()),
+                        },
+                        choice("Go"),
+                        choice("Rust"),
+                    ],
+                },
+            ),
+            question(
+                "integrations",
+                None,
+                false,
+                QuestionKind::Multi {
+                    options: vec![choice("GitHub"), choice("Slack"), choice("Linear")],
+                },
+            ),
+            question(
+                "priority",
+                Some("Priority"),
+                true,
+                QuestionKind::Scale {
+                    min: 1.0,
+                    max: 5.0,
+                    step: Some(0.5),
+                },
+            ),
+        ],
+    }
+}
+
+fn answers(project: &str) -> Answers {
+    Answers(vec![
+        ("project_name".into(), AnswerValue::Text(project.into())),
+        (
+            "summary".into(),
+            AnswerValue::Text("A realtime collaboration tool. ✓".into()),
+        ),
+        ("language".into(), AnswerValue::Choice("Rust".into())),
+        (
+            "integrations".into(),
+            AnswerValue::Choices(vec!["GitHub".into(), "Slack".into()]),
+        ),
+        ("priority".into(), AnswerValue::Number(4.5)),
+    ])
+}
+
+/// One event of every variant, in declaration order, with fixed ids and
+/// times one second apart.
+pub(crate) fn fixed_events() -> Vec<Event> {
+    use EventBody as B;
+    let bodies = vec![
+        B::SessionCreated {
+            session: session(),
+            title: Some("Auth refactor".into()),
+            intent: Some("Plan the move to passkeys".into()),
+            project_path: Some("/home/ada/src/app".into()),
+        },
+        B::AskOpened {
+            session: session(),
+            ask: ask(),
+            spec: spec(),
+            delivery: Delivery::BrowserOpened,
+            url: "http://127.0.0.1:49152/ask?sid=4f1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e".into(),
+        },
+        B::AskDraftSaved {
+            ask: ask(),
+            answers: Answers(vec![(
+                "project_name".into(),
+                AnswerValue::Text("Aur".into()),
+            )]),
+        },
+        B::AskAnswered {
+            ask: ask(),
+            answers: answers("Aurora"),
+        },
+        B::AskTimedOut { ask: ask() },
+        B::AskDeclined {
+            ask: ask(),
+            action: DeclineAction::Cancel,
+        },
+        B::AskFailed {
+            ask: ask(),
+            detail: "could not open the browser: no display".into(),
+        },
+        B::AskLateAnswer {
+            ask: ask(),
+            answers: answers("Borealis"),
+        },
+        B::PlanVersionSaved {
+            session: session(),
+            version: 3,
+            title: Some("Draft".into()),
+            content: "# Plan\n\n1. Add passkeys\n2. Remove passwords\n".into(),
+        },
+        B::NamedPlanWritten {
+            plan: plan(),
+            content: "# Auth refactor\n\n- step one\n".into(),
+            session: Some(session()),
+        },
+        B::NamedPlanEdited {
+            plan: plan(),
+            edits: vec![
+                PlanEdit {
+                    old: "step one".into(),
+                    new: "add passkeys".into(),
+                    replace_all: false,
+                },
+                PlanEdit {
+                    old: "Auth".into(),
+                    new: "Login".into(),
+                    replace_all: true,
+                },
+            ],
+            content_len_after: 33,
+        },
+        B::NamedPlanChangedOutside {
+            plan: plan(),
+            content: "# Login refactor\n\n- add passkeys\n- hand edit\n".into(),
+        },
+        B::NamedPlanSubmitted {
+            plan: plan(),
+            round: 1,
+        },
+        B::NamedPlanReviewed {
+            plan: plan(),
+            round: 1,
+            verdict: Verdict::ChangesRequested,
+            feedback: Some("Say how recovery works.".into()),
+            comments: vec![ReviewComment {
+                quote: "hand edit".into(),
+                text: "What is this?".into(),
+            }],
+            channel: ReviewChannel::Browser,
+        },
+    ];
+    bodies
+        .into_iter()
+        .zip(1u128..)
+        .map(|(body, n)| Event {
+            id: EventId::from_uuid(Uuid::from_u128(
+                0x0190_f5a2_9000_7000_8000_0000_0000_0000 + n,
+            )),
+            at: Timestamp(1_780_856_470_123 + 1000 * n as i64),
+            body,
+        })
+        .collect()
+}
+
+/// The log-like framing of the golden file: (u32 little-endian length,
+/// payload) records.
+fn frame(payloads: &[Vec<u8>]) -> Vec<u8> {
+    let mut file = Vec::new();
+    for payload in payloads {
+        let len = u32::try_from(payload.len()).unwrap();
+        file.extend_from_slice(&len.to_le_bytes());
+        file.extend_from_slice(payload);
+    }
+    file
+}
+
+fn unframe(mut file: &[u8]) -> Vec<&[u8]> {
+    let mut payloads = Vec::new();
+    while !file.is_empty() {
+        let (len, rest) = file.split_first_chunk::<4>().expect("truncated length");
+        let len = u32::from_le_bytes(*len) as usize;
+        assert!(rest.len() >= len, "truncated record");
+        let (payload, rest) = rest.split_at(len);
+        payloads.push(payload);
+        file = rest;
+    }
+    payloads
+}
+
+#[test]
+fn golden_log_v1_still_decodes_and_encodes_byte_for_byte() {
+    let events = fixed_events();
+    let payloads: Vec<Vec<u8>> = events.iter().map(|e| encode(e).unwrap()).collect();
+    let path = golden_path();
+    if std::env::var_os("PLANB_BLESS").is_some_and(|v| v == "1") {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, frame(&payloads)).unwrap();
+    }
+    let file = std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (run with PLANB_BLESS=1 to create it)",
+            path.display()
+        )
+    });
+    let records = unframe(&file);
+    assert_eq!(records.len(), events.len(), "number of golden records");
+    for (index, (record, expected)) in records.iter().zip(&events).enumerate() {
+        let cursor = Cursor(index as u64 + 1);
+        let decoded = decode(record, cursor).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(decoded.event, *expected, "golden record {cursor}");
+    }
+    assert!(
+        file == frame(&payloads),
+        "encoding the fixed events no longer gives the bytes of {}: the v1 wire format changed",
+        path.display()
+    );
+}
+
+/// The fixed edit event must describe a real edit, or the state tests that
+/// replay the golden events would silently skip it.
+#[test]
+fn golden_edit_event_is_consistent() {
+    let events = fixed_events();
+    let EventBody::NamedPlanEdited {
+        edits,
+        content_len_after,
+        ..
+    } = &events[10].body
+    else {
+        panic!("event 10 is not the edit");
+    };
+    let (after, _) =
+        crate::plan_edit::apply_edits("# Auth refactor\n\n- step one\n", edits).unwrap();
+    assert_eq!(after.len() as u64, *content_len_after, "{after:?}");
+}

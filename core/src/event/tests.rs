@@ -1,0 +1,210 @@
+use proptest::collection::vec;
+use proptest::prelude::*;
+
+use super::*;
+use crate::arbitrary;
+use crate::time::Timestamp;
+
+fn encoded(event: &Event) -> Vec<u8> {
+    encode(event).unwrap()
+}
+
+/// Decodes mangled bytes and checks the error is the one the mangling
+/// calls for. Ok results are allowed where noted: a flipped bit inside a
+/// string is still a valid event.
+fn check_decode_error(payload: &[u8], cursor: Cursor) -> Option<DecodeError> {
+    match decode(payload, cursor) {
+        Ok(envelope) => {
+            assert_eq!(envelope.cursor, cursor);
+            None
+        }
+        Err(error) => Some(error),
+    }
+}
+
+proptest! {
+    #[test]
+    fn encode_then_decode_gives_the_same_event(event in arbitrary::event(), cursor in any::<u64>()) {
+        let payload = encoded(&event);
+        prop_assert_eq!(&payload[..2], b"PE");
+        prop_assert_eq!(&payload[2..4], &1u16.to_le_bytes());
+        let envelope = decode(&payload, Cursor(cursor)).unwrap();
+        prop_assert_eq!(envelope, Envelope { cursor: Cursor(cursor), event: event.clone() });
+        // Encoding is deterministic: the golden test depends on it.
+        prop_assert_eq!(encoded(&event), payload);
+    }
+
+    #[test]
+    fn decode_of_random_bytes_never_panics(bytes in vec(any::<u8>(), 0..300)) {
+        if let Some(error) = check_decode_error(&bytes, Cursor(3)) {
+            let expected_kind = if bytes.len() < HEADER_LEN {
+                "too short"
+            } else if bytes[..2] != MAGIC {
+                "bad magic"
+            } else if bytes[2..4] != SCHEMA_VERSION.to_le_bytes() {
+                "unknown version"
+            } else {
+                "malformed"
+            };
+            let kind = match error {
+                DecodeError::TooShort { .. } => "too short",
+                DecodeError::BadMagic { .. } => "bad magic",
+                DecodeError::UnknownVersion { .. } => "unknown version",
+                DecodeError::Malformed { .. } => "malformed",
+            };
+            prop_assert_eq!(kind, expected_kind);
+        }
+    }
+
+    #[test]
+    fn decode_of_random_archives_never_panics(bytes in vec(any::<u8>(), 0..300)) {
+        let mut payload = b"PE\x01\x00".to_vec();
+        payload.extend_from_slice(&bytes);
+        if let Some(error) = check_decode_error(&payload, Cursor(9)) {
+            let is_malformed = matches!(
+                error,
+                DecodeError::Malformed { cursor: Cursor(9), version: 1, .. }
+            );
+            prop_assert!(is_malformed, "unexpected error {error}");
+        }
+    }
+
+    #[test]
+    fn decode_of_truncated_payloads_never_panics(event in arbitrary::event(), cut in any::<prop::sample::Index>()) {
+        let payload = encoded(&event);
+        let len = cut.index(payload.len());
+        let error = check_decode_error(&payload[..len], Cursor(1));
+        if len < HEADER_LEN {
+            let is_too_short = matches!(error, Some(DecodeError::TooShort { len: l, .. }) if l == len);
+            prop_assert!(is_too_short, "{error:?}");
+        } else if let Some(error) = error {
+            let is_malformed = matches!(error, DecodeError::Malformed { version: 1, .. });
+            prop_assert!(is_malformed, "{error}");
+        }
+    }
+
+    #[test]
+    fn decode_of_bit_flipped_payloads_never_panics(event in arbitrary::event(), at in any::<prop::sample::Index>(), bit in 0u8..8) {
+        let mut payload = encoded(&event);
+        let index = at.index(payload.len());
+        payload[index] ^= 1 << bit;
+        let error = check_decode_error(&payload, Cursor(1));
+        match index {
+            0 | 1 => {
+                let is_bad_magic = matches!(error, Some(DecodeError::BadMagic { .. }));
+                prop_assert!(is_bad_magic, "{error:?}");
+            }
+            2 | 3 => {
+                let is_unknown = matches!(error, Some(DecodeError::UnknownVersion { version, .. }) if version != 1);
+                prop_assert!(is_unknown, "{error:?}");
+            }
+            _ => {
+                if let Some(error) = error {
+                    let is_malformed = matches!(error, DecodeError::Malformed { version: 1, .. });
+                    prop_assert!(is_malformed, "{error}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn decode_errors_name_the_cursor_and_the_problem() {
+    let check = |payload: &[u8], expected: &str| {
+        let error = decode(payload, Cursor(12)).unwrap_err();
+        assert_eq!(error.to_string(), expected);
+    };
+    check(
+        b"PE",
+        "event at cursor 12: payload of 2 bytes is shorter than the 4-byte header",
+    );
+    check(
+        b"XY\x01\x00",
+        "event at cursor 12: bad magic [58, 59], expected [50, 45] (\"PE\")",
+    );
+    check(
+        b"PE\x07\x00",
+        "event at cursor 12: unknown schema version 7 (this build reads 1 to 1)",
+    );
+    let error = decode(b"PE\x01\x00\x00", Cursor(12)).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .starts_with("event at cursor 12: malformed schema v1 payload: "),
+        "{error}"
+    );
+}
+
+/// A forged payload must not carry a plan name that is a path: it would
+/// become a file name in the projections.
+#[test]
+fn decode_rejects_invalid_plan_names() {
+    let good = PlanName::parse("abcd").unwrap();
+    let event = Event {
+        id: EventId::from_uuid(uuid::Uuid::from_u128(1)),
+        at: Timestamp(0),
+        body: EventBody::NamedPlanSubmitted {
+            plan: good,
+            round: 1,
+        },
+    };
+    let mut payload = encoded(&event);
+    // The name is short, so rkyv stores it inline; replace it in place.
+    let at = payload.windows(4).position(|w| w == b"abcd").unwrap();
+    payload[at..at + 4].copy_from_slice(b"../x");
+    let error = decode(&payload, Cursor(5)).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "event at cursor 5: malformed schema v1 payload: planName: must contain only letters, digits, '-' and '_' (found '.')"
+    );
+}
+
+#[test]
+fn kind_names_are_distinct_and_snake_case() {
+    let bodies = super::golden::fixed_events();
+    let mut names: Vec<&str> = bodies.iter().map(|e| e.body.kind_name()).collect();
+    assert!(
+        names
+            .iter()
+            .all(|n| n.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+    );
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), 14);
+}
+
+#[test]
+fn body_names_its_session_ask_and_plan() {
+    let events = super::golden::fixed_events();
+    let summary: Vec<(&str, bool, bool, bool)> = events
+        .iter()
+        .map(|e| {
+            let b = &e.body;
+            (
+                b.kind_name(),
+                b.session().is_some(),
+                b.ask().is_some(),
+                b.plan().is_some(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("session_created", true, false, false),
+            ("ask_opened", true, true, false),
+            ("ask_draft_saved", false, true, false),
+            ("ask_answered", false, true, false),
+            ("ask_timed_out", false, true, false),
+            ("ask_declined", false, true, false),
+            ("ask_failed", false, true, false),
+            ("ask_late_answer", false, true, false),
+            ("plan_version_saved", true, false, false),
+            ("named_plan_written", true, false, true),
+            ("named_plan_edited", false, false, true),
+            ("named_plan_changed_outside", false, false, true),
+            ("named_plan_submitted", false, false, true),
+            ("named_plan_reviewed", false, false, true),
+        ]
+    );
+}

@@ -1,0 +1,310 @@
+//! [`State::decide`]: what a command means given the current state.
+//!
+//! Deciding is separate from applying so the Store can decide under the
+//! append lock after catching up on the log, append the resulting events,
+//! and only then apply them. A rejected command appends nothing.
+
+use crate::answer::Answers;
+use crate::event::{DeclineAction, Delivery, EventBody};
+use crate::id::{AskId, SessionId};
+use crate::question::AskSpec;
+
+use super::{AskStatus, State};
+
+/// Longest session title and plan version title, in characters.
+pub const SESSION_TITLE_CHARS_MAX: usize = 200;
+/// Longest session intent, in characters.
+pub const INTENT_CHARS_MAX: usize = 2_000;
+/// Longest project path, in bytes (a common `PATH_MAX`).
+pub const PROJECT_PATH_BYTES_MAX: usize = 4_096;
+/// Largest saved plan, in bytes (4 MiB).
+pub const PLAN_CONTENT_BYTES_MAX: usize = 4 * 1024 * 1024;
+
+/// A request to change the state. Ids are minted by the caller; specs and
+/// answers are already validated ([`AskSpec::from_json`],
+/// [`AskSpec::validate_answers`]).
+#[derive(Clone, PartialEq, Debug)]
+#[non_exhaustive]
+pub enum Command {
+    /// `init_planb_session`.
+    CreateSession {
+        /// The freshly minted id.
+        session: SessionId,
+        /// Optional title (at most 200 characters).
+        title: Option<String>,
+        /// Optional intent (at most 2000 characters).
+        intent: Option<String>,
+        /// Optional project path (at most 4096 bytes).
+        project_path: Option<String>,
+    },
+    /// `ask_user` is about to show a form.
+    OpenAsk {
+        /// The session named by the agent.
+        session: SessionId,
+        /// The freshly minted ask id.
+        ask: AskId,
+        /// The validated questions.
+        spec: AskSpec,
+        /// How the form reaches the person.
+        delivery: Delivery,
+        /// The form's URL.
+        url: String,
+    },
+    /// The form autosaved.
+    SaveDraft {
+        /// The ask.
+        ask: AskId,
+        /// The validated draft.
+        answers: Answers,
+    },
+    /// The form was submitted.
+    SubmitAnswers {
+        /// The ask.
+        ask: AskId,
+        /// The validated answers.
+        answers: Answers,
+    },
+    /// The tool stopped waiting.
+    TimeOut {
+        /// The ask.
+        ask: AskId,
+    },
+    /// The elicitation was declined or cancelled.
+    Decline {
+        /// The ask.
+        ask: AskId,
+        /// Which action the client reported.
+        action: DeclineAction,
+    },
+    /// Delivery or waiting failed.
+    Fail {
+        /// The ask.
+        ask: AskId,
+        /// What went wrong.
+        detail: String,
+    },
+    /// `save_plan`.
+    SavePlan {
+        /// The session named by the agent.
+        session: SessionId,
+        /// Optional title of the version (at most 200 characters).
+        title: Option<String>,
+        /// The plan (at most 4 MiB).
+        content: String,
+    },
+}
+
+/// Why a command was refused. Messages are meant for the agent (through
+/// the MCP layer) or the form, and say what to do where there is something
+/// to do.
+#[derive(Clone, PartialEq, Eq, Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Rejection {
+    /// The session was never created.
+    #[error(
+        "sessionId: unknown session {session}; call init_planb_session first and pass the sessionId it returns"
+    )]
+    UnknownSession {
+        /// The id the caller named.
+        session: SessionId,
+    },
+    /// A session with this id already exists (the caller reused an id).
+    #[error("session {session} already exists")]
+    SessionExists {
+        /// The id the caller named.
+        session: SessionId,
+    },
+    /// The ask was never opened.
+    #[error("unknown ask {ask}")]
+    UnknownAsk {
+        /// The id the caller named.
+        ask: AskId,
+    },
+    /// An ask with this id already exists (the caller reused an id).
+    #[error("ask {ask} already exists")]
+    AskExists {
+        /// The id the caller named.
+        ask: AskId,
+    },
+    /// The ask already has its answers (on time or late); a form is
+    /// answered once.
+    #[error("ask {ask} was already answered")]
+    AlreadyAnswered {
+        /// The ask.
+        ask: AskId,
+    },
+    /// The command needs a pending ask and this one has ended.
+    #[error("ask {ask} is {status}, not pending")]
+    NotPending {
+        /// The ask.
+        ask: AskId,
+        /// Its current status.
+        status: AskStatus,
+    },
+    /// A text field is over its limit.
+    #[error("{field}: must be at most {max} {unit} (got {actual})")]
+    TooLong {
+        /// The tool argument, such as `plan` or `projectPath`.
+        field: &'static str,
+        /// The limit.
+        max: usize,
+        /// The length given.
+        actual: usize,
+        /// `characters` or `bytes`.
+        unit: &'static str,
+    },
+    /// The session has `u32::MAX` plan versions already.
+    #[error("session {session} has too many plan versions")]
+    TooManyPlanVersions {
+        /// The session.
+        session: SessionId,
+    },
+}
+
+fn chars_at_most(field: &'static str, text: Option<&str>, max: usize) -> Result<(), Rejection> {
+    let actual = text.map_or(0, |t| t.chars().count());
+    if actual > max {
+        return Err(Rejection::TooLong {
+            field,
+            max,
+            actual,
+            unit: "characters",
+        });
+    }
+    Ok(())
+}
+
+fn bytes_at_most(field: &'static str, text: Option<&str>, max: usize) -> Result<(), Rejection> {
+    let actual = text.map_or(0, str::len);
+    if actual > max {
+        return Err(Rejection::TooLong {
+            field,
+            max,
+            actual,
+            unit: "bytes",
+        });
+    }
+    Ok(())
+}
+
+impl State {
+    /// Decides what `command` means now: the events to append, or why not.
+    pub fn decide(&self, command: Command) -> Result<Vec<EventBody>, Rejection> {
+        let body = match command {
+            Command::CreateSession {
+                session,
+                title,
+                intent,
+                project_path,
+            } => {
+                chars_at_most("title", title.as_deref(), SESSION_TITLE_CHARS_MAX)?;
+                chars_at_most("intent", intent.as_deref(), INTENT_CHARS_MAX)?;
+                bytes_at_most(
+                    "projectPath",
+                    project_path.as_deref(),
+                    PROJECT_PATH_BYTES_MAX,
+                )?;
+                if self.sessions.contains_key(&session) {
+                    return Err(Rejection::SessionExists { session });
+                }
+                EventBody::SessionCreated {
+                    session,
+                    title,
+                    intent,
+                    project_path,
+                }
+            }
+            Command::OpenAsk {
+                session,
+                ask,
+                spec,
+                delivery,
+                url,
+            } => {
+                self.known_session(session)?;
+                if self.asks.contains_key(&ask) {
+                    return Err(Rejection::AskExists { ask });
+                }
+                EventBody::AskOpened {
+                    session,
+                    ask,
+                    spec,
+                    delivery,
+                    url,
+                }
+            }
+            Command::SaveDraft { ask, answers } => {
+                self.pending(ask)?;
+                EventBody::AskDraftSaved { ask, answers }
+            }
+            Command::SubmitAnswers { ask, answers } => self.submit(ask, answers)?,
+            Command::TimeOut { ask } => {
+                self.pending(ask)?;
+                EventBody::AskTimedOut { ask }
+            }
+            Command::Decline { ask, action } => {
+                self.pending(ask)?;
+                EventBody::AskDeclined { ask, action }
+            }
+            Command::Fail { ask, detail } => {
+                self.pending(ask)?;
+                EventBody::AskFailed { ask, detail }
+            }
+            Command::SavePlan {
+                session,
+                title,
+                content,
+            } => {
+                chars_at_most("title", title.as_deref(), SESSION_TITLE_CHARS_MAX)?;
+                bytes_at_most("plan", Some(&content), PLAN_CONTENT_BYTES_MAX)?;
+                self.known_session(session)?;
+                let latest = self.latest_plan_version(&session).map_or(0, |p| p.version);
+                let version = latest
+                    .checked_add(1)
+                    .ok_or(Rejection::TooManyPlanVersions { session })?;
+                EventBody::PlanVersionSaved {
+                    session,
+                    version,
+                    title,
+                    content,
+                }
+            }
+        };
+        Ok(vec![body])
+    }
+
+    fn known_session(&self, session: SessionId) -> Result<(), Rejection> {
+        if self.sessions.contains_key(&session) {
+            Ok(())
+        } else {
+            Err(Rejection::UnknownSession { session })
+        }
+    }
+
+    fn pending(&self, ask: AskId) -> Result<(), Rejection> {
+        let status = self.ask(&ask).ok_or(Rejection::UnknownAsk { ask })?.status;
+        if status == AskStatus::Pending {
+            Ok(())
+        } else {
+            Err(Rejection::NotPending { ask, status })
+        }
+    }
+
+    /// A submission answers a pending ask; after a timeout, decline or
+    /// failure it is still recorded, as a late answer, so nothing the person
+    /// typed is lost. Either way a form is answered once.
+    fn submit(&self, ask: AskId, answers: Answers) -> Result<EventBody, Rejection> {
+        let current = self.ask(&ask).ok_or(Rejection::UnknownAsk { ask })?;
+        match current.status {
+            AskStatus::Pending => Ok(EventBody::AskAnswered { ask, answers }),
+            AskStatus::Answered => Err(Rejection::AlreadyAnswered { ask }),
+            AskStatus::TimedOut | AskStatus::Declined | AskStatus::Failed => {
+                if current.late_answers.is_empty() {
+                    Ok(EventBody::AskLateAnswer { ask, answers })
+                } else {
+                    Err(Rejection::AlreadyAnswered { ask })
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,510 @@
+use proptest::prelude::*;
+use serde_json::json;
+use uuid::Uuid;
+
+use super::*;
+use crate::answer::AnswerValue;
+use crate::event::Event;
+use crate::id::EventId;
+
+/// Drives a `State` the way the Store does: decide, then apply each event
+/// at the next cursor, one second after the previous one.
+struct Harness {
+    state: State,
+    clock_ms: i64,
+}
+
+impl Harness {
+    fn new() -> Self {
+        Self {
+            state: State::default(),
+            clock_ms: 1_780_856_470_000,
+        }
+    }
+
+    fn now(&self) -> Timestamp {
+        Timestamp(self.clock_ms)
+    }
+
+    fn apply(&mut self, body: EventBody) {
+        self.clock_ms += 1000;
+        let cursor = self.state.last_cursor().next();
+        let event = Event {
+            id: EventId::from_uuid(Uuid::from_u128(u128::from(cursor.get()))),
+            at: self.now(),
+            body,
+        };
+        self.state.apply(&Envelope { cursor, event });
+    }
+
+    fn run(&mut self, command: Command) -> Result<Vec<&'static str>, Rejection> {
+        let bodies = self.state.decide(command)?;
+        let names = bodies.iter().map(EventBody::kind_name).collect();
+        for body in bodies {
+            self.apply(body);
+        }
+        Ok(names)
+    }
+
+    fn create_session(&mut self, session: SessionId) {
+        let result = self.run(Command::CreateSession {
+            session,
+            title: Some("Title".into()),
+            intent: None,
+            project_path: None,
+        });
+        assert_eq!(result, Ok(vec!["session_created"]));
+    }
+
+    fn open_ask(&mut self, session: SessionId, ask: AskId) {
+        let result = self.run(Command::OpenAsk {
+            session,
+            ask,
+            spec: spec(),
+            delivery: Delivery::BrowserOpened,
+            url: "http://127.0.0.1:1/ask?sid=x".into(),
+        });
+        assert_eq!(result, Ok(vec!["ask_opened"]));
+    }
+
+    fn status(&self, ask: AskId) -> AskStatus {
+        self.state.ask(&ask).unwrap().status
+    }
+}
+
+fn session_id(n: u128) -> SessionId {
+    SessionId::from_uuid(Uuid::from_u128(n))
+}
+
+fn ask_id(n: u128) -> AskId {
+    AskId::from_uuid(Uuid::from_u128(n))
+}
+
+fn spec() -> AskSpec {
+    AskSpec::from_json(&json!({
+        "title": "T",
+        "questions": [{ "id": "q", "kind": "text", "label": "Q", "required": true }]
+    }))
+    .unwrap()
+}
+
+fn answers(text: &str) -> Answers {
+    Answers(vec![("q".into(), AnswerValue::Text(text.into()))])
+}
+
+#[test]
+fn ask_answered_while_pending() {
+    let mut h = Harness::new();
+    let (s, a) = (session_id(1), ask_id(1));
+    h.create_session(s);
+    h.open_ask(s, a);
+    assert_eq!(h.status(a), AskStatus::Pending);
+    assert_eq!(
+        h.state.pending_asks().map(|a| a.id).collect::<Vec<_>>(),
+        [a]
+    );
+
+    let draft = h.run(Command::SaveDraft {
+        ask: a,
+        answers: answers("dra"),
+    });
+    assert_eq!(draft, Ok(vec!["ask_draft_saved"]));
+    let submitted = h.run(Command::SubmitAnswers {
+        ask: a,
+        answers: answers("done"),
+    });
+    assert_eq!(submitted, Ok(vec!["ask_answered"]));
+
+    let ask = h.state.ask(&a).unwrap();
+    assert_eq!(ask.status, AskStatus::Answered);
+    assert_eq!(ask.answers, Some(answers("done")));
+    assert_eq!(ask.draft, Some(answers("dra")));
+    assert_eq!(ask.answered_at, Some(h.now()));
+    assert_eq!(ask.closed_at, Some(h.now()));
+    assert_eq!(h.state.pending_asks().count(), 0);
+    let session = h.state.session(&s).unwrap();
+    assert_eq!(session.asks, [a]);
+    assert_eq!(session.updated_at, h.now());
+    assert_eq!(h.state.last_cursor(), Cursor(4));
+}
+
+#[test]
+fn second_submit_is_rejected() {
+    let mut h = Harness::new();
+    let (s, a) = (session_id(1), ask_id(1));
+    h.create_session(s);
+    h.open_ask(s, a);
+    h.run(Command::SubmitAnswers {
+        ask: a,
+        answers: answers("one"),
+    })
+    .unwrap();
+    let again = h.run(Command::SubmitAnswers {
+        ask: a,
+        answers: answers("two"),
+    });
+    assert_eq!(again, Err(Rejection::AlreadyAnswered { ask: a }));
+    assert_eq!(h.state.ask(&a).unwrap().answers, Some(answers("one")));
+}
+
+#[test]
+fn timeout_then_late_answer_is_kept() {
+    let mut h = Harness::new();
+    let (s, a) = (session_id(1), ask_id(1));
+    h.create_session(s);
+    h.open_ask(s, a);
+    assert_eq!(
+        h.run(Command::TimeOut { ask: a }),
+        Ok(vec!["ask_timed_out"])
+    );
+    let closed_at = h.now();
+
+    let draft = h.run(Command::SaveDraft {
+        ask: a,
+        answers: answers("x"),
+    });
+    assert_eq!(
+        draft,
+        Err(Rejection::NotPending {
+            ask: a,
+            status: AskStatus::TimedOut
+        })
+    );
+    let late = h.run(Command::SubmitAnswers {
+        ask: a,
+        answers: answers("late"),
+    });
+    assert_eq!(late, Ok(vec!["ask_late_answer"]));
+    let ask = h.state.ask(&a).unwrap();
+    assert_eq!(ask.status, AskStatus::TimedOut);
+    assert_eq!(ask.closed_at, Some(closed_at));
+    assert_eq!(ask.answers, None);
+    assert_eq!(ask.late_answers, [(h.now(), answers("late"))]);
+
+    let again = h.run(Command::SubmitAnswers {
+        ask: a,
+        answers: answers("again"),
+    });
+    assert_eq!(again, Err(Rejection::AlreadyAnswered { ask: a }));
+}
+
+#[test]
+fn decline_and_fail_end_a_pending_ask_only() {
+    let mut h = Harness::new();
+    let s = session_id(1);
+    h.create_session(s);
+    let (declined, failed) = (ask_id(1), ask_id(2));
+    h.open_ask(s, declined);
+    h.open_ask(s, failed);
+    let decline = h.run(Command::Decline {
+        ask: declined,
+        action: DeclineAction::Cancel,
+    });
+    assert_eq!(decline, Ok(vec!["ask_declined"]));
+    let fail = h.run(Command::Fail {
+        ask: failed,
+        detail: "no browser".into(),
+    });
+    assert_eq!(fail, Ok(vec!["ask_failed"]));
+    assert_eq!(h.status(declined), AskStatus::Declined);
+    let declined_ask = h.state.ask(&declined).unwrap();
+    assert_eq!(declined_ask.decline_action, Some(DeclineAction::Cancel));
+    assert_eq!(
+        h.state.ask(&failed).unwrap().failure_detail.as_deref(),
+        Some("no browser")
+    );
+
+    let timeout = h.run(Command::TimeOut { ask: declined });
+    let rejection = timeout.unwrap_err();
+    assert_eq!(
+        rejection.to_string(),
+        format!("ask {declined} is declined, not pending")
+    );
+    let unknown = h.run(Command::TimeOut { ask: ask_id(9) });
+    assert_eq!(unknown, Err(Rejection::UnknownAsk { ask: ask_id(9) }));
+}
+
+#[test]
+fn unknown_session_is_rejected_with_a_hint() {
+    let mut h = Harness::new();
+    let s = session_id(7);
+    let result = h.run(Command::OpenAsk {
+        session: s,
+        ask: ask_id(1),
+        spec: spec(),
+        delivery: Delivery::UrlElicitation,
+        url: String::new(),
+    });
+    let rejection = result.unwrap_err();
+    assert_eq!(rejection, Rejection::UnknownSession { session: s });
+    assert_eq!(
+        rejection.to_string(),
+        format!(
+            "sessionId: unknown session {s}; call init_planb_session first and pass the sessionId it returns"
+        )
+    );
+    let plan = h.run(Command::SavePlan {
+        session: s,
+        title: None,
+        content: "x".into(),
+    });
+    assert_eq!(plan, Err(Rejection::UnknownSession { session: s }));
+    assert_eq!(h.state, State::default(), "a rejection changes nothing");
+}
+
+#[test]
+fn duplicate_ids_are_rejected() {
+    let mut h = Harness::new();
+    let (s, a) = (session_id(1), ask_id(1));
+    h.create_session(s);
+    let again = h.run(Command::CreateSession {
+        session: s,
+        title: None,
+        intent: None,
+        project_path: None,
+    });
+    assert_eq!(again, Err(Rejection::SessionExists { session: s }));
+    h.open_ask(s, a);
+    let again = h.run(Command::OpenAsk {
+        session: s,
+        ask: a,
+        spec: spec(),
+        delivery: Delivery::BrowserOpened,
+        url: String::new(),
+    });
+    assert_eq!(again, Err(Rejection::AskExists { ask: a }));
+}
+
+#[test]
+fn plan_versions_count_from_one() {
+    let mut h = Harness::new();
+    let s = session_id(1);
+    h.create_session(s);
+    assert_eq!(h.state.latest_plan_version(&s), None);
+    for n in 1..=3 {
+        let bodies = h
+            .state
+            .decide(Command::SavePlan {
+                session: s,
+                title: Some(format!("v{n}")),
+                content: format!("plan {n}"),
+            })
+            .unwrap();
+        let [EventBody::PlanVersionSaved { version, .. }] = bodies.as_slice() else {
+            panic!("unexpected events {bodies:?}");
+        };
+        assert_eq!(*version, n);
+        h.apply(bodies[0].clone());
+    }
+    let versions: Vec<(u32, &str)> = h
+        .state
+        .session(&s)
+        .unwrap()
+        .plans
+        .iter()
+        .map(|p| (p.version, p.content.as_str()))
+        .collect();
+    assert_eq!(versions, [(1, "plan 1"), (2, "plan 2"), (3, "plan 3")]);
+    let latest = h.state.latest_plan_version(&s).unwrap();
+    assert_eq!((latest.version, latest.cursor), (3, Cursor(4)));
+}
+
+#[test]
+fn limits_name_the_field() {
+    let h = Harness::new();
+    let check = |command: Command, expected: &str| {
+        let rejection = h.state.decide(command).unwrap_err();
+        assert_eq!(rejection.to_string(), expected);
+    };
+    let create = |title: usize, intent: usize, path: usize| Command::CreateSession {
+        session: session_id(1),
+        title: Some("t".repeat(title)),
+        intent: Some("i".repeat(intent)),
+        project_path: Some("p".repeat(path)),
+    };
+    check(
+        create(201, 0, 0),
+        "title: must be at most 200 characters (got 201)",
+    );
+    check(
+        create(0, 2001, 0),
+        "intent: must be at most 2000 characters (got 2001)",
+    );
+    check(
+        create(0, 0, 4097),
+        "projectPath: must be at most 4096 bytes (got 4097)",
+    );
+    check(
+        Command::SavePlan {
+            session: session_id(1),
+            title: None,
+            content: "x".repeat(4 * 1024 * 1024 + 1),
+        },
+        "plan: must be at most 4194304 bytes (got 4194305)",
+    );
+}
+
+#[test]
+fn named_plan_events_build_versions_and_rounds() {
+    let mut h = Harness::new();
+    let golden = crate::event::golden_events_for_tests();
+    let s = golden[0].body.session().unwrap();
+    for event in golden {
+        if event.body.plan().is_some() || event.body.kind_name() == "session_created" {
+            h.apply(event.body);
+        }
+    }
+    let name = PlanName::parse("auth-refactor").unwrap();
+    let plan = h.state.named_plan(&name).unwrap();
+    let sources: Vec<PlanSource> = plan.versions.iter().map(|v| v.source).collect();
+    assert_eq!(
+        sources,
+        [
+            PlanSource::Written,
+            PlanSource::Edited,
+            PlanSource::ChangedOutside
+        ]
+    );
+    assert_eq!(
+        plan.content,
+        "# Login refactor\n\n- add passkeys\n- hand edit\n"
+    );
+    assert_eq!(plan.rounds.len(), 1);
+    let round = &plan.rounds[0];
+    assert_eq!(round.content_at_submit, plan.content);
+    assert_eq!(round.verdict, Some(Verdict::ChangesRequested));
+    assert_eq!(round.channel, Some(ReviewChannel::Browser));
+    assert_eq!(round.comments.len(), 1);
+    assert_eq!(plan.session, Some(s));
+    assert_eq!(h.state.session(&s).unwrap().updated_at, h.now());
+}
+
+#[test]
+fn edit_that_no_longer_applies_is_ignored() {
+    let mut h = Harness::new();
+    let plan = PlanName::parse("p").unwrap();
+    h.apply(EventBody::NamedPlanWritten {
+        plan: plan.clone(),
+        content: "abc".into(),
+        session: None,
+    });
+    h.apply(EventBody::NamedPlanEdited {
+        plan: plan.clone(),
+        edits: vec![crate::plan_edit::PlanEdit {
+            old: "zzz".into(),
+            new: "y".into(),
+            replace_all: false,
+        }],
+        content_len_after: 1,
+    });
+    let state = h.state.named_plan(&plan).unwrap();
+    assert_eq!((state.content.as_str(), state.versions.len()), ("abc", 1));
+}
+
+/// Events over a handful of ids, so that they interact: asks of known
+/// and unknown sessions, answers to asks in every status, repeated and
+/// out-of-order plan versions.
+fn interacting_event() -> impl Strategy<Value = EventBody> {
+    let session = (0u128..3).prop_map(session_id);
+    let ask = (0u128..4).prop_map(ask_id);
+    let plan = prop_oneof![Just("a"), Just("b")].prop_map(|n| PlanName::parse(n).unwrap());
+    prop_oneof![
+        session
+            .clone()
+            .prop_map(|session| EventBody::SessionCreated {
+                session,
+                title: None,
+                intent: None,
+                project_path: None,
+            }),
+        (session.clone(), ask.clone()).prop_map(|(session, ask)| EventBody::AskOpened {
+            session,
+            ask,
+            spec: spec(),
+            delivery: Delivery::BrowserOpened,
+            url: String::new(),
+        }),
+        ask.clone().prop_map(|ask| EventBody::AskDraftSaved {
+            ask,
+            answers: answers("d")
+        }),
+        ask.clone().prop_map(|ask| EventBody::AskAnswered {
+            ask,
+            answers: answers("a")
+        }),
+        ask.clone().prop_map(|ask| EventBody::AskTimedOut { ask }),
+        ask.clone().prop_map(|ask| EventBody::AskDeclined {
+            ask,
+            action: DeclineAction::Decline
+        }),
+        ask.clone().prop_map(|ask| EventBody::AskFailed {
+            ask,
+            detail: String::new()
+        }),
+        ask.prop_map(|ask| EventBody::AskLateAnswer {
+            ask,
+            answers: answers("l")
+        }),
+        (session.clone(), 0u32..4).prop_map(|(session, version)| EventBody::PlanVersionSaved {
+            session,
+            version,
+            title: None,
+            content: String::new(),
+        }),
+        (plan.clone(), proptest::option::of(session)).prop_map(|(plan, session)| {
+            EventBody::NamedPlanWritten {
+                plan,
+                content: "x y".into(),
+                session,
+            }
+        }),
+        (plan.clone(), 0u32..3)
+            .prop_map(|(plan, round)| EventBody::NamedPlanSubmitted { plan, round }),
+        (plan, 0u32..3).prop_map(|(plan, round)| EventBody::NamedPlanReviewed {
+            plan,
+            round,
+            verdict: Verdict::Approved,
+            feedback: None,
+            comments: Vec::new(),
+            channel: ReviewChannel::ExternalCommand,
+        }),
+    ]
+}
+
+proptest! {
+    /// The log is input: `apply` takes any sequence of events without
+    /// panicking and keeps the state's invariants.
+    #[test]
+    fn apply_keeps_invariants(bodies in proptest::collection::vec(interacting_event(), 0..40)) {
+        let mut h = Harness::new();
+        for body in bodies {
+            h.apply(body);
+        }
+        let state = &h.state;
+        for ask in state.asks().values() {
+            let session = state.session(&ask.session);
+            prop_assert!(session.is_some_and(|s| s.asks.contains(&ask.id)));
+            prop_assert_eq!(ask.status == AskStatus::Pending, ask.closed_at.is_none());
+            prop_assert_eq!(ask.status == AskStatus::Answered, ask.answers.is_some());
+        }
+        for session in state.sessions().values() {
+            prop_assert!(session.asks.iter().all(|a| state.ask(a).is_some_and(|a| a.session == session.id)));
+            prop_assert!(session.plans.windows(2).all(|w| w[0].version < w[1].version));
+            prop_assert!(session.created_at <= session.updated_at);
+        }
+    }
+
+    /// Arbitrary events (mostly unrelated ids, any field values) never
+    /// make `apply` panic.
+    #[test]
+    fn apply_accepts_arbitrary_events(
+        events in proptest::collection::vec(crate::arbitrary::event(), 0..30)
+    ) {
+        let mut state = State::default();
+        let count = events.len() as u64;
+        for (index, event) in events.into_iter().enumerate() {
+            state.apply(&Envelope { cursor: Cursor(index as u64 + 1), event });
+        }
+        prop_assert_eq!(state.last_cursor(), Cursor(count));
+    }
+}
