@@ -24,6 +24,14 @@ fn storage(root: &DataRoot) -> anyhow::Result<Arc<dyn Storage>> {
 /// Verifies the whole log and decodes every event.
 pub fn check(root: &DataRoot, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     writeln!(out, "data root: {}", root.root().display())?;
+    if !root.log_dir().is_dir() {
+        writeln!(
+            out,
+            "no log at {} yet: nothing recorded, nothing to check",
+            root.log_dir().display()
+        )?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let storage = storage(root)?;
     let report = match verify(Arc::clone(&storage), LogOptions::default()) {
         Ok(report) => report,

@@ -120,9 +120,14 @@ fn log_dump_prints_one_line_per_event() {
 }
 
 #[test]
-fn a_missing_data_root_is_a_clear_error() {
+fn a_data_root_without_a_log_is_reported_and_left_alone() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let output = planb(&dir.path().join("nowhere"), &["check"]);
+    let root = dir.path().join("fresh");
+    let output = planb(&root, &["check"]);
+    assert!(output.status.success());
+    assert!(stdout(&output).contains("nothing recorded"), "{}", stdout(&output));
+    assert!(!root.exists(), "check created the data root");
+    let output = planb(&root, &["log", "dump"]);
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("no log at"), "{stderr}");
