@@ -81,11 +81,10 @@ pub fn rebuild(root: &DataRoot, out: &mut dyn Write) -> anyhow::Result<ExitCode>
     let (_, report) = planb_projections::rebuild(root)?;
     writeln!(
         out,
-        "rebuilt from {} event(s): {} session(s); state folded in {:.1} ms, index rebuilt in {:.1} ms",
+        "rebuilt from {} event(s): {} session(s) in {:.1} ms",
         report.events,
         report.sessions,
-        report.state_time.as_secs_f64() * 1e3,
-        report.index_time.as_secs_f64() * 1e3
+        report.elapsed.as_secs_f64() * 1e3
     )?;
     Ok(ExitCode::SUCCESS)
 }

@@ -174,6 +174,15 @@ impl Index {
     /// Applies every event in the log after the index's last applied cursor.
     /// Returns how many were applied.
     pub fn catch_up(&self) -> Result<u64, StoreError> {
+        self.catch_up_observing(|_| {})
+    }
+
+    /// [`Index::catch_up`], showing each applied event to `observe` as well, so a
+    /// rebuild decodes the log once for every projection.
+    pub fn catch_up_observing(
+        &self,
+        mut observe: impl FnMut(&Envelope),
+    ) -> Result<u64, StoreError> {
         let mut reader_slot = self.reader.lock().unwrap_or_else(|p| p.into_inner());
         let mut total = 0u64;
         loop {
@@ -197,15 +206,19 @@ impl Index {
             let reader = reader_slot.insert(reader);
             let mut last = applied;
             let mut count = 0usize;
-            while count < EVENTS_PER_TRANSACTION {
-                let Some(record) = reader.next()? else { break };
-                if record.cursor.0 <= applied {
-                    continue;
+            {
+                let mut tables = Tables::open(&txn).map_err(self.err("open tables"))?;
+                while count < EVENTS_PER_TRANSACTION {
+                    let Some(record) = reader.next()? else { break };
+                    if record.cursor.0 <= applied {
+                        continue;
+                    }
+                    let envelope = decode(&record.payload, planb_core::Cursor(record.cursor.0))?;
+                    apply(&mut tables, &envelope).map_err(self.err("apply"))?;
+                    observe(&envelope);
+                    last = record.cursor.0;
+                    count += 1;
                 }
-                let envelope = decode(&record.payload, planb_core::Cursor(record.cursor.0))?;
-                apply(&txn, &envelope).map_err(self.err("apply"))?;
-                last = record.cursor.0;
-                count += 1;
             }
             if count == 0 {
                 drop(txn);
@@ -328,9 +341,36 @@ fn clear(txn: &WriteTransaction) -> Result<(), redb::Error> {
     Ok(())
 }
 
+/// Every table of one write transaction, opened once rather than per event.
+struct Tables<'txn> {
+    session_updated: redb::Table<'txn, Id, i64>,
+    sessions_by_updated: redb::Table<'txn, (i64, Id), ()>,
+    sessions_by_project: redb::Table<'txn, (&'static str, Id), ()>,
+    ask_info: redb::Table<'txn, Id, (u8, Id)>,
+    asks_by_status: redb::Table<'txn, (u8, Id), Id>,
+    plan_versions: redb::Table<'txn, (Id, u32), u64>,
+    named_plan_events: redb::Table<'txn, (&'static str, u64), &'static str>,
+    events_by_session: redb::Table<'txn, (Id, u64), ()>,
+}
+
+impl<'txn> Tables<'txn> {
+    fn open(txn: &'txn WriteTransaction) -> Result<Tables<'txn>, redb::Error> {
+        Ok(Tables {
+            session_updated: txn.open_table(SESSION_UPDATED)?,
+            sessions_by_updated: txn.open_table(SESSIONS_BY_UPDATED)?,
+            sessions_by_project: txn.open_table(SESSIONS_BY_PROJECT)?,
+            ask_info: txn.open_table(ASK_INFO)?,
+            asks_by_status: txn.open_table(ASKS_BY_STATUS)?,
+            plan_versions: txn.open_table(PLAN_VERSIONS)?,
+            named_plan_events: txn.open_table(NAMED_PLAN_EVENTS)?,
+            events_by_session: txn.open_table(EVENTS_BY_SESSION)?,
+        })
+    }
+}
+
 /// Folds one event into the tables. Deterministic: the same events in the same
 /// order give the same tables however they are split into transactions.
-fn apply(txn: &WriteTransaction, envelope: &Envelope) -> Result<(), redb::Error> {
+fn apply(t: &mut Tables<'_>, envelope: &Envelope) -> Result<(), redb::Error> {
     let cursor = envelope.cursor.0;
     let at = envelope.event.at.0;
     let body = &envelope.event.body;
@@ -341,56 +381,54 @@ fn apply(txn: &WriteTransaction, envelope: &Envelope) -> Result<(), redb::Error>
             ..
         } => {
             if let Some(project) = project_path {
-                txn.open_table(SESSIONS_BY_PROJECT)?
+                t.sessions_by_project
                     .insert((project.as_str(), bytes(session.as_uuid())), ())?;
             }
             Some(bytes(session.as_uuid()))
         }
         EventBody::AskOpened { session, ask, .. } => {
             let session = bytes(session.as_uuid());
-            set_ask_status(txn, bytes(ask.as_uuid()), Some(session), IndexedAskStatus::Pending)?
+            set_ask_status(t, bytes(ask.as_uuid()), Some(session), IndexedAskStatus::Pending)?
         }
         EventBody::AskAnswered { ask, .. } => {
-            set_ask_status(txn, bytes(ask.as_uuid()), None, IndexedAskStatus::Answered)?
+            set_ask_status(t, bytes(ask.as_uuid()), None, IndexedAskStatus::Answered)?
         }
         EventBody::AskTimedOut { ask } => {
-            set_ask_status(txn, bytes(ask.as_uuid()), None, IndexedAskStatus::TimedOut)?
+            set_ask_status(t, bytes(ask.as_uuid()), None, IndexedAskStatus::TimedOut)?
         }
         EventBody::AskDeclined { ask, .. } => {
-            set_ask_status(txn, bytes(ask.as_uuid()), None, IndexedAskStatus::Declined)?
+            set_ask_status(t, bytes(ask.as_uuid()), None, IndexedAskStatus::Declined)?
         }
         EventBody::AskFailed { ask, .. } => {
-            set_ask_status(txn, bytes(ask.as_uuid()), None, IndexedAskStatus::Failed)?
+            set_ask_status(t, bytes(ask.as_uuid()), None, IndexedAskStatus::Failed)?
         }
-        EventBody::AskDraftSaved { ask, .. } | EventBody::AskLateAnswer { ask, .. } => txn
-            .open_table(ASK_INFO)?
+        EventBody::AskDraftSaved { ask, .. } | EventBody::AskLateAnswer { ask, .. } => t
+            .ask_info
             .get(bytes(ask.as_uuid()))?
             .map(|v| v.value().1),
         EventBody::PlanVersionSaved {
             session, version, ..
         } => {
             let session = bytes(session.as_uuid());
-            txn.open_table(PLAN_VERSIONS)?
-                .insert((session, *version), cursor)?;
+            t.plan_versions.insert((session, *version), cursor)?;
             Some(session)
         }
         EventBody::NamedPlanWritten { plan, session, .. } => {
-            txn.open_table(NAMED_PLAN_EVENTS)?
+            t.named_plan_events
                 .insert((plan.as_str(), cursor), body.kind_name())?;
             session.map(|s| bytes(s.as_uuid()))
         }
         other => {
             if let Some(plan) = other.plan() {
-                txn.open_table(NAMED_PLAN_EVENTS)?
+                t.named_plan_events
                     .insert((plan.as_str(), cursor), other.kind_name())?;
             }
             None
         }
     };
     if let Some(session) = session {
-        touch_session(txn, session, at)?;
-        txn.open_table(EVENTS_BY_SESSION)?
-            .insert((session, cursor), ())?;
+        touch_session(t, session, at)?;
+        t.events_by_session.insert((session, cursor), ())?;
     }
     Ok(())
 }
@@ -398,39 +436,35 @@ fn apply(txn: &WriteTransaction, envelope: &Envelope) -> Result<(), redb::Error>
 /// Moves an ask to `status`; returns its session. `session` is given when the
 /// ask is new and looked up otherwise.
 fn set_ask_status(
-    txn: &WriteTransaction,
+    t: &mut Tables<'_>,
     ask: Id,
     session: Option<Id>,
     status: IndexedAskStatus,
 ) -> Result<Option<Id>, redb::Error> {
-    let mut info = txn.open_table(ASK_INFO)?;
-    let mut by_status = txn.open_table(ASKS_BY_STATUS)?;
-    let previous = info.get(ask)?.map(|v| v.value());
+    let previous = t.ask_info.get(ask)?.map(|v| v.value());
     let session = match (previous, session) {
         (Some((old_status, old_session)), given) => {
-            by_status.remove((old_status, ask))?;
+            t.asks_by_status.remove((old_status, ask))?;
             given.unwrap_or(old_session)
         }
         (None, Some(given)) => given,
         // An ask event without its opening: nothing to index it under.
         (None, None) => return Ok(None),
     };
-    info.insert(ask, (status as u8, session))?;
-    by_status.insert((status as u8, ask), session)?;
+    t.ask_info.insert(ask, (status as u8, session))?;
+    t.asks_by_status.insert((status as u8, ask), session)?;
     Ok(Some(session))
 }
 
-fn touch_session(txn: &WriteTransaction, session: Id, at: i64) -> Result<(), redb::Error> {
-    let mut updated = txn.open_table(SESSION_UPDATED)?;
-    let mut by_updated = txn.open_table(SESSIONS_BY_UPDATED)?;
-    let previous = updated.get(session)?.map(|v| v.value());
+fn touch_session(t: &mut Tables<'_>, session: Id, at: i64) -> Result<(), redb::Error> {
+    let previous = t.session_updated.get(session)?.map(|v| v.value());
     // Clocks of different processes disagree a little; the index keeps the latest.
     let at = previous.map_or(at, |p| p.max(at));
     if let Some(previous) = previous {
-        by_updated.remove((previous, session))?;
+        t.sessions_by_updated.remove((previous, session))?;
     }
-    updated.insert(session, at)?;
-    by_updated.insert((at, session), ())?;
+    t.session_updated.insert(session, at)?;
+    t.sessions_by_updated.insert((at, session), ())?;
     Ok(())
 }
 

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use planb_core::{Cursor, State, decode};
-use planb_log::{FsStorage, LogOptions, LogReader};
+use planb_core::State;
+use planb_log::{FsStorage, LogOptions};
 
 use crate::index::Index;
 use crate::store::DataRoot;
@@ -17,14 +17,12 @@ pub struct RebuildReport {
     pub events: u64,
     /// Sessions in the rebuilt state.
     pub sessions: usize,
-    /// Time spent folding the in-memory state.
-    pub state_time: Duration,
-    /// Time spent rebuilding the redb index.
-    pub index_time: Duration,
+    /// Time the rebuild took.
+    pub elapsed: Duration,
 }
 
-/// Deletes the redb index and rebuilds it, and folds the whole log into a fresh
-/// state to check every event decodes. The log is only read.
+/// Deletes the redb index and rebuilds it, folding the whole log into a fresh
+/// state on the way (which also proves every event decodes). The log is only read.
 pub fn rebuild(root: &DataRoot) -> Result<(State, RebuildReport), StoreError> {
     let options = LogOptions::default();
     let log_dir = root.log_dir();
@@ -34,16 +32,6 @@ pub fn rebuild(root: &DataRoot) -> Result<(State, RebuildReport), StoreError> {
             path: log_dir.display().to_string(),
             source,
         })?);
-
-    let start = Instant::now();
-    let mut state = State::default();
-    let mut reader = LogReader::new(Arc::clone(&storage), options, planb_log::Cursor(1));
-    let mut events = 0u64;
-    while let Some(record) = reader.next()? {
-        state.apply(&decode(&record.payload, Cursor(record.cursor.0))?);
-        events += 1;
-    }
-    let state_time = start.elapsed();
 
     let start = Instant::now();
     let index_path = root.index_path();
@@ -58,17 +46,19 @@ pub fn rebuild(root: &DataRoot) -> Result<(State, RebuildReport), StoreError> {
             });
         }
     }
+    // One pass over the log: each event is decoded once and applied to both the
+    // redb index and the in-memory state.
     let index = Index::open(&index_path, storage, options)?;
-    index.catch_up()?;
-    let index_time = start.elapsed();
+    let mut state = State::default();
+    let events = index.catch_up_observing(|envelope| state.apply(envelope))?;
+    let elapsed = start.elapsed();
     let sessions = state.sessions().len();
     Ok((
         state,
         RebuildReport {
             events,
             sessions,
-            state_time,
-            index_time,
+            elapsed,
         },
     ))
 }
