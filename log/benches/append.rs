@@ -8,6 +8,8 @@
 //! Run with `cargo bench -p planb-log`. Files go under cargo's target tmp dir (a
 //! real disk, not tmpfs), or `PLANB_BENCH_DIR` if set.
 
+#![allow(clippy::print_stdout, reason = "a benchmark reports on stdout")]
+
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::PathBuf;

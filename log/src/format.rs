@@ -85,7 +85,9 @@ impl SegmentHeader {
 
     /// Decodes and validates a header.
     pub fn decode(bytes: &[u8]) -> Result<SegmentHeader, HeaderProblem> {
-        let b = bytes.get(..SEGMENT_HEADER_LEN).ok_or(HeaderProblem::Short)?;
+        let b = bytes
+            .get(..SEGMENT_HEADER_LEN)
+            .ok_or(HeaderProblem::Short)?;
         if b[0..8] != SEGMENT_MAGIC {
             return Err(HeaderProblem::BadMagic);
         }

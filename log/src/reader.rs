@@ -55,6 +55,10 @@ impl LogReader {
     }
 
     /// The next record, or `None` if the reader is at the end of the log for now.
+    #[allow(
+        clippy::should_implement_trait,
+        reason = "not an Iterator: None means 'nothing yet' and a later call may return more"
+    )]
     pub fn next(&mut self) -> Result<Option<Record>, LogError> {
         loop {
             if self.segment.is_none() && !self.enter_first_segment()? {
@@ -79,7 +83,7 @@ impl LogReader {
                 } => {
                     let payload = (cursor >= self.from).then(|| payload.to_vec());
                     self.offset = next_offset;
-                    self.next_cursor += 1;
+                    self.next_cursor = self.next_cursor.saturating_add(1);
                     self.prev_checksum = checksum;
                     if let Some(payload) = payload {
                         return Ok(Some(Record {

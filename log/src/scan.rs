@@ -191,6 +191,10 @@ fn find_magic(haystack: &[u8]) -> Option<usize> {
 }
 
 /// The segments present, as (first cursor, name), sorted by cursor.
+///
+/// The log has no compaction, so the first segment must start at cursor 1: a
+/// missing first segment (or a hand-made one at cursor 0) is corruption, not a
+/// log that happens to start later.
 pub(crate) fn list_segments(storage: &dyn Storage) -> Result<Vec<(u64, String)>, LogError> {
     let names = storage
         .list()
@@ -200,6 +204,21 @@ pub(crate) fn list_segments(storage: &dyn Storage) -> Result<Vec<(u64, String)>,
         .filter_map(|name| parse_segment_name(&name).map(|cursor| (cursor, name)))
         .collect();
     segments.sort();
+    if let Some((first, name)) = segments.first()
+        && *first != 1
+    {
+        return Err(LogError::Corrupt {
+            segment: storage.describe(name),
+            offset: 0,
+            cursor: 1,
+            damage: Damage::SegmentGap {
+                expected: 1,
+                found: *first,
+            },
+            followed_by: "the segment's records; the segment holding cursor 1 is missing"
+                .to_string(),
+        });
+    }
     Ok(segments)
 }
 

@@ -205,7 +205,10 @@ impl Storage for SimStorage {
             }
             let file = state.files.entry(name.to_string()).or_default();
             if file.visible {
-                return Err(io::Error::new(io::ErrorKind::AlreadyExists, name.to_string()));
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    name.to_string(),
+                ));
             }
             file.visible = true;
             file.written.clear();

@@ -31,6 +31,10 @@ pub trait Storage: Send + Sync + Debug {
 }
 
 /// One open file.
+#[allow(
+    clippy::len_without_is_empty,
+    reason = "a file length, not a collection; callers compare offsets with it"
+)]
 pub trait StorageFile: Send + Sync + Debug {
     /// Current length in bytes.
     fn len(&self) -> io::Result<u64>;
@@ -48,7 +52,11 @@ pub trait StorageFile: Send + Sync + Debug {
 pub trait StorageLock: Send + Debug {}
 
 /// Reads exactly `buf.len()` bytes at `offset`, or fewer if the file ends first.
-pub(crate) fn read_full_at(file: &dyn StorageFile, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+pub(crate) fn read_full_at(
+    file: &dyn StorageFile,
+    offset: u64,
+    buf: &mut [u8],
+) -> io::Result<usize> {
     let mut done = 0;
     while done < buf.len() {
         match file.read_at(offset + done as u64, &mut buf[done..]) {

@@ -46,7 +46,9 @@ pub fn verify(storage: Arc<dyn Storage>, options: LogOptions) -> Result<VerifyRe
             let file = storage
                 .open(&segment_name, false)
                 .map_err(|e| LogError::io("open", name.clone(), e))?;
-            let len = file.len().map_err(|e| LogError::io("stat", name.clone(), e))?;
+            let len = file
+                .len()
+                .map_err(|e| LogError::io("stat", name.clone(), e))?;
             if len > offset {
                 torn_tail = Some((name.clone(), offset, len - offset));
             } else if let Some((_, torn)) = segments.iter().find(|(f, _)| *f > first) {

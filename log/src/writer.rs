@@ -88,7 +88,7 @@ impl Tail {
                                 ..
                             } => {
                                 self.len = next_offset;
-                                self.next_cursor += 1;
+                                self.next_cursor = self.next_cursor.saturating_add(1);
                                 self.last_checksum = checksum;
                             }
                             Parsed::End => break,
@@ -238,7 +238,7 @@ impl Tail {
                     buf_start = self.len;
                 }
                 self.last_checksum = frame(&mut buf, payload, self.next_cursor, self.last_checksum);
-                self.next_cursor += 1;
+                self.next_cursor = self.next_cursor.saturating_add(1);
             }
             ranges.push(CursorRange {
                 first: Cursor(first),
@@ -251,7 +251,10 @@ impl Tail {
 
     /// Writes `buf` at `offset` of the current segment and syncs it.
     fn flush(&mut self, storage: &dyn Storage, buf: &[u8], offset: u64) -> Result<(), LogError> {
-        let segment = self.segment.as_ref().expect("a segment exists while writing");
+        let segment = self
+            .segment
+            .as_ref()
+            .expect("a segment exists while writing");
         let describe = || storage.describe(&segment.name);
         segment
             .file
@@ -337,7 +340,10 @@ impl Log {
                 .lock()
                 .map_err(|e| LogError::io("lock", storage.describe(crate::LOCK_FILE), e))?;
             // Every header must be valid except possibly the last (a crash while
-            // rolling over); start from the last valid one and let catch-up walk on.
+            // rolling over). Catch-up starts at the second-to-last valid one, so it
+            // validates that segment's records and that the last one continues
+            // its cursors and chain.
+            let mut previous_start = None;
             for (index, (first, name)) in segments.iter().enumerate() {
                 let mut segment = open_segment(storage.as_ref(), *first, true)?;
                 let header = segment
@@ -345,6 +351,9 @@ impl Log {
                     .map_err(|e| LogError::io("read", storage.describe(name), e))?;
                 match header {
                     Ok(header) if header.first_cursor == *first => {
+                        if let Some(previous) = tail.segment.take() {
+                            previous_start = Some((previous, tail.next_cursor, tail.last_checksum));
+                        }
                         tail.segment = Some(segment);
                         tail.len = SEGMENT_HEADER_LEN as u64;
                         tail.next_cursor = header.first_cursor;
@@ -373,6 +382,12 @@ impl Log {
                     }
                     Err(_) => {}
                 }
+            }
+            if let Some((segment, next_cursor, last_checksum)) = previous_start {
+                tail.segment = Some(segment);
+                tail.len = SEGMENT_HEADER_LEN as u64;
+                tail.next_cursor = next_cursor;
+                tail.last_checksum = last_checksum;
             }
             tail.catch_up(storage.as_ref(), &options, &mut truncations)?;
         }

@@ -80,7 +80,10 @@ fn reopening_continues_the_cursor_sequence_and_chain() {
         .into_iter()
         .map(|r| r.1)
         .collect();
-    assert_eq!(payloads, vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec(), b"d".to_vec()]);
+    assert_eq!(
+        payloads,
+        vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec(), b"d".to_vec()]
+    );
 }
 
 #[test]
@@ -123,7 +126,8 @@ fn concurrent_appenders_lose_nothing_and_keep_their_own_order() {
             let log = log.clone();
             scope.spawn(move || {
                 for i in 0..per_thread {
-                    log.append(&[format!("{t}:{i}").as_bytes()]).expect("append");
+                    log.append(&[format!("{t}:{i}").as_bytes()])
+                        .expect("append");
                 }
             });
         }

@@ -39,7 +39,9 @@ fn run_until_crash(
                 for i in 0..10_000 {
                     // Batches of one to three records, of varying size.
                     let batch: Vec<Vec<u8>> = (0..=(i % 3))
-                        .map(|j| format!("{run}-t{t}-i{i}-j{j}-{}", "p".repeat(i % 40)).into_bytes())
+                        .map(|j| {
+                            format!("{run}-t{t}-i{i}-j{j}-{}", "p".repeat(i % 40)).into_bytes()
+                        })
                         .collect();
                     attempted
                         .lock()
@@ -115,6 +117,10 @@ fn a_second_crash_during_recovery_appends_is_survived_too() {
         let (more_acked, more_attempted) = run_until_crash(&rebooted, 3, 2, "b");
         acknowledged.extend(more_acked);
         attempted.extend(more_attempted);
-        check_after_reboot(&rebooted.after_crash(crash_at + 7), &acknowledged, &attempted);
+        check_after_reboot(
+            &rebooted.after_crash(crash_at + 7),
+            &acknowledged,
+            &attempted,
+        );
     }
 }

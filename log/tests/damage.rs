@@ -63,7 +63,11 @@ fn read_prefix(storage: &SimStorage) -> (Vec<Vec<u8>>, Option<LogError>) {
 
 fn assert_prefix(read: &[Vec<u8>], written: &[Vec<u8>]) {
     assert!(read.len() <= written.len(), "more records than written");
-    assert_eq!(read, &written[..read.len()], "not a prefix of what was written");
+    assert_eq!(
+        read,
+        &written[..read.len()],
+        "not a prefix of what was written"
+    );
 }
 
 #[derive(Debug, Clone)]
@@ -157,9 +161,7 @@ fn a_flip_in_an_early_record_is_corruption_naming_cursor_and_offset() {
     bytes[record_two + 35] ^= 0x01;
     storage.set_file_bytes(&name, bytes.clone());
     match Log::open(Arc::new(storage.clone()), small()) {
-        Err(LogError::Corrupt {
-            offset, cursor, ..
-        }) => {
+        Err(LogError::Corrupt { offset, cursor, .. }) => {
             assert_eq!(offset, record_two as u64);
             assert_eq!(cursor, 2);
         }
@@ -183,4 +185,50 @@ fn a_torn_last_record_is_truncated_and_reported() {
     assert_eq!(truncation.offset, 32 + 4 * 42);
     assert_eq!(truncation.bytes, 39);
     assert_eq!(read_prefix(&storage).0, payloads[..4].to_vec());
+}
+
+#[test]
+fn a_missing_first_segment_is_corruption_not_a_later_start() {
+    let payloads: Vec<Vec<u8>> = (0..30).map(|i| vec![i as u8; 40]).collect();
+    let storage = write(&payloads);
+    let names = segments(&storage);
+    assert!(names.len() > 2, "{names:?}");
+    let first = storage.file_bytes(&names[0]).expect("bytes");
+    // A copy of the log without its first segment file.
+    let rest = SimStorage::new();
+    for name in &names[1..] {
+        rest.set_file_bytes(name, storage.file_bytes(name).expect("bytes"));
+    }
+    assert!(!first.is_empty());
+    match Log::open(Arc::new(rest.clone()), small()) {
+        Err(LogError::Corrupt { cursor: 1, .. }) => {}
+        other => panic!("expected corruption at cursor 1, got {other:?}"),
+    }
+    let (read, error) = read_prefix(&rest);
+    assert!(read.is_empty());
+    assert!(matches!(error, Some(LogError::Corrupt { .. })), "{error:?}");
+}
+
+#[test]
+fn a_gap_between_the_last_two_segments_is_found_on_open() {
+    let payloads: Vec<Vec<u8>> = (0..40).map(|i| vec![i as u8; 40]).collect();
+    let storage = write(&payloads);
+    let names = segments(&storage);
+    assert!(names.len() > 3, "{names:?}");
+    // Drop the second-to-last segment: the last one no longer continues the log.
+    let gapped = SimStorage::new();
+    for (i, name) in names.iter().enumerate() {
+        if i != names.len() - 2 {
+            gapped.set_file_bytes(name, storage.file_bytes(name).expect("bytes"));
+        }
+    }
+    match Log::open(Arc::new(gapped), small()) {
+        Err(LogError::Corrupt { damage, .. }) => {
+            assert!(
+                matches!(damage, planb_log::Damage::SegmentGap { .. }),
+                "{damage:?}"
+            )
+        }
+        other => panic!("expected a segment gap, got {other:?}"),
+    }
 }

@@ -6,6 +6,8 @@
 //! `cargo bench -p planb-projections`. Files go under cargo's target tmp dir or
 //! `PLANB_BENCH_DIR`.
 
+#![allow(clippy::print_stdout, reason = "a benchmark reports on stdout")]
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -55,7 +57,10 @@ fn events_of_session(n: u128, spec: &AskSpec, answers: &planb_core::Answers) -> 
             session,
             version,
             title: Some(format!("v{version}")),
-            content: format!("# Plan {version}\n\n{}", "- a step of the plan\n".repeat(24)),
+            content: format!(
+                "# Plan {version}\n\n{}",
+                "- a step of the plan\n".repeat(24)
+            ),
         });
     }
     bodies

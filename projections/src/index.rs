@@ -38,8 +38,7 @@ const ASKS_BY_STATUS: TableDefinition<(u8, Id), Id> = TableDefinition::new("asks
 const PLAN_VERSIONS: TableDefinition<(Id, u32), u64> = TableDefinition::new("plan_versions");
 const NAMED_PLAN_EVENTS: TableDefinition<(&str, u64), &str> =
     TableDefinition::new("named_plan_events");
-const EVENTS_BY_SESSION: TableDefinition<(Id, u64), ()> =
-    TableDefinition::new("events_by_session");
+const EVENTS_BY_SESSION: TableDefinition<(Id, u64), ()> = TableDefinition::new("events_by_session");
 
 const APPLIED_CURSOR: &str = "applied_cursor";
 const SCHEMA: &str = "schema";
@@ -90,7 +89,10 @@ pub struct Index {
     reader: Mutex<Option<LogReader>>,
 }
 
-fn index_error<E: Into<redb::Error>>(path: &Path, op: &'static str) -> impl FnOnce(E) -> StoreError {
+fn index_error<E: Into<redb::Error>>(
+    path: &Path,
+    op: &'static str,
+) -> impl FnOnce(E) -> StoreError {
     let path = path.display().to_string();
     move |e| StoreError::Index {
         path,
@@ -143,13 +145,18 @@ impl Index {
         let txn = self.db.begin_write().map_err(self.err("begin write"))?;
         {
             let meta = txn.open_table(META).map_err(self.err("open meta"))?;
-            let schema = meta.get(SCHEMA).map_err(self.err("read meta"))?.map(|v| v.value());
+            let schema = meta
+                .get(SCHEMA)
+                .map_err(self.err("read meta"))?
+                .map(|v| v.value());
             if schema != Some(INDEX_SCHEMA) {
                 drop(meta);
                 clear(&txn).map_err(self.err("clear"))?;
                 let mut meta = txn.open_table(META).map_err(self.err("open meta"))?;
-                meta.insert(SCHEMA, INDEX_SCHEMA).map_err(self.err("write meta"))?;
-                meta.insert(APPLIED_CURSOR, 0).map_err(self.err("write meta"))?;
+                meta.insert(SCHEMA, INDEX_SCHEMA)
+                    .map_err(self.err("write meta"))?;
+                meta.insert(APPLIED_CURSOR, 0)
+                    .map_err(self.err("write meta"))?;
             }
         }
         create_tables(&txn).map_err(self.err("create tables"))?;
@@ -197,11 +204,7 @@ impl Index {
             // reader must stand at or before the first unapplied cursor.
             let reader = match reader_slot.take() {
                 Some(reader) if reader.next_cursor().0 <= applied + 1 => reader,
-                _ => LogReader::new(
-                    Arc::clone(&self.storage),
-                    self.options,
-                    Cursor(applied + 1),
-                ),
+                _ => LogReader::new(Arc::clone(&self.storage), self.options, Cursor(applied + 1)),
             };
             let reader = reader_slot.insert(reader);
             let mut last = applied;
@@ -226,7 +229,8 @@ impl Index {
             }
             {
                 let mut meta = txn.open_table(META).map_err(self.err("open meta"))?;
-                meta.insert(APPLIED_CURSOR, last).map_err(self.err("write meta"))?;
+                meta.insert(APPLIED_CURSOR, last)
+                    .map_err(self.err("write meta"))?;
             }
             txn.commit().map_err(self.err("commit"))?;
             total += count as u64;
@@ -388,7 +392,12 @@ fn apply(t: &mut Tables<'_>, envelope: &Envelope) -> Result<(), redb::Error> {
         }
         EventBody::AskOpened { session, ask, .. } => {
             let session = bytes(session.as_uuid());
-            set_ask_status(t, bytes(ask.as_uuid()), Some(session), IndexedAskStatus::Pending)?
+            set_ask_status(
+                t,
+                bytes(ask.as_uuid()),
+                Some(session),
+                IndexedAskStatus::Pending,
+            )?
         }
         EventBody::AskAnswered { ask, .. } => {
             set_ask_status(t, bytes(ask.as_uuid()), None, IndexedAskStatus::Answered)?
@@ -402,10 +411,9 @@ fn apply(t: &mut Tables<'_>, envelope: &Envelope) -> Result<(), redb::Error> {
         EventBody::AskFailed { ask, .. } => {
             set_ask_status(t, bytes(ask.as_uuid()), None, IndexedAskStatus::Failed)?
         }
-        EventBody::AskDraftSaved { ask, .. } | EventBody::AskLateAnswer { ask, .. } => t
-            .ask_info
-            .get(bytes(ask.as_uuid()))?
-            .map(|v| v.value().1),
+        EventBody::AskDraftSaved { ask, .. } | EventBody::AskLateAnswer { ask, .. } => {
+            t.ask_info.get(bytes(ask.as_uuid()))?.map(|v| v.value().1)
+        }
         EventBody::PlanVersionSaved {
             session, version, ..
         } => {

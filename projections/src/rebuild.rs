@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 use planb_core::State;
 use planb_log::{FsStorage, LogOptions};
 
+use crate::StoreError;
 use crate::index::Index;
 use crate::store::DataRoot;
-use crate::StoreError;
 
 /// What a rebuild did.
 #[derive(Debug, Clone)]
@@ -26,12 +26,13 @@ pub struct RebuildReport {
 pub fn rebuild(root: &DataRoot) -> Result<(State, RebuildReport), StoreError> {
     let options = LogOptions::default();
     let log_dir = root.log_dir();
-    let storage: Arc<dyn planb_log::Storage> =
-        Arc::new(FsStorage::open_read_only(&log_dir).map_err(|source| StoreError::Io {
+    let storage: Arc<dyn planb_log::Storage> = Arc::new(
+        FsStorage::open_read_only(&log_dir).map_err(|source| StoreError::Io {
             op: "open log",
             path: log_dir.display().to_string(),
             source,
-        })?);
+        })?,
+    );
 
     let start = Instant::now();
     let index_path = root.index_path();

@@ -13,9 +13,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use planb_core::{Command, Cursor, Envelope, Event, EventId, State, decode, encode};
 use planb_log::{Log, LogOptions, LogReader, RecoveryReport};
 
+use crate::StoreError;
 use crate::env::Environment;
 use crate::index::Index;
-use crate::StoreError;
 
 /// The files of a data root.
 #[derive(Debug, Clone)]

@@ -18,7 +18,9 @@ fn env() -> Arc<FixedEnvironment> {
 }
 
 fn open(root: &std::path::Path) -> Store {
-    Store::open(DataRoot::new(root), env()).expect("open store").0
+    Store::open(DataRoot::new(root), env())
+        .expect("open store")
+        .0
 }
 
 fn spec() -> AskSpec {
@@ -77,12 +79,18 @@ fn plan_versions_count_up_across_two_processes_sharing_a_root() {
     assert_eq!(save_plan(&second, session, "# v3"), 3);
     let versions = first
         .read(|state| {
-            state
-                .session(&session)
-                .map(|s| s.plans.iter().map(|p| p.content.clone()).collect::<Vec<_>>())
+            state.session(&session).map(|s| {
+                s.plans
+                    .iter()
+                    .map(|p| p.content.clone())
+                    .collect::<Vec<_>>()
+            })
         })
         .expect("read");
-    assert_eq!(versions, Some(vec!["# v1".into(), "# v2".into(), "# v3".into()]));
+    assert_eq!(
+        versions,
+        Some(vec!["# v1".into(), "# v2".into(), "# v3".into()])
+    );
 }
 
 #[test]
@@ -186,7 +194,12 @@ fn pick<T: Copy>(ids: &[T], i: usize) -> Option<T> {
     (!ids.is_empty()).then(|| ids[i % ids.len()])
 }
 
-fn command(op: &Op, sessions: &mut Vec<SessionId>, asks: &mut Vec<AskId>, n: u128) -> Option<Command> {
+fn command(
+    op: &Op,
+    sessions: &mut Vec<SessionId>,
+    asks: &mut Vec<AskId>,
+    n: u128,
+) -> Option<Command> {
     Some(match op {
         Op::CreateSession => {
             let session = SessionId::from_uuid(uuid::Uuid::from_u128(0x1000 + n));
