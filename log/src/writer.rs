@@ -7,7 +7,6 @@
 //! one process queue up while a sync is in flight and the next leader writes all of
 //! their records with one write and one sync.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use crate::error::LogError;
@@ -291,15 +290,52 @@ impl Tail {
     }
 }
 
-/// Queue of appends waiting for a leader, and whether a leader is at work.
+/// Appends waiting for a leader, and who holds the right to write.
 #[derive(Debug, Default)]
 struct Group {
-    /// A leader (or an [`AppendGuard`]) is writing; others wait on the condvar.
+    /// A leader (or an [`AppendGuard`]) holds the right to write. Appenders that
+    /// find it set queue up and sleep on their own [`Waiter`].
     busy: bool,
-    next_ticket: u64,
-    queue: Vec<(u64, Vec<Vec<u8>>)>,
-    done: HashMap<u64, Result<CursorRange, LogError>>,
+    queue: Vec<Pending>,
+    /// Threads waiting in [`Log::lock`]; a leader yields to them between rounds.
+    guard_waiters: usize,
 }
+
+#[derive(Debug)]
+struct Pending {
+    waiter: Arc<Waiter>,
+    payloads: Vec<Vec<u8>>,
+}
+
+/// Where one appender sleeps: only its own result, or being made the next
+/// leader, wakes it. Waking only the threads that have something to do keeps
+/// group commit efficient when there are many more writers than cores.
+#[derive(Debug, Default)]
+struct Waiter {
+    slot: Mutex<Slot>,
+    wake: Condvar,
+}
+
+#[derive(Debug, Default)]
+enum Slot {
+    #[default]
+    Waiting,
+    /// Leadership was handed over: take the queue and write it.
+    Lead,
+    Done(Result<CursorRange, LogError>),
+}
+
+impl Waiter {
+    fn set(&self, slot: Slot) {
+        *lock(&self.slot) = slot;
+        self.wake.notify_one();
+    }
+}
+
+/// A leader writes at most this many consecutive batches before handing the
+/// role to a queued appender, so no caller waits behind other callers' work
+/// for long.
+const ROUNDS_PER_LEADER: usize = 4;
 
 #[derive(Debug)]
 struct Inner {
@@ -429,40 +465,73 @@ impl Log {
     /// Concurrent callers share one sync.
     pub fn append(&self, payloads: &[&[u8]]) -> Result<CursorRange, LogError> {
         self.check_sizes(payloads)?;
-        let inner = &self.inner;
-        let mut group = lock(&inner.group);
-        let ticket = group.next_ticket;
-        group.next_ticket += 1;
-        group
-            .queue
-            .push((ticket, payloads.iter().map(|p| p.to_vec()).collect()));
-        loop {
-            if let Some(result) = group.done.remove(&ticket) {
-                return result;
-            }
-            if !group.busy {
-                group.busy = true;
-                let queued = std::mem::take(&mut group.queue);
-                drop(group);
-                let results = self.lead(&queued);
-                group = lock(&inner.group);
-                group.busy = false;
-                for ((ticket, _), result) in queued.iter().zip(results) {
-                    group.done.insert(*ticket, result);
+        let waiter = Arc::new(Waiter::default());
+        let lead_now = {
+            let mut group = lock(&self.inner.group);
+            group.queue.push(Pending {
+                waiter: Arc::clone(&waiter),
+                payloads: payloads.iter().map(|p| p.to_vec()).collect(),
+            });
+            !std::mem::replace(&mut group.busy, true)
+        };
+        if !lead_now {
+            let mut slot = lock(&waiter.slot);
+            loop {
+                match std::mem::take(&mut *slot) {
+                    Slot::Waiting => {
+                        slot = waiter
+                            .wake
+                            .wait(slot)
+                            .unwrap_or_else(|poison| poison.into_inner());
+                    }
+                    Slot::Done(result) => return result,
+                    Slot::Lead => break,
                 }
-                inner.group_changed.notify_all();
-                continue;
             }
-            group = inner
-                .group_changed
-                .wait(group)
-                .unwrap_or_else(|poison| poison.into_inner());
+        }
+        self.lead_rounds();
+        match std::mem::take(&mut *lock(&waiter.slot)) {
+            Slot::Done(result) => result,
+            // The leader's own request is in the queue it takes first.
+            other => unreachable!("a leader's request is answered in its first round: {other:?}"),
+        }
+    }
+
+    /// Writes queued batches until the queue is empty, then releases the right
+    /// to write or hands it to a queued appender.
+    fn lead_rounds(&self) {
+        for round in 0.. {
+            let batch = {
+                let mut group = lock(&self.inner.group);
+                let yield_to_guard = round > 0 && group.guard_waiters > 0;
+                if group.queue.is_empty() || round >= ROUNDS_PER_LEADER || yield_to_guard {
+                    self.release(&mut group);
+                    return;
+                }
+                std::mem::take(&mut group.queue)
+            };
+            let payloads: Vec<Vec<Vec<u8>>> = batch.iter().map(|p| p.payloads.clone()).collect();
+            for (pending, result) in batch.iter().zip(self.lead(&payloads)) {
+                pending.waiter.set(Slot::Done(result));
+            }
+        }
+    }
+
+    /// Gives up the right to write: to the first queued appender if nobody waits
+    /// for a guard, otherwise to whoever takes it next.
+    fn release(&self, group: &mut Group) {
+        if group.guard_waiters == 0
+            && let Some(next) = group.queue.first()
+        {
+            next.waiter.set(Slot::Lead);
+        } else {
+            group.busy = false;
+            self.inner.group_changed.notify_all();
         }
     }
 
     /// Runs one group commit for `queued`; one result per queued request.
-    fn lead(&self, queued: &[(u64, Vec<Vec<u8>>)]) -> Vec<Result<CursorRange, LogError>> {
-        let batches: Vec<Vec<Vec<u8>>> = queued.iter().map(|(_, p)| p.clone()).collect();
+    fn lead(&self, batches: &[Vec<Vec<u8>>]) -> Vec<Result<CursorRange, LogError>> {
         let outcome = (|| {
             let mut tail = lock(&self.inner.tail);
             let _lock = self.storage_lock()?;
@@ -471,7 +540,7 @@ impl Log {
         })();
         match outcome {
             Ok(ranges) => ranges.into_iter().map(Ok).collect(),
-            Err(error) => queued.iter().map(|_| Err(error.clone())).collect(),
+            Err(error) => batches.iter().map(|_| Err(error.clone())).collect(),
         }
     }
 
@@ -517,12 +586,14 @@ impl Log {
     pub fn lock(&self) -> Result<AppendGuard<'_>, LogError> {
         let inner = &self.inner;
         let mut group = lock(&inner.group);
+        group.guard_waiters += 1;
         while group.busy {
             group = inner
                 .group_changed
                 .wait(group)
                 .unwrap_or_else(|poison| poison.into_inner());
         }
+        group.guard_waiters -= 1;
         group.busy = true;
         drop(group);
         let mut guard = AppendGuard {
@@ -570,9 +641,7 @@ impl AppendGuard<'_> {
 impl Drop for AppendGuard<'_> {
     fn drop(&mut self) {
         self.storage_lock = None;
-        let inner = &self.log.inner;
-        let mut group = lock(&inner.group);
-        group.busy = false;
-        inner.group_changed.notify_all();
+        let mut group = lock(&self.log.inner.group);
+        self.log.release(&mut group);
     }
 }
