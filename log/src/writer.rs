@@ -536,7 +536,7 @@ impl Log {
             let mut tail = lock(&self.inner.tail);
             let _lock = self.storage_lock()?;
             self.catch_up(&mut tail)?;
-            tail.write(self.inner.storage.as_ref(), &self.inner.options, &batches)
+            tail.write(self.inner.storage.as_ref(), &self.inner.options, batches)
         })();
         match outcome {
             Ok(ranges) => ranges.into_iter().map(Ok).collect(),
