@@ -127,6 +127,21 @@ pub enum LogError {
         /// Where the valid data after the damage is, in words.
         followed_by: String,
     },
+    /// A segment or record header with a format version this build does not read:
+    /// written by a newer planb, or damaged. Either way it is never truncated or
+    /// skipped.
+    #[error(
+        "{segment} at byte offset {offset} has log format version {version}, which this build does not read \
+         (written by a newer planb, or damaged); nothing was changed"
+    )]
+    NewerFormat {
+        /// The segment file.
+        segment: String,
+        /// Byte offset of the header.
+        offset: u64,
+        /// The version found.
+        version: u16,
+    },
     /// A payload over the record size limit.
     #[error("record of {len} bytes exceeds the limit of {max} bytes")]
     RecordTooLarge {
@@ -135,9 +150,10 @@ pub enum LogError {
         /// The limit in force.
         max: u32,
     },
-    /// A sync failed earlier; the writer refuses all further appends, because the
-    /// kernel may have dropped the unsynced pages and a retry could report success falsely.
-    #[error("log writer stopped after a failed sync: {reason}")]
+    /// A write or sync failed earlier; the writer refuses all further appends,
+    /// because the kernel may have dropped the unsynced pages and a retry could
+    /// report success falsely. Reopening the log recovers.
+    #[error("log writer stopped after a failed write or sync: {reason}")]
     Poisoned {
         /// The original failure.
         reason: String,

@@ -98,16 +98,33 @@ impl LogReader {
                     }
                 }
                 Parsed::Damaged(damage) => {
-                    classify(
+                    let verdict = classify(
                         self.storage.as_ref(),
                         segment,
                         self.offset,
                         self.next_cursor,
                         damage,
                         self.options.max_record_bytes,
-                    )?;
-                    // Possibly a record being written right now: look again later.
+                    );
                     segment.forget();
+                    if let Err(error) = verdict {
+                        // A writer may have completed the record (or replaced a torn
+                        // tail) between the two reads: valid data found after the
+                        // damage is only corruption if the damage is still there.
+                        let again = segment
+                            .parse(
+                                self.offset,
+                                self.next_cursor,
+                                self.prev_checksum,
+                                self.options.max_record_bytes,
+                            )
+                            .map_err(|e| LogError::io("read", describe.clone(), e))?;
+                        if matches!(again, Parsed::Damaged(_)) {
+                            return Err(error);
+                        }
+                        continue;
+                    }
+                    // Possibly a record being written right now: look again later.
                     return Ok(None);
                 }
             }

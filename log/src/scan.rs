@@ -9,7 +9,7 @@ use std::io;
 
 use crate::error::{Damage, LogError};
 use crate::format::{
-    RECORD_HEADER_LEN, RECORD_MAGIC, RecordHeader, SEGMENT_HEADER_LEN, SegmentHeader,
+    HeaderProblem, RECORD_HEADER_LEN, RECORD_MAGIC, RecordHeader, SEGMENT_HEADER_LEN, SegmentHeader,
     parse_segment_name, segment_name,
 };
 use crate::storage::{Storage, StorageFile, read_full_at};
@@ -253,6 +253,18 @@ pub(crate) fn classify(
     max_record_bytes: u32,
 ) -> Result<Verdict, LogError> {
     let describe = storage.describe(&segment.name);
+    if let Damage::RecordHeader(HeaderProblem::UnknownVersion(version))
+    | Damage::SegmentHeader(HeaderProblem::UnknownVersion(version)) = damage
+    {
+        // A torn write of this build's records is a prefix of correct bytes, so it
+        // never shows a wrong version: this is a newer build's data (or damage),
+        // and truncating it could destroy acknowledged records.
+        return Err(LogError::NewerFormat {
+            segment: describe,
+            offset,
+            version,
+        });
+    }
     let corrupt = |followed_by: String| LogError::Corrupt {
         segment: describe.clone(),
         offset,

@@ -83,7 +83,13 @@ pub struct FsStorage {
 impl FsStorage {
     /// Opens `dir` for appending, creating it and its lock file if needed.
     pub fn open_writable(dir: &Path) -> io::Result<FsStorage> {
-        std::fs::create_dir_all(dir)?;
+        if !dir.is_dir() {
+            std::fs::create_dir_all(dir)?;
+            // The new directory's entry must be durable before anything in it is.
+            if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+                File::open(parent)?.sync_all()?;
+            }
+        }
         let lock_file = OpenOptions::new()
             .read(true)
             .write(true)

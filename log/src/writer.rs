@@ -100,11 +100,15 @@ impl Tail {
                                     damage.clone(),
                                     options.max_record_bytes,
                                 )?;
-                                segment
+                                if let Err(e) = segment
                                     .file
                                     .set_len(self.len)
                                     .and_then(|()| segment.file.sync_data())
-                                    .map_err(|e| LogError::io("truncate", describe.clone(), e))?;
+                                {
+                                    let error = LogError::io("truncate", describe.clone(), e);
+                                    self.poisoned = Some(error.to_string());
+                                    return Err(error);
+                                }
                                 segment.forget();
                                 truncations.push(Truncation {
                                     segment: describe.clone(),
@@ -170,10 +174,11 @@ impl Tail {
                         damage.clone(),
                         options.max_record_bytes,
                     )?;
-                    storage
-                        .remove(&name)
-                        .and_then(|()| storage.sync_dir())
-                        .map_err(|e| LogError::io("remove", storage.describe(&name), e))?;
+                    if let Err(e) = storage.remove(&name).and_then(|()| storage.sync_dir()) {
+                        let error = LogError::io("remove", storage.describe(&name), e);
+                        self.poisoned = Some(error.to_string());
+                        return Err(error);
+                    }
                     truncations.push(Truncation {
                         segment: storage.describe(&name),
                         offset: 0,
@@ -368,13 +373,13 @@ impl Log {
         options: LogOptions,
     ) -> Result<(Log, RecoveryReport), LogError> {
         options.check();
-        let segments = list_segments(storage.as_ref())?;
         let mut tail = Tail::empty();
         let mut truncations = Vec::new();
         {
             let _lock = storage
                 .lock()
                 .map_err(|e| LogError::io("lock", storage.describe(crate::LOCK_FILE), e))?;
+            let segments = list_segments(storage.as_ref())?;
             // Every header must be valid except possibly the last (a crash while
             // rolling over). Catch-up starts at the second-to-last valid one, so it
             // validates that segment's records and that the last one continues

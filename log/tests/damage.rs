@@ -129,7 +129,8 @@ proptest! {
                     // Opening scans only the last segment; damage in an older,
                     // sealed segment is found by whoever reads it (and by `verify`).
                     prop_assert!(!damaged_last_segment, "open missed damage: {}", error);
-                    let is_corrupt = matches!(error, LogError::Corrupt { .. });
+                    let is_corrupt =
+                        matches!(error, LogError::Corrupt { .. } | LogError::NewerFormat { .. });
                     prop_assert!(is_corrupt, "unexpected error: {}", error);
                     prop_assert_eq!(&snapshot(&storage), &before);
                     return Ok(());
@@ -141,7 +142,7 @@ proptest! {
                 prop_assert!(error.is_none());
                 prop_assert_eq!(again.len(), read.len() + 1);
             }
-            Err(LogError::Corrupt { .. }) => {
+            Err(LogError::Corrupt { .. } | LogError::NewerFormat { .. }) => {
                 prop_assert!(!torn_at_end, "a cut at the end must be a torn tail");
                 prop_assert_eq!(&snapshot(&storage), &before, "a corrupt log was rewritten");
             }
@@ -231,4 +232,26 @@ fn a_gap_between_the_last_two_segments_is_found_on_open() {
         }
         other => panic!("expected a segment gap, got {other:?}"),
     }
+}
+
+#[test]
+fn a_record_of_an_unknown_format_version_is_refused_not_truncated() {
+    let payloads: Vec<Vec<u8>> = (0..3).map(|i| vec![i as u8; 10]).collect();
+    let storage = write(&payloads);
+    let name = segments(&storage)[0].clone();
+    let mut bytes = storage.file_bytes(&name).expect("bytes");
+    // The version field (bytes 4..6) of the last record, as a newer build would write it.
+    let last = 32 + 2 * 42;
+    bytes[last + 4] = 2;
+    storage.set_file_bytes(&name, bytes.clone());
+    match Log::open(Arc::new(storage.clone()), small()) {
+        Err(LogError::NewerFormat {
+            offset, version, ..
+        }) => {
+            assert_eq!(offset, last as u64);
+            assert_eq!(version, 2);
+        }
+        other => panic!("expected NewerFormat, got {other:?}"),
+    }
+    assert_eq!(storage.file_bytes(&name), Some(bytes), "bytes changed");
 }
