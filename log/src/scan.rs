@@ -9,8 +9,8 @@ use std::io;
 
 use crate::error::{Damage, LogError};
 use crate::format::{
-    HeaderProblem, RECORD_HEADER_LEN, RECORD_MAGIC, RecordHeader, SEGMENT_HEADER_LEN, SegmentHeader,
-    parse_segment_name, segment_name,
+    HeaderProblem, RECORD_HEADER_LEN, RECORD_MAGIC, RecordHeader, SEGMENT_HEADER_LEN,
+    SegmentHeader, parse_segment_name, segment_name,
 };
 use crate::storage::{Storage, StorageFile, read_full_at};
 

@@ -16,8 +16,8 @@ const TAIL_POLL: Duration = Duration::from_millis(200);
 
 fn storage(root: &DataRoot) -> anyhow::Result<Arc<dyn Storage>> {
     let dir = root.log_dir();
-    let storage = FsStorage::open_read_only(&dir)
-        .with_context(|| format!("no log at {}", dir.display()))?;
+    let storage =
+        FsStorage::open_read_only(&dir).with_context(|| format!("no log at {}", dir.display()))?;
     Ok(Arc::new(storage))
 }
 
@@ -96,7 +96,11 @@ pub fn dump(
     limit: Option<u64>,
     out: &mut dyn Write,
 ) -> anyhow::Result<ExitCode> {
-    let mut reader = LogReader::new(storage(root)?, LogOptions::default(), planb_log::Cursor(from));
+    let mut reader = LogReader::new(
+        storage(root)?,
+        LogOptions::default(),
+        planb_log::Cursor(from),
+    );
     let mut printed = 0;
     while limit.is_none_or(|l| printed < l) {
         let Some(record) = reader.next()? else { break };
@@ -115,7 +119,9 @@ pub fn tail(
     out: &mut dyn Write,
 ) -> anyhow::Result<ExitCode> {
     let storage = storage(root)?;
-    let end = verify(Arc::clone(&storage), LogOptions::default())?.last_cursor.0;
+    let end = verify(Arc::clone(&storage), LogOptions::default())?
+        .last_cursor
+        .0;
     let from = end.saturating_sub(lines) + 1;
     let mut reader = LogReader::new(storage, LogOptions::default(), planb_log::Cursor(from));
     loop {
@@ -146,7 +152,11 @@ fn describe(envelope: &Envelope) -> String {
             project_path.as_deref().unwrap_or("")
         ),
         EventBody::AskOpened {
-            session, ask, spec, url, ..
+            session,
+            ask,
+            spec,
+            url,
+            ..
         } => format!(
             "session={session} ask={ask} title={:?} questions={} url={url}",
             spec.title,

@@ -70,7 +70,11 @@ fn check_names_the_cursor_and_offset_of_corruption_and_changes_nothing() {
     assert_eq!(output.status.code(), Some(1), "{text}");
     assert!(text.contains("CORRUPT"), "{text}");
     assert!(text.contains("byte offset 32 (cursor 1)"), "{text}");
-    assert_eq!(std::fs::read(&segment).expect("read"), bytes, "check changed the log");
+    assert_eq!(
+        std::fs::read(&segment).expect("read"),
+        bytes,
+        "check changed the log"
+    );
 }
 
 #[test]
@@ -79,8 +83,15 @@ fn rebuild_recreates_the_index_from_the_log() {
     std::fs::write(dir.path().join("index.redb"), b"garbage").expect("damage index");
     let output = planb(dir.path(), &["rebuild"]);
     let text = stdout(&output);
-    assert!(output.status.success(), "{text}{}", String::from_utf8_lossy(&output.stderr));
-    assert!(text.contains("rebuilt from 3 event(s): 1 session(s)"), "{text}");
+    assert!(
+        output.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        text.contains("rebuilt from 3 event(s): 1 session(s)"),
+        "{text}"
+    );
     let (store, report) = Store::open(
         DataRoot::new(dir.path()),
         Arc::new(planb_projections::SystemEnvironment),
@@ -114,7 +125,10 @@ fn log_dump_prints_one_line_per_event() {
     assert!(lines[0].contains("session_created") && lines[0].contains("/work/demo"));
     assert!(lines[2].contains("plan_version_saved") && lines[2].contains("version=2"));
     assert!(lines[0].contains("2026-05-28T"), "{}", lines[0]);
-    let tail = stdout(&planb(dir.path(), &["log", "tail", "-n", "1", "--no-follow"]));
+    let tail = stdout(&planb(
+        dir.path(),
+        &["log", "tail", "-n", "1", "--no-follow"],
+    ));
     assert_eq!(tail.lines().count(), 1, "{tail}");
     assert!(tail.contains("version=2"), "{tail}");
 }
@@ -125,7 +139,11 @@ fn a_data_root_without_a_log_is_reported_and_left_alone() {
     let root = dir.path().join("fresh");
     let output = planb(&root, &["check"]);
     assert!(output.status.success());
-    assert!(stdout(&output).contains("nothing recorded"), "{}", stdout(&output));
+    assert!(
+        stdout(&output).contains("nothing recorded"),
+        "{}",
+        stdout(&output)
+    );
     assert!(!root.exists(), "check created the data root");
     let output = planb(&root, &["log", "dump"]);
     assert_eq!(output.status.code(), Some(2));

@@ -71,5 +71,9 @@ fn golden_log_v1_reads_and_writes_byte_for_byte() {
 
     // Writing: the same events give the same bytes.
     let fresh = tempfile::tempdir().expect("tempdir");
-    assert_eq!(write_log(fresh.path(), &payloads), golden, "the log format changed");
+    assert_eq!(
+        write_log(fresh.path(), &payloads),
+        golden,
+        "the log format changed"
+    );
 }
