@@ -21,6 +21,7 @@
 
 mod error;
 pub mod format;
+pub mod fuzzing;
 mod reader;
 mod scan;
 pub mod sim;
