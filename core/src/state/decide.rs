@@ -234,7 +234,10 @@ impl State {
                 }
             }
             Command::SaveDraft { ask, answers } => {
-                self.pending(ask)?;
+                // A draft is kept whenever a submission would still be: the person
+                // may keep typing after the tool stopped waiting, and a late answer
+                // is recorded, so the draft leading to it is worth keeping too.
+                self.submit(ask, Answers::default())?;
                 EventBody::AskDraftSaved { ask, answers }
             }
             Command::SubmitAnswers { ask, answers } => self.submit(ask, answers)?,

@@ -159,17 +159,12 @@ fn timeout_then_late_answer_is_kept() {
     );
     let closed_at = h.now();
 
+    // The person may keep typing after the tool gave up: the draft is kept.
     let draft = h.run(Command::SaveDraft {
         ask: a,
         answers: answers("x"),
     });
-    assert_eq!(
-        draft,
-        Err(Rejection::NotPending {
-            ask: a,
-            status: AskStatus::TimedOut
-        })
-    );
+    assert_eq!(draft, Ok(vec!["ask_draft_saved"]));
     let late = h.run(Command::SubmitAnswers {
         ask: a,
         answers: answers("late"),
@@ -186,6 +181,11 @@ fn timeout_then_late_answer_is_kept() {
         answers: answers("again"),
     });
     assert_eq!(again, Err(Rejection::AlreadyAnswered { ask: a }));
+    let draft = h.run(Command::SaveDraft {
+        ask: a,
+        answers: answers("after"),
+    });
+    assert_eq!(draft, Err(Rejection::AlreadyAnswered { ask: a }));
 }
 
 #[test]
