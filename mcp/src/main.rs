@@ -5,6 +5,14 @@
 //! their reports on stdout.
 
 mod admin;
+mod args;
+mod ask;
+mod browser;
+mod config;
+mod demo;
+mod forms;
+mod http;
+mod server;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -29,6 +37,8 @@ enum Command {
     Check,
     /// Drop every projection (the redb index) and rebuild it from the log.
     Rebuild,
+    /// A guided demo: start the real server, answer a real form, save two plan versions.
+    Demo,
     /// Show the log's events in human-readable form.
     Log {
         #[command(subcommand)]
@@ -71,9 +81,49 @@ fn data_root(cli: &Cli) -> anyhow::Result<PathBuf> {
     Ok(PathBuf::from(home).join(".planb-mcp"))
 }
 
+/// Runs the MCP server on stdin/stdout until the client closes the connection.
+fn serve(root: PathBuf) -> anyhow::Result<ExitCode> {
+    std::fs::create_dir_all(&root)
+        .map_err(|e| anyhow::anyhow!("cannot create the data root {}: {e}", root.display()))?;
+    let root = root.canonicalize()?;
+    let config = config::Config::from_env(root.clone())?;
+    let (store, report) = planb_projections::Store::open(
+        planb_projections::DataRoot::new(&root),
+        std::sync::Arc::new(planb_projections::SystemEnvironment),
+    )?;
+    for truncation in &report.recovery.truncations {
+        tracing::warn!(
+            "log recovery removed a torn tail: {} bytes at offset {} of {} ({})",
+            truncation.bytes,
+            truncation.offset,
+            truncation.segment,
+            truncation.damage
+        );
+    }
+    tracing::info!(
+        "planb-mcp {} serving on stdio; data root {}; {} events",
+        env!("CARGO_PKG_VERSION"),
+        root.display(),
+        report.events
+    );
+    let server = server::PlanbServer::new(std::sync::Arc::new(store), config);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        use rmcp::ServiceExt;
+        let service = server.serve(rmcp::transport::stdio()).await?;
+        service.waiting().await?;
+        anyhow::Ok(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
@@ -82,19 +132,23 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = data_root(&cli).and_then(|root| {
         let root = planb_projections::DataRoot::new(root);
-        let mut out = std::io::stdout().lock();
+        // Only the admin commands and the demo print; the server must not even
+        // hold the stdout lock, which rmcp's writer needs.
+        let mut out = std::io::stdout();
         match &cli.command {
             Some(Command::Check) => admin::check(&root, &mut out),
             Some(Command::Rebuild) => admin::rebuild(&root, &mut out),
+            Some(Command::Demo) => {
+                std::fs::create_dir_all(root.root())?;
+                demo::run(&root.root().canonicalize()?, &mut out)
+            }
             Some(Command::Log {
                 command: LogCommand::Dump { from, limit },
             }) => admin::dump(&root, *from, *limit, &mut out),
             Some(Command::Log {
                 command: LogCommand::Tail { lines, no_follow },
             }) => admin::tail(&root, *lines, !no_follow, &mut out),
-            None => Err(anyhow::anyhow!(
-                "this build has no MCP server yet; use one of the subcommands: check, rebuild, log"
-            )),
+            None => serve(root.root().to_path_buf()),
         }
     });
     match result {

@@ -14,12 +14,18 @@
 
 mod env;
 mod error;
+pub mod files;
+mod import;
 mod index;
+pub mod markdown;
+pub mod pages;
 mod rebuild;
 mod store;
 
 pub use env::{Environment, FixedEnvironment, SystemEnvironment};
 pub use error::StoreError;
+pub use files::{ExportReport, export, write_session};
+pub use import::{IMPORTED_ASK_URL, ImportProblem, ImportReport, Imported, Skipped, import};
 pub use index::{Index, IndexDump, IndexedAskStatus};
 pub use rebuild::{RebuildReport, rebuild};
 pub use store::{DataRoot, OpenReport, Store};

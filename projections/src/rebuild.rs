@@ -22,7 +22,8 @@ pub struct RebuildReport {
 }
 
 /// Deletes the redb index and rebuilds it, folding the whole log into a fresh
-/// state on the way (which also proves every event decodes). The log is only read.
+/// state on the way (which also proves every event decodes), then deletes and
+/// rewrites the `sessions/` file tree from that state. The log is only read.
 pub fn rebuild(root: &DataRoot) -> Result<(State, RebuildReport), StoreError> {
     let options = LogOptions::default();
     let log_dir = root.log_dir();
@@ -52,6 +53,7 @@ pub fn rebuild(root: &DataRoot) -> Result<(State, RebuildReport), StoreError> {
     let index = Index::open(&index_path, storage, options)?;
     let mut state = State::default();
     let events = index.catch_up_observing(|envelope| state.apply(envelope))?;
+    crate::files::rebuild_tree(root, &state)?;
     let elapsed = start.elapsed();
     let sessions = state.sessions().len();
     Ok((

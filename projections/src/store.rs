@@ -5,16 +5,19 @@
 //! reads whatever other processes appended since it last looked, lets the core
 //! decide on that up-to-date state, appends the resulting events durably, and
 //! applies them. So two processes can never both create "plan v3" or both answer
-//! one ask. The redb index is brought up to date after each change.
+//! one ask. The `sessions/` files the new events change are rewritten before
+//! the lock is released (see `files/live.rs`), and the redb index is brought up
+//! to date after each change.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use planb_core::{Command, Cursor, Envelope, Event, EventId, State, decode, encode};
+use planb_core::{Command, Cursor, Envelope, Event, EventId, State, Timestamp, decode, encode};
 use planb_log::{Log, LogOptions, LogReader, RecoveryReport};
 
 use crate::StoreError;
 use crate::env::Environment;
+use crate::files::{self, Pending};
 use crate::index::Index;
 
 /// The files of a data root.
@@ -43,6 +46,16 @@ impl DataRoot {
     pub fn index_path(&self) -> PathBuf {
         self.root.join("index.redb")
     }
+
+    /// The planb-mcp file layout, `sessions/<id>/…`: derived.
+    pub fn sessions_dir(&self) -> PathBuf {
+        self.root.join("sessions")
+    }
+
+    /// The cursor up to which `sessions/` is known to be current.
+    pub fn sessions_checkpoint_path(&self) -> PathBuf {
+        self.root.join("sessions.cursor")
+    }
 }
 
 /// What opening a store found.
@@ -62,10 +75,14 @@ struct Folded {
     state: State,
     /// Positioned at `state.last_cursor() + 1`.
     reader: LogReader,
+    /// The session files the folded events changed and this process has not
+    /// projected yet.
+    pending: Pending,
 }
 
 impl Folded {
-    /// Applies every event after the state's last cursor that is in the log now.
+    /// Applies every event after the state's last cursor that is in the log
+    /// now, noting the session files they change.
     fn catch_up(&mut self) -> Result<u64, StoreError> {
         let mut count = 0;
         while let Some(record) = self.reader.next()? {
@@ -75,6 +92,7 @@ impl Folded {
             }
             let envelope = decode(&record.payload, cursor)?;
             self.state.apply(&envelope);
+            self.pending.note(&self.state, &envelope);
             count += 1;
         }
         Ok(count)
@@ -108,8 +126,10 @@ impl Store {
         let mut folded = Folded {
             state: State::default(),
             reader: LogReader::new(Arc::clone(log.storage()), options, planb_log::Cursor(1)),
+            pending: Pending::at_open(&root),
         };
         let events = folded.catch_up()?;
+        folded.pending.opened(&folded.state);
         let index = Index::open(&root.index_path(), Arc::clone(log.storage()), options)?;
         let indexed = index.catch_up()?;
         let store = Store {
@@ -124,6 +144,10 @@ impl Store {
             events,
             indexed,
         };
+        let current = store.files_current(&mut store.folded());
+        if !current {
+            store.project_if_behind();
+        }
         Ok((store, report))
     }
 
@@ -149,7 +173,25 @@ impl Store {
     /// Decides `command` on the state as of the end of the log (including other
     /// processes' events), appends the resulting events durably and applies them.
     /// Returns the recorded events; a rejection records nothing.
+    ///
+    /// The session files the events change are rewritten before the append
+    /// lock is released; failing to write them is logged, not returned, since
+    /// the events are durable by then (`rebuild` rewrites the files).
     pub fn execute(&self, command: Command) -> Result<Vec<Envelope>, StoreError> {
+        self.execute_stamped(command, None)
+    }
+
+    /// [`execute`](Self::execute) with the events stamped `at` instead of the
+    /// environment's clock: for importing history recorded elsewhere.
+    pub fn execute_at(&self, command: Command, at: Timestamp) -> Result<Vec<Envelope>, StoreError> {
+        self.execute_stamped(command, Some(at))
+    }
+
+    fn execute_stamped(
+        &self,
+        command: Command,
+        at: Option<Timestamp>,
+    ) -> Result<Vec<Envelope>, StoreError> {
         let envelopes = {
             let mut guard = self.log.lock()?;
             let mut folded = self.folded();
@@ -164,7 +206,7 @@ impl Store {
             if bodies.is_empty() {
                 return Ok(Vec::new());
             }
-            let at = self.env.now();
+            let at = at.unwrap_or_else(|| self.env.now());
             let events: Vec<Event> = bodies
                 .into_iter()
                 .map(|body| Event {
@@ -184,9 +226,12 @@ impl Store {
                     event,
                 })
                 .collect();
+            let folded = &mut *folded;
             for envelope in &envelopes {
                 folded.state.apply(envelope);
+                folded.pending.note(&folded.state, envelope);
             }
+            files::project_locked(&self.root, &folded.state, &mut folded.pending);
             envelopes
         };
         self.index.catch_up()?;
@@ -194,10 +239,53 @@ impl Store {
     }
 
     /// Folds in whatever other processes appended, then runs `f` on the state.
+    /// Should the session files not show those events yet, they are written
+    /// first (failures are logged, as in [`execute`](Self::execute)).
     pub fn read<R>(&self, f: impl FnOnce(&State) -> R) -> Result<R, StoreError> {
         let mut folded = self.folded();
         folded.catch_up()?;
+        if !self.files_current(&mut folded) {
+            drop(folded);
+            self.project_if_behind();
+            folded = self.folded();
+        }
         Ok(f(&folded.state))
+    }
+
+    /// Whether the session files show every event folded so far: nothing is
+    /// pending, or the checkpoint shows another process projected it (the
+    /// usual case for other processes' events).
+    fn files_current(&self, folded: &mut Folded) -> bool {
+        if folded.pending.is_empty(&folded.state) {
+            return true;
+        }
+        let cursor = folded.state.last_cursor();
+        let current = files::is_current(&self.root, cursor);
+        if current {
+            folded.pending.clear(cursor);
+        }
+        current
+    }
+
+    /// Projects what this process folded and nobody projected yet, under the
+    /// append lock (lock order: the log first, then `folded`).
+    fn project_if_behind(&self) {
+        let result = self
+            .log
+            .lock()
+            .map_err(StoreError::from)
+            .and_then(|_guard| {
+                let mut folded = self.folded();
+                folded.catch_up()?;
+                if !folded.pending.is_empty(&folded.state) {
+                    let folded = &mut *folded;
+                    files::project_locked(&self.root, &folded.state, &mut folded.pending);
+                }
+                Ok(())
+            });
+        if let Err(error) = result {
+            tracing::warn!(%error, "could not bring the session files up to date");
+        }
     }
 
     /// A copy of the current state (after catching up).

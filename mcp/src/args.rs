@@ -1,0 +1,236 @@
+//! Tool arguments: parsed by hand from the raw JSON object so every problem
+//! becomes a tool error naming the field (`sessionId: not a uuid: "x"`), never
+//! a JSON-RPC protocol error. The typed structs below only describe the input
+//! schemas clients show; they are not used to parse.
+
+use std::sync::Arc;
+
+use planb_core::SessionId;
+use rmcp::model::JsonObject;
+use schemars::JsonSchema;
+use serde_json::Value;
+
+/// Problems with a tool's arguments, one message per field.
+#[derive(Debug, Default)]
+pub struct ArgErrors(pub Vec<String>);
+
+impl std::fmt::Display for ArgErrors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0.join("; "))
+    }
+}
+
+/// Reads fields out of a tool's argument object, collecting every problem.
+#[derive(Debug)]
+pub struct Args<'a> {
+    object: &'a JsonObject,
+    known: Vec<&'static str>,
+    errors: ArgErrors,
+}
+
+impl<'a> Args<'a> {
+    pub fn new(object: &'a JsonObject) -> Args<'a> {
+        Args {
+            object,
+            known: Vec::new(),
+            errors: ArgErrors::default(),
+        }
+    }
+
+    /// An optional string of at most `max_chars` characters; `null` counts as absent.
+    pub fn optional_string(&mut self, name: &'static str, max_chars: usize) -> Option<String> {
+        self.known.push(name);
+        match self.object.get(name) {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) if s.chars().count() > max_chars => {
+                self.errors.0.push(format!(
+                    "{name}: must be at most {max_chars} characters, got {}",
+                    s.chars().count()
+                ));
+                None
+            }
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(other) => {
+                self.errors
+                    .0
+                    .push(format!("{name}: must be a string, got {}", kind(other)));
+                None
+            }
+        }
+    }
+
+    /// A required string (empty allowed) of at most `max_bytes` bytes.
+    pub fn string(&mut self, name: &'static str, max_bytes: usize) -> Option<String> {
+        self.known.push(name);
+        match self.object.get(name) {
+            None | Some(Value::Null) => {
+                self.errors.0.push(format!("{name}: required"));
+                None
+            }
+            Some(Value::String(s)) if s.len() > max_bytes => {
+                self.errors.0.push(format!(
+                    "{name}: must be at most {max_bytes} bytes, got {}",
+                    s.len()
+                ));
+                None
+            }
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(other) => {
+                self.errors
+                    .0
+                    .push(format!("{name}: must be a string, got {}", kind(other)));
+                None
+            }
+        }
+    }
+
+    /// The required `sessionId`, a UUID.
+    pub fn session_id(&mut self) -> Option<SessionId> {
+        let text = self.string("sessionId", 100)?;
+        match SessionId::parse(text.trim()) {
+            Ok(id) => Some(id),
+            Err(error) => {
+                self.errors.0.push(format!(
+                    "sessionId: {error}; pass the sessionId that init_planb_session returned"
+                ));
+                None
+            }
+        }
+    }
+
+    /// Fails on fields the tool does not take, then returns every problem found.
+    pub fn finish(mut self) -> Result<(), ArgErrors> {
+        for key in self.object.keys() {
+            if !self.known.contains(&key.as_str()) {
+                self.errors.0.push(format!(
+                    "{key}: unknown field (expected one of: {})",
+                    self.known.join(", ")
+                ));
+            }
+        }
+        if self.errors.0.is_empty() {
+            Ok(())
+        } else {
+            Err(self.errors)
+        }
+    }
+}
+
+fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Input of `init_planb_session`.
+#[derive(Debug, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code, reason = "describes the input schema only")]
+pub struct InitSessionInput {
+    /// Optional short title for the planning session (at most 200 characters).
+    title: Option<String>,
+    /// Optional one-line description of what is being planned (at most 2000 characters).
+    intent: Option<String>,
+    /// Optional absolute path of the project the session is about.
+    project_path: Option<String>,
+}
+
+/// Input of `save_plan`.
+#[derive(Debug, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code, reason = "describes the input schema only")]
+pub struct SavePlanInput {
+    /// The sessionId returned by init_planb_session.
+    session_id: String,
+    /// The full plan as Markdown (at most 4 MiB). Every call saves a new version.
+    plan: String,
+    /// Optional title of this plan version.
+    title: Option<String>,
+}
+
+/// One answer option: a plain string, or a value with a Markdown illustration.
+#[derive(Debug, JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code, reason = "describes the input schema only")]
+pub enum OptionInput {
+    /// The option's value, shown as its label.
+    Plain(String),
+    /// A value with an illustration shown in the tab's side panel.
+    Illustrated {
+        /// The option's value, returned as the answer.
+        value: String,
+        /// GitHub-flavoured Markdown shown when the option is focused.
+        markdown: Option<String>,
+    },
+}
+
+/// The kind of a question.
+#[derive(Debug, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code, reason = "describes the input schema only")]
+pub enum KindInput {
+    /// Single-line text; the answer is a string.
+    Text,
+    /// Multi-line text; the answer is a string.
+    Longtext,
+    /// Radio group; the answer is the chosen option's value.
+    Single,
+    /// Checkbox group; the answer is an array of option values.
+    Multi,
+    /// Range slider; the answer is a number.
+    Scale,
+}
+
+/// One question of the form.
+#[derive(Debug, JsonSchema)]
+#[allow(dead_code, reason = "describes the input schema only")]
+pub struct QuestionInput {
+    /// Unique id: the key of this question's answer (letters, digits, `_`, `-`, `.`).
+    id: String,
+    /// What to show for the question (plain text).
+    label: String,
+    /// The question kind.
+    kind: KindInput,
+    /// Whether an answer is required before the form can be submitted.
+    required: Option<bool>,
+    /// Groups the question into a named tab (tabs appear in first-use order).
+    tab: Option<String>,
+    /// Placeholder text (text and longtext).
+    placeholder: Option<String>,
+    /// 1 to 50 options with unique values (single and multi).
+    options: Option<Vec<OptionInput>>,
+    /// Smallest value (scale).
+    min: Option<f64>,
+    /// Largest value, greater than min (scale).
+    max: Option<f64>,
+    /// Step between values (scale, optional).
+    step: Option<f64>,
+}
+
+/// Input of `ask_user`.
+#[derive(Debug, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code, reason = "describes the input schema only")]
+pub struct AskUserInput {
+    /// The sessionId returned by init_planb_session.
+    session_id: String,
+    /// Heading at the top of the form (plain text).
+    title: String,
+    /// Title of the intro tab (default "Overview").
+    intro_title: Option<String>,
+    /// Optional intro, GitHub-flavoured Markdown (tables, code, mermaid diagrams).
+    intro: Option<String>,
+    /// 1 to 20 questions.
+    #[schemars(length(min = 1, max = 20))]
+    questions: Vec<QuestionInput>,
+}
+
+/// The JSON schema of `T`, as rmcp publishes input schemas.
+pub fn schema<T: JsonSchema + 'static>() -> Arc<JsonObject> {
+    rmcp::handler::server::common::schema_for_type::<T>()
+}

@@ -1,0 +1,386 @@
+//! The local callback server the forms talk to: `GET /ask`, `GET /spec`,
+//! `POST /draft`, `POST /submit`, `GET /assets/…`.
+//!
+//! It binds 127.0.0.1 only and trusts nothing: every request must name the
+//! loopback host and port (DNS rebinding), every state-changing request must come
+//! from the form's own origin, bodies are capped, and every submission is
+//! validated against its spec before anything is recorded. The sid in the URL is
+//! the only credential: 256 random bits, one form each.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use planb_core::{AnswerErrors, Command, EventBody, Rejection};
+use planb_projections::{Store, StoreError, pages};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::forms::{FormInfo, Forms};
+
+/// Largest request body accepted: 20 long answers of 100 000 characters fit.
+pub const BODY_BYTES_MAX: usize = 8 << 20;
+
+/// What the handlers share.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    /// The write path.
+    pub store: Arc<Store>,
+    /// Open forms by sid.
+    pub forms: Arc<Forms>,
+    /// The port the server listens on (for Host and Origin checks).
+    pub port: u16,
+}
+
+/// The router; tests call it without a socket.
+pub fn app(state: AppState) -> Router {
+    Router::new()
+        .route("/ask", get(ask_page))
+        .route("/spec", get(spec))
+        .route("/draft", post(draft))
+        .route("/submit", post(submit))
+        .route("/assets/{name}", get(asset))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
+        .layer(middleware::from_fn_with_state(state.clone(), guard))
+        .with_state(state)
+}
+
+/// Binds the callback server on 127.0.0.1:`port` (0 = ephemeral) and serves it
+/// in the background. Returns the bound address.
+pub async fn start(store: Arc<Store>, forms: Arc<Forms>, port: u16) -> std::io::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("cannot listen on 127.0.0.1:{port} (PLANB_PORT): {e}"),
+            )
+        })?;
+    let address = listener.local_addr()?;
+    let router = app(AppState {
+        store,
+        forms,
+        port: address.port(),
+    });
+    tokio::spawn(async move {
+        if let Err(error) = axum::serve(listener, router).await {
+            tracing::error!("callback server stopped: {error}");
+        }
+    });
+    Ok(address)
+}
+
+/// A refusal: an HTTP status and a message, sent as `{"error": message}`. The one
+/// place where errors become responses.
+#[derive(Debug)]
+struct ApiError {
+    status: StatusCode,
+    message: String,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, axum::Json(json!({ "error": self.message }))).into_response()
+    }
+}
+
+fn refuse(status: StatusCode, message: impl Into<String>) -> ApiError {
+    ApiError {
+        status,
+        message: message.into(),
+    }
+}
+
+fn json_error(status: StatusCode, message: impl Into<String>) -> Response {
+    refuse(status, message).into_response()
+}
+
+/// Refuses requests for another host (DNS rebinding) and state-changing
+/// requests from another origin (cross-site form posts).
+async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let port = state.port;
+    let allowed_host =
+        |host: &str| host == format!("127.0.0.1:{port}") || host == format!("localhost:{port}");
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("");
+    if !allowed_host(host) {
+        return json_error(
+            StatusCode::FORBIDDEN,
+            format!("host {host:?} is not this server; use http://127.0.0.1:{port}"),
+        );
+    }
+    if request.method() != Method::GET && request.method() != Method::HEAD {
+        let origin = request
+            .headers()
+            .get(header::ORIGIN)
+            .and_then(|o| o.to_str().ok())
+            .unwrap_or("");
+        let own = origin.strip_prefix("http://").is_some_and(allowed_host);
+        if !own {
+            return json_error(
+                StatusCode::FORBIDDEN,
+                format!("origin {origin:?} may not post to this server"),
+            );
+        }
+    }
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(pages::CONTENT_SECURITY_POLICY),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    response
+}
+
+#[derive(Debug, Deserialize)]
+struct SidQuery {
+    sid: Option<String>,
+}
+
+/// The form behind a sid, or the response to send instead.
+fn form_for(state: &AppState, sid: Option<&str>) -> Result<(String, FormInfo), ApiError> {
+    let Some(sid) = sid.filter(|s| !s.is_empty()) else {
+        return Err(refuse(StatusCode::BAD_REQUEST, "sid: required"));
+    };
+    match state.forms.get(sid) {
+        None => Err(refuse(
+            StatusCode::NOT_FOUND,
+            "unknown form: the link is wrong, or the server that opened it has restarted",
+        )),
+        Some(form) if form.finished => Err(refuse(
+            StatusCode::NOT_FOUND,
+            "this form was already answered",
+        )),
+        Some(form) => Ok((sid.to_string(), form)),
+    }
+}
+
+fn html(status: StatusCode, markup: maud::Markup) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        markup.into_string(),
+    )
+        .into_response()
+}
+
+async fn ask_page(State(state): State<AppState>, Query(query): Query<SidQuery>) -> Response {
+    let sid = query.sid.as_deref();
+    let form = match sid.and_then(|s| state.forms.get(s)) {
+        Some(form) => form,
+        None => {
+            return html(
+                StatusCode::NOT_FOUND,
+                pages::message_page(
+                    "Form not found",
+                    "This link does not match an open form. The link may be incomplete, or the planb server that opened it has restarted; ask the agent to ask again.",
+                ),
+            );
+        }
+    };
+    if form.finished {
+        return html(
+            StatusCode::NOT_FOUND,
+            pages::message_page(
+                "Already answered",
+                "This form was already submitted. Your answers were recorded; you can close this tab.",
+            ),
+        );
+    }
+    let store = Arc::clone(&state.store);
+    let ask = form.ask;
+    let draft = tokio::task::spawn_blocking(move || {
+        store.read(|s| s.ask(&ask).and_then(|a| a.draft.clone()))
+    })
+    .await
+    .ok()
+    .and_then(Result::ok)
+    .flatten();
+    html(
+        StatusCode::OK,
+        pages::form_page(&form.spec, sid.unwrap_or_default(), draft.as_ref()),
+    )
+}
+
+async fn spec(State(state): State<AppState>, Query(query): Query<SidQuery>) -> Response {
+    match form_for(&state, query.sid.as_deref()) {
+        Ok((_, form)) => axum::Json(form.spec.to_json()).into_response(),
+        Err(error) => error.into_response(),
+    }
+}
+
+/// A `{sid, answers}` body, parsed by hand so errors name the field.
+fn parse_body(headers: &HeaderMap, body: &Bytes) -> Result<(String, Value), ApiError> {
+    let is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|c| c.to_str().ok())
+        .is_some_and(|c| c.starts_with("application/json"));
+    if !is_json {
+        return Err(refuse(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "body: must be application/json",
+        ));
+    }
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| refuse(StatusCode::BAD_REQUEST, format!("body: invalid JSON: {e}")))?;
+    let Value::Object(mut object) = value else {
+        return Err(refuse(
+            StatusCode::BAD_REQUEST,
+            "body: must be an object {sid, answers}",
+        ));
+    };
+    let sid = match object.remove("sid") {
+        Some(Value::String(sid)) => sid,
+        _ => return Err(refuse(StatusCode::BAD_REQUEST, "sid: must be a string")),
+    };
+    let answers = object.remove("answers").unwrap_or(Value::Null);
+    if let Some(key) = object.keys().next() {
+        return Err(refuse(
+            StatusCode::BAD_REQUEST,
+            format!("{key}: unknown field (expected sid, answers)"),
+        ));
+    }
+    Ok((sid, answers))
+}
+
+fn answer_errors(errors: &AnswerErrors) -> Response {
+    let by_question: serde_json::Map<String, Value> = errors
+        .questions
+        .iter()
+        .map(|(id, message)| (id.clone(), Value::String(message.clone())))
+        .collect();
+    (
+        StatusCode::UNPROCESSABLE_ENTITY,
+        axum::Json(json!({ "errors": by_question, "general": errors.general })),
+    )
+        .into_response()
+}
+
+async fn execute(store: &Arc<Store>, command: Command) -> Result<Vec<EventBody>, StoreError> {
+    let store = Arc::clone(store);
+    tokio::task::spawn_blocking(move || store.execute(command))
+        .await
+        .unwrap_or_else(|join| panic!("store task panicked: {join}"))
+        .map(|envelopes| envelopes.into_iter().map(|e| e.event.body).collect())
+}
+
+fn store_failure(error: &StoreError) -> Response {
+    tracing::error!("recording a form submission failed: {error}");
+    json_error(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        format!("could not record the answers: {error}"),
+    )
+}
+
+async fn draft(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    let (sid, answers) = match parse_body(&headers, &body) {
+        Ok(parsed) => parsed,
+        Err(error) => return error.into_response(),
+    };
+    let form = match form_for(&state, Some(&sid)) {
+        Ok((_, form)) => form,
+        Err(error) => return error.into_response(),
+    };
+    let answers = match form.spec.validate_draft(&answers) {
+        Ok(answers) => answers,
+        Err(errors) => return answer_errors(&errors),
+    };
+    match execute(
+        &state.store,
+        Command::SaveDraft {
+            ask: form.ask,
+            answers,
+        },
+    )
+    .await
+    {
+        Ok(_) => StatusCode::NO_CONTENT.into_response(),
+        Err(StoreError::Rejected(rejection)) => {
+            json_error(StatusCode::CONFLICT, rejection.to_string())
+        }
+        Err(error) => store_failure(&error),
+    }
+}
+
+async fn submit(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    let (sid, answers) = match parse_body(&headers, &body) {
+        Ok(parsed) => parsed,
+        Err(error) => return error.into_response(),
+    };
+    let form = match form_for(&state, Some(&sid)) {
+        Ok((_, form)) => form,
+        Err(error) => return error.into_response(),
+    };
+    let answers = match form.spec.validate_answers(&answers) {
+        Ok(answers) => answers,
+        Err(errors) => return answer_errors(&errors),
+    };
+    let recorded = execute(
+        &state.store,
+        Command::SubmitAnswers {
+            ask: form.ask,
+            answers: answers.clone(),
+        },
+    )
+    .await;
+    match recorded.as_deref() {
+        Ok([EventBody::AskAnswered { .. }]) => {
+            if let Some(waiter) = state.forms.finish(&sid) {
+                // The tool may have stopped waiting a moment ago; the answer is
+                // in the log either way.
+                let _ = waiter.send(answers);
+            }
+            axum::Json(json!({ "status": "answered" })).into_response()
+        }
+        Ok(_) => {
+            state.forms.finish(&sid);
+            axum::Json(json!({ "status": "late" })).into_response()
+        }
+        Err(StoreError::Rejected(Rejection::AlreadyAnswered { .. })) => {
+            state.forms.finish(&sid);
+            json_error(StatusCode::NOT_FOUND, "this form was already answered")
+        }
+        Err(StoreError::Rejected(rejection)) => {
+            json_error(StatusCode::CONFLICT, rejection.to_string())
+        }
+        Err(error) => store_failure(error),
+    }
+}
+
+async fn asset(Path(name): Path<String>) -> Response {
+    match pages::asset(&name) {
+        Some(asset) => (
+            [
+                (header::CONTENT_TYPE, asset.content_type),
+                (header::CACHE_CONTROL, "no-store"),
+            ],
+            asset.bytes,
+        )
+            .into_response(),
+        None => json_error(StatusCode::NOT_FOUND, format!("no asset {name:?}")),
+    }
+}
+
+async fn not_found() -> Response {
+    json_error(StatusCode::NOT_FOUND, "not found")
+}

@@ -1,0 +1,400 @@
+//! The MCP tools: `init_planb_session`, `ask_user`, `save_plan`.
+//!
+//! Glue: arguments are parsed and validated here, decisions are the core's,
+//! recording is the store's. The result texts are part of the interface
+//! (agents and scripts parse them) and follow the brief exactly.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use planb_core::{AskId, AskSpec, Command, DeclineAction, Delivery, EventBody, SessionId};
+use planb_projections::{Store, StoreError};
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::model::{
+    CallToolResult, ContentBlock, CustomNotification, ElicitationAction, Implementation,
+    JsonObject, ProgressNotificationParam, ServerCapabilities, ServerConfig, ServerNotification,
+};
+use rmcp::service::{ElicitationMode, RequestContext};
+use rmcp::{ErrorData, RoleServer, ServerHandler, tool, tool_handler, tool_router};
+use tokio::sync::{OnceCell, oneshot};
+
+use crate::args::{self, Args};
+use crate::config::{Config, human_duration};
+use crate::forms::Forms;
+
+/// The planb MCP server.
+#[derive(Debug, Clone)]
+pub struct PlanbServer {
+    store: Arc<Store>,
+    config: Arc<Config>,
+    forms: Arc<Forms>,
+    /// The callback server, started on the first form.
+    http: Arc<OnceCell<SocketAddr>>,
+    tool_router: ToolRouter<Self>,
+}
+
+fn text(message: impl Into<String>) -> CallToolResult {
+    CallToolResult::success(vec![ContentBlock::text(message.into())])
+}
+
+fn tool_error(message: impl Into<String>) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(message.into())])
+}
+
+/// A store failure as the agent sees it: a rejection is the agent's to fix,
+/// anything else is ours.
+fn store_error(error: StoreError) -> CallToolResult {
+    match error {
+        StoreError::Rejected(rejection) => tool_error(rejection.to_string()),
+        other => {
+            tracing::error!("store failure: {other}");
+            tool_error(format!("planb could not record this: {other}"))
+        }
+    }
+}
+
+/// 256 random bits, hex: the form's only credential.
+fn new_sid() -> Result<String, getrandom::Error> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+impl PlanbServer {
+    /// A server over `store`.
+    pub fn new(store: Arc<Store>, config: Config) -> PlanbServer {
+        PlanbServer {
+            store,
+            config: Arc::new(config),
+            forms: Arc::new(Forms::default()),
+            http: Arc::new(OnceCell::new()),
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    async fn execute(&self, command: Command) -> Result<Vec<EventBody>, StoreError> {
+        let store = Arc::clone(&self.store);
+        tokio::task::spawn_blocking(move || store.execute(command))
+            .await
+            .unwrap_or_else(|join| panic!("store task panicked: {join}"))
+            .map(|envelopes| envelopes.into_iter().map(|e| e.event.body).collect())
+    }
+
+    async fn session_exists(&self, session: SessionId) -> Result<bool, StoreError> {
+        let store = Arc::clone(&self.store);
+        tokio::task::spawn_blocking(move || store.read(|s| s.session(&session).is_some()))
+            .await
+            .unwrap_or_else(|join| panic!("store task panicked: {join}"))
+    }
+
+    async fn callback_address(&self) -> std::io::Result<SocketAddr> {
+        self.http
+            .get_or_try_init(|| {
+                crate::http::start(
+                    Arc::clone(&self.store),
+                    Arc::clone(&self.forms),
+                    self.config.port,
+                )
+            })
+            .await
+            .copied()
+    }
+
+    fn plan_path(&self, session: SessionId, version: u32) -> String {
+        planb_projections::files::plan_file(&self.config.data_root, &session, version)
+            .display()
+            .to_string()
+    }
+}
+
+#[tool_router]
+impl PlanbServer {
+    #[tool(
+        name = "init_planb_session",
+        description = "Start a planning session and get its sessionId. Call this once at the start of a planning arc, then pass the sessionId to every ask_user and save_plan call so questions, answers and plan versions are recorded together and can be replayed. No browser opens.",
+        input_schema = args::schema::<args::InitSessionInput>(),
+        annotations(
+            title = "Start a planning session",
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
+    )]
+    async fn init_planb_session(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
+        let mut args = Args::new(&arguments);
+        let title = args.optional_string("title", 200);
+        let intent = args.optional_string("intent", 2000);
+        let project_path = args.optional_string("projectPath", 4096);
+        if let Err(errors) = args.finish() {
+            return Ok(tool_error(errors.to_string()));
+        }
+        let session = SessionId::from_uuid(self.store.env().random_id());
+        let command = Command::CreateSession {
+            session,
+            title,
+            intent,
+            project_path,
+        };
+        if let Err(error) = self.execute(command).await {
+            return Ok(store_error(error));
+        }
+        let dir = planb_projections::files::session_dir(&self.config.data_root, &session);
+        Ok(text(format!(
+            "sessionId: {session}\n\nPass this sessionId to every ask_user and save_plan call of this planning session. \
+             Ask the person with ask_user before guessing, batch related questions into one form, and save the full plan \
+             with save_plan whenever it changes: every call keeps a new version. Everything is recorded under {}.",
+            dir.display()
+        )))
+    }
+
+    #[tool(
+        name = "save_plan",
+        description = "Save the full plan (Markdown) of a planning session as a new version. Every call adds a version (v1, v2, ...); earlier versions are kept so the plan's evolution can be replayed. No browser opens.",
+        input_schema = args::schema::<args::SavePlanInput>(),
+        annotations(
+            title = "Save a plan version",
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
+    )]
+    async fn save_plan(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
+        let mut args = Args::new(&arguments);
+        let session = args.session_id();
+        let plan = args.string("plan", planb_core::state::PLAN_CONTENT_BYTES_MAX);
+        let title = args.optional_string("title", 200);
+        if let Err(errors) = args.finish() {
+            return Ok(tool_error(errors.to_string()));
+        }
+        let (Some(session), Some(plan)) = (session, plan) else {
+            return Ok(tool_error("sessionId and plan are required"));
+        };
+        let recorded = self
+            .execute(Command::SavePlan {
+                session,
+                title,
+                content: plan,
+            })
+            .await;
+        match recorded {
+            Ok(events) => match events.as_slice() {
+                [EventBody::PlanVersionSaved { version, .. }] => Ok(text(format!(
+                    "Saved plan v{version} for session {session}\npath: {}",
+                    self.plan_path(session, *version)
+                ))),
+                other => {
+                    tracing::error!("save_plan recorded unexpected events: {other:?}");
+                    Ok(tool_error(
+                        "planb recorded something unexpected; see its log",
+                    ))
+                }
+            },
+            Err(error) => Ok(store_error(error)),
+        }
+    }
+
+    #[tool(
+        name = "ask_user",
+        description = "Ask the person one or more structured questions in a browser form and get their answers back as JSON {questionId: value}. Kinds: text, longtext, single, multi (options: strings or {value, markdown}), scale (min, max, step). Group questions into tabs with `tab`; an optional Markdown intro (tables, code, mermaid) opens the form. Waits until the person submits (or the wait times out). For non-sensitive input only.",
+        input_schema = args::schema::<args::AskUserInput>(),
+        annotations(
+            title = "Ask the user (browser form)",
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
+    )]
+    async fn ask_user(
+        &self,
+        arguments: JsonObject,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let mut spec_json = arguments.clone();
+        let session = match spec_json.remove("sessionId") {
+            None | Some(serde_json::Value::Null) => {
+                return Ok(tool_error(
+                    "sessionId: required; call init_planb_session first and pass the sessionId it returns",
+                ));
+            }
+            Some(value) => {
+                let mut object = JsonObject::new();
+                object.insert("sessionId".into(), value);
+                let mut args = Args::new(&object);
+                match (args.session_id(), args.finish()) {
+                    (Some(session), Ok(())) => session,
+                    (_, Err(errors)) => return Ok(tool_error(errors.to_string())),
+                    (None, Ok(())) => return Ok(tool_error("sessionId: required")),
+                }
+            }
+        };
+        let spec = match AskSpec::from_json(&serde_json::Value::Object(spec_json)) {
+            Ok(spec) => spec,
+            Err(errors) => return Ok(tool_error(format!("invalid question spec: {errors}"))),
+        };
+        match self.session_exists(session).await {
+            Ok(true) => {}
+            Ok(false) => {
+                return Ok(tool_error(format!(
+                    "sessionId: unknown session {session}; call init_planb_session first and pass the sessionId it returns"
+                )));
+            }
+            Err(error) => return Ok(store_error(error)),
+        }
+        let address = match self.callback_address().await {
+            Ok(address) => address,
+            Err(error) => {
+                tracing::error!("callback server: {error}");
+                return Ok(tool_error(format!("the form could not be opened: {error}")));
+            }
+        };
+        let sid = match new_sid() {
+            Ok(sid) => sid,
+            Err(error) => {
+                return Ok(tool_error(format!(
+                    "the form could not be opened: no randomness: {error}"
+                )));
+            }
+        };
+        let url = format!("http://127.0.0.1:{}/ask?sid={sid}", address.port());
+        let url_mode = context
+            .peer
+            .supported_elicitation_modes()
+            .contains(&ElicitationMode::Url);
+        let ask = AskId::from_uuid(self.store.env().random_id());
+        let delivery = if url_mode {
+            Delivery::UrlElicitation
+        } else if self.config.no_open {
+            Delivery::BrowserNotOpened
+        } else {
+            Delivery::BrowserOpened
+        };
+        let spec = Arc::new(spec);
+        let recorded = self
+            .execute(Command::OpenAsk {
+                session,
+                ask,
+                spec: (*spec).clone(),
+                delivery,
+                url: url.clone(),
+            })
+            .await;
+        if let Err(error) = recorded {
+            return Ok(store_error(error));
+        }
+        let (sender, answered) = oneshot::channel();
+        if let Err(error) = self
+            .forms
+            .register(sid.clone(), ask, Arc::clone(&spec), sender)
+        {
+            let _ = self
+                .execute(Command::Fail {
+                    ask,
+                    detail: error.to_string(),
+                })
+                .await;
+            return Ok(tool_error(error.to_string()));
+        }
+        let outcome = crate::ask::wait(crate::ask::Wait {
+            server: self,
+            context: &context,
+            ask,
+            spec: &spec,
+            url: &url,
+            url_mode,
+            answered,
+        })
+        .await;
+        self.forms.detach(&sid);
+        Ok(outcome)
+    }
+}
+
+impl PlanbServer {
+    /// Records an outcome other than an answer; if the answer won the race,
+    /// returns it instead.
+    pub(crate) async fn close_ask(
+        &self,
+        ask: AskId,
+        command: Command,
+    ) -> Result<(), Option<planb_core::Answers>> {
+        match self.execute(command).await {
+            Ok(_) => Ok(()),
+            Err(StoreError::Rejected(_)) => {
+                // The person submitted at the same moment: the answer is recorded.
+                let store = Arc::clone(&self.store);
+                let answers = tokio::task::spawn_blocking(move || {
+                    store.read(|s| s.ask(&ask).and_then(|a| a.answers.clone()))
+                })
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .flatten();
+                Err(answers)
+            }
+            Err(error) => {
+                tracing::error!("recording the end of ask {ask} failed: {error}");
+                Ok(())
+            }
+        }
+    }
+
+    pub(crate) fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub(crate) fn decline_command(ask: AskId, action: ElicitationAction) -> Command {
+        let action = if action == ElicitationAction::Cancel {
+            DeclineAction::Cancel
+        } else {
+            DeclineAction::Decline
+        };
+        Command::Decline { ask, action }
+    }
+
+    pub(crate) async fn notify_progress(
+        context: &RequestContext<RoleServer>,
+        token: &rmcp::model::ProgressToken,
+        progress: f64,
+        message: String,
+    ) {
+        let param = ProgressNotificationParam::new(token.clone(), progress).with_message(message);
+        if let Err(error) = context.peer.notify_progress(param).await {
+            tracing::debug!("progress notification not sent: {error}");
+        }
+    }
+
+    pub(crate) async fn notify_elicitation_complete(
+        context: &RequestContext<RoleServer>,
+        elicitation_id: &str,
+    ) {
+        let notification = ServerNotification::CustomNotification(CustomNotification::new(
+            "notifications/elicitation/complete",
+            Some(serde_json::json!({ "elicitationId": elicitation_id })),
+        ));
+        if let Err(error) = context.peer.send_notification(notification).await {
+            tracing::debug!("elicitation completion not sent: {error}");
+        }
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for PlanbServer {
+    fn get_info(&self) -> ServerConfig {
+        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("planb", env!("CARGO_PKG_VERSION")));
+        info.instructions = Some(
+            "planb records a planning arc: call init_planb_session once, ask the person with ask_user (a browser form) \
+             instead of guessing, and save the full plan with save_plan; every question, answer and plan version is kept."
+                .into(),
+        );
+        info
+    }
+}
+
+/// A human name for how long the server waits for an answer.
+pub(crate) fn timeout_text(config: &Config) -> String {
+    human_duration(config.answer_timeout)
+}

@@ -1,0 +1,589 @@
+//! End to end: the real `planb-mcp` binary over stdio with rmcp's client, and the
+//! callback server over real HTTP. The test plays the person at the browser.
+
+mod support;
+
+use std::time::Duration;
+
+use planb_projections::{DataRoot, Store, SystemEnvironment};
+use rmcp::model::{CallToolRequestParams, CallToolResult, ElicitationAction};
+use serde_json::{Value, json};
+use support::{
+    Server, UrlAnswer, call, get, http, new_session, parse_form_url, post_json, sample_ask, start,
+    text_of,
+};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// Starts `ask_user` in the background; returns the pending result.
+fn ask_in_background(
+    server: &Server,
+    arguments: serde_json::Map<String, Value>,
+) -> tokio::task::JoinHandle<CallToolResult> {
+    let peer = server.client.peer().clone();
+    tokio::spawn(async move {
+        peer.call_tool(CallToolRequestParams::new("ask_user").with_arguments(arguments))
+            .await
+            .expect("ask_user call")
+    })
+}
+
+async fn next<T>(receiver: &mut tokio::sync::mpsc::UnboundedReceiver<T>) -> T {
+    tokio::time::timeout(WAIT, receiver.recv())
+        .await
+        .expect("in time")
+        .expect("channel open")
+}
+
+fn valid_answers() -> Value {
+    json!({"name": "Aurora", "summary": "", "language": "Rust", "integrations": ["Slack", "GitHub"], "priority": 4})
+}
+
+/// Events recorded in the data root, as `kind_name`s, after the server exited.
+fn recorded_kinds(root: &std::path::Path) -> Vec<&'static str> {
+    let (store, _) = Store::open(DataRoot::new(root), std::sync::Arc::new(SystemEnvironment))
+        .expect("open store");
+    let mut kinds = Vec::new();
+    let mut reader = planb_log::read_dir(
+        &DataRoot::new(root).log_dir(),
+        Default::default(),
+        planb_log::Cursor(1),
+    )
+    .expect("reader");
+    while let Some(record) = reader.next().expect("read") {
+        let envelope = planb_core::decode(&record.payload, planb_core::Cursor(record.cursor.0))
+            .expect("decode");
+        kinds.push(envelope.event.body.kind_name());
+    }
+    drop(store);
+    kinds
+}
+
+#[tokio::test]
+async fn tools_are_listed_with_schemas_and_annotations() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
+    let tools = server.client.list_all_tools().await.expect("tools/list");
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    assert_eq!(names.len(), 3, "{names:?}");
+    for name in ["init_planb_session", "ask_user", "save_plan"] {
+        assert!(names.contains(&name), "{name} missing from {names:?}");
+    }
+    let ask = tools
+        .iter()
+        .find(|t| t.name == "ask_user")
+        .expect("ask_user");
+    let schema = serde_json::to_value(&*ask.input_schema).expect("schema");
+    let properties = &schema["properties"];
+    for field in ["sessionId", "title", "introTitle", "intro", "questions"] {
+        assert!(
+            properties.get(field).is_some(),
+            "ask_user schema lacks {field}: {schema}"
+        );
+    }
+    let annotations = ask.annotations.as_ref().expect("annotations");
+    assert_eq!(annotations.read_only_hint, Some(false));
+    server.client.cancel().await.expect("shutdown");
+}
+
+#[tokio::test]
+async fn sessions_and_plan_versions_use_the_exact_texts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
+    let result = call(
+        &server,
+        "init_planb_session",
+        json!({"title": "Auth", "intent": "plan auth", "projectPath": "/work/app"}),
+    )
+    .await;
+    assert_eq!(result.is_error, Some(false));
+    let session = new_session(&server).await;
+    assert!(planb_core::SessionId::parse(&session).is_ok());
+    let root = dir.path().canonicalize().expect("root");
+    for version in 1..=2 {
+        let result = call(
+            &server,
+            "save_plan",
+            json!({"sessionId": session, "plan": format!("# Plan {version}"), "title": "draft"}),
+        )
+        .await;
+        let expected = format!(
+            "Saved plan v{version} for session {session}\npath: {}",
+            root.join("sessions")
+                .join(&session)
+                .join("plans")
+                .join(format!("v{version}.md"))
+                .display()
+        );
+        assert_eq!(text_of(&result), expected);
+    }
+    server.client.cancel().await.expect("shutdown");
+    let kinds = recorded_kinds(dir.path());
+    assert_eq!(
+        kinds,
+        [
+            "session_created",
+            "session_created",
+            "plan_version_saved",
+            "plan_version_saved"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn url_elicitation_round_trip_returns_exactly_the_answers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut server = start(
+        dir.path(),
+        UrlAnswer::Answer(ElicitationAction::Accept),
+        &[],
+    )
+    .await;
+    let session = new_session(&server).await;
+    let pending = ask_in_background(&server, sample_ask(&session));
+    let (url, elicitation_id) = next(&mut server.seen.urls).await;
+    let (port, sid) = parse_form_url(&url);
+    assert!(sid.len() >= 32, "sid carries at least 128 bits: {sid}");
+
+    let spec = get(port, &format!("/spec?sid={sid}")).await;
+    assert_eq!(spec.status, 200);
+    let spec = spec.json();
+    assert_eq!(spec["title"], "Project kickoff");
+    assert!(
+        spec.get("sessionId").is_none(),
+        "the spec never carries the session: {spec}"
+    );
+    assert!(!spec.to_string().contains(&session), "{spec}");
+
+    let page = get(port, &format!("/ask?sid={sid}")).await;
+    assert_eq!(page.status, 200);
+    assert!(
+        page.header("content-security-policy")
+            .is_some_and(|c| c.contains("default-src 'none'"))
+    );
+
+    let submitted = post_json(
+        port,
+        "/submit",
+        &json!({"sid": sid, "answers": valid_answers()}),
+    )
+    .await;
+    assert_eq!(submitted.status, 200, "{}", submitted.body);
+    assert_eq!(submitted.json()["status"], "answered");
+
+    let result = tokio::time::timeout(WAIT, pending)
+        .await
+        .expect("in time")
+        .expect("task");
+    assert_eq!(result.is_error, Some(false));
+    let returned: Value = serde_json::from_str(&text_of(&result)).expect("answers JSON");
+    assert_eq!(
+        returned,
+        json!({"name": "Aurora", "summary": "", "language": "Rust", "integrations": ["Slack", "GitHub"], "priority": 4})
+    );
+    assert_eq!(next(&mut server.seen.completions).await, elicitation_id);
+
+    // One-shot: a replayed submission is refused and nothing changes.
+    let replay = post_json(
+        port,
+        "/submit",
+        &json!({"sid": sid, "answers": valid_answers()}),
+    )
+    .await;
+    assert_eq!(replay.status, 404, "{}", replay.body);
+    server.client.cancel().await.expect("shutdown");
+    let kinds = recorded_kinds(dir.path());
+    assert_eq!(kinds, ["session_created", "ask_opened", "ask_answered"]);
+}
+
+#[tokio::test]
+async fn a_bare_elicitation_client_gets_the_url_on_stderr_with_ask_no_open() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut server = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
+    let session = new_session(&server).await;
+    let pending = ask_in_background(&server, sample_ask(&session));
+    let url = next(&mut server.seen.stderr_urls).await;
+    let (port, sid) = parse_form_url(&url);
+    let submitted = post_json(
+        port,
+        "/submit",
+        &json!({"sid": sid, "answers": valid_answers()}),
+    )
+    .await;
+    assert_eq!(submitted.status, 200, "{}", submitted.body);
+    let result = tokio::time::timeout(WAIT, pending)
+        .await
+        .expect("in time")
+        .expect("task");
+    let returned: Value = serde_json::from_str(&text_of(&result)).expect("answers JSON");
+    assert_eq!(returned["priority"], 4);
+    assert!(
+        server.seen.urls.try_recv().is_err(),
+        "no URL elicitation was sent"
+    );
+    server.client.cancel().await.expect("shutdown");
+}
+
+#[tokio::test]
+async fn decline_and_cancel_return_user_cancelled_and_are_recorded() {
+    for action in [ElicitationAction::Decline, ElicitationAction::Cancel] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut server = start(dir.path(), UrlAnswer::Answer(action.clone()), &[]).await;
+        let session = new_session(&server).await;
+        let pending = ask_in_background(&server, sample_ask(&session));
+        let (_, id) = next(&mut server.seen.urls).await;
+        let result = tokio::time::timeout(WAIT, pending)
+            .await
+            .expect("in time")
+            .expect("task");
+        assert_eq!(text_of(&result), "User cancelled.");
+        assert_eq!(next(&mut server.seen.completions).await, id);
+        server.client.cancel().await.expect("shutdown");
+        assert_eq!(
+            recorded_kinds(dir.path()),
+            ["session_created", "ask_opened", "ask_declined"]
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_timeout_is_plain_the_server_stays_healthy_and_a_late_answer_is_kept() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut server = start(
+        dir.path(),
+        UrlAnswer::NotSupported,
+        &[("ASK_ANSWER_TIMEOUT_MS", "300")],
+    )
+    .await;
+    let session = new_session(&server).await;
+    for _ in 0..3 {
+        let result = call(&server, "ask_user", Value::Object(sample_ask(&session))).await;
+        let text = text_of(&result);
+        assert!(text.contains("timed out"), "{text}");
+        assert!(text.contains("call ask_user again"), "{text}");
+        assert_eq!(result.is_error, Some(false));
+    }
+    let url = next(&mut server.seen.stderr_urls).await;
+    let (port, sid) = parse_form_url(&url);
+    let late = post_json(
+        port,
+        "/submit",
+        &json!({"sid": sid, "answers": valid_answers()}),
+    )
+    .await;
+    assert_eq!(late.status, 200, "{}", late.body);
+    assert_eq!(late.json()["status"], "late");
+    // Still healthy: a new session works.
+    new_session(&server).await;
+    server.client.cancel().await.expect("shutdown");
+    let kinds = recorded_kinds(dir.path());
+    assert_eq!(kinds.iter().filter(|k| **k == "ask_timed_out").count(), 3);
+    assert_eq!(kinds.iter().filter(|k| **k == "ask_late_answer").count(), 1);
+}
+
+#[tokio::test]
+async fn unknown_and_malformed_sessions_are_refused_and_nothing_is_created() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
+    let unknown = "0190f1c2-0000-7000-8000-000000000001";
+    for tool in ["ask_user", "save_plan"] {
+        let mut arguments = sample_ask(unknown);
+        if tool == "save_plan" {
+            arguments = serde_json::from_value(json!({"sessionId": unknown, "plan": "# x"}))
+                .expect("object");
+        }
+        let result = call(&server, tool, Value::Object(arguments)).await;
+        assert_eq!(result.is_error, Some(true));
+        let text = text_of(&result);
+        assert!(text.contains("init_planb_session"), "{tool}: {text}");
+    }
+    let result = call(
+        &server,
+        "save_plan",
+        json!({"sessionId": "not-a-uuid", "plan": "# x"}),
+    )
+    .await;
+    assert_eq!(result.is_error, Some(true));
+    assert!(
+        text_of(&result).starts_with("sessionId:"),
+        "{}",
+        text_of(&result)
+    );
+    server.client.cancel().await.expect("shutdown");
+    assert!(recorded_kinds(dir.path()).is_empty());
+    assert!(!dir.path().join("sessions").join(unknown).exists());
+}
+
+#[tokio::test]
+async fn spec_errors_name_the_field_and_open_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
+    let session = new_session(&server).await;
+    let cases = [
+        (
+            json!({"title": " ", "questions": [{"id": "a", "kind": "text", "label": "A"}]}),
+            "title",
+        ),
+        (json!({"title": "t", "questions": []}), "questions"),
+        (
+            json!({"title": "t", "questions": [{"id": "a", "kind": "text", "label": "A"}, {"id": "a", "kind": "text", "label": "B"}]}),
+            "questions[1].id",
+        ),
+        (
+            json!({"title": "t", "questions": [{"id": "a", "kind": "single", "label": "A", "options": ["x", "x"]}]}),
+            "questions[0].options[1].value",
+        ),
+        (
+            json!({"title": "t", "questions": [{"id": "a", "kind": "scale", "label": "A", "min": 5, "max": 5}]}),
+            "questions[0].max",
+        ),
+        (
+            json!({"title": "t", "questions": [{"id": "a", "kind": "slider", "label": "A"}]}),
+            "questions[0].kind",
+        ),
+        (
+            json!({"title": "t", "colour": "red", "questions": [{"id": "a", "kind": "text", "label": "A"}]}),
+            "colour",
+        ),
+    ];
+    for (mut spec, field) in cases {
+        spec["sessionId"] = json!(session);
+        let result = call(&server, "ask_user", spec.clone()).await;
+        assert_eq!(result.is_error, Some(true), "{spec}");
+        let text = text_of(&result);
+        assert!(
+            text.contains(&format!("{field}:")),
+            "expected {field} in {text:?}"
+        );
+    }
+    server.client.cancel().await.expect("shutdown");
+    assert_eq!(recorded_kinds(dir.path()), ["session_created"]);
+}
+
+#[tokio::test]
+async fn invalid_submissions_get_422_per_question_and_never_reach_the_agent() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut server = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
+    let session = new_session(&server).await;
+    let pending = ask_in_background(&server, sample_ask(&session));
+    let (port, sid) = parse_form_url(&next(&mut server.seen.stderr_urls).await);
+    let invalid = json!({"name": "", "language": "Cobol", "integrations": ["GitHub", "GitHub"], "priority": 9});
+    let rejected = post_json(port, "/submit", &json!({"sid": sid, "answers": invalid})).await;
+    assert_eq!(rejected.status, 422, "{}", rejected.body);
+    let errors = &rejected.json()["errors"];
+    for id in ["name", "language", "integrations", "priority"] {
+        assert!(errors.get(id).is_some(), "no message for {id}: {errors}");
+    }
+    assert!(
+        !pending.is_finished(),
+        "an invalid submission reached the agent"
+    );
+    let accepted = post_json(
+        port,
+        "/submit",
+        &json!({"sid": sid, "answers": valid_answers()}),
+    )
+    .await;
+    assert_eq!(accepted.status, 200);
+    let result = tokio::time::timeout(WAIT, pending)
+        .await
+        .expect("in time")
+        .expect("task");
+    assert_eq!(
+        serde_json::from_str::<Value>(&text_of(&result)).expect("json")["language"],
+        "Rust"
+    );
+    server.client.cancel().await.expect("shutdown");
+}
+
+#[tokio::test]
+async fn foreign_hosts_and_origins_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut server = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
+    let session = new_session(&server).await;
+    let pending = ask_in_background(&server, sample_ask(&session));
+    let (port, sid) = parse_form_url(&next(&mut server.seen.stderr_urls).await);
+    let body = json!({"sid": sid, "answers": valid_answers()}).to_string();
+    let rebinding = http(
+        port,
+        "GET",
+        &format!("/spec?sid={sid}"),
+        &[("Host", "evil.example:80".into())],
+        "",
+    )
+    .await;
+    assert_eq!(rebinding.status, 403);
+    for origin in [Some("http://evil.example"), Some("null"), None] {
+        let mut headers = vec![
+            ("Host", format!("127.0.0.1:{port}")),
+            ("Content-Type", "application/json".to_string()),
+        ];
+        if let Some(origin) = origin {
+            headers.push(("Origin", origin.to_string()));
+        }
+        let response = http(port, "POST", "/submit", &headers, &body).await;
+        assert_eq!(response.status, 403, "origin {origin:?}: {}", response.body);
+    }
+    let unknown = get(port, "/spec?sid=0000").await;
+    assert_eq!(unknown.status, 404);
+    assert!(unknown.json()["error"].is_string());
+    assert!(!pending.is_finished());
+    let accepted = post_json(
+        port,
+        "/submit",
+        &json!({"sid": sid, "answers": valid_answers()}),
+    )
+    .await;
+    assert_eq!(accepted.status, 200);
+    tokio::time::timeout(WAIT, pending)
+        .await
+        .expect("in time")
+        .expect("task");
+    server.client.cancel().await.expect("shutdown");
+}
+
+#[tokio::test]
+async fn several_asks_wait_at_once_and_drafts_are_recorded() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut server = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
+    let session = new_session(&server).await;
+    let first = ask_in_background(&server, sample_ask(&session));
+    let (port, first_sid) = parse_form_url(&next(&mut server.seen.stderr_urls).await);
+    let second = ask_in_background(&server, sample_ask(&session));
+    let (_, second_sid) = parse_form_url(&next(&mut server.seen.stderr_urls).await);
+    assert_ne!(first_sid, second_sid);
+    let draft = post_json(
+        port,
+        "/draft",
+        &json!({"sid": second_sid, "answers": {"name": "Dra"}}),
+    )
+    .await;
+    assert_eq!(draft.status, 204, "{}", draft.body);
+    let mut second_answers = valid_answers();
+    second_answers["name"] = json!("Second");
+    assert_eq!(
+        post_json(
+            port,
+            "/submit",
+            &json!({"sid": second_sid, "answers": second_answers})
+        )
+        .await
+        .status,
+        200
+    );
+    assert_eq!(
+        post_json(
+            port,
+            "/submit",
+            &json!({"sid": first_sid, "answers": valid_answers()})
+        )
+        .await
+        .status,
+        200
+    );
+    let first = tokio::time::timeout(WAIT, first)
+        .await
+        .expect("in time")
+        .expect("task");
+    let second = tokio::time::timeout(WAIT, second)
+        .await
+        .expect("in time")
+        .expect("task");
+    assert!(text_of(&first).contains("Aurora"));
+    assert!(text_of(&second).contains("Second"));
+    server.client.cancel().await.expect("shutdown");
+    let kinds = recorded_kinds(dir.path());
+    assert_eq!(kinds.iter().filter(|k| **k == "ask_draft_saved").count(), 1);
+    assert_eq!(kinds.iter().filter(|k| **k == "ask_answered").count(), 2);
+}
+
+#[tokio::test]
+async fn progress_notifications_name_the_url_while_waiting() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut server = start(
+        dir.path(),
+        UrlAnswer::NotSupported,
+        &[("PLANB_PROGRESS_INTERVAL_MS", "50")],
+    )
+    .await;
+    let session = new_session(&server).await;
+    let peer = server.client.peer().clone();
+    let mut request = CallToolRequestParams::new("ask_user").with_arguments(sample_ask(&session));
+    request.meta = Some(rmcp::model::RequestMetaObject::with_progress_token(
+        rmcp::model::ProgressToken(rmcp::model::NumberOrString::Number(7)),
+    ));
+    let pending = tokio::spawn(async move { peer.call_tool(request).await.expect("call") });
+    let url = next(&mut server.seen.stderr_urls).await;
+    let message = next(&mut server.seen.progress).await;
+    assert!(message.contains(&url), "{message}");
+    let (port, sid) = parse_form_url(&url);
+    assert_eq!(
+        post_json(
+            port,
+            "/submit",
+            &json!({"sid": sid, "answers": valid_answers()})
+        )
+        .await
+        .status,
+        200
+    );
+    tokio::time::timeout(WAIT, pending)
+        .await
+        .expect("in time")
+        .expect("task");
+    server.client.cancel().await.expect("shutdown");
+}
+
+#[test]
+fn nothing_but_json_rpc_reaches_stdout() {
+    // Drive the binary with raw JSON-RPC lines and check every stdout byte.
+    use std::io::{BufRead, Write};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_planb-mcp"))
+        .env("PLANB_MCP_DATA_DIR", dir.path())
+        .env("RUST_LOG", "debug")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let requests = [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {"elicitation": {}}, "clientInfo": {"name": "raw", "version": "0"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "init_planb_session", "arguments": {"title": "raw"}}}),
+        json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "save_plan", "arguments": {"sessionId": "nope", "plan": "x"}}}),
+    ];
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = std::io::BufReader::new(stdout).lines();
+    let mut responses = Vec::new();
+    for request in &requests {
+        writeln!(stdin, "{request}").expect("write");
+        stdin.flush().expect("flush");
+        if request.get("id").is_some() {
+            let line = lines.next().expect("a line").expect("read");
+            let value: Value = serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("not JSON on stdout: {line:?}: {e}"));
+            assert_eq!(value["jsonrpc"], "2.0", "{line}");
+            responses.push(value);
+        }
+    }
+    drop(stdin);
+    for line in lines {
+        let line = line.expect("read");
+        let value: Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("not JSON on stdout: {line:?}: {e}"));
+        assert_eq!(value["jsonrpc"], "2.0");
+    }
+    let status = child.wait().expect("exit");
+    assert!(status.success(), "{status:?}");
+    assert_eq!(responses[0]["result"]["protocolVersion"], "2025-06-18");
+    assert!(
+        responses[2]["result"]["content"][0]["text"]
+            .as_str()
+            .expect("text")
+            .starts_with("sessionId: ")
+    );
+    assert_eq!(responses[3]["result"]["isError"], true);
+}

@@ -1,0 +1,334 @@
+//! Test support: the real `planb-mcp` binary over stdio with rmcp's client, and
+//! a raw HTTP/1.1 client (raw so tests can send any Host and Origin header).
+
+#![allow(dead_code, reason = "each test file uses a different part")]
+
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, CustomNotification,
+    ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationCapability,
+    FormElicitationCapability, Implementation, JsonObject, ProgressNotificationParam,
+    ProtocolVersion, UrlElicitationCapability,
+};
+use rmcp::service::{NotificationContext, RequestContext, RunningService};
+use rmcp::transport::TokioChildProcess;
+use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::{Mutex, mpsc};
+
+/// How the test client answers URL elicitations.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UrlAnswer {
+    /// The client does not advertise URL elicitation (bare `elicitation: {}`).
+    NotSupported,
+    /// Advertise it and answer with this action.
+    Answer(ElicitationAction),
+}
+
+/// What the client saw from the server.
+#[derive(Debug)]
+pub struct Seen {
+    /// URLs of URL-mode elicitations.
+    pub urls: mpsc::UnboundedReceiver<(String, String)>,
+    /// `elicitationId`s of `notifications/elicitation/complete`.
+    pub completions: mpsc::UnboundedReceiver<String>,
+    /// Progress messages.
+    pub progress: mpsc::UnboundedReceiver<String>,
+    /// URLs the server printed on stderr (`opening browser directly: <url>`).
+    pub stderr_urls: mpsc::UnboundedReceiver<String>,
+}
+
+#[derive(Debug)]
+pub struct TestClient {
+    url_answer: UrlAnswer,
+    urls: mpsc::UnboundedSender<(String, String)>,
+    completions: mpsc::UnboundedSender<String>,
+    progress: mpsc::UnboundedSender<String>,
+}
+
+impl ClientHandler for TestClient {
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        match (request, &self.url_answer) {
+            (
+                ElicitRequestParams::UrlElicitationParams {
+                    url,
+                    elicitation_id,
+                    ..
+                },
+                UrlAnswer::Answer(action),
+            ) => {
+                let _ = self.urls.send((url, elicitation_id));
+                Ok(ElicitResult::new(action.clone()))
+            }
+            _ => Ok(ElicitResult::new(ElicitationAction::Decline)),
+        }
+    }
+
+    async fn on_custom_notification(
+        &self,
+        notification: CustomNotification,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        if notification.method == "notifications/elicitation/complete" {
+            let id = notification
+                .params
+                .as_ref()
+                .and_then(|p| p.get("elicitationId"))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            let _ = self.completions.send(id);
+        }
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let _ = self.progress.send(params.message.unwrap_or_default());
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        let elicitation = match self.url_answer {
+            UrlAnswer::NotSupported => ElicitationCapability::default(),
+            UrlAnswer::Answer(_) => ElicitationCapability::new()
+                .with_form(FormElicitationCapability::new())
+                .with_url(UrlElicitationCapability::new()),
+        };
+        let capabilities = ClientCapabilities::builder()
+            .enable_elicitation_with(elicitation)
+            .build();
+        ClientConfig::new(capabilities, Implementation::new("planb-tests", "0"))
+            .with_protocol_version(ProtocolVersion::V_2025_11_25)
+    }
+}
+
+/// A running server and the client connected to it.
+pub struct Server {
+    pub client: RunningService<RoleClient, TestClient>,
+    pub seen: Seen,
+    /// Every stderr line the server printed.
+    pub stderr: Arc<Mutex<Vec<String>>>,
+}
+
+/// Starts `planb-mcp` on `data_dir` with extra environment variables.
+pub async fn start(data_dir: &Path, url_answer: UrlAnswer, env: &[(&str, &str)]) -> Server {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_planb-mcp"));
+    command
+        .env("PLANB_MCP_DATA_DIR", data_dir)
+        .env("ASK_NO_OPEN", "1")
+        .env("RUST_LOG", "info")
+        .env_remove("PLANB_PORT")
+        .env_remove("ASK_ANSWER_TIMEOUT_MS");
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let (transport, stderr) = TokioChildProcess::builder(command)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn planb-mcp");
+    let (stderr_tx, stderr_urls) = mpsc::unbounded_channel();
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    if let Some(stderr) = stderr {
+        let lines = Arc::clone(&lines);
+        tokio::spawn(async move {
+            let mut reader = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = reader.next_line().await {
+                if let Some(rest) = line.split("opening browser directly: ").nth(1) {
+                    let url = rest.split_whitespace().next().unwrap_or_default();
+                    let _ = stderr_tx.send(url.to_string());
+                }
+                lines.lock().await.push(line);
+            }
+        });
+    }
+    let (urls_tx, urls) = mpsc::unbounded_channel();
+    let (completions_tx, completions) = mpsc::unbounded_channel();
+    let (progress_tx, progress) = mpsc::unbounded_channel();
+    let handler = TestClient {
+        url_answer,
+        urls: urls_tx,
+        completions: completions_tx,
+        progress: progress_tx,
+    };
+    let client = handler.serve(transport).await.expect("initialize");
+    Server {
+        client,
+        seen: Seen {
+            urls,
+            completions,
+            progress,
+            stderr_urls,
+        },
+        stderr: lines,
+    }
+}
+
+/// Calls a tool with JSON arguments.
+pub async fn call(server: &Server, tool: &'static str, arguments: Value) -> CallToolResult {
+    let Value::Object(arguments) = arguments else {
+        panic!("arguments must be an object")
+    };
+    server
+        .client
+        .call_tool(CallToolRequestParams::new(tool).with_arguments(arguments))
+        .await
+        .expect("tools/call")
+}
+
+/// The text of a tool result's first content block.
+pub fn text_of(result: &CallToolResult) -> String {
+    result
+        .content
+        .first()
+        .and_then(|c| c.as_text())
+        .map(|t| t.text.clone())
+        .unwrap_or_default()
+}
+
+/// Creates a session and returns its id.
+pub async fn new_session(server: &Server) -> String {
+    let result = call(
+        server,
+        "init_planb_session",
+        serde_json::json!({"title": "t"}),
+    )
+    .await;
+    let text = text_of(&result);
+    text.lines()
+        .next()
+        .and_then(|l| l.strip_prefix("sessionId: "))
+        .expect("first line is sessionId")
+        .to_string()
+}
+
+/// Arguments of `ask_user` with every kind.
+pub fn sample_ask(session: &str) -> JsonObject {
+    let Value::Object(object) = serde_json::json!({
+        "sessionId": session,
+        "title": "Project kickoff",
+        "intro": "A few questions.",
+        "questions": [
+            {"id": "name", "kind": "text", "label": "Project name", "required": true, "tab": "Workspace"},
+            {"id": "summary", "kind": "longtext", "label": "Summary", "tab": "Workspace"},
+            {"id": "language", "kind": "single", "label": "Language", "required": true,
+             "options": [{"value": "Rust", "markdown": "**Rust**"}, "Go"], "tab": "Workspace"},
+            {"id": "integrations", "kind": "multi", "label": "Integrations", "options": ["GitHub", "Slack"]},
+            {"id": "priority", "kind": "scale", "label": "Priority", "min": 1, "max": 5, "step": 1, "required": true}
+        ]
+    }) else {
+        unreachable!()
+    };
+    object
+}
+
+/// A raw HTTP response.
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl Response {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or(Value::Null)
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Sends one HTTP/1.1 request to 127.0.0.1:`port` with exactly these headers.
+pub async fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, String)],
+    body: &str,
+) -> Response {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
+    let mut request = format!("{method} {path} HTTP/1.1\r\n");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str(&format!(
+        "Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    ));
+    stream.write_all(request.as_bytes()).await.expect("send");
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut raw))
+        .await
+        .expect("response in time")
+        .expect("read");
+    let raw = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|s| s.parse().ok())
+        .expect("status line");
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_string(), v.trim().to_string()))
+        .collect();
+    Response {
+        status,
+        headers,
+        body: body.to_string(),
+    }
+}
+
+/// A URL's port and `sid`.
+pub fn parse_form_url(url: &str) -> (u16, String) {
+    let rest = url.strip_prefix("http://127.0.0.1:").expect("loopback url");
+    let (port, rest) = rest.split_once('/').expect("path");
+    let sid = rest.strip_prefix("ask?sid=").expect("sid").to_string();
+    (port.parse().expect("port"), sid)
+}
+
+/// GET from the form's own host.
+pub async fn get(port: u16, path: &str) -> Response {
+    http(
+        port,
+        "GET",
+        path,
+        &[("Host", format!("127.0.0.1:{port}"))],
+        "",
+    )
+    .await
+}
+
+/// POST JSON as the form itself would.
+pub async fn post_json(port: u16, path: &str, body: &Value) -> Response {
+    http(
+        port,
+        "POST",
+        path,
+        &[
+            ("Host", format!("127.0.0.1:{port}")),
+            ("Origin", format!("http://127.0.0.1:{port}")),
+            ("Content-Type", "application/json".to_string()),
+        ],
+        &body.to_string(),
+    )
+    .await
+}

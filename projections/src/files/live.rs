@@ -1,0 +1,283 @@
+//! Keeping the live tree of a data root current while several processes
+//! append to one log.
+//!
+//! **Who writes.** Every projection of the live tree runs under the log's
+//! append lock, on a state caught up to the end of the log. Lock holders
+//! follow one another in log order, so a later projection always writes a
+//! newer state and an older one can never overwrite it. The writer of an
+//! event projects it right after appending it (`Store::execute`); a process
+//! that folds events another process appended projects them too when the
+//! checkpoint shows nobody did (that process crashed between append and
+//! projection, or failed to write).
+//!
+//! **The checkpoint.** `<root>/sessions.cursor` holds the cursor `c` such that
+//! every event up to `c` is reflected in the tree, and the boot id of the
+//! machine that wrote it. It is written after a projection that left no
+//! gap and wrote every file; a failed projection leaves it behind. Each
+//! process keeps a [`Pending`] set: the sessions (and their asks and plan
+//! versions) changed by the events it folded since it last projected. Under
+//! the lock, with the checkpoint at `c` and the pending set covering events
+//! after `after`:
+//!
+//! - `c` = end of the log: the tree is current, nothing to write;
+//! - `after <= c < end`: write the pending parts, then set the checkpoint;
+//! - otherwise (no checkpoint, `c < after` because a projection failed
+//!   somewhere, `c` past the end because the log was replaced): write every
+//!   session, then set the checkpoint.
+//!
+//! Files are not fsynced (see `files.rs`); a checkpoint written during an
+//! earlier boot is therefore not trusted, since an unclean shutdown may have
+//! lost files it vouches for. Deleting `sessions/` also voids it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::OnceLock;
+
+use planb_core::{AskId, Cursor, Envelope, EventBody, SessionId, State};
+
+use super::{Parts, Writer, write_if_changed};
+use crate::StoreError;
+use crate::store::DataRoot;
+
+/// What this process folded since it last projected.
+#[derive(Debug)]
+pub(crate) struct Pending {
+    /// Every event after this cursor that the process folded is noted in
+    /// `sessions` (unless `full`).
+    after: Cursor,
+    /// The next projection rewrites every session, so nothing is noted.
+    full: bool,
+    /// Changed sessions, with the asks and plan versions whose files changed.
+    sessions: BTreeMap<SessionId, (BTreeSet<AskId>, BTreeSet<u32>)>,
+}
+
+impl Pending {
+    /// For a process about to fold the log from the start: events the
+    /// checkpoint vouches for are not noted.
+    pub(crate) fn at_open(root: &DataRoot) -> Pending {
+        let checkpoint = read_checkpoint(root);
+        Pending {
+            after: checkpoint.unwrap_or(Cursor::ZERO),
+            full: checkpoint.is_none(),
+            sessions: BTreeMap::new(),
+        }
+    }
+
+    /// Call once the log is folded at open: a checkpoint past the end of the
+    /// log belongs to another log, and nothing it vouches for can be trusted.
+    pub(crate) fn opened(&mut self, state: &State) {
+        if self.after > state.last_cursor() {
+            self.after = Cursor::ZERO;
+            self.full = true;
+        }
+    }
+
+    /// Notes the files `envelope` changed; call right after applying it to `state`.
+    pub(crate) fn note(&mut self, state: &State, envelope: &Envelope) {
+        if self.full || envelope.cursor <= self.after {
+            return;
+        }
+        let ask_session = |ask: &AskId| state.ask(ask).map(|a| a.session);
+        let (session, ask, plan) = match &envelope.event.body {
+            EventBody::SessionCreated { session, .. } => (Some(*session), None, None),
+            // A draft moves only the session's `updatedAt`; the ask file
+            // does not show drafts.
+            EventBody::AskDraftSaved { ask, .. } => (ask_session(ask), None, None),
+            EventBody::AskOpened { ask, .. }
+            | EventBody::AskAnswered { ask, .. }
+            | EventBody::AskTimedOut { ask }
+            | EventBody::AskDeclined { ask, .. }
+            | EventBody::AskFailed { ask, .. }
+            | EventBody::AskLateAnswer { ask, .. } => (ask_session(ask), Some(*ask), None),
+            EventBody::PlanVersionSaved {
+                session, version, ..
+            } => (Some(*session), None, Some(*version)),
+            // Named-plan events move the `updatedAt` of the plan's session.
+            body => {
+                let plan = body.plan().and_then(|name| state.named_plan(name));
+                (plan.and_then(|p| p.session), None, None)
+            }
+        };
+        let Some(session) = session else {
+            return;
+        };
+        let (asks, plans) = self.sessions.entry(session).or_default();
+        asks.extend(ask);
+        plans.extend(plan);
+    }
+
+    /// Whether the process folded events it has not projected (or vouched
+    /// for) yet.
+    pub(crate) fn is_empty(&self, state: &State) -> bool {
+        !self.full && state.last_cursor() <= self.after
+    }
+
+    /// Forgets everything up to `end`: it is in the tree, or a failed
+    /// projection left the checkpoint behind so that the next one rewrites
+    /// every session.
+    pub(crate) fn clear(&mut self, end: Cursor) {
+        self.after = end;
+        self.full = false;
+        self.sessions.clear();
+    }
+}
+
+/// Whether the checkpoint vouches for every event up to `cursor`. Read
+/// without the lock: a stale answer only costs a projection that finds
+/// nothing to do.
+pub(crate) fn is_current(root: &DataRoot, cursor: Cursor) -> bool {
+    read_checkpoint(root).is_some_and(|c| c >= cursor)
+}
+
+/// Brings the live tree up to `state` and empties `pending`. Call under the
+/// log's append lock with `state` at the end of the log. A failure is logged,
+/// not returned: the events are durable already, the checkpoint stays behind
+/// so the next projection rewrites everything, and `rebuild` can always
+/// redo the tree.
+pub(crate) fn project_locked(root: &DataRoot, state: &State, pending: &mut Pending) {
+    let end = state.last_cursor();
+    let checkpoint = read_checkpoint(root);
+    if checkpoint == Some(end) {
+        pending.clear(end);
+        return;
+    }
+    let partial = checkpoint.filter(|c| !pending.full && pending.after <= *c && *c < end);
+    let mut writer = Writer::default();
+    let result = match partial {
+        Some(_) => write_pending(&mut writer, root, state, pending),
+        None => write_all(&mut writer, root, state),
+    };
+    let result = result.and_then(|()| write_checkpoint(root, end));
+    pending.clear(end);
+    match result {
+        Ok(()) => tracing::debug!(
+            cursor = end.0,
+            full = partial.is_none(),
+            written = writer.written,
+            unchanged = writer.unchanged,
+            "session files projected"
+        ),
+        Err(error) => tracing::warn!(
+            %error,
+            cursor = end.0,
+            "could not write the session files; the next change rewrites them, or run `planb-mcp rebuild`"
+        ),
+    }
+}
+
+/// Deletes the live tree and its checkpoint and writes every session of
+/// `state` afresh. Returns how many files were written.
+///
+/// A session directory the state does not know is kept (and named in a
+/// warning): `sessions/` may hold a Node planb-mcp tree not imported yet, and
+/// a rebuild must never destroy what it cannot write again.
+pub(crate) fn rebuild_tree(root: &DataRoot, state: &State) -> Result<usize, StoreError> {
+    remove(&root.sessions_checkpoint_path(), false)?;
+    let sessions_dir = root.sessions_dir();
+    let entries = match std::fs::read_dir(&sessions_dir) {
+        Ok(entries) => entries.collect::<Result<Vec<_>, _>>(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(e),
+    };
+    let entries = entries.map_err(|source| StoreError::Io {
+        op: "list",
+        path: sessions_dir.display().to_string(),
+        source,
+    })?;
+    let mut kept = Vec::new();
+    for entry in entries {
+        let path = entry.path();
+        let is_dir = path.is_dir();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let unknown = SessionId::parse(&name).is_ok_and(|id| state.session(&id).is_none());
+        if is_dir && unknown {
+            kept.push(name);
+        } else {
+            remove(&path, is_dir)?;
+        }
+    }
+    if !kept.is_empty() {
+        tracing::warn!(
+            ?kept,
+            "rebuild kept session directories the log does not know; `planb-mcp import` brings them in"
+        );
+    }
+    let mut writer = Writer::default();
+    write_all(&mut writer, root, state)?;
+    write_checkpoint(root, state.last_cursor())?;
+    Ok(writer.written)
+}
+
+fn write_pending(
+    writer: &mut Writer,
+    root: &DataRoot,
+    state: &State,
+    pending: &Pending,
+) -> Result<(), StoreError> {
+    for (session, (asks, plans)) in &pending.sessions {
+        let parts = Parts::Some {
+            asks: asks.clone(),
+            plans: plans.clone(),
+        };
+        writer.session(root.root(), state, session, &parts)?;
+    }
+    Ok(())
+}
+
+fn write_all(writer: &mut Writer, root: &DataRoot, state: &State) -> Result<(), StoreError> {
+    for session in state.sessions().keys() {
+        writer.session(root.root(), state, session, &Parts::All)?;
+    }
+    Ok(())
+}
+
+fn remove(path: &std::path::Path, dir: bool) -> Result<(), StoreError> {
+    let result = if dir {
+        std::fs::remove_dir_all(path)
+    } else {
+        std::fs::remove_file(path)
+    };
+    match result {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(StoreError::Io {
+            op: "remove",
+            path: path.display().to_string(),
+            source,
+        }),
+    }
+}
+
+/// This boot of the machine, where the system says (Linux); empty elsewhere,
+/// where checkpoints are trusted across reboots.
+fn boot_id() -> &'static str {
+    static BOOT_ID: OnceLock<String> = OnceLock::new();
+    BOOT_ID.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .map(|id| id.trim().to_owned())
+            .unwrap_or_default()
+    })
+}
+
+/// The checkpoint, if there is a trustworthy one. Its text is
+/// `<cursor> <boot id>\n`.
+fn read_checkpoint(root: &DataRoot) -> Option<Cursor> {
+    if !root.sessions_dir().is_dir() {
+        return None;
+    }
+    let text = std::fs::read_to_string(root.sessions_checkpoint_path()).ok()?;
+    let mut words = text.split_whitespace();
+    let cursor = words.next()?.parse::<u64>().ok()?;
+    let boot = words.next().unwrap_or("");
+    (boot == boot_id()).then_some(Cursor(cursor))
+}
+
+fn write_checkpoint(root: &DataRoot, cursor: Cursor) -> Result<(), StoreError> {
+    let dir = root.sessions_dir();
+    std::fs::create_dir_all(&dir).map_err(|source| StoreError::Io {
+        op: "create directory",
+        path: dir.display().to_string(),
+        source,
+    })?;
+    let text = format!("{} {}\n", cursor.0, boot_id());
+    write_if_changed(&root.sessions_checkpoint_path(), text.as_bytes()).map(|_| ())
+}

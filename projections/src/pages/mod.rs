@@ -1,0 +1,34 @@
+//! The browser pages of `ask_user`: the form, the message pages, and the
+//! static assets they load.
+//!
+//! Pages are rendered on the server with maud; all agent-written Markdown
+//! goes through [`crate::markdown::render`] first. The pages talk to the
+//! callback server only through relative URLs: `POST /draft` and
+//! `POST /submit` with `{sid, answers}`, and `GET /assets/…` for the files
+//! [`asset`] serves.
+//!
+//! **Invariant**: a page holds no inline script and no `style` attribute,
+//! and loads nothing from another origin, so it works under
+//! [`CONTENT_SECURITY_POLICY`] and fully offline. Data the script needs lives
+//! in `data-*` attributes.
+
+mod assets;
+mod form;
+mod question;
+mod shell;
+
+pub use assets::{ASSETS_PREFIX, Asset, asset, asset_paths};
+pub use form::{DEFAULT_INTRO_TITLE, form_page};
+pub use shell::message_page;
+
+/// The Content-Security-Policy header value to send with every page.
+///
+/// Scripts, styles, fonts and fetches are limited to the page's own origin;
+/// no inline script, no eval, no inline style, no framing, no `<base>`, and
+/// forms may only post back. Mermaid's diagrams carry a `<style>` element
+/// and `style` attributes; the form's script moves those into constructed
+/// stylesheets and CSSOM properties, which this policy does not restrict,
+/// so `'unsafe-inline'` is not needed.
+pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
+     style-src 'self'; img-src 'self' data:; connect-src 'self'; font-src 'self'; \
+     base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
