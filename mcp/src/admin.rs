@@ -192,3 +192,63 @@ fn describe(envelope: &Envelope) -> String {
         body.kind_name()
     )
 }
+
+fn open_store(root: &DataRoot) -> anyhow::Result<planb_projections::Store> {
+    let (store, _) = planb_projections::Store::open(
+        root.clone(),
+        Arc::new(planb_projections::SystemEnvironment),
+    )?;
+    Ok(store)
+}
+
+/// Writes every session in the file layout under `to`.
+pub fn export(root: &DataRoot, to: &std::path::Path, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
+    if !root.log_dir().is_dir() {
+        anyhow::bail!("no log at {}: nothing to export", root.log_dir().display());
+    }
+    let state = open_store(root)?.snapshot()?;
+    let report = planb_projections::export(&state, to)?;
+    writeln!(
+        out,
+        "exported {} session(s) to {}: {} file(s) written, {} unchanged",
+        report.sessions,
+        to.display(),
+        report.files_written,
+        report.files_unchanged
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Imports an existing planb-mcp data root into the log.
+pub fn import(root: &DataRoot, from: &std::path::Path, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
+    if !from.is_dir() {
+        anyhow::bail!("{}: not a directory", from.display());
+    }
+    let store = open_store(root)?;
+    let report = planb_projections::import(&store, from)?;
+    let mut counts = std::collections::BTreeMap::<&str, usize>::new();
+    for imported in &report.imported {
+        let kind = match imported {
+            planb_projections::Imported::Session(_) => "session(s)",
+            planb_projections::Imported::Ask { .. } => "ask(s)",
+            _ => "plan version(s)",
+        };
+        *counts.entry(kind).or_default() += 1;
+    }
+    let summary: Vec<String> = counts.iter().map(|(k, n)| format!("{n} {k}")).collect();
+    writeln!(
+        out,
+        "imported {} from {} ({} already present, skipped)",
+        if summary.is_empty() { "nothing".to_string() } else { summary.join(", ") },
+        from.display(),
+        report.skipped.len()
+    )?;
+    for problem in &report.problems {
+        writeln!(out, "problem: {}: {}", problem.path.display(), problem.problem)?;
+    }
+    Ok(if report.problems.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}

@@ -39,6 +39,19 @@ enum Command {
     Rebuild,
     /// A guided demo: start the real server, answer a real form, save two plan versions.
     Demo,
+    /// Write every session in the planb-mcp file layout under DIR.
+    Export {
+        /// Where to write `sessions/<id>/…`.
+        #[arg(long = "to", value_name = "DIR")]
+        to: PathBuf,
+    },
+    /// Turn an existing planb-mcp data root (written by the Node tool) into log
+    /// events; importing twice changes nothing.
+    Import {
+        /// The data root (or its `sessions/` folder) to import.
+        #[arg(value_name = "DIR")]
+        from: PathBuf,
+    },
     /// Show the log's events in human-readable form.
     Log {
         #[command(subcommand)]
@@ -138,6 +151,8 @@ fn main() -> ExitCode {
         match &cli.command {
             Some(Command::Check) => admin::check(&root, &mut out),
             Some(Command::Rebuild) => admin::rebuild(&root, &mut out),
+            Some(Command::Export { to }) => admin::export(&root, to, &mut out),
+            Some(Command::Import { from }) => admin::import(&root, from, &mut out),
             Some(Command::Demo) => {
                 std::fs::create_dir_all(root.root())?;
                 demo::run(&root.root().canonicalize()?, &mut out)
