@@ -587,3 +587,105 @@ fn nothing_but_json_rpc_reaches_stdout() {
     );
     assert_eq!(responses[3]["result"]["isError"], true);
 }
+
+#[test]
+fn a_kill_9_while_an_ask_is_pending_loses_nothing() {
+    use std::io::{BufRead, Write};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_planb-mcp"))
+        .env("PLANB_MCP_DATA_DIR", dir.path())
+        .env("ASK_NO_OPEN", "1")
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let stderr = std::io::BufReader::new(child.stderr.take().expect("stderr"));
+    let mut send = |request: Value| {
+        writeln!(stdin, "{request}").expect("write");
+        stdin.flush().expect("flush");
+    };
+    let mut reply = || -> Value {
+        serde_json::from_str(&stdout.next().expect("a line").expect("read")).expect("json")
+    };
+    send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {"elicitation": {}}, "clientInfo": {"name": "raw", "version": "0"}}}));
+    reply();
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "init_planb_session", "arguments": {}}}));
+    let created = reply();
+    let text = created["result"]["content"][0]["text"].as_str().expect("text").to_string();
+    let session = text.lines().next().and_then(|l| l.strip_prefix("sessionId: ")).expect("id").to_string();
+    send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "save_plan", "arguments": {"sessionId": session, "plan": "# before the crash"}}}));
+    reply();
+    send(json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "ask_user", "arguments": sample_ask(&session)}}));
+    // The URL is logged only after the ask is durable in the log.
+    for line in stderr.lines() {
+        if line.expect("stderr").contains("opening browser directly: ") {
+            break;
+        }
+    }
+    child.kill().expect("kill -9");
+    child.wait().expect("reap");
+
+    let check = std::process::Command::new(env!("CARGO_BIN_EXE_planb-mcp"))
+        .args(["check", "--data-dir"])
+        .arg(dir.path())
+        .output()
+        .expect("check");
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stdout));
+    let (store, _) = Store::open(DataRoot::new(dir.path()), std::sync::Arc::new(SystemEnvironment)).expect("reopen");
+    let session = planb_core::SessionId::parse(&session).expect("id");
+    store
+        .read(|state| {
+            let plans = &state.session(&session).expect("session kept").plans;
+            assert_eq!(plans.len(), 1);
+            assert_eq!(plans[0].content, "# before the crash");
+            let pending: Vec<_> = state.pending_asks().collect();
+            assert_eq!(pending.len(), 1, "the ask is still pending");
+            assert_eq!(pending[0].session, session);
+        })
+        .expect("read");
+}
+
+#[test]
+fn the_demo_runs_end_to_end_on_a_headless_machine() {
+    use std::io::{BufRead, Read};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut demo = std::process::Command::new(env!("CARGO_BIN_EXE_planb-mcp"))
+        .args(["demo", "--data-dir"])
+        .arg(dir.path())
+        .env_remove("DISPLAY")
+        .env_remove("WAYLAND_DISPLAY")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn demo");
+    let mut stdout = std::io::BufReader::new(demo.stdout.take().expect("stdout"));
+    let mut transcript = String::new();
+    let url = loop {
+        let mut line = String::new();
+        assert!(stdout.read_line(&mut line).expect("read") > 0, "demo ended early: {transcript}");
+        transcript.push_str(&line);
+        if let Some(url) = line.trim().strip_prefix("http://") {
+            break format!("http://{url}");
+        }
+    };
+    let (port, sid) = parse_form_url(&url);
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let answers = json!({"name": "tidy", "purpose": "Tidy up files", "language": "Go", "features": ["JSON output"], "effort": 3});
+    let response = runtime.block_on(post_json(port, "/submit", &json!({"sid": sid, "answers": answers})));
+    assert_eq!(response.status, 200, "{}", response.body);
+    stdout.read_to_string(&mut transcript).expect("rest");
+    assert!(demo.wait().expect("exit").success(), "{transcript}");
+    assert!(transcript.contains("save_plan -> Saved plan v2"), "{transcript}");
+    let plans: Vec<_> = std::fs::read_dir(dir.path().join("sessions"))
+        .expect("sessions")
+        .map(|e| e.expect("entry").path().join("plans").join("v2.md"))
+        .collect();
+    assert_eq!(plans.len(), 1);
+    let plan = std::fs::read_to_string(&plans[0]).expect("v2.md");
+    assert!(plan.contains("# Plan: tidy") && plan.contains("Language: Go"), "{plan}");
+}

@@ -3,6 +3,8 @@
 
 #![allow(dead_code, reason = "each test file uses a different part")]
 
+pub mod browser;
+
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
