@@ -202,7 +202,11 @@ fn open_store(root: &DataRoot) -> anyhow::Result<planb_projections::Store> {
 }
 
 /// Writes every session in the file layout under `to`.
-pub fn export(root: &DataRoot, to: &std::path::Path, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
+pub fn export(
+    root: &DataRoot,
+    to: &std::path::Path,
+    out: &mut dyn Write,
+) -> anyhow::Result<ExitCode> {
     if !root.log_dir().is_dir() {
         anyhow::bail!("no log at {}: nothing to export", root.log_dir().display());
     }
@@ -220,7 +224,11 @@ pub fn export(root: &DataRoot, to: &std::path::Path, out: &mut dyn Write) -> any
 }
 
 /// Imports an existing planb-mcp data root into the log.
-pub fn import(root: &DataRoot, from: &std::path::Path, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
+pub fn import(
+    root: &DataRoot,
+    from: &std::path::Path,
+    out: &mut dyn Write,
+) -> anyhow::Result<ExitCode> {
     if !from.is_dir() {
         anyhow::bail!("{}: not a directory", from.display());
     }
@@ -239,12 +247,21 @@ pub fn import(root: &DataRoot, from: &std::path::Path, out: &mut dyn Write) -> a
     writeln!(
         out,
         "imported {} from {} ({} already present, skipped)",
-        if summary.is_empty() { "nothing".to_string() } else { summary.join(", ") },
+        if summary.is_empty() {
+            "nothing".to_string()
+        } else {
+            summary.join(", ")
+        },
         from.display(),
         report.skipped.len()
     )?;
     for problem in &report.problems {
-        writeln!(out, "problem: {}: {}", problem.path.display(), problem.problem)?;
+        writeln!(
+            out,
+            "problem: {}: {}",
+            problem.path.display(),
+            problem.problem
+        )?;
     }
     Ok(if report.problems.is_empty() {
         ExitCode::SUCCESS

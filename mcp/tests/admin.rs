@@ -154,18 +154,34 @@ fn a_data_root_without_a_log_is_reported_and_left_alone() {
 #[test]
 fn import_of_a_node_data_root_is_idempotent_and_export_writes_the_layout() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let node_root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/import/node-root");
+    let node_root =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/import/node-root");
     let first = planb(dir.path(), &["import", node_root.to_str().expect("utf8")]);
     let text = stdout(&first);
-    assert!(text.contains("2 session(s)") && text.contains("5 plan version(s)"), "{text}{}", String::from_utf8_lossy(&first.stderr));
+    assert!(
+        text.contains("2 session(s)") && text.contains("5 plan version(s)"),
+        "{text}{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
     let second = planb(dir.path(), &["import", node_root.to_str().expect("utf8")]);
     let text = stdout(&second);
     assert!(text.starts_with("imported nothing"), "{text}");
 
     let exported = dir.path().join("exported");
-    let output = planb(dir.path(), &["export", "--to", exported.to_str().expect("utf8")]);
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    assert!(stdout(&output).contains("exported 2 session(s)"), "{}", stdout(&output));
+    let output = planb(
+        dir.path(),
+        &["export", "--to", exported.to_str().expect("utf8")],
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout(&output).contains("exported 2 session(s)"),
+        "{}",
+        stdout(&output)
+    );
     let sessions: Vec<_> = std::fs::read_dir(exported.join("sessions"))
         .expect("sessions dir")
         .collect();

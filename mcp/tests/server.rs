@@ -611,16 +611,32 @@ fn a_kill_9_while_an_ask_is_pending_loses_nothing() {
     let mut reply = || -> Value {
         serde_json::from_str(&stdout.next().expect("a line").expect("read")).expect("json")
     };
-    send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {"elicitation": {}}, "clientInfo": {"name": "raw", "version": "0"}}}));
+    send(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {"elicitation": {}}, "clientInfo": {"name": "raw", "version": "0"}}}),
+    );
     reply();
     send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-    send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "init_planb_session", "arguments": {}}}));
+    send(
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "init_planb_session", "arguments": {}}}),
+    );
     let created = reply();
-    let text = created["result"]["content"][0]["text"].as_str().expect("text").to_string();
-    let session = text.lines().next().and_then(|l| l.strip_prefix("sessionId: ")).expect("id").to_string();
-    send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "save_plan", "arguments": {"sessionId": session, "plan": "# before the crash"}}}));
+    let text = created["result"]["content"][0]["text"]
+        .as_str()
+        .expect("text")
+        .to_string();
+    let session = text
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("sessionId: "))
+        .expect("id")
+        .to_string();
+    send(
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "save_plan", "arguments": {"sessionId": session, "plan": "# before the crash"}}}),
+    );
     reply();
-    send(json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "ask_user", "arguments": sample_ask(&session)}}));
+    send(
+        json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "ask_user", "arguments": sample_ask(&session)}}),
+    );
     // The URL is logged only after the ask is durable in the log.
     for line in stderr.lines() {
         if line.expect("stderr").contains("opening browser directly: ") {
@@ -635,8 +651,16 @@ fn a_kill_9_while_an_ask_is_pending_loses_nothing() {
         .arg(dir.path())
         .output()
         .expect("check");
-    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stdout));
-    let (store, _) = Store::open(DataRoot::new(dir.path()), std::sync::Arc::new(SystemEnvironment)).expect("reopen");
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+    let (store, _) = Store::open(
+        DataRoot::new(dir.path()),
+        std::sync::Arc::new(SystemEnvironment),
+    )
+    .expect("reopen");
     let session = planb_core::SessionId::parse(&session).expect("id");
     store
         .read(|state| {
@@ -667,25 +691,41 @@ fn the_demo_runs_end_to_end_on_a_headless_machine() {
     let mut transcript = String::new();
     let url = loop {
         let mut line = String::new();
-        assert!(stdout.read_line(&mut line).expect("read") > 0, "demo ended early: {transcript}");
+        assert!(
+            stdout.read_line(&mut line).expect("read") > 0,
+            "demo ended early: {transcript}"
+        );
         transcript.push_str(&line);
         if let Some(url) = line.trim().strip_prefix("http://") {
             break format!("http://{url}");
         }
     };
     let (port, sid) = parse_form_url(&url);
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     let answers = json!({"name": "tidy", "purpose": "Tidy up files", "language": "Go", "features": ["JSON output"], "effort": 3});
-    let response = runtime.block_on(post_json(port, "/submit", &json!({"sid": sid, "answers": answers})));
+    let response = runtime.block_on(post_json(
+        port,
+        "/submit",
+        &json!({"sid": sid, "answers": answers}),
+    ));
     assert_eq!(response.status, 200, "{}", response.body);
     stdout.read_to_string(&mut transcript).expect("rest");
     assert!(demo.wait().expect("exit").success(), "{transcript}");
-    assert!(transcript.contains("save_plan -> Saved plan v2"), "{transcript}");
+    assert!(
+        transcript.contains("save_plan -> Saved plan v2"),
+        "{transcript}"
+    );
     let plans: Vec<_> = std::fs::read_dir(dir.path().join("sessions"))
         .expect("sessions")
         .map(|e| e.expect("entry").path().join("plans").join("v2.md"))
         .collect();
     assert_eq!(plans.len(), 1);
     let plan = std::fs::read_to_string(&plans[0]).expect("v2.md");
-    assert!(plan.contains("# Plan: tidy") && plan.contains("Language: Go"), "{plan}");
+    assert!(
+        plan.contains("# Plan: tidy") && plan.contains("Language: Go"),
+        "{plan}"
+    );
 }

@@ -6,8 +6,9 @@
 //! decide on that up-to-date state, appends the resulting events durably, and
 //! applies them. So two processes can never both create "plan v3" or both answer
 //! one ask. The `sessions/` files the new events change are rewritten before
-//! the lock is released (see `files/live.rs`), and the redb index is brought up
-//! to date after each change.
+//! the lock is released (see `files/live.rs`). The redb index is brought up to
+//! date by a background thread after each change, off the write path: it is
+//! derived, so a command never waits for it.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -107,7 +108,61 @@ pub struct Store {
     env: Arc<dyn Environment>,
     /// Lock order: the log's append lock first, then this.
     folded: Mutex<Folded>,
-    index: Index,
+    index: Arc<Index>,
+    indexer: Indexer,
+}
+
+/// The thread that catches the index up after changes. Dropping it lets the
+/// thread finish its last catch-up and waits for it.
+#[derive(Debug)]
+struct Indexer {
+    wake: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Indexer {
+    fn start(index: Arc<Index>) -> Indexer {
+        let (wake, woken) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("planb-indexer".into())
+            .spawn(move || {
+                while woken.recv().is_ok() {
+                    // Many changes may have queued up: one catch-up covers them all.
+                    while woken.try_recv().is_ok() {}
+                    if let Err(error) = index.catch_up() {
+                        tracing::warn!("index catch-up failed (rebuild repairs it): {error}");
+                    }
+                }
+            });
+        match thread {
+            Ok(thread) => Indexer {
+                wake: Some(wake),
+                thread: Some(thread),
+            },
+            Err(error) => {
+                tracing::warn!("no indexer thread ({error}); the index catches up on open");
+                Indexer {
+                    wake: None,
+                    thread: None,
+                }
+            }
+        }
+    }
+
+    fn wake(&self) {
+        if let Some(wake) = &self.wake {
+            let _ = wake.send(());
+        }
+    }
+}
+
+impl Drop for Indexer {
+    fn drop(&mut self) {
+        self.wake = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 impl Store {
@@ -130,13 +185,18 @@ impl Store {
         };
         let events = folded.catch_up()?;
         folded.pending.opened(&folded.state);
-        let index = Index::open(&root.index_path(), Arc::clone(log.storage()), options)?;
+        let index = Arc::new(Index::open(
+            &root.index_path(),
+            Arc::clone(log.storage()),
+            options,
+        )?);
         let indexed = index.catch_up()?;
         let store = Store {
             root,
             log,
             env,
             folded: Mutex::new(folded),
+            indexer: Indexer::start(Arc::clone(&index)),
             index,
         };
         let report = OpenReport {
@@ -234,7 +294,7 @@ impl Store {
             files::project_locked(&self.root, &folded.state, &mut folded.pending);
             envelopes
         };
-        self.index.catch_up()?;
+        self.indexer.wake();
         Ok(envelopes)
     }
 

@@ -1,0 +1,305 @@
+//! Server benchmarks through the real binary, against DESIGN §9's budgets:
+//! cold start to a finished `initialize`, durable `save_plan` (median, p99),
+//! the `ask_user` round trip (call → /spec → /submit → result), and idle RSS.
+//! Each is shown beside a floor measured in the same run: spawning a trivial
+//! process, and a raw write + fdatasync.
+//!
+//! Run with `cargo bench -p planb-mcp`. The data root goes under cargo's target
+//! tmp dir (a real disk) or `PLANB_BENCH_DIR`.
+
+#![allow(clippy::print_stdout, reason = "a benchmark reports on stdout")]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const COLD_STARTS: usize = 30;
+const SAVES: usize = 500;
+const ASKS: usize = 100;
+
+fn bench_root(name: &str) -> PathBuf {
+    let root = std::env::var_os("PLANB_BENCH_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")))
+        .join(name);
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).expect("bench dir");
+    root
+}
+
+struct Server {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    stderr: std::sync::mpsc::Receiver<String>,
+    next_id: u64,
+}
+
+impl Server {
+    fn spawn(root: &Path) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_planb-mcp"))
+            .env("PLANB_MCP_DATA_DIR", root)
+            .env("ASK_NO_OPEN", "1")
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn planb-mcp");
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(rest) = line.split("opening browser directly: ").nth(1) {
+                    let _ = tx.send(
+                        rest.split_whitespace()
+                            .next()
+                            .unwrap_or_default()
+                            .to_string(),
+                    );
+                }
+            }
+        });
+        Server {
+            child,
+            stdin,
+            stdout,
+            stderr: rx,
+            next_id: 1,
+        }
+    }
+
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        writeln!(self.stdin, "{message}").expect("write");
+        self.stdin.flush().expect("flush");
+        loop {
+            let mut line = String::new();
+            assert!(
+                self.stdout.read_line(&mut line).expect("read") > 0,
+                "server closed"
+            );
+            let value: Value = serde_json::from_str(&line).expect("json");
+            if value["id"] == id {
+                return value;
+            }
+        }
+    }
+
+    fn initialize(&mut self) {
+        self.request(
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {"elicitation": {}}, "clientInfo": {"name": "bench", "version": "0"}}),
+        );
+        writeln!(
+            self.stdin,
+            "{}",
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        )
+        .expect("write");
+    }
+
+    fn call(&mut self, tool: &str, arguments: Value) -> String {
+        let reply = self.request("tools/call", json!({"name": tool, "arguments": arguments}));
+        reply["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    /// Sends a call without waiting for its reply.
+    fn send_call(&mut self, tool: &str, arguments: Value) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        let message = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": arguments}});
+        writeln!(self.stdin, "{message}").expect("write");
+        self.stdin.flush().expect("flush");
+        id
+    }
+
+    fn wait_reply(&mut self, id: u64) -> Value {
+        loop {
+            let mut line = String::new();
+            assert!(
+                self.stdout.read_line(&mut line).expect("read") > 0,
+                "server closed"
+            );
+            let value: Value = serde_json::from_str(&line).expect("json");
+            if value["id"] == id {
+                return value;
+            }
+        }
+    }
+
+    fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn http(port: u16, method: &str, path: &str, body: &str) -> String {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nOrigin: http://127.0.0.1:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).expect("send");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("read");
+    response
+}
+
+fn stats(samples: &mut [Duration]) -> (f64, f64) {
+    samples.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let p99 = samples[((samples.len() as f64 * 0.99) as usize).min(samples.len() - 1)];
+    (ms(samples[samples.len() / 2]), ms(p99))
+}
+
+fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("planb-mcp bench: run with `cargo bench -p planb-mcp`");
+        return;
+    }
+    // Floor 1: spawning a trivial process and reading its exit.
+    let mut spawn: Vec<Duration> = (0..COLD_STARTS)
+        .map(|_| {
+            let start = Instant::now();
+            Command::new("true").status().expect("true");
+            start.elapsed()
+        })
+        .collect();
+    let (spawn_median, _) = stats(&mut spawn);
+
+    // Cold start to a finished initialize, on a data root holding one session.
+    let root = bench_root("server-cold");
+    {
+        let mut server = Server::spawn(&root);
+        server.initialize();
+        server.call("init_planb_session", json!({"title": "bench"}));
+    }
+    let mut cold: Vec<Duration> = (0..COLD_STARTS)
+        .map(|_| {
+            let start = Instant::now();
+            let mut server = Server::spawn(&root);
+            server.initialize();
+            let elapsed = start.elapsed();
+            drop(server);
+            elapsed
+        })
+        .collect();
+    let (cold_median, cold_p99) = stats(&mut cold);
+    println!(
+        "cold start to finished initialize: median {cold_median:.1} ms, p99 {cold_p99:.1} ms (budget <= 20 ms); spawning `true`: {spawn_median:.1} ms"
+    );
+
+    // Floor 2: raw write + fdatasync of a plan-sized record.
+    let raw_dir = bench_root("server-raw");
+    let mut raw_file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(raw_dir.join("raw"))
+        .expect("raw");
+    let plan = "- a step of the plan\n".repeat(50);
+    let mut raw: Vec<Duration> = (0..SAVES)
+        .map(|_| {
+            let start = Instant::now();
+            raw_file.write_all(plan.as_bytes()).expect("write");
+            raw_file.sync_data().expect("sync");
+            start.elapsed()
+        })
+        .collect();
+    let (raw_median, _) = stats(&mut raw);
+
+    let root = bench_root("server-hot");
+    let mut server = Server::spawn(&root);
+    server.initialize();
+    let created = server.call("init_planb_session", json!({"title": "bench"}));
+    let session = created
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("sessionId: "))
+        .expect("session")
+        .to_string();
+    std::thread::sleep(Duration::from_millis(300));
+    let idle_kib = server.rss_kib();
+    let mut saves: Vec<Duration> = (0..SAVES)
+        .map(|i| {
+            let start = Instant::now();
+            let text = server.call(
+                "save_plan",
+                json!({"sessionId": session, "plan": format!("# v{i}\n{plan}")}),
+            );
+            let elapsed = start.elapsed();
+            assert!(text.starts_with("Saved plan v"), "{text}");
+            elapsed
+        })
+        .collect();
+    let (save_median, save_p99) = stats(&mut saves);
+    println!(
+        "save_plan (durable, {} B plan, through JSON-RPC): median {save_median:.2} ms, p99 {save_p99:.2} ms (budget median <= 0.5 ms); raw write+fdatasync of the same size: median {raw_median:.3} ms -> {:.1}x the floor",
+        plan.len(),
+        save_median / raw_median
+    );
+
+    let ask = json!({"sessionId": session, "title": "Bench", "questions": [
+        {"id": "name", "kind": "text", "label": "Name", "required": true},
+        {"id": "lang", "kind": "single", "label": "Language", "options": ["Rust", "Go"]},
+        {"id": "n", "kind": "scale", "label": "N", "min": 1, "max": 5}
+    ]});
+    let answers = json!({"name": "x", "lang": "Rust", "n": 3});
+    let mut asks: Vec<Duration> = (0..ASKS)
+        .map(|_| {
+            let start = Instant::now();
+            let id = server.send_call("ask_user", ask.clone());
+            let url = server.stderr.recv().expect("url");
+            let rest = url.strip_prefix("http://127.0.0.1:").expect("url");
+            let (port, query) = rest.split_once('/').expect("path");
+            let port: u16 = port.parse().expect("port");
+            let sid = query.strip_prefix("ask?sid=").expect("sid");
+            let spec = http(port, "GET", &format!("/spec?sid={sid}"), "");
+            assert!(spec.starts_with("HTTP/1.1 200"), "{spec}");
+            let body = json!({"sid": sid, "answers": answers}).to_string();
+            let submitted = http(port, "POST", "/submit", &body);
+            assert!(submitted.starts_with("HTTP/1.1 200"), "{submitted}");
+            let reply = server.wait_reply(id);
+            let elapsed = start.elapsed();
+            assert!(
+                reply["result"]["content"][0]["text"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("\"lang\"")
+            );
+            elapsed
+        })
+        .collect();
+    let (ask_median, ask_p99) = stats(&mut asks);
+    println!(
+        "ask_user round trip (call -> /spec -> /submit -> result, 3 durable events): median {ask_median:.2} ms, p99 {ask_p99:.2} ms (budget median <= 2 ms); {:.1}x the raw fdatasync floor",
+        ask_median / raw_median
+    );
+    println!(
+        "idle resident memory after initialize and one session: {:.1} MB (budget <= 15 MB)",
+        idle_kib as f64 / 1024.0
+    );
+}
