@@ -13,6 +13,12 @@
 //! such events, so they can only come from a damaged or foreign log.
 
 mod decide;
+mod named;
+
+pub use named::{
+    EDITS_MAX, NAMED_PLAN_BYTES_MAX, REVIEW_COMMENT_CHARS_MAX, REVIEW_COMMENTS_MAX,
+    REVIEW_FEEDBACK_CHARS_MAX, REVIEW_QUOTE_CHARS_MAX,
+};
 #[cfg(test)]
 mod tests;
 

@@ -5,8 +5,10 @@
 //! and only then apply them. A rejected command appends nothing.
 
 use crate::answer::Answers;
-use crate::event::{DeclineAction, Delivery, EventBody};
+use crate::event::{DeclineAction, Delivery, EventBody, ReviewChannel, ReviewComment, Verdict};
+use crate::id::PlanName;
 use crate::id::{AskId, SessionId};
+use crate::plan_edit::{EditError, PlanEdit};
 use crate::question::AskSpec;
 
 use super::{AskStatus, State};
@@ -83,6 +85,49 @@ pub enum Command {
         /// What went wrong.
         detail: String,
     },
+    /// `write_plan`: replace a named plan's content, creating it if new.
+    WritePlan {
+        /// The plan.
+        plan: PlanName,
+        /// The full new content (at most 4 MiB).
+        content: String,
+        /// The planb session to tie the plan to, if any.
+        session: Option<SessionId>,
+    },
+    /// `edit_plan`: string replacements applied atomically to the current content.
+    EditPlan {
+        /// The plan.
+        plan: PlanName,
+        /// The edits, all matched against the content before any applies.
+        edits: Vec<PlanEdit>,
+    },
+    /// The plan's file was changed by hand since planb last wrote it.
+    RecordOutsideChange {
+        /// The plan.
+        plan: PlanName,
+        /// What the file holds now.
+        content: String,
+    },
+    /// `submit_plan`: open a review round on the current content.
+    SubmitPlan {
+        /// The plan.
+        plan: PlanName,
+    },
+    /// A person's verdict on a review round.
+    ReviewPlan {
+        /// The plan.
+        plan: PlanName,
+        /// The round reviewed.
+        round: u32,
+        /// Approve or request changes.
+        verdict: Verdict,
+        /// General feedback.
+        feedback: Option<String>,
+        /// Comments on quoted passages.
+        comments: Vec<ReviewComment>,
+        /// Where the verdict came from.
+        channel: ReviewChannel,
+    },
     /// `save_plan`.
     SavePlan {
         /// The session named by the agent.
@@ -153,6 +198,37 @@ pub enum Rejection {
         /// `characters` or `bytes`.
         unit: &'static str,
     },
+    /// No plan of that name was ever written.
+    #[error("planName: no plan named {plan:?}; create it with write_plan first")]
+    UnknownPlan {
+        /// The name.
+        plan: PlanName,
+    },
+    /// The edits do not apply.
+    #[error("{0}")]
+    Edit(#[from] EditError),
+    /// The content did not change.
+    #[error("planName: plan {plan:?} already holds exactly this content")]
+    Unchanged {
+        /// The name.
+        plan: PlanName,
+    },
+    /// The review names a round that does not exist.
+    #[error("plan {plan:?} has no review round {round}")]
+    UnknownRound {
+        /// The name.
+        plan: PlanName,
+        /// The round named.
+        round: u32,
+    },
+    /// The round already has its verdict.
+    #[error("review round {round} of plan {plan:?} was already reviewed")]
+    AlreadyReviewed {
+        /// The name.
+        plan: PlanName,
+        /// The round.
+        round: u32,
+    },
     /// The session has `u32::MAX` plan versions already.
     #[error("session {session} has too many plan versions")]
     TooManyPlanVersions {
@@ -161,7 +237,11 @@ pub enum Rejection {
     },
 }
 
-fn chars_at_most(field: &'static str, text: Option<&str>, max: usize) -> Result<(), Rejection> {
+pub(super) fn chars_at_most(
+    field: &'static str,
+    text: Option<&str>,
+    max: usize,
+) -> Result<(), Rejection> {
     let actual = text.map_or(0, |t| t.chars().count());
     if actual > max {
         return Err(Rejection::TooLong {
@@ -174,7 +254,11 @@ fn chars_at_most(field: &'static str, text: Option<&str>, max: usize) -> Result<
     Ok(())
 }
 
-fn bytes_at_most(field: &'static str, text: Option<&str>, max: usize) -> Result<(), Rejection> {
+pub(super) fn bytes_at_most(
+    field: &'static str,
+    text: Option<&str>,
+    max: usize,
+) -> Result<(), Rejection> {
     let actual = text.map_or(0, str::len);
     if actual > max {
         return Err(Rejection::TooLong {
@@ -253,6 +337,11 @@ impl State {
                 self.pending(ask)?;
                 EventBody::AskFailed { ask, detail }
             }
+            Command::WritePlan { .. }
+            | Command::EditPlan { .. }
+            | Command::RecordOutsideChange { .. }
+            | Command::SubmitPlan { .. }
+            | Command::ReviewPlan { .. } => self.decide_named(command)?,
             Command::SavePlan {
                 session,
                 title,
@@ -276,7 +365,7 @@ impl State {
         Ok(vec![body])
     }
 
-    fn known_session(&self, session: SessionId) -> Result<(), Rejection> {
+    pub(super) fn known_session(&self, session: SessionId) -> Result<(), Rejection> {
         if self.sessions.contains_key(&session) {
             Ok(())
         } else {

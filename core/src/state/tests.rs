@@ -508,3 +508,119 @@ proptest! {
         prop_assert_eq!(state.last_cursor(), Cursor(count));
     }
 }
+
+fn plan_name(name: &str) -> PlanName {
+    PlanName::parse(name).expect("valid plan name")
+}
+
+fn edit(old: &str, new: &str) -> crate::plan_edit::PlanEdit {
+    crate::plan_edit::PlanEdit {
+        old: old.into(),
+        new: new.into(),
+        replace_all: false,
+    }
+}
+
+#[test]
+fn named_plans_keep_every_version_and_reviews_happen_once_per_round() {
+    let mut h = Harness::new();
+    let plan = plan_name("auth");
+    assert_eq!(
+        h.run(Command::EditPlan {
+            plan: plan.clone(),
+            edits: vec![edit("a", "b")]
+        }),
+        Err(Rejection::UnknownPlan { plan: plan.clone() })
+    );
+    h.run(Command::WritePlan {
+        plan: plan.clone(),
+        content: "# Auth\n- step one\n".into(),
+        session: None,
+    })
+    .expect("write");
+    h.run(Command::EditPlan {
+        plan: plan.clone(),
+        edits: vec![edit("step one", "step 1")],
+    })
+    .expect("edit");
+    assert!(matches!(
+        h.run(Command::EditPlan {
+            plan: plan.clone(),
+            edits: vec![edit("missing", "x")]
+        }),
+        Err(Rejection::Edit(_))
+    ));
+    // A hand edit is recorded as its own version, then edited further.
+    h.run(Command::RecordOutsideChange {
+        plan: plan.clone(),
+        content: "# Auth\n- step 1\n- by hand\n".into(),
+    })
+    .expect("outside change");
+    assert_eq!(
+        h.run(Command::RecordOutsideChange {
+            plan: plan.clone(),
+            content: "# Auth\n- step 1\n- by hand\n".into(),
+        }),
+        Err(Rejection::Unchanged { plan: plan.clone() })
+    );
+    let named = h.state.named_plan(&plan).expect("plan");
+    assert_eq!(named.content, "# Auth\n- step 1\n- by hand\n");
+    assert_eq!(
+        named.versions.iter().map(|v| v.source).collect::<Vec<_>>(),
+        [
+            PlanSource::Written,
+            PlanSource::Edited,
+            PlanSource::ChangedOutside
+        ]
+    );
+
+    assert_eq!(
+        h.run(Command::SubmitPlan { plan: plan.clone() }),
+        Ok(vec!["named_plan_submitted"])
+    );
+    let review = |round, verdict| Command::ReviewPlan {
+        plan: plan.clone(),
+        round,
+        verdict,
+        feedback: Some("looks fine".into()),
+        comments: Vec::new(),
+        channel: ReviewChannel::Browser,
+    };
+    assert_eq!(
+        h.run(review(2, Verdict::Approved)),
+        Err(Rejection::UnknownRound {
+            plan: plan.clone(),
+            round: 2
+        })
+    );
+    h.run(review(1, Verdict::ChangesRequested)).expect("review");
+    assert_eq!(
+        h.run(review(1, Verdict::Approved)),
+        Err(Rejection::AlreadyReviewed {
+            plan: plan.clone(),
+            round: 1
+        })
+    );
+    h.run(Command::SubmitPlan { plan: plan.clone() })
+        .expect("resubmit");
+    h.run(review(2, Verdict::Approved)).expect("approve");
+    let rounds = &h.state.named_plan(&plan).expect("plan").rounds;
+    assert_eq!(rounds.len(), 2);
+    assert_eq!(rounds[0].verdict, Some(Verdict::ChangesRequested));
+    assert_eq!(rounds[1].verdict, Some(Verdict::Approved));
+    assert_eq!(rounds[1].content_at_submit, "# Auth\n- step 1\n- by hand\n");
+}
+
+#[test]
+fn a_plan_tied_to_an_unknown_session_is_refused() {
+    let mut h = Harness::new();
+    let session = session_id(9);
+    assert_eq!(
+        h.run(Command::WritePlan {
+            plan: plan_name("x"),
+            content: "x".into(),
+            session: Some(session),
+        }),
+        Err(Rejection::UnknownSession { session })
+    );
+}

@@ -1,0 +1,131 @@
+//! Decisions about named plans: write, edit, changes found on disk, submission
+//! and review. Every version is an event, so no content is ever lost; an
+//! approval is only ever recorded from a review command, which only a person's
+//! action produces.
+
+use super::State;
+use super::decide::{Command, Rejection, bytes_at_most, chars_at_most};
+use crate::event::EventBody;
+use crate::plan_edit::apply_edits;
+
+/// Largest named plan, in bytes (4 MiB).
+pub const NAMED_PLAN_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// Most comments on one review.
+pub const REVIEW_COMMENTS_MAX: usize = 100;
+/// Longest quoted passage of a comment, in characters.
+pub const REVIEW_QUOTE_CHARS_MAX: usize = 2_000;
+/// Longest comment, in characters.
+pub const REVIEW_COMMENT_CHARS_MAX: usize = 10_000;
+/// Longest general feedback, in characters.
+pub const REVIEW_FEEDBACK_CHARS_MAX: usize = 100_000;
+/// Most edits in one `edit_plan` call.
+pub const EDITS_MAX: usize = 100;
+
+impl State {
+    pub(super) fn decide_named(&self, command: Command) -> Result<EventBody, Rejection> {
+        match command {
+            Command::WritePlan {
+                plan,
+                content,
+                session,
+            } => {
+                bytes_at_most("content", Some(&content), NAMED_PLAN_BYTES_MAX)?;
+                if let Some(session) = session {
+                    self.known_session(session)?;
+                }
+                Ok(EventBody::NamedPlanWritten {
+                    plan,
+                    content,
+                    session,
+                })
+            }
+            Command::EditPlan { plan, edits } => {
+                let current = self
+                    .named_plan(&plan)
+                    .ok_or_else(|| Rejection::UnknownPlan { plan: plan.clone() })?;
+                if edits.len() > EDITS_MAX {
+                    return Err(Rejection::TooLong {
+                        field: "edits",
+                        max: EDITS_MAX,
+                        actual: edits.len(),
+                        unit: "edits",
+                    });
+                }
+                let (content, _) = apply_edits(&current.content, &edits)?;
+                bytes_at_most("content", Some(&content), NAMED_PLAN_BYTES_MAX)?;
+                Ok(EventBody::NamedPlanEdited {
+                    plan,
+                    edits,
+                    content_len_after: content.len() as u64,
+                })
+            }
+            Command::RecordOutsideChange { plan, content } => {
+                bytes_at_most("content", Some(&content), NAMED_PLAN_BYTES_MAX)?;
+                if self.named_plan(&plan).is_some_and(|p| p.content == content) {
+                    return Err(Rejection::Unchanged { plan });
+                }
+                Ok(EventBody::NamedPlanChangedOutside { plan, content })
+            }
+            Command::SubmitPlan { plan } => {
+                let current = self
+                    .named_plan(&plan)
+                    .ok_or_else(|| Rejection::UnknownPlan { plan: plan.clone() })?;
+                let round = u32::try_from(current.rounds.len() + 1).unwrap_or(u32::MAX);
+                Ok(EventBody::NamedPlanSubmitted { plan, round })
+            }
+            Command::ReviewPlan {
+                plan,
+                round,
+                verdict,
+                feedback,
+                comments,
+                channel,
+            } => {
+                let current = self
+                    .named_plan(&plan)
+                    .ok_or_else(|| Rejection::UnknownPlan { plan: plan.clone() })?;
+                let reviewed = current
+                    .rounds
+                    .iter()
+                    .find(|r| r.round == round)
+                    .ok_or_else(|| Rejection::UnknownRound {
+                        plan: plan.clone(),
+                        round,
+                    })?;
+                if reviewed.verdict.is_some() {
+                    return Err(Rejection::AlreadyReviewed { plan, round });
+                }
+                chars_at_most("feedback", feedback.as_deref(), REVIEW_FEEDBACK_CHARS_MAX)?;
+                if comments.len() > REVIEW_COMMENTS_MAX {
+                    return Err(Rejection::TooLong {
+                        field: "comments",
+                        max: REVIEW_COMMENTS_MAX,
+                        actual: comments.len(),
+                        unit: "comments",
+                    });
+                }
+                for comment in &comments {
+                    chars_at_most(
+                        "comments[].quote",
+                        Some(&comment.quote),
+                        REVIEW_QUOTE_CHARS_MAX,
+                    )?;
+                    chars_at_most(
+                        "comments[].text",
+                        Some(&comment.text),
+                        REVIEW_COMMENT_CHARS_MAX,
+                    )?;
+                }
+                Ok(EventBody::NamedPlanReviewed {
+                    plan,
+                    round,
+                    verdict,
+                    feedback,
+                    comments,
+                    channel,
+                })
+            }
+            other => unreachable!("decide_named is only called for named-plan commands: {other:?}"),
+        }
+    }
+}
