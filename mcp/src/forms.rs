@@ -1,115 +1,158 @@
-//! The forms this process has opened, by their secret `sid`.
+//! The pages this process has opened (question forms and plan reviews), by
+//! their secret id.
 //!
-//! A form is registered when `ask_user` opens it and stays known after the tool
+//! A page is registered when its tool opens it and stays known after the tool
 //! returns (timeout, cancel), so an answer submitted late is still recorded. The
-//! registry is bounded: past the limit, the oldest forms nobody waits for are
-//! forgotten (their asks stay in the log).
+//! registry is bounded: past the limit, the oldest pages nobody waits for are
+//! forgotten (their asks and rounds stay in the log).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 
-use planb_core::{Answers, AskId, AskSpec};
 use tokio::sync::oneshot;
 
-/// Most forms remembered per process.
-const FORMS_MAX: usize = 1024;
+/// Most pages remembered per process, per kind.
+const PAGES_MAX: usize = 1024;
 
-/// What the callback server needs to know about one form.
-#[derive(Debug, Clone)]
-pub struct FormInfo {
-    /// The ask in the log.
-    pub ask: AskId,
-    /// Its questions.
-    pub spec: Arc<AskSpec>,
-    /// An answer was accepted (in time or late): the form is one-shot.
-    pub finished: bool,
+#[derive(Debug)]
+struct Page<I, A> {
+    info: I,
+    /// An answer was accepted (in time or late): pages are one-shot.
+    finished: bool,
+    /// Present while the tool waits; the answer goes through it.
+    waiter: Option<oneshot::Sender<A>>,
 }
 
 #[derive(Debug)]
-struct Form {
-    info: FormInfo,
-    /// Present while `ask_user` waits; the answer goes through it.
-    waiter: Option<oneshot::Sender<Answers>>,
-}
-
-#[derive(Debug, Default)]
-struct Inner {
-    forms: HashMap<String, Form>,
+struct Inner<I, A> {
+    pages: HashMap<String, Page<I, A>>,
     /// Registration order, for eviction.
     order: VecDeque<String>,
 }
 
-/// The registry; shared by the MCP tools and the callback server.
-#[derive(Debug, Default)]
-pub struct Forms {
-    inner: Mutex<Inner>,
+/// Open pages of one kind: `I` is what the HTTP side needs to know, `A` what
+/// flows back to the waiting tool.
+#[derive(Debug)]
+pub struct Registry<I, A> {
+    inner: Mutex<Inner<I, A>>,
 }
 
-/// Too many forms are waiting at once.
+impl<I, A> Default for Registry<I, A> {
+    fn default() -> Self {
+        Registry {
+            inner: Mutex::new(Inner {
+                pages: HashMap::new(),
+                order: VecDeque::new(),
+            }),
+        }
+    }
+}
+
+/// Too many pages are waiting at once.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "{FORMS_MAX} forms are already waiting for answers in this server; answer or close some first"
+    "{PAGES_MAX} pages are already waiting for a person in this server; answer or close some first"
 )]
-pub struct TooManyForms;
+pub struct TooManyPages;
 
-impl Forms {
-    fn inner(&self) -> MutexGuard<'_, Inner> {
+impl<I: Clone, A> Registry<I, A> {
+    fn inner(&self) -> MutexGuard<'_, Inner<I, A>> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Registers a form that `ask_user` waits on through `waiter`.
+    /// Registers a page whose tool waits through `waiter`.
     pub fn register(
         &self,
-        sid: String,
-        ask: AskId,
-        spec: Arc<AskSpec>,
-        waiter: oneshot::Sender<Answers>,
-    ) -> Result<(), TooManyForms> {
+        id: String,
+        info: I,
+        waiter: oneshot::Sender<A>,
+    ) -> Result<(), TooManyPages> {
         let mut inner = self.inner();
-        if inner.forms.len() >= FORMS_MAX {
+        if inner.pages.len() >= PAGES_MAX {
             let evict = inner
                 .order
                 .iter()
-                .position(|sid| inner.forms.get(sid).is_none_or(|f| f.waiter.is_none()));
+                .position(|id| inner.pages.get(id).is_none_or(|p| p.waiter.is_none()));
             let Some(position) = evict else {
-                return Err(TooManyForms);
+                return Err(TooManyPages);
             };
             if let Some(old) = inner.order.remove(position) {
-                inner.forms.remove(&old);
+                inner.pages.remove(&old);
             }
         }
-        inner.order.push_back(sid.clone());
-        inner.forms.insert(
-            sid,
-            Form {
-                info: FormInfo {
-                    ask,
-                    spec,
-                    finished: false,
-                },
+        inner.order.push_back(id.clone());
+        inner.pages.insert(
+            id,
+            Page {
+                info,
+                finished: false,
                 waiter: Some(waiter),
             },
         );
         Ok(())
     }
 
-    /// The form behind `sid`, if this process knows it.
-    pub fn get(&self, sid: &str) -> Option<FormInfo> {
-        self.inner().forms.get(sid).map(|f| f.info.clone())
+    /// The page behind `id` and whether it was already answered.
+    pub fn get(&self, id: &str) -> Option<(I, bool)> {
+        self.inner()
+            .pages
+            .get(id)
+            .map(|p| (p.info.clone(), p.finished))
     }
 
-    /// Marks the form answered and hands back the waiting tool's channel, if any.
-    pub fn finish(&self, sid: &str) -> Option<oneshot::Sender<Answers>> {
+    /// Marks the page answered and hands back the waiting tool's channel, if any.
+    pub fn finish(&self, id: &str) -> Option<oneshot::Sender<A>> {
         let mut inner = self.inner();
-        let form = inner.forms.get_mut(sid)?;
-        form.info.finished = true;
-        form.waiter.take()
+        let page = inner.pages.get_mut(id)?;
+        page.finished = true;
+        page.waiter.take()
     }
 
-    /// The tool stopped waiting; the form stays known for late answers.
-    pub fn detach(&self, sid: &str) {
-        if let Some(form) = self.inner().forms.get_mut(sid) {
-            form.waiter = None;
+    /// The tool stopped waiting; the page stays known for late answers.
+    pub fn detach(&self, id: &str) {
+        if let Some(page) = self.inner().pages.get_mut(id) {
+            page.waiter = None;
         }
     }
 }
+
+/// A question form: what the callback server needs to know.
+#[derive(Debug, Clone)]
+pub struct FormInfo {
+    /// The ask in the log.
+    pub ask: planb_core::AskId,
+    /// Its questions.
+    pub spec: std::sync::Arc<planb_core::AskSpec>,
+}
+
+/// Open question forms by sid.
+pub type Forms = Registry<FormInfo, planb_core::Answers>;
+
+/// A plan review page: what the callback server needs to know.
+#[derive(Debug, Clone)]
+pub struct ReviewInfo {
+    /// The plan.
+    pub plan: planb_core::PlanName,
+    /// The round under review.
+    pub round: u32,
+    /// The content submitted.
+    pub content: std::sync::Arc<str>,
+    /// The previous round's content, for the diff.
+    pub previous: Option<std::sync::Arc<str>>,
+    /// The plan file, shown on the page.
+    pub path: std::sync::Arc<str>,
+}
+
+/// What a reviewer decided.
+#[derive(Debug, Clone)]
+pub struct ReviewOutcome {
+    /// Approve or request changes.
+    pub verdict: planb_core::Verdict,
+    /// General feedback.
+    pub feedback: Option<String>,
+    /// Comments on quoted passages.
+    pub comments: Vec<planb_core::ReviewComment>,
+}
+
+/// Open review pages by rid.
+pub type Reviews = Registry<ReviewInfo, ReviewOutcome>;

@@ -167,11 +167,11 @@ fn form_for(state: &AppState, sid: Option<&str>) -> Result<(String, FormInfo), A
             StatusCode::NOT_FOUND,
             "unknown form: the link is wrong, or the server that opened it has restarted",
         )),
-        Some(form) if form.finished => Err(refuse(
+        Some((_, true)) => Err(refuse(
             StatusCode::NOT_FOUND,
             "this form was already answered",
         )),
-        Some(form) => Ok((sid.to_string(), form)),
+        Some((form, false)) => Ok((sid.to_string(), form)),
     }
 }
 
@@ -186,8 +186,8 @@ fn html(status: StatusCode, markup: maud::Markup) -> Response {
 
 async fn ask_page(State(state): State<AppState>, Query(query): Query<SidQuery>) -> Response {
     let sid = query.sid.as_deref();
-    let form = match sid.and_then(|s| state.forms.get(s)) {
-        Some(form) => form,
+    let (form, finished) = match sid.and_then(|s| state.forms.get(s)) {
+        Some(found) => found,
         None => {
             return html(
                 StatusCode::NOT_FOUND,
@@ -198,7 +198,7 @@ async fn ask_page(State(state): State<AppState>, Query(query): Query<SidQuery>) 
             );
         }
     };
-    if form.finished {
+    if finished {
         return html(
             StatusCode::NOT_FOUND,
             pages::message_page(

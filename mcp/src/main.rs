@@ -9,6 +9,7 @@ mod args;
 mod ask;
 mod browser;
 mod config;
+mod deliver;
 mod demo;
 mod forms;
 mod http;

@@ -285,10 +285,11 @@ impl PlanbServer {
             return Ok(store_error(error));
         }
         let (sender, answered) = oneshot::channel();
-        if let Err(error) = self
-            .forms
-            .register(sid.clone(), ask, Arc::clone(&spec), sender)
-        {
+        let info = crate::forms::FormInfo {
+            ask,
+            spec: Arc::clone(&spec),
+        };
+        if let Err(error) = self.forms.register(sid.clone(), info, sender) {
             let _ = self
                 .execute(Command::Fail {
                     ask,

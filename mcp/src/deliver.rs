@@ -1,0 +1,122 @@
+//! Getting a page (question form or plan review) in front of the person, and
+//! waiting for what comes back.
+//!
+//! The page is delivered by URL elicitation when the client advertises it, else
+//! by opening the default browser (or, with `ASK_NO_OPEN`, by logging the URL).
+//! The wait ends at the first of: the answer, the timeout, a decline or cancel
+//! of the elicitation, or the client cancelling the request. While waiting,
+//! progress notifications keep clients that honour them from timing out and
+//! tell a person on a headless machine where the page is. Recording what
+//! happened is the caller's job.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use rmcp::RoleServer;
+use rmcp::model::ElicitationAction;
+use rmcp::service::{ElicitationError, RequestContext};
+use tokio::sync::oneshot;
+
+use crate::config::Config;
+use crate::server::PlanbServer;
+
+/// How a wait ended.
+#[derive(Debug)]
+pub enum Outcome<T> {
+    /// The person answered in time.
+    Answered(T),
+    /// The timeout passed first.
+    TimedOut,
+    /// The person declined or cancelled the URL elicitation.
+    Dismissed(ElicitationAction),
+    /// The client cancelled the tool call.
+    ClientCancelled,
+    /// The page was dropped without an answer (the server is shutting down).
+    Closed,
+}
+
+/// One page to deliver.
+#[derive(Debug)]
+pub struct Page<'a> {
+    /// The tool call's context (peer, progress token, cancellation).
+    pub context: &'a RequestContext<RoleServer>,
+    /// The page's loopback URL.
+    pub url: &'a str,
+    /// What the elicitation and progress messages call it, e.g. `"Kickoff" form`.
+    pub label: &'a str,
+    /// The elicitation id (the ask or round it belongs to).
+    pub elicitation_id: String,
+    /// Whether to use URL elicitation.
+    pub url_mode: bool,
+}
+
+type Elicitation = Pin<Box<dyn Future<Output = Result<ElicitationAction, ElicitationError>> + Send>>;
+
+/// Delivers `page` and waits for `answer`, a timeout or a dismissal. Sends
+/// `notifications/elicitation/complete` at the end in URL mode.
+pub async fn deliver_and_wait<T>(
+    config: &Config,
+    page: &Page<'_>,
+    answer: oneshot::Receiver<T>,
+) -> Outcome<T> {
+    let outcome = wait(config, page, answer).await;
+    if page.url_mode {
+        PlanbServer::notify_elicitation_complete(page.context, &page.elicitation_id).await;
+    }
+    outcome
+}
+
+async fn wait<T>(config: &Config, page: &Page<'_>, mut answer: oneshot::Receiver<T>) -> Outcome<T> {
+    let mut elicitation: Option<Elicitation> = None;
+    match url::Url::parse(page.url) {
+        Ok(url) if page.url_mode => {
+            let peer = page.context.peer.clone();
+            let message = format!("Open the {} (planb, on this machine)", page.label);
+            let id = page.elicitation_id.clone();
+            elicitation = Some(Box::pin(async move { peer.elicit_url(message, url, id).await }));
+            tracing::info!("sent by URL elicitation: {}", page.url);
+        }
+        _ => {
+            crate::browser::open(page.url, config.no_open);
+        }
+    }
+    let deadline = tokio::time::sleep(config.answer_timeout);
+    tokio::pin!(deadline);
+    let token = page.context.meta.get_progress_token();
+    let mut ticker = tokio::time::interval(config.progress_interval);
+    ticker.tick().await;
+    let mut progress = 0.0;
+    loop {
+        tokio::select! {
+            answered = &mut answer => {
+                return match answered {
+                    Ok(answered) => Outcome::Answered(answered),
+                    Err(_) => Outcome::Closed,
+                };
+            }
+            () = &mut deadline => return Outcome::TimedOut,
+            result = async { elicitation.as_mut().expect("guarded by the branch condition").await }, if elicitation.is_some() => {
+                elicitation = None;
+                match result {
+                    // Accept only means the browser opened: keep waiting.
+                    Ok(ElicitationAction::Accept) => {}
+                    Ok(action) => return Outcome::Dismissed(action),
+                    Err(error) => {
+                        // Some clients advertise URL elicitation and then fail it:
+                        // fall back to opening the browser ourselves.
+                        tracing::warn!("URL elicitation failed ({error}); opening the page directly");
+                        crate::browser::open(page.url, config.no_open);
+                    }
+                }
+            }
+            _ = ticker.tick(), if token.is_some() => {
+                progress += 1.0;
+                if let Some(token) = &token {
+                    let message = format!("Waiting for the person to answer the {} at {}", page.label, page.url);
+                    PlanbServer::notify_progress(page.context, token, progress, message).await;
+                }
+            }
+            () = page.context.ct.cancelled() => return Outcome::ClientCancelled,
+        }
+    }
+}
