@@ -98,6 +98,25 @@ impl<'a> Args<'a> {
         }
     }
 
+    /// The optional `sessionId`, a UUID.
+    pub fn optional_session_id(&mut self) -> Option<SessionId> {
+        let text = self.optional_string("sessionId", 100)?;
+        match SessionId::parse(text.trim()) {
+            Ok(id) => Some(id),
+            Err(error) => {
+                self.errors.0.push(format!(
+                    "sessionId: {error}; pass the sessionId that init_planb_session returned"
+                ));
+                None
+            }
+        }
+    }
+
+    /// Adds a problem found by the caller.
+    pub fn push(&mut self, message: String) {
+        self.errors.0.push(message);
+    }
+
     /// Fails on fields the tool does not take, then returns every problem found.
     pub fn finish(mut self) -> Result<(), ArgErrors> {
         for key in self.object.keys() {
@@ -228,6 +247,58 @@ pub struct AskUserInput {
     /// 1 to 20 questions.
     #[schemars(length(min = 1, max = 20))]
     questions: Vec<QuestionInput>,
+}
+
+/// Input of `write_plan`.
+#[derive(Debug, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code, reason = "describes the input schema only")]
+pub struct WritePlanInput {
+    /// The plan's name: letters, digits, `-` and `_` (the file is `<planName>-plan.md`).
+    plan_name: String,
+    /// The full plan as Markdown (at most 4 MiB).
+    content: String,
+    /// Optional planb session to tie the plan to, so its whole arc replays together.
+    session_id: Option<String>,
+}
+
+/// One string replacement.
+#[derive(Debug, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code, reason = "describes the input schema only")]
+pub struct EditInput {
+    /// Exact text to find; must match exactly once unless replaceAll.
+    old_string: String,
+    /// Replacement text.
+    new_string: String,
+    /// Replace every match.
+    replace_all: Option<bool>,
+}
+
+/// Input of `edit_plan`: one edit, or `edits`.
+#[derive(Debug, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code, reason = "describes the input schema only")]
+pub struct EditPlanInput {
+    /// The plan's name.
+    plan_name: String,
+    /// Exact text to find (single edit).
+    old_string: Option<String>,
+    /// Replacement text (single edit).
+    new_string: Option<String>,
+    /// Replace every match (single edit).
+    replace_all: Option<bool>,
+    /// Several edits applied atomically, all matched against the text before any applies.
+    edits: Option<Vec<EditInput>>,
+}
+
+/// Input of `submit_plan`.
+#[derive(Debug, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code, reason = "describes the input schema only")]
+pub struct SubmitPlanInput {
+    /// The plan's name.
+    plan_name: String,
 }
 
 /// The JSON schema of `T`, as rmcp publishes input schemas.

@@ -22,6 +22,24 @@ pub struct Config {
     pub port: u16,
     /// `PLANB_PROGRESS_INTERVAL_MS`.
     pub progress_interval: Duration,
+    /// `--plans-dir` (absolute): where named plans are written.
+    pub plans_dir: PathBuf,
+    /// `--review`: how `submit_plan` collects a verdict.
+    pub review: ReviewMode,
+    /// The command after `--`: reviews by running it with the plan's path appended.
+    pub submit_command: Vec<String>,
+    /// `--prompt-file`: replaces the built-in `plan` prompt (`$ARGUMENTS` substituted).
+    pub prompt_template: Option<String>,
+}
+
+/// How `submit_plan` collects a verdict when no submit command is given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ReviewMode {
+    /// The review page in the browser (URL elicitation or direct open).
+    #[default]
+    Browser,
+    /// A form-mode elicitation with a decision and feedback.
+    Form,
 }
 
 fn var(name: &str) -> Option<String> {
@@ -53,6 +71,10 @@ impl Config {
             no_open: var("ASK_NO_OPEN").is_some_and(|v| v.trim() != "0"),
             port,
             progress_interval: millis("PLANB_PROGRESS_INTERVAL_MS", DEFAULT_PROGRESS_INTERVAL)?,
+            plans_dir: PathBuf::from("docs/plans"),
+            review: ReviewMode::Browser,
+            submit_command: Vec::new(),
+            prompt_template: None,
         })
     }
 }

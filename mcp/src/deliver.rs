@@ -50,7 +50,8 @@ pub struct Page<'a> {
     pub url_mode: bool,
 }
 
-type Elicitation = Pin<Box<dyn Future<Output = Result<ElicitationAction, ElicitationError>> + Send>>;
+type Elicitation =
+    Pin<Box<dyn Future<Output = Result<ElicitationAction, ElicitationError>> + Send>>;
 
 /// Delivers `page` and waits for `answer`, a timeout or a dismissal. Sends
 /// `notifications/elicitation/complete` at the end in URL mode.
@@ -73,7 +74,9 @@ async fn wait<T>(config: &Config, page: &Page<'_>, mut answer: oneshot::Receiver
             let peer = page.context.peer.clone();
             let message = format!("Open the {} (planb, on this machine)", page.label);
             let id = page.elicitation_id.clone();
-            elicitation = Some(Box::pin(async move { peer.elicit_url(message, url, id).await }));
+            elicitation = Some(Box::pin(
+                async move { peer.elicit_url(message, url, id).await },
+            ));
             tracing::info!("sent by URL elicitation: {}", page.url);
         }
         _ => {

@@ -22,7 +22,7 @@ use planb_projections::{Store, StoreError, pages};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::forms::{FormInfo, Forms};
+use crate::forms::{FormInfo, Forms, ReviewOutcome, Reviews};
 
 /// Largest request body accepted: 20 long answers of 100 000 characters fit.
 pub const BODY_BYTES_MAX: usize = 8 << 20;
@@ -34,6 +34,8 @@ pub struct AppState {
     pub store: Arc<Store>,
     /// Open forms by sid.
     pub forms: Arc<Forms>,
+    /// Open review pages by rid.
+    pub reviews: Arc<Reviews>,
     /// The port the server listens on (for Host and Origin checks).
     pub port: u16,
 }
@@ -45,6 +47,7 @@ pub fn app(state: AppState) -> Router {
         .route("/spec", get(spec))
         .route("/draft", post(draft))
         .route("/submit", post(submit))
+        .route("/review", get(review_page).post(review))
         .route("/assets/{name}", get(asset))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
@@ -54,7 +57,12 @@ pub fn app(state: AppState) -> Router {
 
 /// Binds the callback server on 127.0.0.1:`port` (0 = ephemeral) and serves it
 /// in the background. Returns the bound address.
-pub async fn start(store: Arc<Store>, forms: Arc<Forms>, port: u16) -> std::io::Result<SocketAddr> {
+pub async fn start(
+    store: Arc<Store>,
+    forms: Arc<Forms>,
+    reviews: Arc<Reviews>,
+    port: u16,
+) -> std::io::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .map_err(|e| {
@@ -67,6 +75,7 @@ pub async fn start(store: Arc<Store>, forms: Arc<Forms>, port: u16) -> std::io::
     let router = app(AppState {
         store,
         forms,
+        reviews,
         port: address.port(),
     });
     tokio::spawn(async move {
@@ -364,6 +373,161 @@ async fn submit(State(state): State<AppState>, headers: HeaderMap, body: Bytes) 
             json_error(StatusCode::CONFLICT, rejection.to_string())
         }
         Err(error) => store_failure(error),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct RidQuery {
+    rid: Option<String>,
+}
+
+async fn review_page(State(state): State<AppState>, Query(query): Query<RidQuery>) -> Response {
+    let rid = query.rid.unwrap_or_default();
+    match state.reviews.get(&rid) {
+        None => html(
+            StatusCode::NOT_FOUND,
+            pages::message_page(
+                "Review not found",
+                "This link does not match an open review. The planb server that opened it may have restarted; ask the agent to submit the plan again.",
+            ),
+        ),
+        Some((_, true)) => html(
+            StatusCode::NOT_FOUND,
+            pages::message_page(
+                "Already reviewed",
+                "This review was already sent to the agent. You can close this tab.",
+            ),
+        ),
+        Some((info, false)) => html(
+            StatusCode::OK,
+            pages::review_page(&pages::ReviewView {
+                plan_name: info.plan.as_str(),
+                round: info.round,
+                content: &info.content,
+                previous: info.previous.as_deref(),
+                rid: &rid,
+                plan_path: &info.path,
+            }),
+        ),
+    }
+}
+
+/// Parses `{rid, verdict, feedback?, comments?}`, naming the field at fault.
+fn parse_review(headers: &HeaderMap, body: &Bytes) -> Result<(String, ReviewOutcome), ApiError> {
+    let is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|c| c.to_str().ok())
+        .is_some_and(|c| c.starts_with("application/json"));
+    if !is_json {
+        return Err(refuse(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "body: must be application/json",
+        ));
+    }
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| refuse(StatusCode::BAD_REQUEST, format!("body: invalid JSON: {e}")))?;
+    let unprocessable = |m: String| refuse(StatusCode::UNPROCESSABLE_ENTITY, m);
+    let Value::Object(object) = value else {
+        return Err(unprocessable("body: must be an object".into()));
+    };
+    let mut rid = None;
+    let mut verdict = None;
+    let mut feedback = None;
+    let mut comments = Vec::new();
+    for (key, value) in object {
+        match (key.as_str(), value) {
+            ("rid", Value::String(r)) => rid = Some(r),
+            ("verdict", Value::String(v)) if v == "approve" => {
+                verdict = Some(planb_core::Verdict::Approved)
+            }
+            ("verdict", Value::String(v)) if v == "changes" => {
+                verdict = Some(planb_core::Verdict::ChangesRequested)
+            }
+            ("verdict", _) => {
+                return Err(unprocessable(
+                    "verdict: must be \"approve\" or \"changes\"".into(),
+                ));
+            }
+            ("feedback", Value::String(f)) => feedback = Some(f).filter(|f| !f.trim().is_empty()),
+            ("feedback", Value::Null) => {}
+            ("comments", Value::Array(items)) => {
+                for (i, item) in items.into_iter().enumerate() {
+                    let quote = item.get("quote").and_then(Value::as_str);
+                    let text = item.get("text").and_then(Value::as_str);
+                    match (quote, text) {
+                        (Some(quote), Some(text)) => comments.push(planb_core::ReviewComment {
+                            quote: quote.to_string(),
+                            text: text.to_string(),
+                        }),
+                        _ => {
+                            return Err(unprocessable(format!(
+                                "comments[{i}]: must be {{quote, text}} strings"
+                            )));
+                        }
+                    }
+                }
+            }
+            (other, _) => return Err(unprocessable(format!("{other}: unexpected field or type"))),
+        }
+    }
+    let rid = rid.ok_or_else(|| refuse(StatusCode::BAD_REQUEST, "rid: must be a string"))?;
+    let verdict = verdict.ok_or_else(|| unprocessable("verdict: required".into()))?;
+    if verdict == planb_core::Verdict::ChangesRequested && feedback.is_none() && comments.is_empty()
+    {
+        return Err(unprocessable(
+            "feedback: say what should change, or add a comment".into(),
+        ));
+    }
+    Ok((
+        rid,
+        ReviewOutcome {
+            verdict,
+            feedback,
+            comments,
+        },
+    ))
+}
+
+async fn review(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    let (rid, outcome) = match parse_review(&headers, &body) {
+        Ok(parsed) => parsed,
+        Err(error) => return error.into_response(),
+    };
+    let info = match state.reviews.get(&rid) {
+        None => {
+            return json_error(
+                StatusCode::NOT_FOUND,
+                "unknown review: the server that opened it may have restarted",
+            );
+        }
+        Some((_, true)) => {
+            return json_error(StatusCode::NOT_FOUND, "this review was already sent");
+        }
+        Some((info, false)) => info,
+    };
+    let command = Command::ReviewPlan {
+        plan: info.plan.clone(),
+        round: info.round,
+        verdict: outcome.verdict,
+        feedback: outcome.feedback.clone(),
+        comments: outcome.comments.clone(),
+        channel: planb_core::ReviewChannel::Browser,
+    };
+    match execute(&state.store, command).await {
+        Ok(_) => {
+            if let Some(waiter) = state.reviews.finish(&rid) {
+                let _ = waiter.send(outcome);
+            }
+            axum::Json(json!({ "status": "recorded" })).into_response()
+        }
+        Err(StoreError::Rejected(Rejection::AlreadyReviewed { .. })) => {
+            state.reviews.finish(&rid);
+            json_error(StatusCode::NOT_FOUND, "this review was already sent")
+        }
+        Err(StoreError::Rejected(rejection)) => {
+            json_error(StatusCode::UNPROCESSABLE_ENTITY, rejection.to_string())
+        }
+        Err(error) => store_failure(&error),
     }
 }
 

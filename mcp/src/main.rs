@@ -13,6 +13,7 @@ mod deliver;
 mod demo;
 mod forms;
 mod http;
+mod plans;
 mod server;
 
 use std::path::PathBuf;
@@ -27,8 +28,21 @@ struct Cli {
     /// Data root (default: $PLANB_MCP_DATA_DIR, else ~/.planb-mcp).
     #[arg(long, global = true, value_name = "DIR")]
     data_dir: Option<PathBuf>,
+    /// Where named plans are written (relative to the working directory).
+    #[arg(long, value_name = "DIR", default_value = "docs/plans")]
+    plans_dir: PathBuf,
+    /// How submit_plan collects a verdict: the browser review page, or a form elicitation.
+    #[arg(long, value_enum, default_value_t = config::ReviewMode::Browser)]
+    review: config::ReviewMode,
+    /// Replaces the built-in `plan` prompt; `$ARGUMENTS` is substituted.
+    #[arg(long, value_name = "FILE")]
+    prompt_file: Option<PathBuf>,
     #[command(subcommand)]
     command: Option<Command>,
+    /// A submit command (after `--`): submit_plan runs it with the plan's
+    /// absolute path appended; its stdout comes back as feedback.
+    #[arg(last = true, value_name = "SUBMIT_COMMAND")]
+    submit_command: Vec<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -96,11 +110,19 @@ fn data_root(cli: &Cli) -> anyhow::Result<PathBuf> {
 }
 
 /// Runs the MCP server on stdin/stdout until the client closes the connection.
-fn serve(root: PathBuf) -> anyhow::Result<ExitCode> {
+fn serve(root: PathBuf, cli: &Cli) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&root)
         .map_err(|e| anyhow::anyhow!("cannot create the data root {}: {e}", root.display()))?;
     let root = root.canonicalize()?;
-    let config = config::Config::from_env(root.clone())?;
+    let mut config = config::Config::from_env(root.clone())?;
+    config.plans_dir = std::env::current_dir()?.join(&cli.plans_dir);
+    config.review = cli.review;
+    config.submit_command = cli.submit_command.clone();
+    if let Some(file) = &cli.prompt_file {
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| anyhow::anyhow!("--prompt-file {}: {e}", file.display()))?;
+        config.prompt_template = Some(text);
+    }
     let (store, report) = planb_projections::Store::open(
         planb_projections::DataRoot::new(&root),
         std::sync::Arc::new(planb_projections::SystemEnvironment),
@@ -164,7 +186,7 @@ fn main() -> ExitCode {
             Some(Command::Log {
                 command: LogCommand::Tail { lines, no_follow },
             }) => admin::tail(&root, *lines, !no_follow, &mut out),
-            None => serve(root.root().to_path_buf()),
+            None => serve(root.root().to_path_buf(), &cli),
         }
     });
     match result {

@@ -28,22 +28,24 @@ pub struct PlanbServer {
     store: Arc<Store>,
     config: Arc<Config>,
     forms: Arc<Forms>,
+    reviews: Arc<crate::forms::Reviews>,
     /// The callback server, started on the first form.
     http: Arc<OnceCell<SocketAddr>>,
     tool_router: ToolRouter<Self>,
+    prompt_router: rmcp::handler::server::router::prompt::PromptRouter<Self>,
 }
 
 fn text(message: impl Into<String>) -> CallToolResult {
     CallToolResult::success(vec![ContentBlock::text(message.into())])
 }
 
-fn tool_error(message: impl Into<String>) -> CallToolResult {
+pub(crate) fn tool_error(message: impl Into<String>) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(message.into())])
 }
 
 /// A store failure as the agent sees it: a rejection is the agent's to fix,
 /// anything else is ours.
-fn store_error(error: StoreError) -> CallToolResult {
+pub(crate) fn store_error(error: StoreError) -> CallToolResult {
     match error {
         StoreError::Rejected(rejection) => tool_error(rejection.to_string()),
         other => {
@@ -54,7 +56,7 @@ fn store_error(error: StoreError) -> CallToolResult {
 }
 
 /// 256 random bits, hex: the form's only credential.
-fn new_sid() -> Result<String, getrandom::Error> {
+pub(crate) fn new_sid() -> Result<String, getrandom::Error> {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes)?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
@@ -67,17 +69,34 @@ impl PlanbServer {
             store,
             config: Arc::new(config),
             forms: Arc::new(Forms::default()),
+            reviews: Arc::new(crate::forms::Reviews::default()),
             http: Arc::new(OnceCell::new()),
-            tool_router: Self::tool_router(),
+            tool_router: Self::tool_router() + Self::plan_tool_router(),
+            prompt_router: Self::prompt_router(),
         }
     }
 
-    async fn execute(&self, command: Command) -> Result<Vec<EventBody>, StoreError> {
+    pub(crate) async fn execute(&self, command: Command) -> Result<Vec<EventBody>, StoreError> {
         let store = Arc::clone(&self.store);
         tokio::task::spawn_blocking(move || store.execute(command))
             .await
             .unwrap_or_else(|join| panic!("store task panicked: {join}"))
             .map(|envelopes| envelopes.into_iter().map(|e| e.event.body).collect())
+    }
+
+    /// Runs `f` on the state after catching up on the log.
+    pub(crate) async fn read_state<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&planb_core::State) -> R + Send + 'static,
+    ) -> Result<R, StoreError> {
+        let store = Arc::clone(&self.store);
+        tokio::task::spawn_blocking(move || store.read(f))
+            .await
+            .unwrap_or_else(|join| panic!("store task panicked: {join}"))
+    }
+
+    pub(crate) fn reviews(&self) -> &crate::forms::Reviews {
+        &self.reviews
     }
 
     async fn session_exists(&self, session: SessionId) -> Result<bool, StoreError> {
@@ -87,12 +106,13 @@ impl PlanbServer {
             .unwrap_or_else(|join| panic!("store task panicked: {join}"))
     }
 
-    async fn callback_address(&self) -> std::io::Result<SocketAddr> {
+    pub(crate) async fn callback_address(&self) -> std::io::Result<SocketAddr> {
         self.http
             .get_or_try_init(|| {
                 crate::http::start(
                     Arc::clone(&self.store),
                     Arc::clone(&self.forms),
+                    Arc::clone(&self.reviews),
                     self.config.port,
                 )
             })
@@ -382,13 +402,21 @@ impl PlanbServer {
 }
 
 #[tool_handler(router = self.tool_router)]
+#[rmcp::prompt_handler(router = self.prompt_router)]
 impl ServerHandler for PlanbServer {
     fn get_info(&self) -> ServerConfig {
-        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("planb", env!("CARGO_PKG_VERSION")));
+        let mut info = ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_prompts()
+                .build(),
+        )
+        .with_server_info(Implementation::new("planb", env!("CARGO_PKG_VERSION")));
         info.instructions = Some(
             "planb records a planning arc: call init_planb_session once, ask the person with ask_user (a browser form) \
-             instead of guessing, and save the full plan with save_plan; every question, answer and plan version is kept."
+             instead of guessing, and save the full plan with save_plan; every question, answer and plan version is kept. \
+             For a plan the person must approve, write it with write_plan, revise it with edit_plan and ask for a verdict \
+             with submit_plan."
                 .into(),
         );
         info

@@ -48,6 +48,8 @@ pub struct Seen {
 #[derive(Debug)]
 pub struct TestClient {
     url_answer: UrlAnswer,
+    /// How to answer form-mode elicitations (default: decline).
+    form_reply: Option<(ElicitationAction, Option<Value>)>,
     urls: mpsc::UnboundedSender<(String, String)>,
     completions: mpsc::UnboundedSender<String>,
     progress: mpsc::UnboundedSender<String>,
@@ -71,6 +73,16 @@ impl ClientHandler for TestClient {
                 let _ = self.urls.send((url, elicitation_id));
                 Ok(ElicitResult::new(action.clone()))
             }
+            (ElicitRequestParams::FormElicitationParams { .. }, _) => match &self.form_reply {
+                Some((action, content)) => {
+                    let mut result = ElicitResult::new(action.clone());
+                    if let Some(content) = content {
+                        result = result.with_content(content.clone());
+                    }
+                    Ok(result)
+                }
+                None => Ok(ElicitResult::new(ElicitationAction::Decline)),
+            },
             _ => Ok(ElicitResult::new(ElicitationAction::Decline)),
         }
     }
@@ -125,7 +137,19 @@ pub struct Server {
 
 /// Starts `planb-mcp` on `data_dir` with extra environment variables.
 pub async fn start(data_dir: &Path, url_answer: UrlAnswer, env: &[(&str, &str)]) -> Server {
+    start_with(data_dir, url_answer, None, env, &[]).await
+}
+
+/// [`start`] with a form-elicitation reply and extra command-line arguments.
+pub async fn start_with(
+    data_dir: &Path,
+    url_answer: UrlAnswer,
+    form_reply: Option<(ElicitationAction, Option<Value>)>,
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> Server {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_planb-mcp"));
+    command.args(args).current_dir(data_dir);
     command
         .env("PLANB_MCP_DATA_DIR", data_dir)
         .env("ASK_NO_OPEN", "1")
@@ -159,6 +183,7 @@ pub async fn start(data_dir: &Path, url_answer: UrlAnswer, env: &[(&str, &str)])
     let (progress_tx, progress) = mpsc::unbounded_channel();
     let handler = TestClient {
         url_answer,
+        form_reply,
         urls: urls_tx,
         completions: completions_tx,
         progress: progress_tx,

@@ -1,0 +1,618 @@
+//! Named plans: `write_plan`, `edit_plan`, `submit_plan`, and the `plan` prompt.
+//!
+//! A named plan lives at `<plans-dir>/<planName>-plan.md`, a projection of its
+//! events. Before every change the file is compared with the recorded content:
+//! if a person edited it by hand, that content is recorded first, so their edit
+//! is a version of its own and never overwritten. Approval only ever comes from
+//! a person (the review page, the review form) — an external command's output
+//! is feedback, never an approval.
+
+use std::path::PathBuf;
+
+use planb_core::{Command, PlanEdit, PlanName, ReviewChannel, Verdict, apply_edits};
+use rmcp::RoleServer;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, GetPromptResult, JsonObject, PromptMessage, Role};
+use rmcp::service::{ElicitationMode, RequestContext};
+use rmcp::{ErrorData, prompt, prompt_router, tool, tool_router};
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+use crate::args::{self, Args};
+use crate::config::ReviewMode;
+use crate::deliver::{Outcome, Page, deliver_and_wait};
+use crate::forms::{ReviewInfo, ReviewOutcome};
+use crate::server::{PlanbServer, store_error, tool_error};
+
+/// The built-in plan-mode prompt; `$ARGUMENTS` is the task.
+const PLAN_PROMPT: &str = include_str!("plan_prompt.md");
+
+/// Arguments of the `plan` prompt.
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+pub struct PlanPromptArgs {
+    /// What to plan.
+    #[serde(rename = "ARGUMENTS")]
+    #[schemars(rename = "ARGUMENTS")]
+    pub arguments: String,
+}
+
+fn plan_name(args: &mut Args<'_>) -> Option<PlanName> {
+    let text = args.string("planName", 200)?;
+    match PlanName::parse(&text) {
+        Ok(name) => Some(name),
+        Err(error) => {
+            args.push(error.to_string());
+            None
+        }
+    }
+}
+
+/// Reads one `{oldString, newString, replaceAll?}` edit at `path`.
+fn parse_edit(value: &Value, path: &str) -> Result<PlanEdit, String> {
+    let Value::Object(object) = value else {
+        return Err(format!(
+            "{path}: must be an object {{oldString, newString, replaceAll?}}"
+        ));
+    };
+    let mut old = None;
+    let mut new = None;
+    let mut replace_all = false;
+    for (key, value) in object {
+        match (key.as_str(), value) {
+            ("oldString", Value::String(s)) => old = Some(s.clone()),
+            ("newString", Value::String(s)) => new = Some(s.clone()),
+            ("replaceAll", Value::Bool(b)) => replace_all = *b,
+            ("replaceAll", Value::Null) => {}
+            ("oldString" | "newString", _) => {
+                return Err(format!("{path}.{key}: must be a string"));
+            }
+            ("replaceAll", _) => return Err(format!("{path}.replaceAll: must be a boolean")),
+            (other, _) => return Err(format!("{path}.{other}: unknown field")),
+        }
+    }
+    let old = old.ok_or_else(|| format!("{path}.oldString: required"))?;
+    let new = new.ok_or_else(|| format!("{path}.newString: required"))?;
+    Ok(PlanEdit {
+        old,
+        new,
+        replace_all,
+    })
+}
+
+/// The edits of an `edit_plan` call: either the single-edit fields or `edits`.
+fn parse_edits(arguments: &JsonObject) -> Result<(PlanName, Vec<PlanEdit>), String> {
+    let mut single = JsonObject::new();
+    let mut rest = JsonObject::new();
+    for (key, value) in arguments {
+        match key.as_str() {
+            "oldString" | "newString" | "replaceAll" => {
+                single.insert(key.clone(), value.clone());
+            }
+            _ => {
+                rest.insert(key.clone(), value.clone());
+            }
+        }
+    }
+    let edits_value = rest.remove("edits");
+    let mut args = Args::new(&rest);
+    let plan = plan_name(&mut args);
+    args.finish().map_err(|e| e.to_string())?;
+    let plan = plan.ok_or("planName: required")?;
+    let edits = match (edits_value, single.is_empty()) {
+        (Some(_), false) => {
+            return Err("edits: give either oldString/newString or edits, not both".into());
+        }
+        (Some(Value::Array(items)), true) => {
+            if items.is_empty() {
+                return Err("edits: must hold at least one edit".into());
+            }
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| parse_edit(item, &format!("edits[{i}]")))
+                .collect::<Result<Vec<_>, _>>()?
+        }
+        (Some(_), true) => return Err("edits: must be an array".into()),
+        (None, false) => {
+            vec![parse_edit(&Value::Object(single), "edit").map_err(|e| e.replace("edit.", ""))?]
+        }
+        (None, true) => return Err("oldString: required (or pass edits)".into()),
+    };
+    Ok((plan, edits))
+}
+
+/// Folds comments into the feedback text so a model can act on them.
+fn feedback_text(outcome: &ReviewOutcome) -> Option<String> {
+    let mut text = outcome.feedback.clone().unwrap_or_default();
+    if !outcome.comments.is_empty() {
+        if !text.is_empty() {
+            text.push_str("\n\n");
+        }
+        text.push_str("Comments on the plan:");
+        for comment in &outcome.comments {
+            let quote = comment.quote.lines().collect::<Vec<_>>().join("\n> ");
+            text.push_str(&format!("\n\n> {quote}\n{}", comment.text));
+        }
+    }
+    (!text.trim().is_empty()).then_some(text)
+}
+
+fn verdict_result(approved: bool, feedback: Option<String>) -> CallToolResult {
+    let mut value = json!({ "approved": approved });
+    if let Some(feedback) = feedback {
+        value["feedback"] = Value::String(feedback);
+    }
+    CallToolResult::structured(value)
+}
+
+impl PlanbServer {
+    fn named_plan_path(&self, plan: &PlanName) -> PathBuf {
+        self.config()
+            .plans_dir
+            .join(format!("{}-plan.md", plan.as_str()))
+    }
+
+    /// Records a hand edit of the plan's file, if there is one.
+    async fn record_hand_edit(&self, plan: &PlanName) -> Result<(), CallToolResult> {
+        let path = self.named_plan_path(plan);
+        let on_disk = match tokio::fs::read(&path).await {
+            Ok(bytes) => bytes,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(error) => {
+                return Err(tool_error(format!(
+                    "cannot read {}: {error}",
+                    path.display()
+                )));
+            }
+        };
+        if on_disk.len() > planb_core::state::NAMED_PLAN_BYTES_MAX {
+            return Err(tool_error(format!(
+                "{}: over 4 MiB; planb does not manage files that large",
+                path.display()
+            )));
+        }
+        let Ok(on_disk) = String::from_utf8(on_disk) else {
+            return Err(tool_error(format!("{}: not UTF-8 text", path.display())));
+        };
+        let recorded = self
+            .read_state({
+                let plan = plan.clone();
+                move |s| s.named_plan(&plan).map(|p| p.content.clone())
+            })
+            .await;
+        let recorded = match recorded {
+            Ok(recorded) => recorded,
+            Err(error) => return Err(store_error(error)),
+        };
+        if recorded.as_deref() == Some(on_disk.as_str()) {
+            return Ok(());
+        }
+        tracing::info!(
+            "{} was changed by hand; recording that version first",
+            path.display()
+        );
+        match self
+            .execute(Command::RecordOutsideChange {
+                plan: plan.clone(),
+                content: on_disk,
+            })
+            .await
+        {
+            Ok(_)
+            | Err(planb_projections::StoreError::Rejected(planb_core::Rejection::Unchanged {
+                ..
+            })) => Ok(()),
+            Err(error) => Err(store_error(error)),
+        }
+    }
+
+    /// Writes the recorded content to the plan's file (atomically).
+    async fn write_plan_file(&self, plan: &PlanName) -> Result<(PathBuf, usize), CallToolResult> {
+        let content = self
+            .read_state({
+                let plan = plan.clone();
+                move |s| s.named_plan(&plan).map(|p| p.content.clone())
+            })
+            .await
+            .map_err(store_error)?
+            .unwrap_or_default();
+        let path = self.named_plan_path(plan);
+        let dir = self.config().plans_dir.clone();
+        let temp = dir.join(format!(
+            ".{}-plan.md.{}.tmp",
+            plan.as_str(),
+            std::process::id()
+        ));
+        let write = async {
+            tokio::fs::create_dir_all(&dir).await?;
+            tokio::fs::write(&temp, content.as_bytes()).await?;
+            tokio::fs::rename(&temp, &path).await
+        };
+        if let Err(error) = write.await {
+            return Err(tool_error(format!(
+                "the plan is recorded, but {} could not be written: {error}",
+                path.display()
+            )));
+        }
+        Ok((path, content.len()))
+    }
+}
+
+#[tool_router(router = plan_tool_router, vis = "pub(crate)")]
+impl PlanbServer {
+    #[tool(
+        name = "write_plan",
+        description = "Write (create or replace) a named plan as Markdown at <plans-dir>/<planName>-plan.md. Every write is kept as a version. Returns {planName, planPath, bytesWritten}.",
+        input_schema = args::schema::<args::WritePlanInput>(),
+        annotations(title = "Write a plan", read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn write_plan(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
+        let mut args = Args::new(&arguments);
+        let plan = plan_name(&mut args);
+        let content = args.string("content", planb_core::state::NAMED_PLAN_BYTES_MAX);
+        let session = args.optional_session_id();
+        if let Err(errors) = args.finish() {
+            return Ok(tool_error(errors.to_string()));
+        }
+        let (Some(plan), Some(content)) = (plan, content) else {
+            return Ok(tool_error("planName and content are required"));
+        };
+        if let Err(result) = self.record_hand_edit(&plan).await {
+            return Ok(result);
+        }
+        if let Err(error) = self
+            .execute(Command::WritePlan {
+                plan: plan.clone(),
+                content,
+                session,
+            })
+            .await
+        {
+            return Ok(store_error(error));
+        }
+        Ok(match self.write_plan_file(&plan).await {
+            Ok((path, bytes)) => CallToolResult::structured(json!({
+                "planName": plan.as_str(),
+                "planPath": path.display().to_string(),
+                "bytesWritten": bytes,
+            })),
+            Err(result) => result,
+        })
+    }
+
+    #[tool(
+        name = "edit_plan",
+        description = "Edit a named plan by exact string replacement: oldString -> newString (replaceAll to replace every match), or `edits: [{oldString, newString, replaceAll?}]` applied atomically against the current text. An oldString that is missing, ambiguous without replaceAll, or overlapping another edit is an error and nothing changes. Hand edits to the file are kept. Returns {planName, planPath, replacementsMade}.",
+        input_schema = args::schema::<args::EditPlanInput>(),
+        annotations(title = "Edit a plan", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
+    )]
+    async fn edit_plan(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
+        let (plan, edits) = match parse_edits(&arguments) {
+            Ok(parsed) => parsed,
+            Err(message) => return Ok(tool_error(message)),
+        };
+        if let Err(result) = self.record_hand_edit(&plan).await {
+            return Ok(result);
+        }
+        let before = self
+            .read_state({
+                let plan = plan.clone();
+                move |s| s.named_plan(&plan).map(|p| p.content.clone())
+            })
+            .await;
+        let replacements = match before {
+            Ok(Some(before)) => apply_edits(&before, &edits).map(|(_, n)| n).unwrap_or(0),
+            Ok(None) => 0,
+            Err(error) => return Ok(store_error(error)),
+        };
+        if let Err(error) = self
+            .execute(Command::EditPlan {
+                plan: plan.clone(),
+                edits,
+            })
+            .await
+        {
+            return Ok(store_error(error));
+        }
+        Ok(match self.write_plan_file(&plan).await {
+            Ok((path, _)) => CallToolResult::structured(json!({
+                "planName": plan.as_str(),
+                "planPath": path.display().to_string(),
+                "replacementsMade": replacements,
+            })),
+            Err(result) => result,
+        })
+    }
+
+    #[tool(
+        name = "submit_plan",
+        description = "Submit a named plan for the person's review and wait for the verdict. Returns {approved, feedback?}; when not approved, revise with edit_plan using the feedback (comments quote the passages they are about) and submit again.",
+        input_schema = args::schema::<args::SubmitPlanInput>(),
+        annotations(title = "Submit a plan for review", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
+    )]
+    async fn submit_plan(
+        &self,
+        arguments: JsonObject,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let mut args = Args::new(&arguments);
+        let plan = plan_name(&mut args);
+        if let Err(errors) = args.finish() {
+            return Ok(tool_error(errors.to_string()));
+        }
+        let Some(plan) = plan else {
+            return Ok(tool_error("planName: required"));
+        };
+        if let Err(result) = self.record_hand_edit(&plan).await {
+            return Ok(result);
+        }
+        let submitted = self
+            .execute(Command::SubmitPlan { plan: plan.clone() })
+            .await;
+        let round = match submitted.as_deref() {
+            Ok([planb_core::EventBody::NamedPlanSubmitted { round, .. }]) => *round,
+            Ok(other) => return Ok(tool_error(format!("unexpected events: {other:?}"))),
+            Err(_) => return Ok(store_error(submitted.expect_err("matched Err"))),
+        };
+        let (content, previous) = match self
+            .read_state({
+                let plan = plan.clone();
+                move |s| {
+                    s.named_plan(&plan).map(|p| {
+                        let previous = p
+                            .rounds
+                            .iter()
+                            .rev()
+                            .nth(1)
+                            .map(|r| r.content_at_submit.clone());
+                        (p.content.clone(), previous)
+                    })
+                }
+            })
+            .await
+        {
+            Ok(Some(found)) => found,
+            Ok(None) => return Ok(tool_error("planName: the plan vanished")),
+            Err(error) => return Ok(store_error(error)),
+        };
+        let path = self.named_plan_path(&plan);
+        if !self.config().submit_command.is_empty() {
+            return Ok(self.review_by_command(&plan, round, &path).await);
+        }
+        match self.config().review {
+            ReviewMode::Form => Ok(self.review_by_form(&plan, round, &context).await),
+            ReviewMode::Browser => Ok(self
+                .review_in_browser(
+                    &context,
+                    ReviewInfo {
+                        plan,
+                        round,
+                        content: content.into(),
+                        previous: previous.map(Into::into),
+                        path: path.display().to_string().into(),
+                    },
+                )
+                .await),
+        }
+    }
+}
+
+impl PlanbServer {
+    async fn record_review(
+        &self,
+        plan: &PlanName,
+        round: u32,
+        outcome: &ReviewOutcome,
+        channel: ReviewChannel,
+    ) -> Option<CallToolResult> {
+        let command = Command::ReviewPlan {
+            plan: plan.clone(),
+            round,
+            verdict: outcome.verdict,
+            feedback: outcome.feedback.clone(),
+            comments: outcome.comments.clone(),
+            channel,
+        };
+        self.execute(command).await.err().map(store_error)
+    }
+
+    /// Runs the external submit command with the plan's absolute path appended;
+    /// its stdout is feedback, never an approval.
+    async fn review_by_command(
+        &self,
+        plan: &PlanName,
+        round: u32,
+        path: &std::path::Path,
+    ) -> CallToolResult {
+        let command = &self.config().submit_command;
+        let output = tokio::process::Command::new(&command[0])
+            .args(&command[1..])
+            .arg(path)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .await;
+        let output = match output {
+            Ok(output) => output,
+            Err(error) => {
+                return tool_error(format!(
+                    "the submit command {:?} could not run: {error}",
+                    command[0]
+                ));
+            }
+        };
+        if !output.status.success() {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            return tool_error(format!(
+                "the submit command failed ({}): {}",
+                output.status,
+                stderr.trim()
+            ));
+        }
+        let stdout = String::from_utf8_lossy(&output.stdout).trim().to_string();
+        let outcome = ReviewOutcome {
+            verdict: Verdict::ChangesRequested,
+            feedback: (!stdout.is_empty()).then_some(stdout),
+            comments: Vec::new(),
+        };
+        if let Some(error) = self
+            .record_review(plan, round, &outcome, ReviewChannel::ExternalCommand)
+            .await
+        {
+            return error;
+        }
+        verdict_result(false, outcome.feedback)
+    }
+
+    /// Form-mode elicitation: a flat `decision` (approve/deny, default deny) and `feedback`.
+    async fn review_by_form(
+        &self,
+        plan: &PlanName,
+        round: u32,
+        context: &RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        if !context
+            .peer
+            .supported_elicitation_modes()
+            .contains(&ElicitationMode::Form)
+        {
+            return tool_error(
+                "this client cannot show forms (no elicitation capability); start planb-mcp without --review form to review in the browser",
+            );
+        }
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "decision": {"type": "string", "title": "Decision", "enum": ["approve", "deny"], "enumNames": ["Approve", "Request changes"], "default": "deny"},
+                "feedback": {"type": "string", "title": "Feedback", "description": "What should change (optional when approving)"}
+            },
+            "required": ["decision"]
+        });
+        let Ok(schema) = serde_json::from_value(schema) else {
+            return tool_error("internal error: the review form schema is invalid");
+        };
+        let request = rmcp::model::ElicitRequestParams::FormElicitationParams {
+            meta: None,
+            message: format!(
+                "Review plan \"{}\" (round {round}) at {}",
+                plan.as_str(),
+                self.named_plan_path(plan).display()
+            ),
+            requested_schema: schema,
+        };
+        let response = match context.peer.create_elicitation(request).await {
+            Ok(response) => response,
+            Err(error) => {
+                return tool_error(format!("the review form could not be shown: {error}"));
+            }
+        };
+        if response.action != rmcp::model::ElicitationAction::Accept {
+            return verdict_result(
+                false,
+                Some("The person dismissed the review without a verdict.".into()),
+            );
+        }
+        let content = response.content.unwrap_or(Value::Null);
+        let approved = content.get("decision").and_then(Value::as_str) == Some("approve");
+        let feedback = content
+            .get("feedback")
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|f| !f.is_empty())
+            .map(str::to_string);
+        let outcome = ReviewOutcome {
+            verdict: if approved {
+                Verdict::Approved
+            } else {
+                Verdict::ChangesRequested
+            },
+            feedback,
+            comments: Vec::new(),
+        };
+        if let Some(error) = self
+            .record_review(plan, round, &outcome, ReviewChannel::FormElicitation)
+            .await
+        {
+            return error;
+        }
+        verdict_result(approved, feedback_text(&outcome))
+    }
+
+    /// The review page, delivered like a question form.
+    async fn review_in_browser(
+        &self,
+        context: &RequestContext<RoleServer>,
+        info: ReviewInfo,
+    ) -> CallToolResult {
+        let address = match self.callback_address().await {
+            Ok(address) => address,
+            Err(error) => {
+                return tool_error(format!("the review page could not be opened: {error}"));
+            }
+        };
+        let rid = match crate::server::new_sid() {
+            Ok(rid) => rid,
+            Err(error) => {
+                return tool_error(format!("the review page could not be opened: {error}"));
+            }
+        };
+        let url = format!("http://127.0.0.1:{}/review?rid={rid}", address.port());
+        let (sender, answered) = oneshot::channel();
+        let (plan, round) = (info.plan.clone(), info.round);
+        if let Err(error) = self.reviews().register(rid.clone(), info, sender) {
+            return tool_error(error.to_string());
+        }
+        let url_mode = context
+            .peer
+            .supported_elicitation_modes()
+            .contains(&ElicitationMode::Url);
+        let label = format!("review of plan \"{}\"", plan.as_str());
+        let page = Page {
+            context,
+            url: &url,
+            label: &label,
+            elicitation_id: format!("{}-{round}", plan.as_str()),
+            url_mode,
+        };
+        let outcome = deliver_and_wait(self.config(), &page, answered).await;
+        self.reviews().detach(&rid);
+        match outcome {
+            // The callback server recorded the verdict before handing it over.
+            Outcome::Answered(outcome) => verdict_result(
+                outcome.verdict == Verdict::Approved,
+                feedback_text(&outcome),
+            ),
+            Outcome::TimedOut => verdict_result(
+                false,
+                Some(format!(
+                    "The review timed out: nobody reviewed the plan within {}. The review page at {url} stays open; submit_plan again to ask for a new review.",
+                    crate::server::timeout_text(self.config())
+                )),
+            ),
+            Outcome::Dismissed(_) => verdict_result(
+                false,
+                Some("The person dismissed the review without a verdict.".into()),
+            ),
+            Outcome::ClientCancelled | Outcome::Closed => {
+                tool_error("submit_plan was cancelled before a verdict")
+            }
+        }
+    }
+}
+
+#[prompt_router(vis = "pub(crate)")]
+impl PlanbServer {
+    #[prompt(
+        name = "plan",
+        description = "Plan a task with planb before implementing it: ask before guessing, write a named plan, submit it for review, revise until approved."
+    )]
+    async fn plan_prompt(&self, Parameters(args): Parameters<PlanPromptArgs>) -> GetPromptResult {
+        let template = self
+            .config()
+            .prompt_template
+            .as_deref()
+            .unwrap_or(PLAN_PROMPT);
+        let text = template.replace("$ARGUMENTS", &args.arguments);
+        GetPromptResult::new(vec![PromptMessage::new_text(Role::User, text)])
+            .with_description("Plan mode with planb")
+    }
+}

@@ -1,0 +1,452 @@
+//! Named plans and the review loop, end to end through the real binary.
+
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ElicitationAction, GetPromptRequestParams,
+};
+use serde_json::{Value, json};
+use support::{Server, UrlAnswer, call, get, http, start_with, text_of};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+async fn start_server(dir: &Path, args: &[&str]) -> Server {
+    start_with(dir, UrlAnswer::NotSupported, None, &[], args).await
+}
+
+fn structured(result: &CallToolResult) -> Value {
+    assert_eq!(result.is_error, Some(false), "{}", text_of(result));
+    let value = result
+        .structured_content
+        .clone()
+        .expect("structured content");
+    // The same JSON is also given as text.
+    assert_eq!(
+        serde_json::from_str::<Value>(&text_of(result)).expect("json text"),
+        value
+    );
+    value
+}
+
+fn plan_file(dir: &Path, name: &str) -> std::path::PathBuf {
+    dir.join("docs/plans").join(format!("{name}-plan.md"))
+}
+
+fn recorded_kinds(root: &Path) -> Vec<&'static str> {
+    let mut reader =
+        planb_log::read_dir(&root.join("log"), Default::default(), planb_log::Cursor(1))
+            .expect("reader");
+    let mut kinds = Vec::new();
+    while let Some(record) = reader.next().expect("read") {
+        let envelope = planb_core::decode(&record.payload, planb_core::Cursor(record.cursor.0))
+            .expect("decode");
+        kinds.push(envelope.event.body.kind_name());
+    }
+    kinds
+}
+
+#[tokio::test]
+async fn write_and_edit_keep_the_file_and_report_what_changed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = start_server(dir.path(), &[]).await;
+    let written = structured(
+        &call(
+            &server,
+            "write_plan",
+            json!({"planName": "auth", "content": "# Auth\n- a\n- b\n- a\n"}),
+        )
+        .await,
+    );
+    assert_eq!(written["planName"], "auth");
+    assert_eq!(written["bytesWritten"], 19);
+    let path = plan_file(dir.path(), "auth")
+        .canonicalize()
+        .expect("plan file");
+    assert_eq!(Path::new(written["planPath"].as_str().expect("path")), path);
+
+    let single = structured(
+        &call(
+            &server,
+            "edit_plan",
+            json!({"planName": "auth", "oldString": "- b", "newString": "- B"}),
+        )
+        .await,
+    );
+    assert_eq!(single["replacementsMade"], 1);
+    let all = structured(
+        &call(
+            &server,
+            "edit_plan",
+            json!({"planName": "auth", "oldString": "- a", "newString": "- A", "replaceAll": true}),
+        )
+        .await,
+    );
+    assert_eq!(all["replacementsMade"], 2);
+    let several = structured(
+        &call(
+            &server,
+            "edit_plan",
+            json!({"planName": "auth", "edits": [
+                {"oldString": "# Auth", "newString": "# Authentication"},
+                {"oldString": "- B", "newString": "- Bee"}
+            ]}),
+        )
+        .await,
+    );
+    assert_eq!(several["replacementsMade"], 2);
+    assert_eq!(
+        std::fs::read_to_string(&path).expect("read"),
+        "# Authentication\n- A\n- Bee\n- A\n"
+    );
+
+    for (arguments, expected) in [
+        (
+            json!({"planName": "auth", "oldString": "nowhere", "newString": "x"}),
+            "not found",
+        ),
+        (
+            json!({"planName": "auth", "oldString": "- A", "newString": "x"}),
+            "replaceAll",
+        ),
+        (
+            json!({"planName": "auth", "edits": [{"oldString": "- A\n- Bee", "newString": "x"}, {"oldString": "Bee", "newString": "y"}]}),
+            "overlap",
+        ),
+        (
+            json!({"planName": "missing", "oldString": "a", "newString": "b"}),
+            "write_plan first",
+        ),
+    ] {
+        let result = call(&server, "edit_plan", arguments.clone()).await;
+        assert_eq!(result.is_error, Some(true), "{arguments}");
+        assert!(
+            text_of(&result).contains(expected),
+            "{arguments}: {}",
+            text_of(&result)
+        );
+    }
+    // A failed edit changes nothing.
+    assert_eq!(
+        std::fs::read_to_string(&path).expect("read"),
+        "# Authentication\n- A\n- Bee\n- A\n"
+    );
+
+    for name in ["../x", "", "two words", "a/b"] {
+        let result = call(
+            &server,
+            "write_plan",
+            json!({"planName": name, "content": "x"}),
+        )
+        .await;
+        assert_eq!(result.is_error, Some(true), "{name:?}");
+        assert!(
+            text_of(&result).starts_with("planName"),
+            "{name:?}: {}",
+            text_of(&result)
+        );
+    }
+    assert!(!dir.path().join("docs/x-plan.md").exists());
+    server.client.cancel().await.expect("shutdown");
+}
+
+#[tokio::test]
+async fn a_hand_edit_between_two_tool_edits_is_kept_in_the_log() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = start_server(dir.path(), &[]).await;
+    structured(
+        &call(
+            &server,
+            "write_plan",
+            json!({"planName": "db", "content": "# DB\n- migrate\n"}),
+        )
+        .await,
+    );
+    let path = plan_file(dir.path(), "db");
+    std::fs::write(&path, "# DB\n- migrate\n- back up first (added by hand)\n").expect("hand edit");
+    structured(&call(&server, "edit_plan", json!({"planName": "db", "oldString": "- migrate", "newString": "- migrate in two steps"})).await);
+    assert_eq!(
+        std::fs::read_to_string(&path).expect("read"),
+        "# DB\n- migrate in two steps\n- back up first (added by hand)\n"
+    );
+    server.client.cancel().await.expect("shutdown");
+    assert_eq!(
+        recorded_kinds(dir.path()),
+        [
+            "named_plan_written",
+            "named_plan_changed_outside",
+            "named_plan_edited"
+        ]
+    );
+}
+
+async fn review_url(server: &mut Server) -> (u16, String) {
+    let url = tokio::time::timeout(WAIT, server.seen.stderr_urls.recv())
+        .await
+        .expect("in time")
+        .expect("url");
+    let rest = url.strip_prefix("http://127.0.0.1:").expect("loopback");
+    let (port, path) = rest.split_once('/').expect("path");
+    let rid = path.strip_prefix("review?rid=").expect("rid").to_string();
+    (port.parse().expect("port"), rid)
+}
+
+fn submit_in_background(server: &Server, plan: &str) -> tokio::task::JoinHandle<CallToolResult> {
+    let peer = server.client.peer().clone();
+    let Value::Object(arguments) = json!({"planName": plan}) else {
+        unreachable!()
+    };
+    tokio::spawn(async move {
+        peer.call_tool(CallToolRequestParams::new("submit_plan").with_arguments(arguments))
+            .await
+            .expect("submit_plan")
+    })
+}
+
+async fn post_review(port: u16, body: Value) -> support::Response {
+    http(
+        port,
+        "POST",
+        "/review",
+        &[
+            ("Host", format!("127.0.0.1:{port}")),
+            ("Origin", format!("http://127.0.0.1:{port}")),
+            ("Content-Type", "application/json".to_string()),
+        ],
+        &body.to_string(),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn the_browser_review_approves_or_requests_changes_with_comments() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut server = start_server(dir.path(), &[]).await;
+    structured(
+        &call(
+            &server,
+            "write_plan",
+            json!({"planName": "api", "content": "# API\n- add /v2\n"}),
+        )
+        .await,
+    );
+
+    let pending = submit_in_background(&server, "api");
+    let (port, rid) = review_url(&mut server).await;
+    let page = get(port, &format!("/review?rid={rid}")).await;
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("add /v2"), "the page shows the plan");
+    let refused = post_review(port, json!({"rid": rid, "verdict": "changes"})).await;
+    assert_eq!(
+        refused.status, 422,
+        "changes need feedback or a comment: {}",
+        refused.body
+    );
+    let sent = post_review(
+        port,
+        json!({"rid": rid, "verdict": "changes", "feedback": "Needs a rollout plan.",
+        "comments": [{"quote": "add /v2", "text": "Keep /v1 for a release."}]}),
+    )
+    .await;
+    assert_eq!(sent.status, 200, "{}", sent.body);
+    let verdict = structured(
+        &tokio::time::timeout(WAIT, pending)
+            .await
+            .expect("in time")
+            .expect("task"),
+    );
+    assert_eq!(verdict["approved"], false);
+    let feedback = verdict["feedback"].as_str().expect("feedback");
+    assert!(
+        feedback.contains("Needs a rollout plan.")
+            && feedback.contains("> add /v2")
+            && feedback.contains("Keep /v1"),
+        "{feedback}"
+    );
+    let replay = post_review(port, json!({"rid": rid, "verdict": "approve"})).await;
+    assert_eq!(replay.status, 404, "a review is sent once");
+
+    structured(&call(&server, "edit_plan", json!({"planName": "api", "oldString": "- add /v2", "newString": "- add /v2, keep /v1"})).await);
+    let pending = submit_in_background(&server, "api");
+    let (port, rid) = review_url(&mut server).await;
+    let page = get(port, &format!("/review?rid={rid}")).await;
+    assert!(
+        page.body.contains("keep /v1"),
+        "round 2 shows the revised plan"
+    );
+    assert_eq!(
+        post_review(port, json!({"rid": rid, "verdict": "approve"}))
+            .await
+            .status,
+        200
+    );
+    let verdict = structured(
+        &tokio::time::timeout(WAIT, pending)
+            .await
+            .expect("in time")
+            .expect("task"),
+    );
+    assert_eq!(verdict, json!({"approved": true}));
+    server.client.cancel().await.expect("shutdown");
+    let kinds = recorded_kinds(dir.path());
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| **k == "named_plan_reviewed")
+            .count(),
+        2
+    );
+}
+
+#[tokio::test]
+async fn the_review_form_elicitation_records_the_decision() {
+    let cases = [
+        (
+            ElicitationAction::Accept,
+            Some(json!({"decision": "approve"})),
+            json!({"approved": true}),
+        ),
+        (
+            ElicitationAction::Accept,
+            Some(json!({"decision": "deny", "feedback": "Split step 2."})),
+            json!({"approved": false, "feedback": "Split step 2."}),
+        ),
+        (
+            ElicitationAction::Decline,
+            None,
+            json!({"approved": false, "feedback": "The person dismissed the review without a verdict."}),
+        ),
+    ];
+    for (action, content, expected) in cases {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let server = start_with(
+            dir.path(),
+            UrlAnswer::NotSupported,
+            Some((action, content)),
+            &[],
+            &["--review", "form"],
+        )
+        .await;
+        structured(
+            &call(
+                &server,
+                "write_plan",
+                json!({"planName": "p", "content": "# P"}),
+            )
+            .await,
+        );
+        let verdict = structured(&call(&server, "submit_plan", json!({"planName": "p"})).await);
+        assert_eq!(verdict, expected);
+        server.client.cancel().await.expect("shutdown");
+    }
+}
+
+#[tokio::test]
+async fn an_external_submit_command_gives_feedback_never_approval() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = start_server(
+        dir.path(),
+        &[
+            "--",
+            "sh",
+            "-c",
+            "echo \"reviewed $(basename \"$1\")\"",
+            "reviewer",
+        ],
+    )
+    .await;
+    structured(
+        &call(
+            &server,
+            "write_plan",
+            json!({"planName": "ops", "content": "# Ops"}),
+        )
+        .await,
+    );
+    let verdict = structured(&call(&server, "submit_plan", json!({"planName": "ops"})).await);
+    assert_eq!(
+        verdict,
+        json!({"approved": false, "feedback": "reviewed ops-plan.md"})
+    );
+    server.client.cancel().await.expect("shutdown");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = start_server(
+        dir.path(),
+        &[
+            "--",
+            "sh",
+            "-c",
+            "echo 'lint failed' >&2; exit 3",
+            "reviewer",
+        ],
+    )
+    .await;
+    structured(
+        &call(
+            &server,
+            "write_plan",
+            json!({"planName": "ops", "content": "# Ops"}),
+        )
+        .await,
+    );
+    let result = call(&server, "submit_plan", json!({"planName": "ops"})).await;
+    assert_eq!(result.is_error, Some(true));
+    assert!(
+        text_of(&result).contains("lint failed"),
+        "{}",
+        text_of(&result)
+    );
+    server.client.cancel().await.expect("shutdown");
+}
+
+#[tokio::test]
+async fn the_plan_prompt_substitutes_arguments_and_can_be_replaced() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = start_server(dir.path(), &[]).await;
+    let prompts = server
+        .client
+        .list_all_prompts()
+        .await
+        .expect("prompts/list");
+    let plan = prompts
+        .iter()
+        .find(|p| p.name == "plan")
+        .expect("plan prompt");
+    let arguments = plan.arguments.as_ref().expect("arguments");
+    assert_eq!(arguments.len(), 1);
+    assert_eq!(arguments[0].name, "ARGUMENTS");
+    assert_eq!(arguments[0].required, Some(true));
+    let Value::Object(args) = json!({"ARGUMENTS": "migrate the billing service"}) else {
+        unreachable!()
+    };
+    let prompt = server
+        .client
+        .get_prompt(GetPromptRequestParams::new("plan").with_arguments(args.clone()))
+        .await
+        .expect("prompts/get");
+    let text = serde_json::to_string(&prompt.messages).expect("json");
+    assert!(
+        text.contains("migrate the billing service") && text.contains("submit_plan"),
+        "{text}"
+    );
+    server.client.cancel().await.expect("shutdown");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("prompt.md");
+    std::fs::write(&file, "Custom planning for: $ARGUMENTS!").expect("write");
+    let server = start_server(dir.path(), &["--prompt-file", file.to_str().expect("utf8")]).await;
+    let prompt = server
+        .client
+        .get_prompt(GetPromptRequestParams::new("plan").with_arguments(args))
+        .await
+        .expect("prompts/get");
+    let text = serde_json::to_string(&prompt.messages).expect("json");
+    assert!(
+        text.contains("Custom planning for: migrate the billing service!"),
+        "{text}"
+    );
+    server.client.cancel().await.expect("shutdown");
+}
