@@ -48,7 +48,7 @@ pub fn app(state: AppState) -> Router {
         .route("/draft", post(draft))
         .route("/submit", post(submit))
         .route("/review", get(review_page).post(review))
-        .route("/assets/{name}", get(asset))
+        .route("/assets/{*name}", get(asset))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
         .layer(middleware::from_fn_with_state(state.clone(), guard))

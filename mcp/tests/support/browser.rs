@@ -10,7 +10,7 @@
 //! wait polls a condition and fails with a message after [`WAIT`].
 
 use std::fs::File;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -66,7 +66,8 @@ fn require_binaries() {
 }
 
 /// A chromedriver process and the directory holding its log and Chromium's
-/// profile. Chromium runs as chromedriver's child, in the same process group.
+/// profile. Chromium runs as chromedriver's child, in the same process group
+/// (except crashpad's handler, which leaves it and exits with the browser).
 struct Driver {
     child: Child,
     port: u16,
@@ -75,7 +76,7 @@ struct Driver {
 }
 
 impl Driver {
-    fn start() -> Driver {
+    async fn start() -> Driver {
         let mut dir = tempfile::tempdir().expect("tempdir for chromedriver");
         let log_path = dir.path().join("chromedriver.log");
         for _ in 0..DRIVER_ATTEMPTS_MAX {
@@ -90,7 +91,7 @@ impl Driver {
                 .spawn()
                 .unwrap_or_else(|e| panic!("start {CHROMEDRIVER}: {e}"));
             let mut driver = Driver { child, port, dir };
-            if driver.wait_until_listening() {
+            if driver.wait_until_listening().await {
                 return driver;
             }
             // It exited before listening, most likely because the port was
@@ -104,10 +105,13 @@ impl Driver {
     }
 
     /// Whether chromedriver accepts connections; false once it has exited.
-    fn wait_until_listening(&mut self) -> bool {
+    async fn wait_until_listening(&mut self) -> bool {
         let deadline = Instant::now() + WAIT;
         loop {
-            if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+            if tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+                .await
+                .is_ok()
+            {
                 return true;
             }
             if let Ok(Some(_)) = self.child.try_wait() {
@@ -119,7 +123,7 @@ impl Driver {
                 self.port,
                 self.log()
             );
-            std::thread::sleep(POLL);
+            tokio::time::sleep(POLL).await;
         }
     }
 
@@ -174,7 +178,7 @@ impl Browser {
     /// Starts chromedriver and a Chromium session with a fresh profile.
     pub async fn start() -> Browser {
         require_binaries();
-        let driver = Driver::start();
+        let driver = Driver::start().await;
         let mut args: Vec<String> = CHROMIUM_ARGS.iter().map(|a| a.to_string()).collect();
         args.push(format!(
             "--user-data-dir={}",
@@ -304,7 +308,10 @@ impl Browser {
             }
         }
         let focused = self.focused_id().await;
-        assert_eq!(focused, id, "Tab did not reach #{id} in {presses_max} presses");
+        assert_eq!(
+            focused, id,
+            "Tab did not reach #{id} in {presses_max} presses"
+        );
     }
 
     /// Clicks the element `css` selects.
@@ -363,6 +370,35 @@ impl Browser {
         .as_str()
         .unwrap_or_default()
         .to_owned()
+    }
+
+    /// The `textContent` of the element `css` selects, which unlike the
+    /// rendered text ignores CSS (`text-transform`, hidden parts).
+    pub async fn text_content(&self, css: &str) -> String {
+        let css = serde_json::to_string(css).expect("a string");
+        self.eval(&format!(
+            "(document.querySelector({css}) || {{ textContent: '' }}).textContent"
+        ))
+        .await
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+    }
+
+    /// The scripts and stylesheets the page refers to that its server does
+    /// not serve, each with its HTTP status.
+    pub async fn missing_assets(&self) -> Vec<String> {
+        let script = "const done = arguments[0]; \
+            const urls = [...document.querySelectorAll('script[src], link[href]')] \
+                .map(e => e.src || e.href); \
+            Promise.all(urls.map(u => fetch(u).then(r => [u, r.status], e => [u, String(e)]))) \
+                .then(all => done(all.filter(([, s]) => s !== 200).map(([u, s]) => `${u}: ${s}`)));";
+        let missing = self
+            .client
+            .execute_async(script, Vec::new())
+            .await
+            .unwrap_or_else(|e| panic!("fetch the page's assets: {e}"));
+        serde_json::from_value(missing).expect("a list of strings")
     }
 
     /// Ends the session, which quits Chromium, then stops chromedriver.
