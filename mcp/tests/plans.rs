@@ -450,3 +450,38 @@ async fn the_plan_prompt_substitutes_arguments_and_can_be_replaced() {
     );
     server.client.cancel().await.expect("shutdown");
 }
+
+#[tokio::test]
+async fn a_plan_can_be_tied_to_a_session_so_the_arc_replays_together() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = start_server(dir.path(), &[]).await;
+    let unknown = call(&server, "write_plan", json!({"planName": "x", "content": "# X", "sessionId": "0190f1c2-0000-7000-8000-000000000001"})).await;
+    assert_eq!(unknown.is_error, Some(true));
+    assert!(
+        text_of(&unknown).contains("init_planb_session"),
+        "{}",
+        text_of(&unknown)
+    );
+    let session = support::new_session(&server).await;
+    structured(
+        &call(
+            &server,
+            "write_plan",
+            json!({"planName": "x", "content": "# X", "sessionId": session}),
+        )
+        .await,
+    );
+    server.client.cancel().await.expect("shutdown");
+    let (store, _) = planb_projections::Store::open(
+        planb_projections::DataRoot::new(dir.path()),
+        std::sync::Arc::new(planb_projections::SystemEnvironment),
+    )
+    .expect("open");
+    let tied = store
+        .read(|s| {
+            s.named_plan(&planb_core::PlanName::parse("x").expect("name"))
+                .and_then(|p| p.session)
+        })
+        .expect("read");
+    assert_eq!(tied.map(|s| s.to_string()), Some(session));
+}

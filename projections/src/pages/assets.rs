@@ -28,6 +28,10 @@ pub(super) const FORM_CSS: &str = "/assets/form.css";
 pub(super) const FORM_JS: &str = "/assets/form.js";
 /// URL of the script that highlights code and draws diagrams.
 pub(super) const MARKDOWN_JS: &str = "/assets/markdown.js";
+/// URL of the review page's stylesheet.
+pub(super) const REVIEW_CSS: &str = "/assets/review.css";
+/// URL of the review page's script.
+pub(super) const REVIEW_JS: &str = "/assets/review.js";
 /// URL of the favicon.
 pub(super) const FAVICON: &str = "/assets/favicon.svg";
 /// URL of highlight.js (common languages bundle).
@@ -40,9 +44,17 @@ pub(super) const HIGHLIGHT_DARK_CSS: &str = "/assets/vendor/highlight/github-dar
 pub(super) const MERMAID_JS: &str = "/assets/vendor/mermaid/mermaid.min.js";
 
 /// Every served file, by its path under [`ASSETS_PREFIX`].
-const ASSETS: [(&str, Asset); 11] = [
+const ASSETS: [(&str, Asset); 13] = [
     ("form.css", text(include_str!("../../assets/form.css"), CSS)),
     ("form.js", text(include_str!("../../assets/form.js"), JS)),
+    (
+        "review.css",
+        text(include_str!("../../assets/review.css"), CSS),
+    ),
+    (
+        "review.js",
+        text(include_str!("../../assets/review.js"), JS),
+    ),
     (
         "markdown.js",
         text(include_str!("../../assets/markdown.js"), JS),

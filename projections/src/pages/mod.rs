@@ -15,10 +15,12 @@
 mod assets;
 mod form;
 mod question;
+pub mod review;
 mod shell;
 
 pub use assets::{ASSETS_PREFIX, Asset, asset, asset_paths};
 pub use form::{DEFAULT_INTRO_TITLE, form_page};
+pub use review::{ReviewView, review_page};
 pub use shell::message_page;
 
 /// The Content-Security-Policy header value to send with every page.

@@ -1,0 +1,719 @@
+//! [`review_page`]: the page on which a person reviews a named plan the agent
+//! submitted (DESIGN 6.5).
+//!
+//! The server renders everything the person reads: the plan through
+//! [`crate::markdown::render`], and, from the second round on, a line diff of
+//! the Markdown source against the previously submitted version, computed
+//! here with `similar` so the browser only shows it. `review.js` adds the
+//! interactive parts: the Plan / Changes tabs, comments anchored to quoted
+//! passages, the general feedback, and the two verdicts, which it posts as
+//! JSON to `POST /review` (see the script's header for the protocol).
+//!
+//! Like every page, this one holds no inline script or style and loads only
+//! embedded assets. The shell's `<head>` belongs to the form, so the review's
+//! own stylesheet and script are linked from the top and the end of the body:
+//! a stylesheet link is allowed there, and the body's content after it waits
+//! for it, so nothing is painted unstyled.
+
+use std::time::{Duration, Instant};
+
+use maud::{Markup, PreEscaped, html};
+use similar::{Algorithm, ChangeTag, DiffTag, InlineChangeOptions, TextDiff};
+
+use super::assets::{REVIEW_CSS, REVIEW_JS};
+use super::shell::{Libraries, check_icon, document};
+use crate::markdown;
+
+/// Most comments one review carries; the same limit the core enforces.
+pub const REVIEW_COMMENTS_MAX: usize = planb_core::state::REVIEW_COMMENTS_MAX;
+/// Longest quoted passage of a comment, in characters (Unicode scalar
+/// values, as `str::chars` counts them).
+pub const REVIEW_QUOTE_CHARS_MAX: usize = planb_core::state::REVIEW_QUOTE_CHARS_MAX;
+/// Longest comment text, in characters.
+pub const REVIEW_COMMENT_CHARS_MAX: usize = planb_core::state::REVIEW_COMMENT_CHARS_MAX;
+/// Longest general feedback, in characters.
+pub const REVIEW_FEEDBACK_CHARS_MAX: usize = planb_core::state::REVIEW_FEEDBACK_CHARS_MAX;
+
+/// Unchanged lines shown before and after each change in the diff; longer
+/// unchanged runs are folded.
+pub const DIFF_CONTEXT_LINES: usize = 3;
+/// An unchanged run is folded only if that hides at least this many lines:
+/// a fold that hides one line costs as much room as the line.
+const DIFF_FOLD_LINES_MIN: usize = 4;
+/// Most diff lines put on the page; a plan may be megabytes, the page stays
+/// readable and bounded.
+const DIFF_LINES_MAX: usize = 20_000;
+/// Time allowed to compute the line diff and its word-level refinement; past
+/// it `similar` settles for a coarser but still correct diff.
+const DIFF_TIME_MAX: Duration = Duration::from_millis(500);
+
+/// What the review page shows.
+#[derive(Clone, Copy, Debug)]
+pub struct ReviewView<'a> {
+    /// The plan's name, e.g. `auth-refactor`.
+    pub plan_name: &'a str,
+    /// The review round: 1 for the first submission.
+    pub round: u32,
+    /// The plan Markdown under review.
+    pub content: &'a str,
+    /// The previously submitted version, if any; the page then has a
+    /// "Changes" view.
+    pub previous: Option<&'a str>,
+    /// The secret review id, written only into the form's `data-rid`.
+    pub rid: &'a str,
+    /// Absolute path of the plan file, shown small under the name.
+    pub plan_path: &'a str,
+}
+
+/// The complete HTML document of the review page.
+pub fn review_page(review: &ReviewView<'_>) -> Markup {
+    let plan_html = markdown::render(review.content);
+    let libraries = Libraries::needed_by([plan_html.as_str()]);
+    let diff = review
+        .previous
+        .map(|previous| LineDiff::new(previous, review.content));
+    let body = html! {
+        link rel="stylesheet" href=(REVIEW_CSS);
+        main #main .card .review-card {
+            (header(review, diff.as_ref()))
+            noscript {
+                p.banner.banner-error { "This page needs JavaScript to send your review." }
+            }
+            div #banner .banner role="alert" hidden {}
+            form #review-form .review-form data-rid=(review.rid)
+                data-comments-max=(REVIEW_COMMENTS_MAX)
+                data-quote-chars-max=(REVIEW_QUOTE_CHARS_MAX)
+                data-comment-chars-max=(REVIEW_COMMENT_CHARS_MAX)
+                data-feedback-chars-max=(REVIEW_FEEDBACK_CHARS_MAX)
+                novalidate autocomplete="off" {
+                @if let Some(diff) = &diff {
+                    (tab_strip(diff))
+                }
+                div.review-layout {
+                    div.review-views {
+                        (plan_panel(&plan_html, diff.is_some()))
+                        @if let Some(diff) = &diff {
+                            (changes_panel(review.round, diff))
+                        }
+                    }
+                    (aside())
+                }
+                (footer())
+            }
+            (done_sections())
+        }
+        p.keyboard-hint aria-hidden="true" {
+            "Select text and press " kbd { "C" } " to comment · "
+            kbd { "↑" } " " kbd { "↓" } " move between the comment buttons beside the plan · "
+            kbd { "Ctrl" } "+" kbd { "Enter" } " save a comment"
+        }
+        script src=(REVIEW_JS) defer {}
+    };
+    document(&format!("Review {}", review.plan_name), libraries, body)
+}
+
+fn header(review: &ReviewView<'_>, diff: Option<&LineDiff>) -> Markup {
+    html! {
+        header.card-header.review-header {
+            div.review-heading {
+                p.eyebrow { "Plan review" }
+                h1.form-title.review-title { (review.plan_name) }
+                p.plan-path title=(review.plan_path) {
+                    (file_icon())
+                    span.plan-path-text { (review.plan_path) }
+                }
+            }
+            p.round-badge {
+                span.round-number { "Round " (review.round) }
+                span.round-detail {
+                    @match diff {
+                        None => "First submission",
+                        Some(diff) if diff.is_unchanged() => "Unchanged since last round",
+                        Some(_) => "Revised since last round",
+                    }
+                }
+            }
+        }
+        p.review-lede {
+            "Your agent submitted this plan and is waiting for your review. Comment on any passage, \
+             then approve the plan or request changes."
+        }
+    }
+}
+
+fn tab_strip(diff: &LineDiff) -> Markup {
+    html! {
+        div.tabs.review-tabs role="tablist" aria-label="Views of this plan" {
+            button.tab #tab-plan type="button" role="tab" aria-selected="true"
+                aria-controls="panel-plan" tabindex="0" {
+                span.tab-label { "Plan" }
+            }
+            button.tab #tab-changes type="button" role="tab" aria-selected="false"
+                aria-controls="panel-changes" tabindex="-1" {
+                span.tab-label { "Changes" }
+                @if !diff.is_unchanged() {
+                    span.tab-count aria-hidden="true" {
+                        span.count-added { "+" (diff.added) }
+                        " "
+                        span.count-removed { "−" (diff.removed) }
+                    }
+                    span.visually-hidden { ", " (diff.summary()) }
+                }
+            }
+        }
+    }
+}
+
+fn plan_panel(plan_html: &str, tabbed: bool) -> Markup {
+    html! {
+        section.panel.review-panel #panel-plan role=[tabbed.then_some("tabpanel")]
+            aria-labelledby=[tabbed.then_some("tab-plan")] aria-label=[(!tabbed).then_some("Plan")] {
+            div.md.plan-doc #plan { (PreEscaped(plan_html)) }
+            button #selection-comment .selection-comment type="button" aria-keyshortcuts="c" hidden {
+                (comment_icon())
+                span { "Add comment" }
+                kbd aria-hidden="true" { "C" }
+            }
+        }
+    }
+}
+
+fn changes_panel(round: u32, diff: &LineDiff) -> Markup {
+    let since = if round > 1 {
+        format!("round {}", round - 1)
+    } else {
+        "the last submission".to_owned()
+    };
+    html! {
+        section.panel.review-panel.changes-panel #panel-changes role="tabpanel"
+            aria-labelledby="tab-changes" hidden {
+            @if diff.is_unchanged() {
+                div.diff-none {
+                    div.diff-none-icon aria-hidden="true" { (check_icon()) }
+                    p { "No changes since " (since) ": this is the text you reviewed last time." }
+                }
+            } @else {
+                p.diff-summary {
+                    "Changes to the Markdown since " (since) ": "
+                    span.count-added { (lines(diff.added)) " added" }
+                    ", "
+                    span.count-removed { (lines(diff.removed)) " removed" }
+                    "."
+                }
+                div.diff {
+                    @for row in &diff.rows {
+                        @match row {
+                            Row::Line(line) => (line_row(line)),
+                            Row::Fold(folded) => (fold_row(folded)),
+                        }
+                    }
+                }
+                @if diff.omitted_lines > 0 {
+                    p.diff-truncated {
+                        "The remaining " (lines(diff.omitted_lines)) " of the diff are too long to show."
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn lines(count: usize) -> String {
+    if count == 1 {
+        "1 line".to_owned()
+    } else {
+        format!("{count} lines")
+    }
+}
+
+fn line_row(line: &Line) -> Markup {
+    let text = html! {
+        @for (emphasised, segment) in &line.segments {
+            @if *emphasised { span.diff-word { (segment) } } @else { (segment) }
+        }
+    };
+    html! {
+        div class={ "diff-line diff-" (line.kind.name()) } {
+            span.diff-num aria-hidden="true" { @if let Some(n) = line.old { (n) } }
+            span.diff-num aria-hidden="true" { @if let Some(n) = line.new { (n) } }
+            span.diff-sign aria-hidden="true" { (line.kind.sign()) }
+            @match line.kind {
+                LineKind::Added => ins.diff-text { span.visually-hidden { "Added: " } (text) },
+                LineKind::Removed => del.diff-text { span.visually-hidden { "Removed: " } (text) },
+                LineKind::Unchanged => span.diff-text { (text) },
+            }
+        }
+    }
+}
+
+fn fold_row(folded: &[Line]) -> Markup {
+    let count = match folded.len() {
+        1 => "1 unchanged line".to_owned(),
+        n => format!("{n} unchanged lines"),
+    };
+    html! {
+        details.diff-fold {
+            summary.diff-fold-summary {
+                span.fold-show { "Show " (count) }
+                span.fold-hide { "Hide " (count) }
+            }
+            @for line in folded { (line_row(line)) }
+        }
+    }
+}
+
+fn aside() -> Markup {
+    html! {
+        aside.review-aside #review-aside aria-label="Your review" {
+            section.comments aria-labelledby="comments-title" {
+                h2.aside-title #comments-title tabindex="-1" {
+                    "Comments "
+                    span.comment-count #comment-count {}
+                }
+                section.composer #composer hidden aria-label="New comment" {
+                    blockquote.quote.composer-quote #composer-quote {}
+                    p.composer-note #composer-note hidden {
+                        "The quote is shortened to its first "
+                        (thousands(REVIEW_QUOTE_CHARS_MAX)) " characters."
+                    }
+                    label.visually-hidden for="composer-text" { "Your comment on this passage" }
+                    textarea.text-input.text-area.composer-text #composer-text rows="4"
+                        placeholder="What should change here?"
+                        aria-describedby="composer-error composer-counter" {}
+                    div.field-foot {
+                        span.field-error #composer-error hidden {}
+                        span.char-counter #composer-counter hidden {}
+                    }
+                    div.composer-actions {
+                        button.btn.btn-ghost.btn-small #composer-cancel type="button" { "Cancel" }
+                        button.btn.btn-primary.btn-small #composer-save type="button" { "Save comment" }
+                    }
+                }
+                div.comments-empty #comments-empty {
+                    (comment_icon())
+                    p {
+                        "Select text in the plan and choose " strong { "Add comment" }
+                        ", or use the " (comment_icon()) " button beside a paragraph."
+                    }
+                }
+                ol.comment-list #comment-list aria-labelledby="comments-title" {}
+                p.comments-limit #comments-limit hidden {
+                    "You have added " (REVIEW_COMMENTS_MAX) " comments, the most one review can carry. \
+                     Put anything further in the overall feedback."
+                }
+            }
+            section.feedback {
+                label.aside-title for="feedback" { "Overall feedback" }
+                p.field-hint #feedback-hint {
+                    "Optional when you approve. To request changes, write here or add a comment."
+                }
+                textarea.text-input.text-area.feedback-text #feedback name="feedback" rows="5"
+                    placeholder="Anything the agent should know about the plan as a whole"
+                    aria-describedby="feedback-hint feedback-error feedback-counter" {}
+                div.field-foot {
+                    span.field-error #feedback-error hidden {}
+                    span.char-counter #feedback-counter hidden {}
+                }
+            }
+        }
+    }
+}
+
+fn footer() -> Markup {
+    html! {
+        footer.form-footer.review-footer {
+            div.footer-status {
+                span.review-status #review-status { "No comments yet" }
+                span.verdict-message #verdict-message role="status" aria-live="polite" {}
+            }
+            div.footer-actions {
+                button.btn.btn-ghost #approve-cancel type="button" hidden { "Cancel" }
+                button.btn.btn-secondary #request-changes type="button" {
+                    span.btn-label { "Request changes" }
+                }
+                button.btn.btn-primary.btn-approve #approve type="button" aria-describedby="verdict-message" {
+                    (check_icon())
+                    span.btn-label { "Approve" }
+                }
+            }
+        }
+    }
+}
+
+/// The two confirmations; the script shows the one that matches the verdict
+/// the server recorded.
+fn done_sections() -> Markup {
+    html! {
+        section.done.review-done #done-approve hidden tabindex="-1" aria-labelledby="done-approve-title" {
+            div.done-icon aria-hidden="true" { (check_icon()) }
+            h2.done-title #done-approve-title { "Approved — the agent can proceed" }
+            p.done-text { "Your approval was recorded. You can close this tab." }
+        }
+        section.done.review-done.is-changes #done-changes hidden tabindex="-1" aria-labelledby="done-changes-title" {
+            div.done-icon aria-hidden="true" { (send_icon()) }
+            h2.done-title #done-changes-title { "Changes requested — sent to the agent" }
+            p.done-text {
+                "The agent will revise the plan and may submit it again for review. You can close this tab."
+            }
+        }
+    }
+}
+
+/// `2000` as `2 000`, the way the page writes numbers.
+fn thousands(value: usize) -> String {
+    let digits = value.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (index, digit) in digits.chars().enumerate() {
+        if index > 0 && (digits.len() - index).is_multiple_of(3) {
+            out.push('\u{202f}');
+        }
+        out.push(digit);
+    }
+    out
+}
+
+fn file_icon() -> Markup {
+    html! {
+        svg.icon.icon-inline viewBox="0 0 24 24" aria-hidden="true" focusable="false" {
+            path d="M14 3H7a2 2 0 0 0-2 2v14a2 2 0 0 0 2 2h10a2 2 0 0 0 2-2V8z" {}
+            path d="M14 3v5h5" {}
+        }
+    }
+}
+
+fn comment_icon() -> Markup {
+    html! {
+        svg.icon.icon-comment viewBox="0 0 24 24" aria-hidden="true" focusable="false" {
+            path d="M20 15a2 2 0 0 1-2 2H8l-4 4V6a2 2 0 0 1 2-2h12a2 2 0 0 1 2 2z" {}
+        }
+    }
+}
+
+fn send_icon() -> Markup {
+    html! {
+        svg.icon viewBox="0 0 24 24" aria-hidden="true" focusable="false" {
+            path d="M21 3L10 14" {}
+            path d="M21 3l-7 18-4-7-7-4z" {}
+        }
+    }
+}
+
+/// A line diff of the plan's Markdown source, ready to render: changed
+/// lines with their word-level emphasis, and unchanged runs cut to
+/// [`DIFF_CONTEXT_LINES`] around each change with the rest folded.
+#[derive(Debug)]
+struct LineDiff {
+    rows: Vec<Row>,
+    added: usize,
+    removed: usize,
+    /// Diff lines past [`DIFF_LINES_MAX`], left off the page.
+    omitted_lines: usize,
+}
+
+#[derive(Debug)]
+enum Row {
+    Line(Line),
+    /// Unchanged lines hidden behind a "Show N unchanged lines" toggle.
+    Fold(Vec<Line>),
+}
+
+#[derive(Debug)]
+struct Line {
+    kind: LineKind,
+    /// 1-based line number in the previous version, if the line is in it.
+    old: Option<usize>,
+    /// 1-based line number in the current version, if the line is in it.
+    new: Option<usize>,
+    /// The text without its line break, in runs; `true` marks the words
+    /// that changed within a changed line.
+    segments: Vec<(bool, String)>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum LineKind {
+    Unchanged,
+    Added,
+    Removed,
+}
+
+impl LineKind {
+    fn name(self) -> &'static str {
+        match self {
+            LineKind::Unchanged => "unchanged",
+            LineKind::Added => "added",
+            LineKind::Removed => "removed",
+        }
+    }
+
+    fn sign(self) -> &'static str {
+        match self {
+            LineKind::Unchanged => " ",
+            LineKind::Added => "+",
+            LineKind::Removed => "−",
+        }
+    }
+}
+
+impl LineDiff {
+    /// Compares `previous` with `current` line by line. Line endings are
+    /// normalised first (CRLF to LF, a final line break added), so a file
+    /// saved by another editor does not show every line as changed.
+    fn new(previous: &str, current: &str) -> Self {
+        let old = normalise_lines(previous);
+        let new = normalise_lines(current);
+        let deadline = Instant::now() + DIFF_TIME_MAX;
+        let diff = TextDiff::configure()
+            .algorithm(Algorithm::Histogram)
+            .deadline(deadline)
+            .diff_lines(old.as_str(), new.as_str());
+        let mut inline = InlineChangeOptions::new();
+        inline.semantic_cleanup(true);
+        let ops = diff.ops();
+        let mut builder = Builder::default();
+        for (index, op) in ops.iter().enumerate() {
+            if op.tag() == DiffTag::Equal {
+                let lines: Vec<Line> = diff
+                    .iter_changes(op)
+                    .map(|change| Line {
+                        kind: LineKind::Unchanged,
+                        old: change.old_index().map(|i| i + 1),
+                        new: change.new_index().map(|i| i + 1),
+                        segments: vec![(false, without_line_break(change.value()).to_owned())],
+                    })
+                    .collect();
+                builder.unchanged(lines, index == 0, index + 1 == ops.len());
+                continue;
+            }
+            for change in diff.iter_inline_changes_with_options_deadline(op, inline, Some(deadline))
+            {
+                let kind = match change.tag() {
+                    ChangeTag::Insert => LineKind::Added,
+                    ChangeTag::Delete => LineKind::Removed,
+                    ChangeTag::Equal => LineKind::Unchanged,
+                };
+                let mut segments: Vec<(bool, String)> = change
+                    .values()
+                    .iter()
+                    .map(|(emphasised, text)| (*emphasised, (*text).to_owned()))
+                    .collect();
+                if let Some((_, last)) = segments.last_mut() {
+                    let kept = without_line_break(last).len();
+                    last.truncate(kept);
+                }
+                segments.retain(|(_, text)| !text.is_empty());
+                builder.push(Line {
+                    kind,
+                    old: change.old_index().map(|i| i + 1),
+                    new: change.new_index().map(|i| i + 1),
+                    segments,
+                });
+            }
+        }
+        builder.finish()
+    }
+
+    /// True when the two versions hold the same lines.
+    fn is_unchanged(&self) -> bool {
+        self.added == 0 && self.removed == 0
+    }
+
+    /// "3 lines added, 1 removed", for the tab's screen-reader label.
+    fn summary(&self) -> String {
+        format!("{} added, {} removed", lines(self.added), self.removed)
+    }
+}
+
+/// Collects rows while counting the changes and keeping to
+/// [`DIFF_LINES_MAX`]: once a line does not fit, nothing after it is shown,
+/// so the page never skips a stretch and then carries on.
+#[derive(Default)]
+struct Builder {
+    rows: Vec<Row>,
+    /// Lines in `rows`, folded ones included.
+    shown: usize,
+    /// Set once the cap is reached.
+    full: bool,
+    added: usize,
+    removed: usize,
+    omitted: usize,
+}
+
+impl Builder {
+    fn push(&mut self, line: Line) {
+        match line.kind {
+            LineKind::Added => self.added += 1,
+            LineKind::Removed => self.removed += 1,
+            LineKind::Unchanged => {}
+        }
+        if !self.full && self.shown < DIFF_LINES_MAX {
+            self.shown += 1;
+            self.rows.push(Row::Line(line));
+        } else {
+            self.full = true;
+            self.omitted += 1;
+        }
+    }
+
+    /// Adds an unchanged run: context next to the changes before and after
+    /// it (none before the first change or after the last), the middle
+    /// folded when that hides enough lines.
+    fn unchanged(&mut self, mut lines: Vec<Line>, first: bool, last: bool) {
+        let before = if first { 0 } else { DIFF_CONTEXT_LINES };
+        let after = if last { 0 } else { DIFF_CONTEXT_LINES };
+        if lines.len() < before + after + DIFF_FOLD_LINES_MIN {
+            for line in lines {
+                self.push(line);
+            }
+            return;
+        }
+        let tail = lines.split_off(lines.len() - after);
+        let folded = lines.split_off(before);
+        for line in lines {
+            self.push(line);
+        }
+        if !self.full && self.shown + folded.len() <= DIFF_LINES_MAX {
+            self.shown += folded.len();
+            self.rows.push(Row::Fold(folded));
+        } else {
+            self.full = true;
+            self.omitted += folded.len();
+        }
+        for line in tail {
+            self.push(line);
+        }
+    }
+
+    fn finish(self) -> LineDiff {
+        LineDiff {
+            rows: self.rows,
+            added: self.added,
+            removed: self.removed,
+            omitted_lines: self.omitted,
+        }
+    }
+}
+
+fn normalise_lines(text: &str) -> String {
+    let mut text = text.replace("\r\n", "\n");
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text
+}
+
+fn without_line_break(line: &str) -> &str {
+    line.strip_suffix('\n').unwrap_or(line)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The diff as `(sign, old, new, text)` rows, folds marked `~` with the
+    /// number of lines they hide.
+    fn check(previous: &str, current: &str, expected: &[&str]) {
+        let diff = LineDiff::new(previous, current);
+        let mut actual = Vec::new();
+        let describe = |line: &Line| {
+            let text: String = line
+                .segments
+                .iter()
+                .map(|(emphasised, text)| {
+                    if *emphasised {
+                        format!("[{text}]")
+                    } else {
+                        text.clone()
+                    }
+                })
+                .collect();
+            let number = |n: Option<usize>| n.map_or("-".to_owned(), |n| n.to_string());
+            format!(
+                "{}{} {} {}",
+                line.kind.sign(),
+                number(line.old),
+                number(line.new),
+                text
+            )
+        };
+        for row in &diff.rows {
+            match row {
+                Row::Line(line) => actual.push(describe(line)),
+                Row::Fold(lines) => actual.push(format!("~{}", lines.len())),
+            }
+        }
+        assert_eq!(actual, expected);
+    }
+
+    #[test]
+    fn changed_words_are_emphasised_within_their_line() {
+        check(
+            "# Plan\nWrite tests\n",
+            "# Plan\nWrite more tests\n",
+            &[" 1 1 # Plan", "−2 - Write tests", "+- 2 Write [more ]tests"],
+        );
+    }
+
+    #[test]
+    fn long_unchanged_runs_fold_outside_the_context() {
+        let old: String = (1..=20).map(|n| format!("line {n}\n")).collect();
+        let new = old.replace("line 10\n", "line ten\n");
+        check(
+            &old,
+            &new,
+            &[
+                "~6",
+                " 7 7 line 7",
+                " 8 8 line 8",
+                " 9 9 line 9",
+                "−10 - line [10]",
+                "+- 10 line [ten]",
+                " 11 11 line 11",
+                " 12 12 line 12",
+                " 13 13 line 13",
+                "~7",
+            ],
+        );
+    }
+
+    #[test]
+    fn short_unchanged_runs_are_not_folded() {
+        check(
+            "a\nb\nc\nd\ne\n",
+            "a\nb\nc\nd\nE\n",
+            &[
+                " 1 1 a",
+                " 2 2 b",
+                " 3 3 c",
+                " 4 4 d",
+                "−5 - [e]",
+                "+- 5 [E]",
+            ],
+        );
+    }
+
+    #[test]
+    fn oversized_diffs_stop_at_the_line_cap() {
+        let current: String = (0..DIFF_LINES_MAX + 5).map(|n| format!("{n}\n")).collect();
+        let diff = LineDiff::new("", &current);
+        assert_eq!(diff.rows.len(), DIFF_LINES_MAX);
+        assert_eq!(diff.omitted_lines, 5);
+        assert_eq!(
+            diff.added,
+            DIFF_LINES_MAX + 5,
+            "the counts cover every line"
+        );
+    }
+
+    #[test]
+    fn line_endings_do_not_count_as_changes() {
+        let diff = LineDiff::new("a\r\nb\r\n", "a\nb");
+        assert!(diff.is_unchanged(), "{diff:?}");
+    }
+
+    #[test]
+    fn numbers_are_grouped_in_thousands() {
+        assert_eq!(thousands(2_000), "2\u{202f}000");
+        assert_eq!(thousands(100_000), "100\u{202f}000");
+        assert_eq!(thousands(100), "100");
+    }
+}
