@@ -65,8 +65,15 @@ async fn tools_are_listed_with_schemas_and_annotations() {
     let server = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
     let tools = server.client.list_all_tools().await.expect("tools/list");
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
-    assert_eq!(names.len(), 3, "{names:?}");
-    for name in ["init_planb_session", "ask_user", "save_plan"] {
+    assert_eq!(names.len(), 6, "{names:?}");
+    for name in [
+        "init_planb_session",
+        "ask_user",
+        "save_plan",
+        "write_plan",
+        "edit_plan",
+        "submit_plan",
+    ] {
         assert!(names.contains(&name), "{name} missing from {names:?}");
     }
     let ask = tools
