@@ -21,6 +21,7 @@ pub mod markdown;
 pub mod pages;
 mod rebuild;
 mod store;
+pub mod timeline;
 
 pub use env::{Environment, FixedEnvironment, SystemEnvironment};
 pub use error::StoreError;
@@ -29,3 +30,4 @@ pub use import::{IMPORTED_ASK_URL, ImportProblem, ImportReport, Imported, Skippe
 pub use index::{Index, IndexDump, IndexedAskStatus};
 pub use rebuild::{RebuildReport, rebuild};
 pub use store::{DataRoot, OpenReport, Store};
+pub use timeline::Timeline;

@@ -1,9 +1,70 @@
-//! `planb-retro`: the read-only replay timeline of planb sessions (a later
-//! capability). Until it exists this binary says so instead of pretending.
+//! `planb-retro`: serves the read-only replay of the planb log on
+//! 127.0.0.1:4317 (`PORT` overrides), from `PLANB_MCP_DATA_DIR` (default
+//! `~/.planb-mcp`). Glue only: read the environment, open, serve.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
+use anyhow::{Context, bail};
+use planb_projections::DataRoot;
+use planb_retro::{DEFAULT_PORT, POLL_INTERVAL, Retro, serve};
+
+fn data_root() -> anyhow::Result<DataRoot> {
+    if let Some(dir) = std::env::var_os("PLANB_MCP_DATA_DIR").filter(|d| !d.is_empty()) {
+        return Ok(DataRoot::new(PathBuf::from(dir)));
+    }
+    let home = std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .context("neither PLANB_MCP_DATA_DIR nor HOME is set; set PLANB_MCP_DATA_DIR")?;
+    Ok(DataRoot::new(PathBuf::from(home).join(".planb-mcp")))
+}
+
+fn port() -> anyhow::Result<u16> {
+    match std::env::var("PORT") {
+        Ok(text) if !text.is_empty() => match text.parse() {
+            Ok(port) => Ok(port),
+            Err(_) => bail!("PORT: {text:?} is not a port number (1-65535)"),
+        },
+        _ => Ok(DEFAULT_PORT),
+    }
+}
+
+async fn run() -> anyhow::Result<()> {
+    let root = data_root()?;
+    let port = port()?;
+    let (retro, follower) = Retro::open(&root);
+    if let Some(problem) = retro.problem() {
+        eprintln!("planb-retro: {problem}");
+    }
+    retro.follow(follower, POLL_INTERVAL);
+    let address = serve(retro, port).await?;
+    eprintln!(
+        "planb-retro: replaying {} on http://{address}",
+        root.root().display()
+    );
+    tokio::signal::ctrl_c()
+        .await
+        .context("waiting for Ctrl-C")?;
+    Ok(())
+}
+
 fn main() -> ExitCode {
-    eprintln!("planb-retro: the replay timeline is not part of this build yet");
-    ExitCode::from(2)
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("planb-retro: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("planb-retro: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -33,6 +33,8 @@ pub(super) const REVIEW_CSS: &str = "/assets/review.css";
 /// URL of the review page's script.
 pub(super) const REVIEW_JS: &str = "/assets/review.js";
 /// URL of the favicon.
+pub(super) const RETRO_CSS: &str = "/assets/retro.css";
+pub(super) const RETRO_JS: &str = "/assets/retro.js";
 pub(super) const FAVICON: &str = "/assets/favicon.svg";
 /// URL of highlight.js (common languages bundle).
 pub(super) const HIGHLIGHT_JS: &str = "/assets/vendor/highlight/highlight.min.js";
@@ -44,7 +46,12 @@ pub(super) const HIGHLIGHT_DARK_CSS: &str = "/assets/vendor/highlight/github-dar
 pub(super) const MERMAID_JS: &str = "/assets/vendor/mermaid/mermaid.min.js";
 
 /// Every served file, by its path under [`ASSETS_PREFIX`].
-const ASSETS: [(&str, Asset); 13] = [
+const ASSETS: [(&str, Asset); 15] = [
+    (
+        "retro.css",
+        text(include_str!("../../assets/retro.css"), CSS),
+    ),
+    ("retro.js", text(include_str!("../../assets/retro.js"), JS)),
     ("form.css", text(include_str!("../../assets/form.css"), CSS)),
     ("form.js", text(include_str!("../../assets/form.js"), JS)),
     (

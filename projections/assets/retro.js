@@ -1,0 +1,114 @@
+// planb-retro: the scrubber and the live updates of the replay pages.
+//
+// The session page carries its cursors in #scrubber[data-cursors]; moving the
+// range (mouse, Left/Right keys anywhere on the page, Prev/Next) fetches the
+// state panel for that cursor from data-fragment and swaps it in without a
+// reload, dims the later timeline entries and updates ?at= in the address
+// bar. data-live names a server-sent event stream: on a session page each
+// message is {cursor, html} for a new timeline entry; on the index any
+// message means "something changed" and the lists are fetched again.
+(() => {
+  "use strict";
+
+  function initScrubber(scrubber) {
+    const range = document.getElementById("scrub");
+    const label = document.getElementById("scrub-label");
+    const permalink = document.getElementById("permalink");
+    const panel = document.getElementById("state-panel");
+    const timeline = document.getElementById("timeline");
+    let cursors = scrubber.dataset.cursors ? scrubber.dataset.cursors.split(",").map(Number) : [];
+    let request = 0;
+
+    function mark(cursor) {
+      for (const entry of timeline.querySelectorAll(".retro-entry")) {
+        const c = Number(entry.dataset.cursor);
+        entry.classList.toggle("is-future", c > cursor);
+        entry.classList.toggle("is-current", c === cursor);
+      }
+    }
+
+    async function show(position, push) {
+      if (cursors.length === 0) return;
+      position = Math.max(0, Math.min(cursors.length - 1, position));
+      range.value = String(position);
+      const cursor = cursors[position];
+      label.textContent = `Event ${position + 1} of ${cursors.length} · #${cursor}`;
+      permalink.href = `?at=${cursor}`;
+      mark(cursor);
+      if (push) history.replaceState(null, "", `?at=${cursor}`);
+      const mine = ++request;
+      panel.classList.add("is-loading");
+      try {
+        const response = await fetch(scrubber.dataset.fragment + cursor);
+        if (!response.ok) return;
+        const html = await response.text();
+        if (mine === request) panel.innerHTML = html;
+      } finally {
+        if (mine === request) panel.classList.remove("is-loading");
+      }
+    }
+
+    range.addEventListener("input", () => show(Number(range.value), true));
+    document.getElementById("scrub-prev").addEventListener("click", () => show(Number(range.value) - 1, true));
+    document.getElementById("scrub-next").addEventListener("click", () => show(Number(range.value) + 1, true));
+    document.addEventListener("keydown", (event) => {
+      if (event.defaultPrevented || event.altKey || event.ctrlKey || event.metaKey) return;
+      const target = event.target;
+      if (target === range) return; // the range handles its own arrows
+      if (target instanceof HTMLInputElement || target instanceof HTMLTextAreaElement || target instanceof HTMLSelectElement) return;
+      if (event.key === "ArrowLeft") { event.preventDefault(); show(Number(range.value) - 1, true); }
+      if (event.key === "ArrowRight") { event.preventDefault(); show(Number(range.value) + 1, true); }
+    });
+    mark(cursors[Number(range.value)]);
+
+    const live = scrubber.dataset.live;
+    if (live && window.EventSource) {
+      const source = new EventSource(live);
+      source.addEventListener("entry", (message) => {
+        const data = JSON.parse(message.data);
+        if (cursors.includes(data.cursor)) return;
+        const atEnd = Number(range.value) >= cursors.length - 1;
+        const holder = document.createElement("template");
+        holder.innerHTML = data.html;
+        const entry = holder.content.firstElementChild;
+        if (!entry) return;
+        entry.classList.add("is-new");
+        timeline.appendChild(entry);
+        cursors.push(data.cursor);
+        scrubber.dataset.cursors = cursors.join(",");
+        range.max = String(cursors.length - 1);
+        if (atEnd) show(cursors.length - 1, false);
+        else label.textContent = `Event ${Number(range.value) + 1} of ${cursors.length} · #${cursors[Number(range.value)]}`;
+      });
+    }
+  }
+
+  function initIndex(main) {
+    if (!window.EventSource) return;
+    const source = new EventSource(main.dataset.live);
+    let busy = false;
+    source.addEventListener("append", async () => {
+      if (busy) return;
+      busy = true;
+      try {
+        const response = await fetch(location.href);
+        if (!response.ok) return;
+        const page = new DOMParser().parseFromString(await response.text(), "text/html");
+        for (const id of ["inbox", "sessions"]) {
+          const fresh = page.getElementById(id);
+          const current = document.getElementById(id);
+          if (fresh && current) current.replaceWith(fresh);
+        }
+      } finally {
+        busy = false;
+      }
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    const scrubber = document.getElementById("scrubber");
+    if (scrubber) initScrubber(scrubber);
+    const main = document.getElementById("main");
+    if (main && main.dataset.live && !scrubber) initIndex(main);
+  });
+})();

@@ -1,0 +1,326 @@
+//! The pages of `planb-retro`, the read-only replay of sessions: the sessions
+//! index with the inbox of waiting questions, a session's timeline with its
+//! time-travel scrubber, a plan version, and the diff of two versions.
+//!
+//! Everything is rendered from a [`Timeline`]; the server only parses the URL
+//! and picks the page. Like every page here these hold no inline script or
+//! style: `retro.js` reads what it needs from `data-*` attributes (the
+//! session's cursors, the fragment and event-stream URLs).
+
+use maud::{Markup, PreEscaped, html};
+use planb_core::{AskStatus, Cursor, Session, SessionId};
+
+use super::assets::{RETRO_CSS, RETRO_JS, REVIEW_CSS};
+use super::retro_diff::diff_view;
+use super::retro_entry::{EntryCache, entry, named_plan, short, state_panel, when};
+use super::shell::{Libraries, document};
+use crate::markdown;
+use crate::timeline::Timeline;
+
+/// What the sessions index is narrowed to.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RetroFilter<'a> {
+    /// Only sessions whose project path is exactly this.
+    pub project: Option<&'a str>,
+    /// Only sessions whose title, intent or project contains this text
+    /// (case-insensitive).
+    pub query: Option<&'a str>,
+}
+
+impl RetroFilter<'_> {
+    fn keeps(&self, session: &Session) -> bool {
+        let project_ok = self
+            .project
+            .is_none_or(|p| session.project_path.as_deref() == Some(p));
+        let query_ok = self.query.is_none_or(|q| {
+            let q = q.to_lowercase();
+            [&session.title, &session.intent, &session.project_path]
+                .into_iter()
+                .flatten()
+                .any(|text| text.to_lowercase().contains(&q))
+                || session.id.to_string().starts_with(&q)
+        });
+        project_ok && query_ok
+    }
+}
+
+fn page(title: &str, libraries: Libraries, live: Option<String>, body: Markup) -> Markup {
+    let body = html! {
+        link rel="stylesheet" href=(REVIEW_CSS);
+        link rel="stylesheet" href=(RETRO_CSS);
+        main #main .card .retro-card data-live=[live] { (body) }
+        script src=(RETRO_JS) defer {}
+    };
+    document(title, libraries, body)
+}
+
+fn back_link() -> Markup {
+    html! { a.retro-back href="/" { "‹ All sessions" } }
+}
+
+/// The sessions index: the inbox of waiting questions, then the sessions
+/// the filter keeps, newest activity first. `problem`, when the log cannot
+/// be read, is shown as a banner above them.
+pub fn retro_index_page(
+    timeline: &Timeline,
+    filter: RetroFilter<'_>,
+    problem: Option<&str>,
+) -> Markup {
+    let state = timeline.state();
+    let mut sessions: Vec<&Session> = state
+        .sessions()
+        .values()
+        .filter(|s| filter.keeps(s))
+        .collect();
+    sessions.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(b.id.cmp(&a.id)));
+    let mut projects: Vec<&str> = state
+        .sessions()
+        .values()
+        .filter_map(|s| s.project_path.as_deref())
+        .collect();
+    projects.sort_unstable();
+    projects.dedup();
+    let pending: Vec<_> = state.pending_asks().collect();
+    let body = html! {
+        header.card-header {
+            p.eyebrow { "planb replay" }
+            h1.form-title { "Sessions" }
+            p.retro-muted { (state.sessions().len()) " sessions · " (timeline.len()) " events" }
+        }
+        @if let Some(problem) = problem {
+            div.banner.banner-error role="alert" { (problem) }
+        }
+        section #inbox .retro-inbox aria-labelledby="inbox-title" {
+            h2 #inbox-title { "Waiting for an answer" span.retro-muted { " · " (pending.len()) } }
+            @if pending.is_empty() {
+                p.retro-muted { "No question is waiting." }
+            } @else {
+                ul.retro-list {
+                    @for ask in &pending {
+                        li {
+                            a href=(ask.url) rel="noopener noreferrer" target="_blank" { (ask.spec.title) }
+                            span.retro-muted {
+                                " · asked " (when(ask.created_at)) " in "
+                                a href={"/sessions/" (ask.session)} {
+                                    (state.session(&ask.session).and_then(|s| s.title.clone()).unwrap_or_else(|| short(&ask.session)))
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        form.retro-filter method="get" action="/" role="search" {
+            label for="filter-q" { "Search" }
+            input #filter-q .text-input type="search" name="q" value=[filter.query]
+                placeholder="Title, intent or project";
+            label for="filter-project" { "Project" }
+            select #filter-project name="project" {
+                option value="" { "All projects" }
+                @for p in &projects {
+                    option value=(p) selected[filter.project == Some(*p)] { (p) }
+                }
+            }
+            button.btn.btn-secondary type="submit" { "Filter" }
+        }
+        section #sessions .retro-sessions aria-label="Sessions" {
+            @if sessions.is_empty() {
+                p.retro-muted { "No session matches." }
+            }
+            ul.retro-list {
+                @for s in &sessions {
+                    @let waiting = s.asks.iter().filter_map(|a| state.ask(a)).any(|a| a.status == AskStatus::Pending);
+                    li.retro-session.has-pending[waiting] {
+                        a.retro-session-title href={"/sessions/" (s.id)} {
+                            (s.title.clone().unwrap_or_else(|| format!("Session {}", short(&s.id))))
+                        }
+                        @if waiting { " " span.retro-badge.badge-pending { "question waiting" } }
+                        @if let Some(intent) = &s.intent { p.retro-intent { (intent) } }
+                        p.retro-muted {
+                            @if let Some(p) = &s.project_path { code { (p) } " · " }
+                            (s.asks.len()) " questions · " (s.plans.len()) " plan versions · last activity "
+                            (when(s.updated_at))
+                        }
+                    }
+                }
+            }
+        }
+    };
+    page(
+        "Sessions",
+        Libraries::default(),
+        Some("/events".into()),
+        body,
+    )
+}
+
+/// A session's replay with the scrubber at `at` (a cursor at or before the
+/// end of the log), or `None` for an unknown session.
+pub fn retro_session_page(
+    timeline: &Timeline,
+    cache: &EntryCache,
+    id: &SessionId,
+    at: Cursor,
+) -> Option<Markup> {
+    let session = timeline.state().session(id)?;
+    let cursors = timeline.session_cursors(id);
+    let position = cursors.partition_point(|c| *c <= at).saturating_sub(1);
+    let cursor_list = cursors
+        .iter()
+        .map(Cursor::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let panel = state_panel(timeline, id, at);
+    let panel_html = panel.into_string();
+    let libraries = Libraries::needed_by([panel_html.as_str()]);
+    let title = session
+        .title
+        .clone()
+        .unwrap_or_else(|| format!("Session {}", short(id)));
+    let named: Vec<_> = timeline
+        .state()
+        .named_plans()
+        .values()
+        .filter(|p| p.session.as_ref() == Some(id))
+        .collect();
+    let body = html! {
+        header.card-header {
+            (back_link())
+            p.eyebrow { "Session replay" }
+            h1.form-title { (title) }
+            @if let Some(intent) = &session.intent { p.retro-intent { (intent) } }
+            p.retro-muted {
+                @if let Some(p) = &session.project_path { code { (p) } " · " }
+                "created " (when(session.created_at)) " · last activity " (when(session.updated_at))
+                " · " (session.asks.len()) " questions · " (session.plans.len()) " plan versions"
+            }
+        }
+        div #scrubber .retro-scrubber data-session=(id) data-cursors=(cursor_list)
+            data-fragment={"/sessions/" (id) "/at/"}
+            data-live={"/sessions/" (id) "/events?after=" (timeline.last_cursor())} {
+            button #scrub-prev .btn .btn-ghost type="button" aria-keyshortcuts="ArrowLeft" { "‹ Prev" }
+            input #scrub .retro-range type="range" min="0" max=(cursors.len().saturating_sub(1))
+                value=(position) step="1" aria-label="Replay position";
+            button #scrub-next .btn .btn-ghost type="button" aria-keyshortcuts="ArrowRight" { "Next ›" }
+            span #scrub-label .retro-muted aria-live="polite" {
+                "Event " (position + 1) " of " (cursors.len()) " · #" (at)
+            }
+            a #permalink .retro-permalink href={"?at=" (at)} { "Permalink" }
+        }
+        div.retro-layout {
+            section #state-panel .retro-panel aria-label="State at this point" {
+                (PreEscaped(panel_html))
+            }
+            section.retro-timeline aria-label="Timeline" {
+                h2 { "Timeline" }
+                ol #timeline .retro-entries {
+                    @for envelope in timeline.session_events(id) {
+                        (entry(timeline, cache, envelope, envelope.cursor > at))
+                    }
+                }
+            }
+        }
+        @if !session.plans.is_empty() {
+            section.retro-versions {
+                h2 { "Plan versions" }
+                ul.retro-list {
+                    @for plan in &session.plans {
+                        li {
+                            a href={"/sessions/" (id) "/plans/" (plan.version)} { "v" (plan.version) }
+                            @if let Some(t) = &plan.title { " · " (t) }
+                            span.retro-muted { " · " (when(plan.created_at)) }
+                            @if plan.version > 1 {
+                                " · " a href={"/sessions/" (id) "/plans/" (plan.version - 1) "/diff/" (plan.version)} { "diff" }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        @if !named.is_empty() {
+            section.retro-named {
+                h2 { "Named plans and reviews" }
+                @for plan in named { (named_plan(plan)) }
+            }
+        }
+    };
+    Some(page(&title, libraries, None, body))
+}
+
+/// The state panel alone, as the scrubber fetches it.
+pub fn retro_state_fragment(timeline: &Timeline, id: &SessionId, at: Cursor) -> Markup {
+    state_panel(timeline, id, at)
+}
+
+/// The timeline entries of `id` after cursor `after`, for the live stream.
+pub fn retro_entries_after(
+    timeline: &Timeline,
+    cache: &EntryCache,
+    id: &SessionId,
+    after: Cursor,
+) -> Vec<(Cursor, String)> {
+    timeline
+        .session_events(id)
+        .filter(|e| e.cursor > after)
+        .map(|e| (e.cursor, entry(timeline, cache, e, false).into_string()))
+        .collect()
+}
+
+/// One plan version, rendered and as Markdown; `None` if there is no such
+/// session or version.
+pub fn retro_plan_page(timeline: &Timeline, id: &SessionId, version: u32) -> Option<Markup> {
+    let session = timeline.state().session(id)?;
+    let plan = session.plans.iter().find(|p| p.version == version)?;
+    let html_fragment = markdown::render(&plan.content);
+    let libraries = Libraries::needed_by([html_fragment.as_str()]);
+    let latest = session.plans.last().map_or(version, |p| p.version);
+    let body = html! {
+        header.card-header {
+            a.retro-back href={"/sessions/" (id) "?at=" (plan.cursor)} { "‹ Session" }
+            p.eyebrow { "Plan version " (version) " of " (latest) }
+            h1.form-title { (plan.title.clone().unwrap_or_else(|| format!("Plan v{version}"))) }
+            p.retro-muted {
+                "saved " (when(plan.created_at)) " · event #" (plan.cursor)
+                @if version > 1 {
+                    " · " a href={"/sessions/" (id) "/plans/" (version - 1)} { "‹ v" (version - 1) }
+                    " · " a href={"/sessions/" (id) "/plans/" (version - 1) "/diff/" (version)} { "diff to v" (version - 1) }
+                }
+                @if version < latest {
+                    " · " a href={"/sessions/" (id) "/plans/" (version + 1)} { "v" (version + 1) " ›" }
+                }
+            }
+        }
+        div.md.plan-doc #plan { (PreEscaped(html_fragment)) }
+        details.retro-source open {
+            summary { "Markdown" }
+            pre.retro-raw { code { (plan.content) } }
+        }
+    };
+    Some(page(&format!("Plan v{version}"), libraries, None, body))
+}
+
+/// The diff from version `from` to version `to` of a session's plan; `None`
+/// if the session or either version does not exist.
+pub fn retro_diff_page(timeline: &Timeline, id: &SessionId, from: u32, to: u32) -> Option<Markup> {
+    let session = timeline.state().session(id)?;
+    let find = |v: u32| session.plans.iter().find(|p| p.version == v);
+    let (a, b) = (find(from)?, find(to)?);
+    let body = html! {
+        header.card-header {
+            a.retro-back href={"/sessions/" (id)} { "‹ Session" }
+            p.eyebrow { "Plan diff" }
+            h1.form-title { "v" (from) " → v" (to) }
+            p.retro-muted {
+                a href={"/sessions/" (id) "/plans/" (from)} { "v" (from) } " saved " (when(a.created_at))
+                " · " a href={"/sessions/" (id) "/plans/" (to)} { "v" (to) } " saved " (when(b.created_at))
+            }
+        }
+        section.changes-panel.retro-diff { (diff_view(&a.content, &b.content, false)) }
+    };
+    Some(page(
+        &format!("Plan v{from} → v{to}"),
+        Libraries::default(),
+        None,
+        body,
+    ))
+}

@@ -1,0 +1,383 @@
+//! The pieces of a session's replay: one timeline entry per event, and the
+//! state panel that shows the session as of a cursor.
+//!
+//! Questions are drawn with the form's own `question_block` inside a disabled
+//! fieldset, so a round looks as the person saw it but cannot be edited; plan
+//! versions carry the diff to the version before.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use maud::{Markup, PreEscaped, html};
+use planb_core::{
+    AnswerValue, Answers, Ask, AskSpec, AskStatus, Cursor, Envelope, EventBody, NamedPlan,
+    SessionId, State, Timestamp, Verdict,
+};
+
+use super::question::question_block;
+use super::retro_diff::diff_view;
+use crate::markdown;
+use crate::timeline::Timeline;
+
+/// `2024-05-01 12:30:05` (UTC), for people.
+pub(super) fn when(at: Timestamp) -> String {
+    let iso = at.to_iso8601();
+    iso.get(..19).map_or(iso.clone(), |s| s.replace('T', " ")) + " UTC"
+}
+
+/// The first eight characters of an id, enough to tell ids apart on a page.
+pub(super) fn short(id: &impl std::fmt::Display) -> String {
+    id.to_string().chars().take(8).collect()
+}
+
+fn answer_text(value: &AnswerValue) -> String {
+    match value {
+        AnswerValue::Text(text) | AnswerValue::Choice(text) => text.clone(),
+        AnswerValue::Choices(values) => values.join(", "),
+        AnswerValue::Number(number) => number.to_string(),
+    }
+}
+
+/// The answers as question label → answer, in spec order.
+fn answers_list(spec: &AskSpec, answers: &Answers) -> Markup {
+    html! {
+        dl.retro-answers {
+            @for question in &spec.questions {
+                dt { (question.label) }
+                dd {
+                    @match answers.get(&question.id) {
+                        Some(value) => (answer_text(value)),
+                        None => span.retro-muted { "no answer" },
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The form read-only, pre-filled with `answers` when given.
+fn read_only_form(spec: &AskSpec, answers: Option<&Answers>, summary: &str) -> Markup {
+    html! {
+        details.retro-form {
+            summary { (summary) " (" (spec.questions.len()) " questions)" }
+            @if let Some(intro) = spec.intro.as_deref().filter(|i| !i.trim().is_empty()) {
+                div.md.intro { (PreEscaped(markdown::render(intro))) }
+            }
+            fieldset.retro-fieldset disabled {
+                legend.visually-hidden { (spec.title) }
+                @for (index, question) in spec.questions.iter().enumerate() {
+                    (question_block(question, index + 1, answers.and_then(|a| a.get(&question.id))))
+                }
+            }
+        }
+    }
+}
+
+fn status_class(status: AskStatus) -> &'static str {
+    match status {
+        AskStatus::Pending => "retro-badge badge-pending",
+        AskStatus::Answered => "retro-badge badge-answered",
+        AskStatus::TimedOut | AskStatus::Declined | AskStatus::Failed => "retro-badge badge-closed",
+    }
+}
+
+fn verdict_badge(verdict: Option<Verdict>) -> Markup {
+    html! {
+        @match verdict {
+            Some(Verdict::Approved) => span.retro-badge.badge-answered { "approved" },
+            Some(Verdict::ChangesRequested) => span.retro-badge.badge-closed { "changes requested" },
+            None => span.retro-badge.badge-pending { "awaiting review" },
+        }
+    }
+}
+
+/// The ask an ask event is about, as the log ends (its spec never changes).
+fn ask_of<'a>(timeline: &'a Timeline, body: &EventBody) -> Option<&'a Ask> {
+    body.ask().and_then(|id| timeline.state().ask(&id))
+}
+
+/// Rendered entry bodies by cursor. An event's entry never changes once the
+/// event is in the log (it depends only on that event and earlier ones, and
+/// on ask specs, which never change), so a server renders each one once.
+#[derive(Debug, Default)]
+pub struct EntryCache(Mutex<HashMap<Cursor, Arc<str>>>);
+
+impl EntryCache {
+    fn body(&self, timeline: &Timeline, envelope: &Envelope) -> Arc<str> {
+        let cached = self
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&envelope.cursor)
+            .cloned();
+        if let Some(body) = cached {
+            return body;
+        }
+        let body: Arc<str> = Arc::from(entry_body(timeline, envelope).into_string());
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(envelope.cursor, Arc::clone(&body));
+        body
+    }
+}
+
+/// One `li` of the session's timeline. `future` dims events after the
+/// scrubber's position.
+pub(super) fn entry(
+    timeline: &Timeline,
+    cache: &EntryCache,
+    envelope: &Envelope,
+    future: bool,
+) -> Markup {
+    let body = &envelope.event.body;
+    let cursor = envelope.cursor;
+    html! {
+        li.retro-entry.is-future[future] #{"ev-" (cursor)} data-cursor=(cursor)
+            data-kind=(body.kind_name()) {
+            div.retro-entry-meta {
+                a.retro-cursor href={"?at=" (cursor)} title="Show the state as of this event" { "#" (cursor) }
+                time datetime=(envelope.event.at.to_iso8601()) { (when(envelope.event.at)) }
+                span.retro-kind { (body.kind_name().replace('_', " ")) }
+            }
+            div.retro-entry-body { (PreEscaped(&*cache.body(timeline, envelope))) }
+        }
+    }
+}
+
+fn entry_body(timeline: &Timeline, envelope: &Envelope) -> Markup {
+    let body = &envelope.event.body;
+    let ask = ask_of(timeline, body);
+    let spec = ask.map(|a| &a.spec);
+    match body {
+        EventBody::SessionCreated {
+            title,
+            intent,
+            project_path,
+            ..
+        } => html! {
+            p { strong { "Session created" } @if let Some(t) = title { ": " (t) } }
+            @if let Some(i) = intent { p.retro-muted { (i) } }
+            @if let Some(p) = project_path { p.retro-muted { code { (p) } } }
+        },
+        EventBody::AskOpened {
+            spec,
+            delivery,
+            url,
+            ..
+        } => html! {
+            p { strong { "Asked: " } (spec.title) }
+            p.retro-muted { "Delivered by " (format!("{delivery:?}")) " · " code.retro-url { (url) } }
+            (read_only_form(spec, None, "The form as shown"))
+        },
+        EventBody::AskDraftSaved { answers, .. } => html! {
+            p { "Draft autosaved (" (answers.0.len()) " answers so far)" }
+        },
+        EventBody::AskAnswered { answers, .. } | EventBody::AskLateAnswer { answers, .. } => {
+            let late = matches!(body, EventBody::AskLateAnswer { .. });
+            html! {
+                p {
+                    strong { @if late { "Answered late" } @else { "Answered" } }
+                    @if let Some(spec) = spec { ": " (spec.title) }
+                }
+                @if late { p.retro-muted { "The tool had already returned; the answers were kept." } }
+                @if let Some(spec) = spec {
+                    (answers_list(spec, answers))
+                    (read_only_form(spec, Some(answers), "The form as submitted"))
+                }
+            }
+        }
+        EventBody::AskTimedOut { .. } => html! {
+            p { strong { "Timed out" } @if let Some(spec) = spec { ": " (spec.title) } }
+        },
+        EventBody::AskDeclined { action, .. } => html! {
+            p { strong { @match action { planb_core::DeclineAction::Decline => "Declined", planb_core::DeclineAction::Cancel => "Cancelled" } } @if let Some(spec) = spec { ": " (spec.title) } }
+        },
+        EventBody::AskFailed { detail, .. } => html! {
+            p { strong { "Failed" } @if let Some(spec) = spec { ": " (spec.title) } }
+            p.retro-muted { (detail) }
+        },
+        EventBody::PlanVersionSaved {
+            session,
+            version,
+            title,
+            content,
+        } => plan_saved(timeline, *session, *version, title.as_deref(), content),
+        EventBody::NamedPlanWritten { plan, .. }
+        | EventBody::NamedPlanEdited { plan, .. }
+        | EventBody::NamedPlanChangedOutside { plan, .. } => {
+            let verb = match body {
+                EventBody::NamedPlanWritten { .. } => "written",
+                EventBody::NamedPlanEdited { .. } => "edited",
+                _ => "changed outside planb",
+            };
+            let previous = named_previous(timeline, envelope);
+            html! {
+                p { "Named plan " strong { (plan) } " " (verb) }
+                @if let Some(after) = timeline.plan_content_after(envelope.cursor) {
+                    details.retro-diff open {
+                        summary { "Changes" }
+                        (diff_view(previous.unwrap_or_default(), after, true))
+                    }
+                }
+            }
+        }
+        EventBody::NamedPlanSubmitted { plan, round } => html! {
+            p { "Named plan " strong { (plan) } " submitted for review, round " (round) }
+        },
+        EventBody::NamedPlanReviewed {
+            plan,
+            round,
+            verdict,
+            feedback,
+            comments,
+            ..
+        } => html! {
+            p { "Review of " strong { (plan) } ", round " (round) ": " (verdict_badge(Some(*verdict))) }
+            @if let Some(f) = feedback { blockquote.retro-feedback { (f) } }
+            @if !comments.is_empty() {
+                ul.retro-comments {
+                    @for c in comments { li { q { (c.quote) } " — " (c.text) } }
+                }
+            }
+        },
+    }
+}
+
+/// The content of the named plan before the change at `envelope`.
+fn named_previous<'a>(timeline: &'a Timeline, envelope: &Envelope) -> Option<&'a str> {
+    let plan = timeline.state().named_plan(envelope.event.body.plan()?)?;
+    let position = plan
+        .versions
+        .iter()
+        .position(|v| v.cursor == envelope.cursor)?;
+    let before = plan.versions.get(position.checked_sub(1)?)?;
+    timeline.plan_content_after(before.cursor)
+}
+
+fn plan_saved(
+    timeline: &Timeline,
+    session: SessionId,
+    version: u32,
+    title: Option<&str>,
+    content: &str,
+) -> Markup {
+    let previous = timeline
+        .state()
+        .session(&session)
+        .and_then(|s| s.plans.iter().find(|p| p.version + 1 == version));
+    html! {
+        p {
+            strong { "Plan v" (version) " saved" }
+            @if let Some(t) = title { ": " (t) }
+            " · " a href={"/sessions/" (session) "/plans/" (version)} { "open" }
+            @if previous.is_some() {
+                " · " a href={"/sessions/" (session) "/plans/" (version - 1) "/diff/" (version)} { "diff" }
+            }
+        }
+        details.retro-diff open[version > 1] {
+            summary { @if previous.is_some() { "Changes since v" (version - 1) } @else { "First version" } }
+            (diff_view(previous.map_or("", |p| p.content.as_str()), content, true))
+        }
+    }
+}
+
+/// The session as of `at`: its current plan, its questions answered and
+/// pending, and the named plans tied to it.
+pub(super) fn state_panel(timeline: &Timeline, session: &SessionId, at: Cursor) -> Markup {
+    let state = timeline.state_at(at);
+    let event = timeline.event(at);
+    html! {
+        div.retro-state #state data-cursor=(at) {
+            p.eyebrow {
+                "As of event #" (at)
+                @if let Some(e) = event { " · " (when(e.event.at)) " · " (e.event.body.kind_name().replace('_', " ")) }
+            }
+            @match state.session(session) {
+                None => p.retro-muted { "The session did not exist yet at this point." },
+                Some(s) => {
+                    (questions(&state, &s.asks))
+                    section.retro-plan {
+                        @match s.plans.last() {
+                            None => { h2 { "Plan" } p.retro-muted #current-plan data-version="0" { "No plan saved yet." } }
+                            Some(plan) => {
+                                h2 { "Plan v" (plan.version) @if let Some(t) = &plan.title { " · " (t) } }
+                                div.md.retro-plan-doc #current-plan data-version=(plan.version) {
+                                    (PreEscaped(markdown::render(&plan.content)))
+                                }
+                            }
+                        }
+                    }
+                    (named_plans(&state, session))
+                }
+            }
+        }
+    }
+}
+
+fn questions(state: &State, asks: &[planb_core::AskId]) -> Markup {
+    let asks: Vec<&Ask> = asks.iter().filter_map(|id| state.ask(id)).collect();
+    let pending = asks
+        .iter()
+        .filter(|a| a.status == AskStatus::Pending)
+        .count();
+    html! {
+        section.retro-questions {
+            h2 { "Questions" span.retro-muted { " · " (asks.len() - pending) " closed, " (pending) " pending" } }
+            @if asks.is_empty() { p.retro-muted { "No question asked yet." } }
+            ul.retro-asks {
+                @for ask in &asks {
+                    li.retro-ask data-status=(ask.status.to_string()) {
+                        span class=(status_class(ask.status)) { (ask.status.to_string()) }
+                        " " strong { (ask.spec.title) }
+                        @if let Some(answers) = &ask.answers { (answers_list(&ask.spec, answers)) }
+                        @for (at, answers) in &ask.late_answers {
+                            p.retro-muted { "Late answer at " (when(*at)) }
+                            (answers_list(&ask.spec, answers))
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn named_plans(state: &State, session: &SessionId) -> Markup {
+    let plans: Vec<&NamedPlan> = state
+        .named_plans()
+        .values()
+        .filter(|p| p.session.as_ref() == Some(session))
+        .collect();
+    html! {
+        @if !plans.is_empty() {
+            section.retro-named {
+                h2 { "Named plans" }
+                @for plan in plans { (named_plan(plan)) }
+            }
+        }
+    }
+}
+
+/// A named plan with its review rounds, verdicts and comments.
+pub(super) fn named_plan(plan: &NamedPlan) -> Markup {
+    html! {
+        article.retro-named-plan {
+            h3 { (plan.name) span.retro-muted { " · " (plan.versions.len()) " changes, " (plan.rounds.len()) " review rounds" } }
+            @for round in &plan.rounds {
+                div.retro-round {
+                    p { "Round " (round.round) " · submitted " (when(round.submitted_at)) " · " (verdict_badge(round.verdict)) }
+                    @if let Some(f) = &round.feedback { blockquote.retro-feedback { (f) } }
+                    @if !round.comments.is_empty() {
+                        ul.retro-comments {
+                            @for c in &round.comments { li { q { (c.quote) } " — " (c.text) } }
+                        }
+                    }
+                }
+            }
+            details.retro-source {
+                summary { "Current content" }
+                div.md { (PreEscaped(markdown::render(&plan.content))) }
+            }
+        }
+    }
+}

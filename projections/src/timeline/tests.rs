@@ -1,0 +1,257 @@
+//! The time-travel property: the state at any cursor equals a fresh fold of
+//! the events up to it, whatever the snapshot spacing.
+
+use planb_core::{
+    Answers, AskId, AskSpec, Command, Cursor, DeclineAction, Delivery, Envelope, Event, EventId,
+    PlanName, Question, QuestionKind, ReviewChannel, SessionId, State, Timestamp, Verdict,
+};
+use proptest::prelude::*;
+use uuid::Uuid;
+
+use super::Timeline;
+
+/// What a generated step does; indexes pick among what exists so far, so
+/// most steps are accepted and the rest are rejections that append nothing.
+#[derive(Clone, Debug)]
+enum Step {
+    CreateSession,
+    OpenAsk(usize),
+    Answer(usize),
+    TimeOut(usize),
+    Decline(usize),
+    SavePlan(usize, u8),
+    WritePlan(u8, usize, u8),
+    EditPlan(u8),
+    SubmitPlan(u8),
+    ReviewPlan(u8, u32, bool),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        1 => Just(Step::CreateSession),
+        2 => any::<usize>().prop_map(Step::OpenAsk),
+        2 => any::<usize>().prop_map(Step::Answer),
+        1 => any::<usize>().prop_map(Step::TimeOut),
+        1 => any::<usize>().prop_map(Step::Decline),
+        3 => (any::<usize>(), any::<u8>()).prop_map(|(s, c)| Step::SavePlan(s, c)),
+        2 => (0..3u8, any::<usize>(), any::<u8>()).prop_map(|(p, s, c)| Step::WritePlan(p, s, c)),
+        1 => (0..3u8).prop_map(Step::EditPlan),
+        1 => (0..3u8).prop_map(Step::SubmitPlan),
+        1 => (0..3u8, 1..4u32, any::<bool>()).prop_map(|(p, r, ok)| Step::ReviewPlan(p, r, ok)),
+    ]
+}
+
+fn spec() -> AskSpec {
+    AskSpec {
+        title: "Which way?".into(),
+        intro_title: None,
+        intro: None,
+        questions: vec![Question {
+            id: "way".into(),
+            label: "Pick one".into(),
+            required: true,
+            tab: None,
+            kind: QuestionKind::Text { placeholder: None },
+        }],
+    }
+}
+
+fn plan_name(index: u8) -> PlanName {
+    PlanName::parse(&format!("plan-{index}")).expect("a valid plan name")
+}
+
+/// Runs the steps through `decide` and `apply` and returns the events, with
+/// cursors from 1, as the log would hold them.
+fn events(steps: &[Step]) -> Vec<Envelope> {
+    let mut state = State::default();
+    let mut sessions: Vec<SessionId> = Vec::new();
+    let mut asks: Vec<AskId> = Vec::new();
+    let mut envelopes = Vec::new();
+    let mut ids = 0u128;
+    let mut mint = || {
+        ids += 1;
+        Uuid::from_u128(ids)
+    };
+    for step in steps {
+        let pick = |n: usize, len: usize| (len > 0).then(|| n % len);
+        let command = match step {
+            Step::CreateSession => {
+                let session = SessionId::from_uuid(mint());
+                sessions.push(session);
+                Some(Command::CreateSession {
+                    session,
+                    title: Some(format!("session {}", sessions.len())),
+                    intent: None,
+                    project_path: Some("/work/p".into()),
+                })
+            }
+            Step::OpenAsk(n) => pick(*n, sessions.len()).map(|i| {
+                let ask = AskId::from_uuid(mint());
+                asks.push(ask);
+                Command::OpenAsk {
+                    session: sessions[i],
+                    ask,
+                    spec: spec(),
+                    delivery: Delivery::BrowserOpened,
+                    url: "http://127.0.0.1:1/ask?sid=x".into(),
+                }
+            }),
+            Step::Answer(n) => pick(*n, asks.len()).map(|i| Command::SubmitAnswers {
+                ask: asks[i],
+                answers: Answers(vec![(
+                    "way".into(),
+                    planb_core::AnswerValue::Text("left".into()),
+                )]),
+            }),
+            Step::TimeOut(n) => pick(*n, asks.len()).map(|i| Command::TimeOut { ask: asks[i] }),
+            Step::Decline(n) => pick(*n, asks.len()).map(|i| Command::Decline {
+                ask: asks[i],
+                action: DeclineAction::Cancel,
+            }),
+            Step::SavePlan(n, c) => pick(*n, sessions.len()).map(|i| Command::SavePlan {
+                session: sessions[i],
+                title: None,
+                content: format!("# Plan\n\nstep {c}\n"),
+            }),
+            Step::WritePlan(p, n, c) => Some(Command::WritePlan {
+                plan: plan_name(*p),
+                content: format!("# Named\n\nbody {c}\n"),
+                session: pick(*n, sessions.len()).map(|i| sessions[i]),
+            }),
+            Step::EditPlan(p) => Some(Command::EditPlan {
+                plan: plan_name(*p),
+                edits: vec![planb_core::PlanEdit {
+                    old: "body".into(),
+                    new: "text".into(),
+                    replace_all: false,
+                }],
+            }),
+            Step::SubmitPlan(p) => Some(Command::SubmitPlan {
+                plan: plan_name(*p),
+            }),
+            Step::ReviewPlan(p, round, ok) => Some(Command::ReviewPlan {
+                plan: plan_name(*p),
+                round: *round,
+                verdict: if *ok {
+                    Verdict::Approved
+                } else {
+                    Verdict::ChangesRequested
+                },
+                feedback: Some("fine".into()),
+                comments: Vec::new(),
+                channel: ReviewChannel::Browser,
+            }),
+        };
+        let Some(command) = command else { continue };
+        let Ok(bodies) = state.decide(command) else {
+            continue;
+        };
+        for body in bodies {
+            let cursor = Cursor(envelopes.len() as u64 + 1);
+            let envelope = Envelope {
+                cursor,
+                event: Event {
+                    id: EventId::from_uuid(mint()),
+                    at: Timestamp(1_700_000_000_000 + cursor.0 as i64 * 1_000),
+                    body,
+                },
+            };
+            state.apply(&envelope);
+            envelopes.push(envelope);
+        }
+    }
+    envelopes
+}
+
+/// Checks `state_at` against a fresh fold at every cursor, one past the end
+/// included.
+fn check_time_travel(events: &[Envelope], spacing: usize) {
+    let mut timeline = Timeline::new(spacing);
+    for envelope in events {
+        assert!(timeline.push(envelope.clone()));
+    }
+    let mut fresh = State::default();
+    assert_eq!(timeline.state_at(Cursor::ZERO), fresh);
+    for envelope in events {
+        fresh.apply(envelope);
+        assert_eq!(
+            timeline.state_at(envelope.cursor),
+            fresh,
+            "state at cursor {} with snapshots every {spacing} events",
+            envelope.cursor
+        );
+    }
+    assert_eq!(timeline.state_at(timeline.last_cursor().next()), fresh);
+    assert_eq!(timeline.state(), &fresh);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn state_at_any_cursor_equals_a_fresh_fold(
+        steps in proptest::collection::vec(step(), 0..80),
+        spacing in 1usize..12,
+    ) {
+        let events = events(&steps);
+        check_time_travel(&events, spacing);
+        check_time_travel(&events, 1_000);
+    }
+}
+
+#[test]
+fn events_already_seen_are_not_pushed_twice() {
+    let events = events(&[Step::CreateSession, Step::SavePlan(0, 1)]);
+    let mut timeline = Timeline::new(1);
+    for envelope in &events {
+        timeline.push(envelope.clone());
+    }
+    assert!(!timeline.push(events[0].clone()));
+    assert_eq!(timeline.len(), 2);
+}
+
+#[test]
+fn session_events_include_its_asks_and_tied_named_plans() {
+    let events = events(&[
+        Step::CreateSession,
+        Step::CreateSession,
+        Step::OpenAsk(0),
+        Step::Answer(0),
+        Step::WritePlan(0, 0, 1),
+        Step::EditPlan(0),
+        Step::SavePlan(1, 2),
+    ]);
+    let mut timeline = Timeline::new(4);
+    for envelope in events {
+        timeline.push(envelope);
+    }
+    let first = *timeline
+        .state()
+        .sessions()
+        .keys()
+        .find(|id| timeline.state().sessions()[*id].title.as_deref() == Some("session 1"))
+        .expect("session 1");
+    let kinds: Vec<&str> = timeline
+        .session_events(&first)
+        .map(|e| e.event.body.kind_name())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "session_created",
+            "ask_opened",
+            "ask_answered",
+            "named_plan_written",
+            "named_plan_edited"
+        ]
+    );
+    let edit = timeline
+        .session_events(&first)
+        .last()
+        .expect("an edit")
+        .cursor;
+    assert_eq!(
+        timeline.plan_content_after(edit),
+        Some("# Named\n\ntext 1\n")
+    );
+}

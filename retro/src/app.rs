@@ -1,0 +1,347 @@
+//! The HTTP surface: routes, the Host guard, and the one place where a
+//! refusal becomes a page. Handlers parse the URL, read the timeline and call
+//! a renderer from `planb_projections::pages`; they hold no replay logic.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use futures_util::Stream;
+use maud::Markup;
+use planb_core::{Cursor, SessionId};
+use planb_projections::pages::{self, RetroFilter};
+use serde::Deserialize;
+use tokio::sync::broadcast::error::RecvError;
+
+use crate::Retro;
+
+/// What the handlers share.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    /// The replay.
+    pub retro: Retro,
+    /// The port the server listens on, for the Host check.
+    pub port: u16,
+}
+
+/// The router; tests call it without a socket.
+pub fn app(state: AppState) -> Router {
+    Router::new()
+        .route("/", get(index))
+        .route("/events", get(all_events))
+        .route("/sessions/{id}", get(session))
+        .route("/sessions/{id}/at/{cursor}", get(state_at))
+        .route("/sessions/{id}/events", get(session_events))
+        .route("/sessions/{id}/plans/{version}", get(plan))
+        .route("/sessions/{id}/plans/{from}/diff/{to}", get(diff))
+        .route("/assets/{*name}", get(asset))
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(state.clone(), guard))
+        .with_state(state)
+}
+
+/// A refusal, shown as a message page with its status.
+#[derive(Debug)]
+pub struct PageError {
+    status: StatusCode,
+    title: &'static str,
+    message: String,
+}
+
+impl PageError {
+    fn new(status: StatusCode, title: &'static str, message: impl Into<String>) -> PageError {
+        PageError {
+            status,
+            title,
+            message: message.into(),
+        }
+    }
+}
+
+impl IntoResponse for PageError {
+    fn into_response(self) -> Response {
+        html(self.status, pages::message_page(self.title, &self.message))
+    }
+}
+
+fn html(status: StatusCode, markup: Markup) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        markup.into_string(),
+    )
+        .into_response()
+}
+
+/// Refuses requests naming another host (DNS rebinding) and sets the
+/// security headers every response carries.
+async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let port = state.port;
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("");
+    if host != format!("127.0.0.1:{port}") && host != format!("localhost:{port}") {
+        return PageError::new(
+            StatusCode::FORBIDDEN,
+            "Wrong host",
+            format!("host {host:?} is not this server; use http://127.0.0.1:{port}"),
+        )
+        .into_response();
+    }
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(pages::CONTENT_SECURITY_POLICY),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    response
+}
+
+fn session_id(text: &str) -> Result<SessionId, PageError> {
+    SessionId::parse(text).map_err(|e| {
+        PageError::new(
+            StatusCode::BAD_REQUEST,
+            "Bad session id",
+            format!("session id {text:?} is malformed: {e}"),
+        )
+    })
+}
+
+fn number<T: std::str::FromStr>(field: &str, text: &str) -> Result<T, PageError> {
+    text.parse().map_err(|_| {
+        PageError::new(
+            StatusCode::BAD_REQUEST,
+            "Bad address",
+            format!("{field}: {text:?} is not a number"),
+        )
+    })
+}
+
+fn unknown_session(id: &SessionId) -> PageError {
+    PageError::new(
+        StatusCode::NOT_FOUND,
+        "Session not found",
+        format!("no session {id} in the log"),
+    )
+}
+
+/// A cursor at or before the end of the log.
+fn within_log(retro: &Retro, cursor: u64) -> Result<Cursor, PageError> {
+    let last = retro.timeline().last_cursor();
+    if cursor > last.0 {
+        return Err(PageError::new(
+            StatusCode::NOT_FOUND,
+            "Beyond the end",
+            format!("cursor {cursor} is past the end of the log; the last cursor is {last}"),
+        ));
+    }
+    Ok(Cursor(cursor))
+}
+
+#[derive(Debug, Deserialize)]
+struct IndexQuery {
+    project: Option<String>,
+    q: Option<String>,
+}
+
+async fn index(State(state): State<AppState>, Query(query): Query<IndexQuery>) -> Response {
+    let problem = state.retro.problem();
+    let timeline = state.retro.timeline();
+    if timeline.is_empty()
+        && let Some(problem) = &problem
+    {
+        return html(
+            StatusCode::OK,
+            pages::message_page("Nothing to replay yet", problem),
+        );
+    }
+    let filter = RetroFilter {
+        project: query.project.as_deref().filter(|p| !p.is_empty()),
+        query: query.q.as_deref().map(str::trim).filter(|q| !q.is_empty()),
+    };
+    html(
+        StatusCode::OK,
+        pages::retro_index_page(&timeline, filter, problem.as_deref()),
+    )
+}
+
+#[derive(Debug, Deserialize)]
+struct AtQuery {
+    at: Option<String>,
+}
+
+async fn session(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(query): Query<AtQuery>,
+) -> Result<Response, PageError> {
+    let id = session_id(&id)?;
+    let at = match query.at.as_deref() {
+        Some(at) => Some(within_log(&state.retro, number("at", at)?)?),
+        None => None,
+    };
+    let timeline = state.retro.timeline();
+    let at = at.unwrap_or_else(|| timeline.last_cursor());
+    let page = pages::retro_session_page(&timeline, state.retro.entries(), &id, at)
+        .ok_or_else(|| unknown_session(&id))?;
+    Ok(html(StatusCode::OK, page))
+}
+
+async fn state_at(
+    State(state): State<AppState>,
+    Path((id, cursor)): Path<(String, String)>,
+) -> Result<Response, PageError> {
+    let id = session_id(&id)?;
+    let at = within_log(&state.retro, number("cursor", &cursor)?)?;
+    let timeline = state.retro.timeline();
+    if timeline.state().session(&id).is_none() {
+        return Err(unknown_session(&id));
+    }
+    Ok(html(
+        StatusCode::OK,
+        pages::retro_state_fragment(&timeline, &id, at),
+    ))
+}
+
+async fn plan(
+    State(state): State<AppState>,
+    Path((id, version)): Path<(String, String)>,
+) -> Result<Response, PageError> {
+    let id = session_id(&id)?;
+    let version: u32 = number("version", &version)?;
+    let timeline = state.retro.timeline();
+    if timeline.state().session(&id).is_none() {
+        return Err(unknown_session(&id));
+    }
+    let page = pages::retro_plan_page(&timeline, &id, version).ok_or_else(|| {
+        PageError::new(
+            StatusCode::NOT_FOUND,
+            "Plan version not found",
+            format!("session {id} has no plan version {version}"),
+        )
+    })?;
+    Ok(html(StatusCode::OK, page))
+}
+
+async fn diff(
+    State(state): State<AppState>,
+    Path((id, from, to)): Path<(String, String, String)>,
+) -> Result<Response, PageError> {
+    let id = session_id(&id)?;
+    let from: u32 = number("from", &from)?;
+    let to: u32 = number("to", &to)?;
+    let timeline = state.retro.timeline();
+    if timeline.state().session(&id).is_none() {
+        return Err(unknown_session(&id));
+    }
+    let page = pages::retro_diff_page(&timeline, &id, from, to).ok_or_else(|| {
+        PageError::new(
+            StatusCode::NOT_FOUND,
+            "Plan version not found",
+            format!("session {id} has no plan version {from} or {to}"),
+        )
+    })?;
+    Ok(html(StatusCode::OK, page))
+}
+
+#[derive(Debug, Deserialize)]
+struct AfterQuery {
+    after: Option<String>,
+}
+
+/// New timeline entries of one session as `entry` events carrying
+/// `{cursor, html}`, starting with any after `?after=`.
+async fn session_events(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(query): Query<AfterQuery>,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, PageError> {
+    let id = session_id(&id)?;
+    let after = match query.after.as_deref() {
+        Some(after) => Cursor(number("after", after)?),
+        None => state.retro.timeline().last_cursor(),
+    };
+    // Subscribe before the first look, so nothing appended in between is missed.
+    let receiver = state.retro.subscribe();
+    let retro = state.retro.clone();
+    let pending: std::collections::VecDeque<Event> = std::collections::VecDeque::new();
+    let stream = futures_util::stream::unfold(
+        (retro, receiver, after, pending),
+        move |(retro, mut receiver, mut after, mut pending)| async move {
+            loop {
+                if let Some(event) = pending.pop_front() {
+                    return Some((Ok(event), (retro, receiver, after, pending)));
+                }
+                let entries =
+                    pages::retro_entries_after(&retro.timeline(), retro.entries(), &id, after);
+                if let Some((last, _)) = entries.last() {
+                    after = *last;
+                    for (cursor, html) in entries {
+                        let data = serde_json::json!({ "cursor": cursor.0, "html": html });
+                        pending.push_back(Event::default().event("entry").data(data.to_string()));
+                    }
+                    continue;
+                }
+                match receiver.recv().await {
+                    Ok(_) | Err(RecvError::Lagged(_)) => {}
+                    Err(RecvError::Closed) => return None,
+                }
+            }
+        },
+    );
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+}
+
+/// `append` events carrying the new last cursor, whenever the log grows.
+async fn all_events(
+    State(state): State<AppState>,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let receiver = state.retro.subscribe();
+    let stream = futures_util::stream::unfold(receiver, |mut receiver| async move {
+        loop {
+            match receiver.recv().await {
+                Ok(cursor) => {
+                    let event = Event::default().event("append").data(cursor.to_string());
+                    return Some((Ok(event), receiver));
+                }
+                Err(RecvError::Lagged(_)) => {}
+                Err(RecvError::Closed) => return None,
+            }
+        }
+    });
+    Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+}
+
+async fn asset(Path(name): Path<String>) -> Response {
+    match pages::asset(&name) {
+        Some(asset) => ([(header::CONTENT_TYPE, asset.content_type)], asset.bytes).into_response(),
+        None => not_found().await,
+    }
+}
+
+async fn not_found() -> Response {
+    PageError::new(
+        StatusCode::NOT_FOUND,
+        "Not found",
+        "there is no page at this address",
+    )
+    .into_response()
+}

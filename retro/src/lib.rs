@@ -1,0 +1,52 @@
+//! `planb-retro`: the read-only web app in which a person replays how a
+//! planning session unfolded (DESIGN section 7).
+//!
+//! - [`Retro`] holds the [`planb_projections::Timeline`] (every event, the
+//!   state at the end and periodic snapshots) and a follower that tails the
+//!   log and announces new events.
+//! - [`app`] is the axum router: the sessions index, a session's timeline
+//!   with its time-travel scrubber, plan versions and diffs, and server-sent
+//!   event streams. The pages themselves are rendered by
+//!   `planb_projections::pages`.
+//! - [`serve`] binds the loopback address and runs the router.
+//!
+//! **Architecture invariant**: retro never writes to the log or the data
+//! root. It opens the log with `planb_log::read_dir`, which takes no lock
+//! and writes nothing, and it opens neither the index nor the session files.
+
+mod app;
+mod live;
+
+pub use app::{AppState, PageError, app};
+pub use live::{Follower, POLL_INTERVAL, Retro};
+
+use std::net::SocketAddr;
+
+/// The port used when `PORT` is not set.
+pub const DEFAULT_PORT: u16 = 4317;
+
+/// Binds 127.0.0.1:`port` (0 = ephemeral) and serves the replay in the
+/// background. Returns the bound address; the error names the port.
+pub async fn serve(retro: Retro, port: u16) -> std::io::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!(
+                    "cannot listen on 127.0.0.1:{port}: {e}; is another planb-retro running? set PORT to use another port"
+                ),
+            )
+        })?;
+    let address = listener.local_addr()?;
+    let router = app(AppState {
+        retro,
+        port: address.port(),
+    });
+    tokio::spawn(async move {
+        if let Err(error) = axum::serve(listener, router).await {
+            tracing::error!("planb-retro server stopped: {error}");
+        }
+    });
+    Ok(address)
+}

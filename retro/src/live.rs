@@ -1,0 +1,208 @@
+//! [`Retro`]: the timeline shared by the request handlers, and the follower
+//! that keeps it current by tailing the log read-only.
+//!
+//! The follower owns a [`LogReader`] opened with `planb_log::read_dir`, which
+//! never writes nor takes the append lock, so `planb-mcp` processes keep
+//! appending while retro reads. Each poll decodes the records appended since
+//! the last one, pushes them onto the [`Timeline`] under its write lock (held
+//! only for the pushes, never while decoding or reading), and announces the
+//! new last cursor on a broadcast channel for the server-sent event streams.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock, RwLockReadGuard, Weak};
+use std::time::Duration;
+
+use planb_core::{Cursor, Envelope, decode};
+use planb_log::{LogOptions, LogReader};
+use planb_projections::pages::EntryCache;
+use planb_projections::{DataRoot, Timeline};
+use tokio::sync::broadcast;
+
+/// How often the follower looks for new events.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(200);
+/// Notifications a slow event-stream client may fall behind by; past that it
+/// skips ahead, which is harmless since each notification only says "look".
+const NOTIFICATIONS_MAX: usize = 64;
+
+/// The replay's shared state; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Retro {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    /// Written only by the follower; read by every request.
+    timeline: RwLock<Timeline>,
+    /// Why the log cannot be read right now, for the index page.
+    problem: RwLock<Option<String>>,
+    /// The last cursor after each batch of new events.
+    appended: broadcast::Sender<Cursor>,
+    log_dir: PathBuf,
+    /// Rendered timeline entries, kept for the life of the server.
+    entries: EntryCache,
+}
+
+/// Reads the log forward from where the timeline ends.
+#[derive(Debug)]
+pub struct Follower {
+    reader: Option<LogReader>,
+    /// Set when a record does not decode: following on would skip an event
+    /// and show wrong states, so the follower stops and says why.
+    stopped: bool,
+}
+
+impl Retro {
+    /// A replay of the log under `root`, loaded as far as the log goes now.
+    /// A missing or unreadable log is not an error: the pages say so and
+    /// the follower keeps trying.
+    pub fn open(root: &DataRoot) -> (Retro, Follower) {
+        let retro = Retro::empty(&root.log_dir());
+        let mut follower = Follower {
+            reader: None,
+            stopped: false,
+        };
+        follower.poll(&retro);
+        (retro, follower)
+    }
+
+    fn empty(log_dir: &Path) -> Retro {
+        let (appended, _) = broadcast::channel(NOTIFICATIONS_MAX);
+        Retro {
+            inner: Arc::new(Inner {
+                timeline: RwLock::new(Timeline::default()),
+                problem: RwLock::new(None),
+                appended,
+                log_dir: log_dir.to_path_buf(),
+                entries: EntryCache::default(),
+            }),
+        }
+    }
+
+    /// The timeline, for reading. Never hold it across an `.await`.
+    pub fn timeline(&self) -> RwLockReadGuard<'_, Timeline> {
+        self.inner
+            .timeline
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The cache of rendered timeline entries.
+    pub fn entries(&self) -> &EntryCache {
+        &self.inner.entries
+    }
+
+    /// Why the log cannot be read, if it cannot.
+    pub fn problem(&self) -> Option<String> {
+        self.inner
+            .problem
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Notifications of the last cursor after each batch of new events.
+    pub fn subscribe(&self) -> broadcast::Receiver<Cursor> {
+        self.inner.appended.subscribe()
+    }
+
+    fn set_problem(&self, problem: Option<String>) {
+        *self
+            .inner
+            .problem
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = problem;
+    }
+
+    /// Polls the log every `interval` on a thread of its own until every
+    /// clone of this `Retro` is dropped.
+    pub fn follow(&self, mut follower: Follower, interval: Duration) {
+        let weak: Weak<Inner> = Arc::downgrade(&self.inner);
+        let spawned = std::thread::Builder::new()
+            .name("planb-retro-follower".into())
+            .spawn(move || {
+                while let Some(inner) = weak.upgrade() {
+                    follower.poll(&Retro { inner });
+                    std::thread::sleep(interval);
+                }
+            });
+        if let Err(error) = spawned {
+            self.set_problem(Some(format!(
+                "cannot start the thread that follows the log ({error}); restart planb-retro to see new events"
+            )));
+        }
+    }
+}
+
+impl Follower {
+    /// Pushes every event appended since the last poll; returns how many.
+    pub fn poll(&mut self, retro: &Retro) -> usize {
+        if self.stopped {
+            return 0;
+        }
+        let log_dir = &retro.inner.log_dir;
+        if self.reader.is_none() {
+            let from = retro.timeline().last_cursor().next();
+            match planb_log::read_dir(log_dir, LogOptions::default(), planb_log::Cursor(from.0)) {
+                Ok(reader) => {
+                    self.reader = Some(reader);
+                    retro.set_problem(None);
+                }
+                Err(error) => {
+                    retro.set_problem(Some(format!(
+                        "no planb log to replay at {}: {error}; set PLANB_MCP_DATA_DIR to the data root planb-mcp uses",
+                        log_dir.display()
+                    )));
+                    return 0;
+                }
+            }
+        }
+        let mut batch: Vec<Envelope> = Vec::new();
+        let mut failure = None;
+        if let Some(reader) = self.reader.as_mut() {
+            loop {
+                match reader.next() {
+                    Ok(Some(record)) => match decode(&record.payload, Cursor(record.cursor.0)) {
+                        Ok(envelope) => batch.push(envelope),
+                        Err(error) => {
+                            self.stopped = true;
+                            failure = Some(format!(
+                                "stopped following the log: {error}; the pages show the events before it"
+                            ));
+                            break;
+                        }
+                    },
+                    Ok(None) => break,
+                    Err(error) => {
+                        self.reader = None;
+                        failure = Some(format!(
+                            "cannot read the log at {}: {error}; retrying",
+                            log_dir.display()
+                        ));
+                        break;
+                    }
+                }
+            }
+        }
+        let count = batch.len();
+        if count > 0 {
+            let last = {
+                let mut timeline = retro
+                    .inner
+                    .timeline
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner());
+                for envelope in batch {
+                    timeline.push(envelope);
+                }
+                timeline.last_cursor()
+            };
+            // No subscriber is fine: nobody is watching.
+            let _ = retro.inner.appended.send(last);
+        }
+        if let Some(failure) = failure {
+            retro.set_problem(Some(failure));
+        }
+        count
+    }
+}
