@@ -35,7 +35,12 @@
       label.textContent = `Event ${position + 1} of ${cursors.length} · #${cursor}`;
       permalink.href = `?at=${cursor}`;
       mark(cursor);
-      if (push) history.replaceState(null, "", `?at=${cursor}`);
+      // A person's move pins the position in the address; following the live
+      // end keeps an address that already names a position in step with it,
+      // and leaves one without ?at= meaning "the latest".
+      if (push || new URLSearchParams(location.search).has("at")) {
+        history.replaceState(null, "", `?at=${cursor}`);
+      }
       const mine = ++request;
       panel.classList.add("is-loading");
       try {
@@ -77,8 +82,14 @@
         cursors.push(data.cursor);
         scrubber.dataset.cursors = cursors.join(",");
         range.max = String(cursors.length - 1);
-        if (atEnd) show(cursors.length - 1, false);
-        else label.textContent = `Event ${Number(range.value) + 1} of ${cursors.length} · #${cursors[Number(range.value)]}`;
+        if (atEnd) {
+          show(cursors.length - 1, false);
+        } else {
+          // The position stays; the new entry lies after it, so it is dimmed.
+          const cursor = cursors[Number(range.value)];
+          label.textContent = `Event ${Number(range.value) + 1} of ${cursors.length} · #${cursor}`;
+          mark(cursor);
+        }
       });
     }
   }
