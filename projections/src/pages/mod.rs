@@ -13,10 +13,10 @@
 //! in `data-*` attributes.
 
 mod assets;
+mod diff;
 mod form;
 mod question;
 mod retro;
-mod retro_diff;
 mod retro_entry;
 pub mod review;
 pub use retro_entry::EntryCache;

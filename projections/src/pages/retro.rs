@@ -11,8 +11,8 @@ use maud::{Markup, PreEscaped, html};
 use planb_core::{AskStatus, Cursor, Session, SessionId};
 
 use super::assets::{RETRO_CSS, RETRO_JS, REVIEW_CSS};
-use super::retro_diff::diff_view;
-use super::retro_entry::{EntryCache, entry, named_plan, short, state_panel, when};
+use super::diff::Folds;
+use super::retro_entry::{EntryCache, diff_view, entry, named_plan, short, state_panel, when};
 use super::shell::{Libraries, document};
 use crate::markdown;
 use crate::timeline::Timeline;
@@ -315,7 +315,7 @@ pub fn retro_diff_page(timeline: &Timeline, id: &SessionId, from: u32, to: u32) 
                 " · " a href={"/sessions/" (id) "/plans/" (to)} { "v" (to) } " saved " (when(b.created_at))
             }
         }
-        section.changes-panel.retro-diff { (diff_view(&a.content, &b.content, false)) }
+        section.changes-panel.retro-diff { (diff_view(&a.content, &b.content, Folds::Expandable)) }
     };
     Some(page(
         &format!("Plan v{from} → v{to}"),

@@ -14,8 +14,8 @@ use planb_core::{
     SessionId, State, Timestamp, Verdict,
 };
 
+use super::diff::{Folds, LineDiff};
 use super::question::question_block;
-use super::retro_diff::diff_view;
 use crate::markdown;
 use crate::timeline::Timeline;
 
@@ -28,6 +28,25 @@ pub(super) fn when(at: Timestamp) -> String {
 /// The first eight characters of an id, enough to tell ids apart on a page.
 pub(super) fn short(id: &impl std::fmt::Display) -> String {
     id.to_string().chars().take(8).collect()
+}
+
+/// The diff of `previous` against `current` with a one-line summary above
+/// it, or a note when nothing changed. The timeline passes
+/// [`Folds::CountOnly`]: it shows every version's diff.
+pub(super) fn diff_view(previous: &str, current: &str, folds: Folds) -> Markup {
+    let diff = LineDiff::new(previous, current);
+    html! {
+        @if diff.is_unchanged() {
+            p.diff-none.retro-diff-none { "No changes to the Markdown." }
+        } @else {
+            p.diff-summary {
+                span.count-added { "+" (diff.added) " added" }
+                ", "
+                span.count-removed { "−" (diff.removed) " removed" }
+            }
+            (diff.rows(folds))
+        }
+    }
 }
 
 fn answer_text(value: &AnswerValue) -> String {
@@ -217,7 +236,7 @@ fn entry_body(timeline: &Timeline, envelope: &Envelope) -> Markup {
                 @if let Some(after) = timeline.plan_content_after(envelope.cursor) {
                     details.retro-diff open {
                         summary { "Changes" }
-                        (diff_view(previous.unwrap_or_default(), after, true))
+                        (diff_view(previous.unwrap_or_default(), after, Folds::CountOnly))
                     }
                 }
             }
@@ -277,7 +296,7 @@ fn plan_saved(
         }
         details.retro-diff open[version > 1] {
             summary { @if previous.is_some() { "Changes since v" (version - 1) } @else { "First version" } }
-            (diff_view(previous.map_or("", |p| p.content.as_str()), content, true))
+            (diff_view(previous.map_or("", |p| p.content.as_str()), content, Folds::CountOnly))
         }
     }
 }

@@ -4,7 +4,7 @@
 //! The server renders everything the person reads: the plan through
 //! [`crate::markdown::render`], and, from the second round on, a line diff of
 //! the Markdown source against the previously submitted version, computed
-//! here with `similar` so the browser only shows it. `review.js` adds the
+//! by [`super::diff`] so the browser only shows it. `review.js` adds the
 //! interactive parts: the Plan / Changes tabs, comments anchored to quoted
 //! passages, the general feedback, and the two verdicts, which it posts as
 //! JSON to `POST /review` (see the script's header for the protocol).
@@ -15,12 +15,10 @@
 //! a stylesheet link is allowed there, and the body's content after it waits
 //! for it, so nothing is painted unstyled.
 
-use std::time::{Duration, Instant};
-
 use maud::{Markup, PreEscaped, html};
-use similar::{Algorithm, ChangeTag, DiffTag, InlineChangeOptions, TextDiff};
 
 use super::assets::{REVIEW_CSS, REVIEW_JS};
+use super::diff::{Folds, LineDiff, lines};
 use super::shell::{Libraries, check_icon, document};
 use crate::markdown;
 
@@ -33,19 +31,6 @@ pub const REVIEW_QUOTE_CHARS_MAX: usize = planb_core::state::REVIEW_QUOTE_CHARS_
 pub const REVIEW_COMMENT_CHARS_MAX: usize = planb_core::state::REVIEW_COMMENT_CHARS_MAX;
 /// Longest general feedback, in characters.
 pub const REVIEW_FEEDBACK_CHARS_MAX: usize = planb_core::state::REVIEW_FEEDBACK_CHARS_MAX;
-
-/// Unchanged lines shown before and after each change in the diff; longer
-/// unchanged runs are folded.
-pub const DIFF_CONTEXT_LINES: usize = 3;
-/// An unchanged run is folded only if that hides at least this many lines:
-/// a fold that hides one line costs as much room as the line.
-const DIFF_FOLD_LINES_MIN: usize = 4;
-/// Most diff lines put on the page; a plan may be megabytes, the page stays
-/// readable and bounded.
-const DIFF_LINES_MAX: usize = 20_000;
-/// Time allowed to compute the line diff and its word-level refinement; past
-/// it `similar` settles for a coarser but still correct diff.
-const DIFF_TIME_MAX: Duration = Duration::from_millis(500);
 
 /// What the review page shows.
 #[derive(Clone, Copy, Debug)]
@@ -200,64 +185,8 @@ fn changes_panel(round: u32, diff: &LineDiff) -> Markup {
                     span.count-removed { (lines(diff.removed)) " removed" }
                     "."
                 }
-                div.diff {
-                    @for row in &diff.rows {
-                        @match row {
-                            Row::Line(line) => (line_row(line)),
-                            Row::Fold(folded) => (fold_row(folded)),
-                        }
-                    }
-                }
-                @if diff.omitted_lines > 0 {
-                    p.diff-truncated {
-                        "The remaining " (lines(diff.omitted_lines)) " of the diff are too long to show."
-                    }
-                }
+                (diff.rows(Folds::Expandable))
             }
-        }
-    }
-}
-
-fn lines(count: usize) -> String {
-    if count == 1 {
-        "1 line".to_owned()
-    } else {
-        format!("{count} lines")
-    }
-}
-
-fn line_row(line: &Line) -> Markup {
-    let text = html! {
-        @for (emphasised, segment) in &line.segments {
-            @if *emphasised { span.diff-word { (segment) } } @else { (segment) }
-        }
-    };
-    html! {
-        div class={ "diff-line diff-" (line.kind.name()) } {
-            span.diff-num aria-hidden="true" { @if let Some(n) = line.old { (n) } }
-            span.diff-num aria-hidden="true" { @if let Some(n) = line.new { (n) } }
-            span.diff-sign aria-hidden="true" { (line.kind.sign()) }
-            @match line.kind {
-                LineKind::Added => ins.diff-text { span.visually-hidden { "Added: " } (text) },
-                LineKind::Removed => del.diff-text { span.visually-hidden { "Removed: " } (text) },
-                LineKind::Unchanged => span.diff-text { (text) },
-            }
-        }
-    }
-}
-
-fn fold_row(folded: &[Line]) -> Markup {
-    let count = match folded.len() {
-        1 => "1 unchanged line".to_owned(),
-        n => format!("{n} unchanged lines"),
-    };
-    html! {
-        details.diff-fold {
-            summary.diff-fold-summary {
-                span.fold-show { "Show " (count) }
-                span.fold-hide { "Hide " (count) }
-            }
-            @for line in folded { (line_row(line)) }
         }
     }
 }
@@ -398,317 +327,9 @@ fn send_icon() -> Markup {
     }
 }
 
-/// A line diff of the plan's Markdown source, ready to render: changed
-/// lines with their word-level emphasis, and unchanged runs cut to
-/// [`DIFF_CONTEXT_LINES`] around each change with the rest folded.
-#[derive(Debug)]
-struct LineDiff {
-    rows: Vec<Row>,
-    added: usize,
-    removed: usize,
-    /// Diff lines past [`DIFF_LINES_MAX`], left off the page.
-    omitted_lines: usize,
-}
-
-#[derive(Debug)]
-enum Row {
-    Line(Line),
-    /// Unchanged lines hidden behind a "Show N unchanged lines" toggle.
-    Fold(Vec<Line>),
-}
-
-#[derive(Debug)]
-struct Line {
-    kind: LineKind,
-    /// 1-based line number in the previous version, if the line is in it.
-    old: Option<usize>,
-    /// 1-based line number in the current version, if the line is in it.
-    new: Option<usize>,
-    /// The text without its line break, in runs; `true` marks the words
-    /// that changed within a changed line.
-    segments: Vec<(bool, String)>,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum LineKind {
-    Unchanged,
-    Added,
-    Removed,
-}
-
-impl LineKind {
-    fn name(self) -> &'static str {
-        match self {
-            LineKind::Unchanged => "unchanged",
-            LineKind::Added => "added",
-            LineKind::Removed => "removed",
-        }
-    }
-
-    fn sign(self) -> &'static str {
-        match self {
-            LineKind::Unchanged => " ",
-            LineKind::Added => "+",
-            LineKind::Removed => "−",
-        }
-    }
-}
-
-impl LineDiff {
-    /// Compares `previous` with `current` line by line. Line endings are
-    /// normalised first (CRLF to LF, a final line break added), so a file
-    /// saved by another editor does not show every line as changed.
-    fn new(previous: &str, current: &str) -> Self {
-        let old = normalise_lines(previous);
-        let new = normalise_lines(current);
-        let deadline = Instant::now() + DIFF_TIME_MAX;
-        let diff = TextDiff::configure()
-            .algorithm(Algorithm::Histogram)
-            .deadline(deadline)
-            .diff_lines(old.as_str(), new.as_str());
-        let mut inline = InlineChangeOptions::new();
-        inline.semantic_cleanup(true);
-        let ops = diff.ops();
-        let mut builder = Builder::default();
-        for (index, op) in ops.iter().enumerate() {
-            if op.tag() == DiffTag::Equal {
-                let lines: Vec<Line> = diff
-                    .iter_changes(op)
-                    .map(|change| Line {
-                        kind: LineKind::Unchanged,
-                        old: change.old_index().map(|i| i + 1),
-                        new: change.new_index().map(|i| i + 1),
-                        segments: vec![(false, without_line_break(change.value()).to_owned())],
-                    })
-                    .collect();
-                builder.unchanged(lines, index == 0, index + 1 == ops.len());
-                continue;
-            }
-            for change in diff.iter_inline_changes_with_options_deadline(op, inline, Some(deadline))
-            {
-                let kind = match change.tag() {
-                    ChangeTag::Insert => LineKind::Added,
-                    ChangeTag::Delete => LineKind::Removed,
-                    ChangeTag::Equal => LineKind::Unchanged,
-                };
-                let mut segments: Vec<(bool, String)> = change
-                    .values()
-                    .iter()
-                    .map(|(emphasised, text)| (*emphasised, (*text).to_owned()))
-                    .collect();
-                if let Some((_, last)) = segments.last_mut() {
-                    let kept = without_line_break(last).len();
-                    last.truncate(kept);
-                }
-                segments.retain(|(_, text)| !text.is_empty());
-                builder.push(Line {
-                    kind,
-                    old: change.old_index().map(|i| i + 1),
-                    new: change.new_index().map(|i| i + 1),
-                    segments,
-                });
-            }
-        }
-        builder.finish()
-    }
-
-    /// True when the two versions hold the same lines.
-    fn is_unchanged(&self) -> bool {
-        self.added == 0 && self.removed == 0
-    }
-
-    /// "3 lines added, 1 removed", for the tab's screen-reader label.
-    fn summary(&self) -> String {
-        format!("{} added, {} removed", lines(self.added), self.removed)
-    }
-}
-
-/// Collects rows while counting the changes and keeping to
-/// [`DIFF_LINES_MAX`]: once a line does not fit, nothing after it is shown,
-/// so the page never skips a stretch and then carries on.
-#[derive(Default)]
-struct Builder {
-    rows: Vec<Row>,
-    /// Lines in `rows`, folded ones included.
-    shown: usize,
-    /// Set once the cap is reached.
-    full: bool,
-    added: usize,
-    removed: usize,
-    omitted: usize,
-}
-
-impl Builder {
-    fn push(&mut self, line: Line) {
-        match line.kind {
-            LineKind::Added => self.added += 1,
-            LineKind::Removed => self.removed += 1,
-            LineKind::Unchanged => {}
-        }
-        if !self.full && self.shown < DIFF_LINES_MAX {
-            self.shown += 1;
-            self.rows.push(Row::Line(line));
-        } else {
-            self.full = true;
-            self.omitted += 1;
-        }
-    }
-
-    /// Adds an unchanged run: context next to the changes before and after
-    /// it (none before the first change or after the last), the middle
-    /// folded when that hides enough lines.
-    fn unchanged(&mut self, mut lines: Vec<Line>, first: bool, last: bool) {
-        let before = if first { 0 } else { DIFF_CONTEXT_LINES };
-        let after = if last { 0 } else { DIFF_CONTEXT_LINES };
-        if lines.len() < before + after + DIFF_FOLD_LINES_MIN {
-            for line in lines {
-                self.push(line);
-            }
-            return;
-        }
-        let tail = lines.split_off(lines.len() - after);
-        let folded = lines.split_off(before);
-        for line in lines {
-            self.push(line);
-        }
-        if !self.full && self.shown + folded.len() <= DIFF_LINES_MAX {
-            self.shown += folded.len();
-            self.rows.push(Row::Fold(folded));
-        } else {
-            self.full = true;
-            self.omitted += folded.len();
-        }
-        for line in tail {
-            self.push(line);
-        }
-    }
-
-    fn finish(self) -> LineDiff {
-        LineDiff {
-            rows: self.rows,
-            added: self.added,
-            removed: self.removed,
-            omitted_lines: self.omitted,
-        }
-    }
-}
-
-fn normalise_lines(text: &str) -> String {
-    let mut text = text.replace("\r\n", "\n");
-    if !text.is_empty() && !text.ends_with('\n') {
-        text.push('\n');
-    }
-    text
-}
-
-fn without_line_break(line: &str) -> &str {
-    line.strip_suffix('\n').unwrap_or(line)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The diff as `(sign, old, new, text)` rows, folds marked `~` with the
-    /// number of lines they hide.
-    fn check(previous: &str, current: &str, expected: &[&str]) {
-        let diff = LineDiff::new(previous, current);
-        let mut actual = Vec::new();
-        let describe = |line: &Line| {
-            let text: String = line
-                .segments
-                .iter()
-                .map(|(emphasised, text)| {
-                    if *emphasised {
-                        format!("[{text}]")
-                    } else {
-                        text.clone()
-                    }
-                })
-                .collect();
-            let number = |n: Option<usize>| n.map_or("-".to_owned(), |n| n.to_string());
-            format!(
-                "{}{} {} {}",
-                line.kind.sign(),
-                number(line.old),
-                number(line.new),
-                text
-            )
-        };
-        for row in &diff.rows {
-            match row {
-                Row::Line(line) => actual.push(describe(line)),
-                Row::Fold(lines) => actual.push(format!("~{}", lines.len())),
-            }
-        }
-        assert_eq!(actual, expected);
-    }
-
-    #[test]
-    fn changed_words_are_emphasised_within_their_line() {
-        check(
-            "# Plan\nWrite tests\n",
-            "# Plan\nWrite more tests\n",
-            &[" 1 1 # Plan", "−2 - Write tests", "+- 2 Write [more ]tests"],
-        );
-    }
-
-    #[test]
-    fn long_unchanged_runs_fold_outside_the_context() {
-        let old: String = (1..=20).map(|n| format!("line {n}\n")).collect();
-        let new = old.replace("line 10\n", "line ten\n");
-        check(
-            &old,
-            &new,
-            &[
-                "~6",
-                " 7 7 line 7",
-                " 8 8 line 8",
-                " 9 9 line 9",
-                "−10 - line [10]",
-                "+- 10 line [ten]",
-                " 11 11 line 11",
-                " 12 12 line 12",
-                " 13 13 line 13",
-                "~7",
-            ],
-        );
-    }
-
-    #[test]
-    fn short_unchanged_runs_are_not_folded() {
-        check(
-            "a\nb\nc\nd\ne\n",
-            "a\nb\nc\nd\nE\n",
-            &[
-                " 1 1 a",
-                " 2 2 b",
-                " 3 3 c",
-                " 4 4 d",
-                "−5 - [e]",
-                "+- 5 [E]",
-            ],
-        );
-    }
-
-    #[test]
-    fn oversized_diffs_stop_at_the_line_cap() {
-        let current: String = (0..DIFF_LINES_MAX + 5).map(|n| format!("{n}\n")).collect();
-        let diff = LineDiff::new("", &current);
-        assert_eq!(diff.rows.len(), DIFF_LINES_MAX);
-        assert_eq!(diff.omitted_lines, 5);
-        assert_eq!(
-            diff.added,
-            DIFF_LINES_MAX + 5,
-            "the counts cover every line"
-        );
-    }
-
-    #[test]
-    fn line_endings_do_not_count_as_changes() {
-        let diff = LineDiff::new("a\r\nb\r\n", "a\nb");
-        assert!(diff.is_unchanged(), "{diff:?}");
-    }
 
     #[test]
     fn numbers_are_grouped_in_thousands() {
