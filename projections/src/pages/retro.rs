@@ -12,7 +12,9 @@ use planb_core::{AskStatus, Cursor, Session, SessionId};
 
 use super::assets::{RETRO_CSS, RETRO_JS, REVIEW_CSS};
 use super::diff::Folds;
-use super::retro_entry::{EntryCache, diff_view, entry, named_plan, short, state_panel, when};
+use super::retro_entry::{
+    EntryCache, count, diff_view, entry, named_plan, short, state_panel, when,
+};
 use super::shell::{Libraries, document};
 use crate::markdown;
 use crate::timeline::Timeline;
@@ -85,61 +87,67 @@ pub fn retro_index_page(
         header.card-header {
             p.eyebrow { "planb replay" }
             h1.form-title { "Sessions" }
-            p.retro-muted { (state.sessions().len()) " sessions · " (timeline.len()) " events" }
+            p.retro-muted {
+                (count(state.sessions().len(), "session", "sessions")) " · "
+                (count(timeline.len(), "event", "events"))
+            }
         }
-        @if let Some(problem) = problem {
-            div.banner.banner-error role="alert" { (problem) }
-        }
-        section #inbox .retro-inbox aria-labelledby="inbox-title" {
-            h2 #inbox-title { "Waiting for an answer" span.retro-muted { " · " (pending.len()) } }
-            @if pending.is_empty() {
-                p.retro-muted { "No question is waiting." }
-            } @else {
-                ul.retro-list {
-                    @for ask in &pending {
-                        li {
-                            a href=(ask.url) rel="noopener noreferrer" target="_blank" { (ask.spec.title) }
-                            span.retro-muted {
-                                " · asked " (when(ask.created_at)) " in "
-                                a href={"/sessions/" (ask.session)} {
-                                    (state.session(&ask.session).and_then(|s| s.title.clone()).unwrap_or_else(|| short(&ask.session)))
+        div.retro-body {
+            @if let Some(problem) = problem {
+                div.banner.banner-error role="alert" { (problem) }
+            }
+            section #inbox .retro-inbox aria-labelledby="inbox-title" {
+                h2 #inbox-title { "Waiting for an answer" span.retro-muted { " · " (pending.len()) } }
+                @if pending.is_empty() {
+                    p.retro-muted { "No question is waiting." }
+                } @else {
+                    ul.retro-list {
+                        @for ask in &pending {
+                            li {
+                                a href=(ask.url) rel="noopener noreferrer" target="_blank" { (ask.spec.title) }
+                                span.retro-muted {
+                                    " · asked " (when(ask.created_at)) " in "
+                                    a href={"/sessions/" (ask.session)} {
+                                        (state.session(&ask.session).and_then(|s| s.title.clone()).unwrap_or_else(|| short(&ask.session)))
+                                    }
                                 }
                             }
                         }
                     }
                 }
             }
-        }
-        form.retro-filter method="get" action="/" role="search" {
-            label for="filter-q" { "Search" }
-            input #filter-q .text-input type="search" name="q" value=[filter.query]
-                placeholder="Title, intent or project";
-            label for="filter-project" { "Project" }
-            select #filter-project name="project" {
-                option value="" { "All projects" }
-                @for p in &projects {
-                    option value=(p) selected[filter.project == Some(*p)] { (p) }
+            form.retro-filter method="get" action="/" role="search" {
+                label for="filter-q" { "Search" }
+                input #filter-q .text-input type="search" name="q" value=[filter.query]
+                    placeholder="Title, intent or project";
+                label for="filter-project" { "Project" }
+                select #filter-project name="project" {
+                    option value="" { "All projects" }
+                    @for p in &projects {
+                        option value=(p) selected[filter.project == Some(*p)] { (p) }
+                    }
                 }
+                button.btn.btn-secondary type="submit" { "Filter" }
             }
-            button.btn.btn-secondary type="submit" { "Filter" }
-        }
-        section #sessions .retro-sessions aria-label="Sessions" {
-            @if sessions.is_empty() {
-                p.retro-muted { "No session matches." }
-            }
-            ul.retro-list {
-                @for s in &sessions {
-                    @let waiting = s.asks.iter().filter_map(|a| state.ask(a)).any(|a| a.status == AskStatus::Pending);
-                    li.retro-session.has-pending[waiting] {
-                        a.retro-session-title href={"/sessions/" (s.id)} {
-                            (s.title.clone().unwrap_or_else(|| format!("Session {}", short(&s.id))))
-                        }
-                        @if waiting { " " span.retro-badge.badge-pending { "question waiting" } }
-                        @if let Some(intent) = &s.intent { p.retro-intent { (intent) } }
-                        p.retro-muted {
-                            @if let Some(p) = &s.project_path { code { (p) } " · " }
-                            (s.asks.len()) " questions · " (s.plans.len()) " plan versions · last activity "
-                            (when(s.updated_at))
+            section #sessions .retro-sessions aria-label="Sessions" {
+                @if sessions.is_empty() {
+                    p.retro-muted { "No session matches." }
+                }
+                ul.retro-list {
+                    @for s in &sessions {
+                        @let waiting = s.asks.iter().filter_map(|a| state.ask(a)).any(|a| a.status == AskStatus::Pending);
+                        li.retro-session.has-pending[waiting] {
+                            a.retro-session-title href={"/sessions/" (s.id)} {
+                                (s.title.clone().unwrap_or_else(|| format!("Session {}", short(&s.id))))
+                            }
+                            @if waiting { " " span.retro-badge.badge-pending { "question waiting" } }
+                            @if let Some(intent) = &s.intent { p.retro-intent { (intent) } }
+                            p.retro-muted {
+                                @if let Some(p) = &s.project_path { code { (p) } " · " }
+                                (count(s.asks.len(), "question", "questions")) " · "
+                                (count(s.plans.len(), "plan version", "plan versions")) " · last activity "
+                                (when(s.updated_at))
+                            }
                         }
                     }
                 }
@@ -192,55 +200,58 @@ pub fn retro_session_page(
             p.retro-muted {
                 @if let Some(p) = &session.project_path { code { (p) } " · " }
                 "created " (when(session.created_at)) " · last activity " (when(session.updated_at))
-                " · " (session.asks.len()) " questions · " (session.plans.len()) " plan versions"
+                " · " (count(session.asks.len(), "question", "questions"))
+                " · " (count(session.plans.len(), "plan version", "plan versions"))
             }
         }
-        div #scrubber .retro-scrubber data-session=(id) data-cursors=(cursor_list)
-            data-fragment={"/sessions/" (id) "/at/"}
-            data-live={"/sessions/" (id) "/events?after=" (timeline.last_cursor())} {
-            button #scrub-prev .btn .btn-ghost type="button" aria-keyshortcuts="ArrowLeft" { "‹ Prev" }
-            input #scrub .retro-range type="range" min="0" max=(cursors.len().saturating_sub(1))
-                value=(position) step="1" aria-label="Replay position";
-            button #scrub-next .btn .btn-ghost type="button" aria-keyshortcuts="ArrowRight" { "Next ›" }
-            span #scrub-label .retro-muted aria-live="polite" {
-                "Event " (position + 1) " of " (cursors.len()) " · #" (at)
+        div.retro-body {
+            div #scrubber .retro-scrubber data-session=(id) data-cursors=(cursor_list)
+                data-fragment={"/sessions/" (id) "/at/"}
+                data-live={"/sessions/" (id) "/events?after=" (timeline.last_cursor())} {
+                button #scrub-prev .btn .btn-ghost type="button" aria-keyshortcuts="ArrowLeft" { "‹ Prev" }
+                input #scrub .retro-range type="range" min="0" max=(cursors.len().saturating_sub(1))
+                    value=(position) step="1" aria-label="Replay position";
+                button #scrub-next .btn .btn-ghost type="button" aria-keyshortcuts="ArrowRight" { "Next ›" }
+                span #scrub-label .retro-muted aria-live="polite" {
+                    "Event " (position + 1) " of " (cursors.len()) " · #" (at)
+                }
+                a #permalink .retro-permalink href={"?at=" (at)} { "Permalink" }
             }
-            a #permalink .retro-permalink href={"?at=" (at)} { "Permalink" }
-        }
-        div.retro-layout {
-            section #state-panel .retro-panel aria-label="State at this point" {
-                (PreEscaped(panel_html))
-            }
-            section.retro-timeline aria-label="Timeline" {
-                h2 { "Timeline" }
-                ol #timeline .retro-entries {
-                    @for envelope in timeline.session_events(id) {
-                        (entry(timeline, cache, envelope, envelope.cursor > at))
+            div.retro-layout {
+                section #state-panel .retro-panel aria-label="State at this point" {
+                    (PreEscaped(panel_html))
+                }
+                section.retro-timeline aria-label="Timeline" {
+                    h2 { "Timeline" }
+                    ol #timeline .retro-entries {
+                        @for envelope in timeline.session_events(id) {
+                            (entry(timeline, cache, envelope, envelope.cursor > at))
+                        }
                     }
                 }
             }
-        }
-        @if !session.plans.is_empty() {
-            section.retro-versions {
-                h2 { "Plan versions" }
-                ul.retro-list {
-                    @for plan in &session.plans {
-                        li {
-                            a href={"/sessions/" (id) "/plans/" (plan.version)} { "v" (plan.version) }
-                            @if let Some(t) = &plan.title { " · " (t) }
-                            span.retro-muted { " · " (when(plan.created_at)) }
-                            @if plan.version > 1 {
-                                " · " a href={"/sessions/" (id) "/plans/" (plan.version - 1) "/diff/" (plan.version)} { "diff" }
+            @if !session.plans.is_empty() {
+                section.retro-versions {
+                    h2 { "Plan versions" }
+                    ul.retro-list {
+                        @for plan in &session.plans {
+                            li {
+                                a href={"/sessions/" (id) "/plans/" (plan.version)} { "v" (plan.version) }
+                                @if let Some(t) = &plan.title { " · " (t) }
+                                span.retro-muted { " · " (when(plan.created_at)) }
+                                @if plan.version > 1 {
+                                    " · " a href={"/sessions/" (id) "/plans/" (plan.version - 1) "/diff/" (plan.version)} { "diff" }
+                                }
                             }
                         }
                     }
                 }
             }
-        }
-        @if !named.is_empty() {
-            section.retro-named {
-                h2 { "Named plans and reviews" }
-                @for plan in named { (named_plan(plan)) }
+            @if !named.is_empty() {
+                section.retro-named {
+                    h2 { "Named plans and reviews" }
+                    @for plan in named { (named_plan(plan)) }
+                }
             }
         }
     };

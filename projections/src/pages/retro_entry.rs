@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 
 use maud::{Markup, PreEscaped, html};
 use planb_core::{
-    AnswerValue, Answers, Ask, AskSpec, AskStatus, Cursor, Envelope, EventBody, NamedPlan,
-    SessionId, State, Timestamp, Verdict,
+    AnswerValue, Answers, Ask, AskSpec, AskStatus, Cursor, Delivery, Envelope, EventBody,
+    NamedPlan, SessionId, State, Timestamp, Verdict,
 };
 
 use super::diff::{Folds, LineDiff};
@@ -23,6 +23,20 @@ use crate::timeline::Timeline;
 pub(super) fn when(at: Timestamp) -> String {
     let iso = at.to_iso8601();
     iso.get(..19).map_or(iso.clone(), |s| s.replace('T', " ")) + " UTC"
+}
+
+/// `1 question`, `2 questions`: `n` with the noun in the right number.
+pub(super) fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// How a form reached the person, in words.
+fn delivery_text(delivery: Delivery) -> &'static str {
+    match delivery {
+        Delivery::UrlElicitation => "Delivered by URL elicitation",
+        Delivery::BrowserOpened => "Opened in the browser",
+        Delivery::BrowserNotOpened => "URL printed for the person (browser not opened)",
+    }
 }
 
 /// The first eight characters of an id, enough to tell ids apart on a page.
@@ -78,7 +92,7 @@ fn answers_list(spec: &AskSpec, answers: &Answers) -> Markup {
 fn read_only_form(spec: &AskSpec, answers: Option<&Answers>, summary: &str) -> Markup {
     html! {
         details.retro-form {
-            summary { (summary) " (" (spec.questions.len()) " questions)" }
+            summary { (summary) " (" (count(spec.questions.len(), "question", "questions")) ")" }
             @if let Some(intro) = spec.intro.as_deref().filter(|i| !i.trim().is_empty()) {
                 div.md.intro { (PreEscaped(markdown::render(intro))) }
             }
@@ -186,11 +200,11 @@ fn entry_body(timeline: &Timeline, envelope: &Envelope) -> Markup {
             ..
         } => html! {
             p { strong { "Asked: " } (spec.title) }
-            p.retro-muted { "Delivered by " (format!("{delivery:?}")) " · " code.retro-url { (url) } }
+            p.retro-muted { (delivery_text(*delivery)) " · " code.retro-url { (url) } }
             (read_only_form(spec, None, "The form as shown"))
         },
         EventBody::AskDraftSaved { answers, .. } => html! {
-            p { "Draft autosaved (" (answers.0.len()) " answers so far)" }
+            p { "Draft autosaved (" (count(answers.0.len(), "answer", "answers")) " so far)" }
         },
         EventBody::AskAnswered { answers, .. } | EventBody::AskLateAnswer { answers, .. } => {
             let late = matches!(body, EventBody::AskLateAnswer { .. });
@@ -381,7 +395,13 @@ fn named_plans(state: &State, session: &SessionId) -> Markup {
 pub(super) fn named_plan(plan: &NamedPlan) -> Markup {
     html! {
         article.retro-named-plan {
-            h3 { (plan.name) span.retro-muted { " · " (plan.versions.len()) " changes, " (plan.rounds.len()) " review rounds" } }
+            h3 {
+                (plan.name)
+                span.retro-muted {
+                    " · " (count(plan.versions.len(), "change", "changes")) ", "
+                    (count(plan.rounds.len(), "review round", "review rounds"))
+                }
+            }
             @for round in &plan.rounds {
                 div.retro-round {
                     p { "Round " (round.round) " · submitted " (when(round.submitted_at)) " · " (verdict_badge(round.verdict)) }
