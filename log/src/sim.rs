@@ -85,7 +85,7 @@ impl SimStorage {
         for (name, file) in &state.files {
             // How the unsynced part of this file fared: 0 lost, 1 kept, 2 a prefix,
             // 3 a prefix with garbage at the cut.
-            let fate = rng.next() % 4;
+            let fate = rng.next_u64() % 4;
             let entry_survives = file.durable_entry || (file.visible && fate != 0);
             if !entry_survives {
                 continue;
@@ -99,12 +99,12 @@ impl SimStorage {
             match fate {
                 1 => bytes.extend_from_slice(pending),
                 2 | 3 if !pending.is_empty() => {
-                    let cut = (rng.next() % (pending.len() as u64 + 1)) as usize;
+                    let cut = (rng.next_u64() % (pending.len() as u64 + 1)) as usize;
                     bytes.extend_from_slice(&pending[..cut]);
                     if fate == 3 {
-                        let garbage = (rng.next() % 16) as usize;
+                        let garbage = (rng.next_u64() % 16) as usize;
                         for _ in 0..garbage {
-                            bytes.push(rng.next() as u8);
+                            bytes.push(rng.next_u64() as u8);
                         }
                     }
                 }
@@ -304,16 +304,23 @@ impl Drop for SimLock {
     }
 }
 
-/// A small deterministic generator (SplitMix64), enough to pick crash outcomes.
-#[derive(Debug)]
-struct SplitMix(u64);
+/// A small deterministic generator (SplitMix64): crash outcomes here, damage
+/// in the fuzz tests. A failure reproduces from its seed alone.
+#[derive(Debug, Clone)]
+pub struct SplitMix(pub u64);
 
 impl SplitMix {
-    fn next(&mut self) -> u64 {
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
+    }
+
+    /// A number in `0..n` (`n` > 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
     }
 }

@@ -515,9 +515,10 @@ impl Log {
                 }
                 std::mem::take(&mut group.queue)
             };
-            let payloads: Vec<Vec<Vec<u8>>> = batch.iter().map(|p| p.payloads.clone()).collect();
-            for (pending, result) in batch.iter().zip(self.lead(&payloads)) {
-                pending.waiter.set(Slot::Done(result));
+            let (waiters, payloads): (Vec<_>, Vec<_>) =
+                batch.into_iter().map(|p| (p.waiter, p.payloads)).unzip();
+            for (waiter, result) in waiters.iter().zip(self.lead(&payloads)) {
+                waiter.set(Slot::Done(result));
             }
         }
     }
