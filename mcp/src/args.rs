@@ -86,16 +86,14 @@ impl<'a> Args<'a> {
 
     /// The required `sessionId`, a UUID.
     pub fn session_id(&mut self) -> Option<SessionId> {
-        let text = self.string("sessionId", 100)?;
-        match SessionId::parse(text.trim()) {
-            Ok(id) => Some(id),
-            Err(error) => {
-                self.errors.0.push(format!(
-                    "sessionId: {error}; pass the sessionId that init_planb_session returned"
-                ));
-                None
-            }
+        let id = self.optional_session_id();
+        if matches!(self.object.get("sessionId"), None | Some(Value::Null)) {
+            self.errors.0.push(
+                "sessionId: required; call init_planb_session first and pass the sessionId it returns"
+                    .into(),
+            );
         }
+        id
     }
 
     /// The optional `sessionId`, a UUID.
@@ -115,6 +113,16 @@ impl<'a> Args<'a> {
     /// Adds a problem found by the caller.
     pub fn push(&mut self, message: String) {
         self.errors.0.push(message);
+    }
+
+    /// Every problem found so far, leaving the fields not read to the caller
+    /// (`ask_user` hands them to the question-spec parser).
+    pub fn finish_partial(self) -> Result<(), ArgErrors> {
+        if self.errors.0.is_empty() {
+            Ok(())
+        } else {
+            Err(self.errors)
+        }
     }
 
     /// Fails on fields the tool does not take, then returns every problem found.

@@ -115,8 +115,7 @@ fn json_error(status: StatusCode, message: impl Into<String>) -> Response {
 /// requests from another origin (cross-site form posts).
 async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let port = state.port;
-    let allowed_host =
-        |host: &str| host == format!("127.0.0.1:{port}") || host == format!("localhost:{port}");
+    let allowed_host = |host: &str| pages::is_loopback_host(host, port);
     let host = request
         .headers()
         .get(header::HOST)
@@ -143,21 +142,11 @@ async fn guard(State(state): State<AppState>, request: Request, next: Next) -> R
         }
     }
     let mut response = next.run(request).await;
-    let headers = response.headers_mut();
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    headers.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    headers.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
-    );
-    headers.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(pages::CONTENT_SECURITY_POLICY),
-    );
-    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    for (name, value) in pages::SECURITY_HEADERS {
+        response
+            .headers_mut()
+            .insert(name, HeaderValue::from_static(value));
+    }
     response
 }
 
@@ -216,14 +205,12 @@ async fn ask_page(State(state): State<AppState>, Query(query): Query<SidQuery>) 
             ),
         );
     }
-    let store = Arc::clone(&state.store);
     let ask = form.ask;
-    let draft = tokio::task::spawn_blocking(move || {
-        store.read(|s| s.ask(&ask).and_then(|a| a.draft.clone()))
+    let draft = crate::blocking::read(&state.store, move |s| {
+        s.ask(&ask).and_then(|a| a.draft.clone())
     })
     .await
     .ok()
-    .and_then(Result::ok)
     .flatten();
     html(
         StatusCode::OK,
@@ -239,7 +226,13 @@ async fn spec(State(state): State<AppState>, Query(query): Query<SidQuery>) -> R
 }
 
 /// A `{sid, answers}` body, parsed by hand so errors name the field.
-fn parse_body(headers: &HeaderMap, body: &Bytes) -> Result<(String, Value), ApiError> {
+/// The request body as a JSON object; `shape` names the fields expected, for
+/// the error message.
+fn json_object(
+    headers: &HeaderMap,
+    body: &Bytes,
+    shape: &str,
+) -> Result<serde_json::Map<String, Value>, ApiError> {
     let is_json = headers
         .get(header::CONTENT_TYPE)
         .and_then(|c| c.to_str().ok())
@@ -252,12 +245,17 @@ fn parse_body(headers: &HeaderMap, body: &Bytes) -> Result<(String, Value), ApiE
     }
     let value: Value = serde_json::from_slice(body)
         .map_err(|e| refuse(StatusCode::BAD_REQUEST, format!("body: invalid JSON: {e}")))?;
-    let Value::Object(mut object) = value else {
-        return Err(refuse(
+    match value {
+        Value::Object(object) => Ok(object),
+        _ => Err(refuse(
             StatusCode::BAD_REQUEST,
-            "body: must be an object {sid, answers}",
-        ));
-    };
+            format!("body: must be an object {shape}"),
+        )),
+    }
+}
+
+fn parse_body(headers: &HeaderMap, body: &Bytes) -> Result<(String, Value), ApiError> {
+    let mut object = json_object(headers, body, "{sid, answers}")?;
     let sid = match object.remove("sid") {
         Some(Value::String(sid)) => sid,
         _ => return Err(refuse(StatusCode::BAD_REQUEST, "sid: must be a string")),
@@ -285,14 +283,6 @@ fn answer_errors(errors: &AnswerErrors) -> Response {
         .into_response()
 }
 
-async fn execute(store: &Arc<Store>, command: Command) -> Result<Vec<EventBody>, StoreError> {
-    let store = Arc::clone(store);
-    tokio::task::spawn_blocking(move || store.execute(command))
-        .await
-        .unwrap_or_else(|join| panic!("store task panicked: {join}"))
-        .map(|envelopes| envelopes.into_iter().map(|e| e.event.body).collect())
-}
-
 fn store_failure(error: &StoreError) -> Response {
     tracing::error!("recording a form submission failed: {error}");
     json_error(
@@ -314,7 +304,7 @@ async fn draft(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -
         Ok(answers) => answers,
         Err(errors) => return answer_errors(&errors),
     };
-    match execute(
+    match crate::blocking::execute(
         &state.store,
         Command::SaveDraft {
             ask: form.ask,
@@ -344,7 +334,7 @@ async fn submit(State(state): State<AppState>, headers: HeaderMap, body: Bytes) 
         Ok(answers) => answers,
         Err(errors) => return answer_errors(&errors),
     };
-    let recorded = execute(
+    let recorded = crate::blocking::execute(
         &state.store,
         Command::SubmitAnswers {
             ask: form.ask,
@@ -414,22 +404,8 @@ async fn review_page(State(state): State<AppState>, Query(query): Query<RidQuery
 
 /// Parses `{rid, verdict, feedback?, comments?}`, naming the field at fault.
 fn parse_review(headers: &HeaderMap, body: &Bytes) -> Result<(String, ReviewOutcome), ApiError> {
-    let is_json = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|c| c.to_str().ok())
-        .is_some_and(|c| c.starts_with("application/json"));
-    if !is_json {
-        return Err(refuse(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "body: must be application/json",
-        ));
-    }
-    let value: Value = serde_json::from_slice(body)
-        .map_err(|e| refuse(StatusCode::BAD_REQUEST, format!("body: invalid JSON: {e}")))?;
+    let object = json_object(headers, body, "{rid, verdict, feedback?, comments?}")?;
     let unprocessable = |m: String| refuse(StatusCode::UNPROCESSABLE_ENTITY, m);
-    let Value::Object(object) = value else {
-        return Err(unprocessable("body: must be an object".into()));
-    };
     let mut rid = None;
     let mut verdict = None;
     let mut feedback = None;
@@ -513,7 +489,7 @@ async fn review(State(state): State<AppState>, headers: HeaderMap, body: Bytes) 
         comments: outcome.comments.clone(),
         channel: planb_core::ReviewChannel::Browser,
     };
-    match execute(&state.store, command).await {
+    match crate::blocking::execute(&state.store, command).await {
         Ok(_) => {
             if let Some(waiter) = state.reviews.finish(&rid) {
                 let _ = waiter.send(outcome);

@@ -7,6 +7,7 @@
 mod admin;
 mod args;
 mod ask;
+mod blocking;
 mod browser;
 mod config;
 mod deliver;

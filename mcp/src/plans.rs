@@ -47,11 +47,14 @@ fn plan_name(args: &mut Args<'_>) -> Option<PlanName> {
     }
 }
 
-/// Reads one `{oldString, newString, replaceAll?}` edit at `path`.
-fn parse_edit(value: &Value, path: &str) -> Result<PlanEdit, String> {
+/// Reads one `{oldString, newString, replaceAll?}` edit. `prefix` goes in front
+/// of field names in messages: `""` for the single-edit form, `"edits[2]."` for
+/// an item of `edits`.
+fn parse_edit(value: &Value, prefix: &str) -> Result<PlanEdit, String> {
     let Value::Object(object) = value else {
         return Err(format!(
-            "{path}: must be an object {{oldString, newString, replaceAll?}}"
+            "{}: must be an object {{oldString, newString, replaceAll?}}",
+            prefix.trim_end_matches('.')
         ));
     };
     let mut old = None;
@@ -64,14 +67,14 @@ fn parse_edit(value: &Value, path: &str) -> Result<PlanEdit, String> {
             ("replaceAll", Value::Bool(b)) => replace_all = *b,
             ("replaceAll", Value::Null) => {}
             ("oldString" | "newString", _) => {
-                return Err(format!("{path}.{key}: must be a string"));
+                return Err(format!("{prefix}{key}: must be a string"));
             }
-            ("replaceAll", _) => return Err(format!("{path}.replaceAll: must be a boolean")),
-            (other, _) => return Err(format!("{path}.{other}: unknown field")),
+            ("replaceAll", _) => return Err(format!("{prefix}replaceAll: must be a boolean")),
+            (other, _) => return Err(format!("{prefix}{other}: unknown field")),
         }
     }
-    let old = old.ok_or_else(|| format!("{path}.oldString: required"))?;
-    let new = new.ok_or_else(|| format!("{path}.newString: required"))?;
+    let old = old.ok_or_else(|| format!("{prefix}oldString: required"))?;
+    let new = new.ok_or_else(|| format!("{prefix}newString: required"))?;
     Ok(PlanEdit {
         old,
         new,
@@ -109,12 +112,12 @@ fn parse_edits(arguments: &JsonObject) -> Result<(PlanName, Vec<PlanEdit>), Stri
             items
                 .iter()
                 .enumerate()
-                .map(|(i, item)| parse_edit(item, &format!("edits[{i}]")))
+                .map(|(i, item)| parse_edit(item, &format!("edits[{i}].")))
                 .collect::<Result<Vec<_>, _>>()?
         }
         (Some(_), true) => return Err("edits: must be an array".into()),
         (None, false) => {
-            vec![parse_edit(&Value::Object(single), "edit").map_err(|e| e.replace("edit.", ""))?]
+            vec![parse_edit(&Value::Object(single), "")?]
         }
         (None, true) => return Err("oldString: required (or pass edits)".into()),
     };

@@ -77,11 +77,7 @@ impl PlanbServer {
     }
 
     pub(crate) async fn execute(&self, command: Command) -> Result<Vec<EventBody>, StoreError> {
-        let store = Arc::clone(&self.store);
-        tokio::task::spawn_blocking(move || store.execute(command))
-            .await
-            .unwrap_or_else(|join| panic!("store task panicked: {join}"))
-            .map(|envelopes| envelopes.into_iter().map(|e| e.event.body).collect())
+        crate::blocking::execute(&self.store, command).await
     }
 
     /// Runs `f` on the state after catching up on the log.
@@ -89,21 +85,11 @@ impl PlanbServer {
         &self,
         f: impl FnOnce(&planb_core::State) -> R + Send + 'static,
     ) -> Result<R, StoreError> {
-        let store = Arc::clone(&self.store);
-        tokio::task::spawn_blocking(move || store.read(f))
-            .await
-            .unwrap_or_else(|join| panic!("store task panicked: {join}"))
+        crate::blocking::read(&self.store, f).await
     }
 
     pub(crate) fn reviews(&self) -> &crate::forms::Reviews {
         &self.reviews
-    }
-
-    async fn session_exists(&self, session: SessionId) -> Result<bool, StoreError> {
-        let store = Arc::clone(&self.store);
-        tokio::task::spawn_blocking(move || store.read(|s| s.session(&session).is_some()))
-            .await
-            .unwrap_or_else(|join| panic!("store task panicked: {join}"))
     }
 
     pub(crate) async fn callback_address(&self) -> std::io::Result<SocketAddr> {
@@ -189,6 +175,7 @@ impl PlanbServer {
             return Ok(tool_error(errors.to_string()));
         }
         let (Some(session), Some(plan)) = (session, plan) else {
+            // `finish` has already reported both; kept as a plain error, not a panic.
             return Ok(tool_error("sessionId and plan are required"));
         };
         let recorded = self
@@ -232,29 +219,24 @@ impl PlanbServer {
         arguments: JsonObject,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
-        let mut spec_json = arguments.clone();
-        let session = match spec_json.remove("sessionId") {
-            None | Some(serde_json::Value::Null) => {
-                return Ok(tool_error(
-                    "sessionId: required; call init_planb_session first and pass the sessionId it returns",
-                ));
-            }
-            Some(value) => {
-                let mut object = JsonObject::new();
-                object.insert("sessionId".into(), value);
-                let mut args = Args::new(&object);
-                match (args.session_id(), args.finish()) {
-                    (Some(session), Ok(())) => session,
-                    (_, Err(errors)) => return Ok(tool_error(errors.to_string())),
-                    (None, Ok(())) => return Ok(tool_error("sessionId: required")),
-                }
-            }
+        let mut args = Args::new(&arguments);
+        let session = args.session_id();
+        if let Err(errors) = args.finish_partial() {
+            return Ok(tool_error(errors.to_string()));
+        }
+        let Some(session) = session else {
+            return Ok(tool_error("sessionId: required"));
         };
+        let mut spec_json = arguments.clone();
+        spec_json.remove("sessionId");
         let spec = match AskSpec::from_json(&serde_json::Value::Object(spec_json)) {
             Ok(spec) => spec,
             Err(errors) => return Ok(tool_error(format!("invalid question spec: {errors}"))),
         };
-        match self.session_exists(session).await {
+        match self
+            .read_state(move |s| s.session(&session).is_some())
+            .await
+        {
             Ok(true) => {}
             Ok(false) => {
                 return Ok(tool_error(format!(
@@ -345,14 +327,11 @@ impl PlanbServer {
             Ok(_) => Ok(()),
             Err(StoreError::Rejected(_)) => {
                 // The person submitted at the same moment: the answer is recorded.
-                let store = Arc::clone(&self.store);
-                let answers = tokio::task::spawn_blocking(move || {
-                    store.read(|s| s.ask(&ask).and_then(|a| a.answers.clone()))
-                })
-                .await
-                .ok()
-                .and_then(Result::ok)
-                .flatten();
+                let answers = self
+                    .read_state(move |s| s.ask(&ask).and_then(|a| a.answers.clone()))
+                    .await
+                    .ok()
+                    .flatten();
                 Err(answers)
             }
             Err(error) => {

@@ -88,7 +88,7 @@ async fn guard(State(state): State<AppState>, request: Request, next: Next) -> R
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
         .unwrap_or("");
-    if host != format!("127.0.0.1:{port}") && host != format!("localhost:{port}") {
+    if !pages::is_loopback_host(host, port) {
         return PageError::new(
             StatusCode::FORBIDDEN,
             "Wrong host",
@@ -97,21 +97,11 @@ async fn guard(State(state): State<AppState>, request: Request, next: Next) -> R
         .into_response();
     }
     let mut response = next.run(request).await;
-    let headers = response.headers_mut();
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    headers.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    headers.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
-    );
-    headers.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(pages::CONTENT_SECURITY_POLICY),
-    );
-    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    for (name, value) in pages::SECURITY_HEADERS {
+        response
+            .headers_mut()
+            .insert(name, HeaderValue::from_static(value));
+    }
     response
 }
 

@@ -3,9 +3,10 @@
 //! approval is only ever recorded from a review command, which only a person's
 //! action produces.
 
-use super::State;
 use super::decide::{Command, Rejection, bytes_at_most, chars_at_most};
+use super::{NamedPlan, State};
 use crate::event::EventBody;
+use crate::id::PlanName;
 use crate::plan_edit::apply_edits;
 
 /// Largest named plan, in bytes (4 MiB).
@@ -22,6 +23,11 @@ pub const REVIEW_FEEDBACK_CHARS_MAX: usize = 100_000;
 pub const EDITS_MAX: usize = 100;
 
 impl State {
+    fn known_plan(&self, plan: &PlanName) -> Result<&NamedPlan, Rejection> {
+        self.named_plan(plan)
+            .ok_or_else(|| Rejection::UnknownPlan { plan: plan.clone() })
+    }
+
     pub(super) fn decide_named(&self, command: Command) -> Result<EventBody, Rejection> {
         match command {
             Command::WritePlan {
@@ -40,9 +46,7 @@ impl State {
                 })
             }
             Command::EditPlan { plan, edits } => {
-                let current = self
-                    .named_plan(&plan)
-                    .ok_or_else(|| Rejection::UnknownPlan { plan: plan.clone() })?;
+                let current = self.known_plan(&plan)?;
                 if edits.len() > EDITS_MAX {
                     return Err(Rejection::TooLong {
                         field: "edits",
@@ -67,9 +71,7 @@ impl State {
                 Ok(EventBody::NamedPlanChangedOutside { plan, content })
             }
             Command::SubmitPlan { plan } => {
-                let current = self
-                    .named_plan(&plan)
-                    .ok_or_else(|| Rejection::UnknownPlan { plan: plan.clone() })?;
+                let current = self.known_plan(&plan)?;
                 let round = u32::try_from(current.rounds.len() + 1).unwrap_or(u32::MAX);
                 Ok(EventBody::NamedPlanSubmitted { plan, round })
             }
@@ -81,9 +83,7 @@ impl State {
                 comments,
                 channel,
             } => {
-                let current = self
-                    .named_plan(&plan)
-                    .ok_or_else(|| Rejection::UnknownPlan { plan: plan.clone() })?;
+                let current = self.known_plan(&plan)?;
                 let reviewed = current
                     .rounds
                     .iter()
