@@ -119,6 +119,14 @@ async fn write_and_edit_keep_the_file_and_report_what_changed() {
             json!({"planName": "missing", "oldString": "a", "newString": "b"}),
             "write_plan first",
         ),
+        (
+            json!({"planName": "auth", "oldString": "- A"}),
+            "newString: required",
+        ),
+        (
+            json!({"planName": "auth", "edits": [{"oldString": "- A", "newString": 3}]}),
+            "edits[0].newString: must be a string",
+        ),
     ] {
         let result = call(&server, "edit_plan", arguments.clone()).await;
         assert_eq!(result.is_error, Some(true), "{arguments}");
