@@ -22,7 +22,7 @@ pub use named::{
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::answer::Answers;
 use crate::event::{
@@ -155,6 +155,9 @@ pub struct NamedPlan {
     pub content: String,
     /// Every change of the content, oldest first.
     pub versions: Vec<NamedPlanVersion>,
+    /// The hash of every content the plan has held, so that a file showing
+    /// an older version is known to be behind the log, not edited by hand.
+    pub held: BTreeSet<ContentHash>,
     /// Every review round, oldest first.
     pub rounds: Vec<ReviewRound>,
 }
@@ -427,6 +430,7 @@ impl State {
                 session: None,
                 content: String::new(),
                 versions: Vec::new(),
+                held: BTreeSet::new(),
                 rounds: Vec::new(),
             };
             self.named_plans.insert(name.clone(), plan);
@@ -502,9 +506,42 @@ impl State {
             }
             _ => None,
         };
+        if plan.versions.last().is_some_and(|v| v.cursor == cursor) {
+            plan.held.insert(ContentHash::of(&plan.content));
+        }
         if let Some(s) = session.and_then(|id| self.sessions.get_mut(&id)) {
             touch(s, at);
         }
+    }
+}
+
+impl NamedPlan {
+    /// Whether the plan's content was `content` at some point: a file that
+    /// shows it is behind the log, not edited by hand.
+    pub fn has_held(&self, content: &str) -> bool {
+        self.content == content || self.held.contains(&ContentHash::of(content))
+    }
+}
+
+/// The SHA-256 of a text: how a named plan remembers every content it held
+/// without keeping the texts.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ContentHash(pub [u8; 32]);
+
+impl ContentHash {
+    /// The hash of `text`'s UTF-8 bytes.
+    pub fn of(text: &str) -> ContentHash {
+        use sha2::Digest;
+        ContentHash(sha2::Sha256::digest(text.as_bytes()).into())
+    }
+}
+
+impl std::fmt::Debug for ContentHash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for byte in &self.0[..8] {
+            write!(f, "{byte:02x}")?;
+        }
+        f.write_str("…")
     }
 }
 

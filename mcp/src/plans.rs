@@ -23,6 +23,7 @@ use crate::config::ReviewMode;
 use crate::deliver::{Outcome, Page, deliver_and_wait};
 use crate::forms::{ReviewInfo, ReviewOutcome};
 use crate::server::{PlanbServer, store_error, tool_error};
+use planb_projections::PlanFileChange;
 
 /// The built-in plan-mode prompt; `$ARGUMENTS` is the task.
 const PLAN_PROMPT: &str = include_str!("plan_prompt.md");
@@ -155,89 +156,22 @@ impl PlanbServer {
             .join(format!("{}-plan.md", plan.as_str()))
     }
 
-    /// Records a hand edit of the plan's file, if there is one.
-    async fn record_hand_edit(&self, plan: &PlanName) -> Result<(), CallToolResult> {
-        let path = self.named_plan_path(plan);
-        let on_disk = match tokio::fs::read(&path).await {
-            Ok(bytes) => bytes,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(error) => {
-                return Err(tool_error(format!(
-                    "cannot read {}: {error}",
-                    path.display()
-                )));
-            }
-        };
-        if on_disk.len() > planb_core::state::NAMED_PLAN_BYTES_MAX {
-            return Err(tool_error(format!(
-                "{}: over 4 MiB; planb does not manage files that large",
-                path.display()
-            )));
-        }
-        let Ok(on_disk) = String::from_utf8(on_disk) else {
-            return Err(tool_error(format!("{}: not UTF-8 text", path.display())));
-        };
-        let recorded = self
-            .read_state({
-                let plan = plan.clone();
-                move |s| s.named_plan(&plan).map(|p| p.content.clone())
-            })
-            .await;
-        let recorded = match recorded {
-            Ok(recorded) => recorded,
-            Err(error) => return Err(store_error(error)),
-        };
-        if recorded.as_deref() == Some(on_disk.as_str()) {
-            return Ok(());
-        }
-        tracing::info!(
-            "{} was changed by hand; recording that version first",
-            path.display()
-        );
-        match self
-            .execute(Command::RecordOutsideChange {
-                plan: plan.clone(),
-                content: on_disk,
-            })
-            .await
-        {
-            Ok(_)
-            | Err(planb_projections::StoreError::Rejected(planb_core::Rejection::Unchanged {
-                ..
-            })) => Ok(()),
-            Err(error) => Err(store_error(error)),
-        }
-    }
-
-    /// Writes the recorded content to the plan's file (atomically).
-    async fn write_plan_file(&self, plan: &PlanName) -> Result<(PathBuf, usize), CallToolResult> {
-        let content = self
-            .read_state({
-                let plan = plan.clone();
-                move |s| s.named_plan(&plan).map(|p| p.content.clone())
-            })
-            .await
-            .map_err(store_error)?
-            .unwrap_or_default();
-        let path = self.named_plan_path(plan);
-        let dir = self.config().plans_dir.clone();
-        let temp = dir.join(format!(
-            ".{}-plan.md.{}.tmp",
-            plan.as_str(),
-            std::process::id()
-        ));
-        let write = async {
-            tokio::fs::create_dir_all(&dir).await?;
-            tokio::fs::write(&temp, content.as_bytes()).await?;
-            tokio::fs::rename(&temp, &path).await
-        };
-        if let Err(error) = write.await {
-            return Err(tool_error(format!(
-                "the plan is recorded, but {} could not be written: {error}",
-                path.display()
-            )));
-        }
-        Ok((path, content.len()))
+    /// Records a hand edit of the plan's file if there is one, runs
+    /// `command`, and brings the file up to date, in one step under the log's
+    /// append lock (see `planb_projections::plan_file`).
+    async fn on_plan_file(
+        &self,
+        plan: &PlanName,
+        command: Option<Command>,
+    ) -> Result<PlanFileChange, CallToolResult> {
+        crate::blocking::on_plan_file(
+            self.store(),
+            plan.clone(),
+            self.named_plan_path(plan),
+            command,
+        )
+        .await
+        .map_err(store_error)
     }
 }
 
@@ -260,24 +194,16 @@ impl PlanbServer {
         let (Some(plan), Some(content)) = (plan, content) else {
             return Ok(tool_error("planName and content are required"));
         };
-        if let Err(result) = self.record_hand_edit(&plan).await {
-            return Ok(result);
-        }
-        if let Err(error) = self
-            .execute(Command::WritePlan {
-                plan: plan.clone(),
-                content,
-                session,
-            })
-            .await
-        {
-            return Ok(store_error(error));
-        }
-        Ok(match self.write_plan_file(&plan).await {
-            Ok((path, bytes)) => CallToolResult::structured(json!({
+        let command = Command::WritePlan {
+            plan: plan.clone(),
+            content,
+            session,
+        };
+        Ok(match self.on_plan_file(&plan, Some(command)).await {
+            Ok(change) => CallToolResult::structured(json!({
                 "planName": plan.as_str(),
-                "planPath": path.display().to_string(),
-                "bytesWritten": bytes,
+                "planPath": change.path.display().to_string(),
+                "bytesWritten": change.content.len(),
             })),
             Err(result) => result,
         })
@@ -294,35 +220,22 @@ impl PlanbServer {
             Ok(parsed) => parsed,
             Err(message) => return Ok(tool_error(message)),
         };
-        if let Err(result) = self.record_hand_edit(&plan).await {
-            return Ok(result);
-        }
-        let before = self
-            .read_state({
-                let plan = plan.clone();
-                move |s| s.named_plan(&plan).map(|p| p.content.clone())
-            })
-            .await;
-        let replacements = match before {
-            Ok(Some(before)) => apply_edits(&before, &edits).map(|(_, n)| n).unwrap_or(0),
-            Ok(None) => 0,
-            Err(error) => return Ok(store_error(error)),
+        let command = Command::EditPlan {
+            plan: plan.clone(),
+            edits: edits.clone(),
         };
-        if let Err(error) = self
-            .execute(Command::EditPlan {
-                plan: plan.clone(),
-                edits,
-            })
-            .await
-        {
-            return Ok(store_error(error));
-        }
-        Ok(match self.write_plan_file(&plan).await {
-            Ok((path, _)) => CallToolResult::structured(json!({
-                "planName": plan.as_str(),
-                "planPath": path.display().to_string(),
-                "replacementsMade": replacements,
-            })),
+        Ok(match self.on_plan_file(&plan, Some(command)).await {
+            Ok(change) => {
+                let replacements = change
+                    .before
+                    .and_then(|before| apply_edits(&before, &edits).ok())
+                    .map_or(0, |(_, n)| n);
+                CallToolResult::structured(json!({
+                    "planName": plan.as_str(),
+                    "planPath": change.path.display().to_string(),
+                    "replacementsMade": replacements,
+                }))
+            }
             Err(result) => result,
         })
     }
@@ -346,16 +259,16 @@ impl PlanbServer {
         let Some(plan) = plan else {
             return Ok(tool_error("planName: required"));
         };
-        if let Err(result) = self.record_hand_edit(&plan).await {
-            return Ok(result);
-        }
         let submitted = self
-            .execute(Command::SubmitPlan { plan: plan.clone() })
+            .on_plan_file(&plan, Some(Command::SubmitPlan { plan: plan.clone() }))
             .await;
-        let round = match submitted.as_deref() {
-            Ok([planb_core::EventBody::NamedPlanSubmitted { round, .. }]) => *round,
-            Ok(other) => return Ok(tool_error(format!("unexpected events: {other:?}"))),
-            Err(_) => return Ok(store_error(submitted.expect_err("matched Err"))),
+        let round = match submitted.as_ref().map(|c| c.events.as_slice()) {
+            Ok([.., last]) => match &last.event.body {
+                planb_core::EventBody::NamedPlanSubmitted { round, .. } => *round,
+                other => return Ok(tool_error(format!("unexpected event: {other:?}"))),
+            },
+            Ok([]) => return Ok(tool_error("planName: nothing was submitted")),
+            Err(result) => return Ok(result.clone()),
         };
         let (content, previous) = match self
             .read_state({

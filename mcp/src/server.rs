@@ -48,6 +48,7 @@ pub(crate) fn tool_error(message: impl Into<String>) -> CallToolResult {
 pub(crate) fn store_error(error: StoreError) -> CallToolResult {
     match error {
         StoreError::Rejected(rejection) => tool_error(rejection.to_string()),
+        StoreError::PlanFile(problem) => tool_error(problem.to_string()),
         other => {
             tracing::error!("store failure: {other}");
             tool_error(format!("planb could not record this: {other}"))
@@ -86,6 +87,10 @@ impl PlanbServer {
         f: impl FnOnce(&planb_core::State) -> R + Send + 'static,
     ) -> Result<R, StoreError> {
         crate::blocking::read(&self.store, f).await
+    }
+
+    pub(crate) fn store(&self) -> &Arc<Store> {
+        &self.store
     }
 
     pub(crate) fn reviews(&self) -> &crate::forms::Reviews {

@@ -29,6 +29,9 @@ pub enum StoreError {
         /// redb's error.
         source: Box<redb::Error>,
     },
+    /// A named plan's file could not be read or written.
+    #[error(transparent)]
+    PlanFile(#[from] crate::plan_file::PlanFileError),
     /// A file-system operation on a projection failed.
     #[error("{op} {path}: {source}")]
     Io {

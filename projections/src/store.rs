@@ -100,6 +100,65 @@ impl Folded {
     }
 }
 
+/// The append lock held, with the state caught up to the end of the log.
+pub(crate) struct Locked<'s, 'g> {
+    store: &'s Store,
+    guard: &'g mut planb_log::AppendGuard<'s>,
+    folded: &'g mut Folded,
+}
+
+impl Locked<'_, '_> {
+    /// The state as of the end of the log.
+    pub(crate) fn state(&self) -> &State {
+        &self.folded.state
+    }
+
+    /// Lets the core decide `command`, appends the events durably and applies
+    /// them. A rejection records nothing.
+    pub(crate) fn decide_and_append(
+        &mut self,
+        command: Command,
+        at: Option<Timestamp>,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        let bodies = self.folded.state.decide(command)?;
+        if bodies.is_empty() {
+            return Ok(Vec::new());
+        }
+        let at = at.unwrap_or_else(|| self.store.env.now());
+        let events: Vec<Event> = bodies
+            .into_iter()
+            .map(|body| Event {
+                id: EventId::from_uuid(self.store.env.event_id()),
+                at,
+                body,
+            })
+            .collect();
+        let payloads = events.iter().map(encode).collect::<Result<Vec<_>, _>>()?;
+        let refs: Vec<&[u8]> = payloads.iter().map(Vec::as_slice).collect();
+        let range = self.guard.append(&refs)?;
+        let envelopes: Vec<Envelope> = events
+            .into_iter()
+            .enumerate()
+            .map(|(i, event)| Envelope {
+                cursor: Cursor(range.first.0 + i as u64),
+                event,
+            })
+            .collect();
+        let folded = &mut *self.folded;
+        for envelope in &envelopes {
+            folded.state.apply(envelope);
+            folded.pending.note(&folded.state, envelope);
+        }
+        Ok(envelopes)
+    }
+
+    /// Rewrites the session files the applied events changed.
+    pub(crate) fn project(&mut self) {
+        let folded = &mut *self.folded;
+        files::project_locked(&self.store.root, &folded.state, &mut folded.pending);
+    }
+}
+
 /// The store over one data root.
 #[derive(Debug)]
 pub struct Store {
@@ -252,7 +311,22 @@ impl Store {
         command: Command,
         at: Option<Timestamp>,
     ) -> Result<Vec<Envelope>, StoreError> {
-        let envelopes = {
+        let envelopes = self.locked(|locked| {
+            let envelopes = locked.decide_and_append(command, at)?;
+            locked.project();
+            Ok(envelopes)
+        })?;
+        Ok(envelopes)
+    }
+
+    /// Runs `f` under the log's append lock on the state caught up to the end
+    /// of the log; whatever `f` appends through [`Locked`] is durable and
+    /// applied when it returns. The indexer is woken afterwards.
+    pub(crate) fn locked<R>(
+        &self,
+        f: impl FnOnce(&mut Locked<'_, '_>) -> Result<R, StoreError>,
+    ) -> Result<R, StoreError> {
+        let result = {
             let mut guard = self.log.lock()?;
             let mut folded = self.folded();
             folded.catch_up()?;
@@ -262,40 +336,15 @@ impl Store {
                 end,
                 "under the append lock the state must reach the end of the log"
             );
-            let bodies = folded.state.decide(command)?;
-            if bodies.is_empty() {
-                return Ok(Vec::new());
-            }
-            let at = at.unwrap_or_else(|| self.env.now());
-            let events: Vec<Event> = bodies
-                .into_iter()
-                .map(|body| Event {
-                    id: EventId::from_uuid(self.env.event_id()),
-                    at,
-                    body,
-                })
-                .collect();
-            let payloads = events.iter().map(encode).collect::<Result<Vec<_>, _>>()?;
-            let refs: Vec<&[u8]> = payloads.iter().map(Vec::as_slice).collect();
-            let range = guard.append(&refs)?;
-            let envelopes: Vec<Envelope> = events
-                .into_iter()
-                .enumerate()
-                .map(|(i, event)| Envelope {
-                    cursor: Cursor(range.first.0 + i as u64),
-                    event,
-                })
-                .collect();
-            let folded = &mut *folded;
-            for envelope in &envelopes {
-                folded.state.apply(envelope);
-                folded.pending.note(&folded.state, envelope);
-            }
-            files::project_locked(&self.root, &folded.state, &mut folded.pending);
-            envelopes
+            let mut locked = Locked {
+                store: self,
+                guard: &mut guard,
+                folded: &mut folded,
+            };
+            f(&mut locked)
         };
         self.indexer.wake();
-        Ok(envelopes)
+        result
     }
 
     /// Folds in whatever other processes appended, then runs `f` on the state.

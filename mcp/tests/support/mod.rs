@@ -133,6 +133,19 @@ pub struct Server {
     pub seen: Seen,
     /// Every stderr line the server printed.
     pub stderr: Arc<Mutex<Vec<String>>>,
+    /// The server's process id.
+    pub pid: u32,
+}
+
+impl Server {
+    /// Kills the server's process with SIGKILL: no chance to clean up.
+    pub fn kill_9(&self) {
+        let status = std::process::Command::new("kill")
+            .args(["-9", &self.pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -9 {}", self.pid);
+    }
 }
 
 /// Starts `planb-mcp` on `data_dir` with extra environment variables.
@@ -163,6 +176,7 @@ pub async fn start_with(
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn planb-mcp");
+    let pid = transport.id().expect("the child's pid");
     let (stderr_tx, stderr_urls) = mpsc::unbounded_channel();
     let lines = Arc::new(Mutex::new(Vec::new()));
     if let Some(stderr) = stderr {
@@ -198,6 +212,7 @@ pub async fn start_with(
             stderr_urls,
         },
         stderr: lines,
+        pid,
     }
 }
 

@@ -1,0 +1,236 @@
+//! Named plans' files, `<plans-dir>/<planName>-plan.md`: a projection of the
+//! plan's events that a person may also edit by hand.
+//!
+//! **Why under the append lock.** Several servers may change one plan at
+//! once. Each change (read the file, record a hand edit if there is one,
+//! decide and append the command, write the file) runs as one step under the
+//! log's append lock, so the writes of the file follow the log's order and an
+//! older version can never land last.
+//!
+//! **What counts as a hand edit.** A file that shows any content the plan has
+//! held is merely behind the log (its writer was killed between the append
+//! and the write, or failed to write); it is brought up to date, never
+//! recorded as a version. Only content the plan never held is a hand edit,
+//! recorded first so the person's version is kept before the command applies.
+//!
+//! **Temp files.** The new content is written to a temp file unique to the
+//! process and the write, then renamed over the plan. Any temp file of the
+//! plan found under the lock belongs to a writer that died mid-write and is
+//! removed.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use planb_core::{Command, Envelope, PlanName, Rejection};
+
+use crate::StoreError;
+use crate::store::{Locked, Store};
+
+/// Largest plan file planb reads, in bytes: the largest plan it records.
+pub const PLAN_FILE_BYTES_MAX: usize = planb_core::state::NAMED_PLAN_BYTES_MAX;
+
+/// What a change through a plan's file did.
+#[derive(Debug, Clone)]
+pub struct PlanFileChange {
+    /// The recorded events: a hand edit found in the file first, if any, then
+    /// the command's.
+    pub events: Vec<Envelope>,
+    /// The plan's content the command was decided on (after any hand edit).
+    pub before: Option<String>,
+    /// The plan's content afterwards, as now in the file.
+    pub content: String,
+    /// The plan's file.
+    pub path: PathBuf,
+}
+
+/// Why a plan's file could not be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PlanFileError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The plan's file.
+        path: String,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// The file is larger than any plan planb records.
+    #[error(
+        "{path}: {bytes} bytes is over the {PLAN_FILE_BYTES_MAX}-byte (4 MiB) plan limit; planb does not manage files that large"
+    )]
+    TooLarge {
+        /// The plan's file.
+        path: String,
+        /// Its size.
+        bytes: usize,
+    },
+    /// The file is not UTF-8 text.
+    #[error("{path}: not UTF-8 text")]
+    NotText {
+        /// The plan's file.
+        path: String,
+    },
+    /// The events are durable, but the file could not be written.
+    #[error("the plan is recorded, but {path} could not be written: {source}")]
+    Write {
+        /// The plan's file.
+        path: String,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+}
+
+/// Distinguishes the temp files of one process's writes.
+static TEMP_SEQUENCE: AtomicU64 = AtomicU64::new(0);
+
+impl Store {
+    /// Runs `command` (if any) on the named plan `plan` whose file is `path`,
+    /// as one step under the append lock: a hand edit found in the file is
+    /// recorded first, then the command is decided and appended, then the file
+    /// is brought up to the recorded content. A rejection of the command is
+    /// returned after any hand edit was recorded.
+    pub fn execute_on_plan_file(
+        &self,
+        plan: &PlanName,
+        path: &Path,
+        command: Option<Command>,
+    ) -> Result<PlanFileChange, StoreError> {
+        self.locked(|locked| {
+            remove_stale_temp_files(plan, path);
+            let on_disk = read_plan_file(path)?;
+            let mut events = Vec::new();
+            if let Some(text) = &on_disk {
+                let held = locked
+                    .state()
+                    .named_plan(plan)
+                    .is_some_and(|p| p.has_held(text));
+                if !held {
+                    tracing::info!(
+                        "{} was changed by hand; recording that version first",
+                        path.display()
+                    );
+                    let recorded = locked.decide_and_append(
+                        Command::RecordOutsideChange {
+                            plan: plan.clone(),
+                            content: text.clone(),
+                        },
+                        None,
+                    );
+                    match recorded {
+                        Ok(recorded) => events.extend(recorded),
+                        Err(StoreError::Rejected(Rejection::Unchanged { .. })) => {}
+                        Err(error) => return Err(error),
+                    }
+                }
+            }
+            let before = locked.state().named_plan(plan).map(|p| p.content.clone());
+            let outcome = match command {
+                Some(command) => locked.decide_and_append(command, None),
+                None => Ok(Vec::new()),
+            };
+            locked.project();
+            // Bring the file up to date even when the command was rejected:
+            // it may be behind the log.
+            let content = locked.state().named_plan(plan).map(|p| p.content.clone());
+            if let Some(content) = &content
+                && on_disk.as_deref() != Some(content.as_str())
+            {
+                write_plan_file(locked, plan, path, content)?;
+            }
+            events.extend(outcome?);
+            Ok(PlanFileChange {
+                events,
+                before,
+                content: content.unwrap_or_default(),
+                path: path.to_path_buf(),
+            })
+        })
+    }
+}
+
+fn read_plan_file(path: &Path) -> Result<Option<String>, StoreError> {
+    let display = || path.display().to_string();
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(PlanFileError::Read {
+                path: display(),
+                source,
+            }
+            .into());
+        }
+    };
+    if bytes.len() > PLAN_FILE_BYTES_MAX {
+        return Err(PlanFileError::TooLarge {
+            path: display(),
+            bytes: bytes.len(),
+        }
+        .into());
+    }
+    String::from_utf8(bytes)
+        .map(Some)
+        .map_err(|_| PlanFileError::NotText { path: display() }.into())
+}
+
+/// The prefix of the plan's temp files: `.<planName>-plan.md.`.
+fn temp_prefix(path: &Path) -> String {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+    format!(".{}.", name.unwrap_or_default())
+}
+
+/// Writes `content` to a temp file of its own and renames it over `path`.
+fn write_plan_file(
+    _locked: &Locked<'_, '_>,
+    plan: &PlanName,
+    path: &Path,
+    content: &str,
+) -> Result<(), StoreError> {
+    let error = |source| PlanFileError::Write {
+        path: path.display().to_string(),
+        source,
+    };
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(error)?;
+    let temp = dir.join(format!(
+        "{}{}.{}.tmp",
+        temp_prefix(path),
+        std::process::id(),
+        TEMP_SEQUENCE.fetch_add(1, Ordering::Relaxed)
+    ));
+    let written =
+        std::fs::write(&temp, content.as_bytes()).and_then(|()| std::fs::rename(&temp, path));
+    if let Err(source) = written {
+        let _ = std::fs::remove_file(&temp);
+        tracing::warn!(
+            plan = plan.as_str(),
+            "could not write the plan file: {source}"
+        );
+        return Err(error(source).into());
+    }
+    Ok(())
+}
+
+/// Removes temp files of the plan left by writers that died mid-write. Called
+/// under the append lock, when no writer of this data root is writing one.
+fn remove_stale_temp_files(plan: &PlanName, path: &Path) {
+    let Some(dir) = path.parent() else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let prefix = temp_prefix(path);
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with(&prefix) && name.ends_with(".tmp") {
+            match std::fs::remove_file(entry.path()) {
+                Ok(()) => tracing::info!(
+                    plan = plan.as_str(),
+                    "removed {name}, left by a write that was interrupted"
+                ),
+                Err(error) => tracing::warn!(plan = plan.as_str(), "cannot remove {name}: {error}"),
+            }
+        }
+    }
+}
