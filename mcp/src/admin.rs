@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use planb_core::{Cursor, Envelope, EventBody, decode};
 use planb_log::{FsStorage, LogError, LogOptions, LogReader, Storage, verify};
-use planb_projections::DataRoot;
+use planb_projections::{DataRoot, Index, LostTail, TreeCheck};
 
 /// How often `log tail` looks for new events.
 const TAIL_POLL: Duration = Duration::from_millis(200);
@@ -72,7 +72,88 @@ pub fn check(root: &DataRoot, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     for (kind, count) in kinds {
         writeln!(out, "  {kind:<28} {count}")?;
     }
+    let projections_hold = check_projections(root, Cursor(report.last_cursor.0), out)?;
+    if !projections_hold {
+        return Ok(ExitCode::FAILURE);
+    }
     writeln!(out, "ok")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Checks that no projection claims more than the log and the files hold.
+/// Returns whether they hold.
+fn check_projections(
+    root: &DataRoot,
+    log_end: Cursor,
+    out: &mut dyn Write,
+) -> anyhow::Result<bool> {
+    let mut hold = true;
+    if let Some(applied) = Index::peek_applied_cursor(&root.index_path()) {
+        if applied > log_end {
+            writeln!(
+                out,
+                "LOST TAIL: {}",
+                LostTail {
+                    root: root.root().to_path_buf(),
+                    log_end,
+                    seen: applied,
+                    witness: "index.redb",
+                }
+            )?;
+            hold = false;
+        } else {
+            writeln!(out, "index.redb: applied up to cursor {}", applied.0)?;
+        }
+    }
+    match planb_projections::check_tree(root)? {
+        TreeCheck::Unclaimed => writeln!(
+            out,
+            "sessions/: no checkpoint from this boot; the next server start rewrites the tree"
+        )?,
+        TreeCheck::Holds { checkpoint, files } => writeln!(
+            out,
+            "sessions/: all {files} file(s) the checkpoint (cursor {}) vouches for are there and right",
+            checkpoint.0
+        )?,
+        TreeCheck::Wrong {
+            checkpoint,
+            examples,
+            count,
+        } => {
+            writeln!(
+                out,
+                "PROJECTION WRONG: sessions.cursor says the tree shows every event up to cursor {}, but {count} file(s) are missing or differ; run `planb-mcp rebuild`:",
+                checkpoint.0
+            )?;
+            for (path, problem) in examples {
+                writeln!(out, "  {problem}: {}", path.display())?;
+            }
+            hold = false;
+        }
+        TreeCheck::LostTail(lost) => {
+            writeln!(out, "LOST TAIL: {lost}")?;
+            hold = false;
+        }
+    }
+    Ok(hold)
+}
+
+/// Goes on from the log as it is after a lost tail, keeping the old
+/// projections aside.
+pub fn accept_loss(root: &DataRoot, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
+    let now = planb_projections::Environment::now(&planb_projections::SystemEnvironment);
+    let accepted = planb_projections::accept_loss(root, now)?;
+    writeln!(
+        out,
+        "moved {} to {}; the files there may hold the only copy of the lost events",
+        accepted.moved.join(", "),
+        accepted.kept_in.display()
+    )?;
+    writeln!(
+        out,
+        "rebuilt from {} event(s): {} session(s); planb records again from here",
+        accepted.rebuilt.events, accepted.rebuilt.sessions
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 

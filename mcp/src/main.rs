@@ -51,8 +51,13 @@ enum Command {
     /// Verify every record, checksum and chain link of the log and decode every
     /// event; exits non-zero if the log is corrupt.
     Check,
-    /// Drop every projection (the redb index) and rebuild it from the log.
+    /// Rebuild every projection (the redb index, sessions/) from the log; safe
+    /// while servers run.
     Rebuild,
+    /// After events were lost at the end of the log (a disk rolled back, a
+    /// backup restored): move the projections that saw them to
+    /// <data-dir>/lost-<time>/ and rebuild from the log as it is.
+    AcceptLoss,
     /// A guided demo: start the real server, answer a real form, save two plan versions.
     Demo,
     /// Write every session in the planb-mcp file layout under DIR.
@@ -175,6 +180,7 @@ fn main() -> ExitCode {
         match &cli.command {
             Some(Command::Check) => admin::check(&root, &mut out),
             Some(Command::Rebuild) => admin::rebuild(&root, &mut out),
+            Some(Command::AcceptLoss) => admin::accept_loss(&root, &mut out),
             Some(Command::Export { to }) => admin::export(&root, to, &mut out),
             Some(Command::Import { from }) => admin::import(&root, from, &mut out),
             Some(Command::Demo) => {

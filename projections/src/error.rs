@@ -29,6 +29,10 @@ pub enum StoreError {
         /// redb's error.
         source: Box<redb::Error>,
     },
+    /// A projection has seen cursors the log no longer holds: nothing is
+    /// written until a person resolves it.
+    #[error(transparent)]
+    LostTail(Box<crate::health::LostTail>),
     /// A named plan's file could not be read or written.
     #[error(transparent)]
     PlanFile(#[from] crate::plan_file::PlanFileError),

@@ -35,7 +35,10 @@ use serde_json::{Map, Value};
 
 use crate::StoreError;
 
-pub(crate) use live::{Pending, is_current, project_locked, rebuild_tree};
+pub(crate) use live::{
+    Pending, is_current, project_locked, raw_checkpoint, read_checkpoint, remove, write_all,
+    write_checkpoint,
+};
 
 /// The `schemaVersion` of every JSON file of the layout.
 pub const FILES_SCHEMA_VERSION: u64 = 1;
@@ -89,13 +92,18 @@ pub(crate) enum Parts {
     },
 }
 
-/// Writes files and counts what it did.
+/// Writes files and counts what it did; or, when `verify_only`, writes
+/// nothing and lists the files that are missing or differ.
 #[derive(Debug, Default)]
 pub(crate) struct Writer {
     /// Files created or replaced.
     pub(crate) written: usize,
     /// Files already right.
     pub(crate) unchanged: usize,
+    /// Compare instead of writing.
+    pub(crate) verify_only: bool,
+    /// With `verify_only`: the files that are missing or hold other bytes.
+    pub(crate) wrong: Vec<(PathBuf, &'static str)>,
 }
 
 impl Writer {
@@ -138,6 +146,17 @@ impl Writer {
     }
 
     fn put(&mut self, path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+        if self.verify_only {
+            match std::fs::read(path) {
+                Ok(existing) if existing == bytes => self.unchanged += 1,
+                Ok(_) => self.wrong.push((path.to_path_buf(), "differs")),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    self.wrong.push((path.to_path_buf(), "missing"));
+                }
+                Err(source) => return Err(io_error("read", path)(source)),
+            }
+            return Ok(());
+        }
         if write_if_changed(path, bytes)? {
             self.written += 1;
         } else {

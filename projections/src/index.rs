@@ -167,6 +167,22 @@ impl Index {
         index_error(&self.path, op)
     }
 
+    /// The last cursor the index at `path` has applied, read without creating
+    /// or changing anything; `None` when there is no readable index.
+    pub fn peek_applied_cursor(path: &Path) -> Option<planb_core::Cursor> {
+        if !path.is_file() {
+            return None;
+        }
+        let db = Database::builder()
+            .set_concurrency_mode(ConcurrencyMode::MultiWriter)
+            .open(path)
+            .ok()?;
+        let txn = db.begin_read().ok()?;
+        let meta = txn.open_table(META).ok()?;
+        let applied = meta.get(APPLIED_CURSOR).ok()??.value();
+        Some(planb_core::Cursor(applied))
+    }
+
     /// The last cursor the index has applied.
     pub fn applied_cursor(&self) -> Result<Cursor, StoreError> {
         let txn = self.db.begin_read().map_err(self.err("begin read"))?;

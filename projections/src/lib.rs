@@ -15,6 +15,7 @@
 mod env;
 mod error;
 pub mod files;
+mod health;
 mod import;
 mod index;
 pub mod markdown;
@@ -27,6 +28,7 @@ pub mod timeline;
 pub use env::{Environment, FixedEnvironment, SystemEnvironment};
 pub use error::StoreError;
 pub use files::{ExportReport, export, write_session};
+pub use health::{AcceptedLoss, LostTail, TreeCheck, accept_loss, check_tree};
 pub use import::{IMPORTED_ASK_URL, ImportProblem, ImportReport, Imported, Skipped, import};
 pub use index::{Index, IndexDump, IndexedAskStatus};
 pub use plan_file::{PLAN_FILE_BYTES_MAX, PlanFileChange, PlanFileError};

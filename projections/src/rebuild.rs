@@ -1,12 +1,33 @@
-//! Dropping and rebuilding every projection from the log.
+//! Rebuilding every projection from the log, safely beside running servers.
+//!
+//! A rebuild holds the log's append lock from start to end, so no server
+//! appends or projects meanwhile (they wait, then catch up). It builds the new
+//! index and `sessions/` tree beside the live ones, in `<root>/rebuild.new/`,
+//! and swaps them in with renames, so at no point are acknowledged files
+//! missing while a checkpoint vouches for them. Crash windows:
+//!
+//! - before the swap: `rebuild.new/` is left over and removed by the next
+//!   rebuild; the live projections are untouched;
+//! - between the renames of the tree: `sessions/` may be missing, or the old
+//!   tree may sit in `sessions.old/`; the checkpoint was removed first, so the
+//!   next server rewrites the whole tree, and the next rebuild carries over any
+//!   session directory in `sessions.old/` the log does not know before
+//!   removing it.
+//!
+//! A session directory the log does not know (a Node planb-mcp tree not
+//! imported yet) is carried into the new tree, never deleted: a rebuild must
+//! not destroy what it cannot write again. A rebuild refuses to run when a
+//! projection has seen cursors the log no longer holds (see `health.rs`).
 
-use std::sync::Arc;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use planb_core::State;
-use planb_log::{FsStorage, LogOptions};
+use planb_core::{Cursor, SessionId, State};
+use planb_log::{AppendGuard, Log, LogOptions};
 
 use crate::StoreError;
+use crate::files::{self, Writer};
+use crate::health;
 use crate::index::Index;
 use crate::store::DataRoot;
 
@@ -17,51 +38,125 @@ pub struct RebuildReport {
     pub events: u64,
     /// Sessions in the rebuilt state.
     pub sessions: usize,
+    /// Session directories the log does not know, carried over untouched.
+    pub kept_unknown: Vec<String>,
     /// Time the rebuild took.
     pub elapsed: Duration,
 }
 
-/// Deletes the redb index and rebuilds it, folding the whole log into a fresh
-/// state on the way (which also proves every event decodes), then deletes and
-/// rewrites the `sessions/` file tree from that state. The log is only read.
+/// Rebuilds the redb index and the `sessions/` tree from the log, folding it
+/// once into a fresh state (which also proves every event decodes). Safe
+/// while servers run: it holds the append lock and swaps the new projections
+/// in. Refuses with [`StoreError::LostTail`] when a projection has seen
+/// cursors the log no longer holds.
 pub fn rebuild(root: &DataRoot) -> Result<(State, RebuildReport), StoreError> {
-    let options = LogOptions::default();
-    let log_dir = root.log_dir();
-    let storage: Arc<dyn planb_log::Storage> = Arc::new(
-        FsStorage::open_read_only(&log_dir).map_err(|source| StoreError::Io {
-            op: "open log",
-            path: log_dir.display().to_string(),
-            source,
-        })?,
-    );
-
-    let start = Instant::now();
-    let index_path = root.index_path();
-    match std::fs::remove_file(&index_path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(source) => {
-            return Err(StoreError::Io {
-                op: "remove index",
-                path: index_path.display().to_string(),
-                source,
-            });
-        }
+    let (log, _recovery) = planb_log::open_dir(&root.log_dir(), LogOptions::default())?;
+    let guard = log.lock()?;
+    let end = Cursor(guard.next_cursor().0 - 1);
+    let index_applied = Index::peek_applied_cursor(&root.index_path());
+    if let Some(lost) = health::lost_tail(root, end, index_applied) {
+        return Err(StoreError::LostTail(Box::new(lost)));
     }
-    // One pass over the log: each event is decoded once and applied to both the
-    // redb index and the in-memory state.
-    let index = Index::open(&index_path, storage, options)?;
+    rebuild_locked(root, &log, &guard)
+}
+
+/// [`rebuild`] with the append lock already held.
+pub(crate) fn rebuild_locked(
+    root: &DataRoot,
+    log: &Log,
+    _guard: &AppendGuard<'_>,
+) -> Result<(State, RebuildReport), StoreError> {
+    let start = Instant::now();
+    let beside = DataRoot::new(root.root().join("rebuild.new"));
+    let old_tree = root.root().join("sessions.old");
+    let live_tree = root.sessions_dir();
+    files::remove(&root.sessions_checkpoint_path(), false)?;
+    files::remove(beside.root(), true)?;
+    create_dir(beside.root())?;
+
+    // One pass over the log: each event is decoded once and applied to both
+    // the new index and the state.
+    let index = Index::open(
+        &beside.index_path(),
+        std::sync::Arc::clone(log.storage()),
+        LogOptions::default(),
+    )?;
     let mut state = State::default();
     let events = index.catch_up_observing(|envelope| state.apply(envelope))?;
-    crate::files::rebuild_tree(root, &state)?;
-    let elapsed = start.elapsed();
+    drop(index);
+    let mut writer = Writer::default();
+    files::write_all(&mut writer, &beside, &state)?;
+    create_dir(&beside.sessions_dir())?;
+
+    // An earlier rebuild may have stopped between its renames.
+    let mut kept_unknown = carry_unknown(&old_tree, &beside.sessions_dir(), &state)?;
+    files::remove(&old_tree, true)?;
+    if live_tree.exists() {
+        rename(&live_tree, &old_tree)?;
+    }
+    rename(&beside.sessions_dir(), &live_tree)?;
+    kept_unknown.extend(carry_unknown(&old_tree, &live_tree, &state)?);
+    files::remove(&old_tree, true)?;
+    rename(&beside.index_path(), &root.index_path())?;
+    files::write_checkpoint(root, state.last_cursor())?;
+    files::remove(beside.root(), true)?;
+    if !kept_unknown.is_empty() {
+        tracing::warn!(
+            ?kept_unknown,
+            "rebuild kept session directories the log does not know; `planb-mcp import` brings them in"
+        );
+    }
     let sessions = state.sessions().len();
     Ok((
         state,
         RebuildReport {
             events,
             sessions,
-            elapsed,
+            kept_unknown,
+            elapsed: start.elapsed(),
         },
     ))
+}
+
+/// Moves the session directories in `from` that the log does not know into
+/// `to` (unless `to` has one of that name). Returns their names.
+fn carry_unknown(from: &Path, to: &Path, state: &State) -> Result<Vec<String>, StoreError> {
+    let entries = match std::fs::read_dir(from) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => {
+            return Err(StoreError::Io {
+                op: "list",
+                path: from.display().to_string(),
+                source,
+            });
+        }
+    };
+    let mut carried = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let unknown = SessionId::parse(&name).is_ok_and(|id| state.session(&id).is_none());
+        let target = to.join(&name);
+        if unknown && entry.path().is_dir() && !target.exists() {
+            rename(&entry.path(), &target)?;
+            carried.push(name);
+        }
+    }
+    Ok(carried)
+}
+
+fn create_dir(path: &Path) -> Result<(), StoreError> {
+    std::fs::create_dir_all(path).map_err(|source| StoreError::Io {
+        op: "create directory",
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+fn rename(from: &Path, to: &Path) -> Result<(), StoreError> {
+    std::fs::rename(from, to).map_err(|source| StoreError::Io {
+        op: "rename",
+        path: format!("{} to {}", from.display(), to.display()),
+        source,
+    })
 }

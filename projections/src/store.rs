@@ -19,6 +19,7 @@ use planb_log::{Log, LogOptions, LogReader, RecoveryReport};
 use crate::StoreError;
 use crate::env::Environment;
 use crate::files::{self, Pending};
+use crate::health::LostTail;
 use crate::index::Index;
 
 /// The files of a data root.
@@ -169,6 +170,9 @@ pub struct Store {
     folded: Mutex<Folded>,
     index: Arc<Index>,
     indexer: Indexer,
+    /// Set at open when a projection has seen cursors the log no longer
+    /// holds: then nothing is appended or projected (see `health.rs`).
+    lost_tail: Option<Box<LostTail>>,
 }
 
 /// The thread that catches the index up after changes. Dropping it lets the
@@ -249,6 +253,15 @@ impl Store {
             Arc::clone(log.storage()),
             options,
         )?);
+        let lost_tail = crate::health::lost_tail(
+            &root,
+            folded.state.last_cursor(),
+            Some(Cursor(index.applied_cursor()?.0)),
+        )
+        .map(Box::new);
+        if let Some(lost) = &lost_tail {
+            tracing::error!("{lost}");
+        }
         let indexed = index.catch_up()?;
         let store = Store {
             root,
@@ -257,6 +270,7 @@ impl Store {
             folded: Mutex::new(folded),
             indexer: Indexer::start(Arc::clone(&index)),
             index,
+            lost_tail,
         };
         let report = OpenReport {
             recovery,
@@ -264,7 +278,7 @@ impl Store {
             indexed,
         };
         let current = store.files_current(&mut store.folded());
-        if !current {
+        if !current && store.lost_tail.is_none() {
             store.project_if_behind();
         }
         Ok((store, report))
@@ -273,6 +287,12 @@ impl Store {
     /// The data root.
     pub fn root(&self) -> &DataRoot {
         &self.root
+    }
+
+    /// Set when a projection has seen cursors the log no longer holds; every
+    /// write is then refused with [`StoreError::LostTail`].
+    pub fn lost_tail(&self) -> Option<&LostTail> {
+        self.lost_tail.as_deref()
     }
 
     /// The environment (clock and ids).
@@ -326,6 +346,9 @@ impl Store {
         &self,
         f: impl FnOnce(&mut Locked<'_, '_>) -> Result<R, StoreError>,
     ) -> Result<R, StoreError> {
+        if let Some(lost) = &self.lost_tail {
+            return Err(StoreError::LostTail(lost.clone()));
+        }
         let result = {
             let mut guard = self.log.lock()?;
             let mut folded = self.folded();
@@ -353,7 +376,7 @@ impl Store {
     pub fn read<R>(&self, f: impl FnOnce(&State) -> R) -> Result<R, StoreError> {
         let mut folded = self.folded();
         folded.catch_up()?;
-        if !self.files_current(&mut folded) {
+        if self.lost_tail.is_none() && !self.files_current(&mut folded) {
             drop(folded);
             self.project_if_behind();
             folded = self.folded();

@@ -164,49 +164,6 @@ pub(crate) fn project_locked(root: &DataRoot, state: &State, pending: &mut Pendi
     }
 }
 
-/// Deletes the live tree and its checkpoint and writes every session of
-/// `state` afresh. Returns how many files were written.
-///
-/// A session directory the state does not know is kept (and named in a
-/// warning): `sessions/` may hold a Node planb-mcp tree not imported yet, and
-/// a rebuild must never destroy what it cannot write again.
-pub(crate) fn rebuild_tree(root: &DataRoot, state: &State) -> Result<usize, StoreError> {
-    remove(&root.sessions_checkpoint_path(), false)?;
-    let sessions_dir = root.sessions_dir();
-    let entries = match std::fs::read_dir(&sessions_dir) {
-        Ok(entries) => entries.collect::<Result<Vec<_>, _>>(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-        Err(e) => Err(e),
-    };
-    let entries = entries.map_err(|source| StoreError::Io {
-        op: "list",
-        path: sessions_dir.display().to_string(),
-        source,
-    })?;
-    let mut kept = Vec::new();
-    for entry in entries {
-        let path = entry.path();
-        let is_dir = path.is_dir();
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let unknown = SessionId::parse(&name).is_ok_and(|id| state.session(&id).is_none());
-        if is_dir && unknown {
-            kept.push(name);
-        } else {
-            remove(&path, is_dir)?;
-        }
-    }
-    if !kept.is_empty() {
-        tracing::warn!(
-            ?kept,
-            "rebuild kept session directories the log does not know; `planb-mcp import` brings them in"
-        );
-    }
-    let mut writer = Writer::default();
-    write_all(&mut writer, root, state)?;
-    write_checkpoint(root, state.last_cursor())?;
-    Ok(writer.written)
-}
-
 fn write_pending(
     writer: &mut Writer,
     root: &DataRoot,
@@ -223,14 +180,18 @@ fn write_pending(
     Ok(())
 }
 
-fn write_all(writer: &mut Writer, root: &DataRoot, state: &State) -> Result<(), StoreError> {
+pub(crate) fn write_all(
+    writer: &mut Writer,
+    root: &DataRoot,
+    state: &State,
+) -> Result<(), StoreError> {
     for session in state.sessions().keys() {
         writer.session(root.root(), state, session, &Parts::All)?;
     }
     Ok(())
 }
 
-fn remove(path: &std::path::Path, dir: bool) -> Result<(), StoreError> {
+pub(crate) fn remove(path: &std::path::Path, dir: bool) -> Result<(), StoreError> {
     let result = if dir {
         std::fs::remove_dir_all(path)
     } else {
@@ -258,9 +219,20 @@ fn boot_id() -> &'static str {
     })
 }
 
+/// The cursor the checkpoint claims, whichever boot wrote it: how far the
+/// tree has seen the log, for noticing a log that lost its tail.
+pub(crate) fn raw_checkpoint(root: &DataRoot) -> Option<Cursor> {
+    let text = std::fs::read_to_string(root.sessions_checkpoint_path()).ok()?;
+    text.split_whitespace()
+        .next()?
+        .parse::<u64>()
+        .ok()
+        .map(Cursor)
+}
+
 /// The checkpoint, if there is a trustworthy one. Its text is
 /// `<cursor> <boot id>\n`.
-fn read_checkpoint(root: &DataRoot) -> Option<Cursor> {
+pub(crate) fn read_checkpoint(root: &DataRoot) -> Option<Cursor> {
     if !root.sessions_dir().is_dir() {
         return None;
     }
@@ -271,7 +243,7 @@ fn read_checkpoint(root: &DataRoot) -> Option<Cursor> {
     (boot == boot_id()).then_some(Cursor(cursor))
 }
 
-fn write_checkpoint(root: &DataRoot, cursor: Cursor) -> Result<(), StoreError> {
+pub(crate) fn write_checkpoint(root: &DataRoot, cursor: Cursor) -> Result<(), StoreError> {
     let dir = root.sessions_dir();
     std::fs::create_dir_all(&dir).map_err(|source| StoreError::Io {
         op: "create directory",

@@ -1,0 +1,207 @@
+//! Rebuilding beside running servers, and a log that lost its tail (issue 8,
+//! items 3 and 4), with the real binaries.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+
+use serde_json::json;
+use support::{Server, UrlAnswer, call, new_session, start, text_of};
+
+fn planb(root: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_planb-mcp"))
+        .arg("--data-dir")
+        .arg(root)
+        .args(args)
+        .output()
+        .expect("run planb-mcp")
+}
+
+fn all_output(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+async fn save(server: &Server, session: &str, plan: &str) -> Result<PathBuf, String> {
+    let result = call(
+        server,
+        "save_plan",
+        json!({"sessionId": session, "plan": plan}),
+    )
+    .await;
+    let text = text_of(&result);
+    if result.is_error == Some(true) {
+        return Err(text);
+    }
+    let path = text
+        .lines()
+        .find_map(|l| l.strip_prefix("path: "))
+        .unwrap_or_else(|| panic!("no path in {text}"));
+    Ok(PathBuf::from(path))
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("create copy");
+    for entry in std::fs::read_dir(from).expect("list") {
+        let entry = entry.expect("entry");
+        std::fs::copy(entry.path(), to.join(entry.file_name())).expect("copy");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_8_rebuild_beside_running_servers_loses_no_plan_file() {
+    const SAVES: usize = 40;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let servers = [
+        Arc::new(start(dir.path(), UrlAnswer::NotSupported, &[]).await),
+        Arc::new(start(dir.path(), UrlAnswer::NotSupported, &[]).await),
+    ];
+    let mut writers = Vec::new();
+    for server in &servers {
+        let server = Arc::clone(server);
+        writers.push(tokio::spawn(async move {
+            let session = new_session(&server).await;
+            let mut saved = Vec::new();
+            for n in 0..SAVES {
+                let content = format!("# plan {session} {n}\n");
+                let path = save(&server, &session, &content).await.expect("save_plan");
+                saved.push((path, content));
+            }
+            saved
+        }));
+    }
+    let root = dir.path().to_path_buf();
+    let rebuilds = tokio::task::spawn_blocking(move || {
+        (0..6)
+            .map(|_| planb(&root, &["rebuild"]))
+            .collect::<Vec<_>>()
+    });
+    for output in rebuilds.await.expect("rebuilds") {
+        assert!(output.status.success(), "{}", all_output(&output));
+    }
+    for writer in writers {
+        for (path, content) in writer.await.expect("writer") {
+            assert_eq!(
+                std::fs::read_to_string(&path).ok().as_deref(),
+                Some(content.as_str()),
+                "{} lost or wrong after rebuilds",
+                path.display()
+            );
+        }
+    }
+    let check = planb(dir.path(), &["check"]);
+    assert!(check.status.success(), "{}", all_output(&check));
+    for server in servers {
+        if let Ok(server) = Arc::try_unwrap(server) {
+            server.client.cancel().await.expect("shutdown");
+        }
+    }
+}
+
+#[test]
+fn issue_8_check_notices_a_tree_that_claims_more_than_it_holds() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let plan = runtime.block_on(async {
+        let server = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
+        let session = new_session(&server).await;
+        let plan = save(&server, &session, "# one\n").await.expect("save");
+        server.client.cancel().await.expect("shutdown");
+        plan
+    });
+    let ok = planb(dir.path(), &["check"]);
+    assert!(ok.status.success(), "{}", all_output(&ok));
+    std::fs::remove_file(&plan).expect("lose a projected file");
+    let output = planb(dir.path(), &["check"]);
+    let text = all_output(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(text.contains("PROJECTION WRONG"), "{text}");
+    assert!(
+        text.contains(&format!("missing: {}", plan.display())),
+        "{text}"
+    );
+}
+
+#[test]
+fn issue_8_a_log_that_lost_its_tail_is_noticed_and_nothing_is_overwritten() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let backup = tempfile::tempdir().expect("backup dir");
+    let log = dir.path().join("log");
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+
+    // Cursors 1 (session), 2 and 3 (v1, v2) are in the backup; 4 (v3) is not.
+    let (session, lost_v3) = runtime.block_on(async {
+        let server = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
+        let session = new_session(&server).await;
+        save(&server, &session, "# v1\n").await.expect("v1");
+        save(&server, &session, "# v2\n").await.expect("v2");
+        copy_dir(&log, &backup.path().join("log"));
+        let v3 = save(&server, &session, "# v3, only on the lost tail\n")
+            .await
+            .expect("v3");
+        server.client.cancel().await.expect("shutdown");
+        (session, v3)
+    });
+    // The disk is rolled back: the log is restored from the backup.
+    std::fs::remove_dir_all(&log).expect("remove log");
+    copy_dir(&backup.path().join("log"), &log);
+
+    let output = planb(dir.path(), &["check"]);
+    let text = all_output(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(text.contains("LOST TAIL"), "{text}");
+    assert!(text.contains("events 4..=4 are missing"), "{text}");
+
+    runtime.block_on(async {
+        let server = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
+        let refused = save(&server, &session, "# would reuse v3\n")
+            .await
+            .expect_err("writing on a log that lost its tail");
+        assert!(refused.contains("events 4..=4 are missing"), "{refused}");
+        assert!(refused.contains("planb-mcp accept-loss"), "{refused}");
+        server.client.cancel().await.expect("shutdown");
+    });
+    assert_eq!(
+        std::fs::read_to_string(&lost_v3).expect("the only copy of v3"),
+        "# v3, only on the lost tail\n"
+    );
+
+    let output = planb(dir.path(), &["rebuild"]);
+    assert!(!output.status.success(), "rebuild must refuse");
+    assert!(all_output(&output).contains("accept-loss"));
+    assert!(lost_v3.exists(), "rebuild destroyed the only copy of v3");
+
+    let output = planb(dir.path(), &["accept-loss"]);
+    let text = all_output(&output);
+    assert!(output.status.success(), "{text}");
+    let kept = std::fs::read_dir(dir.path())
+        .expect("list root")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("lost-"))
+        })
+        .expect("a lost-<time> directory");
+    let kept_v3 = kept.join(lost_v3.strip_prefix(dir.path()).expect("under the root"));
+    assert_eq!(
+        std::fs::read_to_string(&kept_v3).expect("v3 kept aside"),
+        "# v3, only on the lost tail\n"
+    );
+
+    runtime.block_on(async {
+        let server = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
+        let path = save(&server, &session, "# v3 again\n")
+            .await
+            .expect("writes resume");
+        assert!(path.ends_with("plans/v3.md"), "{}", path.display());
+        server.client.cancel().await.expect("shutdown");
+    });
+    let check = planb(dir.path(), &["check"]);
+    assert!(check.status.success(), "{}", all_output(&check));
+}

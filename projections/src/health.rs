@@ -1,0 +1,218 @@
+//! Whether the projections agree with the log: a log that lost its tail, and a
+//! file tree that claims more than it holds.
+//!
+//! **A lost tail.** The log's torn-tail recovery cannot see records that are
+//! gone at a record boundary: a disk rolled back, a backup restored, the last
+//! segment deleted. The projections can: `sessions.cursor` and the index both
+//! remember the last cursor they applied. When one of them has seen a cursor
+//! the log no longer holds, writing on would hand out those cursors (and plan
+//! version numbers) a second time, and rebuilding would overwrite files that
+//! may hold the only copy of the lost events. So the store refuses to write
+//! until a person restores the log or runs [`accept_loss`], which moves the
+//! projections aside, never deleting them.
+
+use std::path::PathBuf;
+
+use planb_core::{Cursor, State, decode};
+use planb_log::LogOptions;
+
+use crate::StoreError;
+use crate::files::{self, Writer};
+use crate::store::DataRoot;
+
+/// The log ends before a cursor a projection has seen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LostTail {
+    /// The data root.
+    pub root: PathBuf,
+    /// The last cursor in the log.
+    pub log_end: Cursor,
+    /// The highest cursor a projection has seen.
+    pub seen: Cursor,
+    /// Which projection saw it (`sessions.cursor` or `index.redb`).
+    pub witness: &'static str,
+}
+
+impl std::fmt::Display for LostTail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the log ends at cursor {end}, but {witness} has seen cursor {seen}: events {first}..={seen} \
+             are missing from {log} (a disk rolled back, a backup restored, or a segment deleted). \
+             planb records nothing until this is resolved: put back the log files that hold them, \
+             or run `planb-mcp accept-loss` to go on from cursor {end}; it moves index.redb, \
+             sessions/ and sessions.cursor to {root}/lost-<time>/ (the files there may hold the \
+             only copy of the missing events) and rebuilds them from the log",
+            end = self.log_end.0,
+            witness = self.witness,
+            seen = self.seen.0,
+            first = self.log_end.0 + 1,
+            log = self.root.join("log").display(),
+            root = self.root.display(),
+        )
+    }
+}
+
+impl std::error::Error for LostTail {}
+
+/// Whether a projection has seen more of the log than it holds, given the
+/// index's applied cursor (if known) and the log's last cursor.
+pub(crate) fn lost_tail(
+    root: &DataRoot,
+    log_end: Cursor,
+    index_applied: Option<Cursor>,
+) -> Option<LostTail> {
+    let witnesses = [
+        ("sessions.cursor", files::raw_checkpoint(root)),
+        ("index.redb", index_applied),
+    ];
+    witnesses
+        .into_iter()
+        .filter_map(|(witness, seen)| seen.map(|seen| (witness, seen)))
+        .filter(|(_, seen)| *seen > log_end)
+        .max_by_key(|(_, seen)| *seen)
+        .map(|(witness, seen)| LostTail {
+            root: root.root().to_path_buf(),
+            log_end,
+            seen,
+            witness,
+        })
+}
+
+/// What [`check_tree`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TreeCheck {
+    /// No checkpoint, or one from an earlier boot: the tree vouches for
+    /// nothing, and the next server rewrites it.
+    Unclaimed,
+    /// Every file the checkpoint vouches for is there with the right bytes.
+    Holds {
+        /// The checkpoint's cursor.
+        checkpoint: Cursor,
+        /// Files compared.
+        files: usize,
+    },
+    /// The checkpoint claims files that are missing or differ.
+    Wrong {
+        /// The checkpoint's cursor.
+        checkpoint: Cursor,
+        /// Up to 20 of the wrong files, with what is wrong.
+        examples: Vec<(PathBuf, &'static str)>,
+        /// How many files are wrong.
+        count: usize,
+    },
+    /// The checkpoint names a cursor past the end of the log.
+    LostTail(LostTail),
+}
+
+/// Compares the `sessions/` tree with what the log says it holds as of the
+/// cursor its checkpoint claims. Takes the log's append lock (the `LOCK` file,
+/// read-only) so no writer moves the tree meanwhile; writes nothing.
+pub fn check_tree(root: &DataRoot) -> Result<TreeCheck, StoreError> {
+    let lock_path = root.log_dir().join(planb_log::LOCK_FILE);
+    let lock = std::fs::File::open(&lock_path).map_err(|source| StoreError::Io {
+        op: "open",
+        path: lock_path.display().to_string(),
+        source,
+    })?;
+    lock.lock().map_err(|source| StoreError::Io {
+        op: "lock",
+        path: lock_path.display().to_string(),
+        source,
+    })?;
+    // Even a checkpoint of an earlier boot shows how far the log once went.
+    let Some(checkpoint) = files::raw_checkpoint(root) else {
+        return Ok(TreeCheck::Unclaimed);
+    };
+    let options = LogOptions::default();
+    let mut reader = planb_log::read_dir(&root.log_dir(), options, planb_log::Cursor(1))?;
+    let mut state = State::default();
+    while state.last_cursor() < checkpoint {
+        let Some(record) = reader.next()? else { break };
+        let envelope = decode(&record.payload, Cursor(record.cursor.0))?;
+        state.apply(&envelope);
+    }
+    if state.last_cursor() < checkpoint {
+        return Ok(TreeCheck::LostTail(LostTail {
+            root: root.root().to_path_buf(),
+            log_end: state.last_cursor(),
+            seen: checkpoint,
+            witness: "sessions.cursor",
+        }));
+    }
+    if files::read_checkpoint(root) != Some(checkpoint) {
+        return Ok(TreeCheck::Unclaimed);
+    }
+    let mut writer = Writer {
+        verify_only: true,
+        ..Writer::default()
+    };
+    files::write_all(&mut writer, root, &state)?;
+    drop(lock);
+    let count = writer.wrong.len();
+    if count == 0 {
+        return Ok(TreeCheck::Holds {
+            checkpoint,
+            files: writer.unchanged,
+        });
+    }
+    writer.wrong.truncate(20);
+    Ok(TreeCheck::Wrong {
+        checkpoint,
+        examples: writer.wrong,
+        count,
+    })
+}
+
+/// What [`accept_loss`] did.
+#[derive(Debug, Clone)]
+pub struct AcceptedLoss {
+    /// `<root>/lost-<time>/`, holding what was moved.
+    pub kept_in: PathBuf,
+    /// The names moved there.
+    pub moved: Vec<String>,
+    /// The rebuild from the log as it is.
+    pub rebuilt: crate::RebuildReport,
+}
+
+/// Goes on from the log as it is after a lost tail: moves `index.redb`,
+/// `sessions/` and `sessions.cursor` into `<root>/lost-<time>/` (nothing is
+/// deleted), then rebuilds them from the log, all under the append lock.
+pub fn accept_loss(
+    root: &DataRoot,
+    now: planb_core::Timestamp,
+) -> Result<AcceptedLoss, StoreError> {
+    let (log, _recovery) = planb_log::open_dir(&root.log_dir(), LogOptions::default())?;
+    let guard = log.lock()?;
+    let stamp: String = now
+        .to_iso8601()
+        .chars()
+        .filter(|c| !matches!(c, '-' | ':' | '.'))
+        .collect();
+    let kept_in = root.root().join(format!("lost-{stamp}"));
+    std::fs::create_dir_all(&kept_in).map_err(|source| StoreError::Io {
+        op: "create directory",
+        path: kept_in.display().to_string(),
+        source,
+    })?;
+    let mut moved = Vec::new();
+    for name in ["index.redb", "sessions", "sessions.cursor"] {
+        let from = root.root().join(name);
+        if !from.exists() {
+            continue;
+        }
+        let to = kept_in.join(name);
+        std::fs::rename(&from, &to).map_err(|source| StoreError::Io {
+            op: "move aside",
+            path: from.display().to_string(),
+            source,
+        })?;
+        moved.push(name.to_owned());
+    }
+    let (_, rebuilt) = crate::rebuild::rebuild_locked(root, &log, &guard)?;
+    Ok(AcceptedLoss {
+        kept_in,
+        moved,
+        rebuilt,
+    })
+}
