@@ -1,21 +1,26 @@
-//! The redb indexes: a persistent projection of the log that any process can
-//! bring up to date.
+//! The redb indexes: a persistent projection of the log.
 //!
-//! Several processes share one data root, so the database is opened in redb's
-//! `MultiWriter` concurrency mode: every process may open it, write transactions
-//! are serialised across processes by redb. The index records the last cursor
-//! it applied in the same transaction as the data, so catching up is idempotent:
-//! whoever commits first advances it, the others find nothing left to do, and a
-//! crash loses at most work that the next catch-up redoes from the log.
+//! **One owner.** Several processes share a data root, but the index is kept
+//! by one of them at a time: the store that holds `index.lock` (see
+//! `store.rs`) opens the database, in redb's single-process mode, and catches
+//! it up; the others do not open it, and take over when the owner exits.
+//!
+//! **Commits need not be durable.** The index records the last cursor it
+//! applied in the same transaction as the data, and everything in it is
+//! derived from events that were durable first. So catch-up commits are not
+//! synced one by one (they would cost the disk two to four syncs per event,
+//! competing with the log's): a durable commit happens at most every
+//! `durable_every`, and when the owner closes it. A crash rolls the index
+//! back to its last durable commit, consistent with its applied cursor, and
+//! the next catch-up redoes the rest from the log.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use planb_core::{Envelope, EventBody, decode};
 use planb_log::{Cursor, LogOptions, LogReader, Storage};
-use redb::{
-    ConcurrencyMode, Database, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction,
-};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
 
 use crate::StoreError;
 
@@ -87,6 +92,19 @@ pub struct Index {
     options: LogOptions,
     /// Read position in the log; only moved inside a write transaction.
     reader: Mutex<Option<LogReader>>,
+    /// The file opened, as (device, inode): a rebuild swaps a new file in.
+    identity: Option<(u64, u64)>,
+    /// How long catch-up commits may stay non-durable.
+    durable_every: Duration,
+    /// When the last durable commit was made, and whether a non-durable
+    /// one came after it.
+    durability: Mutex<(Instant, bool)>,
+}
+
+/// The (device, inode) of the file at `path`.
+fn file_identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
 fn index_error<E: Into<redb::Error>>(
@@ -108,11 +126,7 @@ impl Index {
         storage: Arc<dyn Storage>,
         options: LogOptions,
     ) -> Result<Index, StoreError> {
-        let create = || {
-            Database::builder()
-                .set_concurrency_mode(ConcurrencyMode::MultiWriter)
-                .create(path)
-        };
+        let create = || Database::builder().create(path);
         let db = match create() {
             Ok(db) => db,
             // The index is derived: an unreadable file is dropped and rebuilt from
@@ -132,13 +146,71 @@ impl Index {
         };
         let index = Index {
             path: path.to_path_buf(),
+            identity: file_identity(path),
             db,
             storage,
             options,
             reader: Mutex::new(None),
+            durable_every: Duration::ZERO,
+            durability: Mutex::new((Instant::now(), false)),
         };
         index.ensure_schema()?;
         Ok(index)
+    }
+
+    /// Lets catch-up commits stay non-durable for up to `every` (the default,
+    /// zero, makes every commit durable).
+    pub fn set_durable_every(&mut self, every: Duration) {
+        self.durable_every = every;
+    }
+
+    /// Whether the file at the index's path is no longer the one open (a
+    /// rebuild swapped a new one in).
+    pub fn is_replaced(&self) -> bool {
+        file_identity(&self.path) != self.identity
+    }
+
+    /// Makes every commit so far durable, if one was not.
+    pub fn flush(&self) -> Result<(), StoreError> {
+        let mut durability = self.durability.lock().unwrap_or_else(|p| p.into_inner());
+        if !durability.1 {
+            return Ok(());
+        }
+        let txn = self.db.begin_write().map_err(self.err("begin write"))?;
+        txn.commit().map_err(self.err("commit"))?;
+        *durability = (Instant::now(), false);
+        Ok(())
+    }
+
+    /// [`flush`](Self::flush) once the last durable commit is
+    /// `durable_every` old.
+    pub fn flush_if_due(&self) -> Result<(), StoreError> {
+        let due = {
+            let durability = self.durability.lock().unwrap_or_else(|p| p.into_inner());
+            durability.1 && durability.0.elapsed() >= self.durable_every
+        };
+        if due { self.flush() } else { Ok(()) }
+    }
+
+    /// Sets the durability of a catch-up commit: durable when the last
+    /// durable commit is `durable_every` old. Returns whether it is durable.
+    fn choose_durability(&self, txn: &mut WriteTransaction) -> Result<bool, StoreError> {
+        let durability = self.durability.lock().unwrap_or_else(|p| p.into_inner());
+        let durable = durability.0.elapsed() >= self.durable_every;
+        if !durable {
+            txn.set_durability(redb::Durability::None)
+                .map_err(self.err("set durability"))?;
+        }
+        Ok(durable)
+    }
+
+    fn committed(&self, durable: bool) {
+        let mut durability = self.durability.lock().unwrap_or_else(|p| p.into_inner());
+        *durability = if durable {
+            (Instant::now(), false)
+        } else {
+            (durability.0, true)
+        };
     }
 
     fn ensure_schema(&self) -> Result<(), StoreError> {
@@ -168,15 +240,13 @@ impl Index {
     }
 
     /// The last cursor the index at `path` has applied, read without creating
-    /// or changing anything; `None` when there is no readable index.
+    /// or changing anything; `None` when there is no readable index or
+    /// another process owns it.
     pub fn peek_applied_cursor(path: &Path) -> Option<planb_core::Cursor> {
         if !path.is_file() {
             return None;
         }
-        let db = Database::builder()
-            .set_concurrency_mode(ConcurrencyMode::MultiWriter)
-            .open(path)
-            .ok()?;
+        let db = Database::builder().open(path).ok()?;
         let txn = db.begin_read().ok()?;
         let meta = txn.open_table(META).ok()?;
         let applied = meta.get(APPLIED_CURSOR).ok()??.value();
@@ -209,7 +279,8 @@ impl Index {
         let mut reader_slot = self.reader.lock().unwrap_or_else(|p| p.into_inner());
         let mut total = 0u64;
         loop {
-            let txn = self.db.begin_write().map_err(self.err("begin write"))?;
+            let mut txn = self.db.begin_write().map_err(self.err("begin write"))?;
+            let durable = self.choose_durability(&mut txn)?;
             let applied = {
                 let meta = txn.open_table(META).map_err(self.err("open meta"))?;
                 meta.get(APPLIED_CURSOR)
@@ -249,6 +320,7 @@ impl Index {
                     .map_err(self.err("write meta"))?;
             }
             txn.commit().map_err(self.err("commit"))?;
+            self.committed(durable);
             total += count as u64;
         }
     }

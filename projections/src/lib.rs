@@ -18,6 +18,7 @@ pub mod files;
 mod health;
 mod import;
 mod index;
+mod indexer;
 pub mod markdown;
 pub mod pages;
 mod plan_file;

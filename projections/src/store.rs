@@ -21,6 +21,7 @@ use crate::env::Environment;
 use crate::files::{self, Pending};
 use crate::health::LostTail;
 use crate::index::Index;
+use crate::indexer::{IndexSlot, Indexer};
 
 /// The files of a data root.
 #[derive(Debug, Clone)]
@@ -168,64 +169,10 @@ pub struct Store {
     env: Arc<dyn Environment>,
     /// Lock order: the log's append lock first, then this.
     folded: Mutex<Folded>,
-    index: Arc<Index>,
     indexer: Indexer,
     /// Set at open when a projection has seen cursors the log no longer
     /// holds: then nothing is appended or projected (see `health.rs`).
     lost_tail: Option<Box<LostTail>>,
-}
-
-/// The thread that catches the index up after changes. Dropping it lets the
-/// thread finish its last catch-up and waits for it.
-#[derive(Debug)]
-struct Indexer {
-    wake: Option<std::sync::mpsc::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Indexer {
-    fn start(index: Arc<Index>) -> Indexer {
-        let (wake, woken) = std::sync::mpsc::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name("planb-indexer".into())
-            .spawn(move || {
-                while woken.recv().is_ok() {
-                    // Many changes may have queued up: one catch-up covers them all.
-                    while woken.try_recv().is_ok() {}
-                    if let Err(error) = index.catch_up() {
-                        tracing::warn!("index catch-up failed (rebuild repairs it): {error}");
-                    }
-                }
-            });
-        match thread {
-            Ok(thread) => Indexer {
-                wake: Some(wake),
-                thread: Some(thread),
-            },
-            Err(error) => {
-                tracing::warn!("no indexer thread ({error}); the index catches up on open");
-                Indexer {
-                    wake: None,
-                    thread: None,
-                }
-            }
-        }
-    }
-
-    fn wake(&self) {
-        if let Some(wake) = &self.wake {
-            let _ = wake.send(());
-        }
-    }
-}
-
-impl Drop for Indexer {
-    fn drop(&mut self) {
-        self.wake = None;
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
 }
 
 impl Store {
@@ -248,28 +195,27 @@ impl Store {
         };
         let events = folded.catch_up()?;
         folded.pending.opened(&folded.state);
-        let index = Arc::new(Index::open(
-            &root.index_path(),
-            Arc::clone(log.storage()),
-            options,
-        )?);
-        let lost_tail = crate::health::lost_tail(
-            &root,
-            folded.state.last_cursor(),
-            Some(Cursor(index.applied_cursor()?.0)),
-        )
-        .map(Box::new);
+        let mut slot = IndexSlot::new(root.clone(), Arc::clone(log.storage()), options);
+        // Only the process that owns the index reads it; the others have
+        // `sessions.cursor` as the witness of how far the log once went.
+        let (index_applied, indexed) = match slot.index()? {
+            Some(index) => {
+                let applied = Cursor(index.applied_cursor()?.0);
+                (Some(applied), index.catch_up()?)
+            }
+            None => (None, 0),
+        };
+        let lost_tail = crate::health::lost_tail(&root, folded.state.last_cursor(), index_applied)
+            .map(Box::new);
         if let Some(lost) = &lost_tail {
             tracing::error!("{lost}");
         }
-        let indexed = index.catch_up()?;
         let store = Store {
             root,
             log,
             env,
             folded: Mutex::new(folded),
-            indexer: Indexer::start(Arc::clone(&index)),
-            index,
+            indexer: Indexer::start(slot),
             lost_tail,
         };
         let report = OpenReport {
@@ -300,9 +246,10 @@ impl Store {
         &self.env
     }
 
-    /// The redb index.
-    pub fn index(&self) -> &Index {
-        &self.index
+    /// Runs `f` on the redb index if this process owns it (see
+    /// `indexer.rs`); `None` while another process does.
+    pub fn with_index<R>(&self, f: impl FnOnce(&Index) -> R) -> Result<Option<R>, StoreError> {
+        self.indexer.with_index(f)
     }
 
     fn folded(&self) -> MutexGuard<'_, Folded> {

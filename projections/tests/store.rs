@@ -94,6 +94,40 @@ fn plan_versions_count_up_across_two_processes_sharing_a_root() {
 }
 
 #[test]
+fn issue_8_one_store_owns_the_index_and_another_takes_over_when_it_closes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let owner = open(dir.path());
+    let other = open(dir.path());
+    let session = create_session(&other, 1);
+    save_plan(&other, session, "# one");
+    let applied = |store: &Store| {
+        store
+            .with_index(|index| {
+                index.catch_up().expect("catch up");
+                index.applied_cursor().expect("cursor").0
+            })
+            .expect("index")
+    };
+    assert_eq!(
+        applied(&owner),
+        Some(2),
+        "the owner indexes the other's events"
+    );
+    assert_eq!(
+        applied(&other),
+        None,
+        "redb keeps a database to one process"
+    );
+    drop(owner);
+    save_plan(&other, session, "# two");
+    assert_eq!(
+        applied(&other),
+        Some(3),
+        "the other took over where the owner stopped"
+    );
+}
+
+#[test]
 fn a_rejected_command_records_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = open(dir.path());
@@ -144,14 +178,23 @@ fn the_index_tracks_pending_asks_across_processes() {
     second
         .execute(Command::TimeOut { ask: asks[1] })
         .expect("timeout");
+    // One process at a time owns the index; it shows every process's asks.
+    let mut owners = 0;
     for store in [&first, &second] {
-        store.index().catch_up().expect("catch up");
         let pending = store
-            .index()
-            .asks_with_status(IndexedAskStatus::Pending)
-            .expect("pending");
-        assert_eq!(pending, vec![(asks[2].as_uuid(), session.as_uuid())]);
+            .with_index(|index| {
+                index.catch_up().expect("catch up");
+                index
+                    .asks_with_status(IndexedAskStatus::Pending)
+                    .expect("pending")
+            })
+            .expect("index");
+        if let Some(pending) = pending {
+            owners += 1;
+            assert_eq!(pending, vec![(asks[2].as_uuid(), session.as_uuid())]);
+        }
     }
+    assert_eq!(owners, 1, "exactly one store owns the index");
     // Answering after the timeout is kept as a late answer, never lost.
     second
         .execute(Command::SubmitAnswers {
@@ -275,16 +318,20 @@ proptest! {
             }
         }
         side_index.catch_up().expect("side catch-up");
-        first.index().catch_up().expect("catch-up");
+        first.with_index(|index| index.catch_up().expect("catch-up")).expect("index");
 
         let (rebuilt_state, report) = rebuild(&root).expect("rebuild");
-        let fresh = open(dir.path());
         let incremental_first: State = first.snapshot().expect("snapshot");
         let incremental_second: State = second.snapshot().expect("snapshot");
+        drop((first, second));
+        let fresh = open(dir.path());
         prop_assert_eq!(&incremental_first, &rebuilt_state);
         prop_assert_eq!(&incremental_second, &rebuilt_state);
         prop_assert_eq!(report.events, rebuilt_state.last_cursor().0);
-        let rebuilt_index = fresh.index().dump().expect("dump");
+        let rebuilt_index = fresh
+            .with_index(|index| index.dump().expect("dump"))
+            .expect("index")
+            .expect("the only store owns the index");
         prop_assert_eq!(&side_index.dump().expect("dump"), &rebuilt_index);
         prop_assert_eq!(rebuilt_index.applied_cursor, rebuilt_state.last_cursor().0);
     }
