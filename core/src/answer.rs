@@ -22,6 +22,11 @@ use crate::question::{AskSpec, Question, QuestionKind};
 pub const TEXT_ANSWER_CHARS_MAX: usize = 10_000;
 /// Longest answer to a `longtext` question, in characters.
 pub const LONGTEXT_ANSWER_CHARS_MAX: usize = 100_000;
+/// Most bytes (UTF-8) of text in all the answers of one form together. Each
+/// answer within its own limit can still add up to more than one log record
+/// holds (4 MiB): twenty long answers in a script of three-byte characters
+/// reach 6 MB. Half the record limit leaves room for the rest of the event.
+pub const ANSWERS_BYTES_MAX: usize = 2 * 1024 * 1024;
 /// How far off the step grid a scale answer may be, as a fraction of the
 /// step: absorbs float noise such as `0.1 + 0.2`.
 pub const SCALE_STEP_TOLERANCE: f64 = 1e-9;
@@ -37,6 +42,17 @@ pub enum AnswerValue {
     Choices(Vec<String>),
     /// The value of a `scale` question.
     Number(f64),
+}
+
+impl AnswerValue {
+    /// Bytes of text the answer holds (a number counts as eight).
+    pub fn text_bytes(&self) -> usize {
+        match self {
+            AnswerValue::Text(text) | AnswerValue::Choice(text) => text.len(),
+            AnswerValue::Choices(values) => values.iter().map(String::len).sum(),
+            AnswerValue::Number(_) => 8,
+        }
+    }
 }
 
 /// Answers keyed by question id, in spec order; unanswered optional
@@ -177,6 +193,12 @@ fn validate(spec: &AskSpec, answers: &Value, mode: Mode) -> Result<Answers, Answ
             Ok(None) => {}
             Err(message) => errors.questions.push((question.id.clone(), message)),
         }
+    }
+    let bytes: usize = valid.iter().map(|(_, answer)| answer.text_bytes()).sum();
+    if bytes > ANSWERS_BYTES_MAX {
+        errors.general.push(format!(
+            "answers: {bytes} bytes in all is over the limit of {ANSWERS_BYTES_MAX} bytes (2 MiB) for one form; shorten the longest answers"
+        ));
     }
     if errors.questions.is_empty() && errors.general.is_empty() {
         Ok(Answers(valid))
