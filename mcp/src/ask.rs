@@ -67,6 +67,15 @@ pub async fn wait(wait: Wait<'_>) -> CallToolResult {
                 "ask_user was cancelled by the client",
             )]),
         ),
+        Outcome::Disconnected => (
+            Command::Fail {
+                ask: wait.ask,
+                detail: "the MCP connection closed before the person answered (the agent or its window exited)".into(),
+            },
+            CallToolResult::error(vec![ContentBlock::text(
+                "the MCP connection closed before the person answered",
+            )]),
+        ),
         Outcome::Closed => (
             Command::Fail {
                 ask: wait.ask,

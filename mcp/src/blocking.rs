@@ -9,12 +9,22 @@ use std::path::PathBuf;
 use planb_core::{Command, EventBody, PlanName, State};
 use planb_projections::{PlanFileChange, Store, StoreError};
 
+/// A store call that did not finish: the runtime is shutting down, or the
+/// call panicked (a bug, already reported by the panic hook).
+fn interrupted(join: tokio::task::JoinError) -> StoreError {
+    StoreError::Io {
+        op: "finish a store call",
+        path: String::new(),
+        source: std::io::Error::other(format!("interrupted: {join}")),
+    }
+}
+
 /// [`Store::execute`], returning the bodies of the recorded events.
 pub async fn execute(store: &Arc<Store>, command: Command) -> Result<Vec<EventBody>, StoreError> {
     let store = Arc::clone(store);
     tokio::task::spawn_blocking(move || store.execute(command))
         .await
-        .unwrap_or_else(|join| panic!("store task panicked: {join}"))
+        .unwrap_or_else(|join| Err(interrupted(join)))
         .map(|envelopes| envelopes.into_iter().map(|e| e.event.body).collect())
 }
 
@@ -26,7 +36,7 @@ pub async fn read<R: Send + 'static>(
     let store = Arc::clone(store);
     tokio::task::spawn_blocking(move || store.read(f))
         .await
-        .unwrap_or_else(|join| panic!("store task panicked: {join}"))
+        .unwrap_or_else(|join| Err(interrupted(join)))
 }
 
 /// [`Store::execute_on_plan_file`]: records a hand edit of the plan's file,
@@ -40,5 +50,5 @@ pub async fn on_plan_file(
     let store = Arc::clone(store);
     tokio::task::spawn_blocking(move || store.execute_on_plan_file(&plan, &path, command))
         .await
-        .unwrap_or_else(|join| panic!("store task panicked: {join}"))
+        .unwrap_or_else(|join| Err(interrupted(join)))
 }

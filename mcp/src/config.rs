@@ -30,6 +30,8 @@ pub struct Config {
     pub submit_command: Vec<String>,
     /// `--prompt-file`: replaces the built-in `plan` prompt (`$ARGUMENTS` substituted).
     pub prompt_template: Option<String>,
+    /// Fires when the client's connection closes.
+    pub disconnect: crate::stdio::Disconnect,
 }
 
 /// How `submit_plan` collects a verdict when no submit command is given.
@@ -75,6 +77,7 @@ impl Config {
             review: ReviewMode::Browser,
             submit_command: Vec::new(),
             prompt_template: None,
+            disconnect: crate::stdio::Disconnect::never(),
         })
     }
 }

@@ -33,6 +33,8 @@ pub enum Outcome<T> {
     ClientCancelled,
     /// The page was dropped without an answer (the server is shutting down).
     Closed,
+    /// The client's connection closed (the agent or its window exited).
+    Disconnected,
 }
 
 /// One page to deliver.
@@ -120,6 +122,7 @@ async fn wait<T>(config: &Config, page: &Page<'_>, mut answer: oneshot::Receiver
                 }
             }
             () = page.context.ct.cancelled() => return Outcome::ClientCancelled,
+            () = config.disconnect.closed() => return Outcome::Disconnected,
         }
     }
 }

@@ -16,6 +16,7 @@ mod forms;
 mod http;
 mod plans;
 mod server;
+mod stdio;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -148,17 +149,23 @@ fn serve(root: PathBuf, cli: &Cli) -> anyhow::Result<ExitCode> {
         root.display(),
         report.events
     );
-    let server = server::PlanbServer::new(std::sync::Arc::new(store), config);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    runtime.block_on(async move {
+    let served = runtime.block_on(async move {
         use rmcp::ServiceExt;
-        let service = server.serve(rmcp::transport::stdio()).await?;
+        let (input, output, disconnect) = stdio::start();
+        config.disconnect = disconnect;
+        let server = server::PlanbServer::new(std::sync::Arc::new(store), config);
+        let service = server.serve((input, output)).await?;
         service.waiting().await?;
         anyhow::Ok(())
-    })?;
+    });
+    // Waits that outlived the connection have recorded how they ended; what
+    // is left (idle blocking threads, the callback server) may just stop.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    served?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -508,7 +508,7 @@ impl PlanbServer {
                 false,
                 Some("The person dismissed the review without a verdict.".into()),
             ),
-            Outcome::ClientCancelled | Outcome::Closed => {
+            Outcome::ClientCancelled | Outcome::Closed | Outcome::Disconnected => {
                 tool_error("submit_plan was cancelled before a verdict")
             }
         }

@@ -1,0 +1,369 @@
+//! The stdio framing in front of rmcp: every line the client sends is checked
+//! here before rmcp sees it, and the end of stdin is announced at once.
+//!
+//! **Malformed lines get an answer.** rmcp drops a line that is not JSON (and
+//! answers a mis-shaped one without its id), so a client whose request was
+//! damaged on the way waits forever. Here every line is read with a bound
+//! ([`LINE_BYTES_MAX`]) and checked against the message types rmcp decodes;
+//! a line rmcp could not take gets the JSON-RPC error the specification
+//! prescribes (parse error `-32700` with `id: null`, invalid request `-32600`,
+//! invalid params `-32602` with the request's id) and never reaches rmcp.
+//! Notifications and responses get no answer (JSON-RPC forbids it) but are
+//! logged.
+//!
+//! **One writer.** rmcp writes its messages into an in-memory pipe; a single
+//! task copies them to stdout a whole line at a time, with the error answers
+//! in between, so the two never interleave inside a line.
+//!
+//! **Closing.** When stdin ends, [`Disconnect`] fires before rmcp learns of it,
+//! so tools waiting for a person stop waiting and record how the wait ended
+//! instead of sitting out rmcp's drain period.
+
+use rmcp::model::ClientJsonRpcMessage;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, DuplexStream};
+use tokio::sync::{mpsc, watch};
+
+/// Longest line accepted from the client (16 MiB): above the largest tool
+/// argument planb accepts (a 4 MiB plan, JSON-escaped).
+pub const LINE_BYTES_MAX: usize = 16 * 1024 * 1024;
+
+/// Capacity of the in-memory pipes between this layer and rmcp.
+const PIPE_BYTES: usize = 256 * 1024;
+
+/// Fires once stdin has ended (the client closed the connection or exited).
+#[derive(Debug, Clone)]
+pub struct Disconnect {
+    receiver: watch::Receiver<bool>,
+    /// For [`Disconnect::never`]: keeps the channel open so it never fires.
+    _sender: Option<std::sync::Arc<watch::Sender<bool>>>,
+}
+
+impl Disconnect {
+    /// A signal that never fires (for servers not on stdio).
+    pub fn never() -> Disconnect {
+        let (sender, receiver) = watch::channel(false);
+        Disconnect {
+            receiver,
+            _sender: Some(std::sync::Arc::new(sender)),
+        }
+    }
+
+    /// Resolves when the connection has closed.
+    pub async fn closed(&self) {
+        let mut receiver = self.receiver.clone();
+        if receiver.wait_for(|closed| *closed).await.is_err() {
+            // The reader task ended without saying so: treat as closed.
+        }
+    }
+}
+
+/// What to do with one line from the client.
+#[derive(Debug, PartialEq)]
+pub enum Verdict {
+    /// Hand it to rmcp.
+    Forward,
+    /// Answer with this error response; rmcp never sees the line.
+    Answer(Value),
+    /// Neither (a blank line, or a malformed notification or response).
+    Drop(&'static str),
+}
+
+fn error_response(id: Value, code: i64, message: String) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+}
+
+/// Checks one line (without its newline) the way rmcp will decode it.
+pub fn check_line(line: &[u8]) -> Verdict {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let line = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return Verdict::Drop("blank line");
+    }
+    if line.len() > LINE_BYTES_MAX {
+        return Verdict::Answer(error_response(
+            Value::Null,
+            -32700,
+            format!("Parse error: message over the {LINE_BYTES_MAX}-byte (16 MiB) line limit"),
+        ));
+    }
+    let value: Value = match serde_json::from_slice(line) {
+        Ok(value) => value,
+        Err(error) => {
+            return Verdict::Answer(error_response(
+                Value::Null,
+                -32700,
+                format!("Parse error: {error}"),
+            ));
+        }
+    };
+    let Value::Object(object) = &value else {
+        return Verdict::Answer(error_response(
+            Value::Null,
+            -32600,
+            "Invalid Request: a message must be a JSON object (batches are not supported)".into(),
+        ));
+    };
+    // A usable id is a string or an integer; anything else cannot be echoed.
+    let id = match object.get("id") {
+        Some(id @ Value::String(_)) => Some(id.clone()),
+        Some(id @ Value::Number(n)) if n.is_i64() || n.is_u64() => Some(id.clone()),
+        _ => None,
+    };
+    if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Verdict::Answer(error_response(
+            id.unwrap_or(Value::Null),
+            -32600,
+            "Invalid Request: \"jsonrpc\" must be \"2.0\"".into(),
+        ));
+    }
+    let error = match serde_json::from_value::<ClientJsonRpcMessage>(value.clone()) {
+        Ok(_) => return Verdict::Forward,
+        Err(error) => error,
+    };
+    let method = object.get("method");
+    match (method, id) {
+        (Some(Value::String(method)), Some(id)) => {
+            let params = object.get("params");
+            let (code, what) = match params {
+                Some(Value::Object(_)) | None => (-32602, "Invalid params"),
+                Some(_) => (-32602, "Invalid params: \"params\" must be an object;"),
+            };
+            Verdict::Answer(error_response(
+                id,
+                code,
+                format!("{what} for {method}: {error}"),
+            ))
+        }
+        (Some(_), Some(id)) => Verdict::Answer(error_response(
+            id,
+            -32600,
+            "Invalid Request: \"method\" must be a string".into(),
+        )),
+        (Some(_), None) if object.contains_key("id") => Verdict::Answer(error_response(
+            Value::Null,
+            -32600,
+            "Invalid Request: \"id\" must be a string or an integer".into(),
+        )),
+        (Some(_), None) => Verdict::Drop("malformed notification"),
+        (None, _) if object.contains_key("result") || object.contains_key("error") => {
+            Verdict::Drop("malformed response")
+        }
+        (None, id) => Verdict::Answer(error_response(
+            id.unwrap_or(Value::Null),
+            -32600,
+            "Invalid Request: no \"method\"".into(),
+        )),
+    }
+}
+
+/// Reads one line of at most [`LINE_BYTES_MAX`] bytes (plus one, to tell
+/// an over-long line), discarding the rest of a longer one. Returns `None` at
+/// the end of input.
+async fn read_line(
+    reader: &mut (impl AsyncBufReadExt + Unpin),
+    line: &mut Vec<u8>,
+) -> std::io::Result<Option<()>> {
+    line.clear();
+    let mut over = false;
+    loop {
+        let available = reader.fill_buf().await?;
+        if available.is_empty() {
+            return Ok((!line.is_empty() || over).then_some(()));
+        }
+        let (chunk, done) = match available.iter().position(|b| *b == b'\n') {
+            Some(end) => (&available[..end], Some(end + 1)),
+            None => (available, None),
+        };
+        if !over {
+            let room = LINE_BYTES_MAX + 1 - line.len();
+            line.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            over = line.len() > LINE_BYTES_MAX;
+        }
+        let consumed = done.unwrap_or(available.len());
+        reader.consume(consumed);
+        if done.is_some() {
+            return Ok(Some(()));
+        }
+    }
+}
+
+/// Starts the framing on the process's stdin and stdout. Returns the ends rmcp
+/// reads and writes, and the disconnect signal.
+pub fn start() -> (DuplexStream, DuplexStream, Disconnect) {
+    start_on(tokio::io::stdin(), tokio::io::stdout())
+}
+
+fn start_on(
+    input: impl AsyncRead + Unpin + Send + 'static,
+    output: impl AsyncWrite + Unpin + Send + 'static,
+) -> (DuplexStream, DuplexStream, Disconnect) {
+    let (rmcp_input, mut to_rmcp) = tokio::io::duplex(PIPE_BYTES);
+    let (from_rmcp, rmcp_output) = tokio::io::duplex(PIPE_BYTES);
+    let (answers, mut answer_lines) = mpsc::unbounded_channel::<Value>();
+    let (closed, disconnect) = watch::channel(false);
+
+    tokio::spawn(async move {
+        let mut reader = BufReader::new(input);
+        let mut line = Vec::new();
+        loop {
+            match read_line(&mut reader, &mut line).await {
+                Ok(Some(())) => {}
+                Ok(None) => break,
+                Err(error) => {
+                    tracing::warn!("reading stdin failed: {error}");
+                    break;
+                }
+            }
+            match check_line(&line) {
+                Verdict::Forward => {
+                    line.push(b'\n');
+                    if to_rmcp.write_all(&line).await.is_err() {
+                        break;
+                    }
+                }
+                Verdict::Answer(response) => {
+                    tracing::warn!("answered a malformed message: {}", response["error"]);
+                    let _ = answers.send(response);
+                }
+                Verdict::Drop(what) => tracing::debug!("ignored a {what} from the client"),
+            }
+        }
+        let _ = closed.send(true);
+        let _ = to_rmcp.shutdown().await;
+    });
+
+    tokio::spawn(async move {
+        let mut output = output;
+        let mut from_rmcp = BufReader::new(from_rmcp);
+        let mut line = Vec::new();
+        let mut rmcp_open = true;
+        loop {
+            tokio::select! {
+                read = from_rmcp.read_until(b'\n', &mut line), if rmcp_open => {
+                    match read {
+                        Ok(0) | Err(_) => rmcp_open = false,
+                        Ok(_) => {
+                            if output.write_all(&line).await.is_err() || output.flush().await.is_err() {
+                                return;
+                            }
+                            line.clear();
+                        }
+                    }
+                }
+                answer = answer_lines.recv() => {
+                    let Some(answer) = answer else {
+                        if !rmcp_open { return; }
+                        continue;
+                    };
+                    let mut bytes = answer.to_string().into_bytes();
+                    bytes.push(b'\n');
+                    if output.write_all(&bytes).await.is_err() || output.flush().await.is_err() {
+                        return;
+                    }
+                }
+                else => return,
+            }
+        }
+    });
+
+    let disconnect = Disconnect {
+        receiver: disconnect,
+        _sender: None,
+    };
+    (rmcp_input, rmcp_output, disconnect)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answered(line: &str) -> Value {
+        match check_line(line.as_bytes()) {
+            Verdict::Answer(value) => value,
+            other => panic!("{line}: expected an error answer, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn malformed_lines_get_the_error_the_specification_prescribes() {
+        let cases = [
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":{"s":"\ud83d"}}"#,
+                -32700,
+                Value::Null,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":{"n":1e400}}"#,
+                -32700,
+                Value::Null,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/li"#,
+                -32700,
+                Value::Null,
+            ),
+            ("[1,2]", -32600, Value::Null),
+            (
+                r#"{"jsonrpc":"1.0","id":7,"method":"ping"}"#,
+                -32600,
+                json!(7),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":"a","method":"tools/call","params":[1]}"#,
+                -32602,
+                json!("a"),
+            ),
+            (r#"{"jsonrpc":"2.0","id":4}"#, -32600, json!(4)),
+        ];
+        for (line, code, id) in cases {
+            let value = answered(line);
+            assert_eq!(value["error"]["code"], code, "{line}: {value}");
+            assert_eq!(value["id"], id, "{line}: {value}");
+            assert_eq!(value["jsonrpc"], "2.0");
+        }
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        assert_eq!(answered(&deep)["error"]["code"], -32700);
+    }
+
+    #[test]
+    fn good_messages_pass_and_notifications_are_never_answered() {
+        for line in [
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
+        ] {
+            assert_eq!(check_line(line.as_bytes()), Verdict::Forward, "{line}");
+        }
+        assert!(matches!(check_line(b"   "), Verdict::Drop(_)));
+        assert!(matches!(
+            check_line(br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":[]}"#),
+            Verdict::Drop(_) | Verdict::Forward
+        ));
+    }
+
+    #[tokio::test]
+    async fn an_over_long_line_is_answered_and_the_next_one_still_read() {
+        let mut input = vec![b'x'; LINE_BYTES_MAX + 10];
+        input.push(b'\n');
+        input.extend_from_slice(br#"{"jsonrpc":"2.0","id":9,"method":"ping"}"#);
+        input.push(b'\n');
+        let mut reader = BufReader::new(&input[..]);
+        let mut line = Vec::new();
+        read_line(&mut reader, &mut line)
+            .await
+            .expect("read")
+            .expect("a line");
+        assert_eq!(line.len(), LINE_BYTES_MAX + 1);
+        assert_eq!(
+            answered(std::str::from_utf8(&line).expect("ascii"))["error"]["code"],
+            -32700
+        );
+        read_line(&mut reader, &mut line)
+            .await
+            .expect("read")
+            .expect("a line");
+        assert_eq!(check_line(&line), Verdict::Forward);
+        assert_eq!(read_line(&mut reader, &mut line).await.expect("read"), None);
+    }
+}

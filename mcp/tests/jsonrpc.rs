@@ -1,0 +1,80 @@
+//! Malformed JSON-RPC lines get an answer (issue 8, item 6), through the real
+//! binary: a client whose request was damaged never waits forever, and the
+//! server stays healthy.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+
+use serde_json::{Value, json};
+
+#[test]
+fn issue_8_every_malformed_line_gets_the_prescribed_error_and_the_server_stays_healthy() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_planb-mcp"))
+        .env("PLANB_MCP_DATA_DIR", dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut send = |line: &str| {
+        stdin.write_all(line.as_bytes()).expect("write");
+        stdin.write_all(b"\n").expect("write");
+        stdin.flush().expect("flush");
+    };
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}});
+    send(&initialize.to_string());
+    send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    let initialized = stdout.next().expect("initialize result").expect("read");
+    assert!(initialized.contains("\"result\""), "{initialized}");
+    let mut exchange = |line: &str| -> Value {
+        send(line);
+        let reply = stdout.next().expect("a reply").expect("read");
+        serde_json::from_str(&reply).unwrap_or_else(|e| panic!("{reply}: {e}"))
+    };
+
+    let over_long = format!(
+        r#"{{"jsonrpc":"2.0","id":9,"method":"ping","params":{{"x":"{}"}}}}"#,
+        "a".repeat(16 * 1024 * 1024)
+    );
+    let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+    let cases: [(&str, i64, Value); 7] = [
+        (
+            r#"{"jsonrpc":"2.0","id":2,"method":"ping","params":{"s":"\ud83d"}}"#,
+            -32700,
+            Value::Null,
+        ),
+        (&deep, -32700, Value::Null),
+        (
+            r#"{"jsonrpc":"2.0","id":3,"method":"ping","params":{"n":1e400}}"#,
+            -32700,
+            Value::Null,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":"x"}"#,
+            -32602,
+            json!(4),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":5,"method":"tools/li"#,
+            -32700,
+            Value::Null,
+        ),
+        (&over_long, -32700, Value::Null),
+        ("42", -32600, Value::Null),
+    ];
+    for (line, code, id) in cases {
+        let reply = exchange(line);
+        let shown = &line[..line.len().min(60)];
+        assert_eq!(reply["error"]["code"], code, "{shown}: {reply}");
+        assert_eq!(reply["id"], id, "{shown}: {reply}");
+        // Still healthy: a ping right after is answered.
+        let pong = exchange(r#"{"jsonrpc":"2.0","id":"after","method":"ping"}"#);
+        assert_eq!(pong["id"], "after", "{pong}");
+        assert!(pong.get("result").is_some(), "{pong}");
+    }
+    drop(stdin);
+    assert!(child.wait().expect("exit").success());
+}
