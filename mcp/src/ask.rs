@@ -41,17 +41,24 @@ pub async fn wait(wait: Wait<'_>) -> CallToolResult {
         elicitation_id: wait.ask.to_string(),
         url_mode: wait.url_mode,
     };
-    let (command, result) = match deliver_and_wait(&config, &page, wait.answered).await {
+    // Another process may record the answer (it served the same form).
+    let outcome = tokio::select! {
+        outcome = deliver_and_wait(&config, &page, wait.answered) => outcome,
+        answers = crate::collect::answered_in_log(wait.server.store(), wait.ask) => Outcome::Answered(answers),
+    };
+    let (command, result) = match outcome {
         Outcome::Answered(answers) => return answers_result(&answers),
         Outcome::TimedOut => (
             Command::TimeOut { ask: wait.ask },
             CallToolResult::success(vec![ContentBlock::text(format!(
                 "The question \"{}\" timed out: the person did not answer within {}. \
                  The form at {} stays open and an answer submitted later is still recorded. \
-                 If you still need the answer, call ask_user again; otherwise carry on without it.",
+                 If you still need the answer, call ask_user with {{\"askId\": \"{}\"}} to collect it or keep waiting \
+                 (or call ask_user again with new questions); otherwise carry on without it.",
                 wait.spec.title,
                 timeout_text(&config),
-                wait.url
+                wait.url,
+                wait.ask
             ))]),
         ),
         Outcome::Dismissed(action) => (

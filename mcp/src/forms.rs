@@ -68,6 +68,13 @@ impl<I: Clone, A> Registry<I, A> {
         waiter: oneshot::Sender<A>,
     ) -> Result<(), TooManyPages> {
         let mut inner = self.inner();
+        // A page known already (adopted from the log, or detached after a
+        // timeout) gets the new waiter.
+        if let Some(page) = inner.pages.get_mut(&id) {
+            page.info = info;
+            page.waiter = Some(waiter);
+            return Ok(());
+        }
         if inner.pages.len() >= PAGES_MAX {
             let evict = inner
                 .order
@@ -90,6 +97,15 @@ impl<I: Clone, A> Registry<I, A> {
             },
         );
         Ok(())
+    }
+
+    /// Serves a page another process opened (its ask is in the log), with
+    /// nobody waiting in this process. Past the limit it is simply not kept.
+    pub fn adopt(&self, id: String, info: I) {
+        let (sender, _) = oneshot::channel();
+        if self.register(id.clone(), info, sender).is_ok() {
+            self.detach(&id);
+        }
     }
 
     /// The page behind `id` and whether it was already answered.

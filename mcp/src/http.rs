@@ -155,15 +155,26 @@ struct SidQuery {
     sid: Option<String>,
 }
 
+/// The form behind a sid: one this process opened, or a pending ask in the
+/// log whose form another (perhaps gone) process opened, adopted here.
+async fn lookup(state: &AppState, sid: &str) -> Option<(FormInfo, bool)> {
+    if let Some(found) = state.forms.get(sid) {
+        return Some(found);
+    }
+    let form = crate::collect::pending_form(&state.store, sid).await?;
+    state.forms.adopt(sid.to_owned(), form.clone());
+    Some((form, false))
+}
+
 /// The form behind a sid, or the response to send instead.
-fn form_for(state: &AppState, sid: Option<&str>) -> Result<(String, FormInfo), ApiError> {
+async fn form_for(state: &AppState, sid: Option<&str>) -> Result<(String, FormInfo), ApiError> {
     let Some(sid) = sid.filter(|s| !s.is_empty()) else {
         return Err(refuse(StatusCode::BAD_REQUEST, "sid: required"));
     };
-    match state.forms.get(sid) {
+    match lookup(state, sid).await {
         None => Err(refuse(
             StatusCode::NOT_FOUND,
-            "unknown form: the link is wrong, or the server that opened it has restarted",
+            "unknown form: the link is wrong, or the ask has ended",
         )),
         Some((_, true)) => Err(refuse(
             StatusCode::NOT_FOUND,
@@ -184,14 +195,18 @@ fn html(status: StatusCode, markup: maud::Markup) -> Response {
 
 async fn ask_page(State(state): State<AppState>, Query(query): Query<SidQuery>) -> Response {
     let sid = query.sid.as_deref();
-    let (form, finished) = match sid.and_then(|s| state.forms.get(s)) {
+    let found = match sid {
+        Some(sid) => lookup(&state, sid).await,
+        None => None,
+    };
+    let (form, finished) = match found {
         Some(found) => found,
         None => {
             return html(
                 StatusCode::NOT_FOUND,
                 pages::message_page(
                     "Form not found",
-                    "This link does not match an open form. The link may be incomplete, or the planb server that opened it has restarted; ask the agent to ask again.",
+                    "This link does not match an open form. The link may be incomplete, or the question has ended; ask the agent to ask again (it can collect an earlier question with its askId).",
                 ),
             );
         }
@@ -219,7 +234,7 @@ async fn ask_page(State(state): State<AppState>, Query(query): Query<SidQuery>) 
 }
 
 async fn spec(State(state): State<AppState>, Query(query): Query<SidQuery>) -> Response {
-    match form_for(&state, query.sid.as_deref()) {
+    match form_for(&state, query.sid.as_deref()).await {
         Ok((_, form)) => axum::Json(form.spec.to_json()).into_response(),
         Err(error) => error.into_response(),
     }
@@ -296,7 +311,7 @@ async fn draft(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -
         Ok(parsed) => parsed,
         Err(error) => return error.into_response(),
     };
-    let form = match form_for(&state, Some(&sid)) {
+    let form = match form_for(&state, Some(&sid)).await {
         Ok((_, form)) => form,
         Err(error) => return error.into_response(),
     };
@@ -326,7 +341,7 @@ async fn submit(State(state): State<AppState>, headers: HeaderMap, body: Bytes) 
         Ok(parsed) => parsed,
         Err(error) => return error.into_response(),
     };
-    let form = match form_for(&state, Some(&sid)) {
+    let form = match form_for(&state, Some(&sid)).await {
         Ok((_, form)) => form,
         Err(error) => return error.into_response(),
     };
@@ -352,7 +367,10 @@ async fn submit(State(state): State<AppState>, headers: HeaderMap, body: Bytes) 
             axum::Json(json!({ "status": "answered" })).into_response()
         }
         Ok(_) => {
-            state.forms.finish(&sid);
+            // A tool collecting this ask (`ask_user {askId}`) waits for it.
+            if let Some(waiter) = state.forms.finish(&sid) {
+                let _ = waiter.send(answers);
+            }
             axum::Json(json!({ "status": "late" })).into_response()
         }
         Err(StoreError::Rejected(Rejection::AlreadyAnswered { .. })) => {

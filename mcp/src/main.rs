@@ -9,6 +9,7 @@ mod args;
 mod ask;
 mod blocking;
 mod browser;
+mod collect;
 mod config;
 mod deliver;
 mod demo;
@@ -158,6 +159,10 @@ fn serve(root: PathBuf, cli: &Cli) -> anyhow::Result<ExitCode> {
         let (input, output, disconnect) = stdio::start();
         config.disconnect = disconnect;
         let server = server::PlanbServer::new(std::sync::Arc::new(store), config);
+        tokio::spawn({
+            let server = server.clone();
+            async move { server.serve_pending_forms().await }
+        });
         let service = server.serve((input, output)).await?;
         service.waiting().await?;
         anyhow::Ok(())

@@ -93,6 +93,10 @@ impl PlanbServer {
         &self.store
     }
 
+    pub(crate) fn forms(&self) -> &Forms {
+        &self.forms
+    }
+
     pub(crate) fn reviews(&self) -> &crate::forms::Reviews {
         &self.reviews
     }
@@ -209,7 +213,7 @@ impl PlanbServer {
 
     #[tool(
         name = "ask_user",
-        description = "Ask the person one or more structured questions in a browser form and get their answers back as JSON {questionId: value}. Kinds: text, longtext, single, multi (options: strings or {value, markdown}), scale (min, max, step). Group questions into tabs with `tab`; an optional Markdown intro (tables, code, mermaid) opens the form. Waits until the person submits (or the wait times out). For non-sensitive input only.",
+        description = "Ask the person one or more structured questions in a browser form and get their answers back as JSON {questionId: value}. Kinds: text, longtext, single, multi (options: strings or {value, markdown}), scale (min, max, step). Group questions into tabs with `tab`; an optional Markdown intro (tables, code, mermaid) opens the form. Waits until the person submits (or the wait times out). To collect the answer to an earlier ask (after a timeout, or from another window), call with {askId} alone: returns the answer if there is one, else serves the form again and waits. For non-sensitive input only.",
         input_schema = args::schema::<args::AskUserInput>(),
         annotations(
             title = "Ask the user (browser form)",
@@ -224,6 +228,9 @@ impl PlanbServer {
         arguments: JsonObject,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
+        if arguments.contains_key("askId") {
+            return Ok(self.collect_ask(&arguments, &context).await);
+        }
         let mut args = Args::new(&arguments);
         let session = args.session_id();
         if let Err(errors) = args.finish_partial() {

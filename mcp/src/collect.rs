@@ -1,0 +1,226 @@
+//! Asks outlive the server that opened them: any planb process on the data
+//! root serves a form whose ask is in the log, and `ask_user {askId}` collects
+//! an answer (or waits for one) from any process.
+//!
+//! A form's link names the port of the process that opened it and the ask's
+//! secret sid. When that process is gone, the ask stays pending in the log:
+//! a process on the same port (a fixed `PLANB_PORT`) finds it by its sid, and
+//! `ask_user {askId}` in any process serves it again on its own port, with the
+//! same sid, and waits. Whoever records the answer, a waiting tool sees it:
+//! it watches the log as well as its own form.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use planb_core::{Answers, AskId, AskStatus, SessionId};
+use planb_projections::Store;
+use rmcp::RoleServer;
+use rmcp::model::{CallToolResult, ContentBlock, JsonObject};
+use rmcp::service::{ElicitationMode, RequestContext};
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+use crate::forms::FormInfo;
+use crate::server::{PlanbServer, store_error, tool_error};
+
+/// How often a waiting tool looks in the log for an answer recorded by
+/// another process.
+const LOG_POLL: Duration = Duration::from_secs(1);
+
+/// The sid in a form URL (`…/ask?sid=<sid>`).
+pub(crate) fn sid_of(url: &str) -> Option<String> {
+    let url = url::Url::parse(url).ok()?;
+    url.query_pairs()
+        .find(|(key, _)| key == "sid")
+        .map(|(_, value)| value.into_owned())
+        .filter(|sid| !sid.is_empty())
+}
+
+/// Compares two secrets in time that does not depend on where they differ.
+fn same_secret(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |diff, (x, y)| diff | (x ^ y))
+            == 0
+}
+
+/// The pending ask in the log whose form has this sid, as a form this
+/// process can serve.
+pub(crate) async fn pending_form(store: &Arc<Store>, sid: &str) -> Option<FormInfo> {
+    let sid = sid.to_owned();
+    crate::blocking::read(store, move |state| {
+        state
+            .pending_asks()
+            .find(|ask| sid_of(&ask.url).is_some_and(|found| same_secret(&found, &sid)))
+            .map(|ask| FormInfo {
+                ask: ask.id,
+                spec: Arc::new(ask.spec.clone()),
+            })
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
+/// The answer the log holds for `ask`: the one returned in time, or the
+/// first given after the wait ended.
+fn recorded_answer(ask: &planb_core::Ask) -> Option<Answers> {
+    match ask.status {
+        AskStatus::Answered => ask.answers.clone(),
+        _ => ask.late_answers.first().map(|(_, answers)| answers.clone()),
+    }
+}
+
+/// Resolves once the log holds an answer to `ask` (recorded by any process).
+pub(crate) async fn answered_in_log(store: &Arc<Store>, ask: AskId) -> Answers {
+    let mut ticker = tokio::time::interval(LOG_POLL);
+    loop {
+        ticker.tick().await;
+        let found = crate::blocking::read(store, move |s| s.ask(&ask).and_then(recorded_answer))
+            .await
+            .ok()
+            .flatten();
+        if let Some(answers) = found {
+            return answers;
+        }
+    }
+}
+
+fn answers_result(answers: &Answers) -> CallToolResult {
+    CallToolResult::success(vec![ContentBlock::text(answers.to_json().to_string())])
+}
+
+impl PlanbServer {
+    /// With a fixed `PLANB_PORT`, starts the callback server at once when the
+    /// log holds pending asks with forms, so their links work again after a
+    /// restart (the forms are found by sid on the first request).
+    pub async fn serve_pending_forms(&self) {
+        if self.config().port == 0 {
+            return;
+        }
+        let pending = self
+            .read_state(|s| {
+                s.pending_asks()
+                    .filter(|a| sid_of(&a.url).is_some())
+                    .count()
+            })
+            .await
+            .unwrap_or(0);
+        if pending == 0 {
+            return;
+        }
+        match self.callback_address().await {
+            Ok(address) => tracing::info!(
+                "{pending} pending form(s) in the log are served again at http://{address}"
+            ),
+            Err(error) => {
+                tracing::warn!("{pending} pending form(s) in the log cannot be served: {error}")
+            }
+        }
+    }
+
+    /// `ask_user {askId}`: the ask's answer if the log holds one; otherwise
+    /// its form is served by this process and the call waits, as ask_user does.
+    pub(crate) async fn collect_ask(
+        &self,
+        arguments: &JsonObject,
+        context: &RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let mut ask_id = None;
+        let mut session = None;
+        for (key, value) in arguments {
+            match (key.as_str(), value) {
+                ("askId", Value::String(text)) => match AskId::parse(text.trim()) {
+                    Ok(id) => ask_id = Some(id),
+                    Err(error) => return tool_error(format!("askId: {error}")),
+                },
+                ("askId", _) => return tool_error("askId: must be a string (the ask's id)"),
+                ("sessionId", Value::String(text)) => match SessionId::parse(text.trim()) {
+                    Ok(id) => session = Some(id),
+                    Err(error) => return tool_error(format!("sessionId: {error}")),
+                },
+                ("sessionId", Value::Null) => {}
+                ("sessionId", _) => return tool_error("sessionId: must be a string"),
+                (other, _) => {
+                    return tool_error(format!(
+                        "{other}: not taken with askId; pass askId (and optionally sessionId) to collect an ask, or title and questions to ask anew"
+                    ));
+                }
+            }
+        }
+        let Some(ask_id) = ask_id else {
+            return tool_error("askId: required");
+        };
+        let found = self
+            .read_state(move |s| {
+                s.ask(&ask_id)
+                    .map(|a| (a.session, a.spec.clone(), a.url.clone(), recorded_answer(a)))
+            })
+            .await;
+        let (ask_session, spec, url, answer) = match found {
+            Ok(Some(found)) => found,
+            Ok(None) => return tool_error(format!("askId: unknown ask {ask_id}")),
+            Err(error) => return store_error(error),
+        };
+        if session.is_some_and(|s| s != ask_session) {
+            return tool_error(format!(
+                "askId: ask {ask_id} belongs to session {ask_session}, not the sessionId given"
+            ));
+        }
+        if let Some(answer) = answer {
+            return answers_result(&answer);
+        }
+        let Some(sid) = sid_of(&url) else {
+            return tool_error(format!(
+                "askId: ask {ask_id} has no form to serve (it was imported); call ask_user with the questions again"
+            ));
+        };
+        let address = match self.callback_address().await {
+            Ok(address) => address,
+            Err(error) => return tool_error(format!("the form could not be opened: {error}")),
+        };
+        let url = format!("http://127.0.0.1:{}/ask?sid={sid}", address.port());
+        let spec = Arc::new(spec);
+        let (sender, answered) = oneshot::channel();
+        let info = FormInfo {
+            ask: ask_id,
+            spec: Arc::clone(&spec),
+        };
+        if let Err(error) = self.forms().register(sid.clone(), info, sender) {
+            return tool_error(error.to_string());
+        }
+        let url_mode = context
+            .peer
+            .supported_elicitation_modes()
+            .contains(&ElicitationMode::Url);
+        let outcome = crate::ask::wait(crate::ask::Wait {
+            server: self,
+            context,
+            ask: ask_id,
+            spec: &spec,
+            url: &url,
+            url_mode,
+            answered,
+        })
+        .await;
+        self.forms().detach(&sid);
+        outcome
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sid_is_read_from_a_form_url_and_compared_whole() {
+        let sid = sid_of("http://127.0.0.1:4321/ask?sid=ab12").expect("sid");
+        assert_eq!(sid, "ab12");
+        assert_eq!(sid_of(""), None);
+        assert_eq!(sid_of("http://127.0.0.1:1/ask?sid="), None);
+        assert!(same_secret("ab12", "ab12"));
+        assert!(!same_secret("ab12", "ab13"));
+        assert!(!same_secret("ab12", "ab1"));
+    }
+}

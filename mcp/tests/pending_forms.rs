@@ -1,0 +1,191 @@
+//! A pending ask outlives the server that opened it (issue 8, item 12): after
+//! a `kill -9`, another server on the data root serves its form (by its old
+//! link on a fixed port, or again on its own port through `ask_user
+//! {askId}`), records the answer, and hands it to the agent.
+
+mod support;
+
+use std::time::Duration;
+
+use planb_core::{AskId, AskStatus, Cursor, State, decode};
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use serde_json::{Value, json};
+use support::{
+    Server, UrlAnswer, call, new_session, parse_form_url, post_json, sample_ask, start, text_of,
+};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn fold(root: &std::path::Path) -> State {
+    let mut reader =
+        planb_log::read_dir(&root.join("log"), Default::default(), planb_log::Cursor(1))
+            .expect("reader");
+    let mut state = State::default();
+    while let Some(record) = reader.next().expect("read") {
+        state.apply(&decode(&record.payload, Cursor(record.cursor.0)).expect("decode"));
+    }
+    state
+}
+
+fn answers() -> Value {
+    json!({"name": "Aurora", "summary": "", "language": "Rust", "integrations": ["Slack"], "priority": 4})
+}
+
+fn call_in_background(
+    server: &Server,
+    tool: &'static str,
+    arguments: Value,
+) -> tokio::task::JoinHandle<CallToolResult> {
+    let peer = server.client.peer().clone();
+    let Value::Object(arguments) = arguments else {
+        panic!("object")
+    };
+    tokio::spawn(async move {
+        peer.call_tool(CallToolRequestParams::new(tool).with_arguments(arguments))
+            .await
+            .expect("tools/call")
+    })
+}
+
+/// Opens an ask on a server that is then killed; returns the ask, its form
+/// URL and the session.
+async fn ask_on_a_server_that_dies(
+    dir: &std::path::Path,
+    env: &[(&str, &str)],
+) -> (AskId, String, String) {
+    let mut first = start(dir, UrlAnswer::NotSupported, env).await;
+    let session = new_session(&first).await;
+    let _pending = call_in_background(&first, "ask_user", Value::Object(sample_ask(&session)));
+    let url = tokio::time::timeout(WAIT, first.seen.stderr_urls.recv())
+        .await
+        .expect("in time")
+        .expect("url");
+    first.kill_9();
+    let state = fold(dir);
+    let ask = state.asks().values().next().expect("the ask");
+    assert_eq!(ask.status, AskStatus::Pending);
+    (ask.id, url, session)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_8_the_old_link_works_again_on_a_fixed_port_and_the_agent_collects_the_answer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = planb_tests::process::free_port().to_string();
+    let env = [("PLANB_PORT", port.as_str())];
+    let (ask, url, _) = ask_on_a_server_that_dies(dir.path(), &env).await;
+
+    let second = start(dir.path(), UrlAnswer::NotSupported, &env).await;
+    let (port, sid) = parse_form_url(&url);
+    // The callback server starts at once because the log has a pending form;
+    // retry while it binds the port the dead server left.
+    let listening = async {
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(WAIT, listening)
+        .await
+        .expect("the old port is served again");
+    let answered = post_json(port, "/submit", &json!({"sid": sid, "answers": answers()})).await;
+    assert_eq!(answered.status, 200, "{}", answered.body);
+
+    let collected = call(&second, "ask_user", json!({"askId": ask.to_string()})).await;
+    assert_eq!(collected.is_error, Some(false), "{}", text_of(&collected));
+    assert_eq!(
+        serde_json::from_str::<Value>(&text_of(&collected)).expect("json"),
+        answers()
+    );
+    second.client.cancel().await.expect("shutdown");
+    assert_eq!(
+        fold(dir.path()).ask(&ask).expect("ask").status,
+        AskStatus::Answered
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_8_ask_user_with_an_ask_id_serves_the_form_again_and_waits_for_the_answer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (ask, old_url, _) = ask_on_a_server_that_dies(dir.path(), &[]).await;
+
+    let mut second = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
+    let collecting = call_in_background(&second, "ask_user", json!({"askId": ask.to_string()}));
+    let url = tokio::time::timeout(WAIT, second.seen.stderr_urls.recv())
+        .await
+        .expect("in time")
+        .expect("url");
+    let (port, sid) = parse_form_url(&url);
+    assert_eq!(
+        sid,
+        parse_form_url(&old_url).1,
+        "the same secret, served by the new server"
+    );
+    let response = post_json(port, "/submit", &json!({"sid": sid, "answers": answers()})).await;
+    assert_eq!(response.status, 200, "{}", response.body);
+    let result = tokio::time::timeout(WAIT, collecting)
+        .await
+        .expect("in time")
+        .expect("task");
+    assert_eq!(
+        serde_json::from_str::<Value>(&text_of(&result)).expect("json"),
+        answers()
+    );
+
+    // Collecting again returns the recorded answer at once.
+    let again = call(&second, "ask_user", json!({"askId": ask.to_string()})).await;
+    assert_eq!(
+        serde_json::from_str::<Value>(&text_of(&again)).expect("json"),
+        answers()
+    );
+    let unknown = call(
+        &second,
+        "ask_user",
+        json!({"askId": uuid::Uuid::from_u128(7).to_string()}),
+    )
+    .await;
+    assert_eq!(unknown.is_error, Some(true));
+    assert!(
+        text_of(&unknown).contains("askId: unknown ask"),
+        "{}",
+        text_of(&unknown)
+    );
+    second.client.cancel().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_8_a_waiting_ask_sees_an_answer_recorded_by_another_process() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut first = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
+    let session = new_session(&first).await;
+    let waiting = call_in_background(&first, "ask_user", Value::Object(sample_ask(&session)));
+    tokio::time::timeout(WAIT, first.seen.stderr_urls.recv())
+        .await
+        .expect("in time")
+        .expect("url");
+    let ask = fold(dir.path()).asks().values().next().expect("ask").id;
+
+    // The person answers the form served by a second server.
+    let mut second = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
+    let collecting = call_in_background(&second, "ask_user", json!({"askId": ask.to_string()}));
+    let url = tokio::time::timeout(WAIT, second.seen.stderr_urls.recv())
+        .await
+        .expect("in time")
+        .expect("url");
+    let (port, sid) = parse_form_url(&url);
+    let response = post_json(port, "/submit", &json!({"sid": sid, "answers": answers()})).await;
+    assert_eq!(response.status, 200, "{}", response.body);
+    for handle in [waiting, collecting] {
+        let result = tokio::time::timeout(WAIT, handle)
+            .await
+            .expect("in time")
+            .expect("task");
+        assert_eq!(
+            serde_json::from_str::<Value>(&text_of(&result)).expect("json"),
+            answers()
+        );
+    }
+    first.client.cancel().await.expect("shutdown");
+    second.client.cancel().await.expect("shutdown");
+}
