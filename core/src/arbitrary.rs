@@ -48,6 +48,16 @@ fn plan_name() -> impl Strategy<Value = PlanName> {
     "[A-Za-z0-9_-]{1,16}".prop_filter_map("valid plan name", |s| PlanName::parse(&s).ok())
 }
 
+/// A plan name with a plans directory (empty, as upcast from version 1, or a path).
+fn plan_key() -> impl Strategy<Value = (PlanName, String)> {
+    let dir = prop_oneof![
+        Just(String::new()),
+        Just("/home/ada/app/docs/plans".to_owned()),
+        Just("/srv/other/plans".to_owned()),
+    ];
+    (plan_name(), dir)
+}
+
 fn choice() -> impl Strategy<Value = Choice> {
     (text(), opt_text()).prop_map(|(value, markdown)| Choice { value, markdown })
 }
@@ -180,28 +190,42 @@ pub(crate) fn event_body() -> impl Strategy<Value = EventBody> {
                 content,
             })
             .boxed(),
-        (plan_name(), text(), proptest::option::of(session_id()))
-            .prop_map(|(plan, content, session)| B::NamedPlanWritten {
+        (plan_key(), text(), proptest::option::of(session_id()))
+            .prop_map(
+                |((plan, plans_dir), content, session)| B::NamedPlanWritten {
+                    plan,
+                    plans_dir,
+                    content,
+                    session,
+                },
+            )
+            .boxed(),
+        (plan_key(), vec(plan_edit(), 0..3), any::<u64>())
+            .prop_map(
+                |((plan, plans_dir), edits, content_len_after)| B::NamedPlanEdited {
+                    plan,
+                    plans_dir,
+                    edits,
+                    content_len_after,
+                },
+            )
+            .boxed(),
+        (plan_key(), text())
+            .prop_map(|((plan, plans_dir), content)| B::NamedPlanChangedOutside {
                 plan,
+                plans_dir,
                 content,
-                session,
             })
             .boxed(),
-        (plan_name(), vec(plan_edit(), 0..3), any::<u64>())
-            .prop_map(|(plan, edits, content_len_after)| B::NamedPlanEdited {
+        (plan_key(), any::<u32>())
+            .prop_map(|((plan, plans_dir), round)| B::NamedPlanSubmitted {
                 plan,
-                edits,
-                content_len_after,
+                plans_dir,
+                round,
             })
-            .boxed(),
-        (plan_name(), text())
-            .prop_map(|(plan, content)| B::NamedPlanChangedOutside { plan, content })
-            .boxed(),
-        (plan_name(), any::<u32>())
-            .prop_map(|(plan, round)| B::NamedPlanSubmitted { plan, round })
             .boxed(),
         (
-            plan_name(),
+            plan_key(),
             any::<u32>(),
             verdict(),
             opt_text(),
@@ -209,13 +233,16 @@ pub(crate) fn event_body() -> impl Strategy<Value = EventBody> {
             review_channel(),
         )
             .prop_map(
-                |(plan, round, verdict, feedback, comments, channel)| B::NamedPlanReviewed {
-                    plan,
-                    round,
-                    verdict,
-                    feedback,
-                    comments,
-                    channel,
+                |((plan, plans_dir), round, verdict, feedback, comments, channel)| {
+                    B::NamedPlanReviewed {
+                        plan,
+                        plans_dir,
+                        round,
+                        verdict,
+                        feedback,
+                        comments,
+                        channel,
+                    }
                 },
             )
             .boxed(),

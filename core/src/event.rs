@@ -24,6 +24,7 @@ pub(crate) use golden::fixed_events as golden_events_for_tests;
 #[cfg(test)]
 mod tests;
 pub mod v1;
+pub mod v2;
 
 use rkyv::rancor;
 use rkyv::util::AlignedVec;
@@ -31,12 +32,13 @@ use rkyv::util::AlignedVec;
 use crate::id::{AskId, EventId, PlanName, SessionId};
 use crate::time::Cursor;
 
-pub use v1::{DeclineAction, Delivery, Event, EventBody, ReviewChannel, ReviewComment, Verdict};
+pub use v1::{DeclineAction, Delivery, ReviewChannel, ReviewComment, Verdict};
+pub use v2::{Event, EventBody};
 
 /// First two bytes of every event payload.
 pub const MAGIC: [u8; 2] = *b"PE";
 /// The schema version [`encode`] writes.
-pub const SCHEMA_VERSION: u16 = 1;
+pub const SCHEMA_VERSION: u16 = 2;
 /// Bytes before the rkyv archive: magic and schema version.
 pub const HEADER_LEN: usize = 4;
 
@@ -139,19 +141,27 @@ pub fn decode(payload: &[u8], cursor: Cursor) -> Result<Envelope, DecodeError> {
         detail,
     };
     let event = match version {
-        1 => decode_v1(archive).map_err(malformed)?,
+        // Upcast to the current shape by `From<v1::Event> for v2::Event`.
+        1 => decode_archive::<v1::Event>(archive).map_err(malformed)?,
+        2 => decode_archive::<v2::Event>(archive).map_err(malformed)?,
         _ => return Err(DecodeError::UnknownVersion { cursor, version }),
     };
     Ok(Envelope { cursor, event })
 }
 
-fn decode_v1(archive: &[u8]) -> Result<v1::Event, String> {
+fn decode_archive<E>(archive: &[u8]) -> Result<Event, String>
+where
+    E: rkyv::Archive + Into<Event>,
+    E::Archived: for<'a> rkyv::bytecheck::CheckBytes<rkyv::api::high::HighValidator<'a, rancor::Error>>
+        + rkyv::Deserialize<E, rkyv::api::high::HighDeserializer<rancor::Error>>,
+{
     // rkyv reads archives in place and needs them aligned; a slice of a
     // log segment has no alignment guarantee, so copy.
     let mut aligned: AlignedVec = AlignedVec::with_capacity(archive.len());
     aligned.extend_from_slice(archive);
-    let event =
-        rkyv::from_bytes::<v1::Event, rancor::Error>(&aligned).map_err(|e| e.to_string())?;
+    let event: Event = rkyv::from_bytes::<E, rancor::Error>(&aligned)
+        .map_err(|e| e.to_string())?
+        .into();
     check_invariants(&event.body)?;
     Ok(event)
 }
@@ -210,6 +220,28 @@ impl EventBody {
             | EventBody::AskDeclined { ask, .. }
             | EventBody::AskFailed { ask, .. }
             | EventBody::AskLateAnswer { ask, .. } => Some(*ask),
+            _ => None,
+        }
+    }
+
+    /// The named plan the event is about, with its directory.
+    pub fn plan_key(&self) -> Option<crate::state::PlanKey> {
+        match self {
+            EventBody::NamedPlanWritten {
+                plan, plans_dir, ..
+            }
+            | EventBody::NamedPlanEdited {
+                plan, plans_dir, ..
+            }
+            | EventBody::NamedPlanChangedOutside {
+                plan, plans_dir, ..
+            }
+            | EventBody::NamedPlanSubmitted {
+                plan, plans_dir, ..
+            }
+            | EventBody::NamedPlanReviewed {
+                plan, plans_dir, ..
+            } => Some(crate::state::PlanKey::new(plans_dir.clone(), plan.clone())),
             _ => None,
         }
     }

@@ -41,7 +41,7 @@ pub use id::{AskId, EventId, IdError, PlanName, RunId, SessionId, TaskId};
 pub use plan_edit::{EditError, PlanEdit, apply_edits};
 pub use question::{AskSpec, Choice, FieldError, Question, QuestionKind, SpecError};
 pub use state::{
-    Ask, AskStatus, Command, ContentHash, NamedPlan, NamedPlanVersion, PlanSource, PlanVersion,
-    Rejection, ReviewRound, Session, State,
+    Ask, AskStatus, Command, ContentHash, NamedPlan, NamedPlanVersion, PlanKey, PlanSource,
+    PlanVersion, Rejection, ReviewRound, Session, State,
 };
 pub use time::{Cursor, TimeError, Timestamp};

@@ -43,7 +43,7 @@ pub use decide::{
 pub struct State {
     sessions: BTreeMap<SessionId, Session>,
     asks: BTreeMap<AskId, Ask>,
-    named_plans: BTreeMap<PlanName, NamedPlan>,
+    named_plans: BTreeMap<PlanKey, NamedPlan>,
     last_cursor: Cursor,
 }
 
@@ -144,11 +144,40 @@ pub struct Ask {
     pub late_answers: Vec<(Timestamp, Answers)>,
 }
 
+/// What names a named plan: the absolute directory of its file and its name,
+/// so two projects may each have an `auth-refactor`. The directory is empty
+/// for plans recorded before event schema 2, when names were global.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct PlanKey {
+    /// The plans directory (`--plans-dir`, absolute).
+    pub dir: String,
+    /// The plan's name.
+    pub name: PlanName,
+}
+
+impl PlanKey {
+    /// The plan `name` in the directory `dir`.
+    pub fn new(dir: impl Into<String>, name: PlanName) -> PlanKey {
+        PlanKey {
+            dir: dir.into(),
+            name,
+        }
+    }
+}
+
+impl std::fmt::Display for PlanKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name.as_str())
+    }
+}
+
 /// A named plan (`write_plan`, `edit_plan`, `submit_plan`).
 #[derive(Clone, PartialEq, Debug)]
 pub struct NamedPlan {
     /// The plan's name.
     pub name: PlanName,
+    /// Its plans directory (empty for plans recorded before event schema 2).
+    pub dir: String,
     /// The session of the latest write that named one.
     pub session: Option<SessionId>,
     /// The current content.
@@ -222,7 +251,7 @@ impl State {
     }
 
     /// All named plans, by name.
-    pub fn named_plans(&self) -> &BTreeMap<PlanName, NamedPlan> {
+    pub fn named_plans(&self) -> &BTreeMap<PlanKey, NamedPlan> {
         &self.named_plans
     }
 
@@ -237,8 +266,8 @@ impl State {
     }
 
     /// The named plan with this name.
-    pub fn named_plan(&self, name: &PlanName) -> Option<&NamedPlan> {
-        self.named_plans.get(name)
+    pub fn named_plan(&self, key: &PlanKey) -> Option<&NamedPlan> {
+        self.named_plans.get(key)
     }
 
     /// Asks still waiting for an answer, across all sessions, by id.
@@ -414,7 +443,7 @@ impl State {
     }
 
     fn apply_named_plan(&mut self, cursor: Cursor, at: Timestamp, body: &EventBody) {
-        let Some(name) = body.plan() else {
+        let Some(key) = body.plan_key() else {
             return;
         };
         let version = |source| NamedPlanVersion { cursor, at, source };
@@ -424,18 +453,19 @@ impl State {
             body,
             EventBody::NamedPlanWritten { .. } | EventBody::NamedPlanChangedOutside { .. }
         );
-        if creates && !self.named_plans.contains_key(name) {
+        if creates && !self.named_plans.contains_key(&key) {
             let plan = NamedPlan {
-                name: name.clone(),
+                name: key.name.clone(),
+                dir: key.dir.clone(),
                 session: None,
                 content: String::new(),
                 versions: Vec::new(),
                 held: BTreeSet::new(),
                 rounds: Vec::new(),
             };
-            self.named_plans.insert(name.clone(), plan);
+            self.named_plans.insert(key.clone(), plan);
         }
-        let Some(plan) = self.named_plans.get_mut(name) else {
+        let Some(plan) = self.named_plans.get_mut(&key) else {
             return;
         };
         let session = match body {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use std::path::PathBuf;
 
-use planb_core::{Command, EventBody, PlanName, State};
+use planb_core::{Command, EventBody, PlanKey, State};
 use planb_projections::{PlanFileChange, Store, StoreError};
 
 /// A store call that did not finish: the runtime is shutting down, or the
@@ -43,7 +43,7 @@ pub async fn read<R: Send + 'static>(
 /// runs `command` and brings the file up to date, as one step.
 pub async fn on_plan_file(
     store: &Arc<Store>,
-    plan: PlanName,
+    plan: PlanKey,
     path: PathBuf,
     command: Option<Command>,
 ) -> Result<PlanFileChange, StoreError> {

@@ -148,7 +148,7 @@ pub type Forms = Registry<FormInfo, planb_core::Answers>;
 #[derive(Debug, Clone)]
 pub struct ReviewInfo {
     /// The plan.
-    pub plan: planb_core::PlanName,
+    pub plan: planb_core::PlanKey,
     /// The round under review.
     pub round: u32,
     /// The content submitted.

@@ -409,7 +409,7 @@ async fn review_page(State(state): State<AppState>, Query(query): Query<RidQuery
         Some((info, false)) => html(
             StatusCode::OK,
             pages::review_page(&pages::ReviewView {
-                plan_name: info.plan.as_str(),
+                plan_name: info.plan.name.as_str(),
                 round: info.round,
                 content: &info.content,
                 previous: info.previous.as_deref(),

@@ -9,7 +9,7 @@
 
 use std::path::PathBuf;
 
-use planb_core::{Command, PlanEdit, PlanName, ReviewChannel, Verdict, apply_edits};
+use planb_core::{Command, PlanEdit, PlanKey, PlanName, ReviewChannel, Verdict, apply_edits};
 use rmcp::RoleServer;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, GetPromptResult, JsonObject, PromptMessage, Role};
@@ -150,10 +150,16 @@ fn verdict_result(approved: bool, feedback: Option<String>) -> CallToolResult {
 }
 
 impl PlanbServer {
-    fn named_plan_path(&self, plan: &PlanName) -> PathBuf {
+    /// What `name` means for this server: the plan of that name in its
+    /// plans directory.
+    fn plan_key(&self, name: PlanName) -> PlanKey {
+        PlanKey::new(self.config().plans_dir.display().to_string(), name)
+    }
+
+    fn named_plan_path(&self, plan: &PlanKey) -> PathBuf {
         self.config()
             .plans_dir
-            .join(format!("{}-plan.md", plan.as_str()))
+            .join(format!("{}-plan.md", plan.name.as_str()))
     }
 
     /// Records a hand edit of the plan's file if there is one, runs
@@ -161,7 +167,7 @@ impl PlanbServer {
     /// append lock (see `planb_projections::plan_file`).
     async fn on_plan_file(
         &self,
-        plan: &PlanName,
+        plan: &PlanKey,
         command: Option<Command>,
     ) -> Result<PlanFileChange, CallToolResult> {
         crate::blocking::on_plan_file(
@@ -194,6 +200,7 @@ impl PlanbServer {
         let (Some(plan), Some(content)) = (plan, content) else {
             return Ok(tool_error("planName and content are required"));
         };
+        let plan = self.plan_key(plan);
         let command = Command::WritePlan {
             plan: plan.clone(),
             content,
@@ -201,7 +208,7 @@ impl PlanbServer {
         };
         Ok(match self.on_plan_file(&plan, Some(command)).await {
             Ok(change) => CallToolResult::structured(json!({
-                "planName": plan.as_str(),
+                "planName": plan.name.as_str(),
                 "planPath": change.path.display().to_string(),
                 "bytesWritten": change.content.len(),
             })),
@@ -220,6 +227,7 @@ impl PlanbServer {
             Ok(parsed) => parsed,
             Err(message) => return Ok(tool_error(message)),
         };
+        let plan = self.plan_key(plan);
         let command = Command::EditPlan {
             plan: plan.clone(),
             edits: edits.clone(),
@@ -231,7 +239,7 @@ impl PlanbServer {
                     .and_then(|before| apply_edits(&before, &edits).ok())
                     .map_or(0, |(_, n)| n);
                 CallToolResult::structured(json!({
-                    "planName": plan.as_str(),
+                    "planName": plan.name.as_str(),
                     "planPath": change.path.display().to_string(),
                     "replacementsMade": replacements,
                 }))
@@ -259,6 +267,7 @@ impl PlanbServer {
         let Some(plan) = plan else {
             return Ok(tool_error("planName: required"));
         };
+        let plan = self.plan_key(plan);
         let submitted = self
             .on_plan_file(&plan, Some(Command::SubmitPlan { plan: plan.clone() }))
             .await;
@@ -316,7 +325,7 @@ impl PlanbServer {
 impl PlanbServer {
     async fn record_review(
         &self,
-        plan: &PlanName,
+        plan: &PlanKey,
         round: u32,
         outcome: &ReviewOutcome,
         channel: ReviewChannel,
@@ -336,7 +345,7 @@ impl PlanbServer {
     /// its stdout is feedback, never an approval.
     async fn review_by_command(
         &self,
-        plan: &PlanName,
+        plan: &PlanKey,
         round: u32,
         path: &std::path::Path,
     ) -> CallToolResult {
@@ -382,7 +391,7 @@ impl PlanbServer {
     /// Form-mode elicitation: a flat `decision` (approve/deny, default deny) and `feedback`.
     async fn review_by_form(
         &self,
-        plan: &PlanName,
+        plan: &PlanKey,
         round: u32,
         context: &RequestContext<RoleServer>,
     ) -> CallToolResult {
@@ -410,7 +419,7 @@ impl PlanbServer {
             meta: None,
             message: format!(
                 "Review plan \"{}\" (round {round}) at {}",
-                plan.as_str(),
+                plan.name.as_str(),
                 self.named_plan_path(plan).display()
             ),
             requested_schema: schema,
@@ -481,12 +490,12 @@ impl PlanbServer {
             .peer
             .supported_elicitation_modes()
             .contains(&ElicitationMode::Url);
-        let label = format!("review of plan \"{}\"", plan.as_str());
+        let label = format!("review of plan \"{}\"", plan.name.as_str());
         let page = Page {
             context,
             url: &url,
             label: &label,
-            elicitation_id: format!("{}-{round}", plan.as_str()),
+            elicitation_id: format!("{}-{round}", plan.name.as_str()),
             url_mode,
         };
         let outcome = deliver_and_wait(self.config(), &page, answered).await;

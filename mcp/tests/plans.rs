@@ -487,8 +487,12 @@ async fn a_plan_can_be_tied_to_a_session_so_the_arc_replays_together() {
     .expect("open");
     let tied = store
         .read(|s| {
-            s.named_plan(&planb_core::PlanName::parse("x").expect("name"))
-                .and_then(|p| p.session)
+            let dir = dir.path().canonicalize().expect("dir").join("docs/plans");
+            let key = planb_core::PlanKey::new(
+                dir.display().to_string(),
+                planb_core::PlanName::parse("x").expect("name"),
+            );
+            s.named_plan(&key).and_then(|p| p.session)
         })
         .expect("read");
     assert_eq!(tied.map(|s| s.to_string()), Some(session));

@@ -54,6 +54,12 @@ fn fold(root: &Path) -> (State, Vec<&'static str>) {
     (state, kinds)
 }
 
+/// The shared plan as the servers name it: in `<dir>/docs/plans`.
+fn plan_key(dir: &Path) -> planb_core::PlanKey {
+    let plans = dir.canonicalize().expect("dir").join("docs/plans");
+    planb_core::PlanKey::new(plans.display().to_string(), PLAN.parse().expect("name"))
+}
+
 fn plan_path(dir: &Path) -> std::path::PathBuf {
     dir.join("docs/plans").join(format!("{PLAN}-plan.md"))
 }
@@ -128,7 +134,7 @@ async fn issue_8_concurrent_edit_plan_from_three_processes_undoes_nothing() {
         "nobody edited the file by hand, yet the log records a hand edit: {kinds:?}"
     );
     let content = &state
-        .named_plan(&PLAN.parse().expect("name"))
+        .named_plan(&plan_key(dir.path()))
         .expect("plan")
         .content;
     for process in 0..PROCESSES {
@@ -201,7 +207,7 @@ async fn issue_8_kill_9_during_edit_plan_leaves_no_spurious_hand_edit_or_temp_fi
         "a killed writer made a later one see a hand edit: {kinds:?}"
     );
     let content = &state
-        .named_plan(&PLAN.parse().expect("name"))
+        .named_plan(&plan_key(dir.path()))
         .expect("plan")
         .content;
     for (round, index) in &acknowledged {
@@ -221,7 +227,7 @@ async fn issue_8_kill_9_during_edit_plan_leaves_no_spurious_hand_edit_or_temp_fi
     assert_eq!(
         std::fs::read_to_string(plan_path(dir.path())).expect("file"),
         state
-            .named_plan(&PLAN.parse().expect("name"))
+            .named_plan(&plan_key(dir.path()))
             .expect("plan")
             .content
     );
@@ -270,7 +276,7 @@ async fn issue_8_a_file_behind_the_log_is_brought_up_to_date_not_recorded_as_a_h
         ]
     );
     let content = &state
-        .named_plan(&PLAN.parse().expect("name"))
+        .named_plan(&plan_key(dir.path()))
         .expect("plan")
         .content;
     assert_eq!(content, "# Plan\n- one\n- two\n- three\n");
@@ -280,4 +286,53 @@ async fn issue_8_a_file_behind_the_log_is_brought_up_to_date_not_recorded_as_a_h
     );
     assert!(!stale.exists(), "the stale temp file was removed");
     server.client.cancel().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_8_two_projects_with_one_plan_name_keep_two_plans() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().canonicalize().expect("root");
+    let mut servers = Vec::new();
+    for project in ["app", "lib"] {
+        let plans = root.join(project).join("docs/plans");
+        let plans = plans.display().to_string();
+        let server = start_with(
+            dir.path(),
+            UrlAnswer::NotSupported,
+            None,
+            &[],
+            &["--plans-dir", &plans],
+        )
+        .await;
+        servers.push((project, plans, server));
+    }
+    for (project, _, server) in &servers {
+        let written = call(
+            server,
+            "write_plan",
+            json!({"planName": "auth-refactor", "content": format!("# {project}\n")}),
+        )
+        .await;
+        assert_eq!(written.is_error, Some(false), "{}", text_of(&written));
+    }
+    for (project, plans, server) in &servers {
+        let edited = call(
+            server,
+            "edit_plan",
+            json!({"planName": "auth-refactor", "oldString": format!("# {project}"), "newString": format!("# {project} edited")}),
+        )
+        .await;
+        assert_eq!(edited.is_error, Some(false), "{}", text_of(&edited));
+        let file = std::path::Path::new(plans).join("auth-refactor-plan.md");
+        assert_eq!(
+            std::fs::read_to_string(file).expect("plan file"),
+            format!("# {project} edited\n")
+        );
+    }
+    let (state, kinds) = fold(dir.path());
+    assert!(!kinds.contains(&"named_plan_changed_outside"), "{kinds:?}");
+    assert_eq!(state.named_plans().len(), 2);
+    for (_, _, server) in servers {
+        server.client.cancel().await.expect("shutdown");
+    }
 }

@@ -21,7 +21,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use planb_core::{Command, Envelope, PlanName, Rejection};
+use planb_core::{Command, Envelope, PlanKey, PlanName, Rejection};
 
 use crate::StoreError;
 use crate::store::{Locked, Store};
@@ -92,12 +92,12 @@ impl Store {
     /// returned after any hand edit was recorded.
     pub fn execute_on_plan_file(
         &self,
-        plan: &PlanName,
+        plan: &PlanKey,
         path: &Path,
         command: Option<Command>,
     ) -> Result<PlanFileChange, StoreError> {
         self.locked(|locked| {
-            remove_stale_temp_files(plan, path);
+            remove_stale_temp_files(&plan.name, path);
             let on_disk = read_plan_file(path)?;
             let mut events = Vec::new();
             if let Some(text) = &on_disk {
@@ -136,7 +136,7 @@ impl Store {
             if let Some(content) = &content
                 && on_disk.as_deref() != Some(content.as_str())
             {
-                write_plan_file(locked, plan, path, content)?;
+                write_plan_file(locked, &plan.name, path, content)?;
             }
             events.extend(outcome?);
             Ok(PlanFileChange {

@@ -8,8 +8,8 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use planb_core::{
-    AnswerValue, Answers, AskId, AskSpec, Command, Delivery, PlanName, Question, QuestionKind,
-    ReviewChannel, ReviewComment, SessionId, Timestamp, Verdict,
+    AnswerValue, Answers, AskId, AskSpec, Command, Delivery, PlanKey, PlanName, Question,
+    QuestionKind, ReviewChannel, ReviewComment, SessionId, Timestamp, Verdict,
 };
 use planb_projections::{DataRoot, FixedEnvironment, Store};
 use planb_retro::{AppState, Retro, app};
@@ -53,7 +53,10 @@ fn fixture() -> Fixture {
     let session = SessionId::from_uuid(Uuid::new_v4());
     let ask = AskId::from_uuid(Uuid::new_v4());
     let pending = AskId::from_uuid(Uuid::new_v4());
-    let plan = PlanName::parse("auth-refactor").expect("plan name");
+    let plan = PlanKey::new(
+        "/home/ada/app/docs/plans",
+        PlanName::parse("auth-refactor").expect("plan name"),
+    );
     let commands = vec![
         Command::CreateSession {
             session,

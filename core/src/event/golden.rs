@@ -1,8 +1,10 @@
-//! The golden log of schema version 1: `fixtures/golden/events-v1.bin`
-//! holds one fixed event of every variant, and this test proves the current
-//! code decodes it to exactly those events and encodes them to exactly those
-//! bytes. Run with `PLANB_BLESS=1` to rewrite the file, and only ever for a
-//! schema version that has not been released.
+//! The golden logs of every released event schema:
+//! `fixtures/golden/events-v1.bin` and `events-v2.bin` each hold one fixed
+//! event of every variant. The tests prove the current code decodes each file
+//! to exactly those events (version 1 upcast to version 2), and that each
+//! version's types still encode to exactly those bytes. Run with
+//! `PLANB_BLESS=1` to write a file, and only ever for a schema version that
+//! has not been released.
 
 use std::path::PathBuf;
 
@@ -14,8 +16,9 @@ use crate::plan_edit::PlanEdit;
 use crate::question::{AskSpec, Choice, Question, QuestionKind};
 use crate::time::Timestamp;
 
-fn golden_path() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/golden/events-v1.bin")
+fn golden_path(version: u16) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("../fixtures/golden/events-v{version}.bin"))
 }
 
 fn session() -> SessionId {
@@ -116,8 +119,9 @@ fn answers(project: &str) -> Answers {
 
 /// One event of every variant, in declaration order, with fixed ids and
 /// times one second apart.
-pub(crate) fn fixed_events() -> Vec<Event> {
-    use EventBody as B;
+/// One event of every version 1 variant.
+pub(crate) fn fixed_events_v1() -> Vec<v1::Event> {
+    use v1::EventBody as B;
     let bodies = vec![
         B::SessionCreated {
             session: session(),
@@ -206,7 +210,7 @@ pub(crate) fn fixed_events() -> Vec<Event> {
     bodies
         .into_iter()
         .zip(1u128..)
-        .map(|(body, n)| Event {
+        .map(|(body, n)| v1::Event {
             id: EventId::from_uuid(Uuid::from_u128(
                 0x0190_f5a2_9000_7000_8000_0000_0000_0000 + n,
             )),
@@ -218,6 +222,40 @@ pub(crate) fn fixed_events() -> Vec<Event> {
 
 /// The log-like framing of the golden file: (u32 little-endian length,
 /// payload) records.
+/// The plans directory of the version 2 golden plan.
+const PLANS_DIR: &str = "/home/ada/src/app/docs/plans";
+
+/// One event of every version 2 variant: the version 1 events, upcast, with
+/// the named plan in a plans directory.
+pub(crate) fn fixed_events() -> Vec<Event> {
+    fixed_events_v1()
+        .into_iter()
+        .map(|event| {
+            let mut event = Event::from(event);
+            match &mut event.body {
+                EventBody::NamedPlanWritten { plans_dir, .. }
+                | EventBody::NamedPlanEdited { plans_dir, .. }
+                | EventBody::NamedPlanChangedOutside { plans_dir, .. }
+                | EventBody::NamedPlanSubmitted { plans_dir, .. }
+                | EventBody::NamedPlanReviewed { plans_dir, .. } => {
+                    *plans_dir = PLANS_DIR.into();
+                }
+                _ => {}
+            }
+            event
+        })
+        .collect()
+}
+
+/// A version 1 payload, as planb wrote it before version 2.
+fn encode_v1(event: &v1::Event) -> Vec<u8> {
+    let archive = rkyv::to_bytes::<rkyv::rancor::Error>(event).unwrap();
+    let mut payload = MAGIC.to_vec();
+    payload.extend_from_slice(&1u16.to_le_bytes());
+    payload.extend_from_slice(&archive);
+    payload
+}
+
 fn frame(payloads: &[Vec<u8>]) -> Vec<u8> {
     let mut file = Vec::new();
     for payload in payloads {
@@ -241,14 +279,13 @@ fn unframe(mut file: &[u8]) -> Vec<&[u8]> {
     payloads
 }
 
-#[test]
-fn golden_log_v1_still_decodes_and_encodes_byte_for_byte() {
-    let events = fixed_events();
-    let payloads: Vec<Vec<u8>> = events.iter().map(|e| encode(e).unwrap()).collect();
-    let path = golden_path();
+/// Reads the golden file of `version`, writing `payloads` to it first with
+/// `PLANB_BLESS=1`, and checks it decodes to `expected` and equals `payloads`.
+fn check_golden(version: u16, payloads: &[Vec<u8>], expected: &[Event]) {
+    let path = golden_path(version);
     if std::env::var_os("PLANB_BLESS").is_some_and(|v| v == "1") {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, frame(&payloads)).unwrap();
+        std::fs::write(&path, frame(payloads)).unwrap();
     }
     let file = std::fs::read(&path).unwrap_or_else(|e| {
         panic!(
@@ -257,21 +294,34 @@ fn golden_log_v1_still_decodes_and_encodes_byte_for_byte() {
         )
     });
     let records = unframe(&file);
-    assert_eq!(records.len(), events.len(), "number of golden records");
-    for (index, (record, expected)) in records.iter().zip(&events).enumerate() {
+    assert_eq!(records.len(), expected.len(), "number of golden records");
+    for (index, (record, expected)) in records.iter().zip(expected).enumerate() {
         let cursor = Cursor(index as u64 + 1);
         let decoded = decode(record, cursor).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(decoded.event, *expected, "golden record {cursor}");
     }
     assert!(
-        file == frame(&payloads),
-        "encoding the fixed events no longer gives the bytes of {}: the v1 wire format changed",
+        file == frame(payloads),
+        "encoding the fixed events no longer gives the bytes of {}: the v{version} wire format changed",
         path.display()
     );
 }
 
-/// The fixed edit event must describe a real edit, or the state tests that
-/// replay the golden events would silently skip it.
+#[test]
+fn golden_log_v1_still_decodes_and_encodes_byte_for_byte() {
+    let events = fixed_events_v1();
+    let payloads: Vec<Vec<u8>> = events.iter().map(encode_v1).collect();
+    let upcast: Vec<Event> = events.into_iter().map(Event::from).collect();
+    check_golden(1, &payloads, &upcast);
+}
+
+#[test]
+fn golden_log_v2_still_decodes_and_encodes_byte_for_byte() {
+    let events = fixed_events();
+    let payloads: Vec<Vec<u8>> = events.iter().map(|e| encode(e).unwrap()).collect();
+    check_golden(2, &payloads, &events);
+}
+
 #[test]
 fn golden_edit_event_is_consistent() {
     let events = fixed_events();

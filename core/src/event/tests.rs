@@ -27,7 +27,7 @@ proptest! {
     fn encode_then_decode_gives_the_same_event(event in arbitrary::event(), cursor in any::<u64>()) {
         let payload = encoded(&event);
         prop_assert_eq!(&payload[..2], b"PE");
-        prop_assert_eq!(&payload[2..4], &1u16.to_le_bytes());
+        prop_assert_eq!(&payload[2..4], &SCHEMA_VERSION.to_le_bytes());
         let envelope = decode(&payload, Cursor(cursor)).unwrap();
         prop_assert_eq!(envelope, Envelope { cursor: Cursor(cursor), event: event.clone() });
         // Encoding is deterministic: the golden test depends on it.
@@ -41,7 +41,7 @@ proptest! {
                 "too short"
             } else if bytes[..2] != MAGIC {
                 "bad magic"
-            } else if bytes[2..4] != SCHEMA_VERSION.to_le_bytes() {
+            } else if !(1..=SCHEMA_VERSION).contains(&u16::from_le_bytes([bytes[2], bytes[3]])) {
                 "unknown version"
             } else {
                 "malformed"
@@ -78,7 +78,7 @@ proptest! {
             let is_too_short = matches!(error, Some(DecodeError::TooShort { len: l, .. }) if l == len);
             prop_assert!(is_too_short, "{error:?}");
         } else if let Some(error) = error {
-            let is_malformed = matches!(error, DecodeError::Malformed { version: 1, .. });
+            let is_malformed = matches!(error, DecodeError::Malformed { version: SCHEMA_VERSION, .. });
             prop_assert!(is_malformed, "{error}");
         }
     }
@@ -95,12 +95,23 @@ proptest! {
                 prop_assert!(is_bad_magic, "{error:?}");
             }
             2 | 3 => {
-                let is_unknown = matches!(error, Some(DecodeError::UnknownVersion { version, .. }) if version != 1);
-                prop_assert!(is_unknown, "{error:?}");
+                // A flip can land on the other known version: then the
+                // archive is read as that version's and must be refused or
+                // decode cleanly, never panic.
+                let flipped = u16::from_le_bytes([payload[2], payload[3]]);
+                let expected = match &error {
+                    Some(DecodeError::UnknownVersion { version, .. }) => {
+                        *version == flipped && !(1..=SCHEMA_VERSION).contains(&flipped)
+                    }
+                    Some(DecodeError::Malformed { version, .. }) => *version == flipped,
+                    None => flipped == 1,
+                    _ => false,
+                };
+                prop_assert!(expected, "{error:?}");
             }
             _ => {
                 if let Some(error) = error {
-                    let is_malformed = matches!(error, DecodeError::Malformed { version: 1, .. });
+                    let is_malformed = matches!(error, DecodeError::Malformed { version: SCHEMA_VERSION, .. });
                     prop_assert!(is_malformed, "{error}");
                 }
             }
@@ -124,7 +135,7 @@ fn decode_errors_name_the_cursor_and_the_problem() {
     );
     check(
         b"PE\x07\x00",
-        "event at cursor 12: unknown schema version 7 (this build reads 1 to 1)",
+        "event at cursor 12: unknown schema version 7 (this build reads 1 to 2)",
     );
     let error = decode(b"PE\x01\x00\x00", Cursor(12)).unwrap_err();
     assert!(
@@ -145,6 +156,7 @@ fn decode_rejects_invalid_plan_names() {
         at: Timestamp(0),
         body: EventBody::NamedPlanSubmitted {
             plan: good,
+            plans_dir: "/p".into(),
             round: 1,
         },
     };
@@ -155,7 +167,7 @@ fn decode_rejects_invalid_plan_names() {
     let error = decode(&payload, Cursor(5)).unwrap_err();
     assert_eq!(
         error.to_string(),
-        "event at cursor 5: malformed schema v1 payload: planName: must contain only letters, digits, '-' and '_' (found '.')"
+        "event at cursor 5: malformed schema v2 payload: planName: must contain only letters, digits, '-' and '_' (found '.')"
     );
 }
 

@@ -10,6 +10,7 @@ use crate::id::PlanName;
 use crate::id::{AskId, SessionId};
 use crate::plan_edit::{EditError, PlanEdit};
 use crate::question::AskSpec;
+use crate::state::PlanKey;
 
 use super::{AskStatus, State};
 
@@ -87,8 +88,8 @@ pub enum Command {
     },
     /// `write_plan`: replace a named plan's content, creating it if new.
     WritePlan {
-        /// The plan.
-        plan: PlanName,
+        /// The plan: its directory and name.
+        plan: PlanKey,
         /// The full new content (at most 4 MiB).
         content: String,
         /// The planb session to tie the plan to, if any.
@@ -96,27 +97,27 @@ pub enum Command {
     },
     /// `edit_plan`: string replacements applied atomically to the current content.
     EditPlan {
-        /// The plan.
-        plan: PlanName,
+        /// The plan: its directory and name.
+        plan: PlanKey,
         /// The edits, all matched against the content before any applies.
         edits: Vec<PlanEdit>,
     },
     /// The plan's file was changed by hand since planb last wrote it.
     RecordOutsideChange {
-        /// The plan.
-        plan: PlanName,
+        /// The plan: its directory and name.
+        plan: PlanKey,
         /// What the file holds now.
         content: String,
     },
     /// `submit_plan`: open a review round on the current content.
     SubmitPlan {
-        /// The plan.
-        plan: PlanName,
+        /// The plan: its directory and name.
+        plan: PlanKey,
     },
     /// A person's verdict on a review round.
     ReviewPlan {
-        /// The plan.
-        plan: PlanName,
+        /// The plan: its directory and name.
+        plan: PlanKey,
         /// The round reviewed.
         round: u32,
         /// Approve or request changes.
@@ -199,7 +200,9 @@ pub enum Rejection {
         unit: &'static str,
     },
     /// No plan of that name was ever written.
-    #[error("planName: no plan named {plan:?}; create it with write_plan first")]
+    #[error(
+        "planName: no plan named {plan} in this plans directory; create it with write_plan first"
+    )]
     UnknownPlan {
         /// The name.
         plan: PlanName,
@@ -208,13 +211,13 @@ pub enum Rejection {
     #[error("{0}")]
     Edit(#[from] EditError),
     /// The content did not change.
-    #[error("planName: plan {plan:?} already holds exactly this content")]
+    #[error("planName: plan {plan} already holds exactly this content")]
     Unchanged {
         /// The name.
         plan: PlanName,
     },
     /// The review names a round that does not exist.
-    #[error("plan {plan:?} has no review round {round}")]
+    #[error("plan {plan} has no review round {round}")]
     UnknownRound {
         /// The name.
         plan: PlanName,
@@ -222,7 +225,7 @@ pub enum Rejection {
         round: u32,
     },
     /// The round already has its verdict.
-    #[error("review round {round} of plan {plan:?} was already reviewed")]
+    #[error("review round {round} of plan {plan} was already reviewed")]
     AlreadyReviewed {
         /// The name.
         plan: PlanName,

@@ -3,10 +3,10 @@
 //! approval is only ever recorded from a review command, which only a person's
 //! action produces.
 
+use super::PlanKey;
 use super::decide::{Command, Rejection, bytes_at_most, chars_at_most};
 use super::{NamedPlan, State};
 use crate::event::EventBody;
-use crate::id::PlanName;
 use crate::plan_edit::apply_edits;
 
 /// Largest named plan, in bytes (4 MiB).
@@ -23,9 +23,10 @@ pub const REVIEW_FEEDBACK_CHARS_MAX: usize = 100_000;
 pub const EDITS_MAX: usize = 100;
 
 impl State {
-    fn known_plan(&self, plan: &PlanName) -> Result<&NamedPlan, Rejection> {
-        self.named_plan(plan)
-            .ok_or_else(|| Rejection::UnknownPlan { plan: plan.clone() })
+    fn known_plan(&self, plan: &PlanKey) -> Result<&NamedPlan, Rejection> {
+        self.named_plan(plan).ok_or_else(|| Rejection::UnknownPlan {
+            plan: plan.name.clone(),
+        })
     }
 
     pub(super) fn decide_named(&self, command: Command) -> Result<EventBody, Rejection> {
@@ -40,7 +41,8 @@ impl State {
                     self.known_session(session)?;
                 }
                 Ok(EventBody::NamedPlanWritten {
-                    plan,
+                    plan: plan.name,
+                    plans_dir: plan.dir,
                     content,
                     session,
                 })
@@ -58,7 +60,8 @@ impl State {
                 let (content, _) = apply_edits(&current.content, &edits)?;
                 bytes_at_most("content", Some(&content), NAMED_PLAN_BYTES_MAX)?;
                 Ok(EventBody::NamedPlanEdited {
-                    plan,
+                    plan: plan.name,
+                    plans_dir: plan.dir,
                     edits,
                     content_len_after: content.len() as u64,
                 })
@@ -66,14 +69,22 @@ impl State {
             Command::RecordOutsideChange { plan, content } => {
                 bytes_at_most("content", Some(&content), NAMED_PLAN_BYTES_MAX)?;
                 if self.named_plan(&plan).is_some_and(|p| p.content == content) {
-                    return Err(Rejection::Unchanged { plan });
+                    return Err(Rejection::Unchanged { plan: plan.name });
                 }
-                Ok(EventBody::NamedPlanChangedOutside { plan, content })
+                Ok(EventBody::NamedPlanChangedOutside {
+                    plan: plan.name,
+                    plans_dir: plan.dir,
+                    content,
+                })
             }
             Command::SubmitPlan { plan } => {
                 let current = self.known_plan(&plan)?;
                 let round = u32::try_from(current.rounds.len() + 1).unwrap_or(u32::MAX);
-                Ok(EventBody::NamedPlanSubmitted { plan, round })
+                Ok(EventBody::NamedPlanSubmitted {
+                    plan: plan.name,
+                    plans_dir: plan.dir,
+                    round,
+                })
             }
             Command::ReviewPlan {
                 plan,
@@ -89,11 +100,14 @@ impl State {
                     .iter()
                     .find(|r| r.round == round)
                     .ok_or_else(|| Rejection::UnknownRound {
-                        plan: plan.clone(),
+                        plan: plan.name.clone(),
                         round,
                     })?;
                 if reviewed.verdict.is_some() {
-                    return Err(Rejection::AlreadyReviewed { plan, round });
+                    return Err(Rejection::AlreadyReviewed {
+                        plan: plan.name,
+                        round,
+                    });
                 }
                 chars_at_most("feedback", feedback.as_deref(), REVIEW_FEEDBACK_CHARS_MAX)?;
                 if comments.len() > REVIEW_COMMENTS_MAX {
@@ -117,7 +131,8 @@ impl State {
                     )?;
                 }
                 Ok(EventBody::NamedPlanReviewed {
-                    plan,
+                    plan: plan.name,
+                    plans_dir: plan.dir,
                     round,
                     verdict,
                     feedback,

@@ -354,8 +354,11 @@ fn named_plan_events_build_versions_and_rounds() {
             h.apply(event.body);
         }
     }
-    let name = PlanName::parse("auth-refactor").unwrap();
-    let plan = h.state.named_plan(&name).unwrap();
+    let key = crate::state::PlanKey::new(
+        "/home/ada/src/app/docs/plans",
+        PlanName::parse("auth-refactor").unwrap(),
+    );
+    let plan = h.state.named_plan(&key).unwrap();
     let sources: Vec<PlanSource> = plan.versions.iter().map(|v| v.source).collect();
     assert_eq!(
         sources,
@@ -382,14 +385,16 @@ fn named_plan_events_build_versions_and_rounds() {
 #[test]
 fn edit_that_no_longer_applies_is_ignored() {
     let mut h = Harness::new();
-    let plan = PlanName::parse("p").unwrap();
+    let plan = crate::state::PlanKey::new("/p", PlanName::parse("p").unwrap());
     h.apply(EventBody::NamedPlanWritten {
-        plan: plan.clone(),
+        plan: plan.name.clone(),
+        plans_dir: plan.dir.clone(),
         content: "abc".into(),
         session: None,
     });
     h.apply(EventBody::NamedPlanEdited {
-        plan: plan.clone(),
+        plan: plan.name.clone(),
+        plans_dir: plan.dir.clone(),
         edits: vec![crate::plan_edit::PlanEdit {
             old: "zzz".into(),
             new: "y".into(),
@@ -454,14 +459,19 @@ fn interacting_event() -> impl Strategy<Value = EventBody> {
         (plan.clone(), proptest::option::of(session)).prop_map(|(plan, session)| {
             EventBody::NamedPlanWritten {
                 plan,
+                plans_dir: String::new(),
                 content: "x y".into(),
                 session,
             }
         }),
-        (plan.clone(), 0u32..3)
-            .prop_map(|(plan, round)| EventBody::NamedPlanSubmitted { plan, round }),
+        (plan.clone(), 0u32..3).prop_map(|(plan, round)| EventBody::NamedPlanSubmitted {
+            plan,
+            plans_dir: String::new(),
+            round
+        }),
         (plan, 0u32..3).prop_map(|(plan, round)| EventBody::NamedPlanReviewed {
             plan,
+            plans_dir: String::new(),
             round,
             verdict: Verdict::Approved,
             feedback: None,
@@ -524,13 +534,14 @@ fn edit(old: &str, new: &str) -> crate::plan_edit::PlanEdit {
 #[test]
 fn named_plans_keep_every_version_and_reviews_happen_once_per_round() {
     let mut h = Harness::new();
-    let plan = plan_name("auth");
+    let plan = crate::state::PlanKey::new("/app/docs/plans", plan_name("auth"));
+    let name = plan.name.clone();
     assert_eq!(
         h.run(Command::EditPlan {
             plan: plan.clone(),
             edits: vec![edit("a", "b")]
         }),
-        Err(Rejection::UnknownPlan { plan: plan.clone() })
+        Err(Rejection::UnknownPlan { plan: name.clone() })
     );
     h.run(Command::WritePlan {
         plan: plan.clone(),
@@ -561,7 +572,7 @@ fn named_plans_keep_every_version_and_reviews_happen_once_per_round() {
             plan: plan.clone(),
             content: "# Auth\n- step 1\n- by hand\n".into(),
         }),
-        Err(Rejection::Unchanged { plan: plan.clone() })
+        Err(Rejection::Unchanged { plan: name.clone() })
     );
     let named = h.state.named_plan(&plan).expect("plan");
     assert_eq!(named.content, "# Auth\n- step 1\n- by hand\n");
@@ -589,7 +600,7 @@ fn named_plans_keep_every_version_and_reviews_happen_once_per_round() {
     assert_eq!(
         h.run(review(2, Verdict::Approved)),
         Err(Rejection::UnknownRound {
-            plan: plan.clone(),
+            plan: name.clone(),
             round: 2
         })
     );
@@ -597,7 +608,7 @@ fn named_plans_keep_every_version_and_reviews_happen_once_per_round() {
     assert_eq!(
         h.run(review(1, Verdict::Approved)),
         Err(Rejection::AlreadyReviewed {
-            plan: plan.clone(),
+            plan: name.clone(),
             round: 1
         })
     );
@@ -617,10 +628,61 @@ fn a_plan_tied_to_an_unknown_session_is_refused() {
     let session = session_id(9);
     assert_eq!(
         h.run(Command::WritePlan {
-            plan: plan_name("x"),
+            plan: crate::state::PlanKey::new("/p", plan_name("x")),
             content: "x".into(),
             session: Some(session),
         }),
         Err(Rejection::UnknownSession { session })
+    );
+}
+
+#[test]
+fn issue_8_plans_of_one_name_in_two_directories_keep_two_histories() {
+    let mut h = Harness::new();
+    let first = crate::state::PlanKey::new("/src/app/docs/plans", plan_name("auth-refactor"));
+    let second = crate::state::PlanKey::new("/src/lib/docs/plans", plan_name("auth-refactor"));
+    for (plan, content) in [
+        (
+            &first,
+            "# App auth
+",
+        ),
+        (
+            &second,
+            "# Lib auth
+",
+        ),
+    ] {
+        h.run(Command::WritePlan {
+            plan: plan.clone(),
+            content: content.into(),
+            session: None,
+        })
+        .expect("write");
+    }
+    h.run(Command::EditPlan {
+        plan: second.clone(),
+        edits: vec![edit("Lib", "Library")],
+    })
+    .expect("edit");
+    let app = h.state.named_plan(&first).expect("app plan");
+    let lib = h.state.named_plan(&second).expect("lib plan");
+    assert_eq!(
+        app.content,
+        "# App auth
+"
+    );
+    assert_eq!(
+        lib.content,
+        "# Library auth
+"
+    );
+    assert_eq!((app.versions.len(), lib.versions.len()), (1, 2));
+    assert!(
+        !lib.has_held(
+            "# App auth
+"
+        ),
+        "one plan never vouches for the other's file"
     );
 }

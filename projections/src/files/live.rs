@@ -93,7 +93,7 @@ impl Pending {
             } => (Some(*session), None, Some(*version)),
             // Named-plan events move the `updatedAt` of the plan's session.
             body => {
-                let plan = body.plan().and_then(|name| state.named_plan(name));
+                let plan = body.plan_key().and_then(|key| state.named_plan(&key));
                 (plan.and_then(|p| p.session), None, None)
             }
         };

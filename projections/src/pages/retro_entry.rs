@@ -255,7 +255,7 @@ fn entry_body(timeline: &Timeline, envelope: &Envelope) -> Markup {
                 }
             }
         }
-        EventBody::NamedPlanSubmitted { plan, round } => html! {
+        EventBody::NamedPlanSubmitted { plan, round, .. } => html! {
             p { "Named plan " strong { (plan) } " submitted for review, round " (round) }
         },
         EventBody::NamedPlanReviewed {
@@ -279,7 +279,9 @@ fn entry_body(timeline: &Timeline, envelope: &Envelope) -> Markup {
 
 /// The content of the named plan before the change at `envelope`.
 fn named_previous<'a>(timeline: &'a Timeline, envelope: &Envelope) -> Option<&'a str> {
-    let plan = timeline.state().named_plan(envelope.event.body.plan()?)?;
+    let plan = timeline
+        .state()
+        .named_plan(&envelope.event.body.plan_key()?)?;
     let position = plan
         .versions
         .iter()

@@ -20,7 +20,7 @@ mod tests;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use planb_core::{Cursor, Envelope, EventBody, PlanName, SessionId, State};
+use planb_core::{Cursor, Envelope, EventBody, PlanKey, SessionId, State};
 
 /// Events between two snapshots when the caller does not choose.
 pub const SNAPSHOT_SPACING_DEFAULT: usize = 256;
@@ -79,7 +79,7 @@ impl Timeline {
             self.by_session.entry(session).or_default().push(index);
         }
         if let Some(plan) = content_change(&envelope.event.body)
-            && let Some(named) = self.state.named_plan(plan)
+            && let Some(named) = self.state.named_plan(&plan)
             && named.versions.last().map(|v| v.cursor) == Some(envelope.cursor)
         {
             self.plan_content_after
@@ -169,16 +169,16 @@ fn session_of(state: &State, body: &EventBody) -> Option<SessionId> {
     if let Some(ask) = body.ask() {
         return state.ask(&ask).map(|a| a.session);
     }
-    body.plan()
-        .and_then(|plan| state.named_plan(plan))
+    body.plan_key()
+        .and_then(|plan| state.named_plan(&plan))
         .and_then(|plan| plan.session)
 }
 
-fn content_change(body: &EventBody) -> Option<&PlanName> {
+fn content_change(body: &EventBody) -> Option<PlanKey> {
     match body {
-        EventBody::NamedPlanWritten { plan, .. }
-        | EventBody::NamedPlanEdited { plan, .. }
-        | EventBody::NamedPlanChangedOutside { plan, .. } => Some(plan),
+        EventBody::NamedPlanWritten { .. }
+        | EventBody::NamedPlanEdited { .. }
+        | EventBody::NamedPlanChangedOutside { .. } => body.plan_key(),
         _ => None,
     }
 }

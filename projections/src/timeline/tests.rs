@@ -3,7 +3,7 @@
 
 use planb_core::{
     Answers, AskId, AskSpec, Command, Cursor, DeclineAction, Delivery, Envelope, Event, EventId,
-    PlanName, Question, QuestionKind, ReviewChannel, SessionId, State, Timestamp, Verdict,
+    PlanKey, PlanName, Question, QuestionKind, ReviewChannel, SessionId, State, Timestamp, Verdict,
 };
 use proptest::prelude::*;
 use uuid::Uuid;
@@ -56,8 +56,10 @@ fn spec() -> AskSpec {
     }
 }
 
-fn plan_name(index: u8) -> PlanName {
-    PlanName::parse(&format!("plan-{index}")).expect("a valid plan name")
+/// Plans in two directories, so one name can mean two plans.
+fn plan_name(index: u8) -> PlanKey {
+    let name = PlanName::parse(&format!("plan-{}", index / 2)).expect("a valid plan name");
+    PlanKey::new(format!("/project-{}/docs/plans", index % 2), name)
 }
 
 /// Runs the steps through `decide` and `apply` and returns the events, with
