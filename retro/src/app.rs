@@ -70,6 +70,19 @@ impl IntoResponse for PageError {
     }
 }
 
+/// A page, or the refusal in its place, which also says when the history is
+/// incomplete: a session or version missing from the replay may lie past
+/// damage in the log.
+fn respond(retro: &Retro, page: Result<Response, PageError>) -> Response {
+    page.unwrap_or_else(|error| {
+        let timeline = retro.timeline();
+        html(
+            error.status,
+            pages::retro_message_page(&timeline, error.title, &error.message),
+        )
+    })
+}
+
 fn html(status: StatusCode, markup: Markup) -> Response {
     (
         status,
@@ -182,8 +195,12 @@ async fn session(
     State(state): State<AppState>,
     Path(id): Path<String>,
     Query(query): Query<AtQuery>,
-) -> Result<Response, PageError> {
-    let id = session_id(&id)?;
+) -> Response {
+    respond(&state.retro, session_page(&state, &id, &query))
+}
+
+fn session_page(state: &AppState, id: &str, query: &AtQuery) -> Result<Response, PageError> {
+    let id = session_id(id)?;
     let at = match query.at.as_deref() {
         Some(at) => Some(within_log(&state.retro, number("at", at)?)?),
         None => None,
@@ -198,9 +215,13 @@ async fn session(
 async fn state_at(
     State(state): State<AppState>,
     Path((id, cursor)): Path<(String, String)>,
-) -> Result<Response, PageError> {
-    let id = session_id(&id)?;
-    let at = within_log(&state.retro, number("cursor", &cursor)?)?;
+) -> Response {
+    respond(&state.retro, state_fragment(&state, &id, &cursor))
+}
+
+fn state_fragment(state: &AppState, id: &str, cursor: &str) -> Result<Response, PageError> {
+    let id = session_id(id)?;
+    let at = within_log(&state.retro, number("cursor", cursor)?)?;
     let timeline = state.retro.timeline();
     if timeline.state().session(&id).is_none() {
         return Err(unknown_session(&id));
@@ -214,9 +235,13 @@ async fn state_at(
 async fn plan(
     State(state): State<AppState>,
     Path((id, version)): Path<(String, String)>,
-) -> Result<Response, PageError> {
-    let id = session_id(&id)?;
-    let version: u32 = number("version", &version)?;
+) -> Response {
+    respond(&state.retro, plan_page(&state, &id, &version))
+}
+
+fn plan_page(state: &AppState, id: &str, version: &str) -> Result<Response, PageError> {
+    let id = session_id(id)?;
+    let version: u32 = number("version", version)?;
     let timeline = state.retro.timeline();
     if timeline.state().session(&id).is_none() {
         return Err(unknown_session(&id));
@@ -234,10 +259,14 @@ async fn plan(
 async fn diff(
     State(state): State<AppState>,
     Path((id, from, to)): Path<(String, String, String)>,
-) -> Result<Response, PageError> {
-    let id = session_id(&id)?;
-    let from: u32 = number("from", &from)?;
-    let to: u32 = number("to", &to)?;
+) -> Response {
+    respond(&state.retro, diff_page(&state, &id, &from, &to))
+}
+
+fn diff_page(state: &AppState, id: &str, from: &str, to: &str) -> Result<Response, PageError> {
+    let id = session_id(id)?;
+    let from: u32 = number("from", from)?;
+    let to: u32 = number("to", to)?;
     let timeline = state.retro.timeline();
     if timeline.state().session(&id).is_none() {
         return Err(unknown_session(&id));

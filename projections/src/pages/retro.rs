@@ -15,7 +15,7 @@ use super::diff::Folds;
 use super::retro_entry::{
     EntryCache, count, diff_view, entry, named_plan, short, state_panel, when,
 };
-use super::shell::{Libraries, document};
+use super::shell::{Libraries, document, message_page_with};
 use crate::markdown;
 use crate::timeline::Timeline;
 
@@ -46,14 +46,49 @@ impl RetroFilter<'_> {
     }
 }
 
-fn page(title: &str, libraries: Libraries, live: Option<String>, body: Markup) -> Markup {
+/// A replay page. `timeline` is given when the page should say, above
+/// everything else, that the history is incomplete; the session page passes
+/// `None` because its state panel says so, and the panel is also what the
+/// scrubber swaps in.
+fn page(
+    title: &str,
+    libraries: Libraries,
+    live: Option<String>,
+    timeline: Option<&Timeline>,
+    body: Markup,
+) -> Markup {
     let body = html! {
         link rel="stylesheet" href=(REVIEW_CSS);
         link rel="stylesheet" href=(RETRO_CSS);
-        main #main .card .retro-card data-live=[live] { (body) }
+        main #main .card .retro-card data-live=[live] {
+            @if let Some(timeline) = timeline { (incomplete_banner(timeline)) }
+            (body)
+        }
         script src=(RETRO_JS) defer {}
     };
     document(title, libraries, body)
+}
+
+/// When the log cannot be read to its end: that the history shown stops
+/// early, where, and why. Empty otherwise.
+pub(super) fn incomplete_banner(timeline: &Timeline) -> Markup {
+    html! {
+        @if let Some(incomplete) = timeline.incomplete() {
+            div.banner.banner-error.retro-incomplete role="alert" {
+                strong { "History incomplete." }
+                " The log cannot be read from event #" (incomplete.cursor)
+                " on, so this shows only what happened before it: "
+                (incomplete.reason)
+            }
+        }
+    }
+}
+
+/// A message page for a refusal (no such session, version or cursor) that
+/// also says when the history is incomplete, since what is missing may lie
+/// past the damage.
+pub fn retro_message_page(timeline: &Timeline, title: &str, message: &str) -> Markup {
+    message_page_with(title, message, incomplete_banner(timeline))
 }
 
 fn back_link() -> Markup {
@@ -158,6 +193,7 @@ pub fn retro_index_page(
         "Sessions",
         Libraries::default(),
         Some("/events".into()),
+        Some(timeline),
         body,
     )
 }
@@ -255,7 +291,7 @@ pub fn retro_session_page(
             }
         }
     };
-    Some(page(&title, libraries, None, body))
+    Some(page(&title, libraries, None, None, body))
 }
 
 /// The state panel alone, as the scrubber fetches it.
@@ -307,7 +343,13 @@ pub fn retro_plan_page(timeline: &Timeline, id: &SessionId, version: u32) -> Opt
             pre.retro-raw { code { (plan.content) } }
         }
     };
-    Some(page(&format!("Plan v{version}"), libraries, None, body))
+    Some(page(
+        &format!("Plan v{version}"),
+        libraries,
+        None,
+        Some(timeline),
+        body,
+    ))
 }
 
 /// The diff from version `from` to version `to` of a session's plan; `None`
@@ -332,6 +374,7 @@ pub fn retro_diff_page(timeline: &Timeline, id: &SessionId, from: u32, to: u32) 
         &format!("Plan v{from} → v{to}"),
         Libraries::default(),
         None,
+        Some(timeline),
         body,
     ))
 }

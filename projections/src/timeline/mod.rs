@@ -40,6 +40,20 @@ pub struct Timeline {
     /// For each named-plan event that changed a plan's content, the content
     /// right after it (an edit records only its replacements).
     plan_content_after: HashMap<Cursor, Arc<str>>,
+    /// Set when the log goes on past the last event but cannot be read.
+    incomplete: Option<Incomplete>,
+}
+
+/// Why a timeline stops before the log does: the record at `cursor` could
+/// not be read (damaged, or in a format this build does not know), so
+/// neither it nor any event after it is in the timeline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Incomplete {
+    /// The first event missing.
+    pub cursor: Cursor,
+    /// What is wrong there, as the log or the decoder reports it: the
+    /// segment, byte offset and cursor of the damage.
+    pub reason: String,
 }
 
 impl Default for Timeline {
@@ -59,7 +73,20 @@ impl Timeline {
             spacing: spacing.max(1),
             by_session: HashMap::new(),
             plan_content_after: HashMap::new(),
+            incomplete: None,
         }
+    }
+
+    /// Records that the log cannot be read past the last event, so that
+    /// every view of this timeline can say its history is partial.
+    pub fn mark_incomplete(&mut self, incomplete: Incomplete) {
+        debug_assert!(incomplete.cursor > self.last_cursor());
+        self.incomplete = Some(incomplete);
+    }
+
+    /// Why the timeline ends before the log does, if it does.
+    pub fn incomplete(&self) -> Option<&Incomplete> {
+        self.incomplete.as_ref()
     }
 
     /// Events between two snapshots.
