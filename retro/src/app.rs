@@ -15,7 +15,7 @@ use axum::routing::get;
 use futures_util::Stream;
 use maud::Markup;
 use planb_core::{Cursor, SessionId};
-use planb_projections::pages::{self, RetroFilter};
+use planb_projections::pages::{self, EntriesBeyond, RetroFilter};
 use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
 
@@ -37,6 +37,7 @@ pub fn app(state: AppState) -> Router {
         .route("/events", get(all_events))
         .route("/sessions/{id}", get(session))
         .route("/sessions/{id}/at/{cursor}", get(state_at))
+        .route("/sessions/{id}/entries", get(entries))
         .route("/sessions/{id}/events", get(session_events))
         .route("/sessions/{id}/plans/{version}", get(plan))
         .route("/sessions/{id}/plans/{from}/diff/{to}", get(diff))
@@ -229,6 +230,49 @@ fn state_fragment(state: &AppState, id: &str, cursor: &str) -> Result<Response, 
     Ok(html(
         StatusCode::OK,
         pages::retro_state_fragment(&timeline, &id, at),
+    ))
+}
+
+#[derive(Debug, Deserialize)]
+struct EntriesQuery {
+    before: Option<String>,
+    after: Option<String>,
+}
+
+/// The timeline entries just before or after a cursor, for "Show earlier"
+/// and "Show later".
+async fn entries(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(query): Query<EntriesQuery>,
+) -> Response {
+    respond(&state.retro, entries_fragment(&state, &id, &query))
+}
+
+fn entries_fragment(
+    state: &AppState,
+    id: &str,
+    query: &EntriesQuery,
+) -> Result<Response, PageError> {
+    let id = session_id(id)?;
+    let beyond = match (query.before.as_deref(), query.after.as_deref()) {
+        (Some(before), None) => EntriesBeyond::Before(Cursor(number("before", before)?)),
+        (None, Some(after)) => EntriesBeyond::After(Cursor(number("after", after)?)),
+        _ => {
+            return Err(PageError::new(
+                StatusCode::BAD_REQUEST,
+                "Bad address",
+                "before, after: give exactly one",
+            ));
+        }
+    };
+    let timeline = state.retro.timeline();
+    if timeline.state().session(&id).is_none() {
+        return Err(unknown_session(&id));
+    }
+    Ok(html(
+        StatusCode::OK,
+        pages::retro_entries_fragment(&timeline, state.retro.entries(), &id, beyond),
     ))
 }
 
