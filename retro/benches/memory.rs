@@ -5,7 +5,8 @@
 //!   process to its first page, and its peak resident memory (VmHWM, read
 //!   from `/proc/<pid>/status`) against a budget of twice the log's size
 //!   plus 30 MB;
-//! - one session with 2 000 plan versions: the time to serve its page.
+//! - one session with 2 000 plan versions, of a 40-line and of a 300-line
+//!   plan: the time to serve its page, and a scrub step.
 //!
 //! Budgets: memory ≤ 2 × log + 30 MB, first page ≤ 1 s, the 2 000-version
 //! session page ≤ 50 ms. The logs are written straight through `planb_log`
@@ -29,6 +30,9 @@ use uuid::Uuid;
 const EVENTS: usize = 50_000;
 const SESSIONS: usize = 100;
 const VERSIONS: usize = 2_000;
+/// Lines of the long session's plan: a typical plan, and a long one whose
+/// bodies dominate the cost of folding and diffing.
+const PLAN_LINES: [usize; 2] = [40, 300];
 const APPEND_BATCH: usize = 1_000;
 const PAGE_SAMPLES: usize = 20;
 
@@ -161,7 +165,7 @@ fn many_sessions() -> impl Iterator<Item = EventBody> {
     })
 }
 
-fn one_long_session(session: SessionId) -> impl Iterator<Item = EventBody> {
+fn one_long_session(session: SessionId, lines: usize) -> impl Iterator<Item = EventBody> {
     let created = EventBody::SessionCreated {
         session,
         title: Some("Long session".into()),
@@ -173,7 +177,7 @@ fn one_long_session(session: SessionId) -> impl Iterator<Item = EventBody> {
             session,
             version: version as u32,
             title: None,
-            content: plan(version, 40),
+            content: plan(version, lines),
         }),
     )
 }
@@ -311,11 +315,11 @@ fn large_log() {
     );
 }
 
-fn long_session() {
+fn long_session(lines: usize) {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = DataRoot::new(dir.path());
     let session = SessionId::from_uuid(Uuid::from_u128(0x1006));
-    let bytes = write_log(&root, one_long_session(session));
+    let bytes = write_log(&root, one_long_session(session, lines));
     let retro = Retro::start(dir.path());
     let path = format!("/sessions/{session}");
     let (first, page_bytes) = retro.time(&path);
@@ -331,7 +335,7 @@ fn long_session() {
     let (scrub_median, scrub_max) = median_and_max(scrubs);
     let (peak, _) = retro.memory();
     eprintln!(
-        "one session with {VERSIONS} plan versions: log {:.1} MiB, first page after {:.2?}, peak memory {:.1} MiB",
+        "one session with {VERSIONS} versions of a {lines}-line plan: log {:.1} MiB, first page after {:.2?}, peak memory {:.1} MiB",
         mib(bytes),
         retro.first_page,
         mib(peak)
@@ -349,5 +353,7 @@ fn main() {
         return;
     }
     large_log();
-    long_session();
+    for lines in PLAN_LINES {
+        long_session(lines);
+    }
 }

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use maud::{Markup, PreEscaped, html};
 use planb_core::{
     AnswerValue, Answers, Ask, AskSpec, AskStatus, Cursor, Delivery, Envelope, EventBody,
-    NamedPlan, SessionId, State, Timestamp, Verdict,
+    NamedPlan, SessionId, Timestamp, Verdict,
 };
 
 use super::diff::{Folds, LineDiff};
@@ -344,7 +344,7 @@ fn plan_saved(
 /// The session as of `at`: its current plan, its questions answered and
 /// pending, and the named plans tied to it.
 pub(super) fn state_panel(timeline: &Timeline, session: &SessionId, at: Cursor) -> Markup {
-    let state = timeline.session_state_at(session, at);
+    let view = timeline.session_at(session, at);
     let event = timeline.event(at);
     html! {
         div.retro-state #state data-cursor=(at) {
@@ -353,30 +353,28 @@ pub(super) fn state_panel(timeline: &Timeline, session: &SessionId, at: Cursor) 
                 "As of event #" (at)
                 @if let Some(e) = event { " · " (when(e.event.at)) " · " (e.event.body.kind_name().replace('_', " ")) }
             }
-            @match state.session(session) {
-                None => p.retro-muted { "The session did not exist yet at this point." },
-                Some(s) => {
-                    (questions(&state, &s.asks))
-                    section.retro-plan {
-                        @match s.plans.last() {
-                            None => { h2 { "Plan" } p.retro-muted #current-plan data-version="0" { "No plan saved yet." } }
-                            Some(plan) => {
-                                h2 { "Plan v" (plan.version) @if let Some(t) = &plan.title { " · " (t) } }
-                                div.md.retro-plan-doc #current-plan data-version=(plan.version) {
-                                    (PreEscaped(markdown::render(&plan.content)))
-                                }
+            @if !view.exists() {
+                p.retro-muted { "The session did not exist yet at this point." }
+            } @else {
+                (questions(&view.asks()))
+                section.retro-plan {
+                    @match view.latest_plan() {
+                        None => { h2 { "Plan" } p.retro-muted #current-plan data-version="0" { "No plan saved yet." } }
+                        Some(plan) => {
+                            h2 { "Plan v" (plan.version) @if let Some(t) = &plan.title { " · " (t) } }
+                            div.md.retro-plan-doc #current-plan data-version=(plan.version) {
+                                (PreEscaped(markdown::render(&plan.content)))
                             }
                         }
                     }
-                    (named_plans(&state, session))
                 }
+                (named_plans(view.named_plans().collect()))
             }
         }
     }
 }
 
-fn questions(state: &State, asks: &[planb_core::AskId]) -> Markup {
-    let asks: Vec<&Ask> = asks.iter().filter_map(|id| state.ask(id)).collect();
+fn questions(asks: &[&Ask]) -> Markup {
     let pending = asks
         .iter()
         .filter(|a| a.status == AskStatus::Pending)
@@ -386,7 +384,7 @@ fn questions(state: &State, asks: &[planb_core::AskId]) -> Markup {
             h2 { "Questions" span.retro-muted { " · " (asks.len() - pending) " closed, " (pending) " pending" } }
             @if asks.is_empty() { p.retro-muted { "No question asked yet." } }
             ul.retro-asks {
-                @for ask in &asks {
+                @for ask in asks {
                     li.retro-ask data-status=(ask.status.to_string()) {
                         span class=(status_class(ask.status)) { (ask.status.to_string()) }
                         " " strong { (ask.spec.title) }
@@ -402,12 +400,7 @@ fn questions(state: &State, asks: &[planb_core::AskId]) -> Markup {
     }
 }
 
-fn named_plans(state: &State, session: &SessionId) -> Markup {
-    let plans: Vec<&NamedPlan> = state
-        .named_plans()
-        .values()
-        .filter(|p| p.session.as_ref() == Some(session))
-        .collect();
+fn named_plans(plans: Vec<&NamedPlan>) -> Markup {
     html! {
         @if !plans.is_empty() {
             section.retro-named {

@@ -9,16 +9,19 @@
 //! **Memory.** The timeline holds about one copy of the log. Whole-state
 //! snapshots cost the state's size each and the state grows with the log, so
 //! any fixed spacing of them makes memory grow with the square of the log
-//! (a 55 MiB log needed 5.2 GiB); the timeline keeps none. A plan body is
+//! (gigabytes for a log of tens of MiB); the timeline keeps none. A plan body is
 //! held once: where the state at the end holds a session plan version, and
 //! where [`Timeline::plan_content_after`] holds a named plan's content, the
 //! stored event drops its copy, and reading the event puts it back.
 //!
 //! **Time travel.** What a replay shows at cursor N is one session: the
 //! session, its asks and the named plans tied to it. No event of another
-//! session changes those, so [`Timeline::session_state_at`] folds only the
+//! session changes those, so [`Timeline::session_at`] folds only the
 //! session's own events and those of every named plan ever tied to it, up to
-//! N: the cost of a scrub step grows with the session, not with the log.
+//! N, and leaves out the bodies of the session's plan versions, of which it
+//! shows only the latest, held by the state at the end: the cost of a scrub
+//! step grows with the number of the session's events, not with the log nor
+//! with the size of its plans.
 //!
 //! The timeline is pure: it does no IO. Whoever follows the log (the retro
 //! server's poller) decodes records and calls [`Timeline::push`].
@@ -26,11 +29,14 @@
 //! **Invariants** (tested by properties over generated command sequences):
 //! [`Timeline::state_at`]`(c)` equals a fresh `State` after applying, in
 //! order, every pushed event with a cursor at or before `c`; and
-//! [`Timeline::session_state_at`]`(s, c)` agrees with it on session `s`, its
-//! asks, and the named plans tied to `s`.
+//! [`Timeline::session_at`]`(s, c)` agrees with it on session `s`, its asks,
+//! its latest plan version and the named plans tied to `s`.
 
+mod session_at;
 #[cfg(test)]
 mod tests;
+
+pub use session_at::SessionAt;
 
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
@@ -226,7 +232,7 @@ impl Timeline {
 
     /// The state after every event at or before `cursor`, folded from the
     /// start: its cost grows with the log. Pages use
-    /// [`session_state_at`](Self::session_state_at).
+    /// [`session_at`](Self::session_at).
     pub fn state_at(&self, cursor: Cursor) -> Cow<'_, State> {
         if cursor >= self.last_cursor() {
             return Cow::Borrowed(&self.state);
@@ -239,14 +245,15 @@ impl Timeline {
         Cow::Owned(state)
     }
 
-    /// A state that holds `session`, its asks and the named plans tied to it
-    /// as they were after every event at or before `cursor`. Only those are
-    /// meaningful: other sessions, their asks and their named plans are
-    /// missing or partial. Folds the session's events and those of every
-    /// named plan ever tied to it, so its cost grows with the session.
-    pub fn session_state_at(&self, session: &SessionId, cursor: Cursor) -> Cow<'_, State> {
+    /// `session` as of `cursor`: the session, its asks and the named plans
+    /// tied to it, as the time-travel view shows them. Folds the session's
+    /// events and those of every named plan ever tied to it, so its cost
+    /// grows with the session, not with the log; session plan versions are
+    /// folded without their bodies, since the view reads only the latest
+    /// one's, from the state at the end.
+    pub fn session_at(&self, session: &SessionId, cursor: Cursor) -> SessionAt<'_> {
         if cursor >= self.last_cursor() {
-            return Cow::Borrowed(&self.state);
+            return SessionAt::new(Cow::Borrowed(&self.state), &self.state, *session);
         }
         let mut indexes: Vec<usize> = self.session_indexes(session).to_vec();
         for plan in self.plans_of_session.get(session).into_iter().flatten() {
@@ -260,9 +267,12 @@ impl Timeline {
             if stored.cursor > cursor {
                 break;
             }
-            state.apply(&self.full(stored));
+            match stored.event.body {
+                EventBody::PlanVersionSaved { .. } => state.apply(stored),
+                _ => state.apply(&self.full(stored)),
+            }
         }
-        Cow::Owned(state)
+        SessionAt::new(Cow::Owned(state), &self.state, *session)
     }
 
     fn session_indexes(&self, session: &SessionId) -> &[usize] {

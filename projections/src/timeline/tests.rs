@@ -4,13 +4,13 @@
 
 use planb_core::{
     Answers, Ask, AskId, AskSpec, Command, Cursor, DeclineAction, Delivery, Envelope, Event,
-    EventId, NamedPlan, PlanName, Question, QuestionKind, ReviewChannel, Session, SessionId, State,
-    Timestamp, Verdict,
+    EventId, NamedPlan, PlanName, PlanVersion, Question, QuestionKind, ReviewChannel, SessionId,
+    State, Timestamp, Verdict,
 };
 use proptest::prelude::*;
 use uuid::Uuid;
 
-use super::Timeline;
+use super::{SessionAt, Timeline};
 
 /// What a generated step does; indexes pick among what exists so far, so
 /// most steps are accepted and the rest are rejections that append nothing.
@@ -192,10 +192,12 @@ fn check_time_travel(events: &[Envelope]) {
     assert_eq!(timeline.state(), &fresh);
 }
 
-/// What a session's replay shows of a state: the session, its asks, and the
-/// named plans tied to it.
-fn session_view(state: &State, session: &SessionId) -> (Option<Session>, Vec<Ask>, Vec<NamedPlan>) {
-    let found = state.session(session).cloned();
+/// What a session's replay shows: whether it exists, its asks, its latest
+/// plan version and the named plans tied to it.
+type SessionView = (bool, Vec<Ask>, Option<PlanVersion>, Vec<NamedPlan>);
+
+fn fresh_view(state: &State, session: &SessionId) -> SessionView {
+    let found = state.session(session);
     let asks = found
         .iter()
         .flat_map(|s| s.asks.iter())
@@ -207,11 +209,21 @@ fn session_view(state: &State, session: &SessionId) -> (Option<Session>, Vec<Ask
         .filter(|p| p.session.as_ref() == Some(session))
         .cloned()
         .collect();
-    (found, asks, plans)
+    let latest = state.latest_plan_version(session).cloned();
+    (found.is_some(), asks, latest, plans)
 }
 
-/// Checks `session_state_at` for every session against a fresh fold at
-/// every cursor.
+fn timeline_view(at: &SessionAt<'_>) -> SessionView {
+    (
+        at.exists(),
+        at.asks().into_iter().cloned().collect(),
+        at.latest_plan().cloned(),
+        at.named_plans().cloned().collect(),
+    )
+}
+
+/// Checks `session_at` for every session against a fresh fold at every
+/// cursor.
 fn check_session_time_travel(events: &[Envelope]) {
     let timeline = timeline(events);
     let sessions: Vec<SessionId> = timeline.state().sessions().keys().copied().collect();
@@ -222,8 +234,8 @@ fn check_session_time_travel(events: &[Envelope]) {
         }
         for session in &sessions {
             assert_eq!(
-                session_view(&timeline.session_state_at(session, cursor), session),
-                session_view(&fresh, session),
+                timeline_view(&timeline.session_at(session, cursor)),
+                fresh_view(&fresh, session),
                 "session {session} at cursor {cursor}"
             );
         }
