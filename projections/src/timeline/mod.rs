@@ -10,9 +10,10 @@
 //! snapshots cost the state's size each and the state grows with the log, so
 //! any fixed spacing of them makes memory grow with the square of the log
 //! (gigabytes for a log of tens of MiB); the timeline keeps none. A plan body is
-//! held once: where the state at the end holds a session plan version, and
-//! where [`Timeline::plan_content_after`] holds a named plan's content, the
-//! stored event drops its copy, and reading the event puts it back.
+//! held once: where the state at the end holds a session plan version or an
+//! ask's spec, and where [`Timeline::plan_content_after`] holds a named
+//! plan's content, the stored event drops its copy, and reading the event
+//! puts it back.
 //!
 //! **Time travel.** What a replay shows at cursor N is one session: the
 //! session, its asks and the named plans tied to it. No event of another
@@ -43,7 +44,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::ops::Range;
 use std::sync::Arc;
 
-use planb_core::{Cursor, Envelope, EventBody, PlanName, SessionId, State};
+use planb_core::{AskId, AskSpec, Cursor, Envelope, EventBody, PlanName, SessionId, State};
 
 /// All events seen so far, the state at the end, and what finds a session's
 /// events.
@@ -63,6 +64,9 @@ pub struct Timeline {
     /// For each named-plan event that changed a plan's content, the content
     /// right after it (an edit records only its replacements).
     plan_content_after: HashMap<Cursor, Arc<str>>,
+    /// The event that opened each ask the state holds, whose spec and URL
+    /// the stored event leaves to the state.
+    ask_opened_at: HashMap<AskId, Cursor>,
     /// Set when the log goes on past the last event but cannot be read.
     incomplete: Option<Incomplete>,
 }
@@ -103,7 +107,14 @@ impl Timeline {
         if envelope.cursor <= self.state.last_cursor() {
             return false;
         }
+        let opens = match &envelope.event.body {
+            EventBody::AskOpened { ask, .. } => self.state.ask(ask).is_none().then_some(*ask),
+            _ => None,
+        };
         self.state.apply(&envelope);
+        if let Some(ask) = opens.filter(|ask| self.state.ask(ask).is_some()) {
+            self.ask_opened_at.insert(ask, envelope.cursor);
+        }
         let index = self.events.len();
         let cursor = envelope.cursor;
         if let Some(session) = session_of(&self.state, &envelope.event.body) {
@@ -131,9 +142,9 @@ impl Timeline {
         true
     }
 
-    /// Drops the plan body of a just-applied event when the state or
-    /// `plan_content_after` holds the same text; [`Timeline::full`] puts it
-    /// back. An event the state ignored keeps its body.
+    /// Drops the plan body, or the ask spec and URL, of a just-applied event
+    /// when the state or `plan_content_after` holds the same; [`Timeline::full`]
+    /// puts it back. An event the state ignored keeps its body.
     fn take_held_body(&self, envelope: &mut Envelope) {
         let cursor = envelope.cursor;
         match &mut envelope.event.body {
@@ -159,46 +170,69 @@ impl Timeline {
                     *content = String::new();
                 }
             }
+            EventBody::AskOpened { ask, spec, url, .. }
+                if self.ask_opened_at.get(ask) == Some(&cursor) =>
+            {
+                debug_assert_eq!(self.state.ask(ask).map(|a| &a.spec), Some(&*spec));
+                *spec = AskSpec {
+                    title: String::new(),
+                    intro_title: None,
+                    intro: None,
+                    questions: Vec::new(),
+                };
+                *url = String::new();
+            }
             _ => {}
         }
     }
 
-    /// The event as it was logged, with any plan body the timeline holds
-    /// elsewhere put back.
+    /// The event as it was logged, with any plan body, ask spec or URL the
+    /// timeline holds elsewhere put back.
     fn full<'a>(&'a self, stored: &'a Envelope) -> Cow<'a, Envelope> {
         let cursor = stored.cursor;
-        let body = match &stored.event.body {
-            EventBody::PlanVersionSaved {
-                session, content, ..
-            } if content.is_empty() => self
-                .state
-                .session(session)
-                .and_then(|s| {
+        match &stored.event.body {
+            EventBody::PlanVersionSaved { session, .. } => {
+                let held = self.state.session(session).and_then(|s| {
                     let at = s.plans.partition_point(|p| p.cursor < cursor);
                     s.plans.get(at).filter(|p| p.cursor == cursor)
-                })
-                .map(|plan| plan.content.as_str()),
-            EventBody::NamedPlanWritten { content, .. }
-            | EventBody::NamedPlanChangedOutside { content, .. }
-                if content.is_empty() =>
-            {
-                self.plan_content_after.get(&cursor).map(|c| &**c)
+                });
+                match held {
+                    Some(plan) => refill(stored, |body| {
+                        if let EventBody::PlanVersionSaved { content, .. } = body {
+                            plan.content.clone_into(content);
+                        }
+                    }),
+                    None => Cow::Borrowed(stored),
+                }
             }
-            _ => None,
-        };
-        let Some(body) = body.filter(|b| !b.is_empty()) else {
-            return Cow::Borrowed(stored);
-        };
-        let mut envelope = stored.clone();
-        match &mut envelope.event.body {
-            EventBody::PlanVersionSaved { content, .. }
-            | EventBody::NamedPlanWritten { content, .. }
-            | EventBody::NamedPlanChangedOutside { content, .. } => {
-                body.clone_into(content);
+            EventBody::NamedPlanWritten { .. } | EventBody::NamedPlanChangedOutside { .. } => {
+                match self.plan_content_after.get(&cursor) {
+                    Some(after) => refill(stored, |body| {
+                        if let EventBody::NamedPlanWritten { content, .. }
+                        | EventBody::NamedPlanChangedOutside { content, .. } = body
+                        {
+                            after.as_ref().clone_into(content);
+                        }
+                    }),
+                    None => Cow::Borrowed(stored),
+                }
             }
-            _ => unreachable!("only bodies with content are refilled"),
+            EventBody::AskOpened { ask, .. } => {
+                let held = (self.ask_opened_at.get(ask) == Some(&cursor))
+                    .then(|| self.state.ask(ask))
+                    .flatten();
+                match held {
+                    Some(opened) => refill(stored, |body| {
+                        if let EventBody::AskOpened { spec, url, .. } = body {
+                            spec.clone_from(&opened.spec);
+                            opened.url.clone_into(url);
+                        }
+                    }),
+                    None => Cow::Borrowed(stored),
+                }
+            }
+            _ => Cow::Borrowed(stored),
         }
-        Cow::Owned(envelope)
     }
 
     /// The number of events.
@@ -322,6 +356,14 @@ impl Timeline {
     pub fn plan_content_after(&self, cursor: Cursor) -> Option<&str> {
         self.plan_content_after.get(&cursor).map(|c| &**c)
     }
+}
+
+/// A copy of `stored` with what the timeline held elsewhere put back by
+/// `fill`.
+fn refill<'a>(stored: &Envelope, fill: impl FnOnce(&mut EventBody)) -> Cow<'a, Envelope> {
+    let mut envelope = stored.clone();
+    fill(&mut envelope.event.body);
+    Cow::Owned(envelope)
 }
 
 /// The session an event concerns, looked up in the state right after it.

@@ -274,11 +274,13 @@ fn a_named_plan_moved_to_another_session_leaves_the_first() {
 }
 
 #[test]
-fn plan_bodies_are_given_back_whole() {
+fn events_are_given_back_whole() {
     let events = events(&[
         Step::CreateSession,
         Step::SavePlan(0, 1),
+        Step::OpenAsk(0),
         Step::SavePlan(0, 2),
+        Step::Answer(0),
         Step::WritePlan(0, 0, 3),
         Step::EditPlan(0),
     ]);
