@@ -5,7 +5,12 @@
 //! loopback host and port (DNS rebinding), every state-changing request must come
 //! from the form's own origin, bodies are capped, and every submission is
 //! validated against its spec before anything is recorded. The sid in the URL is
-//! the only credential: 256 random bits, one form each.
+//! the only credential: 256 random bits, one form each. Requests must arrive
+//! within `planb_http`'s timeouts and connections are capped, so half-sent
+//! requests cannot hold sockets until the process runs out of descriptors.
+
+#[cfg(test)]
+mod tests;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,6 +23,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use planb_core::{AnswerErrors, Command, EventBody, Rejection};
+use planb_http::Limits;
 use planb_projections::{Store, StoreError, pages};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -56,12 +62,23 @@ pub fn app(state: AppState) -> Router {
 }
 
 /// Binds the callback server on 127.0.0.1:`port` (0 = ephemeral) and serves it
-/// in the background. Returns the bound address.
+/// in the background within [`Limits::DEFAULT`]. Returns the bound address.
 pub async fn start(
     store: Arc<Store>,
     forms: Arc<Forms>,
     reviews: Arc<Reviews>,
     port: u16,
+) -> std::io::Result<SocketAddr> {
+    start_with(store, forms, reviews, port, Limits::DEFAULT).await
+}
+
+/// [`start`] within other limits (tests use short timeouts).
+pub async fn start_with(
+    store: Arc<Store>,
+    forms: Arc<Forms>,
+    reviews: Arc<Reviews>,
+    port: u16,
+    limits: Limits,
 ) -> std::io::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
@@ -78,11 +95,7 @@ pub async fn start(
         reviews,
         port: address.port(),
     });
-    tokio::spawn(async move {
-        if let Err(error) = axum::serve(listener, router).await {
-            tracing::error!("callback server stopped: {error}");
-        }
-    });
+    tokio::spawn(planb_http::serve(listener, router, limits));
     Ok(address)
 }
 

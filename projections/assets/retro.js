@@ -7,6 +7,11 @@
 // bar. data-live names a server-sent event stream: on a session page each
 // message is {cursor, html} for a new timeline entry; on the index any
 // message means "something changed" and the lists are fetched again.
+//
+// A long session's page shows a window of its timeline. "Show earlier" and
+// "Show later" are links that open the page at the nearest hidden entry;
+// here they fetch the entries from their data-src instead and put them in
+// the control's place, followed by a new control while more remain.
 (() => {
   "use strict";
 
@@ -53,6 +58,29 @@
       }
     }
 
+    timeline.addEventListener("click", async (event) => {
+      const link = event.target.closest(".retro-more a");
+      if (!link) return;
+      event.preventDefault();
+      const more = link.closest(".retro-more");
+      if (more.classList.contains("is-loading")) return;
+      more.classList.add("is-loading");
+      try {
+        const response = await fetch(more.dataset.src);
+        if (!response.ok) return;
+        const holder = document.createElement("template");
+        holder.innerHTML = await response.text();
+        // A live entry may have arrived meanwhile: never show one twice.
+        for (const entry of holder.content.querySelectorAll(".retro-entry")) {
+          if (document.getElementById(entry.id)) entry.remove();
+        }
+        more.replaceWith(holder.content);
+        mark(cursors[Number(range.value)]);
+      } finally {
+        more.classList.remove("is-loading");
+      }
+    });
+
     range.addEventListener("input", () => show(Number(range.value), true));
     document.getElementById("scrub-prev").addEventListener("click", () => show(Number(range.value) - 1, true));
     document.getElementById("scrub-next").addEventListener("click", () => show(Number(range.value) + 1, true));
@@ -78,7 +106,11 @@
         const entry = holder.content.firstElementChild;
         if (!entry) return;
         entry.classList.add("is-new");
-        timeline.appendChild(entry);
+        // While later entries are left out, "Show later" fetches this one
+        // with them; appending it now would leave a gap before it.
+        if (!timeline.querySelector(".retro-more[data-later]") && !document.getElementById(entry.id)) {
+          timeline.appendChild(entry);
+        }
         cursors.push(data.cursor);
         scrubber.dataset.cursors = cursors.join(",");
         range.max = String(cursors.length - 1);

@@ -15,7 +15,7 @@ use axum::routing::get;
 use futures_util::Stream;
 use maud::Markup;
 use planb_core::{Cursor, SessionId};
-use planb_projections::pages::{self, RetroFilter};
+use planb_projections::pages::{self, EntriesBeyond, RetroFilter};
 use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
 
@@ -37,6 +37,7 @@ pub fn app(state: AppState) -> Router {
         .route("/events", get(all_events))
         .route("/sessions/{id}", get(session))
         .route("/sessions/{id}/at/{cursor}", get(state_at))
+        .route("/sessions/{id}/entries", get(entries))
         .route("/sessions/{id}/events", get(session_events))
         .route("/sessions/{id}/plans/{version}", get(plan))
         .route("/sessions/{id}/plans/{from}/diff/{to}", get(diff))
@@ -68,6 +69,19 @@ impl IntoResponse for PageError {
     fn into_response(self) -> Response {
         html(self.status, pages::message_page(self.title, &self.message))
     }
+}
+
+/// A page, or the refusal in its place, which also says when the history is
+/// incomplete: a session or version missing from the replay may lie past
+/// damage in the log.
+fn respond(retro: &Retro, page: Result<Response, PageError>) -> Response {
+    page.unwrap_or_else(|error| {
+        let timeline = retro.timeline();
+        html(
+            error.status,
+            pages::retro_message_page(&timeline, error.title, &error.message),
+        )
+    })
 }
 
 fn html(status: StatusCode, markup: Markup) -> Response {
@@ -182,8 +196,12 @@ async fn session(
     State(state): State<AppState>,
     Path(id): Path<String>,
     Query(query): Query<AtQuery>,
-) -> Result<Response, PageError> {
-    let id = session_id(&id)?;
+) -> Response {
+    respond(&state.retro, session_page(&state, &id, &query))
+}
+
+fn session_page(state: &AppState, id: &str, query: &AtQuery) -> Result<Response, PageError> {
+    let id = session_id(id)?;
     let at = match query.at.as_deref() {
         Some(at) => Some(within_log(&state.retro, number("at", at)?)?),
         None => None,
@@ -198,9 +216,13 @@ async fn session(
 async fn state_at(
     State(state): State<AppState>,
     Path((id, cursor)): Path<(String, String)>,
-) -> Result<Response, PageError> {
-    let id = session_id(&id)?;
-    let at = within_log(&state.retro, number("cursor", &cursor)?)?;
+) -> Response {
+    respond(&state.retro, state_fragment(&state, &id, &cursor))
+}
+
+fn state_fragment(state: &AppState, id: &str, cursor: &str) -> Result<Response, PageError> {
+    let id = session_id(id)?;
+    let at = within_log(&state.retro, number("cursor", cursor)?)?;
     let timeline = state.retro.timeline();
     if timeline.state().session(&id).is_none() {
         return Err(unknown_session(&id));
@@ -211,12 +233,59 @@ async fn state_at(
     ))
 }
 
+#[derive(Debug, Deserialize)]
+struct EntriesQuery {
+    before: Option<String>,
+    after: Option<String>,
+}
+
+/// The timeline entries just before or after a cursor, for "Show earlier"
+/// and "Show later".
+async fn entries(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(query): Query<EntriesQuery>,
+) -> Response {
+    respond(&state.retro, entries_fragment(&state, &id, &query))
+}
+
+fn entries_fragment(
+    state: &AppState,
+    id: &str,
+    query: &EntriesQuery,
+) -> Result<Response, PageError> {
+    let id = session_id(id)?;
+    let beyond = match (query.before.as_deref(), query.after.as_deref()) {
+        (Some(before), None) => EntriesBeyond::Before(Cursor(number("before", before)?)),
+        (None, Some(after)) => EntriesBeyond::After(Cursor(number("after", after)?)),
+        _ => {
+            return Err(PageError::new(
+                StatusCode::BAD_REQUEST,
+                "Bad address",
+                "before, after: give exactly one",
+            ));
+        }
+    };
+    let timeline = state.retro.timeline();
+    if timeline.state().session(&id).is_none() {
+        return Err(unknown_session(&id));
+    }
+    Ok(html(
+        StatusCode::OK,
+        pages::retro_entries_fragment(&timeline, state.retro.entries(), &id, beyond),
+    ))
+}
+
 async fn plan(
     State(state): State<AppState>,
     Path((id, version)): Path<(String, String)>,
-) -> Result<Response, PageError> {
-    let id = session_id(&id)?;
-    let version: u32 = number("version", &version)?;
+) -> Response {
+    respond(&state.retro, plan_page(&state, &id, &version))
+}
+
+fn plan_page(state: &AppState, id: &str, version: &str) -> Result<Response, PageError> {
+    let id = session_id(id)?;
+    let version: u32 = number("version", version)?;
     let timeline = state.retro.timeline();
     if timeline.state().session(&id).is_none() {
         return Err(unknown_session(&id));
@@ -234,10 +303,14 @@ async fn plan(
 async fn diff(
     State(state): State<AppState>,
     Path((id, from, to)): Path<(String, String, String)>,
-) -> Result<Response, PageError> {
-    let id = session_id(&id)?;
-    let from: u32 = number("from", &from)?;
-    let to: u32 = number("to", &to)?;
+) -> Response {
+    respond(&state.retro, diff_page(&state, &id, &from, &to))
+}
+
+fn diff_page(state: &AppState, id: &str, from: &str, to: &str) -> Result<Response, PageError> {
+    let id = session_id(id)?;
+    let from: u32 = number("from", from)?;
+    let to: u32 = number("to", to)?;
     let timeline = state.retro.timeline();
     if timeline.state().session(&id).is_none() {
         return Err(unknown_session(&id));

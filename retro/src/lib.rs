@@ -8,7 +8,9 @@
 //!   with its time-travel scrubber, plan versions and diffs, and server-sent
 //!   event streams. The pages themselves are rendered by
 //!   `planb_projections::pages`.
-//! - [`serve`] binds the loopback address and runs the router.
+//! - [`serve`] binds the loopback address and runs the router through
+//!   `planb_http`, which bounds how long a request may take to arrive and
+//!   how many connections are open.
 //!
 //! **Architecture invariant**: retro never writes to the log or the data
 //! root. It opens the log with `planb_log::read_dir`, which takes no lock
@@ -22,12 +24,20 @@ pub use live::{Follower, POLL_INTERVAL, Retro};
 
 use std::net::SocketAddr;
 
+pub use planb_http::Limits;
+
 /// The port used when `PORT` is not set.
 pub const DEFAULT_PORT: u16 = 4317;
 
 /// Binds 127.0.0.1:`port` (0 = ephemeral) and serves the replay in the
-/// background. Returns the bound address; the error names the port.
+/// background within [`Limits::DEFAULT`]. Returns the bound address; the
+/// error names the port.
 pub async fn serve(retro: Retro, port: u16) -> std::io::Result<SocketAddr> {
+    serve_with(retro, port, Limits::DEFAULT).await
+}
+
+/// [`serve`] within other limits (tests use short timeouts).
+pub async fn serve_with(retro: Retro, port: u16, limits: Limits) -> std::io::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .map_err(|e| {
@@ -43,10 +53,6 @@ pub async fn serve(retro: Retro, port: u16) -> std::io::Result<SocketAddr> {
         retro,
         port: address.port(),
     });
-    tokio::spawn(async move {
-        if let Err(error) = axum::serve(listener, router).await {
-            tracing::error!("planb-retro server stopped: {error}");
-        }
-    });
+    tokio::spawn(planb_http::serve(listener, router, limits));
     Ok(address)
 }

@@ -13,8 +13,9 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, Weak};
 use std::time::Duration;
 
 use planb_core::{Cursor, Envelope, decode};
-use planb_log::{LogOptions, LogReader};
+use planb_log::{LogError, LogOptions, LogReader};
 use planb_projections::pages::EntryCache;
+use planb_projections::timeline::Incomplete;
 use planb_projections::{DataRoot, Timeline};
 use tokio::sync::broadcast;
 
@@ -34,7 +35,9 @@ pub struct Retro {
 struct Inner {
     /// Written only by the follower; read by every request.
     timeline: RwLock<Timeline>,
-    /// Why the log cannot be read right now, for the index page.
+    /// Why the log cannot be read right now (missing, unreadable), for the
+    /// index page. Damage that ends the history for good is not a problem
+    /// but part of the timeline: [`Timeline::incomplete`].
     problem: RwLock<Option<String>>,
     /// The last cursor after each batch of new events.
     appended: broadcast::Sender<Cursor>,
@@ -47,8 +50,9 @@ struct Inner {
 #[derive(Debug)]
 pub struct Follower {
     reader: Option<LogReader>,
-    /// Set when a record does not decode: following on would skip an event
-    /// and show wrong states, so the follower stops and says why.
+    /// Set when a record cannot be read or decoded: following on would skip
+    /// events and show wrong states, so the follower stops and the timeline
+    /// says why ([`Timeline::incomplete`]).
     stopped: bool,
 }
 
@@ -159,20 +163,32 @@ impl Follower {
         }
         let mut batch: Vec<Envelope> = Vec::new();
         let mut failure = None;
+        let mut incomplete = None;
         if let Some(reader) = self.reader.as_mut() {
             loop {
                 match reader.next() {
                     Ok(Some(record)) => match decode(&record.payload, Cursor(record.cursor.0)) {
                         Ok(envelope) => batch.push(envelope),
                         Err(error) => {
-                            self.stopped = true;
-                            failure = Some(format!(
-                                "stopped following the log: {error}; the pages show the events before it"
-                            ));
+                            incomplete = Some(Incomplete {
+                                cursor: Cursor(record.cursor.0),
+                                reason: error.to_string(),
+                            });
                             break;
                         }
                     },
                     Ok(None) => break,
+                    Err(error @ (LogError::Corrupt { .. } | LogError::NewerFormat { .. })) => {
+                        let cursor = match &error {
+                            LogError::Corrupt { cursor, .. } => Cursor(*cursor),
+                            _ => Cursor(reader.next_cursor().0),
+                        };
+                        incomplete = Some(Incomplete {
+                            cursor,
+                            reason: error.to_string(),
+                        });
+                        break;
+                    }
                     Err(error) => {
                         self.reader = None;
                         failure = Some(format!(
@@ -184,8 +200,12 @@ impl Follower {
                 }
             }
         }
+        // Past damage or an event this build cannot decode, following on
+        // would skip events and show wrong states; writers refuse to append
+        // to a damaged log anyway. The pages say where it stopped.
+        self.stopped = incomplete.is_some();
         let count = batch.len();
-        if count > 0 {
+        if count > 0 || incomplete.is_some() {
             let last = {
                 let mut timeline = retro
                     .inner
@@ -195,14 +215,15 @@ impl Follower {
                 for envelope in batch {
                     timeline.push(envelope);
                 }
+                if let Some(incomplete) = incomplete {
+                    timeline.mark_incomplete(incomplete);
+                }
                 timeline.last_cursor()
             };
             // No subscriber is fine: nobody is watching.
             let _ = retro.inner.appended.send(last);
         }
-        if let Some(failure) = failure {
-            retro.set_problem(Some(failure));
-        }
+        retro.set_problem(failure);
         count
     }
 }

@@ -36,6 +36,12 @@ async fn run() -> anyhow::Result<()> {
     if let Some(problem) = retro.problem() {
         eprintln!("planb-retro: {problem}");
     }
+    if let Some(incomplete) = retro.timeline().incomplete() {
+        eprintln!(
+            "planb-retro: history incomplete from event #{}: {}",
+            incomplete.cursor, incomplete.reason
+        );
+    }
     retro.follow(follower, POLL_INTERVAL);
     let address = serve(retro, port).await?;
     eprintln!(

@@ -7,6 +7,8 @@
 //! style: `retro.js` reads what it needs from `data-*` attributes (the
 //! session's cursors, the fragment and event-stream URLs).
 
+use std::ops::Range;
+
 use maud::{Markup, PreEscaped, html};
 use planb_core::{AskStatus, Cursor, Session, SessionId};
 
@@ -15,7 +17,7 @@ use super::diff::Folds;
 use super::retro_entry::{
     EntryCache, count, diff_view, entry, named_plan, short, state_panel, when,
 };
-use super::shell::{Libraries, document};
+use super::shell::{Libraries, document, message_page_with};
 use crate::markdown;
 use crate::timeline::Timeline;
 
@@ -46,14 +48,49 @@ impl RetroFilter<'_> {
     }
 }
 
-fn page(title: &str, libraries: Libraries, live: Option<String>, body: Markup) -> Markup {
+/// A replay page. `timeline` is given when the page should say, above
+/// everything else, that the history is incomplete; the session page passes
+/// `None` because its state panel says so, and the panel is also what the
+/// scrubber swaps in.
+fn page(
+    title: &str,
+    libraries: Libraries,
+    live: Option<String>,
+    timeline: Option<&Timeline>,
+    body: Markup,
+) -> Markup {
     let body = html! {
         link rel="stylesheet" href=(REVIEW_CSS);
         link rel="stylesheet" href=(RETRO_CSS);
-        main #main .card .retro-card data-live=[live] { (body) }
+        main #main .card .retro-card data-live=[live] {
+            @if let Some(timeline) = timeline { (incomplete_banner(timeline)) }
+            (body)
+        }
         script src=(RETRO_JS) defer {}
     };
     document(title, libraries, body)
+}
+
+/// When the log cannot be read to its end: that the history shown stops
+/// early, where, and why. Empty otherwise.
+pub(super) fn incomplete_banner(timeline: &Timeline) -> Markup {
+    html! {
+        @if let Some(incomplete) = timeline.incomplete() {
+            div.banner.banner-error.retro-incomplete role="alert" {
+                strong { "History incomplete." }
+                " The log cannot be read from event #" (incomplete.cursor)
+                " on, so this shows only what happened before it: "
+                (incomplete.reason)
+            }
+        }
+    }
+}
+
+/// A message page for a refusal (no such session, version or cursor) that
+/// also says when the history is incomplete, since what is missing may lie
+/// past the damage.
+pub fn retro_message_page(timeline: &Timeline, title: &str, message: &str) -> Markup {
+    message_page_with(title, message, incomplete_banner(timeline))
 }
 
 fn back_link() -> Markup {
@@ -158,12 +195,103 @@ pub fn retro_index_page(
         "Sessions",
         Libraries::default(),
         Some("/events".into()),
+        Some(timeline),
         body,
     )
 }
 
+/// Timeline entries a session page shows at once; "Show earlier" and "Show
+/// later" fetch as many again. Rendering every entry of a long session
+/// (thousands of plan versions, each with its diff) took seconds.
+pub const ENTRIES_WINDOW: usize = 200;
+
+/// Entries shown before the scrubber's position when the page opens on an
+/// older one, so what led up to it is in view.
+const ENTRIES_BEFORE_POSITION: usize = ENTRIES_WINDOW / 10;
+
+/// The positions among a session's `len` entries its page shows with the
+/// scrubber on the entry at `position`: the latest [`ENTRIES_WINDOW`], or,
+/// for a position before those, a window that starts just before it.
+fn entries_window(len: usize, position: usize) -> Range<usize> {
+    let latest = len.saturating_sub(ENTRIES_WINDOW);
+    let start = if position >= latest {
+        latest
+    } else {
+        position.saturating_sub(ENTRIES_BEFORE_POSITION)
+    };
+    start..len.min(start + ENTRIES_WINDOW)
+}
+
+/// Which entries a fragment holds: those just before a cursor, or just after.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntriesBeyond {
+    /// The [`ENTRIES_WINDOW`] entries before this cursor.
+    Before(Cursor),
+    /// The [`ENTRIES_WINDOW`] entries after this cursor.
+    After(Cursor),
+}
+
+/// The control in place of the entries before position `start`, or after
+/// position `end`, of a session's timeline. The link works without script
+/// (it opens the page on the nearest hidden entry); `retro.js` fetches the
+/// fragment named by `data-src` instead and puts it in the control's place.
+fn more_entries(id: &SessionId, cursors: &[Cursor], shown: &Range<usize>) -> (Markup, Markup) {
+    let earlier = shown.start.checked_sub(1).map(|last_hidden| {
+        let first_shown = cursors[shown.start];
+        html! {
+            li.retro-more data-src={"/sessions/" (id) "/entries?before=" (first_shown)} {
+                a.btn.btn-ghost href={"?at=" (cursors[last_hidden])} {
+                    "Show earlier events (" (shown.start) " more)"
+                }
+            }
+        }
+    });
+    let later = (shown.end < cursors.len()).then(|| {
+        let last_shown = cursors[shown.end - 1];
+        html! {
+            li.retro-more data-src={"/sessions/" (id) "/entries?after=" (last_shown)} data-later {
+                a.btn.btn-ghost href={"?at=" (cursors[shown.end])} {
+                    "Show later events (" (cursors.len() - shown.end) " more)"
+                }
+            }
+        }
+    });
+    (earlier.unwrap_or_default(), later.unwrap_or_default())
+}
+
+/// Which "Show earlier" and "Show later" controls a list of entries carries
+/// when entries remain on that side: a page both, a fragment only the one
+/// on the side it extends.
+#[derive(Clone, Copy)]
+struct Controls {
+    earlier: bool,
+    later: bool,
+}
+
+/// The entries at `shown` among the session's, with `controls` for those
+/// before and after. `at` dims the entries after the scrubber's position.
+fn entries(
+    timeline: &Timeline,
+    cache: &EntryCache,
+    id: &SessionId,
+    shown: Range<usize>,
+    controls: Controls,
+    at: Option<Cursor>,
+) -> Markup {
+    let cursors = timeline.session_cursors(id);
+    let (earlier, later) = more_entries(id, &cursors, &shown);
+    html! {
+        @if controls.earlier { (earlier) }
+        @for envelope in timeline.session_events(id, shown) {
+            (entry(timeline, cache, &envelope, at.is_some_and(|at| envelope.cursor > at)))
+        }
+        @if controls.later { (later) }
+    }
+}
+
 /// A session's replay with the scrubber at `at` (a cursor at or before the
-/// end of the log), or `None` for an unknown session.
+/// end of the log), or `None` for an unknown session. The timeline shows a
+/// window of [`ENTRIES_WINDOW`] entries around `at`.
 pub fn retro_session_page(
     timeline: &Timeline,
     cache: &EntryCache,
@@ -172,7 +300,8 @@ pub fn retro_session_page(
 ) -> Option<Markup> {
     let session = timeline.state().session(id)?;
     let cursors = timeline.session_cursors(id);
-    let position = cursors.partition_point(|c| *c <= at).saturating_sub(1);
+    let position = timeline.session_position(id, at).saturating_sub(1);
+    let shown = entries_window(cursors.len(), position);
     let cursor_list = cursors
         .iter()
         .map(Cursor::to_string)
@@ -224,9 +353,7 @@ pub fn retro_session_page(
                 section.retro-timeline aria-label="Timeline" {
                     h2 { "Timeline" }
                     ol #timeline .retro-entries {
-                        @for envelope in timeline.session_events(id) {
-                            (entry(timeline, cache, envelope, envelope.cursor > at))
-                        }
+                        (entries(timeline, cache, id, shown, Controls { earlier: true, later: true }, Some(at)))
                     }
                 }
             }
@@ -255,7 +382,38 @@ pub fn retro_session_page(
             }
         }
     };
-    Some(page(&title, libraries, None, body))
+    Some(page(&title, libraries, None, None, body))
+}
+
+/// The entries of `id` just before or after a cursor, as `li` elements with
+/// a control for more beyond them, for the session page to put in place of
+/// its "Show earlier" or "Show later" control.
+pub fn retro_entries_fragment(
+    timeline: &Timeline,
+    cache: &EntryCache,
+    id: &SessionId,
+    beyond: EntriesBeyond,
+) -> Markup {
+    let len = timeline.session_len(id);
+    let (shown, controls) = match beyond {
+        EntriesBeyond::Before(cursor) => {
+            let end = timeline.session_position(id, Cursor(cursor.0.saturating_sub(1)));
+            let controls = Controls {
+                earlier: true,
+                later: false,
+            };
+            (end.saturating_sub(ENTRIES_WINDOW)..end, controls)
+        }
+        EntriesBeyond::After(cursor) => {
+            let start = timeline.session_position(id, cursor);
+            let controls = Controls {
+                earlier: false,
+                later: true,
+            };
+            (start..len.min(start + ENTRIES_WINDOW), controls)
+        }
+    };
+    entries(timeline, cache, id, shown, controls, None)
 }
 
 /// The state panel alone, as the scrubber fetches it.
@@ -270,10 +428,10 @@ pub fn retro_entries_after(
     id: &SessionId,
     after: Cursor,
 ) -> Vec<(Cursor, String)> {
+    let start = timeline.session_position(id, after);
     timeline
-        .session_events(id)
-        .filter(|e| e.cursor > after)
-        .map(|e| (e.cursor, entry(timeline, cache, e, false).into_string()))
+        .session_events(id, start..usize::MAX)
+        .map(|e| (e.cursor, entry(timeline, cache, &e, false).into_string()))
         .collect()
 }
 
@@ -307,7 +465,13 @@ pub fn retro_plan_page(timeline: &Timeline, id: &SessionId, version: u32) -> Opt
             pre.retro-raw { code { (plan.content) } }
         }
     };
-    Some(page(&format!("Plan v{version}"), libraries, None, body))
+    Some(page(
+        &format!("Plan v{version}"),
+        libraries,
+        None,
+        Some(timeline),
+        body,
+    ))
 }
 
 /// The diff from version `from` to version `to` of a session's plan; `None`
@@ -332,6 +496,7 @@ pub fn retro_diff_page(timeline: &Timeline, id: &SessionId, from: u32, to: u32) 
         &format!("Plan v{from} → v{to}"),
         Libraries::default(),
         None,
+        Some(timeline),
         body,
     ))
 }

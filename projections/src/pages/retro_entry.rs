@@ -5,13 +5,13 @@
 //! fieldset, so a round looks as the person saw it but cannot be edited; plan
 //! versions carry the diff to the version before.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use maud::{Markup, PreEscaped, html};
 use planb_core::{
     AnswerValue, Answers, Ask, AskSpec, AskStatus, Cursor, Delivery, Envelope, EventBody,
-    NamedPlan, SessionId, State, Timestamp, Verdict,
+    NamedPlan, SessionId, Timestamp, Verdict,
 };
 
 use super::diff::{Folds, LineDiff};
@@ -129,28 +129,54 @@ fn ask_of<'a>(timeline: &'a Timeline, body: &EventBody) -> Option<&'a Ask> {
     body.ask().and_then(|id| timeline.state().ask(&id))
 }
 
+/// Rendered entry bodies a server keeps, in bytes: enough for the windows
+/// of many long sessions, small beside the log itself.
+const ENTRY_CACHE_BYTES_MAX: usize = 8 << 20;
+
 /// Rendered entry bodies by cursor. An event's entry never changes once the
 /// event is in the log (it depends only on that event and earlier ones, and
-/// on ask specs, which never change), so a server renders each one once.
+/// on ask specs, which never change), so a server renders each one once, as
+/// long as it stays among the most recently rendered
+/// [`ENTRY_CACHE_BYTES_MAX`] bytes.
 #[derive(Debug, Default)]
-pub struct EntryCache(Mutex<HashMap<Cursor, Arc<str>>>);
+pub struct EntryCache(Mutex<CachedEntries>);
+
+#[derive(Debug, Default)]
+struct CachedEntries {
+    bodies: HashMap<Cursor, Arc<str>>,
+    /// Insertion order, oldest first, for eviction.
+    order: VecDeque<Cursor>,
+    /// The sum of the lengths of `bodies`.
+    bytes: usize,
+}
 
 impl EntryCache {
+    fn entries(&self) -> MutexGuard<'_, CachedEntries> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn body(&self, timeline: &Timeline, envelope: &Envelope) -> Arc<str> {
-        let cached = self
-            .0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&envelope.cursor)
-            .cloned();
-        if let Some(body) = cached {
-            return body;
+        if let Some(body) = self.entries().bodies.get(&envelope.cursor) {
+            return Arc::clone(body);
         }
         let body: Arc<str> = Arc::from(entry_body(timeline, envelope).into_string());
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(envelope.cursor, Arc::clone(&body));
+        let mut entries = self.entries();
+        if entries
+            .bodies
+            .insert(envelope.cursor, Arc::clone(&body))
+            .is_none()
+        {
+            entries.order.push_back(envelope.cursor);
+            entries.bytes += body.len();
+        }
+        while entries.bytes > ENTRY_CACHE_BYTES_MAX {
+            let Some(oldest) = entries.order.pop_front() else {
+                break;
+            };
+            if let Some(evicted) = entries.bodies.remove(&oldest) {
+                entries.bytes -= evicted.len();
+            }
+        }
         body
     }
 }
@@ -320,38 +346,37 @@ fn plan_saved(
 /// The session as of `at`: its current plan, its questions answered and
 /// pending, and the named plans tied to it.
 pub(super) fn state_panel(timeline: &Timeline, session: &SessionId, at: Cursor) -> Markup {
-    let state = timeline.state_at(at);
+    let view = timeline.session_at(session, at);
     let event = timeline.event(at);
     html! {
         div.retro-state #state data-cursor=(at) {
+            (super::retro::incomplete_banner(timeline))
             p.eyebrow {
                 "As of event #" (at)
                 @if let Some(e) = event { " · " (when(e.event.at)) " · " (e.event.body.kind_name().replace('_', " ")) }
             }
-            @match state.session(session) {
-                None => p.retro-muted { "The session did not exist yet at this point." },
-                Some(s) => {
-                    (questions(&state, &s.asks))
-                    section.retro-plan {
-                        @match s.plans.last() {
-                            None => { h2 { "Plan" } p.retro-muted #current-plan data-version="0" { "No plan saved yet." } }
-                            Some(plan) => {
-                                h2 { "Plan v" (plan.version) @if let Some(t) = &plan.title { " · " (t) } }
-                                div.md.retro-plan-doc #current-plan data-version=(plan.version) {
-                                    (PreEscaped(markdown::render(&plan.content)))
-                                }
+            @if !view.exists() {
+                p.retro-muted { "The session did not exist yet at this point." }
+            } @else {
+                (questions(&view.asks()))
+                section.retro-plan {
+                    @match view.latest_plan() {
+                        None => { h2 { "Plan" } p.retro-muted #current-plan data-version="0" { "No plan saved yet." } }
+                        Some(plan) => {
+                            h2 { "Plan v" (plan.version) @if let Some(t) = &plan.title { " · " (t) } }
+                            div.md.retro-plan-doc #current-plan data-version=(plan.version) {
+                                (PreEscaped(markdown::render(&plan.content)))
                             }
                         }
                     }
-                    (named_plans(&state, session))
                 }
+                (named_plans(view.named_plans().collect()))
             }
         }
     }
 }
 
-fn questions(state: &State, asks: &[planb_core::AskId]) -> Markup {
-    let asks: Vec<&Ask> = asks.iter().filter_map(|id| state.ask(id)).collect();
+fn questions(asks: &[&Ask]) -> Markup {
     let pending = asks
         .iter()
         .filter(|a| a.status == AskStatus::Pending)
@@ -361,7 +386,7 @@ fn questions(state: &State, asks: &[planb_core::AskId]) -> Markup {
             h2 { "Questions" span.retro-muted { " · " (asks.len() - pending) " closed, " (pending) " pending" } }
             @if asks.is_empty() { p.retro-muted { "No question asked yet." } }
             ul.retro-asks {
-                @for ask in &asks {
+                @for ask in asks {
                     li.retro-ask data-status=(ask.status.to_string()) {
                         span class=(status_class(ask.status)) { (ask.status.to_string()) }
                         " " strong { (ask.spec.title) }
@@ -377,12 +402,7 @@ fn questions(state: &State, asks: &[planb_core::AskId]) -> Markup {
     }
 }
 
-fn named_plans(state: &State, session: &SessionId) -> Markup {
-    let plans: Vec<&NamedPlan> = state
-        .named_plans()
-        .values()
-        .filter(|p| p.session.as_ref() == Some(session))
-        .collect();
+fn named_plans(plans: Vec<&NamedPlan>) -> Markup {
     html! {
         @if !plans.is_empty() {
             section.retro-named {

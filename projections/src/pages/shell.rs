@@ -119,11 +119,17 @@ fn lightbox() -> Markup {
 /// A page that only says something: the form was already answered, is
 /// unknown, or has closed.
 pub fn message_page(title: &str, message: &str) -> Markup {
+    message_page_with(title, message, html! {})
+}
+
+/// A [`message_page`] with more below the message.
+pub(super) fn message_page_with(title: &str, message: &str, more: Markup) -> Markup {
     let body = html! {
         main #main .card .message-card {
             div.message-icon aria-hidden="true" { (info_icon()) }
             h1.message-title { (title) }
             p.message-text { (message) }
+            (more)
         }
     };
     document(title, Libraries::default(), body)

@@ -1,100 +1,238 @@
-//! [`Timeline`]: every event of the log in memory, with the state as of any
-//! cursor, for replaying how sessions unfolded (`planb-retro`).
+//! [`Timeline`]: every event of the log in memory, with the state of a
+//! session as of any cursor, for replaying how sessions unfolded
+//! (`planb-retro`).
 //!
-//! Events are decoded once and kept in cursor order. Alongside them the
-//! timeline keeps the [`State`] folded to the end and a snapshot of the state
-//! every [`Timeline::spacing`] events, so the state as of cursor N is the
-//! nearest snapshot at or before N plus at most `spacing - 1` applies: a scrub
-//! step never re-reads the log nor refolds from the start.
+//! Events are decoded once and kept in cursor order, beside the [`State`]
+//! folded to the end and two indexes: the events of each session, and the
+//! events of each named plan.
+//!
+//! **Memory.** The timeline holds about one copy of the log. Whole-state
+//! snapshots cost the state's size each and the state grows with the log, so
+//! any fixed spacing of them makes memory grow with the square of the log
+//! (gigabytes for a log of tens of MiB); the timeline keeps none. A plan body is
+//! held once: where the state at the end holds a session plan version or an
+//! ask's spec, and where [`Timeline::plan_content_after`] holds a named
+//! plan's content, the stored event drops its copy, and reading the event
+//! puts it back.
+//!
+//! **Time travel.** What a replay shows at cursor N is one session: the
+//! session, its asks and the named plans tied to it. No event of another
+//! session changes those, so [`Timeline::session_at`] folds only the
+//! session's own events and those of every named plan ever tied to it, up to
+//! N, and leaves out the bodies of the session's plan versions, of which it
+//! shows only the latest, held by the state at the end: the cost of a scrub
+//! step grows with the number of the session's events, not with the log nor
+//! with the size of its plans.
 //!
 //! The timeline is pure: it does no IO. Whoever follows the log (the retro
 //! server's poller) decodes records and calls [`Timeline::push`].
 //!
-//! **Invariant**: `state_at(c)` equals a fresh `State` after applying, in
-//! order, every pushed event with a cursor at or before `c` (tested by a
-//! property over generated command sequences and every snapshot spacing).
+//! **Invariants** (tested by properties over generated command sequences):
+//! [`Timeline::state_at`]`(c)` equals a fresh `State` after applying, in
+//! order, every pushed event with a cursor at or before `c`; and
+//! [`Timeline::session_at`]`(s, c)` agrees with it on session `s`, its asks,
+//! its latest plan version and the named plans tied to `s`.
 
+mod session_at;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
+pub use session_at::SessionAt;
+
+use std::borrow::Cow;
+use std::collections::{BTreeSet, HashMap};
+use std::ops::Range;
 use std::sync::Arc;
 
-use planb_core::{Cursor, Envelope, EventBody, PlanKey, SessionId, State};
+use planb_core::{AskId, AskSpec, Cursor, Envelope, EventBody, PlanKey, SessionId, State};
 
-/// Events between two snapshots when the caller does not choose.
-pub const SNAPSHOT_SPACING_DEFAULT: usize = 256;
-
-/// All events seen so far, the state at the end, and periodic snapshots.
-#[derive(Debug, Clone)]
+/// All events seen so far, the state at the end, and what finds a session's
+/// events.
+#[derive(Debug, Clone, Default)]
 pub struct Timeline {
+    /// In cursor order. Plan bodies held elsewhere are taken out: read
+    /// events through [`Timeline::full`].
     events: Vec<Envelope>,
     /// The state after every event in `events`.
     state: State,
-    /// `snapshots[i]` is the state after the first `i * spacing` events;
-    /// `snapshots[0]` is the empty state.
-    snapshots: Vec<State>,
-    spacing: usize,
     /// Indexes into `events` of the events that concern each session, in order.
     by_session: HashMap<SessionId, Vec<usize>>,
+    /// Indexes into `events` of every event of each named plan, in order.
+    by_plan: HashMap<PlanKey, Vec<usize>>,
+    /// The named plans each session was ever tied to.
+    plans_of_session: HashMap<SessionId, BTreeSet<PlanKey>>,
     /// For each named-plan event that changed a plan's content, the content
     /// right after it (an edit records only its replacements).
     plan_content_after: HashMap<Cursor, Arc<str>>,
+    /// The event that opened each ask the state holds, whose spec and URL
+    /// the stored event leaves to the state.
+    ask_opened_at: HashMap<AskId, Cursor>,
+    /// Set when the log goes on past the last event but cannot be read.
+    incomplete: Option<Incomplete>,
 }
 
-impl Default for Timeline {
-    fn default() -> Self {
-        Timeline::new(SNAPSHOT_SPACING_DEFAULT)
-    }
+/// Why a timeline stops before the log does: the record at `cursor` could
+/// not be read (damaged, or in a format this build does not know), so
+/// neither it nor any event after it is in the timeline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Incomplete {
+    /// The first event missing.
+    pub cursor: Cursor,
+    /// What is wrong there, as the log or the decoder reports it: the
+    /// segment, byte offset and cursor of the damage.
+    pub reason: String,
 }
 
 impl Timeline {
-    /// An empty timeline that snapshots the state every `spacing` events
-    /// (at least 1).
-    pub fn new(spacing: usize) -> Timeline {
-        Timeline {
-            events: Vec::new(),
-            state: State::default(),
-            snapshots: vec![State::default()],
-            spacing: spacing.max(1),
-            by_session: HashMap::new(),
-            plan_content_after: HashMap::new(),
-        }
+    /// An empty timeline.
+    pub fn new() -> Timeline {
+        Timeline::default()
     }
 
-    /// Events between two snapshots.
-    pub fn spacing(&self) -> usize {
-        self.spacing
+    /// Records that the log cannot be read past the last event, so that
+    /// every view of this timeline can say its history is partial.
+    pub fn mark_incomplete(&mut self, incomplete: Incomplete) {
+        debug_assert!(incomplete.cursor > self.last_cursor());
+        self.incomplete = Some(incomplete);
+    }
+
+    /// Why the timeline ends before the log does, if it does.
+    pub fn incomplete(&self) -> Option<&Incomplete> {
+        self.incomplete.as_ref()
     }
 
     /// Appends the next event of the log. Returns `false`, changing nothing,
     /// for an event at or before the last cursor (already seen).
-    pub fn push(&mut self, envelope: Envelope) -> bool {
+    pub fn push(&mut self, mut envelope: Envelope) -> bool {
         if envelope.cursor <= self.state.last_cursor() {
             return false;
         }
+        let opens = match &envelope.event.body {
+            EventBody::AskOpened { ask, .. } => self.state.ask(ask).is_none().then_some(*ask),
+            _ => None,
+        };
         self.state.apply(&envelope);
+        if let Some(ask) = opens.filter(|ask| self.state.ask(ask).is_some()) {
+            self.ask_opened_at.insert(ask, envelope.cursor);
+        }
         let index = self.events.len();
+        let cursor = envelope.cursor;
         if let Some(session) = session_of(&self.state, &envelope.event.body) {
             self.by_session.entry(session).or_default().push(index);
         }
-        if let Some(plan) = content_change(&envelope.event.body)
-            && let Some(named) = self.state.named_plan(&plan)
-            && named.versions.last().map(|v| v.cursor) == Some(envelope.cursor)
-        {
-            self.plan_content_after
-                .insert(envelope.cursor, Arc::from(named.content.as_str()));
+        if let Some(plan) = envelope.event.body.plan_key() {
+            if let Some(named) = self.state.named_plan(&plan) {
+                if let Some(session) = named.session {
+                    self.plans_of_session
+                        .entry(session)
+                        .or_default()
+                        .insert(plan.clone());
+                }
+                if content_change(&envelope.event.body)
+                    && named.versions.last().map(|v| v.cursor) == Some(cursor)
+                {
+                    self.plan_content_after
+                        .insert(cursor, Arc::from(named.content.as_str()));
+                }
+            }
+            self.by_plan.entry(plan).or_default().push(index);
         }
+        self.take_held_body(&mut envelope);
         self.events.push(envelope);
-        if self.events.len().is_multiple_of(self.spacing) {
-            self.snapshots.push(self.state.clone());
-        }
         true
     }
 
-    /// Every event, in cursor order.
-    pub fn events(&self) -> &[Envelope] {
-        &self.events
+    /// Drops the plan body, or the ask spec and URL, of a just-applied event
+    /// when the state or `plan_content_after` holds the same; [`Timeline::full`]
+    /// puts it back. An event the state ignored keeps its body.
+    fn take_held_body(&self, envelope: &mut Envelope) {
+        let cursor = envelope.cursor;
+        match &mut envelope.event.body {
+            EventBody::PlanVersionSaved {
+                session, content, ..
+            } => {
+                let held = self
+                    .state
+                    .latest_plan_version(session)
+                    .is_some_and(|p| p.cursor == cursor);
+                if held {
+                    debug_assert_eq!(
+                        self.state.latest_plan_version(session).map(|p| &p.content),
+                        Some(&*content)
+                    );
+                    *content = String::new();
+                }
+            }
+            EventBody::NamedPlanWritten { content, .. }
+            | EventBody::NamedPlanChangedOutside { content, .. } => {
+                if let Some(after) = self.plan_content_after.get(&cursor) {
+                    debug_assert_eq!(&**after, content.as_str());
+                    *content = String::new();
+                }
+            }
+            EventBody::AskOpened { ask, spec, url, .. }
+                if self.ask_opened_at.get(ask) == Some(&cursor) =>
+            {
+                debug_assert_eq!(self.state.ask(ask).map(|a| &a.spec), Some(&*spec));
+                *spec = AskSpec {
+                    title: String::new(),
+                    intro_title: None,
+                    intro: None,
+                    questions: Vec::new(),
+                };
+                *url = String::new();
+            }
+            _ => {}
+        }
+    }
+
+    /// The event as it was logged, with any plan body, ask spec or URL the
+    /// timeline holds elsewhere put back.
+    fn full<'a>(&'a self, stored: &'a Envelope) -> Cow<'a, Envelope> {
+        let cursor = stored.cursor;
+        match &stored.event.body {
+            EventBody::PlanVersionSaved { session, .. } => {
+                let held = self.state.session(session).and_then(|s| {
+                    let at = s.plans.partition_point(|p| p.cursor < cursor);
+                    s.plans.get(at).filter(|p| p.cursor == cursor)
+                });
+                match held {
+                    Some(plan) => refill(stored, |body| {
+                        if let EventBody::PlanVersionSaved { content, .. } = body {
+                            plan.content.clone_into(content);
+                        }
+                    }),
+                    None => Cow::Borrowed(stored),
+                }
+            }
+            EventBody::NamedPlanWritten { .. } | EventBody::NamedPlanChangedOutside { .. } => {
+                match self.plan_content_after.get(&cursor) {
+                    Some(after) => refill(stored, |body| {
+                        if let EventBody::NamedPlanWritten { content, .. }
+                        | EventBody::NamedPlanChangedOutside { content, .. } = body
+                        {
+                            after.as_ref().clone_into(content);
+                        }
+                    }),
+                    None => Cow::Borrowed(stored),
+                }
+            }
+            EventBody::AskOpened { ask, .. } => {
+                let held = (self.ask_opened_at.get(ask) == Some(&cursor))
+                    .then(|| self.state.ask(ask))
+                    .flatten();
+                match held {
+                    Some(opened) => refill(stored, |body| {
+                        if let EventBody::AskOpened { spec, url, .. } = body {
+                            spec.clone_from(&opened.spec);
+                            opened.url.clone_into(url);
+                        }
+                    }),
+                    None => Cow::Borrowed(stored),
+                }
+            }
+            _ => Cow::Borrowed(stored),
+        }
     }
 
     /// The number of events.
@@ -118,40 +256,99 @@ impl Timeline {
     }
 
     /// The event at `cursor`, if there is one.
-    pub fn event(&self, cursor: Cursor) -> Option<&Envelope> {
+    pub fn event(&self, cursor: Cursor) -> Option<Cow<'_, Envelope>> {
         let index = self.events.partition_point(|e| e.cursor < cursor);
-        self.events.get(index).filter(|e| e.cursor == cursor)
+        self.events
+            .get(index)
+            .filter(|e| e.cursor == cursor)
+            .map(|e| self.full(e))
     }
 
-    /// The state after every event at or before `cursor`: the nearest
-    /// snapshot plus fewer than [`spacing`](Self::spacing) applies.
-    pub fn state_at(&self, cursor: Cursor) -> State {
+    /// The state after every event at or before `cursor`, folded from the
+    /// start: its cost grows with the log. Pages use
+    /// [`session_at`](Self::session_at).
+    pub fn state_at(&self, cursor: Cursor) -> Cow<'_, State> {
+        if cursor >= self.last_cursor() {
+            return Cow::Borrowed(&self.state);
+        }
         let count = self.events.partition_point(|e| e.cursor <= cursor);
-        if count == self.events.len() {
-            return self.state.clone();
+        let mut state = State::default();
+        for stored in &self.events[..count] {
+            state.apply(&self.full(stored));
         }
-        let snapshot = count / self.spacing;
-        let mut state = self.snapshots[snapshot].clone();
-        for envelope in &self.events[snapshot * self.spacing..count] {
-            state.apply(envelope);
-        }
-        state
+        Cow::Owned(state)
     }
 
-    /// The events that concern `session`, in order: those naming it, those
-    /// of its asks, and those of named plans tied to it when they happened.
-    pub fn session_events(&self, session: &SessionId) -> impl Iterator<Item = &Envelope> {
+    /// `session` as of `cursor`: the session, its asks and the named plans
+    /// tied to it, as the time-travel view shows them. Folds the session's
+    /// events and those of every named plan ever tied to it, so its cost
+    /// grows with the session, not with the log; session plan versions are
+    /// folded without their bodies, since the view reads only the latest
+    /// one's, from the state at the end.
+    pub fn session_at(&self, session: &SessionId, cursor: Cursor) -> SessionAt<'_> {
+        if cursor >= self.last_cursor() {
+            return SessionAt::new(Cow::Borrowed(&self.state), &self.state, *session);
+        }
+        let mut indexes: Vec<usize> = self.session_indexes(session).to_vec();
+        for plan in self.plans_of_session.get(session).into_iter().flatten() {
+            indexes.extend(self.by_plan.get(plan).into_iter().flatten());
+        }
+        indexes.sort_unstable();
+        indexes.dedup();
+        let mut state = State::default();
+        for index in indexes {
+            let stored = &self.events[index];
+            if stored.cursor > cursor {
+                break;
+            }
+            match stored.event.body {
+                EventBody::PlanVersionSaved { .. } => state.apply(stored),
+                _ => state.apply(&self.full(stored)),
+            }
+        }
+        SessionAt::new(Cow::Owned(state), &self.state, *session)
+    }
+
+    fn session_indexes(&self, session: &SessionId) -> &[usize] {
         self.by_session
             .get(session)
             .map(Vec::as_slice)
             .unwrap_or_default()
-            .iter()
-            .map(|&index| &self.events[index])
     }
 
-    /// The cursors of [`session_events`](Self::session_events).
+    /// How many events concern `session`.
+    pub fn session_len(&self, session: &SessionId) -> usize {
+        self.session_indexes(session).len()
+    }
+
+    /// How many of the events that concern `session` are at or before
+    /// `cursor`: the position of the first one after it.
+    pub fn session_position(&self, session: &SessionId, cursor: Cursor) -> usize {
+        self.session_indexes(session)
+            .partition_point(|&index| self.events[index].cursor <= cursor)
+    }
+
+    /// The cursors of the events that concern `session`, in order.
     pub fn session_cursors(&self, session: &SessionId) -> Vec<Cursor> {
-        self.session_events(session).map(|e| e.cursor).collect()
+        self.session_indexes(session)
+            .iter()
+            .map(|&index| self.events[index].cursor)
+            .collect()
+    }
+
+    /// The events that concern `session` (those naming it, those of its
+    /// asks, and those of named plans tied to it when they happened), at
+    /// `positions` among them, in order.
+    pub fn session_events(
+        &self,
+        session: &SessionId,
+        positions: Range<usize>,
+    ) -> impl Iterator<Item = Cow<'_, Envelope>> {
+        let indexes = self.session_indexes(session);
+        let positions = positions.start.min(indexes.len())..positions.end.min(indexes.len());
+        indexes[positions]
+            .iter()
+            .map(|&index| self.full(&self.events[index]))
     }
 
     /// A named plan's content right after the event at `cursor`, for events
@@ -159,6 +356,14 @@ impl Timeline {
     pub fn plan_content_after(&self, cursor: Cursor) -> Option<&str> {
         self.plan_content_after.get(&cursor).map(|c| &**c)
     }
+}
+
+/// A copy of `stored` with what the timeline held elsewhere put back by
+/// `fill`.
+fn refill<'a>(stored: &Envelope, fill: impl FnOnce(&mut EventBody)) -> Cow<'a, Envelope> {
+    let mut envelope = stored.clone();
+    fill(&mut envelope.event.body);
+    Cow::Owned(envelope)
 }
 
 /// The session an event concerns, looked up in the state right after it.
@@ -174,11 +379,11 @@ fn session_of(state: &State, body: &EventBody) -> Option<SessionId> {
         .and_then(|plan| plan.session)
 }
 
-fn content_change(body: &EventBody) -> Option<PlanKey> {
-    match body {
+fn content_change(body: &EventBody) -> bool {
+    matches!(
+        body,
         EventBody::NamedPlanWritten { .. }
-        | EventBody::NamedPlanEdited { .. }
-        | EventBody::NamedPlanChangedOutside { .. } => body.plan_key(),
-        _ => None,
-    }
+            | EventBody::NamedPlanEdited { .. }
+            | EventBody::NamedPlanChangedOutside { .. }
+    )
 }

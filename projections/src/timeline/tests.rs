@@ -1,14 +1,16 @@
-//! The time-travel property: the state at any cursor equals a fresh fold of
-//! the events up to it, whatever the snapshot spacing.
+//! The time-travel properties: the state at any cursor equals a fresh fold
+//! of the events up to it, and a session's state at any cursor agrees with
+//! that fold on the session, its asks and the named plans tied to it.
 
 use planb_core::{
-    Answers, AskId, AskSpec, Command, Cursor, DeclineAction, Delivery, Envelope, Event, EventId,
-    PlanKey, PlanName, Question, QuestionKind, ReviewChannel, SessionId, State, Timestamp, Verdict,
+    Answers, Ask, AskId, AskSpec, Command, Cursor, DeclineAction, Delivery, Envelope, Event,
+    EventId, NamedPlan, PlanKey, PlanName, PlanVersion, Question, QuestionKind, ReviewChannel,
+    SessionId, State, Timestamp, Verdict,
 };
 use proptest::prelude::*;
 use uuid::Uuid;
 
-use super::Timeline;
+use super::{SessionAt, Timeline};
 
 /// What a generated step does; indexes pick among what exists so far, so
 /// most steps are accepted and the rest are rejections that append nothing.
@@ -165,26 +167,81 @@ fn events(steps: &[Step]) -> Vec<Envelope> {
     envelopes
 }
 
-/// Checks `state_at` against a fresh fold at every cursor, one past the end
-/// included.
-fn check_time_travel(events: &[Envelope], spacing: usize) {
-    let mut timeline = Timeline::new(spacing);
+fn timeline(events: &[Envelope]) -> Timeline {
+    let mut timeline = Timeline::new();
     for envelope in events {
         assert!(timeline.push(envelope.clone()));
     }
+    timeline
+}
+
+/// Checks `state_at` against a fresh fold at every cursor, one past the end
+/// included.
+fn check_time_travel(events: &[Envelope]) {
+    let timeline = timeline(events);
     let mut fresh = State::default();
-    assert_eq!(timeline.state_at(Cursor::ZERO), fresh);
+    assert_eq!(*timeline.state_at(Cursor::ZERO), fresh);
     for envelope in events {
         fresh.apply(envelope);
         assert_eq!(
-            timeline.state_at(envelope.cursor),
+            *timeline.state_at(envelope.cursor),
             fresh,
-            "state at cursor {} with snapshots every {spacing} events",
+            "state at cursor {}",
             envelope.cursor
         );
     }
-    assert_eq!(timeline.state_at(timeline.last_cursor().next()), fresh);
+    assert_eq!(*timeline.state_at(timeline.last_cursor().next()), fresh);
     assert_eq!(timeline.state(), &fresh);
+}
+
+/// What a session's replay shows: whether it exists, its asks, its latest
+/// plan version and the named plans tied to it.
+type SessionView = (bool, Vec<Ask>, Option<PlanVersion>, Vec<NamedPlan>);
+
+fn fresh_view(state: &State, session: &SessionId) -> SessionView {
+    let found = state.session(session);
+    let asks = found
+        .iter()
+        .flat_map(|s| s.asks.iter())
+        .filter_map(|id| state.ask(id).cloned())
+        .collect();
+    let plans = state
+        .named_plans()
+        .values()
+        .filter(|p| p.session.as_ref() == Some(session))
+        .cloned()
+        .collect();
+    let latest = state.latest_plan_version(session).cloned();
+    (found.is_some(), asks, latest, plans)
+}
+
+fn timeline_view(at: &SessionAt<'_>) -> SessionView {
+    (
+        at.exists(),
+        at.asks().into_iter().cloned().collect(),
+        at.latest_plan().cloned(),
+        at.named_plans().cloned().collect(),
+    )
+}
+
+/// Checks `session_at` for every session against a fresh fold at every
+/// cursor.
+fn check_session_time_travel(events: &[Envelope]) {
+    let timeline = timeline(events);
+    let sessions: Vec<SessionId> = timeline.state().sessions().keys().copied().collect();
+    let mut fresh = State::default();
+    for cursor in (0..=events.len() as u64 + 1).map(Cursor) {
+        if let Some(envelope) = events.get(cursor.0.wrapping_sub(1) as usize) {
+            fresh.apply(envelope);
+        }
+        for session in &sessions {
+            assert_eq!(
+                timeline_view(&timeline.session_at(session, cursor)),
+                fresh_view(&fresh, session),
+                "session {session} at cursor {cursor}"
+            );
+        }
+    }
 }
 
 proptest! {
@@ -193,21 +250,68 @@ proptest! {
     #[test]
     fn state_at_any_cursor_equals_a_fresh_fold(
         steps in proptest::collection::vec(step(), 0..80),
-        spacing in 1usize..12,
     ) {
-        let events = events(&steps);
-        check_time_travel(&events, spacing);
-        check_time_travel(&events, 1_000);
+        check_time_travel(&events(&steps));
     }
+
+    #[test]
+    fn a_session_at_any_cursor_equals_it_in_a_fresh_fold(
+        steps in proptest::collection::vec(step(), 0..80),
+    ) {
+        check_session_time_travel(&events(&steps));
+    }
+}
+
+#[test]
+fn a_named_plan_moved_to_another_session_leaves_the_first() {
+    let events = events(&[
+        Step::CreateSession,
+        Step::CreateSession,
+        Step::WritePlan(0, 0, 1),
+        Step::SubmitPlan(0),
+        Step::WritePlan(0, 1, 2),
+        Step::EditPlan(0),
+    ]);
+    check_session_time_travel(&events);
+}
+
+#[test]
+fn events_are_given_back_whole() {
+    let events = events(&[
+        Step::CreateSession,
+        Step::SavePlan(0, 1),
+        Step::OpenAsk(0),
+        Step::SavePlan(0, 2),
+        Step::Answer(0),
+        Step::WritePlan(0, 0, 3),
+        Step::EditPlan(0),
+    ]);
+    let timeline = timeline(&events);
+    for envelope in &events {
+        assert_eq!(
+            timeline.event(envelope.cursor).as_deref(),
+            Some(envelope),
+            "event at cursor {}",
+            envelope.cursor
+        );
+    }
+    let session = *timeline
+        .state()
+        .sessions()
+        .keys()
+        .next()
+        .expect("a session");
+    let all: Vec<Envelope> = timeline
+        .session_events(&session, 0..usize::MAX)
+        .map(|e| e.into_owned())
+        .collect();
+    assert_eq!(all, events);
 }
 
 #[test]
 fn events_already_seen_are_not_pushed_twice() {
     let events = events(&[Step::CreateSession, Step::SavePlan(0, 1)]);
-    let mut timeline = Timeline::new(1);
-    for envelope in &events {
-        timeline.push(envelope.clone());
-    }
+    let mut timeline = timeline(&events);
     assert!(!timeline.push(events[0].clone()));
     assert_eq!(timeline.len(), 2);
 }
@@ -223,10 +327,7 @@ fn session_events_include_its_asks_and_tied_named_plans() {
         Step::EditPlan(0),
         Step::SavePlan(1, 2),
     ]);
-    let mut timeline = Timeline::new(4);
-    for envelope in events {
-        timeline.push(envelope);
-    }
+    let timeline = timeline(&events);
     let first = *timeline
         .state()
         .sessions()
@@ -234,7 +335,7 @@ fn session_events_include_its_asks_and_tied_named_plans() {
         .find(|id| timeline.state().sessions()[*id].title.as_deref() == Some("session 1"))
         .expect("session 1");
     let kinds: Vec<&str> = timeline
-        .session_events(&first)
+        .session_events(&first, 0..usize::MAX)
         .map(|e| e.event.body.kind_name())
         .collect();
     assert_eq!(
@@ -247,11 +348,7 @@ fn session_events_include_its_asks_and_tied_named_plans() {
             "named_plan_edited"
         ]
     );
-    let edit = timeline
-        .session_events(&first)
-        .last()
-        .expect("an edit")
-        .cursor;
+    let edit = *timeline.session_cursors(&first).last().expect("an edit");
     assert_eq!(
         timeline.plan_content_after(edit),
         Some("# Named\n\ntext 1\n")
