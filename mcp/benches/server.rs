@@ -4,6 +4,11 @@
 //! Each is shown beside a floor measured in the same run: spawning a trivial
 //! process, and a raw write + fdatasync.
 //!
+//! It also measures how they hold as history grows: `initialize` over a log of
+//! 50 000 events, and `save_plan` in a session holding 10 versions against one
+//! holding 10 000 (the logs are written straight to the log, one sync per
+//! batch, so building them takes seconds).
+//!
 //! Run with `cargo bench -p planb-mcp`. The data root goes under cargo's target
 //! tmp dir (a real disk) or `PLANB_BENCH_DIR`.
 
@@ -176,6 +181,108 @@ fn stats(samples: &mut [Duration]) -> (f64, f64) {
     (ms(samples[samples.len() / 2]), ms(p99))
 }
 
+/// Writes `events` to a fresh log at `root`, in batches of one sync each.
+fn write_log(root: &Path, events: impl Iterator<Item = planb_core::EventBody>) -> u64 {
+    let (log, _) = planb_log::open_dir(&root.join("log"), Default::default()).expect("log");
+    let mut batch = Vec::new();
+    let mut total = 0u64;
+    let flush = |batch: &mut Vec<Vec<u8>>| {
+        let refs: Vec<&[u8]> = batch.iter().map(Vec::as_slice).collect();
+        log.append(&refs).expect("append");
+        batch.clear();
+    };
+    for body in events {
+        let event = planb_core::Event {
+            id: planb_core::EventId::from_uuid(uuid::Uuid::now_v7()),
+            at: planb_core::Timestamp(1_780_000_000_000 + total as i64),
+            body,
+        };
+        batch.push(planb_core::encode(&event).expect("encode"));
+        total += 1;
+        if batch.len() == 1000 {
+            flush(&mut batch);
+        }
+    }
+    flush(&mut batch);
+    total
+}
+
+fn session_id(n: u128) -> planb_core::SessionId {
+    planb_core::SessionId::from_uuid(uuid::Uuid::from_u128(n + 1))
+}
+
+/// A session with `versions` plan versions of `plan`.
+fn session_with_plans(n: u128, versions: u32, plan: &str) -> Vec<planb_core::EventBody> {
+    let session = session_id(n);
+    let mut bodies = vec![planb_core::EventBody::SessionCreated {
+        session,
+        title: Some(format!("session {n}")),
+        intent: None,
+        project_path: Some(format!("/work/project-{}", n % 50)),
+    }];
+    bodies.extend(
+        (1..=versions).map(|version| planb_core::EventBody::PlanVersionSaved {
+            session,
+            version,
+            title: None,
+            content: format!("# v{version}\n{plan}"),
+        }),
+    );
+    bodies
+}
+
+/// Median time of `count` saves into `session`.
+fn median_saves(server: &mut Server, session: &str, plan: &str, count: usize) -> f64 {
+    let mut saves: Vec<Duration> = (0..count)
+        .map(|i| {
+            let start = Instant::now();
+            let text = server.call(
+                "save_plan",
+                json!({"sessionId": session, "plan": format!("# extra {i}\n{plan}")}),
+            );
+            let elapsed = start.elapsed();
+            assert!(text.starts_with("Saved plan v"), "{text}");
+            elapsed
+        })
+        .collect();
+    stats(&mut saves).0
+}
+
+/// Grown histories: initialize over 50 000 events, and save_plan in a
+/// session of 10 against one of 10 000 versions.
+fn history(raw_median: f64, plan: &str) {
+    let root = bench_root("server-history");
+    let events = write_log(
+        &root,
+        (0..1000u128).flat_map(|n| session_with_plans(n, 49, plan)),
+    );
+    let mut starts: Vec<Duration> = (0..10)
+        .map(|_| {
+            let start = Instant::now();
+            let mut server = Server::spawn(&root);
+            server.initialize();
+            start.elapsed()
+        })
+        .collect();
+    let (median, _) = stats(&mut starts);
+    println!(
+        "cold start to finished initialize over {events} events: median {median:.1} ms (budget <= 20 ms)"
+    );
+
+    for versions in [10u32, 10_000] {
+        let root = bench_root("server-versions");
+        write_log(&root, session_with_plans(0, versions, plan).into_iter());
+        let mut server = Server::spawn(&root);
+        server.initialize();
+        let session = session_id(0).to_string();
+        let median = median_saves(&mut server, &session, plan, 100);
+        println!(
+            "save_plan in a session of {versions} versions: median {median:.2} ms = {:.1}x the raw fdatasync floor (budget <= 1.5x, flat)",
+            median / raw_median
+        );
+    }
+}
+
 fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         println!("planb-mcp bench: run with `cargo bench -p planb-mcp`");
@@ -302,4 +409,6 @@ fn main() {
         "idle resident memory after initialize and one session: {:.1} MB (budget <= 15 MB)",
         idle_kib as f64 / 1024.0
     );
+    drop(server);
+    history(raw_median, &plan);
 }
