@@ -157,14 +157,24 @@ pub(crate) fn event_body() -> impl Strategy<Value = EventBody> {
                 project_path,
             })
             .boxed(),
-        (session_id(), ask_id(), ask_spec(), delivery(), text())
-            .prop_map(|(session, ask, spec, delivery, url)| B::AskOpened {
-                session,
-                ask,
-                spec,
-                delivery,
-                url,
-            })
+        (
+            session_id(),
+            ask_id(),
+            ask_spec(),
+            delivery(),
+            text(),
+            any::<[u8; 32]>(),
+        )
+            .prop_map(
+                |(session, ask, spec, delivery, url, sid_sha256)| B::AskOpened {
+                    session,
+                    ask,
+                    spec,
+                    delivery,
+                    url,
+                    sid_sha256,
+                },
+            )
             .boxed(),
         (ask_id(), answers())
             .prop_map(|(ask, answers)| B::AskDraftSaved { ask, answers })

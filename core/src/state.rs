@@ -122,8 +122,10 @@ pub struct Ask {
     pub spec: AskSpec,
     /// How the form reached the person.
     pub delivery: Delivery,
-    /// The form's URL.
+    /// The form's address, without its secret.
     pub url: String,
+    /// SHA-256 of the form's secret sid.
+    pub sid_sha256: [u8; 32],
     /// Current status.
     pub status: AskStatus,
     /// When the form was opened.
@@ -322,7 +324,8 @@ impl State {
                 spec,
                 delivery,
                 url,
-            } => self.open_ask(at, *session, *ask, spec, *delivery, url),
+                sid_sha256,
+            } => self.open_ask(at, *session, *ask, spec, *delivery, (url, *sid_sha256)),
             EventBody::AskDraftSaved { ask, answers } => {
                 self.update_ask(*ask, at, |a| a.draft = Some(answers.clone()));
             }
@@ -381,7 +384,7 @@ impl State {
         ask: AskId,
         spec: &AskSpec,
         delivery: Delivery,
-        url: &str,
+        (url, sid_sha256): (&str, [u8; 32]),
     ) {
         let Some(s) = self.sessions.get_mut(&session) else {
             return;
@@ -399,6 +402,7 @@ impl State {
                 spec: spec.clone(),
                 delivery,
                 url: url.to_owned(),
+                sid_sha256,
                 status: AskStatus::Pending,
                 created_at: at,
                 answered_at: None,
@@ -543,6 +547,30 @@ impl State {
             touch(s, at);
         }
     }
+}
+
+impl Ask {
+    /// Whether `sid` is this ask's form secret.
+    pub fn has_sid(&self, sid: &str) -> bool {
+        !sid.is_empty() && sid_sha256(sid) == self.sid_sha256
+    }
+}
+
+/// SHA-256 of a form's secret sid, as the log records it.
+pub fn sid_sha256(sid: &str) -> [u8; 32] {
+    ContentHash::of(sid).0
+}
+
+/// Splits a form URL of event schema 1 (`…/ask?sid=<sid>`) into the address
+/// without its query and the hash of the sid (all zeros when it has none,
+/// which matches no sid).
+pub fn split_form_url(url: &str) -> (String, [u8; 32]) {
+    let (address, query) = url.split_once('?').unwrap_or((url, ""));
+    let sid = query
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("sid="))
+        .filter(|sid| !sid.is_empty());
+    (address.to_owned(), sid.map_or([0; 32], sid_sha256))
 }
 
 impl NamedPlan {

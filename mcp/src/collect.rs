@@ -3,11 +3,12 @@
 //! an answer (or waits for one) from any process.
 //!
 //! A form's link names the port of the process that opened it and the ask's
-//! secret sid. When that process is gone, the ask stays pending in the log:
-//! a process on the same port (a fixed `PLANB_PORT`) finds it by its sid, and
-//! `ask_user {askId}` in any process serves it again on its own port, with the
-//! same sid, and waits. Whoever records the answer, a waiting tool sees it:
-//! it watches the log as well as its own form.
+//! secret sid; the log holds only the sid's SHA-256. When that process is
+//! gone, the ask stays pending in the log: a process on the same port (a fixed
+//! `PLANB_PORT`) recognises the old link by the hash, and `ask_user {askId}` in
+//! any process serves the form again on its own port under a new sid, and
+//! waits. Whoever records the answer, a waiting tool sees it: it watches the
+//! log as well as its own form.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,24 +28,6 @@ use crate::server::{PlanbServer, store_error, tool_error};
 /// another process.
 const LOG_POLL: Duration = Duration::from_secs(1);
 
-/// The sid in a form URL (`…/ask?sid=<sid>`).
-pub(crate) fn sid_of(url: &str) -> Option<String> {
-    let url = url::Url::parse(url).ok()?;
-    url.query_pairs()
-        .find(|(key, _)| key == "sid")
-        .map(|(_, value)| value.into_owned())
-        .filter(|sid| !sid.is_empty())
-}
-
-/// Compares two secrets in time that does not depend on where they differ.
-fn same_secret(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |diff, (x, y)| diff | (x ^ y))
-            == 0
-}
-
 /// The pending ask in the log whose form has this sid, as a form this
 /// process can serve.
 pub(crate) async fn pending_form(store: &Arc<Store>, sid: &str) -> Option<FormInfo> {
@@ -52,7 +35,7 @@ pub(crate) async fn pending_form(store: &Arc<Store>, sid: &str) -> Option<FormIn
     crate::blocking::read(store, move |state| {
         state
             .pending_asks()
-            .find(|ask| sid_of(&ask.url).is_some_and(|found| same_secret(&found, &sid)))
+            .find(|ask| ask.has_sid(&sid))
             .map(|ask| FormInfo {
                 ask: ask.id,
                 spec: Arc::new(ask.spec.clone()),
@@ -100,11 +83,7 @@ impl PlanbServer {
             return;
         }
         let pending = self
-            .read_state(|s| {
-                s.pending_asks()
-                    .filter(|a| sid_of(&a.url).is_some())
-                    .count()
-            })
+            .read_state(|s| s.pending_asks().filter(|a| a.sid_sha256 != [0; 32]).count())
             .await
             .unwrap_or(0);
         if pending == 0 {
@@ -154,11 +133,13 @@ impl PlanbServer {
         };
         let found = self
             .read_state(move |s| {
-                s.ask(&ask_id)
-                    .map(|a| (a.session, a.spec.clone(), a.url.clone(), recorded_answer(a)))
+                s.ask(&ask_id).map(|a| {
+                    let has_form = a.sid_sha256 != [0; 32];
+                    (a.session, a.spec.clone(), has_form, recorded_answer(a))
+                })
             })
             .await;
-        let (ask_session, spec, url, answer) = match found {
+        let (ask_session, spec, has_form, answer) = match found {
             Ok(Some(found)) => found,
             Ok(None) => return tool_error(format!("askId: unknown ask {ask_id}")),
             Err(error) => return store_error(error),
@@ -171,10 +152,20 @@ impl PlanbServer {
         if let Some(answer) = answer {
             return answers_result(&answer);
         }
-        let Some(sid) = sid_of(&url) else {
+        if !has_form {
             return tool_error(format!(
                 "askId: ask {ask_id} has no form to serve (it was imported); call ask_user with the questions again"
             ));
+        }
+        // The log holds only the hash of the old sid: this process serves
+        // the form under a new one.
+        let sid = match crate::server::new_sid() {
+            Ok(sid) => sid,
+            Err(error) => {
+                return tool_error(format!(
+                    "the form could not be opened: no randomness: {error}"
+                ));
+            }
         };
         let address = match self.callback_address().await {
             Ok(address) => address,
@@ -206,21 +197,5 @@ impl PlanbServer {
         .await;
         self.forms().detach(&sid);
         outcome
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_sid_is_read_from_a_form_url_and_compared_whole() {
-        let sid = sid_of("http://127.0.0.1:4321/ask?sid=ab12").expect("sid");
-        assert_eq!(sid, "ab12");
-        assert_eq!(sid_of(""), None);
-        assert_eq!(sid_of("http://127.0.0.1:1/ask?sid="), None);
-        assert!(same_secret("ab12", "ab12"));
-        assert!(!same_secret("ab12", "ab13"));
-        assert!(!same_secret("ab12", "ab1"));
     }
 }

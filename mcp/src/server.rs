@@ -272,7 +272,8 @@ impl PlanbServer {
                 )));
             }
         };
-        let url = format!("http://127.0.0.1:{}/ask?sid={sid}", address.port());
+        let address = format!("http://127.0.0.1:{}/ask", address.port());
+        let url = format!("{address}?sid={sid}");
         let url_mode = context
             .peer
             .supported_elicitation_modes()
@@ -292,7 +293,8 @@ impl PlanbServer {
                 ask,
                 spec: (*spec).clone(),
                 delivery,
-                url: url.clone(),
+                url: address,
+                sid: sid.clone(),
             })
             .await;
         if let Err(error) = recorded {

@@ -45,7 +45,8 @@ fn events_of_session(n: u128, spec: &AskSpec, answers: &planb_core::Answers) -> 
             ask,
             spec: spec.clone(),
             delivery: planb_core::Delivery::BrowserOpened,
-            url: "http://127.0.0.1:40000/ask?sid=0123456789abcdef0123456789abcdef".into(),
+            url: "http://127.0.0.1:40000/ask".into(),
+            sid_sha256: planb_core::state::sid_sha256("0123456789abcdef0123456789abcdef"),
         });
         bodies.push(EventBody::AskAnswered {
             ask,

@@ -310,6 +310,7 @@ fn open_ask(
                 spec: ask.spec.clone(),
                 delivery: Delivery::BrowserOpened,
                 url: IMPORTED_ASK_URL.to_owned(),
+                sid: String::new(),
             };
             let executed = run(store, command, ask.created_at, &ask.path, report)?;
             Ok(executed.map(|_| true))

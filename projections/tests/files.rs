@@ -90,7 +90,8 @@ fn open_ask(store: &Store, session: SessionId, ask: AskId, spec: Value) {
             ask,
             spec: AskSpec::from_json(&spec).expect("spec"),
             delivery: Delivery::BrowserOpened,
-            url: "http://127.0.0.1:43123/ask?sid=0f1e2d3c4b5a69788796a5b4c3d2e1f0".into(),
+            url: "http://127.0.0.1:43123/ask".into(),
+            sid: "0f1e2d3c4b5a69788796a5b4c3d2e1f0".into(),
         },
     );
 }

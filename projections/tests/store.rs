@@ -165,7 +165,8 @@ fn the_index_tracks_pending_asks_across_processes() {
                 ask: *ask,
                 spec: spec(),
                 delivery: Delivery::BrowserNotOpened,
-                url: "http://127.0.0.1:1/ask?sid=x".into(),
+                url: "http://127.0.0.1:1/ask".into(),
+                sid: "x".into(),
             })
             .expect("open ask");
     }
@@ -267,7 +268,8 @@ fn command(
                 ask,
                 spec: spec(),
                 delivery: Delivery::UrlElicitation,
-                url: format!("http://127.0.0.1:9/ask?sid={n}"),
+                url: "http://127.0.0.1:9/ask".into(),
+                sid: format!("{n}"),
             }
         }
         Op::Answer(i) => Command::SubmitAnswers {

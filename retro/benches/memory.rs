@@ -153,7 +153,8 @@ fn many_sessions() -> impl Iterator<Item = EventBody> {
                 ask,
                 spec: spec(run),
                 delivery: Delivery::BrowserOpened,
-                url: format!("http://127.0.0.1:4242/ask?sid={run:064x}"),
+                url: "http://127.0.0.1:4242/ask".into(),
+                sid_sha256: planb_core::state::sid_sha256(&format!("{run:064x}")),
             });
             bodies.push(EventBody::AskDraftSaved {
                 ask,

@@ -60,6 +60,7 @@ fn build(root: &DataRoot) -> SessionId {
                     spec,
                     delivery: Delivery::BrowserOpened,
                     url: "http://127.0.0.1:1/ask".into(),
+                    sid: "".into(),
                 })
                 .expect("ask");
             store

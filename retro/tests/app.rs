@@ -74,7 +74,8 @@ fn fixture() -> Fixture {
             ask,
             spec: spec("Storage choice"),
             delivery: Delivery::BrowserOpened,
-            url: "http://127.0.0.1:9/ask?sid=a".into(),
+            url: "http://127.0.0.1:9/ask".into(),
+            sid: "a".into(),
         },
         Command::SubmitAnswers {
             ask,
@@ -112,7 +113,8 @@ fn fixture() -> Fixture {
             ask: pending,
             spec: spec("Ship it?"),
             delivery: Delivery::BrowserOpened,
-            url: "http://127.0.0.1:9/ask?sid=b".into(),
+            url: "http://127.0.0.1:9/ask".into(),
+            sid: "b".into(),
         },
     ];
     for command in commands {
@@ -186,14 +188,18 @@ async fn index_lists_sessions_marks_pending_and_shows_the_inbox() {
             "2 questions · 3 plan versions",
             "question waiting",
             "Ship it?",
-            "http://127.0.0.1:9/ask?sid=b",
         ],
     )
     .await;
     assert!(
-        !body.contains("sid=a"),
+        body.contains(&format!("askId {}", f.pending)),
+        "the waiting ask is named so the agent can reopen it"
+    );
+    assert!(
+        !body.contains(&format!("askId {}", f.ask)),
         "the answered ask is not in the inbox"
     );
+    assert!(!body.contains("sid="), "no page shows a form secret");
     check(
         &router,
         "/?project=%2Fwork%2Fapp",

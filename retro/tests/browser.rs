@@ -110,7 +110,8 @@ impl Fixture {
             ask,
             spec: spec(title),
             delivery: Delivery::BrowserOpened,
-            url: "http://127.0.0.1:9/ask?sid=a".into(),
+            url: "http://127.0.0.1:9/ask".into(),
+            sid: "a".into(),
         })
     }
 

@@ -4,7 +4,10 @@
 //! two projects that both use `auth-refactor` keep two histories. Every
 //! named-plan event carries `plans_dir`, the absolute directory of the plan's
 //! file; version 1 events are upcast with an empty `plans_dir`, the one
-//! shared namespace plans had before.
+//! shared namespace plans had before. And an opened ask records only the
+//! SHA-256 of its form's secret sid, never the sid: whoever reads the log
+//! cannot answer a form with it. Version 1 events, which held the whole URL,
+//! are upcast to the URL without its query and the hash of the sid in it.
 //!
 //! These types are the wire format of version 2, pinned byte for byte by
 //! `fixtures/golden/events-v2.bin`; the small types they share with version 1
@@ -54,8 +57,11 @@ pub enum EventBody {
         spec: AskSpec,
         /// How the form reached the person.
         delivery: Delivery,
-        /// The form's URL (loopback; carries the one-time sid).
+        /// The form's address without its secret (`http://127.0.0.1:<port>/ask`).
         url: String,
+        /// SHA-256 of the form's secret sid, so any planb process can tell a
+        /// link to this form from others without the log holding the secret.
+        sid_sha256: [u8; 32],
     },
     /// The form autosaved a partial answer.
     AskDraftSaved {
@@ -195,13 +201,17 @@ impl From<super::v1::Event> for Event {
                 spec,
                 delivery,
                 url,
-            } => EventBody::AskOpened {
-                session,
-                ask,
-                spec,
-                delivery,
-                url,
-            },
+            } => {
+                let (url, sid_sha256) = crate::state::split_form_url(&url);
+                EventBody::AskOpened {
+                    session,
+                    ask,
+                    spec,
+                    delivery,
+                    url,
+                    sid_sha256,
+                }
+            }
             V1::AskDraftSaved { ask, answers } => EventBody::AskDraftSaved { ask, answers },
             V1::AskAnswered { ask, answers } => EventBody::AskAnswered { ask, answers },
             V1::AskTimedOut { ask } => EventBody::AskTimedOut { ask },

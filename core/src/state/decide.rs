@@ -50,8 +50,10 @@ pub enum Command {
         spec: AskSpec,
         /// How the form reaches the person.
         delivery: Delivery,
-        /// The form's URL.
+        /// The form's address, without the secret.
         url: String,
+        /// The form's secret sid; only its hash is recorded.
+        sid: String,
     },
     /// The form autosaved.
     SaveDraft {
@@ -307,6 +309,7 @@ impl State {
                 spec,
                 delivery,
                 url,
+                sid,
             } => {
                 self.known_session(session)?;
                 if self.asks.contains_key(&ask) {
@@ -318,6 +321,12 @@ impl State {
                     spec,
                     delivery,
                     url,
+                    // No sid (an imported ask) records zeros, which no sid hashes to.
+                    sid_sha256: if sid.is_empty() {
+                        [0; 32]
+                    } else {
+                        super::sid_sha256(&sid)
+                    },
                 }
             }
             Command::SaveDraft { ask, answers } => {

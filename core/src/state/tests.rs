@@ -62,7 +62,8 @@ impl Harness {
             ask,
             spec: spec(),
             delivery: Delivery::BrowserOpened,
-            url: "http://127.0.0.1:1/ask?sid=x".into(),
+            url: "http://127.0.0.1:1/ask".into(),
+            sid: "x".into(),
         });
         assert_eq!(result, Ok(vec!["ask_opened"]));
     }
@@ -234,6 +235,7 @@ fn unknown_session_is_rejected_with_a_hint() {
         spec: spec(),
         delivery: Delivery::UrlElicitation,
         url: String::new(),
+        sid: String::new(),
     });
     let rejection = result.unwrap_err();
     assert_eq!(rejection, Rejection::UnknownSession { session: s });
@@ -271,6 +273,7 @@ fn duplicate_ids_are_rejected() {
         spec: spec(),
         delivery: Delivery::BrowserOpened,
         url: String::new(),
+        sid: String::new(),
     });
     assert_eq!(again, Err(Rejection::AskExists { ask: a }));
 }
@@ -428,6 +431,7 @@ fn interacting_event() -> impl Strategy<Value = EventBody> {
             spec: spec(),
             delivery: Delivery::BrowserOpened,
             url: String::new(),
+            sid_sha256: [0; 32],
         }),
         ask.clone().prop_map(|ask| EventBody::AskDraftSaved {
             ask,
@@ -685,4 +689,45 @@ fn issue_8_plans_of_one_name_in_two_directories_keep_two_histories() {
         ),
         "one plan never vouches for the other's file"
     );
+}
+
+#[test]
+fn issue_8_the_log_holds_a_hash_of_the_form_secret_never_the_secret() {
+    let secret = "4f1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e";
+    let (address, hash) = split_form_url(&format!("http://127.0.0.1:9/ask?sid={secret}"));
+    assert_eq!(address, "http://127.0.0.1:9/ask");
+    assert_eq!(hash, sid_sha256(secret));
+    assert_eq!(split_form_url(""), (String::new(), [0; 32]));
+
+    let mut h = Harness::new();
+    let (s, a) = (session_id(1), ask_id(1));
+    h.create_session(s);
+    let bodies = h
+        .state
+        .decide(Command::OpenAsk {
+            session: s,
+            ask: a,
+            spec: spec(),
+            delivery: Delivery::BrowserOpened,
+            url: "http://127.0.0.1:9/ask".into(),
+            sid: secret.into(),
+        })
+        .expect("open");
+    let event = Event {
+        id: EventId::from_uuid(Uuid::from_u128(1)),
+        at: Timestamp(0),
+        body: bodies[0].clone(),
+    };
+    let payload = crate::event::encode(&event).expect("encode");
+    assert!(
+        !payload
+            .windows(secret.len())
+            .any(|w| w == secret.as_bytes()),
+        "the secret is in the event"
+    );
+    h.apply(bodies[0].clone());
+    let ask = h.state.ask(&a).expect("ask");
+    assert!(ask.has_sid(secret));
+    assert!(!ask.has_sid("4f1c2d3e4f5a6b7c8d9e0f1a2b3c4d5f"));
+    assert!(!ask.has_sid(""));
 }

@@ -67,7 +67,8 @@ async fn start() -> Server {
             ask,
             spec: spec.clone(),
             delivery: Delivery::BrowserNotOpened,
-            url: "http://127.0.0.1:9/ask?sid=test-sid".into(),
+            url: "http://127.0.0.1:9/ask".into(),
+            sid: "test-sid".into(),
         },
     ] {
         store.execute(command).expect("command accepted");

@@ -140,8 +140,13 @@ pub fn retro_index_page(
                 } @else {
                     ul.retro-list {
                         @for ask in &pending {
+                            // The log holds only a hash of the form's secret, so
+                            // the link lives with the agent; this names the ask
+                            // it can collect or reopen.
                             li {
-                                a href=(ask.url) rel="noopener noreferrer" target="_blank" { (ask.spec.title) }
+                                strong { (ask.spec.title) }
+                                " "
+                                code.retro-url title="ask_user {\"askId\": …} reopens the form" { "askId " (ask.id) }
                                 span.retro-muted {
                                     " · asked " (when(ask.created_at)) " in "
                                     a href={"/sessions/" (ask.session)} {

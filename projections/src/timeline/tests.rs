@@ -97,7 +97,8 @@ fn events(steps: &[Step]) -> Vec<Envelope> {
                     ask,
                     spec: spec(),
                     delivery: Delivery::BrowserOpened,
-                    url: "http://127.0.0.1:1/ask?sid=x".into(),
+                    url: "http://127.0.0.1:1/ask".into(),
+                    sid: "x".into(),
                 }
             }),
             Step::Answer(n) => pick(*n, asks.len()).map(|i| Command::SubmitAnswers {
