@@ -48,7 +48,10 @@ fn populated_root() -> tempfile::TempDir {
 
 fn applied_cursor(store: &Store) -> u64 {
     store
-        .with_index(|index| index.applied_cursor().expect("cursor").0)
+        .with_index(|index| {
+            index.catch_up().expect("catch up");
+            index.applied_cursor().expect("cursor").0
+        })
         .expect("index")
         .expect("the only store owns the index")
 }

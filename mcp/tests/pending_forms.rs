@@ -7,25 +7,15 @@ mod support;
 
 use std::time::Duration;
 
-use planb_core::{AskId, AskStatus, Cursor, State, decode};
+use planb_core::{AskId, AskStatus};
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use serde_json::{Value, json};
 use support::{
-    Server, UrlAnswer, call, new_session, parse_form_url, post_json, sample_ask, start, text_of,
+    Server, UrlAnswer, call, fold_log, new_session, parse_form_url, post_json, sample_ask, start,
+    text_of,
 };
 
 const WAIT: Duration = Duration::from_secs(60);
-
-fn fold(root: &std::path::Path) -> State {
-    let mut reader =
-        planb_log::read_dir(&root.join("log"), Default::default(), planb_log::Cursor(1))
-            .expect("reader");
-    let mut state = State::default();
-    while let Some(record) = reader.next().expect("read") {
-        state.apply(&decode(&record.payload, Cursor(record.cursor.0)).expect("decode"));
-    }
-    state
-}
 
 fn answers() -> Value {
     json!({"name": "Aurora", "summary": "", "language": "Rust", "integrations": ["Slack"], "priority": 4})
@@ -68,7 +58,7 @@ async fn ask_on_a_server_that_dies(
         .expect("in time")
         .expect("url");
     first.kill_9();
-    let state = fold(dir);
+    let state = fold_log(dir).0;
     let ask = state.asks().values().next().expect("the ask");
     assert_eq!(ask.status, AskStatus::Pending);
     (ask.id, url, session)
@@ -107,7 +97,7 @@ async fn issue_8_the_old_link_works_again_on_a_fixed_port_and_the_agent_collects
     );
     second.client.cancel().await.expect("shutdown");
     assert_eq!(
-        fold(dir.path()).ask(&ask).expect("ask").status,
+        fold_log(dir.path()).0.ask(&ask).expect("ask").status,
         AskStatus::Answered
     );
 }
@@ -181,7 +171,13 @@ async fn issue_8_a_waiting_ask_sees_an_answer_recorded_by_another_process() {
         .await
         .expect("in time")
         .expect("url");
-    let ask = fold(dir.path()).asks().values().next().expect("ask").id;
+    let ask = fold_log(dir.path())
+        .0
+        .asks()
+        .values()
+        .next()
+        .expect("ask")
+        .id;
 
     // The person answers the form served by a second server.
     let mut second = start(dir.path(), UrlAnswer::NotSupported, &[]).await;

@@ -35,19 +35,6 @@ fn plan_file(dir: &Path, name: &str) -> std::path::PathBuf {
     dir.join("docs/plans").join(format!("{name}-plan.md"))
 }
 
-fn recorded_kinds(root: &Path) -> Vec<&'static str> {
-    let mut reader =
-        planb_log::read_dir(&root.join("log"), Default::default(), planb_log::Cursor(1))
-            .expect("reader");
-    let mut kinds = Vec::new();
-    while let Some(record) = reader.next().expect("read") {
-        let envelope = planb_core::decode(&record.payload, planb_core::Cursor(record.cursor.0))
-            .expect("decode");
-        kinds.push(envelope.event.body.kind_name());
-    }
-    kinds
-}
-
 #[tokio::test]
 async fn write_and_edit_keep_the_file_and_report_what_changed() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -181,7 +168,7 @@ async fn a_hand_edit_between_two_tool_edits_is_kept_in_the_log() {
     );
     server.client.cancel().await.expect("shutdown");
     assert_eq!(
-        recorded_kinds(dir.path()),
+        support::fold_log(dir.path()).1,
         [
             "named_plan_written",
             "named_plan_changed_outside",
@@ -298,7 +285,7 @@ async fn the_browser_review_approves_or_requests_changes_with_comments() {
     );
     assert_eq!(verdict, json!({"approved": true}));
     server.client.cancel().await.expect("shutdown");
-    let kinds = recorded_kinds(dir.path());
+    let kinds = support::fold_log(dir.path()).1;
     assert_eq!(
         kinds
             .iter()

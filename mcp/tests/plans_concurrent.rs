@@ -10,9 +10,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use planb_core::{Cursor, State, decode};
 use serde_json::{Value, json};
-use support::{Server, UrlAnswer, call, start_with, text_of};
+use support::{Server, UrlAnswer, call, fold_log, start_with, text_of};
 
 const PLAN: &str = "shared";
 const PROCESSES: usize = 3;
@@ -37,21 +36,6 @@ fn initial_plan(processes: usize, edits: usize) -> String {
         }
     }
     plan
-}
-
-/// The log folded into a state, and every event kind in order.
-fn fold(root: &Path) -> (State, Vec<&'static str>) {
-    let mut reader =
-        planb_log::read_dir(&root.join("log"), Default::default(), planb_log::Cursor(1))
-            .expect("reader");
-    let mut state = State::default();
-    let mut kinds = Vec::new();
-    while let Some(record) = reader.next().expect("read") {
-        let envelope = decode(&record.payload, Cursor(record.cursor.0)).expect("decode");
-        kinds.push(envelope.event.body.kind_name());
-        state.apply(&envelope);
-    }
-    (state, kinds)
 }
 
 /// The shared plan as the servers name it: in `<dir>/docs/plans`.
@@ -128,7 +112,7 @@ async fn issue_8_concurrent_edit_plan_from_three_processes_undoes_nothing() {
         task.await.expect("edits");
     }
 
-    let (state, kinds) = fold(dir.path());
+    let (state, kinds) = fold_log(dir.path());
     assert!(
         !kinds.contains(&"named_plan_changed_outside"),
         "nobody edited the file by hand, yet the log records a hand edit: {kinds:?}"
@@ -201,7 +185,7 @@ async fn issue_8_kill_9_during_edit_plan_leaves_no_spurious_hand_edit_or_temp_fi
         edit(&keeper, round, EDITS_PER_ROUND - 1).await.ok();
     }
 
-    let (state, kinds) = fold(dir.path());
+    let (state, kinds) = fold_log(dir.path());
     assert!(
         !kinds.contains(&"named_plan_changed_outside"),
         "a killed writer made a later one see a hand edit: {kinds:?}"
@@ -223,7 +207,7 @@ async fn issue_8_kill_9_during_edit_plan_leaves_no_spurious_hand_edit_or_temp_fi
     .await;
     assert_eq!(written.is_error, Some(false), "{}", text_of(&written));
     assert_eq!(temp_files(dir.path()), Vec::<String>::new());
-    let (state, _) = fold(dir.path());
+    let (state, _) = fold_log(dir.path());
     assert_eq!(
         std::fs::read_to_string(plan_path(dir.path())).expect("file"),
         state
@@ -266,7 +250,7 @@ async fn issue_8_a_file_behind_the_log_is_brought_up_to_date_not_recorded_as_a_h
     )
     .await;
     assert_eq!(edited.is_error, Some(false), "{}", text_of(&edited));
-    let (state, kinds) = fold(dir.path());
+    let (state, kinds) = fold_log(dir.path());
     assert_eq!(
         kinds,
         [
@@ -329,7 +313,7 @@ async fn issue_8_two_projects_with_one_plan_name_keep_two_plans() {
             format!("# {project} edited\n")
         );
     }
-    let (state, kinds) = fold(dir.path());
+    let (state, kinds) = fold_log(dir.path());
     assert!(!kinds.contains(&"named_plan_changed_outside"), "{kinds:?}");
     assert_eq!(state.named_plans().len(), 2);
     for (_, _, server) in servers {

@@ -2,26 +2,17 @@
 //! the server exits promptly, without a panic, and the ask is closed in the
 //! log with a recorded outcome.
 
+mod support;
+
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use planb_core::{AskStatus, Cursor, State, decode};
+use planb_core::AskStatus;
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(30);
-
-fn fold(root: &std::path::Path) -> State {
-    let mut reader =
-        planb_log::read_dir(&root.join("log"), Default::default(), planb_log::Cursor(1))
-            .expect("reader");
-    let mut state = State::default();
-    while let Some(record) = reader.next().expect("read") {
-        state.apply(&decode(&record.payload, Cursor(record.cursor.0)).expect("decode"));
-    }
-    state
-}
 
 #[test]
 fn issue_8_closing_stdin_while_ask_user_waits_closes_the_ask_and_exits_cleanly() {
@@ -101,7 +92,7 @@ fn issue_8_closing_stdin_while_ask_user_waits_closes_the_ask_and_exits_cleanly()
     assert!(status.success(), "{status:?}\n{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 
-    let state = fold(dir.path());
+    let (state, _) = support::fold_log(dir.path());
     let ask = state.asks().values().next().expect("the ask");
     assert_eq!(ask.status, AskStatus::Failed, "{stderr}");
     let detail = ask.failure_detail.as_deref().unwrap_or_default();

@@ -129,7 +129,7 @@ fn main() {
     let (store, open_report) =
         Store::open(root.clone(), Arc::new(SystemEnvironment)).expect("open store");
     println!(
-        "store open over {total} events (log recovery + state fold; index already current, {} caught up): {:.2} s",
+        "store open over {total} events (log recovery + state fold; the index was {} event(s) behind): {:.2} s",
         open_report.indexed,
         start.elapsed().as_secs_f64()
     );

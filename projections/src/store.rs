@@ -68,7 +68,8 @@ pub struct OpenReport {
     pub recovery: RecoveryReport,
     /// Events folded into the in-memory state.
     pub events: u64,
-    /// Events the index had to catch up on.
+    /// Events the index was behind the log at open (caught up in the
+    /// background); 0 when another process owns the index.
     pub indexed: u64,
 }
 
@@ -198,13 +199,15 @@ impl Store {
         let mut slot = IndexSlot::new(root.clone(), Arc::clone(log.storage()), options);
         // Only the process that owns the index reads it; the others have
         // `sessions.cursor` as the witness of how far the log once went.
-        let (index_applied, indexed) = match slot.index()? {
-            Some(index) => {
-                let applied = Cursor(index.applied_cursor()?.0);
-                (Some(applied), index.catch_up()?)
-            }
-            None => (None, 0),
+        // The index catches up on the indexer thread, never on the way to a
+        // finished open: after a long absence it may be far behind.
+        let index_applied = match slot.index()? {
+            Some(index) => Some(Cursor(index.applied_cursor()?.0)),
+            None => None,
         };
+        let indexed = index_applied.map_or(0, |applied| {
+            folded.state.last_cursor().0.saturating_sub(applied.0)
+        });
         let lost_tail = crate::health::lost_tail(&root, folded.state.last_cursor(), index_applied)
             .map(Box::new);
         if let Some(lost) = &lost_tail {
@@ -218,6 +221,7 @@ impl Store {
             indexer: Indexer::start(slot),
             lost_tail,
         };
+        store.indexer.wake();
         let report = OpenReport {
             recovery,
             events,

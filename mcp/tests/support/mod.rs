@@ -374,3 +374,20 @@ pub async fn post_json(port: u16, path: &str, body: &Value) -> Response {
     )
     .await
 }
+
+/// The log of the data root at `root` folded into a state, with every event's
+/// kind in order (read-only: nothing is recovered or written).
+pub fn fold_log(root: &Path) -> (planb_core::State, Vec<&'static str>) {
+    let mut reader =
+        planb_log::read_dir(&root.join("log"), Default::default(), planb_log::Cursor(1))
+            .expect("reader");
+    let mut state = planb_core::State::default();
+    let mut kinds = Vec::new();
+    while let Some(record) = reader.next().expect("read") {
+        let envelope = planb_core::decode(&record.payload, planb_core::Cursor(record.cursor.0))
+            .expect("decode");
+        kinds.push(envelope.event.body.kind_name());
+        state.apply(&envelope);
+    }
+    (state, kinds)
+}
