@@ -24,7 +24,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use planb_core::{AnswerErrors, Command, EventBody, Rejection};
 use planb_http::Limits;
-use planb_projections::{Store, StoreError, pages};
+use planb_projections::{Store, StoreError};
+use planb_ui::pages;
 use serde::Deserialize;
 use serde_json::{Value, json};
 

@@ -4,13 +4,15 @@
 //!   it catches up on the log, lets the core decide, appends the events durably
 //!   and applies them to the in-memory [`planb_core::State`].
 //! - [`Index`] keeps the redb indexes (sessions by update time and project, asks
-//!   by status, plan versions, events by session) up to date from the log; any
-//!   process may do so, and the index can be dropped and rebuilt at any time.
-//! - [`rebuild`] drops every projection and folds the whole log again.
+//!   by status, plan versions, events by session) up to date from the log; one
+//!   process at a time owns it, and it can be dropped and rebuilt at any time.
+//! - [`Timeline`] is the read model of planb-retro's replay.
+//! - [`rebuild`] rebuilds every projection from the log, beside running servers.
 //!
 //! **Architecture invariant**: nothing here is ground truth. Every file this
 //! crate writes can be deleted and rebuilt from the log; the only bytes that
-//! cannot are the log's, which only [`Store::execute`] appends to.
+//! cannot are the log's, which only [`Store::execute`] appends to. It renders
+//! no HTML: the pages live in `planb-ui`.
 
 mod env;
 mod error;
@@ -19,8 +21,6 @@ mod health;
 mod import;
 mod index;
 mod indexer;
-pub mod markdown;
-pub mod pages;
 mod plan_file;
 mod rebuild;
 mod store;

@@ -1,6 +1,6 @@
 //! The HTTP surface: routes, the Host guard, and the one place where a
 //! refusal becomes a page. Handlers parse the URL, read the timeline and call
-//! a renderer from `planb_projections::pages`; they hold no replay logic.
+//! a renderer from `planb_ui::pages`; they hold no replay logic.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -15,7 +15,7 @@ use axum::routing::get;
 use futures_util::Stream;
 use maud::Markup;
 use planb_core::{Cursor, SessionId};
-use planb_projections::pages::{self, EntriesBeyond, RetroFilter};
+use planb_ui::pages::{self, EntriesBeyond, RetroFilter};
 use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
 

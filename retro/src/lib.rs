@@ -7,7 +7,7 @@
 //! - [`app`] is the axum router: the sessions index, a session's timeline
 //!   with its time-travel scrubber, plan versions and diffs, and server-sent
 //!   event streams. The pages themselves are rendered by
-//!   `planb_projections::pages`.
+//!   `planb_ui::pages`.
 //! - [`serve`] binds the loopback address and runs the router through
 //!   `planb_http`, which bounds how long a request may take to arrive and
 //!   how many connections are open.

@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use planb_core::{Cursor, Envelope, decode};
 use planb_log::{LogError, LogOptions, LogReader};
-use planb_projections::pages::EntryCache;
 use planb_projections::timeline::Incomplete;
 use planb_projections::{DataRoot, Timeline};
+use planb_ui::pages::EntryCache;
 use tokio::sync::broadcast;
 
 /// How often the follower looks for new events.

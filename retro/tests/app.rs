@@ -428,7 +428,7 @@ async fn other_hosts_are_refused_and_pages_carry_the_csp() {
         .headers()
         .get("content-security-policy")
         .expect("csp header");
-    assert_eq!(csp, planb_projections::pages::CONTENT_SECURITY_POLICY);
+    assert_eq!(csp, planb_ui::pages::CONTENT_SECURITY_POLICY);
     assert!(!csp.to_str().expect("ascii").contains("unsafe-inline"));
 }
 

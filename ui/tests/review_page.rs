@@ -3,11 +3,11 @@
 //! script, no style attribute), sanitised agent Markdown, the limits handed
 //! to the script, and the embedded assets the page refers to.
 
-use planb_projections::pages::review::{
+use planb_ui::pages::review::{
     REVIEW_COMMENT_CHARS_MAX, REVIEW_COMMENTS_MAX, REVIEW_FEEDBACK_CHARS_MAX,
     REVIEW_QUOTE_CHARS_MAX,
 };
-use planb_projections::pages::{ReviewView, asset, review_page};
+use planb_ui::pages::{ReviewView, asset, review_page};
 
 const RID: &str = "r1d-5b0e9c3a7f2d4c1e8a6b9d0c2e4f6a8b";
 const PATH: &str = "/home/ada/shop/docs/plans/auth-refactor-plan.md";

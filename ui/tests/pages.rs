@@ -3,7 +3,7 @@
 //! embedded assets the page refers to.
 
 use planb_core::{AnswerValue, Answers, AskSpec};
-use planb_projections::pages::{self, CONTENT_SECURITY_POLICY, asset, asset_paths};
+use planb_ui::pages::{self, CONTENT_SECURITY_POLICY, asset, asset_paths};
 use serde_json::{Value, json};
 
 const SID: &str = "s1d-7f3a9c0e2b4d4e8f9a1b2c3d4e5f6a7b";

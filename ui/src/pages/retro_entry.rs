@@ -17,7 +17,7 @@ use planb_core::{
 use super::diff::{Folds, LineDiff};
 use super::question::question_block;
 use crate::markdown;
-use crate::timeline::Timeline;
+use planb_projections::Timeline;
 
 /// `2024-05-01 12:30:05` (UTC), for people.
 pub(super) fn when(at: Timestamp) -> String {

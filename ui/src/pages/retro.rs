@@ -19,7 +19,7 @@ use super::retro_entry::{
 };
 use super::shell::{Libraries, document, message_page_with};
 use crate::markdown;
-use crate::timeline::Timeline;
+use planb_projections::Timeline;
 
 /// What the sessions index is narrowed to.
 #[derive(Clone, Copy, Debug, Default)]
