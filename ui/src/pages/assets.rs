@@ -58,9 +58,18 @@ const ASSETS: [(&str, Asset); 15] = [
         "review.css",
         text(include_str!("../../assets/review.css"), CSS),
     ),
+    // One script written in four parts by concern (see review/1-page.js).
     (
         "review.js",
-        text(include_str!("../../assets/review.js"), JS),
+        text(
+            concat!(
+                include_str!("../../assets/review/1-page.js"),
+                include_str!("../../assets/review/2-anchors.js"),
+                include_str!("../../assets/review/3-comments.js"),
+                include_str!("../../assets/review/4-verdict.js"),
+            ),
+            JS,
+        ),
     ),
     (
         "markdown.js",
