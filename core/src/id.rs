@@ -116,6 +116,7 @@ macro_rules! uuid_newtype_impls {
     rkyv::Serialize,
     rkyv::Deserialize,
 )]
+#[rkyv(derive(PartialEq, Eq, PartialOrd, Ord))]
 pub struct SessionId([u8; 16]);
 uuid_newtype_impls!(SessionId);
 
@@ -133,6 +134,7 @@ uuid_newtype_impls!(SessionId);
     rkyv::Serialize,
     rkyv::Deserialize,
 )]
+#[rkyv(derive(PartialEq, Eq, PartialOrd, Ord))]
 pub struct AskId([u8; 16]);
 uuid_newtype_impls!(AskId);
 
@@ -204,6 +206,7 @@ uuid_newtype_impls!(RunId);
     rkyv::Serialize,
     rkyv::Deserialize,
 )]
+#[rkyv(derive(PartialEq, Eq, PartialOrd, Ord))]
 pub struct PlanName(String);
 
 impl PlanName {

@@ -14,6 +14,7 @@
 
 mod decide;
 mod named;
+mod snapshot;
 
 pub use named::{
     EDITS_MAX, NAMED_PLAN_BYTES_MAX, REVIEW_COMMENT_CHARS_MAX, REVIEW_COMMENTS_MAX,
@@ -37,9 +38,10 @@ pub use decide::{
     Command, INTENT_CHARS_MAX, PLAN_CONTENT_BYTES_MAX, PROJECT_PATH_BYTES_MAX, Rejection,
     SESSION_TITLE_CHARS_MAX,
 };
+pub use snapshot::{SNAPSHOT_VERSION, SnapshotError};
 
 /// Everything the core knows, as of [`State::last_cursor`].
-#[derive(Clone, PartialEq, Debug, Default)]
+#[derive(Clone, PartialEq, Debug, Default, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub struct State {
     sessions: BTreeMap<SessionId, Session>,
     asks: BTreeMap<AskId, Ask>,
@@ -48,7 +50,7 @@ pub struct State {
 }
 
 /// A planning session and what happened in it.
-#[derive(Clone, PartialEq, Debug)]
+#[derive(Clone, PartialEq, Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub struct Session {
     /// The session's id.
     pub id: SessionId,
@@ -70,7 +72,7 @@ pub struct Session {
 }
 
 /// One `save_plan` snapshot.
-#[derive(Clone, PartialEq, Debug)]
+#[derive(Clone, PartialEq, Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub struct PlanVersion {
     /// 1-based version number.
     pub version: u32,
@@ -85,7 +87,7 @@ pub struct PlanVersion {
 }
 
 /// Where an ask is in its life cycle. Only `Pending` asks can change status.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub enum AskStatus {
     /// The form is open and the tool is waiting.
     Pending,
@@ -112,7 +114,7 @@ impl std::fmt::Display for AskStatus {
 }
 
 /// One `ask_user` round.
-#[derive(Clone, PartialEq, Debug)]
+#[derive(Clone, PartialEq, Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub struct Ask {
     /// The ask's id.
     pub id: AskId,
@@ -149,7 +151,19 @@ pub struct Ask {
 /// What names a named plan: the absolute directory of its file and its name,
 /// so two projects may each have an `auth-refactor`. The directory is empty
 /// for plans recorded before event schema 2, when names were global.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+#[derive(
+    Clone,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Debug,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
+#[rkyv(derive(PartialEq, Eq, PartialOrd, Ord))]
 pub struct PlanKey {
     /// The plans directory (`--plans-dir`, absolute).
     pub dir: String,
@@ -174,7 +188,7 @@ impl std::fmt::Display for PlanKey {
 }
 
 /// A named plan (`write_plan`, `edit_plan`, `submit_plan`).
-#[derive(Clone, PartialEq, Debug)]
+#[derive(Clone, PartialEq, Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub struct NamedPlan {
     /// The plan's name.
     pub name: PlanName,
@@ -194,7 +208,7 @@ pub struct NamedPlan {
 }
 
 /// One change of a named plan's content.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub struct NamedPlanVersion {
     /// The event that made the change (read it to get the content then).
     pub cursor: Cursor,
@@ -205,7 +219,7 @@ pub struct NamedPlanVersion {
 }
 
 /// What changed a named plan's content.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub enum PlanSource {
     /// `write_plan`.
     Written,
@@ -216,7 +230,7 @@ pub enum PlanSource {
 }
 
 /// One submission of a named plan for review, and its outcome.
-#[derive(Clone, PartialEq, Debug)]
+#[derive(Clone, PartialEq, Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub struct ReviewRound {
     /// 1-based round number.
     pub round: u32,
@@ -583,7 +597,19 @@ impl NamedPlan {
 
 /// The SHA-256 of a text: how a named plan remembers every content it held
 /// without keeping the texts.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
+#[rkyv(derive(PartialEq, Eq, PartialOrd, Ord))]
 pub struct ContentHash(pub [u8; 32]);
 
 impl ContentHash {

@@ -33,7 +33,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use error::{Damage, LogError};
-pub use reader::{LogReader, Record};
+pub use reader::{LogReader, ReadPosition, Record};
 pub use storage::{FsStorage, LOCK_FILE, Storage, StorageFile, StorageLock};
 pub use verify::{VerifyReport, verify};
 pub use writer::{AppendGuard, Log};

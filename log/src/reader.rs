@@ -20,6 +20,23 @@ pub struct Record {
     pub cursor: Cursor,
     /// Its payload, as appended.
     pub payload: Vec<u8>,
+    /// Its checksum (which the next record's header repeats).
+    pub checksum: u32,
+}
+
+/// Where a reader stands between two records: enough to start another reader
+/// there later without reading what lies before it (a state snapshot keeps
+/// one next to the cursor it reflects).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadPosition {
+    /// The first cursor of the segment, which names its file.
+    pub segment: u64,
+    /// Byte offset of the next record in that segment.
+    pub offset: u64,
+    /// Cursor of the next record.
+    pub cursor: Cursor,
+    /// Checksum of the record before it, which the next record must repeat.
+    pub prev_checksum: u32,
 }
 
 /// A position in the log that reads forward, record by record.
@@ -33,6 +50,8 @@ pub struct LogReader {
     prev_checksum: u32,
     /// Records before this cursor are validated but not returned.
     from: u64,
+    /// Where the record `next` returned last began.
+    last: Option<ReadPosition>,
 }
 
 impl LogReader {
@@ -46,7 +65,75 @@ impl LogReader {
             next_cursor: 1,
             prev_checksum: 0,
             from: from.0.max(1),
+            last: None,
         }
+    }
+
+    /// A reader that continues from `position`, taken earlier with
+    /// [`LogReader::read_position`] from a reader on the same log. Only the
+    /// segment's header is checked here; the first record read must have the
+    /// position's cursor and continue its checksum, so a position that does
+    /// not belong to this log shows up as damage on the first
+    /// [`LogReader::next`] (callers that keep positions across restarts should
+    /// also check that record's checksum against one they kept).
+    pub fn at(
+        storage: Arc<dyn Storage>,
+        options: LogOptions,
+        position: ReadPosition,
+    ) -> Result<LogReader, LogError> {
+        let mut reader = LogReader::new(storage, options, position.cursor);
+        if !reader.enter(position.segment, None)? {
+            return Err(LogError::io(
+                "read",
+                reader
+                    .storage
+                    .describe(&crate::format::segment_name(position.segment)),
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "the segment's header is damaged or incomplete",
+                ),
+            ));
+        }
+        let header_end = SEGMENT_HEADER_LEN as u64;
+        if position.offset < header_end || position.cursor.0 < position.segment {
+            return Err(LogError::io(
+                "read",
+                reader
+                    .storage
+                    .describe(&crate::format::segment_name(position.segment)),
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!(
+                        "position at offset {} for cursor {} lies outside the segment",
+                        position.offset, position.cursor.0
+                    ),
+                ),
+            ));
+        }
+        reader.offset = position.offset;
+        reader.next_cursor = position.cursor.0;
+        reader.prev_checksum = position.prev_checksum;
+        Ok(reader)
+    }
+
+    /// Where the reader stands before the record the next [`LogReader::next`]
+    /// returns, once it has entered a segment; `None` before that. Records it
+    /// skipped because they come before its `from` cursor count as read.
+    pub fn read_position(&self) -> Option<ReadPosition> {
+        let segment = self.segment.as_ref()?;
+        (self.next_cursor >= self.from).then_some(ReadPosition {
+            segment: segment.first_cursor,
+            offset: self.offset,
+            cursor: Cursor(self.next_cursor),
+            prev_checksum: self.prev_checksum,
+        })
+    }
+
+    /// Where the record [`LogReader::next`] returned last began: a position
+    /// from which another reader reads that record again (and can compare its
+    /// checksum with one kept), then the rest.
+    pub fn last_record_position(&self) -> Option<ReadPosition> {
+        self.last
     }
 
     /// The cursor of the record the next successful [`LogReader::next`] returns.
@@ -82,13 +169,21 @@ impl LogReader {
                     next_offset,
                 } => {
                     let payload = (cursor >= self.from).then(|| payload.to_vec());
+                    let start = ReadPosition {
+                        segment: segment.first_cursor,
+                        offset: self.offset,
+                        cursor: Cursor(cursor),
+                        prev_checksum: self.prev_checksum,
+                    };
                     self.offset = next_offset;
                     self.next_cursor = self.next_cursor.saturating_add(1);
                     self.prev_checksum = checksum;
                     if let Some(payload) = payload {
+                        self.last = Some(start);
                         return Ok(Some(Record {
                             cursor: Cursor(cursor),
                             payload,
+                            checksum,
                         }));
                     }
                 }

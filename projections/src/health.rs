@@ -65,6 +65,7 @@ pub(crate) fn lost_tail(
     let witnesses = [
         ("sessions.cursor", files::raw_checkpoint(root)),
         ("index.redb", index_applied),
+        ("state.snapshot", crate::snapshot::claimed_cursor(root)),
     ];
     witnesses
         .into_iter()
@@ -196,7 +197,12 @@ pub fn accept_loss(
         source,
     })?;
     let mut moved = Vec::new();
-    for name in ["index.redb", "sessions", "sessions.cursor"] {
+    for name in [
+        "index.redb",
+        "sessions",
+        "sessions.cursor",
+        "state.snapshot",
+    ] {
         let from = root.root().join(name);
         if !from.exists() {
             continue;

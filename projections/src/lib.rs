@@ -23,6 +23,7 @@ mod index;
 mod indexer;
 mod plan_file;
 mod rebuild;
+mod snapshot;
 mod store;
 pub mod timeline;
 
@@ -34,5 +35,5 @@ pub use import::{IMPORTED_ASK_URL, ImportProblem, ImportReport, Imported, Skippe
 pub use index::{Index, IndexDump, IndexedAskStatus};
 pub use plan_file::{PLAN_FILE_BYTES_MAX, PlanFileChange, PlanFileError};
 pub use rebuild::{RebuildReport, rebuild};
-pub use store::{DataRoot, OpenReport, Store};
+pub use store::{DataRoot, OpenReport, SNAPSHOT_AFTER_EVENTS, Store};
 pub use timeline::Timeline;

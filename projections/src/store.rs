@@ -22,6 +22,11 @@ use crate::files::{self, Pending};
 use crate::health::LostTail;
 use crate::index::Index;
 use crate::indexer::{IndexSlot, Indexer};
+use crate::snapshot::{self, Anchor};
+
+/// A process that folded at least this many events past the newest state
+/// snapshot saves a new one (after opening, and when it closes).
+pub const SNAPSHOT_AFTER_EVENTS: u64 = 1024;
 
 /// The files of a data root.
 #[derive(Debug, Clone)]
@@ -59,6 +64,11 @@ impl DataRoot {
     pub fn sessions_checkpoint_path(&self) -> PathBuf {
         self.root.join("sessions.cursor")
     }
+
+    /// The folded state saved with its place in the log: derived.
+    pub fn state_snapshot_path(&self) -> PathBuf {
+        self.root.join("state.snapshot")
+    }
 }
 
 /// What opening a store found.
@@ -66,8 +76,12 @@ impl DataRoot {
 pub struct OpenReport {
     /// The log's recovery report (torn tails truncated).
     pub recovery: RecoveryReport,
-    /// Events folded into the in-memory state.
+    /// Events folded into the in-memory state at open: the whole log, or
+    /// only those after the state snapshot.
     pub events: u64,
+    /// The cursor of the state snapshot the fold started from, if one was
+    /// usable.
+    pub from_snapshot: Option<Cursor>,
     /// Events the index was behind the log at open (caught up in the
     /// background); 0 when another process owns the index.
     pub indexed: u64,
@@ -82,6 +96,11 @@ struct Folded {
     /// The session files the folded events changed and this process has not
     /// projected yet.
     pending: Pending,
+    /// Where the last record the reader read begins (the state's last
+    /// record, once the reader has caught up with what this process appended).
+    anchor: Option<Anchor>,
+    /// The cursor of the newest state snapshot this process read or wrote.
+    snapshot_cursor: Cursor,
 }
 
 impl Folded {
@@ -91,6 +110,12 @@ impl Folded {
         let mut count = 0;
         while let Some(record) = self.reader.next()? {
             let cursor = Cursor(record.cursor.0);
+            if let Some(position) = self.reader.last_record_position() {
+                self.anchor = Some(Anchor {
+                    position,
+                    checksum: record.checksum,
+                });
+            }
             if cursor <= self.state.last_cursor() {
                 continue;
             }
@@ -189,10 +214,27 @@ impl Store {
         })?;
         let options = LogOptions::default();
         let (log, recovery) = planb_log::open_dir(&root.log_dir(), options)?;
+        let storage = Arc::clone(log.storage());
+        snapshot::remove_stale_temps(root.root());
+        let (state, reader, anchor) = match snapshot::load(&root, &storage, options) {
+            Ok(loaded) => (loaded.state, loaded.reader, Some(loaded.anchor)),
+            Err(why) => {
+                if why != snapshot::NONE {
+                    tracing::info!(
+                        "state snapshot not used: {why}; folding the log from the start"
+                    );
+                }
+                let reader = LogReader::new(Arc::clone(&storage), options, planb_log::Cursor(1));
+                (State::default(), reader, None)
+            }
+        };
+        let start = state.last_cursor();
         let mut folded = Folded {
-            state: State::default(),
-            reader: LogReader::new(Arc::clone(log.storage()), options, planb_log::Cursor(1)),
-            pending: Pending::at_open(&root),
+            state,
+            reader,
+            pending: Pending::at_open(&root, start),
+            anchor,
+            snapshot_cursor: start,
         };
         let events = folded.catch_up()?;
         folded.pending.opened(&folded.state);
@@ -225,8 +267,12 @@ impl Store {
         let report = OpenReport {
             recovery,
             events,
+            from_snapshot: (start > Cursor::ZERO).then_some(start),
             indexed,
         };
+        if events >= SNAPSHOT_AFTER_EVENTS {
+            store.save_snapshot();
+        }
         let current = store.files_current(&mut store.folded());
         if !current && store.lost_tail.is_none() {
             store.project_if_behind();
@@ -374,5 +420,53 @@ impl Store {
     /// A copy of the current state (after catching up).
     pub fn snapshot(&self) -> Result<State, StoreError> {
         self.read(State::clone)
+    }
+
+    /// Saves the folded state as the data root's state snapshot, so the next
+    /// process to open folds only what comes after it. Failures are logged:
+    /// the snapshot is an optimisation. Nothing is saved while the log has
+    /// lost its tail, since the snapshot there may hold the only trace of
+    /// the lost events.
+    pub fn save_snapshot(&self) {
+        if self.lost_tail.is_some() {
+            return;
+        }
+        let mut folded = self.folded();
+        if let Err(error) = folded.catch_up() {
+            tracing::warn!(%error, "state snapshot not saved");
+            return;
+        }
+        let cursor = folded.state.last_cursor();
+        let Some(anchor) = folded.anchor.filter(|a| a.position.cursor.0 == cursor.0) else {
+            return;
+        };
+        if cursor <= folded.snapshot_cursor {
+            return;
+        }
+        let started = std::time::Instant::now();
+        match snapshot::save(&self.root, &folded.state, anchor) {
+            Ok(bytes) => {
+                folded.snapshot_cursor = cursor;
+                tracing::debug!(
+                    cursor = cursor.0,
+                    bytes,
+                    ms = started.elapsed().as_millis() as u64,
+                    "state snapshot saved"
+                );
+            }
+            Err(error) => tracing::warn!("state snapshot not saved: {error}"),
+        }
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        let behind = {
+            let folded = self.folded();
+            folded.state.last_cursor().0 - folded.snapshot_cursor.0
+        };
+        if behind >= SNAPSHOT_AFTER_EVENTS {
+            self.save_snapshot();
+        }
     }
 }

@@ -51,10 +51,12 @@ pub(crate) struct Pending {
 }
 
 impl Pending {
-    /// For a process about to fold the log from the start: events the
-    /// checkpoint vouches for are not noted.
-    pub(crate) fn at_open(root: &DataRoot) -> Pending {
-        let checkpoint = read_checkpoint(root);
+    /// For a process about to fold the log from `start` on (after a state
+    /// snapshot, or from the beginning): events the checkpoint vouches for
+    /// are not noted. Should the checkpoint lag behind `start`, the events in
+    /// between were never noted, so the next projection rewrites everything.
+    pub(crate) fn at_open(root: &DataRoot, start: Cursor) -> Pending {
+        let checkpoint = read_checkpoint(root).filter(|c| *c >= start);
         Pending {
             after: checkpoint.unwrap_or(Cursor::ZERO),
             full: checkpoint.is_none(),

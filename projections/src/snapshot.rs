@@ -1,0 +1,214 @@
+//! `state.snapshot`: the folded [`State`] saved with where it stands in the
+//! log, so opening a store folds only the events after it.
+//!
+//! ```text
+//! offset  size  field (integers little-endian)
+//! 0       4     magic b"PBSF" (planb state file)
+//! 4       4     file format version (1)
+//! 8       8     cursor c: the state's last cursor
+//! 16      8     segment: first cursor of the segment holding record c
+//! 24      8     offset of record c in that segment
+//! 32      4     checksum of the record before c (the chain c continues)
+//! 36      4     checksum of record c
+//! 40      8     n: length of the state bytes
+//! 48      4     crc32 of bytes 0..48 (this field zeroed) and the state bytes
+//! 52      n     the state (`State::encode_snapshot`)
+//! ```
+//!
+//! Opening reads record c again at the kept position and requires its
+//! checksum; only then is the state used and the log read on from there. A
+//! snapshot that fails any check (damaged, cut, written by another version,
+//! of another log, past the end of this one) is ignored and the log folded
+//! from the start — a snapshot is a projection like the others: it can be
+//! deleted at any time, and is not fsynced. It is replaced through a temp
+//! name and a rename, so readers see a whole file or none; several
+//! processes may each replace it, the last rename wins, and an older one
+//! only means a longer tail to fold.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+
+use planb_core::{Cursor, State};
+use planb_log::{LogOptions, LogReader, ReadPosition, Storage};
+
+use crate::store::DataRoot;
+
+const MAGIC: [u8; 4] = *b"PBSF";
+const FORMAT: u32 = 1;
+const HEADER_LEN: usize = 52;
+const CRC_AT: usize = 48;
+
+/// Where a state stands in the log: its last record, and how to find it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Anchor {
+    /// Where record `c` (the state's last) begins.
+    pub(crate) position: ReadPosition,
+    /// Its checksum.
+    pub(crate) checksum: u32,
+}
+
+/// A state read from its snapshot, and a reader positioned after it.
+pub(crate) struct Loaded {
+    pub(crate) state: State,
+    pub(crate) reader: LogReader,
+    pub(crate) anchor: Anchor,
+}
+
+/// The snapshot's cursor as its header claims it, checksum verified, or
+/// `None` without a readable snapshot. (A projection's witness of how far the
+/// log once went, like `sessions.cursor`.)
+pub(crate) fn claimed_cursor(root: &DataRoot) -> Option<Cursor> {
+    let bytes = std::fs::read(root.state_snapshot_path()).ok()?;
+    parse(&bytes)
+        .ok()
+        .map(|(anchor, _)| anchor.position.cursor.0)
+        .map(Cursor)
+}
+
+/// What [`load`] says when the data root has no snapshot.
+pub(crate) const NONE: &str = "no snapshot";
+
+/// Reads the snapshot and checks it against the log, or says why not.
+pub(crate) fn load(
+    root: &DataRoot,
+    storage: &Arc<dyn Storage>,
+    options: LogOptions,
+) -> Result<Loaded, String> {
+    let path = root.state_snapshot_path();
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            return Err(NONE.into());
+        }
+        Err(error) => return Err(format!("cannot read {}: {error}", path.display())),
+    };
+    let (anchor, body) = parse(&bytes)?;
+    let mut reader = LogReader::at(Arc::clone(storage), options, anchor.position)
+        .map_err(|e| format!("its position is not in this log: {e}"))?;
+    match reader.next() {
+        Ok(Some(record)) if record.checksum == anchor.checksum => {}
+        Ok(Some(_)) => return Err("the log holds another record at its cursor".into()),
+        Ok(None) => return Err("the log ends before its cursor".into()),
+        Err(error) => return Err(format!("its position is not in this log: {error}")),
+    }
+    let state = State::decode_snapshot(body).map_err(|e| e.to_string())?;
+    if state.last_cursor().0 != anchor.position.cursor.0 {
+        return Err(format!(
+            "the state ends at cursor {}, the header says {}",
+            state.last_cursor(),
+            anchor.position.cursor
+        ));
+    }
+    Ok(Loaded {
+        state,
+        reader,
+        anchor,
+    })
+}
+
+/// Writes `state`, whose last record is `anchor`, as the data root's
+/// snapshot. Returns the bytes written.
+pub(crate) fn save(root: &DataRoot, state: &State, anchor: Anchor) -> Result<u64, String> {
+    debug_assert_eq!(state.last_cursor().0, anchor.position.cursor.0);
+    let body = state.encode_snapshot().map_err(|e| e.to_string())?;
+    let mut header = [0u8; HEADER_LEN];
+    header[0..4].copy_from_slice(&MAGIC);
+    header[4..8].copy_from_slice(&FORMAT.to_le_bytes());
+    header[8..16].copy_from_slice(&anchor.position.cursor.0.to_le_bytes());
+    header[16..24].copy_from_slice(&anchor.position.segment.to_le_bytes());
+    header[24..32].copy_from_slice(&anchor.position.offset.to_le_bytes());
+    header[32..36].copy_from_slice(&anchor.position.prev_checksum.to_le_bytes());
+    header[36..40].copy_from_slice(&anchor.checksum.to_le_bytes());
+    header[40..48].copy_from_slice(&(body.len() as u64).to_le_bytes());
+    let crc = checksum(&header, &body);
+    header[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
+    let path = root.state_snapshot_path();
+    let temp = root.root().join(format!(
+        "state.snapshot.{}.{}.tmp",
+        std::process::id(),
+        anchor.position.cursor.0
+    ));
+    let written = (|| {
+        let mut file = std::fs::File::create(&temp)?;
+        file.write_all(&header)?;
+        file.write_all(&body)?;
+        drop(file);
+        std::fs::rename(&temp, &path)
+    })();
+    if let Err(error) = written {
+        let _ = std::fs::remove_file(&temp);
+        return Err(format!("cannot write {}: {error}", path.display()));
+    }
+    Ok((HEADER_LEN + body.len()) as u64)
+}
+
+fn checksum(header: &[u8; HEADER_LEN], body: &[u8]) -> u32 {
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&header[..CRC_AT]);
+    hasher.update(&[0; 4]);
+    hasher.update(body);
+    hasher.finalize()
+}
+
+fn parse(bytes: &[u8]) -> Result<(Anchor, &[u8]), String> {
+    let header: &[u8; HEADER_LEN] = bytes
+        .get(..HEADER_LEN)
+        .and_then(|h| h.try_into().ok())
+        .ok_or("shorter than its header")?;
+    let u64_at = |at: usize| u64::from_le_bytes(header[at..at + 8].try_into().expect("8 bytes"));
+    let u32_at = |at: usize| u32::from_le_bytes(header[at..at + 4].try_into().expect("4 bytes"));
+    if header[0..4] != MAGIC {
+        return Err("not a planb state file".into());
+    }
+    if u32_at(4) != FORMAT {
+        return Err(format!(
+            "file format {}, this planb reads {FORMAT}",
+            u32_at(4)
+        ));
+    }
+    let len = u64_at(40);
+    let body = &bytes[HEADER_LEN..];
+    if body.len() as u64 != len {
+        return Err(format!(
+            "holds {} state bytes, its header says {len}",
+            body.len()
+        ));
+    }
+    if checksum(header, body) != u32_at(CRC_AT) {
+        return Err("checksum mismatch".into());
+    }
+    let anchor = Anchor {
+        position: ReadPosition {
+            segment: u64_at(16),
+            offset: u64_at(24),
+            cursor: planb_log::Cursor(u64_at(8)),
+            prev_checksum: u32_at(32),
+        },
+        checksum: u32_at(36),
+    };
+    Ok((anchor, body))
+}
+
+/// Removes temp files of snapshot writers that died before their rename:
+/// those not touched for an hour (a live writer renames within seconds).
+pub(crate) fn remove_stale_temps(root: &Path) {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return;
+    };
+    let stale = |entry: &std::fs::DirEntry| {
+        entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|modified| modified.elapsed().ok())
+            .is_some_and(|age| age > std::time::Duration::from_secs(3600))
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with("state.snapshot.") && name.ends_with(".tmp") && stale(&entry) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
