@@ -248,26 +248,76 @@ fn median_saves(server: &mut Server, session: &str, plan: &str, count: usize) ->
     stats(&mut saves).0
 }
 
-/// Grown histories: initialize over 50 000 events, and save_plan in a
-/// session of 10 against one of 10 000 versions.
+/// Spawn to finished `initialize`, and spawn to the first `save_plan`
+/// answered (which waits for the store to open), `runs` times each.
+fn starts(root: &Path, session: &str, runs: usize, snapshot: bool) -> (f64, f64) {
+    let mut initialized = Vec::new();
+    let mut first_call = Vec::new();
+    for i in 0..runs {
+        if !snapshot {
+            let _ = std::fs::remove_file(root.join("state.snapshot"));
+        }
+        let start = Instant::now();
+        let mut server = Server::spawn(root);
+        server.initialize();
+        initialized.push(start.elapsed());
+        let text = server.call(
+            "save_plan",
+            json!({"sessionId": session, "plan": format!("# start {i}\n")}),
+        );
+        first_call.push(start.elapsed());
+        assert!(text.starts_with("Saved plan v"), "{text}");
+    }
+    (stats(&mut initialized).0, stats(&mut first_call).0)
+}
+
+/// Grown histories: start-up over 50 000 and 1 000 000 events, and
+/// save_plan in a session of 10 against one of 10 000 versions.
 fn history(raw_median: f64, plan: &str) {
-    let root = bench_root("server-history");
-    let events = write_log(
-        &root,
-        (0..1000u128).flat_map(|n| session_with_plans(n, 49, plan)),
-    );
-    let mut starts: Vec<Duration> = (0..10)
-        .map(|_| {
-            let start = Instant::now();
-            let mut server = Server::spawn(&root);
-            server.initialize();
-            start.elapsed()
-        })
-        .collect();
-    let (median, _) = stats(&mut starts);
+    let empty = bench_root("server-empty");
+    let mut server = Server::spawn(&empty);
+    server.initialize();
+    let session = server.call("init_planb_session", json!({}));
+    let session = session
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("sessionId: "))
+        .expect("a session id")
+        .to_string();
+    drop(server);
+    let (init, call) = starts(&empty, &session, 10, true);
     println!(
-        "cold start to finished initialize over {events} events: median {median:.1} ms (budget <= 20 ms)"
+        "start-up on an empty root: initialize {init:.1} ms, first save_plan answered {call:.1} ms (budget: initialize <= 20 ms)"
     );
+    let short_plan = "- a step of the plan\n".repeat(8);
+    for (sessions, runs) in [(1000u128, 10), (20_000, 3)] {
+        let root = bench_root("server-history");
+        let events = write_log(
+            &root,
+            (0..sessions).flat_map(|n| session_with_plans(n, 49, &short_plan)),
+        );
+        let session = session_id(0).to_string();
+        let (init, call) = starts(&root, &session, runs, false);
+        println!(
+            "start-up over {events} events without a state snapshot: initialize {init:.1} ms, first save_plan answered {call:.1} ms"
+        );
+        let (init, call) = starts(&root, &session, runs, true);
+        println!(
+            "start-up over {events} events from the state snapshot: initialize {init:.1} ms (budget <= 20 ms), first save_plan answered {call:.1} ms"
+        );
+        let snapshot = std::fs::metadata(root.join("state.snapshot")).map_or(0, |m| m.len());
+        let log: u64 = std::fs::read_dir(root.join("log"))
+            .expect("log dir")
+            .flatten()
+            .filter_map(|e| e.metadata().ok())
+            .map(|m| m.len())
+            .sum();
+        println!(
+            "  log {:.1} MiB, state snapshot {:.1} MiB",
+            log as f64 / 1048576.0,
+            snapshot as f64 / 1048576.0
+        );
+    }
 
     for versions in [10u32, 10_000] {
         let root = bench_root("server-versions");

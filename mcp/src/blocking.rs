@@ -2,12 +2,12 @@
 //! handlers reach it only through these two functions, which run it on tokio's
 //! blocking pool so a slow disk never stalls the runtime's worker threads.
 
-use std::sync::Arc;
-
 use std::path::PathBuf;
 
 use planb_core::{Command, EventBody, PlanKey, State};
-use planb_projections::{PlanFileChange, Store, StoreError};
+use planb_projections::{PlanFileChange, StoreError};
+
+use crate::opening::StoreHandle;
 
 /// A store call that did not finish: the runtime is shutting down, or the
 /// call panicked (a bug, already reported by the panic hook).
@@ -20,9 +20,9 @@ fn interrupted(join: tokio::task::JoinError) -> StoreError {
 }
 
 /// [`Store::execute`], returning the bodies of the recorded events.
-pub async fn execute(store: &Arc<Store>, command: Command) -> Result<Vec<EventBody>, StoreError> {
-    let store = Arc::clone(store);
-    tokio::task::spawn_blocking(move || store.execute(command))
+pub async fn execute(store: &StoreHandle, command: Command) -> Result<Vec<EventBody>, StoreError> {
+    let store = store.clone();
+    tokio::task::spawn_blocking(move || store.wait()?.execute(command))
         .await
         .unwrap_or_else(|join| Err(interrupted(join)))
         .map(|envelopes| envelopes.into_iter().map(|e| e.event.body).collect())
@@ -30,11 +30,11 @@ pub async fn execute(store: &Arc<Store>, command: Command) -> Result<Vec<EventBo
 
 /// [`Store::read`]: `f` runs on the state after catching up on the log.
 pub async fn read<R: Send + 'static>(
-    store: &Arc<Store>,
+    store: &StoreHandle,
     f: impl FnOnce(&State) -> R + Send + 'static,
 ) -> Result<R, StoreError> {
-    let store = Arc::clone(store);
-    tokio::task::spawn_blocking(move || store.read(f))
+    let store = store.clone();
+    tokio::task::spawn_blocking(move || store.wait()?.read(f))
         .await
         .unwrap_or_else(|join| Err(interrupted(join)))
 }
@@ -42,13 +42,13 @@ pub async fn read<R: Send + 'static>(
 /// [`Store::execute_on_plan_file`]: records a hand edit of the plan's file,
 /// runs `command` and brings the file up to date, as one step.
 pub async fn on_plan_file(
-    store: &Arc<Store>,
+    store: &StoreHandle,
     plan: PlanKey,
     path: PathBuf,
     command: Option<Command>,
 ) -> Result<PlanFileChange, StoreError> {
-    let store = Arc::clone(store);
-    tokio::task::spawn_blocking(move || store.execute_on_plan_file(&plan, &path, command))
+    let store = store.clone();
+    tokio::task::spawn_blocking(move || store.wait()?.execute_on_plan_file(&plan, &path, command))
         .await
         .unwrap_or_else(|join| Err(interrupted(join)))
 }

@@ -14,7 +14,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use planb_core::{Answers, AskId, AskStatus, SessionId};
-use planb_projections::Store;
 use rmcp::RoleServer;
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject};
 use rmcp::service::{ElicitationMode, RequestContext};
@@ -22,6 +21,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use crate::forms::FormInfo;
+use crate::opening::StoreHandle;
 use crate::server::{PlanbServer, store_error, tool_error};
 
 /// How often a waiting tool looks in the log for an answer recorded by
@@ -30,7 +30,7 @@ const LOG_POLL: Duration = Duration::from_secs(1);
 
 /// The pending ask in the log whose form has this sid, as a form this
 /// process can serve.
-pub(crate) async fn pending_form(store: &Arc<Store>, sid: &str) -> Option<FormInfo> {
+pub(crate) async fn pending_form(store: &StoreHandle, sid: &str) -> Option<FormInfo> {
     let sid = sid.to_owned();
     crate::blocking::read(store, move |state| {
         state
@@ -56,7 +56,7 @@ fn recorded_answer(ask: &planb_core::Ask) -> Option<Answers> {
 }
 
 /// Resolves once the log holds an answer to `ask` (recorded by any process).
-pub(crate) async fn answered_in_log(store: &Arc<Store>, ask: AskId) -> Answers {
+pub(crate) async fn answered_in_log(store: &StoreHandle, ask: AskId) -> Answers {
     let mut ticker = tokio::time::interval(LOG_POLL);
     loop {
         ticker.tick().await;

@@ -24,7 +24,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use planb_core::{AnswerErrors, Command, EventBody, Rejection};
 use planb_http::Limits;
-use planb_projections::{Store, StoreError};
+use planb_projections::StoreError;
+
+use crate::opening::StoreHandle;
 use planb_ui::pages;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -38,7 +40,7 @@ pub const BODY_BYTES_MAX: usize = 8 << 20;
 #[derive(Debug, Clone)]
 pub struct AppState {
     /// The write path.
-    pub store: Arc<Store>,
+    pub store: StoreHandle,
     /// Open forms by sid.
     pub forms: Arc<Forms>,
     /// Open review pages by rid.
@@ -65,7 +67,7 @@ pub fn app(state: AppState) -> Router {
 /// Binds the callback server on 127.0.0.1:`port` (0 = ephemeral) and serves it
 /// in the background within [`Limits::DEFAULT`]. Returns the bound address.
 pub async fn start(
-    store: Arc<Store>,
+    store: StoreHandle,
     forms: Arc<Forms>,
     reviews: Arc<Reviews>,
     port: u16,
@@ -75,7 +77,7 @@ pub async fn start(
 
 /// [`start`] within other limits (tests use short timeouts).
 pub async fn start_with(
-    store: Arc<Store>,
+    store: StoreHandle,
     forms: Arc<Forms>,
     reviews: Arc<Reviews>,
     port: u16,

@@ -15,6 +15,7 @@ mod deliver;
 mod demo;
 mod forms;
 mod http;
+mod opening;
 mod plans;
 mod server;
 mod stdio;
@@ -131,45 +132,44 @@ fn serve(root: PathBuf, cli: &Cli) -> anyhow::Result<ExitCode> {
             .map_err(|e| anyhow::anyhow!("--prompt-file {}: {e}", file.display()))?;
         config.prompt_template = Some(text);
     }
-    let (store, report) = planb_projections::Store::open(
+    // The store opens beside the handshake: `initialize` does not wait for
+    // the log to be folded (see `opening.rs`).
+    let store = opening::StoreHandle::open(
         planb_projections::DataRoot::new(&root),
         std::sync::Arc::new(planb_projections::SystemEnvironment),
-    )?;
-    for truncation in &report.recovery.truncations {
-        tracing::warn!(
-            "log recovery removed a torn tail: {} bytes at offset {} of {} ({})",
-            truncation.bytes,
-            truncation.offset,
-            truncation.segment,
-            truncation.damage
-        );
-    }
+    );
     tracing::info!(
-        "planb-mcp {} serving on stdio; data root {}; {} events",
+        "planb-mcp {} serving on stdio; data root {}",
         env!("CARGO_PKG_VERSION"),
-        root.display(),
-        report.events
+        root.display()
     );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let served = runtime.block_on(async move {
-        use rmcp::ServiceExt;
-        let (input, output, disconnect) = stdio::start();
-        config.disconnect = disconnect;
-        let server = server::PlanbServer::new(std::sync::Arc::new(store), config);
-        tokio::spawn({
-            let server = server.clone();
-            async move { server.serve_pending_forms().await }
-        });
-        let service = server.serve((input, output)).await?;
-        service.waiting().await?;
-        anyhow::Ok(())
+    let served = runtime.block_on({
+        let store = store.clone();
+        async move {
+            use rmcp::ServiceExt;
+            let (input, output, disconnect) = stdio::start();
+            config.disconnect = disconnect;
+            let server = server::PlanbServer::new(store.clone(), config);
+            tokio::spawn({
+                let server = server.clone();
+                async move { server.serve_pending_forms().await }
+            });
+            let service = server.serve((input, output)).await?;
+            service.waiting().await?;
+            anyhow::Ok(())
+        }
     });
     // Waits that outlived the connection have recorded how they ended; what
     // is left (idle blocking threads, the callback server) may just stop.
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    // The next process on this root starts from where this one stands.
+    if let Some(store) = store.get() {
+        store.save_snapshot();
+    }
     served?;
     Ok(ExitCode::SUCCESS)
 }

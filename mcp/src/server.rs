@@ -8,7 +8,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use planb_core::{AskId, AskSpec, Command, DeclineAction, Delivery, EventBody, SessionId};
-use planb_projections::{Store, StoreError};
+use planb_projections::StoreError;
+
+use crate::opening::StoreHandle;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::model::{
     CallToolResult, ContentBlock, CustomNotification, ElicitationAction, Implementation,
@@ -25,7 +27,7 @@ use crate::forms::Forms;
 /// The planb MCP server.
 #[derive(Debug, Clone)]
 pub struct PlanbServer {
-    store: Arc<Store>,
+    store: StoreHandle,
     config: Arc<Config>,
     forms: Arc<Forms>,
     reviews: Arc<crate::forms::Reviews>,
@@ -65,7 +67,7 @@ pub(crate) fn new_sid() -> Result<String, getrandom::Error> {
 
 impl PlanbServer {
     /// A server over `store`.
-    pub fn new(store: Arc<Store>, config: Config) -> PlanbServer {
+    pub fn new(store: StoreHandle, config: Config) -> PlanbServer {
         PlanbServer {
             store,
             config: Arc::new(config),
@@ -89,7 +91,7 @@ impl PlanbServer {
         crate::blocking::read(&self.store, f).await
     }
 
-    pub(crate) fn store(&self) -> &Arc<Store> {
+    pub(crate) fn store(&self) -> &StoreHandle {
         &self.store
     }
 
@@ -105,7 +107,7 @@ impl PlanbServer {
         self.http
             .get_or_try_init(|| {
                 crate::http::start(
-                    Arc::clone(&self.store),
+                    self.store.clone(),
                     Arc::clone(&self.forms),
                     Arc::clone(&self.reviews),
                     self.config.port,

@@ -205,3 +205,50 @@ fn issue_8_a_log_that_lost_its_tail_is_noticed_and_nothing_is_overwritten() {
     let check = planb(dir.path(), &["check"]);
     assert!(check.status.success(), "{}", all_output(&check));
 }
+
+#[tokio::test]
+async fn a_damaged_log_still_lets_the_server_start_and_every_tool_says_why_it_cannot_work() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
+    let session = new_session(&server).await;
+    for n in 1..=3 {
+        save(&server, &session, &format!("# v{n}\n"))
+            .await
+            .expect("save");
+    }
+    server.client.cancel().await.expect("shutdown");
+    // Damage in the first record, with valid records after it: corruption,
+    // never a tail to cut.
+    let segment = std::fs::read_dir(dir.path().join("log"))
+        .expect("log dir")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "seg"))
+        .expect("a segment file");
+    let mut bytes = std::fs::read(&segment).expect("read segment");
+    bytes[32 + 32 + 8] ^= 0x40;
+    std::fs::write(&segment, &bytes).expect("write segment");
+
+    // The handshake does not wait for the log; the client learns what is
+    // wrong from the first tool call instead of a server that exited.
+    let server = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
+    let tools = server.client.list_all_tools().await.expect("tools/list");
+    assert!(tools.iter().any(|t| t.name == "save_plan"));
+    let result = call(
+        &server,
+        "save_plan",
+        json!({"sessionId": session, "plan": "# v4\n"}),
+    )
+    .await;
+    assert_eq!(result.is_error, Some(true));
+    let text = text_of(&result);
+    assert!(text.contains("open the data root"), "{text}");
+    assert!(text.contains("offset"), "{text}");
+    assert!(text.contains("cursor 1"), "{text}");
+    server.client.cancel().await.expect("shutdown");
+    assert_eq!(
+        std::fs::read(&segment).expect("read segment"),
+        bytes,
+        "nothing rewritten"
+    );
+}

@@ -83,7 +83,7 @@ async fn start() -> Server {
         .register(SID.into(), info, waiter)
         .expect("form registered");
     let address = super::start_with(
-        Arc::clone(&store),
+        crate::opening::StoreHandle::ready(Arc::clone(&store)),
         forms,
         Arc::new(Reviews::default()),
         0,
