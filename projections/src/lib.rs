@@ -17,6 +17,7 @@
 mod env;
 mod error;
 pub mod files;
+mod flusher;
 mod health;
 mod import;
 mod index;

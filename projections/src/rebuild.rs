@@ -98,7 +98,7 @@ pub(crate) fn rebuild_locked(
     kept_unknown.extend(carry_unknown(&old_tree, &live_tree, &state)?);
     files::remove(&old_tree, true)?;
     rename(&beside.index_path(), &root.index_path())?;
-    files::write_checkpoint(root, state.last_cursor())?;
+    files::write_checkpoint(root, state.last_cursor(), &Default::default())?;
     files::remove(beside.root(), true)?;
     if !kept_unknown.is_empty() {
         tracing::warn!(

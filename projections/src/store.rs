@@ -19,6 +19,7 @@ use planb_log::{Log, LogOptions, LogReader, RecoveryReport};
 use crate::StoreError;
 use crate::env::Environment;
 use crate::files::{self, Pending};
+use crate::flusher::Flusher;
 use crate::health::LostTail;
 use crate::index::Index;
 use crate::indexer::{IndexSlot, Indexer};
@@ -183,7 +184,9 @@ impl Locked<'_, '_> {
     /// Rewrites the session files the applied events changed.
     pub(crate) fn project(&mut self) {
         let folded = &mut *self.folded;
-        files::project_locked(&self.store.root, &folded.state, &mut folded.pending);
+        let due =
+            files::project_locked(&self.store.root, &folded.state, &mut folded.pending, false);
+        self.store.flusher.schedule(due);
     }
 }
 
@@ -191,11 +194,13 @@ impl Locked<'_, '_> {
 #[derive(Debug)]
 pub struct Store {
     root: DataRoot,
-    log: Log,
+    log: Arc<Log>,
     env: Arc<dyn Environment>,
     /// Lock order: the log's append lock first, then this.
-    folded: Mutex<Folded>,
+    folded: Arc<Mutex<Folded>>,
     indexer: Indexer,
+    /// Rewrites large manifests left behind once they are due.
+    flusher: Flusher,
     /// Set at open when a projection has seen cursors the log no longer
     /// holds: then nothing is appended or projected (see `health.rs`).
     lost_tail: Option<Box<LostTail>>,
@@ -255,12 +260,19 @@ impl Store {
         if let Some(lost) = &lost_tail {
             tracing::error!("{lost}");
         }
+        let log = Arc::new(log);
+        let folded = Arc::new(Mutex::new(folded));
+        let flusher = Flusher::start({
+            let (root, log, folded) = (root.clone(), Arc::clone(&log), Arc::clone(&folded));
+            move || flush_manifests(&root, &log, &folded, false)
+        });
         let store = Store {
             root,
             log,
             env,
-            folded: Mutex::new(folded),
+            folded,
             indexer: Indexer::start(slot),
+            flusher,
             lost_tail,
         };
         store.indexer.wake();
@@ -274,8 +286,13 @@ impl Store {
             store.save_snapshot();
         }
         let current = store.files_current(&mut store.folded());
-        if !current && store.lost_tail.is_none() {
-            store.project_if_behind();
+        if store.lost_tail.is_none() {
+            if !files::lagging_manifests(&store.root).is_empty() {
+                // Manifests a process left behind when it died.
+                flush_manifests(&store.root, &store.log, &store.folded, true);
+            } else if !current {
+                store.project_if_behind();
+            }
         }
         Ok((store, report))
     }
@@ -303,7 +320,7 @@ impl Store {
     }
 
     fn folded(&self) -> MutexGuard<'_, Folded> {
-        self.folded.lock().unwrap_or_else(|p| p.into_inner())
+        lock_folded(&self.folded)
     }
 
     /// Decides `command` on the state as of the end of the log (including other
@@ -408,7 +425,13 @@ impl Store {
                 folded.catch_up()?;
                 if !folded.pending.is_empty(&folded.state) {
                     let folded = &mut *folded;
-                    files::project_locked(&self.root, &folded.state, &mut folded.pending);
+                    let due = files::project_locked(
+                        &self.root,
+                        &folded.state,
+                        &mut folded.pending,
+                        false,
+                    );
+                    self.flusher.schedule(due);
                 }
                 Ok(())
             });
@@ -461,6 +484,10 @@ impl Store {
 
 impl Drop for Store {
     fn drop(&mut self) {
+        self.flusher.stop();
+        if self.lost_tail.is_none() && lock_folded(&self.folded).pending.next_due().is_some() {
+            flush_manifests(&self.root, &self.log, &self.folded, true);
+        }
         let behind = {
             let folded = self.folded();
             folded.state.last_cursor().0 - folded.snapshot_cursor.0
@@ -469,4 +496,33 @@ impl Drop for Store {
             self.save_snapshot();
         }
     }
+}
+
+fn lock_folded(folded: &Mutex<Folded>) -> MutexGuard<'_, Folded> {
+    folded.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Rewrites the large manifests left behind that are due (all of them when
+/// `all`), under the append lock; returns when the next one is due.
+fn flush_manifests(
+    root: &DataRoot,
+    log: &Log,
+    folded: &Mutex<Folded>,
+    all: bool,
+) -> Option<std::time::Instant> {
+    let result = log.lock().map_err(StoreError::from).and_then(|_guard| {
+        let mut folded = lock_folded(folded);
+        folded.catch_up()?;
+        let folded = &mut *folded;
+        Ok(files::project_locked(
+            root,
+            &folded.state,
+            &mut folded.pending,
+            all,
+        ))
+    });
+    result.unwrap_or_else(|error| {
+        tracing::warn!(%error, "could not bring the session manifests up to date");
+        None
+    })
 }

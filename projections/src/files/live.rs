@@ -25,12 +25,24 @@
 //!   somewhere, `c` past the end because the log was replaced): write every
 //!   session, then set the checkpoint.
 //!
+//! **Large manifests lag.** `session.json` lists every ask and plan version
+//! of its session, so rewriting it costs the session's size. A session with
+//! more than [`MANIFEST_EAGER_MAX`] entries has its manifest rewritten at
+//! most once per [`MANIFEST_LAG`] per process: a change within that time of
+//! the last rewrite leaves it behind (every other file of the change is
+//! written at once), the checkpoint names the session on a `lagging <id>`
+//! line, and the process rewrites it when the time is up (the store's
+//! flusher thread) or when it closes. A process that finds a lagging
+//! manifest it did not leave (its writer died) rewrites it on its next
+//! projection. So `save_plan` costs the same at version 10 and 10,000.
+//!
 //! Files are not fsynced (see `files.rs`); a checkpoint written during an
 //! earlier boot is therefore not trusted, since an unclean shutdown may have
 //! lost files it vouches for. Deleting `sessions/` also voids it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use planb_core::{AskId, Cursor, Envelope, EventBody, SessionId, State};
 
@@ -48,7 +60,19 @@ pub(crate) struct Pending {
     full: bool,
     /// Changed sessions, with the asks and plan versions whose files changed.
     sessions: BTreeMap<SessionId, (BTreeSet<AskId>, BTreeSet<u32>)>,
+    /// Large manifests this process left behind, and since when.
+    lagging: BTreeMap<SessionId, Instant>,
+    /// When this process last rewrote each large manifest.
+    rewritten: HashMap<SessionId, Instant>,
 }
+
+/// Sessions with at most this many asks and plan versions have their
+/// `session.json` rewritten with every change.
+pub(crate) const MANIFEST_EAGER_MAX: usize = 256;
+
+/// The most a large `session.json` lags behind the other files while its
+/// writer lives.
+pub(crate) const MANIFEST_LAG: Duration = Duration::from_secs(1);
 
 impl Pending {
     /// For a process about to fold the log from `start` on (after a state
@@ -61,6 +85,8 @@ impl Pending {
             after: checkpoint.unwrap_or(Cursor::ZERO),
             full: checkpoint.is_none(),
             sessions: BTreeMap::new(),
+            lagging: BTreeMap::new(),
+            rewritten: HashMap::new(),
         }
     }
 
@@ -115,11 +141,19 @@ impl Pending {
 
     /// Forgets everything up to `end`: it is in the tree, or a failed
     /// projection left the checkpoint behind so that the next one rewrites
-    /// every session.
+    /// every session. Lagging manifests stay noted.
     pub(crate) fn clear(&mut self, end: Cursor) {
         self.after = end;
         self.full = false;
         self.sessions.clear();
+    }
+
+    /// When the earliest manifest this process left behind is due.
+    pub(crate) fn next_due(&self) -> Option<Instant> {
+        self.lagging
+            .values()
+            .min()
+            .map(|since| *since + MANIFEST_LAG)
     }
 }
 
@@ -131,24 +165,43 @@ pub(crate) fn is_current(root: &DataRoot, cursor: Cursor) -> bool {
 }
 
 /// Brings the live tree up to `state` and empties `pending`. Call under the
-/// log's append lock with `state` at the end of the log. A failure is logged,
-/// not returned: the events are durable already, the checkpoint stays behind
-/// so the next projection rewrites everything, and `rebuild` can always
-/// redo the tree.
-pub(crate) fn project_locked(root: &DataRoot, state: &State, pending: &mut Pending) {
+/// log's append lock with `state` at the end of the log. Large manifests
+/// rewritten within the last [`MANIFEST_LAG`] are left behind unless
+/// `flush`; returns when the earliest one left behind is due. A failure is
+/// logged, not returned: the events are durable already, the checkpoint
+/// stays behind so the next projection rewrites everything, and `rebuild`
+/// can always redo the tree.
+pub(crate) fn project_locked(
+    root: &DataRoot,
+    state: &State,
+    pending: &mut Pending,
+    flush: bool,
+) -> Option<Instant> {
     let end = state.last_cursor();
-    let checkpoint = read_checkpoint(root);
-    if checkpoint == Some(end) {
+    let checkpoint = read_full_checkpoint(root);
+    let now = Instant::now();
+    if let Some((cursor, lagging)) = &checkpoint
+        && *cursor == end
+        && lagging.iter().all(|s| pending.lagging.contains_key(s))
+        && (!flush || lagging.is_empty())
+        && pending.next_due().is_none_or(|due| due > now)
+    {
         pending.clear(end);
-        return;
+        return pending.next_due();
     }
-    let partial = checkpoint.filter(|c| !pending.full && pending.after <= *c && *c < end);
+    let partial = checkpoint
+        .as_ref()
+        .filter(|(c, _)| !pending.full && pending.after <= *c && *c <= end);
     let mut writer = Writer::default();
     let result = match partial {
-        Some(_) => write_pending(&mut writer, root, state, pending),
-        None => write_all(&mut writer, root, state),
+        Some((_, lagging)) => write_pending(&mut writer, root, state, pending, lagging, flush),
+        None => {
+            pending.lagging.clear();
+            write_all(&mut writer, root, state)
+        }
     };
-    let result = result.and_then(|()| write_checkpoint(root, end));
+    let lagging: BTreeSet<SessionId> = pending.lagging.keys().copied().collect();
+    let result = result.and_then(|()| write_checkpoint(root, end, &lagging));
     pending.clear(end);
     match result {
         Ok(()) => tracing::debug!(
@@ -156,28 +209,73 @@ pub(crate) fn project_locked(root: &DataRoot, state: &State, pending: &mut Pendi
             full = partial.is_none(),
             written = writer.written,
             unchanged = writer.unchanged,
+            lagging = lagging.len(),
             "session files projected"
         ),
-        Err(error) => tracing::warn!(
-            %error,
-            cursor = end.0,
-            "could not write the session files; the next change rewrites them, or run `planb-mcp rebuild`"
-        ),
+        Err(error) => {
+            pending.lagging.clear();
+            tracing::warn!(
+                %error,
+                cursor = end.0,
+                "could not write the session files; the next change rewrites them, or run `planb-mcp rebuild`"
+            );
+        }
     }
+    pending.next_due()
 }
 
 fn write_pending(
     writer: &mut Writer,
     root: &DataRoot,
     state: &State,
-    pending: &Pending,
+    pending: &mut Pending,
+    lagging_before: &BTreeSet<SessionId>,
+    flush: bool,
 ) -> Result<(), StoreError> {
-    for (session, (asks, plans)) in &pending.sessions {
-        let parts = Parts::Some {
-            asks: asks.clone(),
-            plans: plans.clone(),
+    let now = Instant::now();
+    pending
+        .rewritten
+        .retain(|_, at| now.duration_since(*at) < MANIFEST_LAG);
+    let manifests: BTreeSet<SessionId> = pending
+        .sessions
+        .keys()
+        .chain(lagging_before)
+        .chain(pending.lagging.keys())
+        .copied()
+        .collect();
+    for session in manifests {
+        let (asks, plans) = pending.sessions.get(&session).cloned().unwrap_or_default();
+        let manifest = match state.session(&session) {
+            None => {
+                pending.lagging.remove(&session);
+                continue;
+            }
+            Some(s) if s.asks.len() + s.plans.len() <= MANIFEST_EAGER_MAX => true,
+            Some(_) => match pending.lagging.get(&session) {
+                Some(since) => flush || now.duration_since(*since) >= MANIFEST_LAG,
+                // Left behind by another process, or by this one before it
+                // lost track (a failed projection): take it over now.
+                None if !pending.sessions.contains_key(&session) => true,
+                None => flush || !pending.rewritten.contains_key(&session),
+            },
         };
-        writer.session(root.root(), state, session, &parts)?;
+        let parts = Parts::Some {
+            asks,
+            plans,
+            manifest,
+        };
+        writer.session(root.root(), state, &session, &parts)?;
+        if manifest {
+            pending.lagging.remove(&session);
+            let large = state
+                .session(&session)
+                .is_some_and(|s| s.asks.len() + s.plans.len() > MANIFEST_EAGER_MAX);
+            if large {
+                pending.rewritten.insert(session, now);
+            }
+        } else {
+            pending.lagging.entry(session).or_insert(now);
+        }
     }
     Ok(())
 }
@@ -233,25 +331,55 @@ pub(crate) fn raw_checkpoint(root: &DataRoot) -> Option<Cursor> {
 }
 
 /// The checkpoint, if there is a trustworthy one. Its text is
-/// `<cursor> <boot id>\n`.
+/// `<cursor> <boot id>\n`, then a `lagging <session id>\n` line for each
+/// session whose `session.json` may lag behind its other files.
 pub(crate) fn read_checkpoint(root: &DataRoot) -> Option<Cursor> {
+    read_full_checkpoint(root).map(|(cursor, _)| cursor)
+}
+
+/// The sessions whose manifest the trustworthy checkpoint says may lag.
+pub(crate) fn lagging_manifests(root: &DataRoot) -> BTreeSet<SessionId> {
+    read_full_checkpoint(root)
+        .map(|(_, lagging)| lagging)
+        .unwrap_or_default()
+}
+
+fn read_full_checkpoint(root: &DataRoot) -> Option<(Cursor, BTreeSet<SessionId>)> {
     if !root.sessions_dir().is_dir() {
         return None;
     }
     let text = std::fs::read_to_string(root.sessions_checkpoint_path()).ok()?;
-    let mut words = text.split_whitespace();
+    let mut lines = text.lines();
+    let mut words = lines.next()?.split_whitespace();
     let cursor = words.next()?.parse::<u64>().ok()?;
     let boot = words.next().unwrap_or("");
-    (boot == boot_id()).then_some(Cursor(cursor))
+    if boot != boot_id() {
+        return None;
+    }
+    let mut lagging = BTreeSet::new();
+    for line in lines {
+        // An unreadable line voids the checkpoint: better one full rewrite
+        // than a manifest nobody knows is behind.
+        let id = line.strip_prefix("lagging ")?;
+        lagging.insert(SessionId::parse(id).ok()?);
+    }
+    Some((Cursor(cursor), lagging))
 }
 
-pub(crate) fn write_checkpoint(root: &DataRoot, cursor: Cursor) -> Result<(), StoreError> {
+pub(crate) fn write_checkpoint(
+    root: &DataRoot,
+    cursor: Cursor,
+    lagging: &BTreeSet<SessionId>,
+) -> Result<(), StoreError> {
     let dir = root.sessions_dir();
     std::fs::create_dir_all(&dir).map_err(|source| StoreError::Io {
         op: "create directory",
         path: dir.display().to_string(),
         source,
     })?;
-    let text = format!("{} {}\n", cursor.0, boot_id());
+    let mut text = format!("{} {}\n", cursor.0, boot_id());
+    for session in lagging {
+        text.push_str(&format!("lagging {session}\n"));
+    }
     write_if_changed(&root.sessions_checkpoint_path(), text.as_bytes()).map(|_| ())
 }
