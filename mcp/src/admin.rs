@@ -72,12 +72,56 @@ pub fn check(root: &DataRoot, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     for (kind, count) in kinds {
         writeln!(out, "  {kind:<28} {count}")?;
     }
-    let projections_hold = check_projections(root, Cursor(report.last_cursor.0), out)?;
+    let mut projections_hold = check_projections(root, Cursor(report.last_cursor.0), out)?;
+    projections_hold &= check_state_snapshot(root, Cursor(report.last_cursor.0), out)?;
     if !projections_hold {
         return Ok(ExitCode::FAILURE);
     }
     writeln!(out, "ok")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Checks `state.snapshot`; returns whether it may stay as it is.
+fn check_state_snapshot(
+    root: &DataRoot,
+    log_end: Cursor,
+    out: &mut dyn Write,
+) -> anyhow::Result<bool> {
+    use planb_projections::SnapshotCheck;
+    let path = root.state_snapshot_path();
+    match planb_projections::check_snapshot(root, &storage(root)?, log_end)? {
+        SnapshotCheck::Absent => writeln!(
+            out,
+            "state.snapshot: none; the next server start folds the whole log and saves one"
+        )?,
+        SnapshotCheck::Holds { cursor, bytes } => writeln!(
+            out,
+            "state.snapshot: at cursor {} ({bytes} bytes), equal to the fold of the log up to it",
+            cursor.0
+        )?,
+        SnapshotCheck::PastEnd { cursor } => {
+            writeln!(
+                out,
+                "LOST TAIL: state.snapshot stands at cursor {}, the log ends at {}; put the log back, or run `planb-mcp accept-loss` (it keeps the snapshot aside)",
+                cursor.0, log_end.0
+            )?;
+            return Ok(false);
+        }
+        SnapshotCheck::Unusable { reason } => writeln!(
+            out,
+            "state.snapshot: not usable ({reason}); the next server start ignores it, folds the whole log and saves a new one"
+        )?,
+        SnapshotCheck::Differs { cursor } => {
+            writeln!(
+                out,
+                "WRONG: state.snapshot at cursor {} is not what folding the log gives; delete {} (it is derived) and report this",
+                cursor.0,
+                path.display()
+            )?;
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Checks that no projection claims more than the log and the files hold.

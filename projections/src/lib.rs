@@ -36,5 +36,6 @@ pub use import::{IMPORTED_ASK_URL, ImportProblem, ImportReport, Imported, Skippe
 pub use index::{Index, IndexDump, IndexedAskStatus};
 pub use plan_file::{PLAN_FILE_BYTES_MAX, PlanFileChange, PlanFileError};
 pub use rebuild::{RebuildReport, rebuild};
+pub use snapshot::{SnapshotCheck, check_snapshot};
 pub use store::{DataRoot, OpenReport, SNAPSHOT_AFTER_EVENTS, Store};
 pub use timeline::Timeline;

@@ -212,3 +212,80 @@ pub(crate) fn remove_stale_temps(root: &Path) {
         }
     }
 }
+
+/// What [`check_snapshot`] found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SnapshotCheck {
+    /// There is no `state.snapshot`.
+    Absent,
+    /// It matches the log and equals the fold of the log up to its cursor.
+    Holds {
+        /// The cursor it stands at.
+        cursor: Cursor,
+        /// Its size in bytes.
+        bytes: u64,
+    },
+    /// It cannot be used (damaged, another format or version, another log):
+    /// the next store to open ignores it and folds the whole log.
+    Unusable {
+        /// Why.
+        reason: String,
+    },
+    /// It stands past the end of the log: a witness of a lost tail.
+    PastEnd {
+        /// The cursor it stands at.
+        cursor: Cursor,
+    },
+    /// It matches the log, but its state is not what folding the log up to
+    /// its cursor gives.
+    Differs {
+        /// The cursor it stands at.
+        cursor: Cursor,
+    },
+}
+
+/// Checks `state.snapshot` against a fold of the log (which ends at
+/// `log_end`) up to its cursor. Writes nothing.
+pub fn check_snapshot(
+    root: &DataRoot,
+    storage: &Arc<dyn Storage>,
+    log_end: Cursor,
+) -> Result<SnapshotCheck, crate::StoreError> {
+    let path = root.state_snapshot_path();
+    let bytes = match std::fs::metadata(&path) {
+        Ok(meta) => meta.len(),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(SnapshotCheck::Absent);
+        }
+        Err(source) => {
+            return Err(crate::StoreError::Io {
+                op: "read",
+                path: path.display().to_string(),
+                source,
+            });
+        }
+    };
+    let options = LogOptions::default();
+    let loaded = match load(root, storage, options) {
+        Ok(loaded) => loaded,
+        Err(reason) => {
+            return Ok(match claimed_cursor(root) {
+                Some(cursor) if cursor > log_end => SnapshotCheck::PastEnd { cursor },
+                _ => SnapshotCheck::Unusable { reason },
+            });
+        }
+    };
+    let cursor = loaded.state.last_cursor();
+    let mut reader = LogReader::new(Arc::clone(storage), options, planb_log::Cursor(1));
+    let mut folded = State::default();
+    while folded.last_cursor() < cursor {
+        let Some(record) = reader.next()? else { break };
+        let envelope = planb_core::decode(&record.payload, Cursor(record.cursor.0))?;
+        folded.apply(&envelope);
+    }
+    Ok(if folded == loaded.state {
+        SnapshotCheck::Holds { cursor, bytes }
+    } else {
+        SnapshotCheck::Differs { cursor }
+    })
+}

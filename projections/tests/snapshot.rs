@@ -6,7 +6,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use planb_core::{Command, Cursor, SessionId, State, Timestamp};
-use planb_projections::{DataRoot, FixedEnvironment, SNAPSHOT_AFTER_EVENTS, Store, StoreError};
+use planb_projections::{
+    DataRoot, FixedEnvironment, SNAPSHOT_AFTER_EVENTS, SnapshotCheck, Store, StoreError,
+    check_snapshot,
+};
 
 fn open(root: &Path) -> (Store, planb_projections::OpenReport) {
     let env = Arc::new(FixedEnvironment::new(Timestamp(1_780_000_000_000), 1_000));
@@ -38,6 +41,13 @@ fn write(store: &Store, from: u128, to: u128) {
                 .expect("save");
         }
     }
+}
+
+fn check(root: &Path, log_end: u64) -> SnapshotCheck {
+    let storage: Arc<dyn planb_log::Storage> = Arc::new(
+        planb_log::FsStorage::open_read_only(&root.join("log")).expect("open the log read-only"),
+    );
+    check_snapshot(&DataRoot::new(root), &storage, Cursor(log_end)).expect("check")
 }
 
 /// The state a fold of the whole log gives, with no snapshot to start from.
@@ -134,6 +144,11 @@ fn a_damaged_snapshot_is_ignored_and_the_whole_log_folded() {
     damaged.push(Vec::new());
     for bytes in damaged {
         std::fs::write(&path, &bytes).expect("write damaged snapshot");
+        assert!(
+            matches!(check(dir.path(), 1200), SnapshotCheck::Unusable { .. }),
+            "{:?}",
+            check(dir.path(), 1200)
+        );
         let (store, report) = open(dir.path());
         assert_eq!(report.from_snapshot, None);
         assert_eq!(report.events, 1200);
@@ -198,6 +213,12 @@ fn a_snapshot_past_the_end_of_the_log_is_a_lost_tail() {
             .expect("restore");
     }
     let snapshot_before = std::fs::read(dir.path().join("state.snapshot")).expect("read");
+    assert_eq!(
+        check(dir.path(), 30),
+        SnapshotCheck::PastEnd {
+            cursor: Cursor(1200)
+        }
+    );
     let (store, report) = open(dir.path());
     assert_eq!(report.from_snapshot, None);
     let lost = store
