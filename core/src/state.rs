@@ -192,8 +192,6 @@ impl std::fmt::Display for PlanKey {
 pub struct NamedPlan {
     /// The plan's name.
     pub name: PlanName,
-    /// Its plans directory (empty for plans recorded before event schema 2).
-    pub dir: String,
     /// The session of the latest write that named one.
     pub session: Option<SessionId>,
     /// The current content.
@@ -281,9 +279,24 @@ impl State {
         self.asks.get(id)
     }
 
-    /// The named plan with this name.
+    /// The named plan with this key. A plan recorded before event schema 2
+    /// (no directory: names were global) answers for its name in any
+    /// directory until one adopts it (see [`State::apply`]).
     pub fn named_plan(&self, key: &PlanKey) -> Option<&NamedPlan> {
-        self.named_plans.get(key)
+        self.named_plans
+            .get(key)
+            .or_else(|| self.named_plans.get(&legacy_key(key)?))
+    }
+
+    /// Moves a plan recorded before event schema 2 under `key`, the first
+    /// time an event names it with a directory: its history goes on there.
+    fn adopt_legacy_plan(&mut self, key: &PlanKey) {
+        if self.named_plans.contains_key(key) {
+            return;
+        }
+        if let Some(plan) = legacy_key(key).and_then(|legacy| self.named_plans.remove(&legacy)) {
+            self.named_plans.insert(key.clone(), plan);
+        }
     }
 
     /// Asks still waiting for an answer, across all sessions, by id.
@@ -464,6 +477,7 @@ impl State {
         let Some(key) = body.plan_key() else {
             return;
         };
+        self.adopt_legacy_plan(&key);
         let version = |source| NamedPlanVersion { cursor, at, source };
         // Writes and changes found on disk may create the plan: a file
         // written by hand before any tool call is still a plan.
@@ -474,7 +488,6 @@ impl State {
         if creates && !self.named_plans.contains_key(&key) {
             let plan = NamedPlan {
                 name: key.name.clone(),
-                dir: key.dir.clone(),
                 session: None,
                 content: String::new(),
                 versions: Vec::new(),
@@ -627,6 +640,12 @@ impl std::fmt::Debug for ContentHash {
         }
         f.write_str("…")
     }
+}
+
+/// The key of the plan of the same name recorded before event schema 2,
+/// when `key` has a directory.
+fn legacy_key(key: &PlanKey) -> Option<PlanKey> {
+    (!key.dir.is_empty()).then(|| PlanKey::new("", key.name.clone()))
 }
 
 fn touch(session: &mut Session, at: Timestamp) {

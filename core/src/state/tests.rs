@@ -409,6 +409,47 @@ fn edit_that_no_longer_applies_is_ignored() {
     assert_eq!((state.content.as_str(), state.versions.len()), ("abc", 1));
 }
 
+#[test]
+fn a_plan_recorded_before_plans_had_directories_goes_on_in_the_first_directory_that_names_it() {
+    let mut h = Harness::new();
+    let name = PlanName::parse("auth-refactor").unwrap();
+    // As a version 1 event decodes: no directory.
+    h.apply(EventBody::NamedPlanWritten {
+        plan: name.clone(),
+        plans_dir: String::new(),
+        content: "# Auth\n\n- passkeys\n".into(),
+        session: None,
+    });
+    let here = crate::state::PlanKey::new("/src/app/docs/plans", name.clone());
+    assert!(
+        h.state.named_plan(&here).is_some(),
+        "found from any directory"
+    );
+    assert_eq!(
+        h.run(Command::EditPlan {
+            plan: here.clone(),
+            edits: vec![edit("passkeys", "passkeys and TOTP")],
+        }),
+        Ok(vec!["named_plan_edited"])
+    );
+    let plan = h.state.named_plan(&here).unwrap();
+    assert_eq!(plan.content, "# Auth\n\n- passkeys and TOTP\n");
+    assert_eq!(plan.versions.len(), 2, "the history goes on");
+    assert_eq!(h.state.named_plans().len(), 1);
+    // Adopted: another project's plan of that name starts its own history.
+    let there = crate::state::PlanKey::new("/src/other/docs/plans", name);
+    assert!(h.state.named_plan(&there).is_none());
+    assert_eq!(
+        h.run(Command::EditPlan {
+            plan: there,
+            edits: vec![edit("a", "b")],
+        }),
+        Err(Rejection::UnknownPlan {
+            plan: PlanName::parse("auth-refactor").unwrap()
+        })
+    );
+}
+
 /// Events over a handful of ids, so that they interact: asks of known
 /// and unknown sessions, answers to asks in every status, repeated and
 /// out-of-order plan versions.
