@@ -22,11 +22,15 @@ pub struct Record {
     pub payload: Vec<u8>,
     /// Its checksum (which the next record's header repeats).
     pub checksum: u32,
+    /// Where it begins: a reader started there with [`LogReader::at`] reads
+    /// it again (and its checksum can be compared with one kept), then the
+    /// records after it.
+    pub position: ReadPosition,
 }
 
-/// Where a reader stands between two records: enough to start another reader
-/// there later without reading what lies before it (a state snapshot keeps
-/// one next to the cursor it reflects).
+/// Where a record begins: enough to start another reader there later
+/// without reading what lies before it (a state snapshot keeps the position
+/// of the last record it reflects).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadPosition {
     /// The first cursor of the segment, which names its file.
@@ -50,8 +54,6 @@ pub struct LogReader {
     prev_checksum: u32,
     /// Records before this cursor are validated but not returned.
     from: u64,
-    /// Where the record `next` returned last began.
-    last: Option<ReadPosition>,
 }
 
 impl LogReader {
@@ -65,12 +67,11 @@ impl LogReader {
             next_cursor: 1,
             prev_checksum: 0,
             from: from.0.max(1),
-            last: None,
         }
     }
 
-    /// A reader that continues from `position`, taken earlier with
-    /// [`LogReader::read_position`] from a reader on the same log. Only the
+    /// A reader that continues from `position`, a [`Record::position`]
+    /// taken earlier from a reader on the same log. Only the
     /// segment's header is checked here; the first record read must have the
     /// position's cursor and continue its checksum, so a position that does
     /// not belong to this log shows up as damage on the first
@@ -116,26 +117,6 @@ impl LogReader {
         Ok(reader)
     }
 
-    /// Where the reader stands before the record the next [`LogReader::next`]
-    /// returns, once it has entered a segment; `None` before that. Records it
-    /// skipped because they come before its `from` cursor count as read.
-    pub fn read_position(&self) -> Option<ReadPosition> {
-        let segment = self.segment.as_ref()?;
-        (self.next_cursor >= self.from).then_some(ReadPosition {
-            segment: segment.first_cursor,
-            offset: self.offset,
-            cursor: Cursor(self.next_cursor),
-            prev_checksum: self.prev_checksum,
-        })
-    }
-
-    /// Where the record [`LogReader::next`] returned last began: a position
-    /// from which another reader reads that record again (and can compare its
-    /// checksum with one kept), then the rest.
-    pub fn last_record_position(&self) -> Option<ReadPosition> {
-        self.last
-    }
-
     /// The cursor of the record the next successful [`LogReader::next`] returns.
     pub fn next_cursor(&self) -> Cursor {
         Cursor(self.next_cursor.max(self.from))
@@ -153,6 +134,7 @@ impl LogReader {
             }
             let segment = self.segment.as_mut().expect("entered a segment above");
             let describe = self.storage.describe(&segment.name);
+            let segment_first = segment.first_cursor;
             let parsed = segment
                 .parse(
                     self.offset,
@@ -168,23 +150,22 @@ impl LogReader {
                     payload,
                     next_offset,
                 } => {
-                    let payload = (cursor >= self.from).then(|| payload.to_vec());
-                    let start = ReadPosition {
-                        segment: segment.first_cursor,
-                        offset: self.offset,
+                    let record = (cursor >= self.from).then(|| Record {
                         cursor: Cursor(cursor),
-                        prev_checksum: self.prev_checksum,
-                    };
+                        payload: payload.to_vec(),
+                        checksum,
+                        position: ReadPosition {
+                            segment: segment_first,
+                            offset: self.offset,
+                            cursor: Cursor(cursor),
+                            prev_checksum: self.prev_checksum,
+                        },
+                    });
                     self.offset = next_offset;
                     self.next_cursor = self.next_cursor.saturating_add(1);
                     self.prev_checksum = checksum;
-                    if let Some(payload) = payload {
-                        self.last = Some(start);
-                        return Ok(Some(Record {
-                            cursor: Cursor(cursor),
-                            payload,
-                            checksum,
-                        }));
+                    if record.is_some() {
+                        return Ok(record);
                     }
                 }
                 Parsed::End => {

@@ -366,10 +366,22 @@ pub(crate) fn write_if_changed(path: &Path, bytes: &[u8]) -> Result<bool, StoreE
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(source) => return Err(io_error("stat", path)(source)),
     }
+    replace_file(path, |file| std::io::Write::write_all(file, bytes))?;
+    Ok(true)
+}
+
+/// Replaces `path` (creating its directory) with what `write` puts into a
+/// temp file beside it, then a rename: readers see the old file or the new
+/// one, never a part. Not fsynced: every caller writes a projection.
+pub(crate) fn replace_file(
+    path: &Path,
+    write: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>,
+) -> Result<(), StoreError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(io_error("create directory", dir))?;
     let tmp = temp_path(path);
-    if let Err(source) = std::fs::write(&tmp, bytes) {
+    let written = std::fs::File::create(&tmp).and_then(|mut file| write(&mut file));
+    if let Err(source) = written {
         let _ = std::fs::remove_file(&tmp);
         return Err(io_error("write", &tmp)(source));
     }
@@ -377,7 +389,31 @@ pub(crate) fn write_if_changed(path: &Path, bytes: &[u8]) -> Result<bool, StoreE
         let _ = std::fs::remove_file(&tmp);
         return Err(io_error("rename into", path)(source));
     }
-    Ok(true)
+    Ok(())
+}
+
+/// Removes the temp files [`replace_file`] leaves directly in `dir` when its
+/// process is killed between create and rename: those untouched for an hour
+/// (a live writer renames within seconds).
+pub(crate) fn remove_stale_temps(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let stale = |entry: &std::fs::DirEntry| {
+        entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|modified| modified.elapsed().ok())
+            .is_some_and(|age| age > std::time::Duration::from_secs(3600))
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with('.') && name.ends_with(".tmp") && stale(&entry) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
 }
 
 /// A name beside `path` no other writer uses: the process id tells processes

@@ -29,7 +29,8 @@ pub struct LostTail {
     pub log_end: Cursor,
     /// The highest cursor a projection has seen.
     pub seen: Cursor,
-    /// Which projection saw it (`sessions.cursor` or `index.redb`).
+    /// Which projection saw it (`sessions.cursor`, `index.redb` or
+    /// `state.snapshot`).
     pub witness: &'static str,
 }
 
@@ -41,7 +42,7 @@ impl std::fmt::Display for LostTail {
              are missing from {log} (a disk rolled back, a backup restored, or a segment deleted). \
              planb records nothing until this is resolved: put back the log files that hold them, \
              or run `planb-mcp accept-loss` to go on from cursor {end}; it moves index.redb, \
-             sessions/ and sessions.cursor to {root}/lost-<time>/ (the files there may hold the \
+             sessions/, sessions.cursor and state.snapshot to {root}/lost-<time>/ (the files there may hold the \
              only copy of the missing events) and rebuilds them from the log",
             end = self.log_end.0,
             witness = self.witness,
@@ -56,16 +57,19 @@ impl std::fmt::Display for LostTail {
 impl std::error::Error for LostTail {}
 
 /// Whether a projection has seen more of the log than it holds, given the
-/// index's applied cursor (if known) and the log's last cursor.
+/// log's last cursor, the index's applied cursor (if known) and the cursor
+/// `state.snapshot` claims (if it is readable; `None` as well when the
+/// caller already found it inside the log).
 pub(crate) fn lost_tail(
     root: &DataRoot,
     log_end: Cursor,
     index_applied: Option<Cursor>,
+    snapshot_claims: Option<Cursor>,
 ) -> Option<LostTail> {
     let witnesses = [
         ("sessions.cursor", files::raw_checkpoint(root)),
         ("index.redb", index_applied),
-        ("state.snapshot", crate::snapshot::claimed_cursor(root)),
+        ("state.snapshot", snapshot_claims),
     ];
     witnesses
         .into_iter()

@@ -239,13 +239,22 @@ impl Index {
         index_error(&self.path, op)
     }
 
-    /// The last cursor the index at `path` has applied, read without creating
-    /// or changing anything; `None` when there is no readable index or
-    /// another process owns it.
+    /// The last cursor the index at `path` has applied; `None` when there is
+    /// no readable index or another process owns it. Holds the ownership lock
+    /// (`index.lock` beside it) while it reads, so no process starts owning
+    /// the index meanwhile (one that tries waits for the next turn of its
+    /// indexer); redb may repair a file its last owner did not close.
     pub fn peek_applied_cursor(path: &Path) -> Option<planb_core::Cursor> {
         if !path.is_file() {
             return None;
         }
+        let lock = std::fs::File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path.with_file_name("index.lock"))
+            .ok()?;
+        lock.try_lock().ok()?;
         let db = Database::builder().open(path).ok()?;
         let txn = db.begin_read().ok()?;
         let meta = txn.open_table(META).ok()?;

@@ -199,8 +199,14 @@ fn write_plan_file(
         std::process::id(),
         TEMP_SEQUENCE.fetch_add(1, Ordering::Relaxed)
     ));
-    let written =
-        std::fs::write(&temp, content.as_bytes()).and_then(|()| std::fs::rename(&temp, path));
+    // Synced before the rename: the file is the person's document, and one
+    // torn by a power loss would read as a hand edit to record.
+    let written = std::fs::File::create(&temp)
+        .and_then(|mut file| {
+            std::io::Write::write_all(&mut file, content.as_bytes())?;
+            file.sync_all()
+        })
+        .and_then(|()| std::fs::rename(&temp, path));
     if let Err(source) = written {
         let _ = std::fs::remove_file(&temp);
         tracing::warn!(

@@ -54,7 +54,8 @@ pub fn rebuild(root: &DataRoot) -> Result<(State, RebuildReport), StoreError> {
     let guard = log.lock()?;
     let end = Cursor(guard.next_cursor().0 - 1);
     let index_applied = Index::peek_applied_cursor(&root.index_path());
-    if let Some(lost) = health::lost_tail(root, end, index_applied) {
+    let snapshot_claims = crate::snapshot::claimed_cursor(root);
+    if let Some(lost) = health::lost_tail(root, end, index_applied, snapshot_claims) {
         return Err(StoreError::LostTail(Box::new(lost)));
     }
     rebuild_locked(root, &log, &guard)
@@ -71,6 +72,9 @@ pub(crate) fn rebuild_locked(
     let old_tree = root.root().join("sessions.old");
     let live_tree = root.sessions_dir();
     files::remove(&root.sessions_checkpoint_path(), false)?;
+    // Rebuilt from the log as well: the next store to open folds the whole
+    // log and saves a new one.
+    files::remove(&root.state_snapshot_path(), false)?;
     files::remove(beside.root(), true)?;
     create_dir(beside.root())?;
 

@@ -21,12 +21,11 @@
 //! of another log, past the end of this one) is ignored and the log folded
 //! from the start — a snapshot is a projection like the others: it can be
 //! deleted at any time, and is not fsynced. It is replaced through a temp
-//! name and a rename, so readers see a whole file or none; several
+//! name and a rename (`files::replace_file`), so readers see a whole file or none; several
 //! processes may each replace it, the last rename wins, and an older one
 //! only means a longer tail to fold.
 
 use std::io::Write;
-use std::path::Path;
 use std::sync::Arc;
 
 use planb_core::{Cursor, State};
@@ -123,23 +122,11 @@ pub(crate) fn save(root: &DataRoot, state: &State, anchor: Anchor) -> Result<u64
     header[40..48].copy_from_slice(&(body.len() as u64).to_le_bytes());
     let crc = checksum(&header, &body);
     header[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
-    let path = root.state_snapshot_path();
-    let temp = root.root().join(format!(
-        "state.snapshot.{}.{}.tmp",
-        std::process::id(),
-        anchor.position.cursor.0
-    ));
-    let written = (|| {
-        let mut file = std::fs::File::create(&temp)?;
+    crate::files::replace_file(&root.state_snapshot_path(), |file| {
         file.write_all(&header)?;
-        file.write_all(&body)?;
-        drop(file);
-        std::fs::rename(&temp, &path)
-    })();
-    if let Err(error) = written {
-        let _ = std::fs::remove_file(&temp);
-        return Err(format!("cannot write {}: {error}", path.display()));
-    }
+        file.write_all(&body)
+    })
+    .map_err(|e| e.to_string())?;
     Ok((HEADER_LEN + body.len()) as u64)
 }
 
@@ -188,29 +175,6 @@ fn parse(bytes: &[u8]) -> Result<(Anchor, &[u8]), String> {
         checksum: u32_at(36),
     };
     Ok((anchor, body))
-}
-
-/// Removes temp files of snapshot writers that died before their rename:
-/// those not touched for an hour (a live writer renames within seconds).
-pub(crate) fn remove_stale_temps(root: &Path) {
-    let Ok(entries) = std::fs::read_dir(root) else {
-        return;
-    };
-    let stale = |entry: &std::fs::DirEntry| {
-        entry
-            .metadata()
-            .and_then(|m| m.modified())
-            .ok()
-            .and_then(|modified| modified.elapsed().ok())
-            .is_some_and(|age| age > std::time::Duration::from_secs(3600))
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        if name.starts_with("state.snapshot.") && name.ends_with(".tmp") && stale(&entry) {
-            let _ = std::fs::remove_file(entry.path());
-        }
-    }
 }
 
 /// What [`check_snapshot`] found.

@@ -97,8 +97,8 @@ struct Folded {
     /// The session files the folded events changed and this process has not
     /// projected yet.
     pending: Pending,
-    /// Where the last record the reader read begins (the state's last
-    /// record, once the reader has caught up with what this process appended).
+    /// The last record the reader read (the state's last record, once the
+    /// reader has caught up with what this process appended).
     anchor: Option<Anchor>,
     /// The cursor of the newest state snapshot this process read or wrote.
     snapshot_cursor: Cursor,
@@ -111,12 +111,10 @@ impl Folded {
         let mut count = 0;
         while let Some(record) = self.reader.next()? {
             let cursor = Cursor(record.cursor.0);
-            if let Some(position) = self.reader.last_record_position() {
-                self.anchor = Some(Anchor {
-                    position,
-                    checksum: record.checksum,
-                });
-            }
+            self.anchor = Some(Anchor {
+                position: record.position,
+                checksum: record.checksum,
+            });
             if cursor <= self.state.last_cursor() {
                 continue;
             }
@@ -220,7 +218,7 @@ impl Store {
         let options = LogOptions::default();
         let (log, recovery) = planb_log::open_dir(&root.log_dir(), options)?;
         let storage = Arc::clone(log.storage());
-        snapshot::remove_stale_temps(root.root());
+        files::remove_stale_temps(root.root());
         let (state, reader, anchor) = match snapshot::load(&root, &storage, options) {
             Ok(loaded) => (loaded.state, loaded.reader, Some(loaded.anchor)),
             Err(why) => {
@@ -248,15 +246,47 @@ impl Store {
         // `sessions.cursor` as the witness of how far the log once went.
         // The index catches up on the indexer thread, never on the way to a
         // finished open: after a long absence it may be far behind.
-        let index_applied = match slot.index()? {
-            Some(index) => Some(Cursor(index.applied_cursor()?.0)),
-            None => None,
+        // The index is derived: one that cannot be opened or read costs this
+        // process its ownership (the indexer tries again), never the open.
+        let index_applied = match slot
+            .index()
+            .and_then(|i| i.map(Index::applied_cursor).transpose())
+        {
+            Ok(applied) => applied.map(|a| Cursor(a.0)),
+            Err(error) => {
+                tracing::warn!(%error, "the index cannot be read now; carrying on without it");
+                None
+            }
         };
         let indexed = index_applied.map_or(0, |applied| {
             folded.state.last_cursor().0.saturating_sub(applied.0)
         });
-        let lost_tail = crate::health::lost_tail(&root, folded.state.last_cursor(), index_applied)
-            .map(Box::new);
+        // A snapshot that was used stands inside the log; one that was not
+        // may be a witness of a lost tail (read again only then: it is large).
+        let snapshot_claims = match start {
+            Cursor::ZERO => snapshot::claimed_cursor(&root),
+            _ => None,
+        };
+        let mut lost_tail = crate::health::lost_tail(
+            &root,
+            folded.state.last_cursor(),
+            index_applied,
+            snapshot_claims,
+        );
+        if lost_tail.is_some() {
+            // Another process may have appended (and projected, or saved a
+            // snapshot) since the fold: look again at the end of the log
+            // under the append lock, where nobody appends.
+            let _guard = log.lock()?;
+            folded.catch_up()?;
+            lost_tail = crate::health::lost_tail(
+                &root,
+                folded.state.last_cursor(),
+                index_applied,
+                snapshot_claims,
+            );
+        }
+        let lost_tail = lost_tail.map(Box::new);
         if let Some(lost) = &lost_tail {
             tracing::error!("{lost}");
         }
@@ -445,6 +475,19 @@ impl Store {
         self.read(State::clone)
     }
 
+    /// [`save_snapshot`](Self::save_snapshot) when this process folded at
+    /// least [`SNAPSHOT_AFTER_EVENTS`] events past the newest snapshot it
+    /// read or wrote: what a store does when it closes.
+    pub fn save_snapshot_if_behind(&self) {
+        let behind = {
+            let folded = self.folded();
+            folded.state.last_cursor().0 - folded.snapshot_cursor.0
+        };
+        if behind >= SNAPSHOT_AFTER_EVENTS {
+            self.save_snapshot();
+        }
+    }
+
     /// Saves the folded state as the data root's state snapshot, so the next
     /// process to open folds only what comes after it. Failures are logged:
     /// the snapshot is an optimisation. Nothing is saved while the log has
@@ -488,13 +531,7 @@ impl Drop for Store {
         if self.lost_tail.is_none() && lock_folded(&self.folded).pending.next_due().is_some() {
             flush_manifests(&self.root, &self.log, &self.folded, true);
         }
-        let behind = {
-            let folded = self.folded();
-            folded.state.last_cursor().0 - folded.snapshot_cursor.0
-        };
-        if behind >= SNAPSHOT_AFTER_EVENTS {
-            self.save_snapshot();
-        }
+        self.save_snapshot_if_behind();
     }
 }
 
