@@ -26,7 +26,7 @@ pub struct Wait<'a> {
 }
 
 /// The tool result for answers: exactly the answers JSON.
-fn answers_result(answers: &Answers) -> CallToolResult {
+pub(crate) fn answers_result(answers: &Answers) -> CallToolResult {
     CallToolResult::success(vec![ContentBlock::text(answers.to_json().to_string())])
 }
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use planb_core::{Answers, AskId, AskStatus, SessionId};
 use rmcp::RoleServer;
-use rmcp::model::{CallToolResult, ContentBlock, JsonObject};
+use rmcp::model::{CallToolResult, JsonObject};
 use rmcp::service::{ElicitationMode, RequestContext};
 use serde_json::Value;
 use tokio::sync::oneshot;
@@ -68,10 +68,6 @@ pub(crate) async fn answered_in_log(store: &StoreHandle, ask: AskId) -> Answers 
             return answers;
         }
     }
-}
-
-fn answers_result(answers: &Answers) -> CallToolResult {
-    CallToolResult::success(vec![ContentBlock::text(answers.to_json().to_string())])
 }
 
 impl PlanbServer {
@@ -150,7 +146,7 @@ impl PlanbServer {
             ));
         }
         if let Some(answer) = answer {
-            return answers_result(&answer);
+            return crate::ask::answers_result(&answer);
         }
         if !has_form {
             return tool_error(format!(

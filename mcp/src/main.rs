@@ -158,7 +158,9 @@ fn serve(root: PathBuf, cli: &Cli) -> anyhow::Result<ExitCode> {
                 let server = server.clone();
                 async move { server.serve_pending_forms().await }
             });
-            let service = server.serve((input, output)).await?;
+            let transport = rmcp::transport::async_rw::AsyncRwTransport::new_server(input, output)
+                .with_max_line_length(stdio::RMCP_LINE_BYTES_MAX);
+            let service = server.serve(transport).await?;
             service.waiting().await?;
             anyhow::Ok(())
         }
@@ -168,7 +170,7 @@ fn serve(root: PathBuf, cli: &Cli) -> anyhow::Result<ExitCode> {
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));
     // The next process on this root starts from where this one stands.
     if let Some(store) = store.get() {
-        store.save_snapshot();
+        store.save_snapshot_if_behind();
     }
     served?;
     Ok(ExitCode::SUCCESS)

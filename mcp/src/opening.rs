@@ -41,18 +41,24 @@ impl StoreHandle {
         let spawned = std::thread::Builder::new()
             .name("planb-store-open".into())
             .spawn(move || {
-                let slot = match Store::open(root, env) {
-                    Ok((store, report)) => {
+                // A panic while opening (a bug) must not leave every tool
+                // waiting for an open that never ends.
+                let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    Store::open(root, env)
+                }));
+                let slot = match opened {
+                    Ok(Ok((store, report))) => {
                         report_open(&inner.root, &report);
                         Slot::Open(Arc::new(store))
                     }
-                    Err(error) => {
+                    Ok(Err(error)) => {
                         tracing::error!(
                             "cannot open the data root {}: {error}",
                             inner.root.display()
                         );
                         Slot::Failed(error.to_string())
                     }
+                    Err(_) => Slot::Failed("opening it panicked (a bug in planb)".into()),
                 };
                 *lock(&inner.slot) = slot;
                 inner.ready.notify_all();

@@ -24,9 +24,15 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, DuplexStream};
 use tokio::sync::{mpsc, watch};
 
-/// Longest line accepted from the client (16 MiB): above the largest tool
-/// argument planb accepts (a 4 MiB plan, JSON-escaped).
+/// Longest line accepted from the client (16 MiB, without its line end):
+/// above the largest tool argument planb accepts (a 4 MiB plan,
+/// JSON-escaped). rmcp reads what this layer forwards with a bound above it
+/// ([`RMCP_LINE_BYTES_MAX`]), so a line let through is never dropped there.
 pub const LINE_BYTES_MAX: usize = 16 * 1024 * 1024;
+
+/// The line bound to give rmcp's transport: a forwarded line, its `\r` and
+/// its `\n`.
+pub const RMCP_LINE_BYTES_MAX: usize = LINE_BYTES_MAX + 2;
 
 /// Capacity of the in-memory pipes between this layer and rmcp.
 const PIPE_BYTES: usize = 256 * 1024;
@@ -251,11 +257,10 @@ fn start_on(
                         }
                     }
                 }
-                answer = answer_lines.recv() => {
-                    let Some(answer) = answer else {
-                        if !rmcp_open { return; }
-                        continue;
-                    };
+                // Once the reader is gone, `recv` yields `None` at once: the
+                // pattern then disables this branch instead of spinning, and
+                // `else` ends the task when rmcp has closed too.
+                Some(answer) = answer_lines.recv() => {
                     let mut bytes = answer.to_string().into_bytes();
                     bytes.push(b'\n');
                     if output.write_all(&bytes).await.is_err() || output.flush().await.is_err() {
