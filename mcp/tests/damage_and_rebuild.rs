@@ -252,3 +252,61 @@ async fn a_damaged_log_still_lets_the_server_start_and_every_tool_says_why_it_ca
         "nothing rewritten"
     );
 }
+
+fn plan_count(root: &Path, session: &str) -> u64 {
+    let path = root.join("sessions").join(session).join("session.json");
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(path).expect("read session.json")).expect("json");
+    json["planCount"].as_u64().expect("planCount")
+}
+
+fn lagging(root: &Path) -> bool {
+    std::fs::read_to_string(root.join("sessions.cursor"))
+        .expect("checkpoint")
+        .contains("lagging ")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_manifest_a_killed_server_left_behind_is_written_by_the_next_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let first = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
+    let session = new_session(&first).await;
+    // Past the size whose session.json is rewritten with every save.
+    for n in 0..300 {
+        save(&first, &session, &format!("# v{n}\n"))
+            .await
+            .expect("save");
+    }
+    first.client.cancel().await.expect("shutdown");
+    let mut saved = 300;
+    // A burst of saves leaves the manifest behind (rewritten at most once a
+    // second); the server is killed before it catches up. Should its
+    // flusher have won the race to the kill, try again with a new server.
+    for _attempt in 0..5 {
+        let server = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
+        while !lagging(dir.path()) {
+            save(&server, &session, &format!("# v{saved}\n"))
+                .await
+                .expect("save");
+            saved += 1;
+        }
+        server.kill_9();
+        let _ = server.client.cancel().await;
+        if plan_count(dir.path(), &session) < saved {
+            break;
+        }
+    }
+    assert!(
+        plan_count(dir.path(), &session) < saved,
+        "the manifest never lagged at a kill"
+    );
+
+    // The next server takes the manifest over when it opens the data root.
+    let next = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
+    new_session(&next).await;
+    assert_eq!(plan_count(dir.path(), &session), saved);
+    assert!(!lagging(dir.path()));
+    next.client.cancel().await.expect("shutdown");
+    let output = planb(dir.path(), &["check"]);
+    assert!(output.status.success(), "{}", all_output(&output));
+}

@@ -61,7 +61,6 @@ async fn issue_8_answers_within_every_field_limit_but_over_a_record_get_422_and_
             "{path}: {general}"
         );
     }
-    assert!(!pending.is_finished(), "the refusal reached the agent");
 
     // Just under the limit is recorded and returned whole.
     let fits = long_answers(34_000);

@@ -57,17 +57,23 @@ fn temp_files(dir: &Path) -> Vec<String> {
         .collect()
 }
 
+/// Marks item `index` of `process` done. A call the server did not answer
+/// (it was killed) is an error too, never a panic, so the caller keeps the
+/// edits acknowledged before it.
 async fn edit(server: &Server, process: usize, index: usize) -> Result<(), String> {
-    let result = call(
-        server,
-        "edit_plan",
-        json!({
-            "planName": PLAN,
-            "oldString": format!("{} todo", item(process, index)),
-            "newString": format!("{} done", item(process, index)),
-        }),
-    )
-    .await;
+    let arguments = json!({
+        "planName": PLAN,
+        "oldString": format!("{} todo", item(process, index)),
+        "newString": format!("{} done", item(process, index)),
+    });
+    let Value::Object(arguments) = arguments else {
+        unreachable!("an object literal")
+    };
+    let result = server
+        .client
+        .call_tool(rmcp::model::CallToolRequestParams::new("edit_plan").with_arguments(arguments))
+        .await
+        .map_err(|error| format!("no answer: {error}"))?;
     if result.is_error == Some(true) {
         return Err(text_of(&result));
     }
@@ -157,9 +163,11 @@ async fn issue_8_kill_9_during_edit_plan_leaves_no_spurious_hand_edit_or_temp_fi
     let mut acknowledged = BTreeSet::new();
     for round in 0..ROUNDS {
         let victim = Arc::new(start_server(dir.path()).await);
+        let answered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let mut tasks = Vec::new();
         for lane in 0..3 {
             let victim = Arc::clone(&victim);
+            let answered = Arc::clone(&answered);
             tasks.push(tokio::spawn(async move {
                 let mut done = Vec::new();
                 for index in (lane..EDITS_PER_ROUND).step_by(3) {
@@ -167,24 +175,33 @@ async fn issue_8_kill_9_during_edit_plan_leaves_no_spurious_hand_edit_or_temp_fi
                         Ok(()) => done.push(index),
                         Err(_) => break,
                     }
+                    answered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 }
                 done
             }));
         }
-        // Let some edits through, then kill the server wherever it is.
-        tokio::time::sleep(Duration::from_millis(20 + 15 * round as u64)).await;
+        // Once an edit is through, let a few more start, then kill the
+        // server wherever it is.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while answered.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+            assert!(std::time::Instant::now() < deadline, "no edit answered");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(5 * round as u64)).await;
         victim.kill_9();
         for task in tasks {
-            // A call cut off by the kill fails or panics inside the client
-            // task; only calls that returned are acknowledged.
-            if let Ok(done) = task.await {
-                acknowledged.extend(done.into_iter().map(|index| (round, index)));
-            }
+            // Only calls that returned are acknowledged.
+            let done = task.await.expect("a lane ends without panicking");
+            acknowledged.extend(done.into_iter().map(|index| (round, index)));
         }
         // Another process keeps working on the same plan.
         edit(&keeper, round, EDITS_PER_ROUND - 1).await.ok();
     }
 
+    assert!(
+        acknowledged.len() >= ROUNDS,
+        "every round had an edit answered before the kill: {acknowledged:?}"
+    );
     let (state, kinds) = fold_log(dir.path());
     assert!(
         !kinds.contains(&"named_plan_changed_outside"),

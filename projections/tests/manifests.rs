@@ -1,7 +1,8 @@
 //! Large `session.json` manifests may lag their session by about a second
 //! while their writer lives, so a save costs the same at any session size;
 //! they never lag for good: the writer rewrites them when due and when it
-//! closes, and a process that finds one a dead writer left rewrites it.
+//! closes. (A process that finds one a killed writer left rewrites it:
+//! mcp/tests/damage_and_rebuild.rs, with real processes.)
 
 use std::path::Path;
 use std::sync::Arc;
@@ -46,6 +47,20 @@ fn large_session(root: &Path) {
     }
 }
 
+/// Saves until the manifest lags (two saves within a second of a rewrite
+/// do that); returns the version saved last.
+fn save_until_lagging(store: &Store, root: &Path, from: usize) -> usize {
+    let mut n = from;
+    loop {
+        save(store, n);
+        if checkpoint(root).contains(&format!("lagging {}", session())) {
+            return n;
+        }
+        n += 1;
+        assert!(n < from + 1000, "the manifest never lagged");
+    }
+}
+
 fn plan_count(root: &Path) -> u64 {
     let path = root
         .join("sessions")
@@ -66,30 +81,22 @@ fn assert_tree_holds(root: &Path) {
 }
 
 #[test]
-fn a_burst_of_saves_leaves_the_manifest_behind_for_about_a_second_only() {
+fn a_manifest_left_behind_is_vouched_for_and_caught_up_without_another_command() {
     let dir = tempfile::tempdir().expect("tempdir");
     large_session(dir.path());
     assert_eq!(plan_count(dir.path()), 300, "a closing store flushes");
     let store = open(dir.path());
-    for n in 301..=320 {
-        save(&store, n);
-    }
-    // Every plan file is there at once; the manifest may lag and the
-    // checkpoint says so, which `check` accepts.
-    for n in 301..=320 {
-        let file = planb_projections::files::plan_file(dir.path(), &session(), n);
+    let last = save_until_lagging(&store, dir.path(), 301);
+    // Every plan file is there at once; the checkpoint names the manifest
+    // that lags, which `check` accepts.
+    for n in 301..=last {
+        let file = planb_projections::files::plan_file(dir.path(), &session(), n as u32);
         assert!(file.exists(), "{}", file.display());
     }
-    assert!(plan_count(dir.path()) < 320, "the burst was coalesced");
-    assert!(
-        checkpoint(dir.path()).contains(&format!("lagging {}", session())),
-        "{}",
-        checkpoint(dir.path())
-    );
     assert_tree_holds(dir.path());
     // Without another command, the flusher brings it up to date.
     let deadline = Instant::now() + Duration::from_secs(20);
-    while plan_count(dir.path()) < 320 {
+    while plan_count(dir.path()) < last as u64 {
         assert!(Instant::now() < deadline, "the manifest never caught up");
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -103,32 +110,9 @@ fn closing_the_store_writes_the_manifest_it_left_behind() {
     let dir = tempfile::tempdir().expect("tempdir");
     large_session(dir.path());
     let store = open(dir.path());
-    save(&store, 301);
-    save(&store, 302);
+    let last = save_until_lagging(&store, dir.path(), 301);
     drop(store);
-    assert_eq!(plan_count(dir.path()), 302);
+    assert_eq!(plan_count(dir.path()), last as u64);
     assert!(!checkpoint(dir.path()).contains("lagging"));
     assert_tree_holds(dir.path());
-}
-
-#[test]
-fn a_manifest_a_dead_writer_left_behind_is_written_by_the_next_process() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    large_session(dir.path());
-    let dying = open(dir.path());
-    save(&dying, 301);
-    save(&dying, 302);
-    // The writer dies: no flush, no close.
-    std::mem::forget(dying);
-    assert!(checkpoint(dir.path()).contains("lagging"));
-    assert!(plan_count(dir.path()) < 302);
-    let next = open(dir.path());
-    assert_eq!(
-        plan_count(dir.path()),
-        302,
-        "written when the next store opened"
-    );
-    assert!(!checkpoint(dir.path()).contains("lagging"));
-    assert_tree_holds(dir.path());
-    drop(next);
 }

@@ -221,6 +221,23 @@ async fn the_entries_fragment_refuses_bad_requests() {
     }
 }
 
+#[tokio::test]
+async fn an_entries_fragment_beyond_either_end_of_the_session_is_empty() {
+    let long = long();
+    let id = long.session;
+    for path in [
+        format!("/sessions/{id}/entries?before=0"),
+        format!("/sessions/{id}/entries?before=1"),
+        format!("/sessions/{id}/entries?after=999999999"),
+        format!("/sessions/{id}/entries?after={}", u64::MAX),
+    ] {
+        let (actual, body) = get(&long.router, &path).await;
+        assert_eq!(actual, StatusCode::OK, "GET {path}: {body}");
+        assert!(!body.contains("retro-entry"), "GET {path}: {body}");
+        assert!(!body.contains("retro-more"), "GET {path}: {body}");
+    }
+}
+
 /// The cursors of the timeline's entries on the page, in order.
 const ENTRIES_SHOWN: &str =
     "[...document.querySelectorAll('#timeline .retro-entry')].map(e => Number(e.dataset.cursor))";

@@ -241,6 +241,11 @@ pub enum EntriesBeyond {
 /// (it opens the page on the nearest hidden entry); `retro.js` fetches the
 /// fragment named by `data-src` instead and puts it in the control's place.
 fn more_entries(id: &SessionId, cursors: &[Cursor], shown: &Range<usize>) -> (Markup, Markup) {
+    // A fragment asked for beyond either end of the session holds nothing,
+    // and there is nothing on from there.
+    if shown.is_empty() {
+        return (Markup::default(), Markup::default());
+    }
     let earlier = shown.start.checked_sub(1).map(|last_hidden| {
         let first_shown = cursors[shown.start];
         html! {
