@@ -579,7 +579,26 @@ impl State {
 impl Ask {
     /// Whether `sid` is this ask's form secret.
     pub fn has_sid(&self, sid: &str) -> bool {
-        !sid.is_empty() && sid_sha256(sid) == self.sid_sha256
+        self.has_form() && !sid.is_empty() && sid_sha256(sid) == self.sid_sha256
+    }
+
+    /// Whether the ask had a form (one imported from the Node tool did not).
+    pub fn has_form(&self) -> bool {
+        self.sid_sha256 != [0; 32]
+    }
+
+    /// Whether a submission would still be recorded: while the tool waits,
+    /// and once after it stopped waiting (as a late answer; the tool may
+    /// have stopped because its server exited). The same rule
+    /// [`State::decide`] applies to a submission.
+    pub fn accepts_answer(&self) -> bool {
+        match self.status {
+            AskStatus::Pending => true,
+            AskStatus::Answered => false,
+            AskStatus::TimedOut | AskStatus::Declined | AskStatus::Failed => {
+                self.late_answers.is_empty()
+            }
+        }
     }
 }
 

@@ -28,13 +28,16 @@ use crate::server::{PlanbServer, store_error, tool_error};
 /// another process.
 const LOG_POLL: Duration = Duration::from_secs(1);
 
-/// The pending ask in the log whose form has this sid, as a form this
-/// process can serve.
-pub(crate) async fn pending_form(store: &StoreHandle, sid: &str) -> Option<FormInfo> {
+/// The ask in the log whose form has this sid and would still record an
+/// answer (waiting, or closed without one: its server may have exited), as
+/// a form this process can serve.
+pub(crate) async fn answerable_form(store: &StoreHandle, sid: &str) -> Option<FormInfo> {
     let sid = sid.to_owned();
     crate::blocking::read(store, move |state| {
         state
-            .pending_asks()
+            .asks()
+            .values()
+            .filter(|ask| ask.accepts_answer())
             .find(|ask| ask.has_sid(&sid))
             .map(|ask| FormInfo {
                 ask: ask.id,
@@ -72,14 +75,20 @@ pub(crate) async fn answered_in_log(store: &StoreHandle, ask: AskId) -> Answers 
 
 impl PlanbServer {
     /// With a fixed `PLANB_PORT`, starts the callback server at once when the
-    /// log holds pending asks with forms, so their links work again after a
-    /// restart (the forms are found by sid on the first request).
-    pub async fn serve_pending_forms(&self) {
+    /// log holds forms that would still record an answer, so their links
+    /// work again after a restart (the forms are found by sid on the first
+    /// request).
+    pub async fn serve_answerable_forms(&self) {
         if self.config().port == 0 {
             return;
         }
         let pending = self
-            .read_state(|s| s.pending_asks().filter(|a| a.sid_sha256 != [0; 32]).count())
+            .read_state(|s| {
+                s.asks()
+                    .values()
+                    .filter(|a| a.has_form() && a.accepts_answer())
+                    .count()
+            })
             .await
             .unwrap_or(0);
         if pending == 0 {
@@ -87,10 +96,12 @@ impl PlanbServer {
         }
         match self.callback_address().await {
             Ok(address) => tracing::info!(
-                "{pending} pending form(s) in the log are served again at http://{address}"
+                "{pending} form(s) in the log that can still be answered are served again at http://{address}"
             ),
             Err(error) => {
-                tracing::warn!("{pending} pending form(s) in the log cannot be served: {error}")
+                tracing::warn!(
+                    "{pending} form(s) in the log that can still be answered cannot be served: {error}"
+                )
             }
         }
     }
@@ -129,10 +140,8 @@ impl PlanbServer {
         };
         let found = self
             .read_state(move |s| {
-                s.ask(&ask_id).map(|a| {
-                    let has_form = a.sid_sha256 != [0; 32];
-                    (a.session, a.spec.clone(), has_form, recorded_answer(a))
-                })
+                s.ask(&ask_id)
+                    .map(|a| (a.session, a.spec.clone(), a.has_form(), recorded_answer(a)))
             })
             .await;
         let (ask_session, spec, has_form, answer) = match found {

@@ -177,7 +177,7 @@ async fn lookup(state: &AppState, sid: &str) -> Option<(FormInfo, bool)> {
     if let Some(found) = state.forms.get(sid) {
         return Some(found);
     }
-    let form = crate::collect::pending_form(&state.store, sid).await?;
+    let form = crate::collect::answerable_form(&state.store, sid).await?;
     state.forms.adopt(sid.to_owned(), form.clone());
     Some((form, false))
 }

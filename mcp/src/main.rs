@@ -156,7 +156,7 @@ fn serve(root: PathBuf, cli: &Cli) -> anyhow::Result<ExitCode> {
             let server = server::PlanbServer::new(store.clone(), config);
             tokio::spawn({
                 let server = server.clone();
-                async move { server.serve_pending_forms().await }
+                async move { server.serve_answerable_forms().await }
             });
             let transport = rmcp::transport::async_rw::AsyncRwTransport::new_server(input, output)
                 .with_max_line_length(stdio::RMCP_LINE_BYTES_MAX);

@@ -37,11 +37,31 @@ fn call_in_background(
     })
 }
 
+/// How the server that opened an ask goes away.
+#[derive(Clone, Copy, PartialEq)]
+enum End {
+    /// `kill -9`: the ask stays pending in the log.
+    Killed,
+    /// The agent closes the connection: the server records the ask as
+    /// failed and exits.
+    Disconnected,
+}
+
 /// Opens an ask on a server that is then killed; returns the ask, its form
 /// URL and the session.
 async fn ask_on_a_server_that_dies(
     dir: &std::path::Path,
     env: &[(&str, &str)],
+) -> (AskId, String, String) {
+    ask_on_a_server_that_ends(dir, env, End::Killed).await
+}
+
+/// Opens an ask on a server that then goes away as `end` says; returns the
+/// ask, its form URL and the session.
+async fn ask_on_a_server_that_ends(
+    dir: &std::path::Path,
+    env: &[(&str, &str)],
+    end: End,
 ) -> (AskId, String, String) {
     let mut first = start(dir, UrlAnswer::NotSupported, env).await;
     let session = new_session(&first).await;
@@ -57,19 +77,40 @@ async fn ask_on_a_server_that_dies(
         .await
         .expect("in time")
         .expect("url");
-    first.kill_9();
+    let expected = match end {
+        End::Killed => {
+            first.kill_9();
+            AskStatus::Pending
+        }
+        End::Disconnected => {
+            first.client.cancel().await.expect("close the connection");
+            AskStatus::Failed
+        }
+    };
     let state = fold_log(dir).0;
     let ask = state.asks().values().next().expect("the ask");
-    assert_eq!(ask.status, AskStatus::Pending);
+    assert_eq!(ask.status, expected);
     (ask.id, url, session)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn issue_8_the_old_link_works_again_on_a_fixed_port_and_the_agent_collects_the_answer() {
+    old_link_on_a_fixed_port(End::Killed, AskStatus::Answered).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ask_its_server_closed_on_exit_still_takes_the_answer_through_its_old_link() {
+    // The ask was recorded as failed when the agent went away; what the
+    // person submits through the still open page is kept as a late answer
+    // and handed to the agent that asks for it.
+    old_link_on_a_fixed_port(End::Disconnected, AskStatus::Failed).await;
+}
+
+async fn old_link_on_a_fixed_port(end: End, status_after: AskStatus) {
     let dir = tempfile::tempdir().expect("tempdir");
     let port = planb_tests::process::free_port().to_string();
     let env = [("PLANB_PORT", port.as_str())];
-    let (ask, url, _) = ask_on_a_server_that_dies(dir.path(), &env).await;
+    let (ask, url, _) = ask_on_a_server_that_ends(dir.path(), &env, end).await;
 
     let second = start(dir.path(), UrlAnswer::NotSupported, &env).await;
     let (port, sid) = parse_form_url(&url);
@@ -98,7 +139,7 @@ async fn issue_8_the_old_link_works_again_on_a_fixed_port_and_the_agent_collects
     second.client.cancel().await.expect("shutdown");
     assert_eq!(
         fold_log(dir.path()).0.ask(&ask).expect("ask").status,
-        AskStatus::Answered
+        status_after
     );
 }
 

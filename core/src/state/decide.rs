@@ -399,16 +399,12 @@ impl State {
     /// typed is lost. Either way a form is answered once.
     fn submit(&self, ask: AskId, answers: Answers) -> Result<EventBody, Rejection> {
         let current = self.ask(&ask).ok_or(Rejection::UnknownAsk { ask })?;
-        match current.status {
-            AskStatus::Pending => Ok(EventBody::AskAnswered { ask, answers }),
-            AskStatus::Answered => Err(Rejection::AlreadyAnswered { ask }),
-            AskStatus::TimedOut | AskStatus::Declined | AskStatus::Failed => {
-                if current.late_answers.is_empty() {
-                    Ok(EventBody::AskLateAnswer { ask, answers })
-                } else {
-                    Err(Rejection::AlreadyAnswered { ask })
-                }
-            }
+        if !current.accepts_answer() {
+            return Err(Rejection::AlreadyAnswered { ask });
         }
+        Ok(match current.status {
+            AskStatus::Pending => EventBody::AskAnswered { ask, answers },
+            _ => EventBody::AskLateAnswer { ask, answers },
+        })
     }
 }
