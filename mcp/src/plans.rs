@@ -7,7 +7,7 @@
 //! a person (the review page, the review form) — an external command's output
 //! is feedback, never an approval.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use planb_core::{Command, PlanEdit, PlanKey, PlanName, ReviewChannel, Verdict, apply_edits};
 use rmcp::RoleServer;
@@ -156,10 +156,9 @@ impl PlanbServer {
         PlanKey::new(self.config().plans_dir.display().to_string(), name)
     }
 
-    fn named_plan_path(&self, plan: &PlanKey) -> PathBuf {
-        self.config()
-            .plans_dir
-            .join(format!("{}-plan.md", plan.name.as_str()))
+    /// `<plans-dir>/<planName>-plan.md`.
+    fn named_plan_path(plan: &PlanKey) -> PathBuf {
+        Path::new(&plan.dir).join(format!("{}-plan.md", plan.name.as_str()))
     }
 
     /// Records a hand edit of the plan's file if there is one, runs
@@ -173,7 +172,7 @@ impl PlanbServer {
         crate::blocking::on_plan_file(
             self.store(),
             plan.clone(),
-            self.named_plan_path(plan),
+            Self::named_plan_path(plan),
             command,
         )
         .await
@@ -271,36 +270,35 @@ impl PlanbServer {
         let submitted = self
             .on_plan_file(&plan, Some(Command::SubmitPlan { plan: plan.clone() }))
             .await;
-        let round = match submitted.as_ref().map(|c| c.events.as_slice()) {
-            Ok([.., last]) => match &last.event.body {
-                planb_core::EventBody::NamedPlanSubmitted { round, .. } => *round,
-                other => return Ok(tool_error(format!("unexpected event: {other:?}"))),
-            },
-            Ok([]) => return Ok(tool_error("planName: nothing was submitted")),
-            Err(result) => return Ok(result.clone()),
+        let submitted = match submitted {
+            Ok(change) => change,
+            Err(result) => return Ok(result),
         };
-        let (content, previous) = match self
+        let round = match submitted.events.last().map(|e| &e.event.body) {
+            Some(planb_core::EventBody::NamedPlanSubmitted { round, .. }) => *round,
+            Some(other) => return Ok(tool_error(format!("unexpected event: {other:?}"))),
+            None => return Ok(tool_error("planName: nothing was submitted")),
+        };
+        // The content submitted is the change's; the round before it is
+        // found by number, since other processes may submit meanwhile.
+        let previous = match self
             .read_state({
                 let plan = plan.clone();
                 move |s| {
-                    s.named_plan(&plan).map(|p| {
-                        let previous = p
-                            .rounds
+                    s.named_plan(&plan).and_then(|p| {
+                        p.rounds
                             .iter()
-                            .rev()
-                            .nth(1)
-                            .map(|r| r.content_at_submit.clone());
-                        (p.content.clone(), previous)
+                            .find(|r| r.round + 1 == round)
+                            .map(|r| r.content_at_submit.clone())
                     })
                 }
             })
             .await
         {
-            Ok(Some(found)) => found,
-            Ok(None) => return Ok(tool_error("planName: the plan vanished")),
+            Ok(previous) => previous,
             Err(error) => return Ok(store_error(error)),
         };
-        let path = self.named_plan_path(&plan);
+        let (content, path) = (submitted.content, submitted.path);
         if !self.config().submit_command.is_empty() {
             return Ok(self.review_by_command(&plan, round, &path).await);
         }
@@ -420,7 +418,7 @@ impl PlanbServer {
             message: format!(
                 "Review plan \"{}\" (round {round}) at {}",
                 plan.name.as_str(),
-                self.named_plan_path(plan).display()
+                Self::named_plan_path(plan).display()
             ),
             requested_schema: schema,
         };

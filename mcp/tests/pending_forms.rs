@@ -205,10 +205,16 @@ async fn issue_8_ask_user_with_an_ask_id_serves_the_form_again_and_waits_for_the
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn issue_8_a_waiting_ask_sees_an_answer_recorded_by_another_process() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut first = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
+    // The first client takes the form as a URL elicitation.
+    let mut first = start(
+        dir.path(),
+        UrlAnswer::Answer(rmcp::model::ElicitationAction::Accept),
+        &[],
+    )
+    .await;
     let session = new_session(&first).await;
     let waiting = call_in_background(&first, "ask_user", Value::Object(sample_ask(&session)));
-    tokio::time::timeout(WAIT, first.seen.stderr_urls.recv())
+    tokio::time::timeout(WAIT, first.seen.urls.recv())
         .await
         .expect("in time")
         .expect("url");
@@ -240,6 +246,12 @@ async fn issue_8_a_waiting_ask_sees_an_answer_recorded_by_another_process() {
             answers()
         );
     }
+    // The first client is told its elicitation is over.
+    let completed = tokio::time::timeout(WAIT, first.seen.completions.recv())
+        .await
+        .expect("notifications/elicitation/complete in time")
+        .expect("an elicitation id");
+    assert_eq!(completed, ask.to_string());
     first.client.cancel().await.expect("shutdown");
     second.client.cancel().await.expect("shutdown");
 }
