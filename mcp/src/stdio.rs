@@ -20,6 +20,7 @@
 //! instead of sitting out rmcp's drain period.
 
 use rmcp::model::ClientJsonRpcMessage;
+use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, DuplexStream};
 use tokio::sync::{mpsc, watch};
@@ -93,6 +94,11 @@ pub fn check_line(line: &[u8]) -> Verdict {
             format!("Parse error: message over the {LINE_BYTES_MAX}-byte (16 MiB) line limit"),
         ));
     }
+    // The usual case, decoded once: a message rmcp takes. Only a line it
+    // would refuse is looked at again, to say what is wrong with it.
+    if serde_json::from_slice::<ClientJsonRpcMessage>(line).is_ok() {
+        return Verdict::Forward;
+    }
     let value: Value = match serde_json::from_slice(line) {
         Ok(value) => value,
         Err(error) => {
@@ -123,7 +129,7 @@ pub fn check_line(line: &[u8]) -> Verdict {
             "Invalid Request: \"jsonrpc\" must be \"2.0\"".into(),
         ));
     }
-    let error = match serde_json::from_value::<ClientJsonRpcMessage>(value.clone()) {
+    let error = match ClientJsonRpcMessage::deserialize(&value) {
         Ok(_) => return Verdict::Forward,
         Err(error) => error,
     };

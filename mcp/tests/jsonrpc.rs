@@ -4,6 +4,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -18,7 +19,23 @@ fn issue_8_every_malformed_line_gets_the_prescribed_error_and_the_server_stays_h
         .spawn()
         .expect("spawn");
     let mut stdin = child.stdin.take().expect("stdin");
-    let mut stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    // Lines are read on a thread so that a missing reply fails the test
+    // (after a generous bound) instead of hanging it.
+    let (lines, replies) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().expect("stdout");
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if lines.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let next = || {
+        replies
+            .recv_timeout(Duration::from_secs(60))
+            .expect("a reply within 60 s")
+    };
     let mut send = |line: &str| {
         stdin.write_all(line.as_bytes()).expect("write");
         stdin.write_all(b"\n").expect("write");
@@ -27,11 +44,11 @@ fn issue_8_every_malformed_line_gets_the_prescribed_error_and_the_server_stays_h
     let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}});
     send(&initialize.to_string());
     send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
-    let initialized = stdout.next().expect("initialize result").expect("read");
+    let initialized = next();
     assert!(initialized.contains("\"result\""), "{initialized}");
     let mut exchange = |line: &str| -> Value {
         send(line);
-        let reply = stdout.next().expect("a reply").expect("read");
+        let reply = next();
         serde_json::from_str(&reply).unwrap_or_else(|e| panic!("{reply}: {e}"))
     };
 
