@@ -1,12 +1,15 @@
 //! Router tests without a socket (`oneshot`), over a real data root written
 //! through `planb_projections::Store`, plus the live follower.
 
+mod oneshot;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
+use oneshot::{PORT, get, get_with_host};
 use planb_core::{
     AnswerValue, Answers, AskId, AskSpec, Command, Delivery, PlanKey, PlanName, Question,
     QuestionKind, ReviewChannel, ReviewComment, SessionId, Timestamp, Verdict,
@@ -16,8 +19,6 @@ use planb_retro::{AppState, Retro, app};
 use tempfile::TempDir;
 use tower::ServiceExt;
 use uuid::Uuid;
-
-const PORT: u16 = 4317;
 
 struct Fixture {
     _dir: TempDir,
@@ -138,26 +139,6 @@ fn router(root: &DataRoot) -> (Retro, axum::Router) {
         port: PORT,
     });
     (retro, router)
-}
-
-async fn get_with_host(router: &axum::Router, path: &str, host: &str) -> (StatusCode, String) {
-    let request = Request::get(path)
-        .header("host", host)
-        .body(Body::empty())
-        .expect("request");
-    let response = router.clone().oneshot(request).await.expect("response");
-    let status = response.status();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes();
-    (status, String::from_utf8_lossy(&body).into_owned())
-}
-
-async fn get(router: &axum::Router, path: &str) -> (StatusCode, String) {
-    get_with_host(router, path, &format!("127.0.0.1:{PORT}")).await
 }
 
 /// Asserts the status and that every snippet is in the body.

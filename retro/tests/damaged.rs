@@ -3,20 +3,18 @@
 //! page must say the history it shows is incomplete and where the damage is,
 //! instead of passing a partial history off as the whole.
 
+mod oneshot;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
-use http_body_util::BodyExt;
+use axum::http::StatusCode;
+use oneshot::{PORT, get};
 use planb_core::{Command, SessionId, Timestamp};
 use planb_projections::{DataRoot, FixedEnvironment, Store};
 use planb_retro::{AppState, Retro, app};
 use tempfile::TempDir;
-use tower::ServiceExt;
 use uuid::Uuid;
-
-const PORT: u16 = 4317;
 
 struct Damaged {
     _dir: TempDir,
@@ -102,22 +100,6 @@ fn damaged() -> Damaged {
         offset,
         cursor: 4,
     }
-}
-
-async fn get(router: &axum::Router, path: &str) -> (StatusCode, String) {
-    let request = Request::get(path)
-        .header("host", format!("127.0.0.1:{PORT}"))
-        .body(Body::empty())
-        .expect("request");
-    let response = router.clone().oneshot(request).await.expect("response");
-    let status = response.status();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes();
-    (status, String::from_utf8_lossy(&body).into_owned())
 }
 
 /// Asserts `path` answers `status` and says the history is incomplete,

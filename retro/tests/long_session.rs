@@ -7,19 +7,18 @@
 #[allow(dead_code, reason = "the support module serves several test files")]
 mod support;
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
-use http_body_util::BodyExt;
+mod oneshot;
+
+use axum::http::StatusCode;
+use oneshot::{PORT, get};
 use planb_core::{Event, EventBody, EventId, SessionId, Timestamp, encode};
 use planb_log::LogOptions;
 use planb_projections::DataRoot;
 use planb_retro::{AppState, Retro, app};
 use planb_ui::pages::ENTRIES_WINDOW;
 use tempfile::TempDir;
-use tower::ServiceExt;
 use uuid::Uuid;
 
-const PORT: u16 = 4317;
 /// Entries of the session: created, then plan versions 1 to `ENTRIES - 1`.
 const ENTRIES: usize = 450;
 
@@ -71,22 +70,6 @@ fn long() -> Long {
         router: app(AppState { retro, port: PORT }),
         session,
     }
-}
-
-async fn get(router: &axum::Router, path: &str) -> (StatusCode, String) {
-    let request = Request::get(path)
-        .header("host", format!("127.0.0.1:{PORT}"))
-        .body(Body::empty())
-        .expect("request");
-    let response = router.clone().oneshot(request).await.expect("response");
-    let status = response.status();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes();
-    (status, String::from_utf8_lossy(&body).into_owned())
 }
 
 /// The cursors of the timeline entries in `html`, in order.

@@ -117,9 +117,8 @@ fn answers(project: &str) -> Answers {
     ])
 }
 
-/// One event of every variant, in declaration order, with fixed ids and
-/// times one second apart.
-/// One event of every version 1 variant.
+/// One event of every version 1 variant, in declaration order, with fixed
+/// ids and times one second apart.
 pub(crate) fn fixed_events_v1() -> Vec<v1::Event> {
     use v1::EventBody as B;
     let bodies = vec![
@@ -220,8 +219,6 @@ pub(crate) fn fixed_events_v1() -> Vec<v1::Event> {
         .collect()
 }
 
-/// The log-like framing of the golden file: (u32 little-endian length,
-/// payload) records.
 /// The plans directory of the version 2 golden plan.
 const PLANS_DIR: &str = "/home/ada/src/app/docs/plans";
 
@@ -256,6 +253,8 @@ fn encode_v1(event: &v1::Event) -> Vec<u8> {
     payload
 }
 
+/// The log-like framing of the golden file: (u32 little-endian length,
+/// payload) records.
 fn frame(payloads: &[Vec<u8>]) -> Vec<u8> {
     let mut file = Vec::new();
     for payload in payloads {
@@ -322,6 +321,8 @@ fn golden_log_v2_still_decodes_and_encodes_byte_for_byte() {
     check_golden(2, &payloads, &events);
 }
 
+/// The golden edit applies to the golden plan's content and gives the
+/// length its event records.
 #[test]
 fn golden_edit_event_is_consistent() {
     let events = fixed_events();
