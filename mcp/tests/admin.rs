@@ -1,20 +1,13 @@
 //! The admin commands on a real data root, through the real binary.
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod support;
+
+use std::process::Output;
 use std::sync::Arc;
 
 use planb_core::{Command as Cmd, SessionId, Timestamp};
 use planb_projections::{DataRoot, FixedEnvironment, Store};
-
-fn planb(root: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_planb-mcp"))
-        .arg("--data-dir")
-        .arg(root)
-        .args(args)
-        .output()
-        .expect("run planb-mcp")
-}
+use support::planb;
 
 fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()

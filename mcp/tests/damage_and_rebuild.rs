@@ -4,28 +4,10 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 use std::sync::Arc;
 
 use serde_json::json;
-use support::{Server, UrlAnswer, call, new_session, start, text_of};
-
-fn planb(root: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_planb-mcp"))
-        .arg("--data-dir")
-        .arg(root)
-        .args(args)
-        .output()
-        .expect("run planb-mcp")
-}
-
-fn all_output(output: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
+use support::{Server, UrlAnswer, all_output, call, new_session, planb, start, text_of};
 
 async fn save(server: &Server, session: &str, plan: &str) -> Result<PathBuf, String> {
     let result = call(

@@ -75,12 +75,7 @@ async fn issue_8_answers_within_every_field_limit_but_over_a_record_get_422_and_
     server.client.cancel().await.expect("shutdown");
 
     // The log holds the kept draft and the answers, and checks clean.
-    let check = std::process::Command::new(env!("CARGO_BIN_EXE_planb-mcp"))
-        .arg("--data-dir")
-        .arg(dir.path())
-        .arg("check")
-        .output()
-        .expect("check");
+    let check = support::planb(dir.path(), &["check"]);
     let text = String::from_utf8_lossy(&check.stdout);
     assert!(check.status.success(), "{text}");
     assert!(text.contains("ask_draft_saved              1"), "{text}");

@@ -653,11 +653,7 @@ fn a_kill_9_while_an_ask_is_pending_loses_nothing() {
     child.kill().expect("kill -9");
     child.wait().expect("reap");
 
-    let check = std::process::Command::new(env!("CARGO_BIN_EXE_planb-mcp"))
-        .args(["check", "--data-dir"])
-        .arg(dir.path())
-        .output()
-        .expect("check");
+    let check = support::planb(dir.path(), &["check"]);
     assert!(
         check.status.success(),
         "{}",

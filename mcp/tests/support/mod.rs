@@ -391,3 +391,22 @@ pub fn fold_log(root: &Path) -> (planb_core::State, Vec<&'static str>) {
     }
     (state, kinds)
 }
+
+/// Runs `planb-mcp --data-dir <root> <args>` (an admin command) to its end.
+pub fn planb(root: &Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_planb-mcp"))
+        .arg("--data-dir")
+        .arg(root)
+        .args(args)
+        .output()
+        .expect("run planb-mcp")
+}
+
+/// An admin command's stdout and stderr, for assertions and their messages.
+pub fn all_output(output: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
