@@ -24,6 +24,8 @@
 //! **Architecture invariant**: this crate knows nothing of planb's pages,
 //! events or data; it serves any axum `Router` over HTTP/1.1.
 
+pub mod checks;
+
 use std::convert::Infallible;
 use std::fmt;
 use std::future::Future;

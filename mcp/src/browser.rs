@@ -2,12 +2,14 @@
 
 use std::process::{Command, Stdio};
 
-/// Opens `url` in the default browser unless `no_open`; either way logs a line
-/// containing `opening browser directly: <url>` so a person on a headless or SSH
-/// machine can open it by hand. Returns whether a browser was launched.
+/// Opens `url` in the default browser unless `no_open`. When no browser was
+/// opened (`no_open`, no opener, or the opener failed) a plain stderr line
+/// `opening browser directly: <url>` tells a person on a headless or SSH
+/// machine where to go; it is printed whatever the log level, because it is
+/// the one line they need. Returns whether an opener was launched.
 pub fn open(url: &str, no_open: bool) -> bool {
     if no_open {
-        tracing::info!("opening browser directly: {url} (ASK_NO_OPEN is set: open it by hand)");
+        tell(url, "ASK_NO_OPEN is set: open it by hand");
         return false;
     }
     tracing::info!("opening browser directly: {url}");
@@ -32,15 +34,24 @@ pub fn open(url: &str, no_open: bool) -> bool {
         .spawn();
     match spawned {
         Ok(mut child) => {
-            // Reap the opener in the background so it leaves no zombie.
-            std::thread::spawn(move || {
-                let _ = child.wait();
+            // Reap the opener in the background so it leaves no zombie; an
+            // opener that fails (xdg-open with no desktop) opened nothing.
+            let url = url.to_owned();
+            std::thread::spawn(move || match child.wait() {
+                Ok(status) if status.success() => {}
+                Ok(status) => tell(&url, &format!("the browser opener failed ({status})")),
+                Err(error) => tell(&url, &format!("the browser opener failed ({error})")),
             });
             true
         }
         Err(error) => {
-            tracing::warn!("could not launch a browser ({error}); open {url} by hand");
+            tell(url, &format!("could not launch a browser ({error})"));
             false
         }
     }
+}
+
+/// The line a person reads when no browser opened: plain, no log prefix.
+fn tell(url: &str, why: &str) {
+    eprintln!("opening browser directly: {url} ({why}; open it by hand)");
 }

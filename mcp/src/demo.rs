@@ -101,7 +101,7 @@ async fn demo(data_root: &Path, out: &mut dyn Write) -> anyhow::Result<ExitCode>
     let mut command = tokio::process::Command::new(exe);
     command
         .env("PLANB_MCP_DATA_DIR", data_root)
-        .env("RUST_LOG", "info")
+        .env("PLANB_LOG", "info")
         .env_remove("ASK_ANSWER_TIMEOUT_MS");
     if headless {
         command.env("ASK_NO_OPEN", "1");

@@ -23,7 +23,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use planb_core::{AnswerErrors, Command, EventBody, Rejection};
-use planb_http::Limits;
+use planb_http::{Limits, checks};
 use planb_projections::StoreError;
 
 use crate::opening::StoreHandle;
@@ -128,36 +128,18 @@ fn json_error(status: StatusCode, message: impl Into<String>) -> Response {
 }
 
 /// Refuses requests for another host (DNS rebinding) and state-changing
-/// requests from another origin (cross-site form posts).
+/// requests from another origin (cross-site form posts); every response,
+/// refusals included, carries the security headers.
 async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let port = state.port;
-    let allowed_host = |host: &str| pages::is_loopback_host(host, port);
-    let host = request
-        .headers()
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("");
-    if !allowed_host(host) {
-        return json_error(
-            StatusCode::FORBIDDEN,
-            format!("host {host:?} is not this server; use http://127.0.0.1:{port}"),
-        );
+    let mut checked = checks::loopback_host(request.headers(), request.uri(), port);
+    if checked.is_ok() && request.method() != Method::GET && request.method() != Method::HEAD {
+        checked = checks::same_origin(request.headers(), port);
     }
-    if request.method() != Method::GET && request.method() != Method::HEAD {
-        let origin = request
-            .headers()
-            .get(header::ORIGIN)
-            .and_then(|o| o.to_str().ok())
-            .unwrap_or("");
-        let own = origin.strip_prefix("http://").is_some_and(allowed_host);
-        if !own {
-            return json_error(
-                StatusCode::FORBIDDEN,
-                format!("origin {origin:?} may not post to this server"),
-            );
-        }
-    }
-    let mut response = next.run(request).await;
+    let mut response = match checked {
+        Ok(()) => next.run(request).await,
+        Err(problem) => json_error(StatusCode::FORBIDDEN, problem),
+    };
     for (name, value) in pages::SECURITY_HEADERS {
         response
             .headers_mut()
@@ -264,10 +246,13 @@ fn json_object(
     body: &Bytes,
     shape: &str,
 ) -> Result<serde_json::Map<String, Value>, ApiError> {
+    // The media type before any parameters: `application/json;
+    // charset=utf-8` is JSON, `application/jsonp` is not.
     let is_json = headers
         .get(header::CONTENT_TYPE)
         .and_then(|c| c.to_str().ok())
-        .is_some_and(|c| c.starts_with("application/json"));
+        .and_then(|c| c.split(';').next())
+        .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"));
     if !is_json {
         return Err(refuse(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,

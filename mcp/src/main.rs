@@ -176,14 +176,36 @@ fn serve(root: PathBuf, cli: &Cli) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// What reaches stderr: warnings and errors unless `PLANB_LOG` (else
+/// `RUST_LOG`) asks for more. Clients such as Claude Code show every stderr
+/// line of a server as an error, so a healthy server is silent; the one line a
+/// person needs, the URL of a form no browser was opened for, is printed
+/// plainly (see `browser.rs`).
+fn log_filter() -> tracing_subscriber::EnvFilter {
+    use tracing_subscriber::EnvFilter;
+    for variable in ["PLANB_LOG", "RUST_LOG"] {
+        let Some(directives) = std::env::var(variable)
+            .ok()
+            .filter(|d| !d.trim().is_empty())
+        else {
+            continue;
+        };
+        match EnvFilter::try_new(&directives) {
+            Ok(filter) => return filter,
+            Err(error) => eprintln!(
+                "planb-mcp: {variable}={directives:?} is not a log filter ({error}); logging warnings only"
+            ),
+        }
+        break;
+    }
+    EnvFilter::new("warn")
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
+        .with_env_filter(log_filter())
         .init();
     let cli = Cli::parse();
     let result = data_root(&cli).and_then(|root| {

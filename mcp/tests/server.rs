@@ -9,8 +9,8 @@ use planb_projections::{DataRoot, Store, SystemEnvironment};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ElicitationAction};
 use serde_json::{Value, json};
 use support::{
-    Server, UrlAnswer, call, get, http, new_session, parse_form_url, post_json, sample_ask, start,
-    text_of,
+    Response, Server, UrlAnswer, call, get, http, new_session, parse_form_url, post_json,
+    sample_ask, start, text_of,
 };
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -403,49 +403,115 @@ async fn invalid_submissions_get_422_per_question_and_never_reach_the_agent() {
     server.client.cancel().await.expect("shutdown");
 }
 
+/// DNS rebinding, cross-site posts and look-alike media types are refused,
+/// each refusal with the security headers; a program on this machine that
+/// posts without `Origin` (as the original planb-mcp's smoke test does) is
+/// served.
 #[tokio::test]
-async fn foreign_hosts_and_origins_are_refused() {
+async fn foreign_hosts_and_origins_are_refused_and_a_plain_post_is_served() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut server = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
     let session = new_session(&server).await;
     let pending = ask_in_background(&server, sample_ask(&session));
     let (port, sid) = parse_form_url(&next(&mut server.seen.stderr_urls).await);
     let body = json!({"sid": sid, "answers": valid_answers()}).to_string();
+    let own_host = ("Host", format!("127.0.0.1:{port}"));
+    let json_type = ("Content-Type", "application/json".to_string());
+    let refused = |response: &Response, what: &str| {
+        assert_eq!(response.status, 403, "{what}: {}", response.body);
+        assert!(
+            response.json()["error"].is_string(),
+            "{what}: {}",
+            response.body
+        );
+        assert_eq!(
+            response.header("x-content-type-options"),
+            Some("nosniff"),
+            "{what}"
+        );
+        assert!(
+            response.header("content-security-policy").is_some(),
+            "{what}: a refusal without the security headers"
+        );
+    };
+    let spec = format!("/spec?sid={sid}");
     let rebinding = http(
         port,
         "GET",
-        &format!("/spec?sid={sid}"),
+        &spec,
         &[("Host", "evil.example:80".into())],
         "",
     )
     .await;
-    assert_eq!(rebinding.status, 403);
-    for origin in [Some("http://evil.example"), Some("null"), None] {
-        let mut headers = vec![
-            ("Host", format!("127.0.0.1:{port}")),
-            ("Content-Type", "application/json".to_string()),
+    refused(&rebinding, "another host");
+    let two_hosts = http(
+        port,
+        "GET",
+        &spec,
+        &[own_host.clone(), ("Host", "evil.example:80".into())],
+        "",
+    )
+    .await;
+    refused(&two_hosts, "two Host headers");
+    let absolute = http(
+        port,
+        "GET",
+        &format!("http://evil.example:{port}{spec}"),
+        std::slice::from_ref(&own_host),
+        "",
+    )
+    .await;
+    refused(&absolute, "another host in the request line");
+    for (name, value) in [
+        ("Origin", "http://evil.example"),
+        ("Origin", "null"),
+        ("Sec-Fetch-Site", "cross-site"),
+    ] {
+        let headers = [
+            own_host.clone(),
+            json_type.clone(),
+            (name, value.to_string()),
         ];
-        if let Some(origin) = origin {
-            headers.push(("Origin", origin.to_string()));
-        }
         let response = http(port, "POST", "/submit", &headers, &body).await;
-        assert_eq!(response.status, 403, "origin {origin:?}: {}", response.body);
+        refused(&response, &format!("{name}: {value}"));
     }
+    let jsonp = http(
+        port,
+        "POST",
+        "/submit",
+        &[
+            own_host.clone(),
+            ("Content-Type", "application/jsonp".into()),
+        ],
+        &body,
+    )
+    .await;
+    assert_eq!(jsonp.status, 415, "{}", jsonp.body);
     let unknown = get(port, "/spec?sid=0000").await;
     assert_eq!(unknown.status, 404);
     assert!(unknown.json()["error"].is_string());
+    assert!(unknown.header("content-security-policy").is_some());
     assert!(!pending.is_finished());
-    let accepted = post_json(
+    let plain = http(
         port,
+        "POST",
         "/submit",
-        &json!({"sid": sid, "answers": valid_answers()}),
+        &[
+            own_host,
+            ("Content-Type", "application/json; charset=utf-8".into()),
+        ],
+        &body,
     )
     .await;
-    assert_eq!(accepted.status, 200);
-    tokio::time::timeout(WAIT, pending)
+    assert_eq!(plain.status, 200, "{}", plain.body);
+    let result = tokio::time::timeout(WAIT, pending)
         .await
         .expect("in time")
         .expect("task");
+    assert_eq!(
+        serde_json::from_str::<Value>(&text_of(&result)).expect("json")["language"],
+        "Rust"
+    );
     server.client.cancel().await.expect("shutdown");
 }
 
@@ -686,8 +752,10 @@ fn the_demo_runs_end_to_end_on_a_headless_machine() {
         .arg(dir.path())
         .env_remove("DISPLAY")
         .env_remove("WAYLAND_DISPLAY")
+        .env_remove("PLANB_LOG")
+        .env_remove("RUST_LOG")
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("spawn demo");
     let mut stdout = std::io::BufReader::new(demo.stdout.take().expect("stdout"));
@@ -717,6 +785,13 @@ fn the_demo_runs_end_to_end_on_a_headless_machine() {
     assert_eq!(response.status, 200, "{}", response.body);
     stdout.read_to_string(&mut transcript).expect("rest");
     assert!(demo.wait().expect("exit").success(), "{transcript}");
+    let mut stderr = String::new();
+    demo.stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut stderr)
+        .expect("stderr");
+    assert_eq!(stderr, "", "the demo shows only its own lines");
     assert!(
         transcript.contains("save_plan -> Saved plan v2"),
         "{transcript}"
@@ -730,5 +805,54 @@ fn the_demo_runs_end_to_end_on_a_headless_machine() {
     assert!(
         plan.contains("# Plan: tidy") && plan.contains("Language: Go"),
         "{plan}"
+    );
+}
+
+/// Clients such as Claude Code show every stderr line of a server as an
+/// error: a healthy session prints nothing there but the one line a person
+/// needs, the URL of a form no browser was opened for, without log prefixes.
+#[tokio::test]
+async fn a_healthy_session_prints_only_the_form_url_on_stderr() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut server = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
+    let session = new_session(&server).await;
+    let pending = ask_in_background(&server, sample_ask(&session));
+    let url = next(&mut server.seen.stderr_urls).await;
+    let (port, sid) = parse_form_url(&url);
+    let answered = post_json(
+        port,
+        "/submit",
+        &json!({"sid": sid, "answers": valid_answers()}),
+    )
+    .await;
+    assert_eq!(answered.status, 200, "{}", answered.body);
+    tokio::time::timeout(WAIT, pending)
+        .await
+        .expect("in time")
+        .expect("task");
+    let saved = call(
+        &server,
+        "save_plan",
+        json!({"sessionId": session, "plan": "# Plan\n"}),
+    )
+    .await;
+    assert_ne!(saved.is_error, Some(true), "{}", text_of(&saved));
+    let refused = call(
+        &server,
+        "save_plan",
+        json!({"sessionId": "nope", "plan": "x"}),
+    )
+    .await;
+    assert_eq!(refused.is_error, Some(true));
+    server.client.cancel().await.expect("shutdown");
+    tokio::time::timeout(WAIT, server.stderr_closed)
+        .await
+        .expect("the server exits")
+        .expect("stderr reader");
+    let lines = server.stderr.lock().await.clone();
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    assert!(
+        lines[0].starts_with(&format!("opening browser directly: {url} (")),
+        "{lines:#?}"
     );
 }

@@ -15,6 +15,7 @@ use axum::routing::get;
 use futures_util::Stream;
 use maud::Markup;
 use planb_core::{Cursor, SessionId};
+use planb_http::checks;
 use planb_ui::pages::{self, EntriesBeyond, RetroFilter};
 use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
@@ -94,23 +95,14 @@ fn html(status: StatusCode, markup: Markup) -> Response {
 }
 
 /// Refuses requests naming another host (DNS rebinding) and sets the
-/// security headers every response carries.
+/// security headers every response carries, refusals included.
 async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let port = state.port;
-    let host = request
-        .headers()
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("");
-    if !pages::is_loopback_host(host, port) {
-        return PageError::new(
-            StatusCode::FORBIDDEN,
-            "Wrong host",
-            format!("host {host:?} is not this server; use http://127.0.0.1:{port}"),
-        )
-        .into_response();
-    }
-    let mut response = next.run(request).await;
+    let mut response = match checks::loopback_host(request.headers(), request.uri(), state.port) {
+        Ok(()) => next.run(request).await,
+        Err(problem) => {
+            PageError::new(StatusCode::FORBIDDEN, "Wrong host", problem).into_response()
+        }
+    };
     for (name, value) in pages::SECURITY_HEADERS {
         response
             .headers_mut()

@@ -133,6 +133,8 @@ pub struct Server {
     pub seen: Seen,
     /// Every stderr line the server printed.
     pub stderr: Arc<Mutex<Vec<String>>>,
+    /// Ends when the server has closed its stderr (it exited).
+    pub stderr_closed: tokio::task::JoinHandle<()>,
     /// The server's process id.
     pub pid: u32,
 }
@@ -166,7 +168,8 @@ pub async fn start_with(
     command
         .env("PLANB_MCP_DATA_DIR", data_dir)
         .env("ASK_NO_OPEN", "1")
-        .env("RUST_LOG", "info")
+        .env_remove("PLANB_LOG")
+        .env_remove("RUST_LOG")
         .env_remove("PLANB_PORT")
         .env_remove("ASK_ANSWER_TIMEOUT_MS");
     for (key, value) in env {
@@ -179,9 +182,10 @@ pub async fn start_with(
     let pid = transport.id().expect("the child's pid");
     let (stderr_tx, stderr_urls) = mpsc::unbounded_channel();
     let lines = Arc::new(Mutex::new(Vec::new()));
-    if let Some(stderr) = stderr {
+    let stderr = stderr.expect("piped stderr");
+    let stderr_closed = tokio::spawn({
         let lines = Arc::clone(&lines);
-        tokio::spawn(async move {
+        async move {
             let mut reader = BufReader::new(stderr).lines();
             while let Ok(Some(line)) = reader.next_line().await {
                 if let Some(rest) = line.split("opening browser directly: ").nth(1) {
@@ -190,8 +194,8 @@ pub async fn start_with(
                 }
                 lines.lock().await.push(line);
             }
-        });
-    }
+        }
+    });
     let (urls_tx, urls) = mpsc::unbounded_channel();
     let (completions_tx, completions) = mpsc::unbounded_channel();
     let (progress_tx, progress) = mpsc::unbounded_channel();
@@ -212,6 +216,7 @@ pub async fn start_with(
             stderr_urls,
         },
         stderr: lines,
+        stderr_closed,
         pid,
     }
 }

@@ -53,28 +53,3 @@ pub const SECURITY_HEADERS: [(&str, &str); 5] = [
     ("content-security-policy", CONTENT_SECURITY_POLICY),
     ("x-frame-options", "DENY"),
 ];
-
-/// Whether `host` (a `Host` header, or an `Origin` without its scheme) names
-/// this loopback server on `port`. Anything else is refused: a DNS-rebinding
-/// page reaches 127.0.0.1 under its own host name.
-pub fn is_loopback_host(host: &str, port: u16) -> bool {
-    host.strip_suffix(port.to_string().as_str())
-        .and_then(|h| h.strip_suffix(':'))
-        .is_some_and(|h| h == "127.0.0.1" || h == "localhost")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::is_loopback_host;
-
-    #[test]
-    fn only_the_loopback_host_and_port_are_ours() {
-        assert!(is_loopback_host("127.0.0.1:4317", 4317));
-        assert!(is_loopback_host("localhost:4317", 4317));
-        assert!(!is_loopback_host("127.0.0.1:4318", 4317));
-        assert!(!is_loopback_host("evil.example:4317", 4317));
-        assert!(!is_loopback_host("x127.0.0.1:4317", 4317));
-        assert!(!is_loopback_host("127.0.0.1:14317", 4317));
-        assert!(!is_loopback_host("", 4317));
-    }
-}
