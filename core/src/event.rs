@@ -170,7 +170,7 @@ where
 /// a damaged or forged payload must not smuggle a path through one.
 fn check_invariants(body: &EventBody) -> Result<(), String> {
     if let Some(plan) = body.plan() {
-        PlanName::parse(plan.as_str()).map_err(|e| e.to_string())?;
+        PlanName::parse_recorded(plan.as_str()).map_err(|e| e.to_string())?;
     }
     Ok(())
 }

@@ -38,6 +38,12 @@ pub enum IdError {
         /// The first offending character.
         found: char,
     },
+    /// A new plan name began or ended with `-` or `_`.
+    #[error("planName: must begin and end with a letter or digit (got {name:?})")]
+    PlanNameEdge {
+        /// The rejected name.
+        name: String,
+    },
 }
 
 /// Parses hyphenated UUID text only: the 36-character form is the one every
@@ -213,8 +219,23 @@ impl PlanName {
     /// Longest accepted name, in characters.
     pub const CHARS_MAX: usize = 100;
 
-    /// Validates and wraps a plan name.
+    /// Validates and wraps a new plan name: ASCII letters, digits, `-` and
+    /// `_`, beginning and ending with a letter or digit.
     pub fn parse(text: &str) -> Result<Self, IdError> {
+        let name = Self::parse_recorded(text)?;
+        let edge = |c: Option<char>| c.is_some_and(|c| c == '-' || c == '_');
+        if edge(text.chars().next()) || edge(text.chars().last()) {
+            return Err(IdError::PlanNameEdge {
+                name: text.to_owned(),
+            });
+        }
+        Ok(name)
+    }
+
+    /// Validates a name read back from the log: the rule that keeps it a
+    /// safe file name, without the edge rule [`PlanName::parse`] added
+    /// later, so plans recorded before it stay readable.
+    pub fn parse_recorded(text: &str) -> Result<Self, IdError> {
         if text.is_empty() {
             return Err(IdError::PlanNameEmpty);
         }
@@ -259,8 +280,9 @@ impl serde::Serialize for PlanName {
 
 impl<'de> serde::Deserialize<'de> for PlanName {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        // Stored names: the file-name rule only (see `parse_recorded`).
         let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
-        Self::parse(&text).map_err(D::Error::custom)
+        Self::parse_recorded(&text).map_err(D::Error::custom)
     }
 }
 
@@ -328,6 +350,16 @@ mod tests {
     #[test]
     fn plan_name_rules() {
         check_plan_name("auth-refactor_2", Ok(()));
+        check_plan_name("a", Ok(()));
+        for edge in ["-auth", "auth-", "_auth", "auth_", "-", "_"] {
+            check_plan_name(
+                edge,
+                Err(&format!(
+                    "planName: must begin and end with a letter or digit (got {edge:?})"
+                )),
+            );
+            assert!(PlanName::parse_recorded(edge).is_ok(), "{edge}");
+        }
         check_plan_name(&"a".repeat(100), Ok(()));
         check_plan_name("", Err("planName: must not be empty"));
         check_plan_name(

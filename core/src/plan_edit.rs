@@ -33,34 +33,36 @@ pub struct PlanEdit {
 }
 
 /// Why a batch of edits was refused; nothing was applied.
-#[derive(Clone, PartialEq, Eq, Debug, thiserror::Error)]
+///
+/// Its `Display` names fields as in the `edits: [...]` form of `edit_plan`;
+/// [`EditError::message`] can name them as in the single-edit form.
+#[derive(Clone, PartialEq, Eq, Debug)]
 #[non_exhaustive]
 pub enum EditError {
     /// The batch was empty.
-    #[error("edits: must contain at least one edit")]
     NoEdits,
     /// An edit's `oldString` was empty, which would match everywhere.
-    #[error("edits[{index}].oldString: must not be empty")]
     EmptyOld {
         /// Position of the edit in the batch.
         index: usize,
     },
     /// An edit's `oldString` does not occur in the plan.
-    #[error("edits[{index}].oldString: not found in the plan")]
     NotFound {
         /// Position of the edit in the batch.
         index: usize,
+        /// The `oldString`, quoted and shortened for the message.
+        quote: String,
     },
     /// An edit's `oldString` occurs several times and `replaceAll` is off.
-    #[error("edits[{index}].oldString: matches {matches} places; pass replaceAll or add context")]
     Ambiguous {
         /// Position of the edit in the batch.
         index: usize,
         /// How many non-overlapping occurrences there are.
         matches: usize,
+        /// The `oldString`, quoted and shortened for the message.
+        quote: String,
     },
     /// Two edits would rewrite overlapping text.
-    #[error("edits[{index}] overlaps edits[{other}]")]
     Overlap {
         /// The later edit of the pair, by position in the batch.
         index: usize,
@@ -68,6 +70,63 @@ pub enum EditError {
         other: usize,
     },
 }
+
+/// Longest part of an `oldString` a message quotes, in characters.
+const QUOTE_CHARS_MAX: usize = 200;
+
+/// `text` as a quoted string literal (newlines and quotes escaped), cut to
+/// [`QUOTE_CHARS_MAX`] characters with a note of how much was left out.
+fn quote(text: &str) -> String {
+    let total = text.chars().count();
+    if total <= QUOTE_CHARS_MAX {
+        return format!("{text:?}");
+    }
+    let kept: String = text.chars().take(QUOTE_CHARS_MAX).collect();
+    format!("{kept:?}… ({} more characters)", total - QUOTE_CHARS_MAX)
+}
+
+impl EditError {
+    /// The message, naming fields as the caller sent them: `oldString` when
+    /// `single` (the one-edit form of `edit_plan`), else `edits[i].oldString`.
+    pub fn message(&self, single: bool) -> String {
+        let at = |index: &usize| {
+            if single {
+                String::new()
+            } else {
+                format!("edits[{index}].")
+            }
+        };
+        match self {
+            EditError::NoEdits => "edits: must contain at least one edit".to_owned(),
+            EditError::EmptyOld { index } => format!("{}oldString: must not be empty", at(index)),
+            EditError::NotFound { index, quote } => format!(
+                "{}oldString: not found in the plan: {quote} (copy the text exactly, \
+                 whitespace and line breaks included, from the plan as it is now)",
+                at(index)
+            ),
+            EditError::Ambiguous {
+                index,
+                matches,
+                quote,
+            } => format!(
+                "{}oldString: {quote} matches {matches} places; pass replaceAll or add \
+                 surrounding text so it matches one",
+                at(index)
+            ),
+            EditError::Overlap { index, other } => {
+                format!("edits[{index}] overlaps edits[{other}]")
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for EditError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message(false))
+    }
+}
+
+impl std::error::Error for EditError {}
 
 /// Applies `edits` to `original` atomically and returns the new text and
 /// the number of replacements made.
@@ -86,9 +145,20 @@ pub fn apply_edits(original: &str, edits: &[PlanEdit]) -> Result<(String, usize)
             .map(|(start, text)| start..start + text.len())
             .collect();
         match found.len() {
-            0 => return Err(EditError::NotFound { index }),
+            0 => {
+                return Err(EditError::NotFound {
+                    index,
+                    quote: quote(&edit.old),
+                });
+            }
             1 => {}
-            n if !edit.replace_all => return Err(EditError::Ambiguous { index, matches: n }),
+            n if !edit.replace_all => {
+                return Err(EditError::Ambiguous {
+                    index,
+                    matches: n,
+                    quote: quote(&edit.old),
+                });
+            }
             _ => {}
         }
         matches.extend(found.into_iter().map(|range| (range, index)));
@@ -157,7 +227,10 @@ mod tests {
         check(
             "alpha beta",
             &[edit("alpha", "gamma", false), edit("gamma", "delta", false)],
-            Err("edits[1].oldString: not found in the plan"),
+            Err(
+                "edits[1].oldString: not found in the plan: \"gamma\" (copy the text exactly, \
+                 whitespace and line breaks included, from the plan as it is now)",
+            ),
         );
         // Swapping two words works because both match the original.
         check(
@@ -177,6 +250,21 @@ mod tests {
     }
 
     #[test]
+    fn a_single_edit_is_named_as_sent_and_long_text_is_cut() {
+        let error = apply_edits("abc", &[edit("line one\nline \"two\"", "x", false)])
+            .expect_err("not found");
+        assert_eq!(
+            error.message(true),
+            "oldString: not found in the plan: \"line one\\nline \\\"two\\\"\" (copy the text \
+             exactly, whitespace and line breaks included, from the plan as it is now)"
+        );
+        let long = "é".repeat(250);
+        let error = apply_edits("abc", &[edit(&long, "x", false)]).expect_err("not found");
+        let quoted = format!("{:?}… (50 more characters)", "é".repeat(200));
+        assert!(error.message(true).contains(&quoted), "{error}");
+    }
+
+    #[test]
     fn errors_name_the_edit() {
         check("x", &[], Err("edits: must contain at least one edit"));
         check(
@@ -187,7 +275,10 @@ mod tests {
         check(
             "one two one one",
             &[edit("two", "2", false), edit("one", "1", false)],
-            Err("edits[1].oldString: matches 3 places; pass replaceAll or add context"),
+            Err(
+                "edits[1].oldString: \"one\" matches 3 places; pass replaceAll or add \
+                 surrounding text so it matches one",
+            ),
         );
         check(
             "the quick brown fox",

@@ -150,10 +150,15 @@ pub enum LogError {
         /// The limit in force.
         max: u32,
     },
-    /// A write or sync failed earlier; the writer refuses all further appends,
-    /// because the kernel may have dropped the unsynced pages and a retry could
-    /// report success falsely. Reopening the log recovers.
-    #[error("log writer stopped after a failed write or sync: {reason}")]
+    /// A write or sync failed (now or earlier); the writer refuses all
+    /// further appends, because the kernel may have dropped the unsynced pages
+    /// and a retry could report success falsely. Reopening the log (a new
+    /// process) recovers: it truncates whatever was not acknowledged.
+    #[error(
+        "the log stopped taking writes after a failed write or sync ({reason}); nothing more \
+         is recorded until planb restarts: fix the cause, then restart it (in Claude Code: \
+         /mcp, reconnect planb); everything recorded before the failure is kept"
+    )]
     Poisoned {
         /// The original failure.
         reason: String,

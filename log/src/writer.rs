@@ -106,8 +106,7 @@ impl Tail {
                                     .and_then(|()| segment.file.sync_data())
                                 {
                                     let error = LogError::io("truncate", describe.clone(), e);
-                                    self.poisoned = Some(error.to_string());
-                                    return Err(error);
+                                    return Err(self.poison(&error));
                                 }
                                 segment.forget();
                                 truncations.push(Truncation {
@@ -176,8 +175,7 @@ impl Tail {
                     )?;
                     if let Err(e) = storage.remove(&name).and_then(|()| storage.sync_dir()) {
                         let error = LogError::io("remove", storage.describe(&name), e);
-                        self.poisoned = Some(error.to_string());
-                        return Err(error);
+                        return Err(self.poison(&error));
                     }
                     truncations.push(Truncation {
                         segment: storage.describe(&name),
@@ -205,15 +203,21 @@ impl Tail {
                 reason: reason.clone(),
             });
         }
-        let result = self.write_unpoisoned(storage, options, batches);
-        if let Err(error) = &result
-            && matches!(error, LogError::Io { .. })
-        {
-            // Bytes may have reached the file and the kernel may have dropped dirty
-            // pages after a failed sync: neither the tail nor a retry can be trusted.
-            self.poisoned = Some(error.to_string());
+        match self.write_unpoisoned(storage, options, batches) {
+            Err(error @ LogError::Io { .. }) => {
+                // Bytes may have reached the file and the kernel may have dropped dirty
+                // pages after a failed sync: neither the tail nor a retry can be trusted.
+                Err(self.poison(&error))
+            }
+            result => result,
         }
-        result
+    }
+
+    /// Stops this writer for good after `error`, and says so.
+    fn poison(&mut self, error: &LogError) -> LogError {
+        let reason = error.to_string();
+        self.poisoned = Some(reason.clone());
+        LogError::Poisoned { reason }
     }
 
     fn write_unpoisoned(

@@ -176,7 +176,13 @@ fn a_failed_sync_stops_the_writer_for_good() {
     let log = open(&storage, small());
     log.append(&[b"durable"]).expect("append");
     storage.crash_at_sync(1);
-    assert!(matches!(log.append(&[b"lost"]), Err(LogError::Io { .. })));
+    // The failure itself already says the writer stopped, and why.
+    let failed = log.append(&[b"lost"]).expect_err("the sync fails");
+    assert!(
+        matches!(&failed, LogError::Poisoned { reason } if reason.contains("sync")),
+        "{failed:?}"
+    );
+    assert!(failed.to_string().contains("restart"), "{failed}");
     assert!(matches!(
         log.append(&[b"after"]),
         Err(LogError::Poisoned { .. })

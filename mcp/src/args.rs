@@ -44,7 +44,7 @@ impl<'a> Args<'a> {
             None | Some(Value::Null) => None,
             Some(Value::String(s)) if s.chars().count() > max_chars => {
                 self.errors.0.push(format!(
-                    "{name}: must be at most {max_chars} characters, got {}",
+                    "{name}: must be at most {max_chars} characters (got {})",
                     s.chars().count()
                 ));
                 None
@@ -69,7 +69,7 @@ impl<'a> Args<'a> {
             }
             Some(Value::String(s)) if s.len() > max_bytes => {
                 self.errors.0.push(format!(
-                    "{name}: must be at most {max_bytes} bytes, got {}",
+                    "{name}: must be at most {max_bytes} bytes (got {})",
                     s.len()
                 ));
                 None

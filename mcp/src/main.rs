@@ -176,6 +176,21 @@ fn serve(root: PathBuf, cli: &Cli) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `error` and its causes in one line. Many errors print their cause as part
+/// of their own message and also return it as their source; such a cause
+/// is not repeated.
+fn describe(error: &anyhow::Error) -> String {
+    let mut message = error.to_string();
+    for cause in error.chain().skip(1) {
+        let cause = cause.to_string();
+        if !message.contains(&cause) {
+            message.push_str(": ");
+            message.push_str(&cause);
+        }
+    }
+    message
+}
+
 /// What reaches stderr: warnings and errors unless `PLANB_LOG` (else
 /// `RUST_LOG`) asks for more. Clients such as Claude Code show every stderr
 /// line of a server as an error, so a healthy server is silent; the one line a
@@ -235,8 +250,42 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("planb-mcp: {error:#}");
+            eprintln!("planb-mcp: {}", describe(&error));
             ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::describe;
+
+    /// An error that prints its cause and also returns it as its source, as
+    /// the store's and the log's errors do.
+    #[derive(Debug)]
+    struct Open(std::io::Error);
+
+    impl std::fmt::Display for Open {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "open /data/log: {}", self.0)
+        }
+    }
+
+    impl std::error::Error for Open {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn a_cause_already_in_the_message_is_not_repeated() {
+        let error = anyhow::Error::new(Open(std::io::Error::other(
+            "Read-only file system (os error 30)",
+        )))
+        .context("rebuild");
+        assert_eq!(
+            describe(&error),
+            "rebuild: open /data/log: Read-only file system (os error 30)"
+        );
     }
 }

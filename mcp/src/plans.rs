@@ -23,7 +23,8 @@ use crate::config::ReviewMode;
 use crate::deliver::{Outcome, Page, deliver_and_wait};
 use crate::forms::{ReviewInfo, ReviewOutcome};
 use crate::server::{PlanbServer, store_error, tool_error};
-use planb_projections::PlanFileChange;
+use planb_core::Rejection;
+use planb_projections::{PlanFileChange, StoreError};
 
 /// The built-in plan-mode prompt; `$ARGUMENTS` is the task.
 const PLAN_PROMPT: &str = include_str!("plan_prompt.md");
@@ -83,8 +84,9 @@ fn parse_edit(value: &Value, prefix: &str) -> Result<PlanEdit, String> {
     })
 }
 
-/// The edits of an `edit_plan` call: either the single-edit fields or `edits`.
-fn parse_edits(arguments: &JsonObject) -> Result<(PlanName, Vec<PlanEdit>), String> {
+/// The edits of an `edit_plan` call: either the single-edit fields or `edits`;
+/// the flag says which form was used.
+fn parse_edits(arguments: &JsonObject) -> Result<(PlanName, Vec<PlanEdit>, bool), String> {
     let mut single = JsonObject::new();
     let mut rest = JsonObject::new();
     for (key, value) in arguments {
@@ -98,6 +100,7 @@ fn parse_edits(arguments: &JsonObject) -> Result<(PlanName, Vec<PlanEdit>), Stri
         }
     }
     let edits_value = rest.remove("edits");
+    let one_edit_form = edits_value.is_none();
     let mut args = Args::new(&rest);
     let plan = plan_name(&mut args);
     args.finish().map_err(|e| e.to_string())?;
@@ -122,7 +125,7 @@ fn parse_edits(arguments: &JsonObject) -> Result<(PlanName, Vec<PlanEdit>), Stri
         }
         (None, true) => return Err("oldString: required (or pass edits)".into()),
     };
-    Ok((plan, edits))
+    Ok((plan, edits, one_edit_form))
 }
 
 /// Folds comments into the feedback text so a model can act on them.
@@ -168,7 +171,7 @@ impl PlanbServer {
         &self,
         plan: &PlanKey,
         command: Option<Command>,
-    ) -> Result<PlanFileChange, CallToolResult> {
+    ) -> Result<PlanFileChange, StoreError> {
         crate::blocking::on_plan_file(
             self.store(),
             plan.clone(),
@@ -176,7 +179,6 @@ impl PlanbServer {
             command,
         )
         .await
-        .map_err(store_error)
     }
 }
 
@@ -211,7 +213,7 @@ impl PlanbServer {
                 "planPath": change.path.display().to_string(),
                 "bytesWritten": change.content.len(),
             })),
-            Err(result) => result,
+            Err(error) => store_error(error),
         })
     }
 
@@ -222,7 +224,7 @@ impl PlanbServer {
         annotations(title = "Edit a plan", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
     )]
     async fn edit_plan(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
-        let (plan, edits) = match parse_edits(&arguments) {
+        let (plan, edits, single) = match parse_edits(&arguments) {
             Ok(parsed) => parsed,
             Err(message) => return Ok(tool_error(message)),
         };
@@ -243,7 +245,9 @@ impl PlanbServer {
                     "replacementsMade": replacements,
                 }))
             }
-            Err(result) => result,
+            // The one-edit form names its fields as the caller sent them.
+            Err(StoreError::Rejected(Rejection::Edit(error))) => tool_error(error.message(single)),
+            Err(error) => store_error(error),
         })
     }
 
@@ -272,7 +276,7 @@ impl PlanbServer {
             .await;
         let submitted = match submitted {
             Ok(change) => change,
-            Err(result) => return Ok(result),
+            Err(error) => return Ok(store_error(error)),
         };
         let round = match submitted.events.last().map(|e| &e.event.body) {
             Some(planb_core::EventBody::NamedPlanSubmitted { round, .. }) => *round,

@@ -90,13 +90,23 @@ async fn write_and_edit_keep_the_file_and_report_what_changed() {
     );
 
     for (arguments, expected) in [
+        // The one-edit form names the fields it was sent, and quotes the
+        // text so the caller can see what did not match.
         (
-            json!({"planName": "auth", "oldString": "nowhere", "newString": "x"}),
-            "not found",
+            json!({"planName": "auth", "oldString": "no\nwhere", "newString": "x"}),
+            "oldString: not found in the plan: \"no\\nwhere\"",
         ),
         (
             json!({"planName": "auth", "oldString": "- A", "newString": "x"}),
-            "replaceAll",
+            "oldString: \"- A\" matches 2 places; pass replaceAll",
+        ),
+        (
+            json!({"planName": "auth", "edits": [{"oldString": "- A\n- Bee", "newString": "x"}, {"oldString": "nowhere", "newString": "y"}]}),
+            "edits[1].oldString: not found in the plan: \"nowhere\"",
+        ),
+        (
+            json!({"planName": "nope", "oldString": "a", "newString": "b"}),
+            "planName: no plan named nope in this plans directory",
         ),
         (
             json!({"planName": "auth", "edits": [{"oldString": "- A\n- Bee", "newString": "x"}, {"oldString": "Bee", "newString": "y"}]}),
@@ -122,6 +132,9 @@ async fn write_and_edit_keep_the_file_and_report_what_changed() {
             "{arguments}: {}",
             text_of(&result)
         );
+        if arguments.get("edits").is_none() {
+            assert!(!text_of(&result).contains("edits["), "{}", text_of(&result));
+        }
     }
     // A failed edit changes nothing.
     assert_eq!(
@@ -129,7 +142,25 @@ async fn write_and_edit_keep_the_file_and_report_what_changed() {
         "# Authentication\n- A\n- Bee\n- A\n"
     );
 
-    for name in ["../x", "", "two words", "a/b"] {
+    for (arguments, expected) in [
+        (
+            json!({"planName": "auth", "content": " \n"}),
+            "content: must not be empty",
+        ),
+        (
+            json!({"planName": "big", "content": "x".repeat(4 << 20)}),
+            "content: must be at most 4128768 bytes (got 4194304)",
+        ),
+    ] {
+        let result = call(&server, "write_plan", arguments).await;
+        assert_eq!(result.is_error, Some(true));
+        assert!(
+            text_of(&result).starts_with(expected),
+            "{}",
+            text_of(&result)
+        );
+    }
+    for name in ["../x", "", "two words", "a/b", "-auth", "auth_"] {
         let result = call(
             &server,
             "write_plan",

@@ -124,6 +124,17 @@ async fn sessions_and_plan_versions_use_the_exact_texts() {
         );
         assert_eq!(text_of(&result), expected);
     }
+    let empty = call(
+        &server,
+        "save_plan",
+        json!({"sessionId": session, "plan": "\n  \n"}),
+    )
+    .await;
+    assert_eq!(empty.is_error, Some(true));
+    assert_eq!(
+        text_of(&empty),
+        "plan: must not be empty; give the plan's Markdown"
+    );
     server.client.cancel().await.expect("shutdown");
     let kinds = recorded_kinds(dir.path());
     assert_eq!(

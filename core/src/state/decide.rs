@@ -20,8 +20,13 @@ pub const SESSION_TITLE_CHARS_MAX: usize = 200;
 pub const INTENT_CHARS_MAX: usize = 2_000;
 /// Longest project path, in bytes (a common `PATH_MAX`).
 pub const PROJECT_PATH_BYTES_MAX: usize = 4_096;
-/// Largest saved plan, in bytes (4 MiB).
-pub const PLAN_CONTENT_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// Room kept in a log record (at most 4 MiB) for everything of an event
+/// besides its plan text: ids, titles, the plans directory.
+pub const EVENT_ROOM_BYTES: usize = 64 * 1024;
+/// Largest saved plan, in bytes: 4 MiB less [`EVENT_ROOM_BYTES`], so a plan
+/// within it always fits its event in one log record and a larger one is
+/// refused by name, never by the log.
+pub const PLAN_CONTENT_BYTES_MAX: usize = 4 * 1024 * 1024 - EVENT_ROOM_BYTES;
 
 /// A request to change the state. Ids are minted by the caller; specs and
 /// answers are already validated ([`AskSpec::from_json`],
@@ -201,6 +206,25 @@ pub enum Rejection {
         /// `characters` or `bytes`.
         unit: &'static str,
     },
+    /// A text that must say something was empty or only whitespace.
+    #[error("{field}: must not be empty; give {what}")]
+    Empty {
+        /// The tool argument, such as `plan` or `content`.
+        field: &'static str,
+        /// What belongs there.
+        what: &'static str,
+    },
+    /// Edits would make a named plan larger than its limit.
+    #[error(
+        "edits: the plan would be {actual} bytes after these edits, over the limit of {max} bytes; \
+         move parts into another plan"
+    )]
+    EditedTooLarge {
+        /// The limit.
+        max: usize,
+        /// The size the edits would give.
+        actual: usize,
+    },
     /// No plan of that name was ever written.
     #[error(
         "planName: no plan named {plan} in this plans directory; create it with write_plan first"
@@ -361,6 +385,12 @@ impl State {
             } => {
                 chars_at_most("title", title.as_deref(), SESSION_TITLE_CHARS_MAX)?;
                 bytes_at_most("plan", Some(&content), PLAN_CONTENT_BYTES_MAX)?;
+                if content.trim().is_empty() {
+                    return Err(Rejection::Empty {
+                        field: "plan",
+                        what: "the plan's Markdown",
+                    });
+                }
                 self.known_session(session)?;
                 let latest = self.latest_plan_version(&session).map_or(0, |p| p.version);
                 let version = latest

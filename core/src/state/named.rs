@@ -9,8 +9,12 @@ use super::{NamedPlan, State};
 use crate::event::EventBody;
 use crate::plan_edit::apply_edits;
 
-/// Largest named plan, in bytes (4 MiB).
-pub const NAMED_PLAN_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// Largest named plan, in bytes: as large as a saved plan (4 MiB less room
+/// for the rest of its event).
+pub const NAMED_PLAN_BYTES_MAX: usize = super::decide::PLAN_CONTENT_BYTES_MAX;
+/// Most bytes of `oldString` and `newString` in one `edit_plan` call, so its
+/// event fits one log record.
+pub const EDITS_BYTES_MAX: usize = NAMED_PLAN_BYTES_MAX;
 /// Most comments on one review.
 pub const REVIEW_COMMENTS_MAX: usize = 100;
 /// Longest quoted passage of a comment, in characters.
@@ -37,6 +41,12 @@ impl State {
                 session,
             } => {
                 bytes_at_most("content", Some(&content), NAMED_PLAN_BYTES_MAX)?;
+                if content.trim().is_empty() {
+                    return Err(Rejection::Empty {
+                        field: "content",
+                        what: "the plan's Markdown",
+                    });
+                }
                 if let Some(session) = session {
                     self.known_session(session)?;
                 }
@@ -57,8 +67,22 @@ impl State {
                         unit: "edits",
                     });
                 }
+                let edit_bytes: usize = edits.iter().map(|e| e.old.len() + e.new.len()).sum();
+                if edit_bytes > EDITS_BYTES_MAX {
+                    return Err(Rejection::TooLong {
+                        field: "edits",
+                        max: EDITS_BYTES_MAX,
+                        actual: edit_bytes,
+                        unit: "bytes of oldString and newString",
+                    });
+                }
                 let (content, _) = apply_edits(&current.content, &edits)?;
-                bytes_at_most("content", Some(&content), NAMED_PLAN_BYTES_MAX)?;
+                if content.len() > NAMED_PLAN_BYTES_MAX {
+                    return Err(Rejection::EditedTooLarge {
+                        max: NAMED_PLAN_BYTES_MAX,
+                        actual: content.len(),
+                    });
+                }
                 Ok(EventBody::NamedPlanEdited {
                     plan: plan.name,
                     plans_dir: plan.dir,

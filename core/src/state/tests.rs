@@ -343,7 +343,15 @@ fn limits_name_the_field() {
             title: None,
             content: "x".repeat(4 * 1024 * 1024 + 1),
         },
-        "plan: must be at most 4194304 bytes (got 4194305)",
+        "plan: must be at most 4128768 bytes (got 4194305)",
+    );
+    check(
+        Command::SavePlan {
+            session: session_id(1),
+            title: None,
+            content: " \n\t".into(),
+        },
+        "plan: must not be empty; give the plan's Markdown",
     );
 }
 
@@ -836,4 +844,72 @@ fn issue_8_the_log_holds_a_hash_of_the_form_secret_never_the_secret() {
     assert!(ask.has_sid(secret));
     assert!(!ask.has_sid("4f1c2d3e4f5a6b7c8d9e0f1a2b3c4d5f"));
     assert!(!ask.has_sid(""));
+}
+
+#[test]
+fn named_plan_limits_name_the_field_and_fit_one_log_record() {
+    use crate::state::{EDITS_BYTES_MAX, EVENT_ROOM_BYTES, NAMED_PLAN_BYTES_MAX};
+    assert_eq!(NAMED_PLAN_BYTES_MAX + EVENT_ROOM_BYTES, 4 << 20);
+    let mut h = Harness::new();
+    let plan = crate::state::PlanKey::new("/app/docs/plans", plan_name("auth"));
+    let write = |content: String| Command::WritePlan {
+        plan: plan.clone(),
+        content,
+        session: None,
+    };
+    assert_eq!(
+        h.run(write(" \n".into())).unwrap_err().to_string(),
+        "content: must not be empty; give the plan's Markdown"
+    );
+    assert_eq!(
+        h.run(write("x".repeat(NAMED_PLAN_BYTES_MAX + 1)))
+            .unwrap_err()
+            .to_string(),
+        format!(
+            "content: must be at most {NAMED_PLAN_BYTES_MAX} bytes (got {})",
+            NAMED_PLAN_BYTES_MAX + 1
+        )
+    );
+    // The largest plan, with the longest plans directory, still fits.
+    let largest = crate::event::EventBody::NamedPlanWritten {
+        plan: plan.name.clone(),
+        plans_dir: "d".repeat(4_096),
+        content: "x".repeat(NAMED_PLAN_BYTES_MAX),
+        session: Some(session_id(1)),
+    };
+    h.run(write("x".repeat(NAMED_PLAN_BYTES_MAX - 2) + "ab"))
+        .expect("the largest plan is accepted");
+    let envelope = crate::event::Event {
+        id: crate::id::EventId::from_uuid(uuid::Uuid::nil()),
+        at: h.now(),
+        body: largest,
+    };
+    let encoded = crate::event::encode(&envelope).expect("encode");
+    assert!(encoded.len() <= 4 << 20, "{} bytes", encoded.len());
+    assert_eq!(
+        h.run(Command::EditPlan {
+            plan: plan.clone(),
+            edits: vec![edit("ab", "abc")],
+        })
+        .unwrap_err()
+        .to_string(),
+        format!(
+            "edits: the plan would be {} bytes after these edits, over the limit of \
+             {NAMED_PLAN_BYTES_MAX} bytes; move parts into another plan",
+            NAMED_PLAN_BYTES_MAX + 1
+        )
+    );
+    let huge = "y".repeat(EDITS_BYTES_MAX);
+    assert_eq!(
+        h.run(Command::EditPlan {
+            plan: plan.clone(),
+            edits: vec![edit("ab", &huge)],
+        })
+        .unwrap_err()
+        .to_string(),
+        format!(
+            "edits: must be at most {EDITS_BYTES_MAX} bytes of oldString and newString (got {})",
+            EDITS_BYTES_MAX + 2
+        )
+    );
 }
