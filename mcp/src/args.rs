@@ -244,17 +244,96 @@ pub struct QuestionInput {
 #[serde(rename_all = "camelCase")]
 #[allow(dead_code, reason = "describes the input schema only")]
 pub struct AskUserInput {
-    /// The sessionId returned by init_planb_session.
-    session_id: String,
-    /// Heading at the top of the form (plain text).
-    title: String,
+    /// The sessionId returned by init_planb_session (required unless askId is given).
+    session_id: Option<String>,
+    /// Heading at the top of the form, plain text (required unless askId is given).
+    title: Option<String>,
     /// Title of the intro tab (default "Overview").
     intro_title: Option<String>,
     /// Optional intro, GitHub-flavoured Markdown (tables, code, mermaid diagrams).
     intro: Option<String>,
-    /// 1 to 20 questions.
+    /// 1 to 20 questions (required unless askId is given).
     #[schemars(length(min = 1, max = 20))]
-    questions: Vec<QuestionInput>,
+    questions: Option<Vec<QuestionInput>>,
+    /// Instead of asking anew: the askId of an earlier ask_user call (from a
+    /// "waiting" or "timed out" result) to collect its answers or keep waiting
+    /// for them. Pass it alone, or with that ask's sessionId.
+    ask_id: Option<String>,
+}
+
+/// How an `ask_user` call ended.
+#[derive(Debug, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code, reason = "describes the output schema only")]
+pub enum AskStatusOutput {
+    /// The person submitted the form; `answers` holds their answers.
+    Answered,
+    /// Not answered yet; the form stays open at `url`. Call ask_user with
+    /// {askId} to keep waiting.
+    Waiting,
+    /// The wait timed out; the form stays open at `url` and a later answer is kept.
+    TimedOut,
+    /// The person dismissed the form.
+    Cancelled,
+}
+
+/// Structured result of `ask_user` (its text is the answers JSON, or a message).
+#[derive(Debug, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code, reason = "describes the output schema only")]
+pub struct AskUserOutput {
+    /// How the call ended.
+    status: AskStatusOutput,
+    /// The ask, for ask_user {askId}.
+    ask_id: String,
+    /// {questionId: value}, when answered.
+    answers: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Where the form is open, when waiting or timed out.
+    url: Option<String>,
+}
+
+/// Structured result of `write_plan`.
+#[derive(Debug, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code, reason = "describes the output schema only")]
+pub struct WritePlanOutput {
+    /// The plan's name.
+    plan_name: String,
+    /// Absolute path of the plan's file.
+    plan_path: String,
+    /// Size of the plan's content, in bytes.
+    bytes_written: u64,
+}
+
+/// Structured result of `edit_plan`.
+#[derive(Debug, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code, reason = "describes the output schema only")]
+pub struct EditPlanOutput {
+    /// The plan's name.
+    plan_name: String,
+    /// Absolute path of the plan's file.
+    plan_path: String,
+    /// How many replacements the edits made.
+    replacements_made: u64,
+}
+
+/// Structured result of `submit_plan`.
+#[derive(Debug, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code, reason = "describes the output schema only")]
+pub struct SubmitPlanOutput {
+    /// Whether a person approved the plan.
+    approved: bool,
+    /// What to change (feedback and comments on quoted passages), or why there is no verdict.
+    feedback: Option<String>,
+    /// True when nobody has reviewed it yet and the review stays open: call
+    /// submit_plan with the same planName to keep waiting.
+    pending: Option<bool>,
+    /// The review round waited on, when pending.
+    round: Option<u32>,
+    /// Where the review page is open, when pending.
+    review_url: Option<String>,
 }
 
 /// Input of `write_plan`.

@@ -8,6 +8,7 @@ use planb_core::{Answers, AskId, AskSpec, Command};
 use rmcp::RoleServer;
 use rmcp::model::{CallToolResult, ContentBlock};
 use rmcp::service::RequestContext;
+use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
 use crate::deliver::{Outcome, Page, deliver_and_wait};
@@ -22,12 +23,42 @@ pub struct Wait<'a> {
     pub spec: &'a AskSpec,
     pub url: &'a str,
     pub url_mode: bool,
+    /// False when the form is already in front of the person (an earlier
+    /// call delivered it) and this call only waits on.
+    pub deliver: bool,
     pub answered: oneshot::Receiver<Answers>,
 }
 
-/// The tool result for answers: exactly the answers JSON.
-pub(crate) fn answers_result(answers: &Answers) -> CallToolResult {
-    CallToolResult::success(vec![ContentBlock::text(answers.to_json().to_string())])
+/// A successful `ask_user` result: `text` for the model (the form the seed
+/// specifies) and the same outcome as `structuredContent` (see
+/// `args::AskUserOutput`).
+fn ask_result(text: String, structured: Value) -> CallToolResult {
+    let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+    result.structured_content = Some(structured);
+    result
+}
+
+/// The tool result for answers: exactly the answers JSON as text.
+pub(crate) fn answers_result(ask: AskId, answers: &Answers) -> CallToolResult {
+    let answers = answers.to_json();
+    ask_result(
+        answers.to_string(),
+        json!({"status": "answered", "askId": ask.to_string(), "answers": answers}),
+    )
+}
+
+/// The person has not answered yet and the request could time out in its
+/// client: say where the form is and how to keep waiting.
+pub(crate) fn still_open_result(ask: AskId, title: &str, url: &str) -> CallToolResult {
+    ask_result(
+        format!(
+            "The person has not answered the form \"{title}\" yet. It stays open at {url}, and \
+             whatever they submit is recorded, whenever they do. To keep waiting, call ask_user \
+             with {{\"askId\": \"{ask}\"}}: it returns the answers as soon as they exist (at once if \
+             they already do)."
+        ),
+        json!({"status": "waiting", "askId": ask.to_string(), "url": url}),
+    )
 }
 
 /// Delivers the form, waits, records the outcome; returns the tool result.
@@ -40,6 +71,7 @@ pub async fn wait(wait: Wait<'_>) -> CallToolResult {
         label: &label,
         elicitation_id: wait.ask.to_string(),
         url_mode: wait.url_mode,
+        deliver: wait.deliver,
     };
     // Another process may record the answer (it served the same form).
     let outcome = tokio::select! {
@@ -54,10 +86,12 @@ pub async fn wait(wait: Wait<'_>) -> CallToolResult {
         }
     };
     let (command, result) = match outcome {
-        Outcome::Answered(answers) => return answers_result(&answers),
+        Outcome::Answered(answers) => return answers_result(wait.ask, &answers),
+        // Nothing ended: the ask stays pending and its form open.
+        Outcome::StillOpen => return still_open_result(wait.ask, &wait.spec.title, wait.url),
         Outcome::TimedOut => (
             Command::TimeOut { ask: wait.ask },
-            CallToolResult::success(vec![ContentBlock::text(format!(
+            ask_result(format!(
                 "The question \"{}\" timed out: the person did not answer within {}. \
                  The form at {} stays open and an answer submitted later is still recorded. \
                  If you still need the answer, call ask_user with {{\"askId\": \"{}\"}} to collect it or keep waiting \
@@ -66,11 +100,11 @@ pub async fn wait(wait: Wait<'_>) -> CallToolResult {
                 timeout_text(&config),
                 wait.url,
                 wait.ask
-            ))]),
+            ), json!({"status": "timed_out", "askId": wait.ask.to_string(), "url": wait.url})),
         ),
         Outcome::Dismissed(action) => (
             PlanbServer::decline_command(wait.ask, action),
-            CallToolResult::success(vec![ContentBlock::text("User cancelled.")]),
+            cancelled_result(wait.ask),
         ),
         Outcome::ClientCancelled => (
             Command::Fail {
@@ -102,7 +136,15 @@ pub async fn wait(wait: Wait<'_>) -> CallToolResult {
     };
     // The person may have submitted at the same moment: then the answer wins.
     match wait.server.close_ask(wait.ask, command).await {
-        Err(Some(answers)) => answers_result(&answers),
+        Err(Some(answers)) => answers_result(wait.ask, &answers),
         _ => result,
     }
+}
+
+/// `User cancelled.`, the text the seed specifies for a dismissed form.
+pub(crate) fn cancelled_result(ask: AskId) -> CallToolResult {
+    ask_result(
+        "User cancelled.".into(),
+        json!({"status": "cancelled", "askId": ask.to_string()}),
+    )
 }

@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 /// the one line they need. Returns whether an opener was launched.
 pub fn open(url: &str, no_open: bool) -> bool {
     if no_open {
-        tell(url, "ASK_NO_OPEN is set: open it by hand");
+        tell(url, "ASK_NO_OPEN is set");
         return false;
     }
     tracing::info!("opening browser directly: {url}");

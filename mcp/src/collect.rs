@@ -155,12 +155,41 @@ impl PlanbServer {
             ));
         }
         if let Some(answer) = answer {
-            return crate::ask::answers_result(&answer);
+            return crate::ask::answers_result(ask_id, &answer);
         }
         if !has_form {
             return tool_error(format!(
                 "askId: ask {ask_id} has no form to serve (it was imported); call ask_user with the questions again"
             ));
+        }
+        let url_mode = context
+            .peer
+            .supported_elicitation_modes()
+            .contains(&ElicitationMode::Url);
+        // A form this process already shows the person (an earlier call
+        // returned "still open", or timed out) is waited on, not opened again.
+        if let Some((sid, info, answered)) = self.forms().rewait(|info| info.ask == ask_id) {
+            let address = match self.callback_address().await {
+                Ok(address) => address,
+                Err(error) => {
+                    self.forms().detach(&sid);
+                    return tool_error(format!("the form could not be opened: {error}"));
+                }
+            };
+            let url = format!("http://127.0.0.1:{}/ask?sid={sid}", address.port());
+            let outcome = crate::ask::wait(crate::ask::Wait {
+                server: self,
+                context,
+                ask: ask_id,
+                spec: &info.spec,
+                url: &url,
+                url_mode,
+                deliver: false,
+                answered,
+            })
+            .await;
+            self.forms().detach(&sid);
+            return outcome;
         }
         // The log holds only the hash of the old sid: this process serves
         // the form under a new one.
@@ -186,10 +215,6 @@ impl PlanbServer {
         if let Err(error) = self.forms().register(sid.clone(), info, sender) {
             return tool_error(error.to_string());
         }
-        let url_mode = context
-            .peer
-            .supported_elicitation_modes()
-            .contains(&ElicitationMode::Url);
         let outcome = crate::ask::wait(crate::ask::Wait {
             server: self,
             context,
@@ -197,6 +222,7 @@ impl PlanbServer {
             spec: &spec,
             url: &url,
             url_mode,
+            deliver: true,
             answered,
         })
         .await;

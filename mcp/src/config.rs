@@ -8,6 +8,10 @@ use std::time::Duration;
 pub const DEFAULT_ANSWER_TIMEOUT: Duration = Duration::from_millis(86_400_000);
 /// How often a waiting `ask_user` reports progress when the request carries a token.
 pub const DEFAULT_PROGRESS_INTERVAL: Duration = Duration::from_secs(5);
+/// How long a tool call without a progress token waits for the person before
+/// it answers "still open": well inside the 60 s after which the MCP
+/// Inspector gives up on a request (mcp-cli: 120 s).
+pub const DEFAULT_HAND_BACK: Duration = Duration::from_secs(45);
 
 /// The server's settings.
 #[derive(Debug, Clone)]
@@ -22,6 +26,10 @@ pub struct Config {
     pub port: u16,
     /// `PLANB_PROGRESS_INTERVAL_MS`.
     pub progress_interval: Duration,
+    /// `PLANB_HAND_BACK_MS`: how long `ask_user` and `submit_plan` wait when
+    /// the request carries no progress token (so nothing keeps the client's
+    /// request timeout at bay) before returning a "still open" result.
+    pub hand_back: Duration,
     /// `--plans-dir` (absolute): where named plans are written.
     pub plans_dir: PathBuf,
     /// `--review`: how `submit_plan` collects a verdict.
@@ -73,6 +81,7 @@ impl Config {
             no_open: var("ASK_NO_OPEN").is_some_and(|v| v.trim() != "0"),
             port,
             progress_interval: millis("PLANB_PROGRESS_INTERVAL_MS", DEFAULT_PROGRESS_INTERVAL)?,
+            hand_back: millis("PLANB_HAND_BACK_MS", DEFAULT_HAND_BACK)?,
             plans_dir: PathBuf::from("docs/plans"),
             review: ReviewMode::Browser,
             submit_command: Vec::new(),

@@ -6,8 +6,12 @@
 //! The wait ends at the first of: the answer, the timeout, a decline or cancel
 //! of the elicitation, or the client cancelling the request. While waiting,
 //! progress notifications keep clients that honour them from timing out and
-//! tell a person on a headless machine where the page is. Recording what
-//! happened is the caller's job.
+//! tell a person on a headless machine where the page is. A request without a
+//! progress token gets nothing that keeps its client waiting, and clients
+//! give up on a request after a minute or two (the MCP Inspector after 60 s,
+//! mcp-cli after 120 s): such a wait ends "still open" after
+//! `Config::hand_back`, the page stays up, and the caller tells the agent how
+//! to wait on. Recording what happened is the caller's job.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -35,6 +39,10 @@ pub enum Outcome<T> {
     Closed,
     /// The client's connection closed (the agent or its window exited).
     Disconnected,
+    /// The request carries no progress token and waited `Config::hand_back`:
+    /// the page stays open, and the caller returns before the client's
+    /// request timeout would fail the call.
+    StillOpen,
 }
 
 /// One page to deliver.
@@ -50,6 +58,9 @@ pub struct Page<'a> {
     pub elicitation_id: String,
     /// Whether to use URL elicitation.
     pub url_mode: bool,
+    /// Whether to put the page in front of the person; false when an
+    /// earlier call already did and this one only waits on.
+    pub deliver: bool,
 }
 
 type Elicitation =
@@ -63,7 +74,7 @@ pub async fn deliver_and_wait<T>(
     answer: oneshot::Receiver<T>,
 ) -> Outcome<T> {
     let outcome = wait(config, page, answer).await;
-    if page.url_mode {
+    if page.url_mode && !matches!(outcome, Outcome::StillOpen) {
         PlanbServer::notify_elicitation_complete(page.context, &page.elicitation_id).await;
     }
     outcome
@@ -72,6 +83,7 @@ pub async fn deliver_and_wait<T>(
 async fn wait<T>(config: &Config, page: &Page<'_>, mut answer: oneshot::Receiver<T>) -> Outcome<T> {
     let mut elicitation: Option<Elicitation> = None;
     match url::Url::parse(page.url) {
+        _ if !page.deliver => {}
         Ok(url) if page.url_mode => {
             let peer = page.context.peer.clone();
             let message = format!("Open the {} (planb, on this machine)", page.label);
@@ -88,6 +100,8 @@ async fn wait<T>(config: &Config, page: &Page<'_>, mut answer: oneshot::Receiver
     let deadline = tokio::time::sleep(config.answer_timeout);
     tokio::pin!(deadline);
     let token = page.context.meta.get_progress_token();
+    let hand_back = tokio::time::sleep(config.hand_back);
+    tokio::pin!(hand_back);
     let mut ticker = tokio::time::interval(config.progress_interval);
     ticker.tick().await;
     let mut progress = 0.0;
@@ -100,6 +114,7 @@ async fn wait<T>(config: &Config, page: &Page<'_>, mut answer: oneshot::Receiver
                 };
             }
             () = &mut deadline => return Outcome::TimedOut,
+            () = &mut hand_back, if token.is_none() => return Outcome::StillOpen,
             result = async { elicitation.as_mut().expect("guarded by the branch condition").await }, if elicitation.is_some() => {
                 elicitation = None;
                 match result {

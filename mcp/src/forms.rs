@@ -2,7 +2,9 @@
 //! their secret id.
 //!
 //! A page is registered when its tool opens it and stays known after the tool
-//! returns (timeout, cancel), so an answer submitted late is still recorded. The
+//! returns (timeout, cancel, "still open"), so an answer submitted late is
+//! still recorded, and a later call can wait on the same page
+//! ([`Registry::rewait`]) instead of opening another. The
 //! registry is bounded: past the limit, the oldest pages nobody waits for are
 //! forgotten (their asks and rounds stay in the log).
 
@@ -21,6 +23,9 @@ struct Page<I, A> {
     finished: bool,
     /// Present while the tool waits; the answer goes through it.
     waiter: Option<oneshot::Sender<A>>,
+    /// An answer that came while no tool waited (after a "still open"
+    /// result), until a later call claims it.
+    unclaimed: Option<A>,
 }
 
 #[derive(Debug)]
@@ -94,6 +99,7 @@ impl<I: Clone, A> Registry<I, A> {
                 info,
                 finished: false,
                 waiter: Some(waiter),
+                unclaimed: None,
             },
         );
         Ok(())
@@ -116,12 +122,54 @@ impl<I: Clone, A> Registry<I, A> {
             .map(|p| (p.info.clone(), p.finished))
     }
 
-    /// Marks the page answered and hands back the waiting tool's channel, if any.
-    pub fn finish(&self, id: &str) -> Option<oneshot::Sender<A>> {
+    /// Marks the page answered and hands `answer` to the waiting tool; with
+    /// none waiting (or one that just stopped), keeps it for [`Self::claim`].
+    pub fn finish(&self, id: &str, answer: A) {
         let mut inner = self.inner();
-        let page = inner.pages.get_mut(id)?;
+        let Some(page) = inner.pages.get_mut(id) else {
+            return;
+        };
         page.finished = true;
-        page.waiter.take()
+        let unsent = match page.waiter.take() {
+            Some(waiter) => waiter.send(answer).err(),
+            None => Some(answer),
+        };
+        page.unclaimed = unsent;
+    }
+
+    /// Marks the page answered by someone else: nothing to hand over.
+    pub fn close(&self, id: &str) {
+        if let Some(page) = self.inner().pages.get_mut(id) {
+            page.finished = true;
+            page.waiter = None;
+        }
+    }
+
+    /// Takes the answer that came, for a page matching `matches`, while no
+    /// tool waited on it.
+    pub fn claim(&self, matches: impl Fn(&I) -> bool) -> Option<A> {
+        self.inner()
+            .pages
+            .values_mut()
+            .filter(|page| matches(&page.info))
+            .find_map(|page| page.unclaimed.take())
+    }
+
+    /// Waits on a page already in front of the person: the first one
+    /// matching `matches` that is unanswered and that no tool waits on gets
+    /// a new waiter. Returns its id, its info and the waiter's end.
+    pub fn rewait(
+        &self,
+        matches: impl Fn(&I) -> bool,
+    ) -> Option<(String, I, oneshot::Receiver<A>)> {
+        let mut inner = self.inner();
+        let (id, page) = inner
+            .pages
+            .iter_mut()
+            .find(|(_, page)| !page.finished && page.waiter.is_none() && matches(&page.info))?;
+        let (sender, receiver) = oneshot::channel();
+        page.waiter = Some(sender);
+        Some((id.clone(), page.info.clone(), receiver))
     }
 
     /// The tool stopped waiting; the page stays known for late answers.

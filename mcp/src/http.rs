@@ -360,22 +360,18 @@ async fn submit(State(state): State<AppState>, headers: HeaderMap, body: Bytes) 
     .await;
     match recorded.as_deref() {
         Ok([EventBody::AskAnswered { .. }]) => {
-            if let Some(waiter) = state.forms.finish(&sid) {
-                // The tool may have stopped waiting a moment ago; the answer is
-                // in the log either way.
-                let _ = waiter.send(answers);
-            }
+            // The tool may have stopped waiting a moment ago; the answer is
+            // in the log either way.
+            state.forms.finish(&sid, answers);
             axum::Json(json!({ "status": "answered" })).into_response()
         }
         Ok(_) => {
             // A tool collecting this ask (`ask_user {askId}`) waits for it.
-            if let Some(waiter) = state.forms.finish(&sid) {
-                let _ = waiter.send(answers);
-            }
+            state.forms.finish(&sid, answers);
             axum::Json(json!({ "status": "late" })).into_response()
         }
         Err(StoreError::Rejected(Rejection::AlreadyAnswered { .. })) => {
-            state.forms.finish(&sid);
+            state.forms.close(&sid);
             json_error(StatusCode::NOT_FOUND, "this form was already answered")
         }
         Err(StoreError::Rejected(rejection)) => {
@@ -510,13 +506,11 @@ async fn review(State(state): State<AppState>, headers: HeaderMap, body: Bytes) 
     };
     match crate::blocking::execute(&state.store, command).await {
         Ok(_) => {
-            if let Some(waiter) = state.reviews.finish(&rid) {
-                let _ = waiter.send(outcome);
-            }
+            state.reviews.finish(&rid, outcome);
             axum::Json(json!({ "status": "recorded" })).into_response()
         }
         Err(StoreError::Rejected(Rejection::AlreadyReviewed { .. })) => {
-            state.reviews.finish(&rid);
+            state.reviews.close(&rid);
             json_error(StatusCode::NOT_FOUND, "this review was already sent")
         }
         Err(StoreError::Rejected(rejection)) => {

@@ -186,8 +186,10 @@ impl PlanbServer {
 impl PlanbServer {
     #[tool(
         name = "write_plan",
-        description = "Write (create or replace) a named plan as Markdown at <plans-dir>/<planName>-plan.md. Every write is kept as a version. Returns {planName, planPath, bytesWritten}.",
+        description = "Write (create or replace) a named plan as Markdown at <plans-dir>/<planName>-plan.md. Every change is kept as a version; writing the content the plan already holds records nothing. Returns {planName, planPath, bytesWritten}.",
+        title = "Write a plan",
         input_schema = args::schema::<args::WritePlanInput>(),
+        output_schema = args::schema::<args::WritePlanOutput>(),
         annotations(title = "Write a plan", read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn write_plan(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
@@ -220,7 +222,9 @@ impl PlanbServer {
     #[tool(
         name = "edit_plan",
         description = "Edit a named plan by exact string replacement: oldString -> newString (replaceAll to replace every match), or `edits: [{oldString, newString, replaceAll?}]` applied atomically against the current text. An oldString that is missing, ambiguous without replaceAll, or overlapping another edit is an error and nothing changes. Hand edits to the file are kept. Returns {planName, planPath, replacementsMade}.",
+        title = "Edit a plan",
         input_schema = args::schema::<args::EditPlanInput>(),
+        output_schema = args::schema::<args::EditPlanOutput>(),
         annotations(title = "Edit a plan", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
     )]
     async fn edit_plan(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
@@ -253,8 +257,10 @@ impl PlanbServer {
 
     #[tool(
         name = "submit_plan",
-        description = "Submit a named plan for the person's review and wait for the verdict. Returns {approved, feedback?}; when not approved, revise with edit_plan using the feedback (comments quote the passages they are about) and submit again.",
+        description = "Submit a named plan for the person's review and wait for the verdict. Returns {approved, feedback?}; when not approved, revise with edit_plan using the feedback (comments quote the passages they are about) and submit again. When the request carries no progress token the call returns after about 45 s with {pending: true, reviewUrl}: call submit_plan again with the same planName to keep waiting on that review.",
+        title = "Submit a plan for review",
         input_schema = args::schema::<args::SubmitPlanInput>(),
+        output_schema = args::schema::<args::SubmitPlanOutput>(),
         annotations(title = "Submit a plan for review", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
     )]
     async fn submit_plan(
@@ -271,6 +277,12 @@ impl PlanbServer {
             return Ok(tool_error("planName: required"));
         };
         let plan = self.plan_key(plan);
+        if self.config().submit_command.is_empty()
+            && self.config().review == ReviewMode::Browser
+            && let Some(result) = self.rejoin_review(&context, &plan).await
+        {
+            return Ok(result);
+        }
         let submitted = self
             .on_plan_file(&plan, Some(Command::SubmitPlan { plan: plan.clone() }))
             .await;
@@ -488,30 +500,120 @@ impl PlanbServer {
         if let Err(error) = self.reviews().register(rid.clone(), info, sender) {
             return tool_error(error.to_string());
         }
+        let review = Review {
+            rid: &rid,
+            url: &url,
+            plan: &plan,
+            round,
+            deliver: true,
+        };
+        self.wait_for_review(context, review, answered).await
+    }
+
+    /// `submit_plan` of a plan unchanged since its last submission, whose
+    /// review page this process still shows unanswered (an earlier call
+    /// returned "still open", or timed out): waits on that review instead of
+    /// opening a new round. `None` when there is no such review.
+    async fn rejoin_review(
+        &self,
+        context: &RequestContext<RoleServer>,
+        plan: &PlanKey,
+    ) -> Option<CallToolResult> {
+        // Records a hand edit first, which makes the plan changed.
+        let current = match self.on_plan_file(plan, None).await {
+            Ok(current) => current.content,
+            Err(error) => return Some(store_error(error)),
+        };
+        // The last round, if the plan is as it was submitted then.
+        let last = self
+            .read_state({
+                let plan = plan.clone();
+                move |s| {
+                    let last = s.named_plan(&plan)?.rounds.last()?;
+                    (last.content_at_submit == current).then_some((last.round, last.verdict))
+                }
+            })
+            .await;
+        let (round, verdict) = match last {
+            Ok(last) => last?,
+            Err(error) => return Some(store_error(error)),
+        };
+        let this_round = |info: &ReviewInfo| info.plan == *plan && info.round == round;
+        if verdict.is_some() {
+            // Reviewed after the call that waited on it had handed back.
+            let outcome = self.reviews().claim(this_round)?;
+            return Some(verdict_result(
+                outcome.verdict == Verdict::Approved,
+                feedback_text(&outcome),
+            ));
+        }
+        let (rid, _, answered) = self.reviews().rewait(this_round)?;
+        let address = match self.callback_address().await {
+            Ok(address) => address,
+            Err(error) => {
+                self.reviews().detach(&rid);
+                return Some(tool_error(format!(
+                    "the review page could not be served: {error}"
+                )));
+            }
+        };
+        let url = format!("http://127.0.0.1:{}/review?rid={rid}", address.port());
+        let review = Review {
+            rid: &rid,
+            url: &url,
+            plan,
+            round,
+            deliver: false,
+        };
+        Some(self.wait_for_review(context, review, answered).await)
+    }
+
+    /// Waits for the verdict on a registered review page.
+    async fn wait_for_review(
+        &self,
+        context: &RequestContext<RoleServer>,
+        review: Review<'_>,
+        answered: oneshot::Receiver<ReviewOutcome>,
+    ) -> CallToolResult {
         let url_mode = context
             .peer
             .supported_elicitation_modes()
             .contains(&ElicitationMode::Url);
-        let label = format!("review of plan \"{}\"", plan.name.as_str());
+        let label = format!("review of plan \"{}\"", review.plan.name.as_str());
         let page = Page {
             context,
-            url: &url,
+            url: review.url,
             label: &label,
-            elicitation_id: format!("{}-{round}", plan.name.as_str()),
+            elicitation_id: format!("{}-{}", review.plan.name.as_str(), review.round),
             url_mode,
+            deliver: review.deliver,
         };
         let outcome = deliver_and_wait(self.config(), &page, answered).await;
-        self.reviews().detach(&rid);
+        self.reviews().detach(review.rid);
+        let url = review.url;
         match outcome {
             // The callback server recorded the verdict before handing it over.
             Outcome::Answered(outcome) => verdict_result(
                 outcome.verdict == Verdict::Approved,
                 feedback_text(&outcome),
             ),
+            Outcome::StillOpen => CallToolResult::structured(json!({
+                "approved": false,
+                "pending": true,
+                "round": review.round,
+                "reviewUrl": url,
+                "feedback": format!(
+                    "Not reviewed yet: the review page of round {} is open at {url}, and the \
+                     verdict is recorded whenever the person gives it. Call submit_plan with \
+                     the same planName to keep waiting; while the plan is unchanged it waits \
+                     on this review instead of starting a new one.",
+                    review.round
+                ),
+            })),
             Outcome::TimedOut => verdict_result(
                 false,
                 Some(format!(
-                    "The review timed out: nobody reviewed the plan within {}. The review page at {url} stays open; submit_plan again to ask for a new review.",
+                    "The review timed out: nobody reviewed the plan within {}. The review page at {url} stays open; submit_plan again to keep waiting on it (while the plan is unchanged), or after revising to ask for a new review.",
                     crate::server::timeout_text(self.config())
                 )),
             ),
@@ -524,6 +626,17 @@ impl PlanbServer {
             }
         }
     }
+}
+
+/// A review page a tool waits on.
+#[derive(Debug)]
+struct Review<'a> {
+    rid: &'a str,
+    url: &'a str,
+    plan: &'a PlanKey,
+    round: u32,
+    /// False when an earlier call already put the page in front of the person.
+    deliver: bool,
 }
 
 #[prompt_router(vis = "pub(crate)")]

@@ -129,6 +129,7 @@ impl PlanbServer {
     #[tool(
         name = "init_planb_session",
         description = "Start a planning session and get its sessionId. Call this once at the start of a planning arc, then pass the sessionId to every ask_user and save_plan call so questions, answers and plan versions are recorded together and can be replayed. No browser opens.",
+        title = "Start a planning session",
         input_schema = args::schema::<args::InitSessionInput>(),
         annotations(
             title = "Start a planning session",
@@ -168,6 +169,7 @@ impl PlanbServer {
     #[tool(
         name = "save_plan",
         description = "Save the full plan (Markdown) of a planning session as a new version. Every call adds a version (v1, v2, ...); earlier versions are kept so the plan's evolution can be replayed. No browser opens.",
+        title = "Save a plan version",
         input_schema = args::schema::<args::SavePlanInput>(),
         annotations(
             title = "Save a plan version",
@@ -215,8 +217,10 @@ impl PlanbServer {
 
     #[tool(
         name = "ask_user",
-        description = "Ask the person one or more structured questions in a browser form and get their answers back as JSON {questionId: value}. Kinds: text, longtext, single, multi (options: strings or {value, markdown}), scale (min, max, step). Group questions into tabs with `tab`; an optional Markdown intro (tables, code, mermaid) opens the form. Waits until the person submits (or the wait times out). To collect the answer to an earlier ask (after a timeout, or from another window), call with {askId} alone: returns the answer if there is one, else serves the form again and waits. For non-sensitive input only.",
+        description = "Ask the person one or more structured questions in a browser form and get their answers back as JSON {questionId: value}. Kinds: text, longtext, single, multi (options: strings or {value, markdown}), scale (min, max, step). Group questions into tabs with `tab`; an optional Markdown intro (tables, code, mermaid) opens the form. Waits until the person submits (or the wait times out). To collect the answer to an earlier ask (after a timeout, or from another window), call with {askId} alone: returns the answer if there is one, else waits on the form (serving it again if need be). When the request carries no progress token the call returns after about 45 s with status \"waiting\" and the form's URL, so clients with short request timeouts do not fail: call again with {askId} to keep waiting. For non-sensitive input only.",
+        title = "Ask the user (browser form)",
         input_schema = args::schema::<args::AskUserInput>(),
+        output_schema = args::schema::<args::AskUserOutput>(),
         annotations(
             title = "Ask the user (browser form)",
             read_only_hint = false,
@@ -323,6 +327,7 @@ impl PlanbServer {
             spec: &spec,
             url: &url,
             url_mode,
+            deliver: true,
             answered,
         })
         .await;

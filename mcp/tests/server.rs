@@ -88,8 +88,26 @@ async fn tools_are_listed_with_schemas_and_annotations() {
             "ask_user schema lacks {field}: {schema}"
         );
     }
+    assert!(
+        properties.get("askId").is_some(),
+        "ask_user schema lacks askId: {schema}"
+    );
     let annotations = ask.annotations.as_ref().expect("annotations");
     assert_eq!(annotations.read_only_hint, Some(false));
+    for tool in &tools {
+        let annotated = tool.annotations.as_ref().and_then(|a| a.title.clone());
+        assert!(tool.title.is_some(), "{} has no title", tool.name);
+        assert_eq!(tool.title, annotated, "{}", tool.name);
+        // Tools that return JSON declare its shape.
+        let returns_json = !matches!(tool.name.as_ref(), "init_planb_session" | "save_plan");
+        assert_eq!(
+            tool.output_schema.is_some(),
+            returns_json,
+            "{}: {:?}",
+            tool.name,
+            tool.output_schema
+        );
+    }
     server.client.cancel().await.expect("shutdown");
 }
 

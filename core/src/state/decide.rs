@@ -373,6 +373,18 @@ impl State {
                 self.pending(ask)?;
                 EventBody::AskFailed { ask, detail }
             }
+            // Writing what a plan already holds records nothing, so
+            // `write_plan` is idempotent. (Such content passed every check
+            // when it was recorded, unless a hand edit emptied the file.)
+            Command::WritePlan {
+                ref plan,
+                ref content,
+                session,
+            } if !content.trim().is_empty()
+                && self.write_changes_nothing(plan, content, session) =>
+            {
+                return Ok(Vec::new());
+            }
             Command::WritePlan { .. }
             | Command::EditPlan { .. }
             | Command::RecordOutsideChange { .. }

@@ -7,6 +7,7 @@ use super::PlanKey;
 use super::decide::{Command, Rejection, bytes_at_most, chars_at_most};
 use super::{NamedPlan, State};
 use crate::event::EventBody;
+use crate::id::SessionId;
 use crate::plan_edit::apply_edits;
 
 /// Largest named plan, in bytes: as large as a saved plan (4 MiB less room
@@ -27,6 +28,21 @@ pub const REVIEW_FEEDBACK_CHARS_MAX: usize = 100_000;
 pub const EDITS_MAX: usize = 100;
 
 impl State {
+    /// Whether writing `content` to `plan` would record nothing new: the
+    /// plan (under exactly this key, not one recorded before plans had
+    /// directories) holds that content already, and `session`, if given, is
+    /// the one it is tied to. Such a write appends no event.
+    pub(super) fn write_changes_nothing(
+        &self,
+        plan: &PlanKey,
+        content: &str,
+        session: Option<SessionId>,
+    ) -> bool {
+        self.named_plans.get(plan).is_some_and(|current| {
+            current.content == content && session.is_none_or(|s| current.session == Some(s))
+        })
+    }
+
     fn known_plan(&self, plan: &PlanKey) -> Result<&NamedPlan, Rejection> {
         self.named_plan(plan).ok_or_else(|| Rejection::UnknownPlan {
             plan: plan.name.clone(),

@@ -913,3 +913,52 @@ fn named_plan_limits_name_the_field_and_fit_one_log_record() {
         )
     );
 }
+
+#[test]
+fn writing_what_a_plan_holds_records_nothing() {
+    let mut h = Harness::new();
+    let session = session_id(7);
+    h.create_session(session);
+    let plan = crate::state::PlanKey::new("/app/docs/plans", plan_name("auth"));
+    let write = |content: &str, session: Option<SessionId>| Command::WritePlan {
+        plan: plan.clone(),
+        content: content.into(),
+        session,
+    };
+    assert_eq!(
+        h.run(write("# Auth\n", None)).expect("first write"),
+        ["named_plan_written"]
+    );
+    assert_eq!(
+        h.run(write("# Auth\n", None)).expect("same again"),
+        Vec::<&str>::new()
+    );
+    // Tying the plan to a session is a change; repeating that is not.
+    assert_eq!(
+        h.run(write("# Auth\n", Some(session))).expect("tie"),
+        ["named_plan_written"]
+    );
+    assert_eq!(
+        h.run(write("# Auth\n", Some(session))).expect("same again"),
+        Vec::<&str>::new()
+    );
+    assert_eq!(
+        h.run(write("# Auth\n", None)).expect("no session given"),
+        Vec::<&str>::new()
+    );
+    assert_eq!(
+        h.run(write("# Auth v2\n", None)).expect("new content"),
+        ["named_plan_written"]
+    );
+    // The same name in another directory is another plan.
+    let other = crate::state::PlanKey::new("/other/docs/plans", plan_name("auth"));
+    assert_eq!(
+        h.run(Command::WritePlan {
+            plan: other,
+            content: "# Auth v2\n".into(),
+            session: None,
+        })
+        .expect("other directory"),
+        ["named_plan_written"]
+    );
+}

@@ -1,0 +1,306 @@
+//! Clients that send no progress token and give up on a request after a
+//! minute or two (the MCP Inspector after 60 s, mcp-cli after 120 s), driven
+//! with raw JSON-RPC through the real binary, since rmcp's own client always
+//! sends a token. A wait hands back "still open" well before such a timeout;
+//! the next call waits on the same page instead of opening another, and the
+//! answer or verdict comes back the moment it exists.
+
+mod support;
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::{parse_form_url, post_json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::{mpsc, oneshot};
+
+/// How long a test waits for something that should happen much sooner.
+const WAIT: Duration = Duration::from_secs(30);
+
+type Replies = Arc<Mutex<HashMap<u64, oneshot::Sender<Value>>>>;
+
+/// `planb-mcp` spoken to in raw JSON-RPC lines, as a client without
+/// progress support does.
+struct RawClient {
+    child: tokio::process::Child,
+    stdin: Arc<tokio::sync::Mutex<tokio::process::ChildStdin>>,
+    replies: Replies,
+    next_id: u64,
+    /// URLs the server printed on stderr (`opening browser directly: <url>`).
+    urls: mpsc::UnboundedReceiver<String>,
+}
+
+impl RawClient {
+    async fn start(dir: &std::path::Path) -> RawClient {
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_planb-mcp"))
+            .current_dir(dir)
+            .env("PLANB_MCP_DATA_DIR", dir)
+            .env("ASK_NO_OPEN", "1")
+            .env("PLANB_HAND_BACK_MS", "1500")
+            .env_remove("PLANB_PORT")
+            .env_remove("ASK_ANSWER_TIMEOUT_MS")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn planb-mcp");
+        let replies: Replies = Arc::default();
+        let stdout = child.stdout.take().expect("stdout");
+        tokio::spawn({
+            let replies = Arc::clone(&replies);
+            async move {
+                let mut lines = BufReader::new(stdout).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    let message: Value = serde_json::from_str(&line).expect("JSON on stdout");
+                    if let Some(id) = message.get("id").and_then(Value::as_u64)
+                        && let Some(reply) = replies.lock().expect("replies").remove(&id)
+                    {
+                        let _ = reply.send(message);
+                    }
+                }
+            }
+        });
+        let (url_tx, urls) = mpsc::unbounded_channel();
+        let stderr = child.stderr.take().expect("stderr");
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                eprintln!("server: {line}");
+                if let Some(rest) = line.split("opening browser directly: ").nth(1) {
+                    let url = rest.split_whitespace().next().unwrap_or_default();
+                    let _ = url_tx.send(url.to_string());
+                }
+            }
+        });
+        let stdin = Arc::new(tokio::sync::Mutex::new(child.stdin.take().expect("stdin")));
+        let mut client = RawClient {
+            child,
+            stdin,
+            replies,
+            next_id: 0,
+            urls,
+        };
+        let initialize = client.request(
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "no-progress", "version": "0"}}),
+        );
+        let reply = tokio::time::timeout(WAIT, initialize)
+            .await
+            .expect("initialize in time");
+        assert!(reply.get("result").is_some(), "{reply}");
+        client
+            .send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await;
+        client
+    }
+
+    async fn send(&self, message: Value) {
+        let mut stdin = self.stdin.lock().await;
+        stdin
+            .write_all(format!("{message}\n").as_bytes())
+            .await
+            .expect("write");
+        stdin.flush().await.expect("flush");
+    }
+
+    /// Sends a request (no `_meta`, so no progress token) and returns a
+    /// future of its reply.
+    fn request(
+        &mut self,
+        method: &str,
+        params: Value,
+    ) -> impl Future<Output = Value> + Send + 'static {
+        self.next_id += 1;
+        let id = self.next_id;
+        let (reply, replied) = oneshot::channel();
+        self.replies.lock().expect("replies").insert(id, reply);
+        let stdin = Arc::clone(&self.stdin);
+        let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        async move {
+            {
+                let mut stdin = stdin.lock().await;
+                stdin
+                    .write_all(format!("{message}\n").as_bytes())
+                    .await
+                    .expect("write");
+                stdin.flush().await.expect("flush");
+            }
+            replied.await.expect("a reply")
+        }
+    }
+
+    /// Calls a tool in the background; the handle yields its `result`.
+    fn call(&mut self, tool: &str, arguments: Value) -> tokio::task::JoinHandle<Value> {
+        let reply = self.request("tools/call", json!({"name": tool, "arguments": arguments}));
+        tokio::spawn(async move {
+            let reply = reply.await;
+            reply
+                .get("result")
+                .cloned()
+                .unwrap_or_else(|| panic!("no result: {reply}"))
+        })
+    }
+
+    async fn next_url(&mut self) -> String {
+        tokio::time::timeout(WAIT, self.urls.recv())
+            .await
+            .expect("a URL in time")
+            .expect("stderr open")
+    }
+
+    async fn close(mut self) {
+        drop(self.stdin);
+        let status = tokio::time::timeout(WAIT, self.child.wait())
+            .await
+            .expect("exits")
+            .expect("status");
+        assert!(status.success(), "{status:?}");
+    }
+}
+
+async fn finished(call: tokio::task::JoinHandle<Value>) -> Value {
+    tokio::time::timeout(WAIT, call)
+        .await
+        .expect("the call returned in time")
+        .expect("task")
+}
+
+fn text(result: &Value) -> &str {
+    result["content"][0]["text"].as_str().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn issue_9_an_ask_hands_back_still_open_and_the_next_call_gets_the_answer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut client = RawClient::start(dir.path()).await;
+    let created = finished(client.call("init_planb_session", json!({}))).await;
+    let session = text(&created)
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("sessionId: "))
+        .expect("sessionId")
+        .to_string();
+    let questions = json!({"sessionId": session, "title": "Storage", "questions": [
+        {"id": "db", "kind": "single", "label": "Which database?", "options": ["Postgres", "SQLite"], "required": true}
+    ]});
+    let first = client.call("ask_user", questions);
+    let url = client.next_url().await;
+    let first = finished(first).await;
+    assert_ne!(first["isError"], true, "{first}");
+    let waiting = &first["structuredContent"];
+    assert_eq!(waiting["status"], "waiting", "{first}");
+    assert_eq!(waiting["url"], url.as_str());
+    let ask = waiting["askId"].as_str().expect("askId").to_string();
+    assert!(
+        text(&first).contains(&format!("{{\"askId\": \"{ask}\"}}")),
+        "{first}"
+    );
+    assert_eq!(
+        support::fold_log(dir.path()).1,
+        ["session_created", "ask_opened"],
+        "handing back ends nothing"
+    );
+
+    // The next call waits on the page the person has open; it is not opened again.
+    let second = client.call("ask_user", json!({"askId": ask}));
+    let (port, sid) = parse_form_url(&url);
+    let answered = post_json(
+        port,
+        "/submit",
+        &json!({"sid": sid, "answers": {"db": "SQLite"}}),
+    )
+    .await;
+    assert_eq!(answered.status, 200, "{}", answered.body);
+    let second = finished(second).await;
+    assert_eq!(text(&second), r#"{"db":"SQLite"}"#, "{second}");
+    assert_eq!(second["structuredContent"]["status"], "answered");
+    assert_eq!(second["structuredContent"]["answers"]["db"], "SQLite");
+    assert!(client.urls.try_recv().is_err(), "the form was opened twice");
+
+    // Asked again after the answer exists: it comes back at once.
+    let third = finished(client.call("ask_user", json!({"askId": ask}))).await;
+    assert_eq!(text(&third), r#"{"db":"SQLite"}"#, "{third}");
+    client.close().await;
+    assert_eq!(
+        support::fold_log(dir.path()).1,
+        ["session_created", "ask_opened", "ask_answered"]
+    );
+}
+
+#[tokio::test]
+async fn issue_9_a_review_hands_back_still_open_and_submitting_again_rejoins_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut client = RawClient::start(dir.path()).await;
+    let written = finished(client.call(
+        "write_plan",
+        json!({"planName": "auth", "content": "# Auth\n- step one\n"}),
+    ))
+    .await;
+    assert_ne!(written["isError"], true, "{written}");
+    let first = client.call("submit_plan", json!({"planName": "auth"}));
+    let url = client.next_url().await;
+    let first = finished(first).await;
+    let pending = &first["structuredContent"];
+    assert_eq!(pending["approved"], false, "{first}");
+    assert_eq!(pending["pending"], true, "{first}");
+    assert_eq!(pending["round"], 1, "{first}");
+    assert_eq!(pending["reviewUrl"], url.as_str());
+
+    // Submitting the unchanged plan again waits on the same review.
+    let second = client.call("submit_plan", json!({"planName": "auth"}));
+    let rest = url.strip_prefix("http://127.0.0.1:").expect("loopback");
+    let (port, query) = rest.split_once('/').expect("path");
+    let rid = query.strip_prefix("review?rid=").expect("rid");
+    let port: u16 = port.parse().expect("port");
+    let reviewed = post_json(port, "/review", &json!({"rid": rid, "verdict": "approve"})).await;
+    assert_eq!(reviewed.status, 200, "{}", reviewed.body);
+    let second = finished(second).await;
+    assert_eq!(second["structuredContent"]["approved"], true, "{second}");
+    assert!(
+        client.urls.try_recv().is_err(),
+        "the review was opened twice"
+    );
+
+    // A verdict given between two calls is what the next call returns.
+    let edited = finished(client.call(
+        "edit_plan",
+        json!({"planName": "auth", "oldString": "step one", "newString": "step 1"}),
+    ))
+    .await;
+    assert_ne!(edited["isError"], true, "{edited}");
+    let third = client.call("submit_plan", json!({"planName": "auth"}));
+    let url = client.next_url().await;
+    let third = finished(third).await;
+    assert_eq!(third["structuredContent"]["round"], 2, "{third}");
+    let rid = url.split("rid=").nth(1).expect("rid");
+    let reviewed = post_json(
+        port,
+        "/review",
+        &json!({"rid": rid, "verdict": "changes", "feedback": "Name the session store."}),
+    )
+    .await;
+    assert_eq!(reviewed.status, 200, "{}", reviewed.body);
+    let fourth = finished(client.call("submit_plan", json!({"planName": "auth"}))).await;
+    assert_eq!(fourth["structuredContent"]["approved"], false, "{fourth}");
+    assert_eq!(
+        fourth["structuredContent"]["feedback"], "Name the session store.",
+        "{fourth}"
+    );
+    assert!(client.urls.try_recv().is_err(), "a third review was opened");
+    client.close().await;
+    assert_eq!(
+        support::fold_log(dir.path()).1,
+        [
+            "named_plan_written",
+            "named_plan_submitted",
+            "named_plan_reviewed",
+            "named_plan_edited",
+            "named_plan_submitted",
+            "named_plan_reviewed"
+        ]
+    );
+}
