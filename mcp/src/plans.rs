@@ -26,8 +26,19 @@ use crate::server::{PlanbServer, store_error, tool_error};
 use planb_core::Rejection;
 use planb_projections::{PlanFileChange, StoreError};
 
-/// The built-in plan-mode prompt; `$ARGUMENTS` is the task.
-const PLAN_PROMPT: &str = include_str!("plan_prompt.md");
+/// The `planb-plan` skill: the same review loop for clients (Claude Code)
+/// that pass a prompt only its first word per argument, while a skill gets
+/// the whole text. Its body is the built-in `plan` prompt.
+const PLAN_SKILL: &str = include_str!("../../skills/planb-plan/SKILL.md");
+
+/// The built-in plan-mode prompt (the skill without its front matter);
+/// `$ARGUMENTS` is the task.
+fn built_in_plan_prompt() -> &'static str {
+    PLAN_SKILL
+        .strip_prefix("---\n")
+        .and_then(|rest| rest.split_once("\n---\n"))
+        .map_or(PLAN_SKILL, |(_, body)| body.trim_start())
+}
 
 /// Arguments of the `plan` prompt.
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
@@ -650,9 +661,20 @@ impl PlanbServer {
             .config()
             .prompt_template
             .as_deref()
-            .unwrap_or(PLAN_PROMPT);
+            .unwrap_or(built_in_plan_prompt());
         let text = template.replace("$ARGUMENTS", &args.arguments);
         GetPromptResult::new(vec![PromptMessage::new_text(Role::User, text)])
             .with_description("Plan mode with planb")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_plan_prompt_is_the_skill_body() {
+        let prompt = super::built_in_plan_prompt();
+        assert!(prompt.starts_with("You are in plan mode."), "{prompt}");
+        assert!(prompt.contains("$ARGUMENTS"));
+        assert!(!prompt.contains("disable-model-invocation"));
     }
 }
