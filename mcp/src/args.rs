@@ -388,7 +388,46 @@ pub struct SubmitPlanInput {
     plan_name: String,
 }
 
-/// The JSON schema of `T`, as rmcp publishes input schemas.
+/// The JSON schema of `T`, as rmcp publishes input schemas, without the
+/// number formats schemars adds (`uint64`, `double`, …): they are not JSON
+/// Schema formats, and clients that validate with Ajv (the MCP Inspector,
+/// Claude Code) print a warning for each one on every start.
 pub fn schema<T: JsonSchema + 'static>() -> Arc<JsonObject> {
-    rmcp::handler::server::common::schema_for_type::<T>()
+    let mut schema = (*rmcp::handler::server::common::schema_for_type::<T>()).clone();
+    strip_number_formats(&mut schema);
+    Arc::new(schema)
+}
+
+fn strip_number_formats(object: &mut JsonObject) {
+    let numeric = matches!(
+        object.get("format").and_then(Value::as_str),
+        Some(
+            "int8"
+                | "int16"
+                | "int32"
+                | "int64"
+                | "uint8"
+                | "uint16"
+                | "uint32"
+                | "uint64"
+                | "uint"
+                | "int"
+                | "float"
+                | "double"
+        )
+    );
+    if numeric {
+        object.remove("format");
+    }
+    for value in object.values_mut() {
+        strip_in(value);
+    }
+}
+
+fn strip_in(value: &mut Value) {
+    match value {
+        Value::Object(object) => strip_number_formats(object),
+        Value::Array(items) => items.iter_mut().for_each(strip_in),
+        _ => {}
+    }
 }

@@ -95,6 +95,15 @@ async fn tools_are_listed_with_schemas_and_annotations() {
     let annotations = ask.annotations.as_ref().expect("annotations");
     assert_eq!(annotations.read_only_hint, Some(false));
     for tool in &tools {
+        let schemas =
+            serde_json::to_string(&(&tool.input_schema, &tool.output_schema)).expect("schemas");
+        for format in ["uint", "int32", "int64", "double", "float"] {
+            assert!(
+                !schemas.contains(&format!("\"format\":\"{format}")),
+                "{}: a number format clients warn about: {schemas}",
+                tool.name
+            );
+        }
         let annotated = tool.annotations.as_ref().and_then(|a| a.title.clone());
         assert!(tool.title.is_some(), "{} has no title", tool.name);
         assert_eq!(tool.title, annotated, "{}", tool.name);
