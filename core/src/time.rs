@@ -7,9 +7,8 @@
 
 use std::fmt;
 
+use chrono::{DateTime, Datelike, Timelike};
 use serde::de::Error as _;
-use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
 
 use crate::json::echo;
 
@@ -70,21 +69,20 @@ impl Timestamp {
     /// `2026-06-07T18:21:10.123Z`: UTC, always with milliseconds.
     pub fn to_iso8601(self) -> String {
         let unix_ms = self.0.clamp(Self::MIN.0, Self::MAX.0);
-        let nanos = i128::from(unix_ms) * 1_000_000;
-        match OffsetDateTime::from_unix_timestamp_nanos(nanos) {
-            Ok(t) => format!(
+        match DateTime::from_timestamp_millis(unix_ms) {
+            Some(t) => format!(
                 "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
                 t.year(),
-                u8::from(t.month()),
+                t.month(),
                 t.day(),
                 t.hour(),
                 t.minute(),
                 t.second(),
-                t.millisecond()
+                t.timestamp_subsec_millis()
             ),
-            // Unreachable: the clamp keeps the value inside `time`'s range
-            // (years -9999 to 9999). Say so in the output instead of panicking.
-            Err(_) => format!("invalid-timestamp-{unix_ms}"),
+            // Unreachable: the clamp keeps the value inside chrono's range
+            // (years -262143 to 262142). Say so in the output instead of panicking.
+            None => format!("invalid-timestamp-{unix_ms}"),
         }
     }
 
@@ -101,9 +99,12 @@ impl Timestamp {
     /// `toISOString` writes). Any offset is accepted and converted to UTC;
     /// digits below the millisecond are dropped (rounding toward the past).
     pub fn parse_iso8601(text: &str) -> Result<Self, TimeError> {
-        let parsed = OffsetDateTime::parse(text, &Rfc3339)
+        let parsed = DateTime::parse_from_rfc3339(text)
             .map_err(|_| TimeError::NotIso8601 { input: echo(text) })?;
-        let unix_ms = parsed.unix_timestamp_nanos().div_euclid(1_000_000);
+        // Whole seconds and the milliseconds below them: flooring, since
+        // the sub-second part counts forward from the second even before 1970.
+        let unix_ms = i128::from(parsed.timestamp()) * 1_000
+            + i128::from(parsed.timestamp_subsec_millis().min(999));
         let in_range = i128::from(Self::MIN.0)..=i128::from(Self::MAX.0);
         if !in_range.contains(&unix_ms) {
             return Err(TimeError::OutOfRange { input: echo(text) });
@@ -258,6 +259,15 @@ mod tests {
         let json = serde_json::to_string(&t).unwrap();
         assert_eq!(json, r#""2026-06-07T18:21:10.123Z""#);
         assert_eq!(serde_json::from_str::<Timestamp>(&json).unwrap(), t);
+    }
+
+    proptest::proptest! {
+        /// Every timestamp with a text form reads back as itself.
+        #[test]
+        fn the_text_form_reads_back(unix_ms in Timestamp::MIN.0..=Timestamp::MAX.0) {
+            let t = Timestamp(unix_ms);
+            proptest::prop_assert_eq!(Timestamp::parse_iso8601(&t.to_iso8601()), Ok(t));
+        }
     }
 
     #[test]
