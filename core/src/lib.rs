@@ -12,6 +12,10 @@
 //! - [`event`](mod@event): the versioned event schema ([`Event`], [`EventBody`]) and its
 //!   byte codec ([`encode`], [`decode`]); released versions are frozen.
 //! - [`plan_edit`](mod@plan_edit): atomic string-replacement edits of named plans.
+//! - [`dag`](mod@dag): the DAG engine's pure core: pipeline definitions
+//!   checked when defined, and which steps a run settles next (fresh or run,
+//!   by input hash), so resume re-runs only what is missing or downstream of
+//!   an edit.
 //! - [`state`](mod@state): the session state machine: [`State::apply`] folds events,
 //!   [`State::decide`] turns a [`Command`] into events or a [`Rejection`].
 //!
@@ -21,6 +25,7 @@
 //! on neither the log nor the projections; they depend on it.
 
 pub mod answer;
+pub mod dag;
 pub mod event;
 pub mod id;
 mod json;
