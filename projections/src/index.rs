@@ -276,14 +276,14 @@ impl Index {
     /// Applies every event in the log after the index's last applied cursor.
     /// Returns how many were applied.
     pub fn catch_up(&self) -> Result<u64, StoreError> {
-        self.catch_up_observing(|_| {})
+        self.catch_up_observing(|_, _| {})
     }
 
     /// [`Index::catch_up`], showing each applied event to `observe` as well, so a
     /// rebuild decodes the log once for every projection.
-    pub fn catch_up_observing(
+    pub(crate) fn catch_up_observing(
         &self,
-        mut observe: impl FnMut(&Envelope),
+        mut observe: impl FnMut(&Envelope, crate::snapshot::Anchor),
     ) -> Result<u64, StoreError> {
         let mut reader_slot = self.reader.lock().unwrap_or_else(|p| p.into_inner());
         let mut total = 0u64;
@@ -314,7 +314,11 @@ impl Index {
                     }
                     let envelope = decode(&record.payload, planb_core::Cursor(record.cursor.0))?;
                     apply(&mut tables, &envelope).map_err(self.err("apply"))?;
-                    observe(&envelope);
+                    let anchor = crate::snapshot::Anchor {
+                        position: record.position,
+                        checksum: record.checksum,
+                    };
+                    observe(&envelope, anchor);
                     last = record.cursor.0;
                     count += 1;
                 }

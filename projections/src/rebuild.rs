@@ -72,8 +72,7 @@ pub(crate) fn rebuild_locked(
     let old_tree = root.root().join("sessions.old");
     let live_tree = root.sessions_dir();
     files::remove(&root.sessions_checkpoint_path(), false)?;
-    // Rebuilt from the log as well: the next store to open folds the whole
-    // log and saves a new one.
+    // Rebuilt from the log as well, below; until then no snapshot stands.
     files::remove(&root.state_snapshot_path(), false)?;
     files::remove(beside.root(), true)?;
     create_dir(beside.root())?;
@@ -86,7 +85,11 @@ pub(crate) fn rebuild_locked(
         LogOptions::default(),
     )?;
     let mut state = State::default();
-    let events = index.catch_up_observing(|envelope| state.apply(envelope))?;
+    let mut anchor = None;
+    let events = index.catch_up_observing(|envelope, at| {
+        state.apply(envelope);
+        anchor = Some(at);
+    })?;
     drop(index);
     let mut writer = Writer::default();
     files::write_all(&mut writer, &beside, &state)?;
@@ -104,6 +107,14 @@ pub(crate) fn rebuild_locked(
     rename(&beside.index_path(), &root.index_path())?;
     files::write_checkpoint(root, state.last_cursor(), &Default::default())?;
     files::remove(beside.root(), true)?;
+    // The next process starts from the rebuilt state instead of folding the
+    // whole log again. A snapshot that cannot be written only costs time.
+    if let Some(anchor) = anchor
+        && events >= crate::store::SNAPSHOT_AFTER_EVENTS
+        && let Err(error) = crate::snapshot::save(root, &state, anchor)
+    {
+        tracing::warn!("rebuild could not write the state snapshot: {error}");
+    }
     if !kept_unknown.is_empty() {
         tracing::warn!(
             ?kept_unknown,

@@ -242,3 +242,29 @@ fn a_snapshot_past_the_end_of_the_log_is_a_lost_tail() {
         "the snapshot, which may hold the only trace of the lost events, is kept"
     );
 }
+
+#[test]
+fn a_rebuild_leaves_a_snapshot_of_the_rebuilt_state() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let (store, _) = open(dir.path());
+        write(&store, 0, 400);
+    }
+    std::fs::remove_file(dir.path().join("state.snapshot")).expect("remove snapshot");
+    let (state, report) = planb_projections::rebuild(&DataRoot::new(dir.path())).expect("rebuild");
+    assert_eq!(report.events, 1200);
+    assert!(
+        matches!(
+            check(dir.path(), 1200),
+            SnapshotCheck::Holds {
+                cursor: Cursor(1200),
+                ..
+            }
+        ),
+        "the rebuild's snapshot checks out against the log"
+    );
+    let (store, report) = open(dir.path());
+    assert_eq!(report.from_snapshot, Some(Cursor(1200)));
+    assert_eq!(report.events, 0);
+    assert_eq!(store.snapshot().expect("state"), state);
+}
