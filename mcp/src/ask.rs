@@ -76,7 +76,7 @@ pub async fn wait(wait: Wait<'_>) -> CallToolResult {
     // Another process may record the answer (it served the same form).
     let outcome = tokio::select! {
         outcome = deliver_and_wait(&config, &page, wait.answered) => outcome,
-        answers = crate::collect::answered_in_log(wait.server.store(), wait.ask) => {
+        answers = wait.server.answer_watch().answered(wait.server.store(), wait.ask) => {
             // The delivery was dropped before it could tell the client the
             // elicitation is over.
             if page.url_mode {

@@ -31,6 +31,8 @@ pub struct PlanbServer {
     config: Arc<Config>,
     forms: Arc<Forms>,
     reviews: Arc<crate::forms::Reviews>,
+    /// Answers to waited asks recorded by other processes.
+    answer_watch: Arc<crate::collect::AnswerWatch>,
     /// The callback server, started on the first form.
     http: Arc<OnceCell<SocketAddr>>,
     tool_router: ToolRouter<Self>,
@@ -73,6 +75,7 @@ impl PlanbServer {
             config: Arc::new(config),
             forms: Arc::new(Forms::default()),
             reviews: Arc::new(crate::forms::Reviews::default()),
+            answer_watch: Arc::default(),
             http: Arc::new(OnceCell::new()),
             tool_router: Self::tool_router() + Self::plan_tool_router(),
             prompt_router: Self::prompt_router(),
@@ -101,6 +104,10 @@ impl PlanbServer {
 
     pub(crate) fn reviews(&self) -> &crate::forms::Reviews {
         &self.reviews
+    }
+
+    pub(crate) fn answer_watch(&self) -> &Arc<crate::collect::AnswerWatch> {
+        &self.answer_watch
     }
 
     pub(crate) async fn callback_address(&self) -> std::io::Result<SocketAddr> {
