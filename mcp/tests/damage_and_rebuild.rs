@@ -1,5 +1,5 @@
-//! Rebuilding beside running servers, and a log that lost its tail (issue 8,
-//! items 3 and 4), with the real binaries.
+//! Rebuilding beside running servers and killed half-way, and a log that
+//! lost its tail (issue 8, items 3 and 4), with the real binaries.
 
 mod support;
 
@@ -291,4 +291,94 @@ async fn a_session_manifest_a_killed_server_left_behind_is_written_by_the_next_o
     next.client.cancel().await.expect("shutdown");
     let output = planb(dir.path(), &["check"]);
     assert!(output.status.success(), "{}", all_output(&output));
+}
+
+/// `planb-mcp rebuild` killed with SIGKILL at points spread over its run:
+/// after each kill the data root still checks out (`check`), a server opens
+/// it and writes, and a final rebuild completes and leaves nothing of the
+/// interrupted ones behind.
+#[test]
+fn a_rebuild_killed_at_any_point_leaves_a_root_that_checks_and_rebuilds() {
+    use planb_core::{Command, SessionId, Timestamp};
+    use planb_projections::{DataRoot, FixedEnvironment, Store};
+    const SESSIONS: u128 = 1_500;
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let env = Arc::new(FixedEnvironment::new(Timestamp(1_780_000_000_000), 1_000));
+        let (store, _) = Store::open(DataRoot::new(dir.path()), env).expect("open");
+        for n in 0..SESSIONS {
+            let session = SessionId::from_uuid(uuid::Uuid::from_u128(0xfeed_0000 + n));
+            store
+                .execute(Command::CreateSession {
+                    session,
+                    title: Some(format!("session {n}")),
+                    intent: None,
+                    project_path: None,
+                })
+                .expect("create");
+            for v in 0..3 {
+                store
+                    .execute(Command::SavePlan {
+                        session,
+                        title: None,
+                        content: format!("# plan {n} v{v}\n{}", "text ".repeat(200)),
+                    })
+                    .expect("save");
+            }
+        }
+    }
+    // How long a whole rebuild takes here only spreads the kill points over
+    // it; what each kill must leave behind does not depend on timing.
+    let started = std::time::Instant::now();
+    let whole = planb(dir.path(), &["rebuild"]);
+    assert!(whole.status.success(), "{}", all_output(&whole));
+    let took = started.elapsed();
+    let mut interrupted = 0;
+    for eighth in 1..8u32 {
+        let mut rebuild = std::process::Command::new(env!("CARGO_BIN_EXE_planb-mcp"))
+            .args(["--data-dir"])
+            .arg(dir.path())
+            .arg("rebuild")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start rebuild");
+        std::thread::sleep(took * eighth / 8);
+        if rebuild.try_wait().expect("poll").is_none() {
+            interrupted += 1;
+        }
+        rebuild.kill().expect("kill -9");
+        rebuild.wait().expect("reap");
+        let check = planb(dir.path(), &["check"]);
+        assert!(
+            check.status.success(),
+            "after a rebuild killed at {eighth}/8 of its run: {}",
+            all_output(&check)
+        );
+    }
+    assert!(interrupted > 0, "no kill landed while a rebuild ran");
+    // A server opens the root and writes on it.
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let server = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
+        let session = new_session(&server).await;
+        save(&server, &session, "# after the kills\n")
+            .await
+            .expect("save_plan");
+        server.client.cancel().await.expect("shutdown");
+    });
+    let last = planb(dir.path(), &["rebuild"]);
+    assert!(last.status.success(), "{}", all_output(&last));
+    let check = planb(dir.path(), &["check"]);
+    assert!(check.status.success(), "{}", all_output(&check));
+    for leftover in ["rebuild.new", "sessions.old"] {
+        assert!(
+            !dir.path().join(leftover).exists(),
+            "{leftover} left behind"
+        );
+    }
+    let sessions = std::fs::read_dir(dir.path().join("sessions"))
+        .expect("sessions")
+        .count();
+    assert_eq!(sessions as u128, SESSIONS + 1);
 }
