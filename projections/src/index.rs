@@ -25,7 +25,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, WriteTran
 use crate::StoreError;
 
 /// Bumped when the tables or their meaning change; a mismatch triggers a rebuild.
-const INDEX_SCHEMA: u64 = 1;
+const INDEX_SCHEMA: u64 = 2;
 /// Events applied per write transaction while catching up, so a long catch-up
 /// neither holds the write lock for long nor builds a huge transaction.
 const EVENTS_PER_TRANSACTION: usize = 20_000;
@@ -41,7 +41,9 @@ const SESSIONS_BY_PROJECT: TableDefinition<(&str, Id), ()> =
 const ASK_INFO: TableDefinition<Id, (u8, Id)> = TableDefinition::new("ask_info");
 const ASKS_BY_STATUS: TableDefinition<(u8, Id), Id> = TableDefinition::new("asks_by_status");
 const PLAN_VERSIONS: TableDefinition<(Id, u32), u64> = TableDefinition::new("plan_versions");
-const NAMED_PLAN_EVENTS: TableDefinition<(&str, u64), &str> =
+/// (plans directory, plan name, cursor) → event kind: two projects' plans
+/// of one name are two plans.
+const NAMED_PLAN_EVENTS: TableDefinition<(&str, &str, u64), &str> =
     TableDefinition::new("named_plan_events");
 const EVENTS_BY_SESSION: TableDefinition<(Id, u64), ()> = TableDefinition::new("events_by_session");
 
@@ -77,8 +79,8 @@ pub struct IndexDump {
     pub asks_by_status: Vec<(u8, Id, Id)>,
     /// (session, version, cursor).
     pub plan_versions: Vec<(Id, u32, u64)>,
-    /// (plan name, cursor, event kind).
-    pub named_plan_events: Vec<(String, u64, String)>,
+    /// (plans directory, plan name, cursor, event kind).
+    pub named_plan_events: Vec<(String, String, u64, String)>,
     /// (session, cursor).
     pub events_by_session: Vec<(Id, u64)>,
 }
@@ -404,7 +406,7 @@ impl Index {
         collect!(PLAN_VERSIONS, |k, v| (k.0, k.1, v), dump.plan_versions);
         collect!(
             NAMED_PLAN_EVENTS,
-            |k, v| (k.0.to_string(), k.1, v.to_string()),
+            |k, v| (k.0.to_string(), k.1.to_string(), k.2, v.to_string()),
             dump.named_plan_events
         );
         collect!(EVENTS_BY_SESSION, |k, _v| k, dump.events_by_session);
@@ -454,7 +456,7 @@ struct Tables<'txn> {
     ask_info: redb::Table<'txn, Id, (u8, Id)>,
     asks_by_status: redb::Table<'txn, (u8, Id), Id>,
     plan_versions: redb::Table<'txn, (Id, u32), u64>,
-    named_plan_events: redb::Table<'txn, (&'static str, u64), &'static str>,
+    named_plan_events: redb::Table<'txn, (&'static str, &'static str, u64), &'static str>,
     events_by_session: redb::Table<'txn, (Id, u64), ()>,
 }
 
@@ -522,15 +524,21 @@ fn apply(t: &mut Tables<'_>, envelope: &Envelope) -> Result<(), redb::Error> {
             t.plan_versions.insert((session, *version), cursor)?;
             Some(session)
         }
-        EventBody::NamedPlanWritten { plan, session, .. } => {
-            t.named_plan_events
-                .insert((plan.as_str(), cursor), body.kind_name())?;
+        EventBody::NamedPlanWritten { session, .. } => {
+            if let Some(plan) = body.plan_key() {
+                t.named_plan_events.insert(
+                    (plan.dir.as_str(), plan.name.as_str(), cursor),
+                    body.kind_name(),
+                )?;
+            }
             session.map(|s| bytes(s.as_uuid()))
         }
         other => {
-            if let Some(plan) = other.plan() {
-                t.named_plan_events
-                    .insert((plan.as_str(), cursor), other.kind_name())?;
+            if let Some(plan) = other.plan_key() {
+                t.named_plan_events.insert(
+                    (plan.dir.as_str(), plan.name.as_str(), cursor),
+                    other.kind_name(),
+                )?;
             }
             None
         }
@@ -579,4 +587,67 @@ fn touch_session(t: &mut Tables<'_>, session: Id, at: i64) -> Result<(), redb::E
 
 fn bytes(uuid: uuid::Uuid) -> Id {
     *uuid.as_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use planb_core::{Command, Timestamp};
+    use planb_log::LogOptions;
+    use redb::{Database, TableDefinition};
+
+    use super::{Index, META, SCHEMA};
+    use crate::{DataRoot, FixedEnvironment, Store};
+
+    /// An index written by an older build (schema 1: named-plan events keyed
+    /// by name alone) is emptied and filled again from the log on open.
+    #[test]
+    fn an_index_of_an_older_schema_is_rebuilt_from_the_log() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = DataRoot::new(dir.path());
+        {
+            let env = Arc::new(FixedEnvironment::new(Timestamp(1_780_000_000_000), 1_000));
+            let (store, _) = Store::open(root.clone(), env).expect("open");
+            store
+                .execute(Command::WritePlan {
+                    plan: planb_core::PlanKey::new(
+                        "/app/docs/plans",
+                        planb_core::PlanName::parse("auth").expect("name"),
+                    ),
+                    content: "# Auth\n".into(),
+                    session: None,
+                })
+                .expect("write");
+        }
+        let path = dir.path().join("old-index.redb");
+        {
+            const OLD: TableDefinition<(&str, u64), &str> =
+                TableDefinition::new("named_plan_events");
+            let db = Database::create(&path).expect("create");
+            let txn = db.begin_write().expect("txn");
+            {
+                let mut meta = txn.open_table(META).expect("meta");
+                meta.insert(SCHEMA, 1).expect("schema");
+                meta.insert(super::APPLIED_CURSOR, 1).expect("applied");
+                let mut old = txn.open_table(OLD).expect("old table");
+                old.insert(("auth", 1), "named_plan_written").expect("row");
+            }
+            txn.commit().expect("commit");
+        }
+        let (log, _) = planb_log::open_dir(&root.log_dir(), LogOptions::default()).expect("log");
+        let index = Index::open(&path, Arc::clone(log.storage()), LogOptions::default())
+            .expect("an old index opens");
+        index.catch_up().expect("catch up");
+        let dump = index.dump().expect("dump");
+        assert_eq!(
+            dump.named_plan_events,
+            [(
+                "/app/docs/plans".to_owned(),
+                "auth".to_owned(),
+                1,
+                "named_plan_written".to_owned()
+            )]
+        );
+    }
 }
