@@ -49,15 +49,28 @@ pub(crate) fn answers_result(ask: AskId, answers: &Answers) -> CallToolResult {
 
 /// The person has not answered yet and the request could time out in its
 /// client: say where the form is and how to keep waiting.
+/// `url` is the form's link, or only its address (no `sid`) when this
+/// process waits on a link another process gave out.
 pub(crate) fn still_open_result(ask: AskId, title: &str, url: &str) -> CallToolResult {
+    let (whereabouts, structured) = if url.contains("sid=") {
+        (
+            format!("It stays open at {url}"),
+            json!({"status": "waiting", "askId": ask.to_string(), "url": url}),
+        )
+    } else {
+        (
+            format!("It stays open at the link given when it was asked (on {url})"),
+            json!({"status": "waiting", "askId": ask.to_string()}),
+        )
+    };
     ask_result(
         format!(
-            "The person has not answered the form \"{title}\" yet. It stays open at {url}, and \
-             whatever they submit is recorded, whenever they do. To keep waiting, call ask_user \
-             with {{\"askId\": \"{ask}\"}}: it returns the answers as soon as they exist (at once if \
+            "The person has not answered the form \"{title}\" yet. {whereabouts}, and whatever \
+             they submit is recorded, whenever they do. To keep waiting, call ask_user with \
+             {{\"askId\": \"{ask}\"}}: it returns the answers as soon as they exist (at once if \
              they already do)."
         ),
-        json!({"status": "waiting", "askId": ask.to_string(), "url": url}),
+        structured,
     )
 }
 

@@ -196,11 +196,18 @@ impl PlanbServer {
         };
         let found = self
             .read_state(move |s| {
-                s.ask(&ask_id)
-                    .map(|a| (a.session, a.spec.clone(), a.has_form(), recorded_answer(a)))
+                s.ask(&ask_id).map(|a| {
+                    (
+                        a.session,
+                        a.spec.clone(),
+                        a.has_form(),
+                        recorded_answer(a),
+                        a.url.clone(),
+                    )
+                })
             })
             .await;
-        let (ask_session, spec, has_form, answer) = match found {
+        let (ask_session, spec, has_form, answer, form_address) = match found {
             Ok(Some(found)) => found,
             Ok(None) => return tool_error(format!("askId: unknown ask {ask_id}")),
             Err(error) => return store_error(error),
@@ -247,6 +254,29 @@ impl PlanbServer {
             self.forms().detach(&sid);
             return outcome;
         }
+        let spec = Arc::new(spec);
+        // On a fixed port the link the person was given reaches this process
+        // too (any planb-mcp on the port serves it, found by the hash of its
+        // sid): wait for the answer without opening another page.
+        let port = self.config().port;
+        if port != 0
+            && form_address == format!("http://127.0.0.1:{port}/ask")
+            && self.callback_address().await.is_ok()
+        {
+            // Nobody sends on this channel: the answer comes through the log.
+            let (_unused, answered) = oneshot::channel();
+            return crate::ask::wait(crate::ask::Wait {
+                server: self,
+                context,
+                ask: ask_id,
+                spec: &spec,
+                url: &form_address,
+                url_mode,
+                deliver: false,
+                answered,
+            })
+            .await;
+        }
         // The log holds only the hash of the old sid: this process serves
         // the form under a new one.
         let sid = match crate::server::new_sid() {
@@ -262,7 +292,6 @@ impl PlanbServer {
             Err(error) => return tool_error(format!("the form could not be opened: {error}")),
         };
         let url = format!("http://127.0.0.1:{}/ask?sid={sid}", address.port());
-        let spec = Arc::new(spec);
         let (sender, answered) = oneshot::channel();
         let info = FormInfo {
             ask: ask_id,

@@ -141,7 +141,7 @@ fn issue_9_the_inspector_cli_lists_the_tools_and_completes_an_ask_answered_later
             .stdin(Stdio::null());
         command
     };
-    let done = |mut command: Command| -> Value {
+    let run = |mut command: Command| -> (Value, String) {
         let output = command.output().expect("run the inspector");
         assert!(
             !text(&output).contains("unknown format"),
@@ -157,8 +157,9 @@ fn issue_9_the_inspector_cli_lists_the_tools_and_completes_an_ask_answered_later
             "{}",
             text(&output)
         );
-        result
+        (result, String::from_utf8_lossy(&output.stderr).into_owned())
     };
+    let done = |command: Command| run(command).0;
     let tool = |name: &str, args: &[&str]| {
         let mut extra = vec!["--tool-name".to_owned(), name.to_owned()];
         if !args.is_empty() {
@@ -218,7 +219,7 @@ fn issue_9_the_inspector_cli_lists_the_tools_and_completes_an_ask_answered_later
     // The process that opened the form is gone; the person answers later,
     // while the next call (a new process on the same port) waits.
     let collecting = tool("ask_user", &[&format!("askId={ask}")]);
-    let collecting = std::thread::spawn(move || done(collecting));
+    let collecting = std::thread::spawn(move || run(collecting));
     let (form_port, sid) = support::parse_form_url(&url);
     assert_eq!(form_port, port);
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -245,7 +246,12 @@ fn issue_9_the_inspector_cli_lists_the_tools_and_completes_an_ask_answered_later
         panic!("the form's link never came back");
     });
     assert_eq!(answered.json()["status"], "answered", "{}", answered.body);
-    let mut collected = collecting.join().expect("the collecting call");
+    let (mut collected, stderr) = collecting.join().expect("the collecting call");
+    // It waited on the link the person already had: no new page.
+    assert!(
+        !stderr.contains("opening browser directly"),
+        "a second page was opened: {stderr}"
+    );
     // A call that handed back before the answer came is repeated, as an
     // agent would.
     while collected["structuredContent"]["status"] == "waiting" {
