@@ -256,7 +256,140 @@ pub(crate) fn event_body() -> impl Strategy<Value = EventBody> {
                 },
             )
             .boxed(),
+        (
+            task_id(),
+            (text(), any::<u32>(), text(), text(), text()),
+            opt_text(),
+            opt_text(),
+        )
+            .prop_map(
+                |(
+                    task,
+                    (pipeline, pipeline_version, prompt, speed, target),
+                    model_profile,
+                    client_request_id,
+                )| {
+                    B::TaskCreated {
+                        task,
+                        pipeline,
+                        pipeline_version,
+                        prompt,
+                        speed,
+                        target,
+                        model_profile,
+                        client_request_id,
+                    }
+                },
+            )
+            .boxed(),
+        (
+            task_id(),
+            run_id(),
+            proptest::option::of(run_id()),
+            any::<u32>(),
+            text(),
+        )
+            .prop_map(|(task, run, resumed_from, owner_pid, host)| B::RunStarted {
+                task,
+                run,
+                resumed_from,
+                owner_pid,
+                host,
+            })
+            .boxed(),
+        (task_id(), run_id(), text(), any::<u32>(), any::<[u8; 32]>())
+            .prop_map(|(task, run, step, attempt, input)| B::StepStarted {
+                task,
+                run,
+                step,
+                attempt,
+                input,
+            })
+            .boxed(),
+        (
+            (task_id(), run_id(), text()),
+            (any::<[u8; 32]>(), any::<[u8; 32]>()),
+            (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>()),
+        )
+            .prop_map(
+                |(
+                    (task, run, step),
+                    (input, artifact),
+                    (bytes, duration_ms, tokens_in, tokens_out),
+                )| {
+                    B::StepSucceeded {
+                        task,
+                        run,
+                        step,
+                        input,
+                        artifact,
+                        bytes,
+                        duration_ms,
+                        tokens_in,
+                        tokens_out,
+                    }
+                },
+            )
+            .boxed(),
+        (task_id(), run_id(), text(), text(), text(), any::<bool>())
+            .prop_map(
+                |(task, run, step, class, message, recoverable)| B::StepFailed {
+                    task,
+                    run,
+                    step,
+                    class,
+                    message,
+                    recoverable,
+                },
+            )
+            .boxed(),
+        (task_id(), text(), any::<[u8; 32]>(), any::<u64>(), text())
+            .prop_map(|(task, step, artifact, bytes, by)| B::ArtifactEdited {
+                task,
+                step,
+                artifact,
+                bytes,
+                by,
+            })
+            .boxed(),
+        (task_id(), run_id())
+            .prop_map(|(task, run)| B::StopRequested { task, run })
+            .boxed(),
+        (
+            task_id(),
+            run_id(),
+            prop_oneof![
+                Just(crate::event::RunOutcome::Completed),
+                Just(crate::event::RunOutcome::Stopped),
+                Just(crate::event::RunOutcome::Failed)
+            ],
+            opt_text(),
+            opt_text(),
+            any::<bool>(),
+        )
+            .prop_map(
+                |(task, run, outcome, reason, failed_step, recoverable)| B::RunEnded {
+                    task,
+                    run,
+                    outcome,
+                    reason,
+                    failed_step,
+                    recoverable,
+                },
+            )
+            .boxed(),
+        (task_id(), run_id(), vec(text(), 0..4))
+            .prop_map(|(task, run, lines)| B::RunLog { task, run, lines })
+            .boxed(),
     ])
+}
+
+fn task_id() -> impl Strategy<Value = crate::id::TaskId> {
+    any::<u128>().prop_map(|n| crate::id::TaskId::from_uuid(Uuid::from_u128(n)))
+}
+
+fn run_id() -> impl Strategy<Value = crate::id::RunId> {
+    any::<u128>().prop_map(|n| crate::id::RunId::from_uuid(Uuid::from_u128(n)))
 }
 
 /// An event with any id, any timestamp and any body.

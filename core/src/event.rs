@@ -25,6 +25,7 @@ pub(crate) use golden::fixed_events as golden_events_for_tests;
 mod tests;
 pub mod v1;
 pub mod v2;
+pub mod v3;
 
 use rkyv::rancor;
 use rkyv::util::AlignedVec;
@@ -33,12 +34,12 @@ use crate::id::{AskId, EventId, PlanName, SessionId};
 use crate::time::Cursor;
 
 pub use v1::{DeclineAction, Delivery, ReviewChannel, ReviewComment, Verdict};
-pub use v2::{Event, EventBody};
+pub use v3::{Event, EventBody, RunOutcome};
 
 /// First two bytes of every event payload.
 pub const MAGIC: [u8; 2] = *b"PE";
 /// The schema version [`encode`] writes.
-pub const SCHEMA_VERSION: u16 = 2;
+pub const SCHEMA_VERSION: u16 = 3;
 /// Bytes before the rkyv archive: magic and schema version.
 pub const HEADER_LEN: usize = 4;
 
@@ -141,9 +142,10 @@ pub fn decode(payload: &[u8], cursor: Cursor) -> Result<Envelope, DecodeError> {
         detail,
     };
     let event = match version {
-        // Upcast to the current shape by `From<v1::Event> for v2::Event`.
+        // Older versions are upcast to the current shape by `From`.
         1 => decode_archive::<v1::Event>(archive).map_err(malformed)?,
         2 => decode_archive::<v2::Event>(archive).map_err(malformed)?,
+        3 => decode_archive::<v3::Event>(archive).map_err(malformed)?,
         _ => return Err(DecodeError::UnknownVersion { cursor, version }),
     };
     Ok(Envelope { cursor, event })
@@ -194,6 +196,31 @@ impl EventBody {
             EventBody::NamedPlanChangedOutside { .. } => "named_plan_changed_outside",
             EventBody::NamedPlanSubmitted { .. } => "named_plan_submitted",
             EventBody::NamedPlanReviewed { .. } => "named_plan_reviewed",
+            EventBody::TaskCreated { .. } => "task_created",
+            EventBody::RunStarted { .. } => "run_started",
+            EventBody::StepStarted { .. } => "step_started",
+            EventBody::StepSucceeded { .. } => "step_succeeded",
+            EventBody::StepFailed { .. } => "step_failed",
+            EventBody::ArtifactEdited { .. } => "artifact_edited",
+            EventBody::StopRequested { .. } => "stop_requested",
+            EventBody::RunEnded { .. } => "run_ended",
+            EventBody::RunLog { .. } => "run_log",
+        }
+    }
+
+    /// The task the event is about, for the DAG engine's events.
+    pub fn task(&self) -> Option<crate::id::TaskId> {
+        match self {
+            EventBody::TaskCreated { task, .. }
+            | EventBody::RunStarted { task, .. }
+            | EventBody::StepStarted { task, .. }
+            | EventBody::StepSucceeded { task, .. }
+            | EventBody::StepFailed { task, .. }
+            | EventBody::ArtifactEdited { task, .. }
+            | EventBody::StopRequested { task, .. }
+            | EventBody::RunEnded { task, .. }
+            | EventBody::RunLog { task, .. } => Some(*task),
+            _ => None,
         }
     }
 

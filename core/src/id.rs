@@ -161,7 +161,7 @@ uuid_newtype_impls!(AskId);
 pub struct EventId([u8; 16]);
 uuid_newtype_impls!(EventId);
 
-/// Names a task of the DAG engine (later phase).
+/// Names a task of the DAG engine.
 #[derive(
     Clone,
     Copy,
@@ -175,10 +175,11 @@ uuid_newtype_impls!(EventId);
     rkyv::Serialize,
     rkyv::Deserialize,
 )]
+#[rkyv(derive(PartialEq, Eq, PartialOrd, Ord))]
 pub struct TaskId([u8; 16]);
 uuid_newtype_impls!(TaskId);
 
-/// Names one run of a task (later phase).
+/// Names one run of a task.
 #[derive(
     Clone,
     Copy,
@@ -192,6 +193,7 @@ uuid_newtype_impls!(TaskId);
     rkyv::Serialize,
     rkyv::Deserialize,
 )]
+#[rkyv(derive(PartialEq, Eq, PartialOrd, Ord))]
 pub struct RunId([u8; 16]);
 uuid_newtype_impls!(RunId);
 

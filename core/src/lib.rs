@@ -40,11 +40,12 @@ mod arbitrary;
 pub use answer::{AnswerErrors, AnswerValue, Answers};
 pub use event::{
     DeclineAction, DecodeError, Delivery, EncodeError, Envelope, Event, EventBody, ReviewChannel,
-    ReviewComment, Verdict, decode, encode,
+    ReviewComment, RunOutcome, Verdict, decode, encode,
 };
 pub use id::{AskId, EventId, IdError, PlanName, RunId, SessionId, TaskId};
 pub use plan_edit::{EditError, PlanEdit, apply_edits};
 pub use question::{AskSpec, Choice, FieldError, Question, QuestionKind, SpecError};
+pub use state::tasks::{Run, RunState, StepSuccess, Task, TaskErrorCode};
 pub use state::{
     Ask, AskStatus, Command, ContentHash, NamedPlan, NamedPlanVersion, PlanKey, PlanSource,
     PlanVersion, Rejection, ReviewRound, Session, State,

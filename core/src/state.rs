@@ -15,6 +15,7 @@
 mod decide;
 mod named;
 mod snapshot;
+pub mod tasks;
 
 pub use named::{
     EDITS_BYTES_MAX, EDITS_MAX, NAMED_PLAN_BYTES_MAX, REVIEW_COMMENT_CHARS_MAX,
@@ -46,6 +47,7 @@ pub struct State {
     sessions: BTreeMap<SessionId, Session>,
     asks: BTreeMap<AskId, Ask>,
     named_plans: BTreeMap<PlanKey, NamedPlan>,
+    tasks: BTreeMap<crate::id::TaskId, tasks::Task>,
     last_cursor: Cursor,
 }
 
@@ -400,6 +402,7 @@ impl State {
                 });
                 touch(s, at);
             }
+            body if body.task().is_some() => self.apply_task(body, at),
             body => self.apply_named_plan(cursor, at, body),
         }
     }

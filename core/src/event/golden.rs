@@ -1,7 +1,7 @@
 //! The golden logs of every released event schema:
-//! `fixtures/golden/events-v1.bin` and `events-v2.bin` each hold one fixed
-//! event of every variant. The tests prove the current code decodes each file
-//! to exactly those events (version 1 upcast to version 2), and that each
+//! `fixtures/golden/events-v1.bin`, `events-v2.bin` and `events-v3.bin` each
+//! hold one fixed event of every variant. The tests prove the current code decodes each file
+//! to exactly those events (older versions upcast to the current one), and that each
 //! version's types still encode to exactly those bytes. Run with
 //! `PLANB_BLESS=1` to write a file, and only ever for a schema version that
 //! has not been released.
@@ -12,6 +12,7 @@ use uuid::Uuid;
 
 use super::*;
 use crate::answer::{AnswerValue, Answers};
+use crate::id::{RunId, TaskId};
 use crate::plan_edit::PlanEdit;
 use crate::question::{AskSpec, Choice, Question, QuestionKind};
 use crate::time::Timestamp;
@@ -224,17 +225,17 @@ const PLANS_DIR: &str = "/home/ada/src/app/docs/plans";
 
 /// One event of every version 2 variant: the version 1 events, upcast, with
 /// the named plan in a plans directory.
-pub(crate) fn fixed_events() -> Vec<Event> {
+pub(crate) fn fixed_events_v2() -> Vec<v2::Event> {
     fixed_events_v1()
         .into_iter()
         .map(|event| {
-            let mut event = Event::from(event);
+            let mut event = v2::Event::from(event);
             match &mut event.body {
-                EventBody::NamedPlanWritten { plans_dir, .. }
-                | EventBody::NamedPlanEdited { plans_dir, .. }
-                | EventBody::NamedPlanChangedOutside { plans_dir, .. }
-                | EventBody::NamedPlanSubmitted { plans_dir, .. }
-                | EventBody::NamedPlanReviewed { plans_dir, .. } => {
+                v2::EventBody::NamedPlanWritten { plans_dir, .. }
+                | v2::EventBody::NamedPlanEdited { plans_dir, .. }
+                | v2::EventBody::NamedPlanChangedOutside { plans_dir, .. }
+                | v2::EventBody::NamedPlanSubmitted { plans_dir, .. }
+                | v2::EventBody::NamedPlanReviewed { plans_dir, .. } => {
                     *plans_dir = PLANS_DIR.into();
                 }
                 _ => {}
@@ -244,11 +245,137 @@ pub(crate) fn fixed_events() -> Vec<Event> {
         .collect()
 }
 
-/// A version 1 payload, as planb wrote it before version 2.
-fn encode_v1(event: &v1::Event) -> Vec<u8> {
+fn task() -> TaskId {
+    TaskId::from_uuid(Uuid::from_u128(0x0190_f5a2_9000_7000_8000_0000_0000_00a1))
+}
+
+fn run(n: u128) -> RunId {
+    RunId::from_uuid(Uuid::from_u128(
+        0x0190_f5a2_9000_7000_8000_0000_0000_0b00 + n,
+    ))
+}
+
+fn sha(text: &str) -> [u8; 32] {
+    crate::state::ContentHash::of(text).0
+}
+
+/// One event of every version 3 variant: the version 2 events, upcast, then
+/// one task's life: created, run, a step failed and one succeeded, an
+/// artifact edited, a stop, the run ended, its log, and a resumed run.
+pub(crate) fn fixed_events() -> Vec<Event> {
+    let at = |n: i64| Timestamp(1_780_856_500_000 + n);
+    let id = |n: u128| {
+        EventId::from_uuid(Uuid::from_u128(
+            0x0190_f5a2_9100_7000_8000_0000_0000_0000 + n,
+        ))
+    };
+    let bodies = vec![
+        EventBody::TaskCreated {
+            task: task(),
+            pipeline: "project-plan".into(),
+            pipeline_version: 1,
+            prompt: "Open a bakery in Lisbon".into(),
+            speed: "fast".into(),
+            target: "report".into(),
+            model_profile: Some("baseline".into()),
+            client_request_id: Some("req-7".into()),
+        },
+        EventBody::RunStarted {
+            task: task(),
+            run: run(1),
+            resumed_from: None,
+            owner_pid: 4242,
+            host: "ada-laptop".into(),
+        },
+        EventBody::StepStarted {
+            task: task(),
+            run: run(1),
+            step: "intake".into(),
+            attempt: 1,
+            input: sha("intake input"),
+        },
+        EventBody::StepFailed {
+            task: task(),
+            run: run(1),
+            step: "intake".into(),
+            class: "model_timeout".into(),
+            message: "the model did not answer within 120 s".into(),
+            recoverable: true,
+        },
+        EventBody::StepSucceeded {
+            task: task(),
+            run: run(1),
+            step: "intake".into(),
+            input: sha("intake input"),
+            artifact: sha("# Intake"),
+            bytes: 8,
+            duration_ms: 1_234,
+            tokens_in: 900,
+            tokens_out: 350,
+        },
+        EventBody::ArtifactEdited {
+            task: task(),
+            step: "intake".into(),
+            artifact: sha("# Intake, edited"),
+            bytes: 16,
+            by: "task_artifact_write".into(),
+        },
+        EventBody::StopRequested {
+            task: task(),
+            run: run(1),
+        },
+        EventBody::RunLog {
+            task: task(),
+            run: run(1),
+            lines: vec!["intake: done".into(), "stopping".into()],
+        },
+        EventBody::RunEnded {
+            task: task(),
+            run: run(1),
+            outcome: RunOutcome::Stopped,
+            reason: None,
+            failed_step: None,
+            recoverable: true,
+        },
+        EventBody::RunStarted {
+            task: task(),
+            run: run(2),
+            resumed_from: Some(run(1)),
+            owner_pid: 4343,
+            host: "ada-laptop".into(),
+        },
+        EventBody::RunEnded {
+            task: task(),
+            run: run(2),
+            outcome: RunOutcome::Failed,
+            reason: Some("worker_error".into()),
+            failed_step: Some("risks".into()),
+            recoverable: true,
+        },
+    ];
+    let mut events: Vec<Event> = fixed_events_v2().into_iter().map(Event::from).collect();
+    events.extend(bodies.into_iter().enumerate().map(|(n, body)| Event {
+        id: id(n as u128),
+        at: at(n as i64),
+        body,
+    }));
+    events
+}
+
+/// A payload of an older schema `version`, as planb wrote it then.
+fn encode_old<E>(event: &E, version: u16) -> Vec<u8>
+where
+    E: for<'a> rkyv::Serialize<
+            rkyv::api::high::HighSerializer<
+                rkyv::util::AlignedVec,
+                rkyv::ser::allocator::ArenaHandle<'a>,
+                rkyv::rancor::Error,
+            >,
+        >,
+{
     let archive = rkyv::to_bytes::<rkyv::rancor::Error>(event).unwrap();
     let mut payload = MAGIC.to_vec();
-    payload.extend_from_slice(&1u16.to_le_bytes());
+    payload.extend_from_slice(&version.to_le_bytes());
     payload.extend_from_slice(&archive);
     payload
 }
@@ -309,16 +436,24 @@ fn check_golden(version: u16, payloads: &[Vec<u8>], expected: &[Event]) {
 #[test]
 fn golden_log_v1_still_decodes_and_encodes_byte_for_byte() {
     let events = fixed_events_v1();
-    let payloads: Vec<Vec<u8>> = events.iter().map(encode_v1).collect();
+    let payloads: Vec<Vec<u8>> = events.iter().map(|e| encode_old(e, 1)).collect();
     let upcast: Vec<Event> = events.into_iter().map(Event::from).collect();
     check_golden(1, &payloads, &upcast);
 }
 
 #[test]
 fn golden_log_v2_still_decodes_and_encodes_byte_for_byte() {
+    let events = fixed_events_v2();
+    let payloads: Vec<Vec<u8>> = events.iter().map(|e| encode_old(e, 2)).collect();
+    let upcast: Vec<Event> = events.into_iter().map(Event::from).collect();
+    check_golden(2, &payloads, &upcast);
+}
+
+#[test]
+fn golden_log_v3_still_decodes_and_encodes_byte_for_byte() {
     let events = fixed_events();
     let payloads: Vec<Vec<u8>> = events.iter().map(|e| encode(e).unwrap()).collect();
-    check_golden(2, &payloads, &events);
+    check_golden(3, &payloads, &events);
 }
 
 /// The golden edit applies to the golden plan's content and gives the

@@ -135,7 +135,7 @@ fn decode_errors_name_the_cursor_and_the_problem() {
     );
     check(
         b"PE\x07\x00",
-        "event at cursor 12: unknown schema version 7 (this build reads 1 to 2)",
+        "event at cursor 12: unknown schema version 7 (this build reads 1 to 3)",
     );
     let error = decode(b"PE\x01\x00\x00", Cursor(12)).unwrap_err();
     assert!(
@@ -167,7 +167,7 @@ fn decode_rejects_invalid_plan_names() {
     let error = decode(&payload, Cursor(5)).unwrap_err();
     assert_eq!(
         error.to_string(),
-        "event at cursor 5: malformed schema v2 payload: planName: must contain only letters, digits, '-' and '_' (found '.')"
+        "event at cursor 5: malformed schema v3 payload: planName: must contain only letters, digits, '-' and '_' (found '.')"
     );
 }
 
@@ -182,13 +182,13 @@ fn kind_names_are_distinct_and_snake_case() {
     );
     names.sort_unstable();
     names.dedup();
-    assert_eq!(names.len(), 14);
+    assert_eq!(names.len(), 23);
 }
 
 #[test]
-fn body_names_its_session_ask_and_plan() {
+fn body_names_its_session_ask_plan_and_task() {
     let events = super::golden::fixed_events();
-    let summary: Vec<(&str, bool, bool, bool)> = events
+    let summary: Vec<(&str, bool, bool, bool, bool)> = events
         .iter()
         .map(|e| {
             let b = &e.body;
@@ -197,26 +197,38 @@ fn body_names_its_session_ask_and_plan() {
                 b.session().is_some(),
                 b.ask().is_some(),
                 b.plan().is_some(),
+                b.task().is_some(),
             )
         })
         .collect();
     assert_eq!(
         summary,
         [
-            ("session_created", true, false, false),
-            ("ask_opened", true, true, false),
-            ("ask_draft_saved", false, true, false),
-            ("ask_answered", false, true, false),
-            ("ask_timed_out", false, true, false),
-            ("ask_declined", false, true, false),
-            ("ask_failed", false, true, false),
-            ("ask_late_answer", false, true, false),
-            ("plan_version_saved", true, false, false),
-            ("named_plan_written", true, false, true),
-            ("named_plan_edited", false, false, true),
-            ("named_plan_changed_outside", false, false, true),
-            ("named_plan_submitted", false, false, true),
-            ("named_plan_reviewed", false, false, true),
+            ("session_created", true, false, false, false),
+            ("ask_opened", true, true, false, false),
+            ("ask_draft_saved", false, true, false, false),
+            ("ask_answered", false, true, false, false),
+            ("ask_timed_out", false, true, false, false),
+            ("ask_declined", false, true, false, false),
+            ("ask_failed", false, true, false, false),
+            ("ask_late_answer", false, true, false, false),
+            ("plan_version_saved", true, false, false, false),
+            ("named_plan_written", true, false, true, false),
+            ("named_plan_edited", false, false, true, false),
+            ("named_plan_changed_outside", false, false, true, false),
+            ("named_plan_submitted", false, false, true, false),
+            ("named_plan_reviewed", false, false, true, false),
+            ("task_created", false, false, false, true),
+            ("run_started", false, false, false, true),
+            ("step_started", false, false, false, true),
+            ("step_failed", false, false, false, true),
+            ("step_succeeded", false, false, false, true),
+            ("artifact_edited", false, false, false, true),
+            ("stop_requested", false, false, false, true),
+            ("run_log", false, false, false, true),
+            ("run_ended", false, false, false, true),
+            ("run_started", false, false, false, true),
+            ("run_ended", false, false, false, true),
         ]
     );
 }

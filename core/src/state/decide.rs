@@ -145,6 +145,129 @@ pub enum Command {
         /// The plan (at most 4 MiB).
         content: String,
     },
+    /// `task_create`: a task with its immutable configuration. With a
+    /// `client_request_id` already used, nothing is recorded (the caller
+    /// returns that task).
+    CreateTask {
+        /// The freshly minted id.
+        task: crate::id::TaskId,
+        /// The pipeline's name.
+        pipeline: String,
+        /// Its version.
+        pipeline_version: u32,
+        /// What to plan.
+        prompt: String,
+        /// `ping`, `fast` or `all`.
+        speed: String,
+        /// The step the runs aim at.
+        target: String,
+        /// The model profile asked for.
+        model_profile: Option<String>,
+        /// The caller's idempotency key.
+        client_request_id: Option<String>,
+    },
+    /// A worker starts a run (`task_create`, `task_resume`).
+    StartRun {
+        /// The task.
+        task: crate::id::TaskId,
+        /// The freshly minted run id.
+        run: crate::id::RunId,
+        /// The run it resumes.
+        resumed_from: Option<crate::id::RunId>,
+        /// The worker's process id.
+        owner_pid: u32,
+        /// The worker's host.
+        host: String,
+    },
+    /// A step of the active, running run starts.
+    StartStep {
+        /// The task.
+        task: crate::id::TaskId,
+        /// The run.
+        run: crate::id::RunId,
+        /// The step's id.
+        step: String,
+        /// The hash of what it reads.
+        input: [u8; 32],
+    },
+    /// A running step produced its artifact (already in the blob store).
+    SucceedStep {
+        /// The task.
+        task: crate::id::TaskId,
+        /// The run.
+        run: crate::id::RunId,
+        /// The step's id.
+        step: String,
+        /// The input hash it ran on.
+        input: [u8; 32],
+        /// The artifact's SHA-256.
+        artifact: [u8; 32],
+        /// Its size.
+        bytes: u64,
+        /// How long it took.
+        duration_ms: u64,
+        /// Model tokens read.
+        tokens_in: u64,
+        /// Model tokens written.
+        tokens_out: u64,
+    },
+    /// A running step failed.
+    FailStep {
+        /// The task.
+        task: crate::id::TaskId,
+        /// The run.
+        run: crate::id::RunId,
+        /// The step's id.
+        step: String,
+        /// A short stable class.
+        class: String,
+        /// What went wrong.
+        message: String,
+        /// Whether resuming may succeed.
+        recoverable: bool,
+    },
+    /// `task_artifact_write` or a hand edit found at resume.
+    EditArtifact {
+        /// The task.
+        task: crate::id::TaskId,
+        /// The step whose artifact changes.
+        step: String,
+        /// The new bytes' SHA-256 (already in the blob store).
+        artifact: [u8; 32],
+        /// Their size.
+        bytes: u64,
+        /// Who.
+        by: String,
+    },
+    /// `task_stop`.
+    RequestStop {
+        /// The task.
+        task: crate::id::TaskId,
+    },
+    /// The worker ends its run.
+    EndRun {
+        /// The task.
+        task: crate::id::TaskId,
+        /// The run.
+        run: crate::id::RunId,
+        /// How it ended.
+        outcome: crate::event::RunOutcome,
+        /// Why, for a failure.
+        reason: Option<String>,
+        /// The step that failed.
+        failed_step: Option<String>,
+        /// Whether resuming may succeed.
+        recoverable: bool,
+    },
+    /// Lines for the run's log.
+    AppendRunLog {
+        /// The task.
+        task: crate::id::TaskId,
+        /// The run.
+        run: crate::id::RunId,
+        /// The lines.
+        lines: Vec<String>,
+    },
 }
 
 /// Why a command was refused. Messages are meant for the agent (through
@@ -224,6 +347,14 @@ pub enum Rejection {
         max: usize,
         /// The size the edits would give.
         actual: usize,
+    },
+    /// A task command the seed's rules refuse, with the seed's error code.
+    #[error("{code}: {message}")]
+    Task {
+        /// `TASK_NOT_FOUND`, `RUN_ALREADY_ACTIVE`, ….
+        code: super::tasks::TaskErrorCode,
+        /// What is wrong, for the caller.
+        message: String,
     },
     /// No plan of that name was ever written.
     #[error(
@@ -390,6 +521,18 @@ impl State {
             | Command::RecordOutsideChange { .. }
             | Command::SubmitPlan { .. }
             | Command::ReviewPlan { .. } => self.decide_named(command)?,
+            Command::CreateTask { .. }
+            | Command::StartRun { .. }
+            | Command::StartStep { .. }
+            | Command::SucceedStep { .. }
+            | Command::FailStep { .. }
+            | Command::EditArtifact { .. }
+            | Command::RequestStop { .. }
+            | Command::EndRun { .. }
+            | Command::AppendRunLog { .. } => match self.decide_task(command)? {
+                Some(body) => body,
+                None => return Ok(Vec::new()),
+            },
             Command::SavePlan {
                 session,
                 title,

@@ -25,7 +25,8 @@ const MAGIC: [u8; 4] = *b"PBST";
 
 /// The version of the `State` types and of `apply` that
 /// [`State::encode_snapshot`] writes and [`State::decode_snapshot`] accepts.
-pub const SNAPSHOT_VERSION: u32 = 1;
+/// Version 2 added the DAG engine's tasks.
+pub const SNAPSHOT_VERSION: u32 = 2;
 
 const HEADER_LEN: usize = 8;
 

@@ -962,3 +962,209 @@ fn writing_what_a_plan_holds_records_nothing() {
         ["named_plan_written"]
     );
 }
+
+mod tasks {
+    use super::*;
+    use crate::event::RunOutcome;
+    use crate::id::{RunId, TaskId};
+    use crate::state::tasks::{RunState, TaskErrorCode};
+
+    fn task_id() -> TaskId {
+        TaskId::from_uuid(uuid::Uuid::from_u128(0x7a5c))
+    }
+
+    fn run_id(n: u128) -> RunId {
+        RunId::from_uuid(uuid::Uuid::from_u128(0x0b00 + n))
+    }
+
+    fn create(client_request_id: Option<&str>) -> Command {
+        Command::CreateTask {
+            task: task_id(),
+            pipeline: "project-plan".into(),
+            pipeline_version: 1,
+            prompt: "Open a bakery in Lisbon".into(),
+            speed: "fast".into(),
+            target: "report".into(),
+            model_profile: None,
+            client_request_id: client_request_id.map(Into::into),
+        }
+    }
+
+    fn start(n: u128, resumed_from: Option<u128>) -> Command {
+        Command::StartRun {
+            task: task_id(),
+            run: run_id(n),
+            resumed_from: resumed_from.map(run_id),
+            owner_pid: 7,
+            host: "h".into(),
+        }
+    }
+
+    fn step(n: u128, name: &str) -> Command {
+        Command::StartStep {
+            task: task_id(),
+            run: run_id(n),
+            step: name.into(),
+            input: [1; 32],
+        }
+    }
+
+    fn succeed(n: u128, name: &str, artifact: u8) -> Command {
+        Command::SucceedStep {
+            task: task_id(),
+            run: run_id(n),
+            step: name.into(),
+            input: [1; 32],
+            artifact: [artifact; 32],
+            bytes: 10,
+            duration_ms: 5,
+            tokens_in: 1,
+            tokens_out: 2,
+        }
+    }
+
+    fn end(n: u128, outcome: RunOutcome) -> Command {
+        Command::EndRun {
+            task: task_id(),
+            run: run_id(n),
+            outcome,
+            reason: None,
+            failed_step: None,
+            recoverable: true,
+        }
+    }
+
+    fn code(h: &mut Harness, command: Command) -> TaskErrorCode {
+        match h.run(command) {
+            Err(Rejection::Task { code, .. }) => code,
+            other => panic!("expected a task rejection, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_task_runs_stops_resumes_and_completes_with_the_seed_codes_for_illegal_moves() {
+        let mut h = Harness::new();
+        assert_eq!(code(&mut h, start(1, None)), TaskErrorCode::TaskNotFound);
+        assert_eq!(h.run(create(Some("req-1"))), Ok(vec!["task_created"]));
+        // The same idempotency key records nothing.
+        assert_eq!(h.run(create(Some("req-1"))), Ok(vec![]));
+        assert_eq!(h.run(start(1, None)), Ok(vec!["run_started"]));
+        assert_eq!(
+            code(&mut h, start(2, None)),
+            TaskErrorCode::RunAlreadyActive
+        );
+        assert_eq!(h.run(step(1, "intake")), Ok(vec!["step_started"]));
+        assert_eq!(code(&mut h, step(1, "intake")), TaskErrorCode::Conflict);
+        assert_eq!(
+            code(&mut h, step(1, "Bad Step")),
+            TaskErrorCode::InvalidTarget
+        );
+        assert_eq!(
+            code(&mut h, succeed(1, "risks", 9)),
+            TaskErrorCode::Conflict
+        );
+        assert_eq!(
+            code(&mut h, end(1, RunOutcome::Completed)),
+            TaskErrorCode::Conflict,
+            "a run completes with no step running"
+        );
+        assert_eq!(h.run(succeed(1, "intake", 3)), Ok(vec!["step_succeeded"]));
+        // Artifacts are read-only while a run is active.
+        let edit = |artifact: u8| Command::EditArtifact {
+            task: task_id(),
+            step: "intake".into(),
+            artifact: [artifact; 32],
+            bytes: 11,
+            by: "test".into(),
+        };
+        assert_eq!(code(&mut h, edit(4)), TaskErrorCode::RunningReadonly);
+        let stop = Command::RequestStop { task: task_id() };
+        assert_eq!(h.run(stop.clone()), Ok(vec!["stop_requested"]));
+        assert_eq!(
+            h.run(stop.clone()),
+            Ok(vec![]),
+            "a second stop changes nothing"
+        );
+        assert_eq!(code(&mut h, step(1, "risks")), TaskErrorCode::RunNotActive);
+        assert_eq!(h.run(end(1, RunOutcome::Stopped)), Ok(vec!["run_ended"]));
+        assert_eq!(code(&mut h, stop), TaskErrorCode::RunNotActive);
+        assert_eq!(
+            code(&mut h, end(1, RunOutcome::Failed)),
+            TaskErrorCode::RunNotActive
+        );
+        // Stopped: the artifact may change, and a resume starts a new run.
+        assert_eq!(h.run(edit(4)), Ok(vec!["artifact_edited"]));
+        assert_eq!(
+            h.run(edit(4)),
+            Ok(vec![]),
+            "the same artifact again changes nothing"
+        );
+        let unknown = Command::EditArtifact {
+            task: task_id(),
+            step: "risks".into(),
+            artifact: [5; 32],
+            bytes: 1,
+            by: "test".into(),
+        };
+        assert_eq!(code(&mut h, unknown), TaskErrorCode::InvalidArtifactUri);
+        assert_eq!(code(&mut h, start(2, Some(9))), TaskErrorCode::RunNotFound);
+        assert_eq!(h.run(start(2, Some(1))), Ok(vec!["run_started"]));
+        assert_eq!(h.run(step(2, "risks")), Ok(vec!["step_started"]));
+        assert_eq!(h.run(succeed(2, "risks", 6)), Ok(vec!["step_succeeded"]));
+        assert_eq!(h.run(end(2, RunOutcome::Completed)), Ok(vec!["run_ended"]));
+        // A completed task is not run again.
+        assert_eq!(code(&mut h, start(3, Some(2))), TaskErrorCode::Conflict);
+
+        let task = h.state.task(&task_id()).expect("task");
+        let states: Vec<RunState> = task.runs.iter().map(|r| r.state).collect();
+        assert_eq!(states, [RunState::Stopped, RunState::Completed]);
+        assert_eq!(task.runs[1].resumed_from, Some(run_id(1)));
+        let intake = task.successes["intake"];
+        assert_eq!((intake.artifact, intake.edited), ([4; 32], true));
+        assert_eq!(task.successes["risks"].artifact, [6; 32]);
+        assert_eq!(
+            h.state.task_by_request("req-1").map(|t| t.id),
+            Some(task_id())
+        );
+    }
+
+    #[test]
+    fn a_retried_step_counts_its_attempts_and_bad_settings_are_refused() {
+        let mut h = Harness::new();
+        h.run(create(None)).expect("create");
+        h.run(start(1, None)).expect("start");
+        for attempt in 1..=3u32 {
+            let started = h.state.decide(step(1, "intake")).expect("start step");
+            assert!(
+                matches!(&started[0], EventBody::StepStarted { attempt: a, .. } if *a == attempt),
+                "{started:?}"
+            );
+            for body in started {
+                h.apply(body);
+            }
+            h.run(Command::FailStep {
+                task: task_id(),
+                run: run_id(1),
+                step: "intake".into(),
+                class: "model_timeout".into(),
+                message: "no answer".into(),
+                recoverable: true,
+            })
+            .expect("fail");
+        }
+        assert_eq!(h.state.task(&task_id()).expect("task").runs[0].failures, 3);
+        let mut bad = create(None);
+        if let Command::CreateTask { task, speed, .. } = &mut bad {
+            *task = TaskId::from_uuid(uuid::Uuid::from_u128(1));
+            *speed = "slow".into();
+        }
+        let Err(Rejection::Task { code, message }) = h.state.decide(bad) else {
+            panic!("a bad speed is refused");
+        };
+        assert_eq!(code, TaskErrorCode::InvalidTarget);
+        assert_eq!(
+            message,
+            "speed_vs_detail: \"slow\" is not one of ping, fast, all"
+        );
+    }
+}

@@ -300,6 +300,19 @@ fn entry_body(timeline: &Timeline, envelope: &Envelope) -> Markup {
                 }
             }
         },
+        // The DAG engine's events belong to tasks, not sessions; a session's
+        // replay never lists them.
+        EventBody::TaskCreated { .. }
+        | EventBody::RunStarted { .. }
+        | EventBody::StepStarted { .. }
+        | EventBody::StepSucceeded { .. }
+        | EventBody::StepFailed { .. }
+        | EventBody::ArtifactEdited { .. }
+        | EventBody::StopRequested { .. }
+        | EventBody::RunEnded { .. }
+        | EventBody::RunLog { .. } => html! {
+            p { "Task event (" (body.kind_name().replace('_', " ")) ")" }
+        },
     }
 }
 

@@ -1,0 +1,436 @@
+//! Event schema version 3. FROZEN once released.
+//!
+//! Version 3 adds the DAG engine's facts (DESIGN 6.6): a task created, a run
+//! started, a step started, succeeded or failed, an artifact edited, a stop
+//! requested, a run ended, and bounded run-log lines. Artifacts are named by
+//! the SHA-256 of their bytes, which live in the blob store, never in the
+//! log. Every version 2 event keeps its shape.
+//!
+//! These types are the wire format of version 3, pinned byte for byte by
+//! `fixtures/golden/events-v3.bin`; the small types they share with version 1
+//! (`Delivery`, `DeclineAction`, `Verdict`, `ReviewChannel`, `ReviewComment`)
+//! stay in [`super::v1`]. To change the schema again, add a `v4` the same way.
+
+use crate::answer::Answers;
+use crate::id::{AskId, EventId, PlanName, RunId, SessionId, TaskId};
+use crate::plan_edit::PlanEdit;
+use crate::question::AskSpec;
+use crate::time::Timestamp;
+
+use super::v1::{DeclineAction, Delivery, ReviewChannel, ReviewComment, Verdict};
+
+/// One fact recorded in the log: what happened, when, under which id.
+#[derive(Clone, PartialEq, Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct Event {
+    /// Unique id of this event (a UUID v7 minted by the writer).
+    pub id: EventId,
+    /// When the writer recorded it.
+    pub at: Timestamp,
+    /// What happened.
+    pub body: EventBody,
+}
+
+/// What happened. Each variant is a fact, named in the past tense.
+#[derive(Clone, PartialEq, Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub enum EventBody {
+    /// `init_planb_session` created a session.
+    SessionCreated {
+        /// The new session.
+        session: SessionId,
+        /// Optional short title.
+        title: Option<String>,
+        /// Optional one-line description of what is being planned.
+        intent: Option<String>,
+        /// Optional project directory the session is about.
+        project_path: Option<String>,
+    },
+    /// `ask_user` opened a form.
+    AskOpened {
+        /// The session the ask belongs to.
+        session: SessionId,
+        /// The new ask.
+        ask: AskId,
+        /// The validated questions.
+        spec: AskSpec,
+        /// How the form reached the person.
+        delivery: Delivery,
+        /// The form's address without its secret (`http://127.0.0.1:<port>/ask`).
+        url: String,
+        /// SHA-256 of the form's secret sid, so any planb process can tell a
+        /// link to this form from others without the log holding the secret.
+        sid_sha256: [u8; 32],
+    },
+    /// The form autosaved a partial answer.
+    AskDraftSaved {
+        /// The ask being answered.
+        ask: AskId,
+        /// The validated draft.
+        answers: Answers,
+    },
+    /// The person submitted the form while the tool was waiting.
+    AskAnswered {
+        /// The ask answered.
+        ask: AskId,
+        /// The validated answers returned to the agent.
+        answers: Answers,
+    },
+    /// The tool stopped waiting (`ASK_ANSWER_TIMEOUT_MS` elapsed).
+    AskTimedOut {
+        /// The ask that timed out.
+        ask: AskId,
+    },
+    /// The person declined or cancelled the URL elicitation.
+    AskDeclined {
+        /// The ask declined.
+        ask: AskId,
+        /// Which elicitation action the client reported.
+        action: DeclineAction,
+    },
+    /// The form could not be delivered or the wait failed.
+    AskFailed {
+        /// The ask that failed.
+        ask: AskId,
+        /// What went wrong, for the person reading the history.
+        detail: String,
+    },
+    /// The person submitted the form after the tool had already returned
+    /// (timeout, decline or failure); kept so no answer is lost.
+    AskLateAnswer {
+        /// The ask answered late.
+        ask: AskId,
+        /// The validated answers.
+        answers: Answers,
+    },
+    /// `save_plan` stored a new version of the session's plan.
+    PlanVersionSaved {
+        /// The session the plan belongs to.
+        session: SessionId,
+        /// 1 for the first version, then one more each time.
+        version: u32,
+        /// Optional title of this version.
+        title: Option<String>,
+        /// The plan (Markdown).
+        content: String,
+    },
+    /// `write_plan` replaced a named plan's content (creating it if new).
+    NamedPlanWritten {
+        /// The plan's name.
+        plan: PlanName,
+        /// The absolute directory of the plan's file: with the name, what
+        /// the plan is. Empty for plans recorded before version 2.
+        plans_dir: String,
+        /// The full new content.
+        content: String,
+        /// The session the writer was working in, when known.
+        session: Option<SessionId>,
+    },
+    /// `edit_plan` applied string replacements to a named plan.
+    NamedPlanEdited {
+        /// The plan's name.
+        plan: PlanName,
+        /// The absolute directory of the plan's file: with the name, what
+        /// the plan is. Empty for plans recorded before version 2.
+        plans_dir: String,
+        /// The edits, applied atomically to the previous content.
+        edits: Vec<PlanEdit>,
+        /// Length in bytes of the content after the edits, to check replays.
+        content_len_after: u64,
+    },
+    /// The plan file was changed by something other than the tools; the
+    /// content found on disk is recorded before the next write or edit.
+    NamedPlanChangedOutside {
+        /// The plan's name.
+        plan: PlanName,
+        /// The absolute directory of the plan's file: with the name, what
+        /// the plan is. Empty for plans recorded before version 2.
+        plans_dir: String,
+        /// The content found on disk.
+        content: String,
+    },
+    /// `submit_plan` asked for a review of the current content.
+    NamedPlanSubmitted {
+        /// The plan's name.
+        plan: PlanName,
+        /// The absolute directory of the plan's file: with the name, what
+        /// the plan is. Empty for plans recorded before version 2.
+        plans_dir: String,
+        /// 1 for the first review round, then one more each time.
+        round: u32,
+    },
+    /// A reviewer answered a submitted plan.
+    NamedPlanReviewed {
+        /// The plan's name.
+        plan: PlanName,
+        /// The absolute directory of the plan's file: with the name, what
+        /// the plan is. Empty for plans recorded before version 2.
+        plans_dir: String,
+        /// The round this review answers.
+        round: u32,
+        /// Approved or not.
+        verdict: Verdict,
+        /// General feedback.
+        feedback: Option<String>,
+        /// Comments anchored to quoted passages of the plan.
+        comments: Vec<ReviewComment>,
+        /// How the review was collected.
+        channel: ReviewChannel,
+    },
+    /// `task_create` created a long-running task: a pipeline and the
+    /// immutable configuration every run of it uses.
+    TaskCreated {
+        /// The new task.
+        task: TaskId,
+        /// The pipeline's name.
+        pipeline: String,
+        /// The pipeline's version.
+        pipeline_version: u32,
+        /// What to plan.
+        prompt: String,
+        /// `ping`, `fast` or `all`.
+        speed: String,
+        /// The step the runs aim at.
+        target: String,
+        /// The model profile, when one was asked for.
+        model_profile: Option<String>,
+        /// The caller's idempotency key, when given.
+        client_request_id: Option<String>,
+    },
+    /// A worker began a run of a task.
+    RunStarted {
+        /// The task.
+        task: TaskId,
+        /// The new run.
+        run: RunId,
+        /// The run this one resumes, if any.
+        resumed_from: Option<RunId>,
+        /// The worker's process id.
+        owner_pid: u32,
+        /// The worker's host name.
+        host: String,
+    },
+    /// A step of a run started.
+    StepStarted {
+        /// The task.
+        task: TaskId,
+        /// The run.
+        run: RunId,
+        /// The step's id in the pipeline.
+        step: String,
+        /// 1 for the first attempt in this run, then one more each retry.
+        attempt: u32,
+        /// The hash of what the step reads (see `dag::Pipeline::input_hash`).
+        input: [u8; 32],
+    },
+    /// A step produced its artifact.
+    StepSucceeded {
+        /// The task.
+        task: TaskId,
+        /// The run.
+        run: RunId,
+        /// The step's id.
+        step: String,
+        /// The input hash it ran on.
+        input: [u8; 32],
+        /// The SHA-256 of the artifact's bytes (in the blob store).
+        artifact: [u8; 32],
+        /// The artifact's size in bytes.
+        bytes: u64,
+        /// How long the step took.
+        duration_ms: u64,
+        /// Model tokens read, when a model answered.
+        tokens_in: u64,
+        /// Model tokens written, when a model answered.
+        tokens_out: u64,
+    },
+    /// A step failed.
+    StepFailed {
+        /// The task.
+        task: TaskId,
+        /// The run.
+        run: RunId,
+        /// The step's id.
+        step: String,
+        /// A short stable class, such as `model_timeout` or `bad_answer`.
+        class: String,
+        /// What went wrong, for people.
+        message: String,
+        /// Whether resuming may succeed.
+        recoverable: bool,
+    },
+    /// A person (or a tool call) replaced a step's artifact; the steps
+    /// downstream of it run again on resume.
+    ArtifactEdited {
+        /// The task.
+        task: TaskId,
+        /// The step whose artifact changed.
+        step: String,
+        /// The SHA-256 of the new bytes (in the blob store).
+        artifact: [u8; 32],
+        /// Their size.
+        bytes: u64,
+        /// Who: `task_artifact_write`, or `hand edit` for a changed file.
+        by: String,
+    },
+    /// `task_stop` asked the active run to stop.
+    StopRequested {
+        /// The task.
+        task: TaskId,
+        /// The run asked to stop.
+        run: RunId,
+    },
+    /// A run ended.
+    RunEnded {
+        /// The task.
+        task: TaskId,
+        /// The run.
+        run: RunId,
+        /// How.
+        outcome: RunOutcome,
+        /// Why, for a failure: `worker_error`, `inactivity_timeout`, or the
+        /// failed step's class.
+        reason: Option<String>,
+        /// The step that failed, if one did.
+        failed_step: Option<String>,
+        /// Whether resuming may succeed.
+        recoverable: bool,
+    },
+    /// Lines of a run's log (bounded in number and length).
+    RunLog {
+        /// The task.
+        task: TaskId,
+        /// The run.
+        run: RunId,
+        /// The lines, oldest first.
+        lines: Vec<String>,
+    },
+}
+
+/// How a run ended.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub enum RunOutcome {
+    /// Every step of the target's closure succeeded.
+    Completed,
+    /// It stopped on request; resumable.
+    Stopped,
+    /// It failed; see `reason` and `recoverable`.
+    Failed,
+}
+
+impl From<super::v1::Event> for Event {
+    fn from(event: super::v1::Event) -> Event {
+        super::v2::Event::from(event).into()
+    }
+}
+
+impl From<super::v2::Event> for Event {
+    fn from(event: super::v2::Event) -> Event {
+        use super::v2::EventBody as V2;
+        let body = match event.body {
+            V2::SessionCreated {
+                session,
+                title,
+                intent,
+                project_path,
+            } => EventBody::SessionCreated {
+                session,
+                title,
+                intent,
+                project_path,
+            },
+            V2::AskOpened {
+                session,
+                ask,
+                spec,
+                delivery,
+                url,
+                sid_sha256,
+            } => EventBody::AskOpened {
+                session,
+                ask,
+                spec,
+                delivery,
+                url,
+                sid_sha256,
+            },
+            V2::AskDraftSaved { ask, answers } => EventBody::AskDraftSaved { ask, answers },
+            V2::AskAnswered { ask, answers } => EventBody::AskAnswered { ask, answers },
+            V2::AskTimedOut { ask } => EventBody::AskTimedOut { ask },
+            V2::AskDeclined { ask, action } => EventBody::AskDeclined { ask, action },
+            V2::AskFailed { ask, detail } => EventBody::AskFailed { ask, detail },
+            V2::AskLateAnswer { ask, answers } => EventBody::AskLateAnswer { ask, answers },
+            V2::PlanVersionSaved {
+                session,
+                version,
+                title,
+                content,
+            } => EventBody::PlanVersionSaved {
+                session,
+                version,
+                title,
+                content,
+            },
+            V2::NamedPlanWritten {
+                plan,
+                plans_dir,
+                content,
+                session,
+            } => EventBody::NamedPlanWritten {
+                plan,
+                plans_dir,
+                content,
+                session,
+            },
+            V2::NamedPlanEdited {
+                plan,
+                plans_dir,
+                edits,
+                content_len_after,
+            } => EventBody::NamedPlanEdited {
+                plan,
+                plans_dir,
+                edits,
+                content_len_after,
+            },
+            V2::NamedPlanChangedOutside {
+                plan,
+                plans_dir,
+                content,
+            } => EventBody::NamedPlanChangedOutside {
+                plan,
+                plans_dir,
+                content,
+            },
+            V2::NamedPlanSubmitted {
+                plan,
+                plans_dir,
+                round,
+            } => EventBody::NamedPlanSubmitted {
+                plan,
+                plans_dir,
+                round,
+            },
+            V2::NamedPlanReviewed {
+                plan,
+                plans_dir,
+                round,
+                verdict,
+                feedback,
+                comments,
+                channel,
+            } => EventBody::NamedPlanReviewed {
+                plan,
+                plans_dir,
+                round,
+                verdict,
+                feedback,
+                comments,
+                channel,
+            },
+        };
+        Event {
+            id: event.id,
+            at: event.at,
+            body,
+        }
+    }
+}

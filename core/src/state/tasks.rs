@@ -1,0 +1,725 @@
+//! The DAG engine's tasks and runs (DESIGN 6.6, seed 001): what the log says
+//! about each task, and which changes are allowed. A refused change carries
+//! the seed's error code ([`TaskErrorCode`]) for the tools to return.
+//!
+//! A task is a pipeline and an immutable configuration; a run is one attempt
+//! at it. At most one run of a task is active (`running` or `stopping`); a
+//! completed task is not run again (a new task is). A step's success is kept
+//! across runs with the input hash it ran on, which is what lets a resumed
+//! run skip it (see `dag::Schedule`); an edited artifact replaces the
+//! success's artifact, so the steps that read it run again.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::State;
+use super::decide::{Command, Rejection};
+use crate::dag::StepId;
+use crate::event::{EventBody, RunOutcome};
+use crate::id::{RunId, TaskId};
+use crate::time::Timestamp;
+
+/// Longest task prompt, in characters.
+pub const TASK_PROMPT_CHARS_MAX: usize = 100_000;
+/// Most run-log lines in one event.
+pub const RUN_LOG_LINES_MAX: usize = 100;
+/// Longest run-log line, in characters.
+pub const RUN_LOG_LINE_CHARS_MAX: usize = 2_000;
+/// Longest failure message of a step, in characters.
+pub const STEP_MESSAGE_CHARS_MAX: usize = 10_000;
+/// The `speed_vs_detail` values.
+pub const SPEEDS: [&str; 3] = ["ping", "fast", "all"];
+
+/// A long-running task.
+#[derive(Clone, PartialEq, Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct Task {
+    /// Its id.
+    pub id: TaskId,
+    /// When it was created.
+    pub created_at: Timestamp,
+    /// The latest event touching it.
+    pub updated_at: Timestamp,
+    /// The pipeline's name.
+    pub pipeline: String,
+    /// The pipeline's version.
+    pub pipeline_version: u32,
+    /// What to plan.
+    pub prompt: String,
+    /// `ping`, `fast` or `all`.
+    pub speed: String,
+    /// The step the runs aim at.
+    pub target: String,
+    /// The model profile, when one was asked for.
+    pub model_profile: Option<String>,
+    /// The caller's idempotency key.
+    pub client_request_id: Option<String>,
+    /// Every run, oldest first.
+    pub runs: Vec<Run>,
+    /// Each step's latest success in any run, with an edit's artifact in
+    /// place of the one it produced.
+    pub successes: BTreeMap<String, StepSuccess>,
+}
+
+/// A step's latest success.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct StepSuccess {
+    /// The input hash it ran on.
+    pub input: [u8; 32],
+    /// The artifact now (SHA-256 of its bytes).
+    pub artifact: [u8; 32],
+    /// Its size.
+    pub bytes: u64,
+    /// Whether the artifact was edited after the step produced it.
+    pub edited: bool,
+}
+
+/// Where a run is.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub enum RunState {
+    /// Steps are running.
+    Running,
+    /// A stop was asked for; the worker is winding down.
+    Stopping,
+    /// Stopped on request; resumable.
+    Stopped,
+    /// Every step of the target's closure succeeded.
+    Completed,
+    /// Failed; see `reason` and `recoverable`.
+    Failed,
+}
+
+impl RunState {
+    /// `running`, `stopping`, … as the tools report it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunState::Running => "running",
+            RunState::Stopping => "stopping",
+            RunState::Stopped => "stopped",
+            RunState::Completed => "completed",
+            RunState::Failed => "failed",
+        }
+    }
+
+    /// Whether the run may still change.
+    pub fn is_active(self) -> bool {
+        matches!(self, RunState::Running | RunState::Stopping)
+    }
+}
+
+/// One attempt at a task.
+#[derive(Clone, PartialEq, Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct Run {
+    /// Its id.
+    pub id: RunId,
+    /// The run it resumes.
+    pub resumed_from: Option<RunId>,
+    /// The worker's process id and host.
+    pub owner_pid: u32,
+    /// The worker's host.
+    pub host: String,
+    /// When it started.
+    pub started_at: Timestamp,
+    /// When a step last started, succeeded or failed (or the run started).
+    pub last_progress_at: Timestamp,
+    /// Where it is.
+    pub state: RunState,
+    /// When it ended.
+    pub ended_at: Option<Timestamp>,
+    /// Why it failed.
+    pub reason: Option<String>,
+    /// The step that failed.
+    pub failed_step: Option<String>,
+    /// Whether resuming may succeed.
+    pub recoverable: bool,
+    /// Steps started and not ended.
+    pub running: BTreeSet<String>,
+    /// The latest attempt of each step started in this run.
+    pub attempts: BTreeMap<String, u32>,
+    /// Steps that succeeded in this run.
+    pub succeeded: BTreeSet<String>,
+    /// Step failures in this run.
+    pub failures: u32,
+    /// Run-log lines recorded.
+    pub log_lines: u64,
+}
+
+/// The error codes of seed 001 that the task rules produce.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum TaskErrorCode {
+    /// No task of that id.
+    TaskNotFound,
+    /// No run of that id in the task.
+    RunNotFound,
+    /// The task has an active run already.
+    RunAlreadyActive,
+    /// The run is not active (or not running, for a new step).
+    RunNotActive,
+    /// A step, target or setting that does not exist.
+    InvalidTarget,
+    /// An artifact that does not exist.
+    InvalidArtifactUri,
+    /// The change contradicts what is recorded.
+    Conflict,
+    /// An artifact cannot change while a run is active.
+    RunningReadonly,
+}
+
+impl TaskErrorCode {
+    /// `TASK_NOT_FOUND`, … as the tools return it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskErrorCode::TaskNotFound => "TASK_NOT_FOUND",
+            TaskErrorCode::RunNotFound => "RUN_NOT_FOUND",
+            TaskErrorCode::RunAlreadyActive => "RUN_ALREADY_ACTIVE",
+            TaskErrorCode::RunNotActive => "RUN_NOT_ACTIVE",
+            TaskErrorCode::InvalidTarget => "INVALID_TARGET",
+            TaskErrorCode::InvalidArtifactUri => "INVALID_ARTIFACT_URI",
+            TaskErrorCode::Conflict => "CONFLICT",
+            TaskErrorCode::RunningReadonly => "RUNNING_READONLY",
+        }
+    }
+}
+
+impl std::fmt::Display for TaskErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+fn refuse(code: TaskErrorCode, message: impl Into<String>) -> Rejection {
+    Rejection::Task {
+        code,
+        message: message.into(),
+    }
+}
+
+fn step_name(field: &str, step: &str) -> Result<(), Rejection> {
+    StepId::parse(step)
+        .map(|_| ())
+        .map_err(|e| refuse(TaskErrorCode::InvalidTarget, format!("{field}: {e}")))
+}
+
+fn chars_at_most(field: &str, text: &str, max: usize) -> Result<(), Rejection> {
+    let actual = text.chars().count();
+    if actual > max {
+        return Err(refuse(
+            TaskErrorCode::Conflict,
+            format!("{field}: must be at most {max} characters (got {actual})"),
+        ));
+    }
+    Ok(())
+}
+
+impl Task {
+    /// The active run (`running` or `stopping`), if any.
+    pub fn active_run(&self) -> Option<&Run> {
+        self.runs.last().filter(|run| run.state.is_active())
+    }
+
+    fn run(&self, run: RunId) -> Result<&Run, Rejection> {
+        self.runs.iter().find(|r| r.id == run).ok_or_else(|| {
+            refuse(
+                TaskErrorCode::RunNotFound,
+                format!("run {run} is not a run of task {}", self.id),
+            )
+        })
+    }
+
+    fn active(&self, run: RunId) -> Result<&Run, Rejection> {
+        let found = self.run(run)?;
+        if !found.state.is_active() {
+            return Err(refuse(
+                TaskErrorCode::RunNotActive,
+                format!("run {run} is {}, not active", found.state.as_str()),
+            ));
+        }
+        Ok(found)
+    }
+
+    fn run_mut(&mut self, run: RunId) -> Option<&mut Run> {
+        self.runs.iter_mut().find(|r| r.id == run)
+    }
+}
+
+impl State {
+    /// Every task, by id.
+    pub fn tasks(&self) -> &BTreeMap<TaskId, Task> {
+        &self.tasks
+    }
+
+    /// One task.
+    pub fn task(&self, id: &TaskId) -> Option<&Task> {
+        self.tasks.get(id)
+    }
+
+    /// The task created with this idempotency key.
+    pub fn task_by_request(&self, client_request_id: &str) -> Option<&Task> {
+        self.tasks
+            .values()
+            .find(|t| t.client_request_id.as_deref() == Some(client_request_id))
+    }
+
+    fn known_task(&self, task: TaskId) -> Result<&Task, Rejection> {
+        self.tasks.get(&task).ok_or_else(|| {
+            refuse(
+                TaskErrorCode::TaskNotFound,
+                format!("task_id: no task {task}"),
+            )
+        })
+    }
+
+    /// Decides a task command: the event, none (a repeat that changes
+    /// nothing), or a rejection with the seed's code.
+    pub(super) fn decide_task(&self, command: Command) -> Result<Option<EventBody>, Rejection> {
+        Ok(Some(match command {
+            Command::CreateTask {
+                task,
+                pipeline,
+                pipeline_version,
+                prompt,
+                speed,
+                target,
+                model_profile,
+                client_request_id,
+            } => {
+                if let Some(key) = &client_request_id
+                    && self.task_by_request(key).is_some()
+                {
+                    return Ok(None);
+                }
+                if self.tasks.contains_key(&task) {
+                    return Err(refuse(
+                        TaskErrorCode::Conflict,
+                        format!("task {task} exists"),
+                    ));
+                }
+                if prompt.trim().is_empty() {
+                    return Err(refuse(TaskErrorCode::Conflict, "prompt: must not be empty"));
+                }
+                chars_at_most("prompt", &prompt, TASK_PROMPT_CHARS_MAX)?;
+                if !SPEEDS.contains(&speed.as_str()) {
+                    return Err(refuse(
+                        TaskErrorCode::InvalidTarget,
+                        format!("speed_vs_detail: {speed:?} is not one of ping, fast, all"),
+                    ));
+                }
+                step_name("target", &target)?;
+                if let Some(key) = &client_request_id {
+                    chars_at_most("client_request_id", key, 200)?;
+                }
+                EventBody::TaskCreated {
+                    task,
+                    pipeline,
+                    pipeline_version,
+                    prompt,
+                    speed,
+                    target,
+                    model_profile,
+                    client_request_id,
+                }
+            }
+            Command::StartRun {
+                task,
+                run,
+                resumed_from,
+                owner_pid,
+                host,
+            } => {
+                let found = self.known_task(task)?;
+                if let Some(active) = found.active_run() {
+                    return Err(refuse(
+                        TaskErrorCode::RunAlreadyActive,
+                        format!(
+                            "run {} of task {task} is {}",
+                            active.id,
+                            active.state.as_str()
+                        ),
+                    ));
+                }
+                if found
+                    .runs
+                    .last()
+                    .is_some_and(|r| r.state == RunState::Completed)
+                {
+                    return Err(refuse(
+                        TaskErrorCode::Conflict,
+                        format!("task {task} is completed; create a new task to plan again"),
+                    ));
+                }
+                if found.runs.iter().any(|r| r.id == run) {
+                    return Err(refuse(TaskErrorCode::Conflict, format!("run {run} exists")));
+                }
+                if let Some(previous) = resumed_from {
+                    found.run(previous)?;
+                }
+                EventBody::RunStarted {
+                    task,
+                    run,
+                    resumed_from,
+                    owner_pid,
+                    host,
+                }
+            }
+            Command::StartStep {
+                task,
+                run,
+                step,
+                input,
+            } => {
+                let found = self.known_task(task)?;
+                let active = found.active(run)?;
+                if active.state != RunState::Running {
+                    return Err(refuse(
+                        TaskErrorCode::RunNotActive,
+                        format!("run {run} is stopping: no new step starts"),
+                    ));
+                }
+                step_name("step", &step)?;
+                if active.running.contains(&step) {
+                    return Err(refuse(
+                        TaskErrorCode::Conflict,
+                        format!("step {step} is running already"),
+                    ));
+                }
+                let attempt = active
+                    .attempts
+                    .get(&step)
+                    .map_or(1, |a| a.saturating_add(1));
+                EventBody::StepStarted {
+                    task,
+                    run,
+                    step,
+                    attempt,
+                    input,
+                }
+            }
+            Command::SucceedStep {
+                task,
+                run,
+                step,
+                input,
+                artifact,
+                bytes,
+                duration_ms,
+                tokens_in,
+                tokens_out,
+            } => {
+                self.running_step(task, run, &step)?;
+                EventBody::StepSucceeded {
+                    task,
+                    run,
+                    step,
+                    input,
+                    artifact,
+                    bytes,
+                    duration_ms,
+                    tokens_in,
+                    tokens_out,
+                }
+            }
+            Command::FailStep {
+                task,
+                run,
+                step,
+                class,
+                message,
+                recoverable,
+            } => {
+                self.running_step(task, run, &step)?;
+                chars_at_most("message", &message, STEP_MESSAGE_CHARS_MAX)?;
+                EventBody::StepFailed {
+                    task,
+                    run,
+                    step,
+                    class,
+                    message,
+                    recoverable,
+                }
+            }
+            Command::EditArtifact {
+                task,
+                step,
+                artifact,
+                bytes,
+                by,
+            } => {
+                let found = self.known_task(task)?;
+                if let Some(active) = found.active_run() {
+                    return Err(refuse(
+                        TaskErrorCode::RunningReadonly,
+                        format!(
+                            "run {} is {}: stop it (task_stop) before editing an artifact",
+                            active.id,
+                            active.state.as_str()
+                        ),
+                    ));
+                }
+                let Some(current) = found.successes.get(&step) else {
+                    return Err(refuse(
+                        TaskErrorCode::InvalidArtifactUri,
+                        format!("step {step:?} of task {task} has no artifact"),
+                    ));
+                };
+                if current.artifact == artifact {
+                    return Ok(None);
+                }
+                EventBody::ArtifactEdited {
+                    task,
+                    step,
+                    artifact,
+                    bytes,
+                    by,
+                }
+            }
+            Command::RequestStop { task } => {
+                let found = self.known_task(task)?;
+                match found.active_run() {
+                    Some(run) if run.state == RunState::Stopping => return Ok(None),
+                    Some(run) => EventBody::StopRequested { task, run: run.id },
+                    None => {
+                        return Err(refuse(
+                            TaskErrorCode::RunNotActive,
+                            format!("task {task} has no active run to stop"),
+                        ));
+                    }
+                }
+            }
+            Command::EndRun {
+                task,
+                run,
+                outcome,
+                reason,
+                failed_step,
+                recoverable,
+            } => {
+                let active = self.known_task(task)?.active(run)?;
+                if outcome == RunOutcome::Completed && !active.running.is_empty() {
+                    return Err(refuse(
+                        TaskErrorCode::Conflict,
+                        format!(
+                            "run {run} cannot complete with steps still running: {}",
+                            active
+                                .running
+                                .iter()
+                                .cloned()
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    ));
+                }
+                EventBody::RunEnded {
+                    task,
+                    run,
+                    outcome,
+                    reason,
+                    failed_step,
+                    recoverable,
+                }
+            }
+            Command::AppendRunLog { task, run, lines } => {
+                self.known_task(task)?.active(run)?;
+                if lines.len() > RUN_LOG_LINES_MAX {
+                    return Err(refuse(
+                        TaskErrorCode::Conflict,
+                        format!(
+                            "lines: at most {RUN_LOG_LINES_MAX} in one record (got {})",
+                            lines.len()
+                        ),
+                    ));
+                }
+                for (i, line) in lines.iter().enumerate() {
+                    chars_at_most(&format!("lines[{i}]"), line, RUN_LOG_LINE_CHARS_MAX)?;
+                }
+                if lines.is_empty() {
+                    return Ok(None);
+                }
+                EventBody::RunLog { task, run, lines }
+            }
+            other => unreachable!("decide_task is only called for task commands: {other:?}"),
+        }))
+    }
+
+    fn running_step(&self, task: TaskId, run: RunId, step: &str) -> Result<(), Rejection> {
+        let active = self.known_task(task)?.active(run)?;
+        if !active.running.contains(step) {
+            return Err(refuse(
+                TaskErrorCode::Conflict,
+                format!("step {step:?} is not running in run {run}"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Folds a DAG engine event. Events the rules would have refused (a
+    /// damaged or hand-made log) change nothing.
+    pub(super) fn apply_task(&mut self, body: &EventBody, at: Timestamp) {
+        match body {
+            EventBody::TaskCreated {
+                task,
+                pipeline,
+                pipeline_version,
+                prompt,
+                speed,
+                target,
+                model_profile,
+                client_request_id,
+            } => {
+                self.tasks.entry(*task).or_insert_with(|| Task {
+                    id: *task,
+                    created_at: at,
+                    updated_at: at,
+                    pipeline: pipeline.clone(),
+                    pipeline_version: *pipeline_version,
+                    prompt: prompt.clone(),
+                    speed: speed.clone(),
+                    target: target.clone(),
+                    model_profile: model_profile.clone(),
+                    client_request_id: client_request_id.clone(),
+                    runs: Vec::new(),
+                    successes: BTreeMap::new(),
+                });
+                return;
+            }
+            EventBody::RunStarted {
+                task,
+                run,
+                resumed_from,
+                owner_pid,
+                host,
+            } => {
+                let Some(found) = self.tasks.get_mut(task) else {
+                    return;
+                };
+                if found.runs.iter().any(|r| r.id == *run) {
+                    return;
+                }
+                found.runs.push(Run {
+                    id: *run,
+                    resumed_from: *resumed_from,
+                    owner_pid: *owner_pid,
+                    host: host.clone(),
+                    started_at: at,
+                    last_progress_at: at,
+                    state: RunState::Running,
+                    ended_at: None,
+                    reason: None,
+                    failed_step: None,
+                    recoverable: false,
+                    running: BTreeSet::new(),
+                    attempts: BTreeMap::new(),
+                    succeeded: BTreeSet::new(),
+                    failures: 0,
+                    log_lines: 0,
+                });
+            }
+            EventBody::StepStarted {
+                task,
+                run,
+                step,
+                attempt,
+                ..
+            } => {
+                if let Some(found) = self.run_mut(*task, *run) {
+                    found.running.insert(step.clone());
+                    found.attempts.insert(step.clone(), *attempt);
+                    found.last_progress_at = at;
+                }
+            }
+            EventBody::StepSucceeded {
+                task,
+                run,
+                step,
+                input,
+                artifact,
+                bytes,
+                ..
+            } => {
+                let Some(found) = self.run_mut(*task, *run) else {
+                    return;
+                };
+                found.running.remove(step);
+                found.succeeded.insert(step.clone());
+                found.last_progress_at = at;
+                if let Some(task) = self.tasks.get_mut(task) {
+                    task.successes.insert(
+                        step.clone(),
+                        StepSuccess {
+                            input: *input,
+                            artifact: *artifact,
+                            bytes: *bytes,
+                            edited: false,
+                        },
+                    );
+                }
+            }
+            EventBody::StepFailed {
+                task, run, step, ..
+            } => {
+                if let Some(found) = self.run_mut(*task, *run) {
+                    found.running.remove(step);
+                    found.failures = found.failures.saturating_add(1);
+                    found.last_progress_at = at;
+                }
+            }
+            EventBody::ArtifactEdited {
+                task,
+                step,
+                artifact,
+                bytes,
+                ..
+            } => {
+                if let Some(success) = self
+                    .tasks
+                    .get_mut(task)
+                    .and_then(|t| t.successes.get_mut(step))
+                {
+                    success.artifact = *artifact;
+                    success.bytes = *bytes;
+                    success.edited = true;
+                }
+            }
+            EventBody::StopRequested { task, run } => {
+                if let Some(found) = self.run_mut(*task, *run)
+                    && found.state == RunState::Running
+                {
+                    found.state = RunState::Stopping;
+                }
+            }
+            EventBody::RunEnded {
+                task,
+                run,
+                outcome,
+                reason,
+                failed_step,
+                recoverable,
+            } => {
+                if let Some(found) = self.run_mut(*task, *run)
+                    && found.state.is_active()
+                {
+                    found.state = match outcome {
+                        RunOutcome::Completed => RunState::Completed,
+                        RunOutcome::Stopped => RunState::Stopped,
+                        RunOutcome::Failed => RunState::Failed,
+                    };
+                    found.ended_at = Some(at);
+                    found.reason.clone_from(reason);
+                    found.failed_step.clone_from(failed_step);
+                    found.recoverable = *recoverable;
+                    found.running.clear();
+                }
+            }
+            EventBody::RunLog { task, run, lines } => {
+                if let Some(found) = self.run_mut(*task, *run) {
+                    found.log_lines = found.log_lines.saturating_add(lines.len() as u64);
+                }
+            }
+            _ => return,
+        }
+        if let Some(task) = body.task().and_then(|t| self.tasks.get_mut(&t)) {
+            task.updated_at = task.updated_at.max(at);
+        }
+    }
+
+    fn run_mut(&mut self, task: TaskId, run: RunId) -> Option<&mut Run> {
+        self.tasks.get_mut(&task)?.run_mut(run)
+    }
+}
