@@ -304,6 +304,63 @@ fn describe(envelope: &Envelope) -> String {
             title.as_deref().unwrap_or(""),
             content.len()
         ),
+        EventBody::TaskCreated {
+            task,
+            pipeline,
+            speed,
+            target,
+            ..
+        } => format!("task={task} pipeline={pipeline} speed={speed} target={target}"),
+        EventBody::RunStarted {
+            task,
+            run,
+            resumed_from,
+            owner_pid,
+            ..
+        } => format!(
+            "task={task} run={run} pid={owner_pid}{}",
+            resumed_from.map_or(String::new(), |r| format!(" resumes={r}"))
+        ),
+        EventBody::StepStarted {
+            task,
+            run,
+            step,
+            attempt,
+            ..
+        } => format!("task={task} run={run} step={step} attempt={attempt}"),
+        EventBody::StepSucceeded {
+            task,
+            run,
+            step,
+            bytes,
+            duration_ms,
+            ..
+        } => format!("task={task} run={run} step={step} bytes={bytes} ms={duration_ms}"),
+        EventBody::StepFailed {
+            task,
+            run,
+            step,
+            class,
+            message,
+            ..
+        } => format!("task={task} run={run} step={step} class={class} message={message:?}"),
+        EventBody::ArtifactEdited { task, step, by, .. } => {
+            format!("task={task} step={step} by={by:?}")
+        }
+        EventBody::RunEnded {
+            task,
+            run,
+            outcome,
+            reason,
+            ..
+        } => format!(
+            "task={task} run={run} outcome={outcome:?} reason={:?}",
+            reason.as_deref().unwrap_or("")
+        ),
+        EventBody::StopRequested { task, run } => format!("task={task} run={run}"),
+        EventBody::RunLog { task, run, lines } => {
+            format!("task={task} run={run} lines={}", lines.len())
+        }
         other => match (other.ask(), other.plan()) {
             (Some(ask), _) => format!("ask={ask}"),
             (_, Some(plan)) => format!("plan={}", plan.as_str()),
