@@ -650,8 +650,13 @@ pub struct ContentHash(pub [u8; 32]);
 impl ContentHash {
     /// The hash of `text`'s UTF-8 bytes.
     pub fn of(text: &str) -> ContentHash {
+        ContentHash::of_bytes(text.as_bytes())
+    }
+
+    /// The SHA-256 of `bytes`.
+    pub fn of_bytes(bytes: &[u8]) -> ContentHash {
         use sha2::Digest;
-        ContentHash(sha2::Sha256::digest(text.as_bytes()).into())
+        ContentHash(sha2::Sha256::digest(bytes).into())
     }
 }
 

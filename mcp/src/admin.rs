@@ -59,9 +59,18 @@ pub fn check(root: &DataRoot, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     }
     let mut reader = LogReader::new(storage, LogOptions::default(), planb_log::Cursor(1));
     let mut kinds = std::collections::BTreeMap::<&str, u64>::new();
+    let mut blobs = std::collections::BTreeSet::<[u8; 32]>::new();
     while let Some(record) = reader.next()? {
         match decode(&record.payload, Cursor(record.cursor.0)) {
-            Ok(envelope) => *kinds.entry(envelope.event.body.kind_name()).or_default() += 1,
+            Ok(envelope) => {
+                let body = &envelope.event.body;
+                *kinds.entry(body.kind_name()).or_default() += 1;
+                if let EventBody::StepSucceeded { artifact, .. }
+                | EventBody::ArtifactEdited { artifact, .. } = body
+                {
+                    blobs.insert(*artifact);
+                }
+            }
             Err(error) => {
                 writeln!(out, "UNREADABLE EVENT: {error}")?;
                 return Ok(ExitCode::FAILURE);
@@ -72,6 +81,9 @@ pub fn check(root: &DataRoot, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     for (kind, count) in kinds {
         writeln!(out, "  {kind:<28} {count}")?;
     }
+    if !check_blobs(root, &blobs, out)? {
+        return Ok(ExitCode::FAILURE);
+    }
     let mut projections_hold = check_projections(root, Cursor(report.last_cursor.0), out)?;
     projections_hold &= check_state_snapshot(root, Cursor(report.last_cursor.0), out)?;
     if !projections_hold {
@@ -79,6 +91,41 @@ pub fn check(root: &DataRoot, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     }
     writeln!(out, "ok")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Checks that every blob the log names is in the blob store with the bytes
+/// its name says; returns whether all are.
+fn check_blobs(
+    root: &DataRoot,
+    named: &std::collections::BTreeSet<[u8; 32]>,
+    out: &mut dyn Write,
+) -> anyhow::Result<bool> {
+    if named.is_empty() {
+        return Ok(true);
+    }
+    let store = root.blobs();
+    let mut bad = 0;
+    for hash in named {
+        if let Err(error) = store.get(hash) {
+            writeln!(out, "BLOB: {error} ({})", store.path(hash).display())?;
+            bad += 1;
+        }
+    }
+    if bad == 0 {
+        writeln!(
+            out,
+            "blobs: all {} the log names are present and intact",
+            named.len()
+        )?;
+    } else {
+        writeln!(
+            out,
+            "blobs: {bad} of {} the log names are missing or damaged; restore them from a backup of {}",
+            named.len(),
+            root.blobs_dir().display()
+        )?;
+    }
+    Ok(bad == 0)
 }
 
 /// Checks `state.snapshot`; returns whether it may stay as it is.

@@ -198,3 +198,88 @@ fn import_of_a_node_data_root_is_idempotent_and_export_writes_the_layout() {
         assert_eq!(manifest["schemaVersion"], 1);
     }
 }
+
+/// `check` verifies every blob the log names: present, and holding the bytes
+/// its name says.
+#[test]
+fn check_verifies_every_blob_the_log_names() {
+    use planb_core::{RunOutcome, TaskId, id::RunId};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = DataRoot::new(dir.path());
+    let env = Arc::new(FixedEnvironment::new(Timestamp(1_780_000_000_000), 1000));
+    let (store, _) = Store::open(root.clone(), env).expect("open");
+    let task = TaskId::from_uuid(uuid::Uuid::from_u128(0x7a5c));
+    let run = RunId::from_uuid(uuid::Uuid::from_u128(0x0b01));
+    let artifact = root.blobs().put(b"# Intake\n").expect("blob");
+    for command in [
+        Cmd::CreateTask {
+            task,
+            pipeline: "project-plan".into(),
+            pipeline_version: 1,
+            prompt: "Open a bakery".into(),
+            speed: "ping".into(),
+            target: "intake".into(),
+            model_profile: None,
+            client_request_id: None,
+        },
+        Cmd::StartRun {
+            task,
+            run,
+            resumed_from: None,
+            owner_pid: 1,
+            host: "h".into(),
+        },
+        Cmd::StartStep {
+            task,
+            run,
+            step: "intake".into(),
+            input: [1; 32],
+        },
+        Cmd::SucceedStep {
+            task,
+            run,
+            step: "intake".into(),
+            input: [1; 32],
+            artifact,
+            bytes: 9,
+            duration_ms: 3,
+            tokens_in: 0,
+            tokens_out: 0,
+        },
+        Cmd::EndRun {
+            task,
+            run,
+            outcome: RunOutcome::Completed,
+            reason: None,
+            failed_step: None,
+            recoverable: false,
+        },
+    ] {
+        store.execute(command).expect("recorded");
+    }
+    drop(store);
+    let ok = planb(dir.path(), &["check"]);
+    assert!(ok.status.success(), "{}", stdout(&ok));
+    assert!(
+        stdout(&ok).contains("blobs: all 1 the log names are present and intact"),
+        "{}",
+        stdout(&ok)
+    );
+    let path = root.blobs().path(&artifact);
+    std::fs::write(&path, b"# Intake, damaged\n").expect("damage the blob");
+    let damaged = planb(dir.path(), &["check"]);
+    assert!(!damaged.status.success());
+    assert!(
+        stdout(&damaged).contains("is damaged"),
+        "{}",
+        stdout(&damaged)
+    );
+    std::fs::remove_file(&path).expect("remove the blob");
+    let missing = planb(dir.path(), &["check"]);
+    assert!(!missing.status.success());
+    assert!(
+        stdout(&missing).contains("is missing"),
+        "{}",
+        stdout(&missing)
+    );
+}

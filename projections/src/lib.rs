@@ -14,6 +14,7 @@
 //! cannot are the log's, which only [`Store::execute`] appends to. It renders
 //! no HTML: the pages live in `planb-ui`.
 
+mod blobs;
 mod env;
 mod error;
 pub mod files;
@@ -28,6 +29,7 @@ mod snapshot;
 mod store;
 pub mod timeline;
 
+pub use blobs::{BLOB_BYTES_MAX, BlobError, BlobHash, Blobs};
 pub use env::{Environment, FixedEnvironment, SystemEnvironment};
 pub use error::StoreError;
 pub use files::{ExportReport, export, write_session};

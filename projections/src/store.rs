@@ -70,6 +70,17 @@ impl DataRoot {
     pub fn state_snapshot_path(&self) -> PathBuf {
         self.root.join("state.snapshot")
     }
+
+    /// The blob store: artifact bytes the log names by hash. Ground truth,
+    /// like the log.
+    pub fn blobs_dir(&self) -> PathBuf {
+        self.root.join("blobs")
+    }
+
+    /// The blob store of this root.
+    pub fn blobs(&self) -> crate::Blobs {
+        crate::Blobs::new(self.blobs_dir())
+    }
 }
 
 /// What opening a store found.

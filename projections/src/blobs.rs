@@ -1,0 +1,188 @@
+//! The blob store: the DAG engine's artifact bytes, content-addressed by
+//! SHA-256 under `<root>/blobs/<first two hex digits>/<all 64>`.
+//!
+//! Blobs are ground truth next to the log (the log names them by hash and
+//! never holds their bytes), so unlike the projections they are durable
+//! before they are named: [`Blobs::put`] syncs the file, renames it into
+//! place and syncs the directory, and only then may the caller append the
+//! event that names the hash. A writer killed before its event leaves a blob
+//! nothing names, which costs space and nothing else; one killed before the
+//! rename leaves a temp file that a later `put` of the same bytes replaces.
+//! Every read checks the bytes against their name, so a damaged blob is an
+//! error, never wrong content.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use planb_core::ContentHash;
+
+use crate::StoreError;
+
+/// Largest blob, in bytes (a report or a zip of every artifact of a run).
+pub const BLOB_BYTES_MAX: u64 = 256 << 20;
+
+/// A blob's name: the SHA-256 of its bytes.
+pub type BlobHash = [u8; 32];
+
+/// The blob store of a data root.
+#[derive(Debug, Clone)]
+pub struct Blobs {
+    dir: PathBuf,
+}
+
+fn hex(hash: &BlobHash) -> String {
+    hash.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn io(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> StoreError {
+    let path = path.display().to_string();
+    move |source| StoreError::Io { op, path, source }
+}
+
+/// Why a blob could not be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BlobError {
+    /// No blob of that hash.
+    #[error("blob {0} is missing")]
+    Missing(String),
+    /// The file's bytes do not hash to its name.
+    #[error("blob {name} is damaged: its bytes hash to {actual}")]
+    Damaged {
+        /// The blob's name.
+        name: String,
+        /// What its bytes hash to.
+        actual: String,
+    },
+    /// Larger than [`BLOB_BYTES_MAX`].
+    #[error("blob {name}: {bytes} bytes is over the {BLOB_BYTES_MAX}-byte limit")]
+    TooLarge {
+        /// The blob's name.
+        name: String,
+        /// Its size.
+        bytes: u64,
+    },
+    /// The file could not be read.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl Blobs {
+    /// The store under `dir` (normally `DataRoot::blobs_dir`).
+    pub fn new(dir: impl Into<PathBuf>) -> Blobs {
+        Blobs { dir: dir.into() }
+    }
+
+    /// Where the blob of `hash` lives.
+    pub fn path(&self, hash: &BlobHash) -> PathBuf {
+        let name = hex(hash);
+        self.dir.join(&name[..2]).join(name)
+    }
+
+    /// Stores `bytes` durably and returns their hash: once this returns,
+    /// an event may name the blob. Storing bytes already there changes
+    /// nothing.
+    pub fn put(&self, bytes: &[u8]) -> Result<BlobHash, BlobError> {
+        let hash: BlobHash = ContentHash::of_bytes(bytes).0;
+        let name = hex(&hash);
+        if bytes.len() as u64 > BLOB_BYTES_MAX {
+            return Err(BlobError::TooLarge {
+                name,
+                bytes: bytes.len() as u64,
+            });
+        }
+        let path = self.path(&hash);
+        if self.get(&hash).is_ok() {
+            return Ok(hash);
+        }
+        let shard = path.parent().unwrap_or(&self.dir).to_path_buf();
+        if !shard.is_dir() {
+            std::fs::create_dir_all(&shard).map_err(io("create directory", &shard))?;
+            sync_dir(&self.dir)?;
+        }
+        let tmp = shard.join(format!(".{name}.{}.tmp", std::process::id()));
+        let written = std::fs::File::create(&tmp).and_then(|mut file| {
+            file.write_all(bytes)?;
+            file.sync_all()
+        });
+        if let Err(source) = written {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(io("write", &tmp)(source).into());
+        }
+        if let Err(source) = std::fs::rename(&tmp, &path) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(io("rename into", &path)(source).into());
+        }
+        sync_dir(&shard)?;
+        Ok(hash)
+    }
+
+    /// The bytes of blob `hash`, checked against it.
+    pub fn get(&self, hash: &BlobHash) -> Result<Vec<u8>, BlobError> {
+        let path = self.path(hash);
+        let name = hex(hash);
+        let size = match std::fs::metadata(&path) {
+            Ok(meta) => meta.len(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(BlobError::Missing(name));
+            }
+            Err(source) => return Err(io("stat", &path)(source).into()),
+        };
+        if size > BLOB_BYTES_MAX {
+            return Err(BlobError::TooLarge { name, bytes: size });
+        }
+        let bytes = std::fs::read(&path).map_err(io("read", &path))?;
+        let actual: BlobHash = ContentHash::of_bytes(&bytes).0;
+        if actual != *hash {
+            return Err(BlobError::Damaged {
+                name,
+                actual: hex(&actual),
+            });
+        }
+        Ok(bytes)
+    }
+}
+
+fn sync_dir(dir: &Path) -> Result<(), StoreError> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io("sync directory", dir))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_blob_is_stored_once_under_its_hash_and_read_back_checked() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let blobs = Blobs::new(dir.path().join("blobs"));
+        let hash = blobs.put(b"# Intake\n").expect("put");
+        assert_eq!(hash, ContentHash::of_bytes(b"# Intake\n").0);
+        let path = blobs.path(&hash);
+        assert!(path.starts_with(dir.path().join("blobs").join(&hex(&hash)[..2])));
+        assert_eq!(blobs.get(&hash).expect("get"), b"# Intake\n");
+        assert_eq!(blobs.put(b"# Intake\n").expect("again"), hash);
+        let shard = path.parent().expect("shard");
+        let names: Vec<_> = std::fs::read_dir(shard).expect("list").collect();
+        assert_eq!(names.len(), 1, "no temp file left behind");
+
+        std::fs::write(&path, b"# Intake, damaged\n").expect("damage");
+        let damaged = blobs.get(&hash).expect_err("damaged");
+        assert!(
+            damaged
+                .to_string()
+                .starts_with(&format!("blob {} is damaged", hex(&hash))),
+            "{damaged}"
+        );
+        // Storing the bytes again repairs it.
+        assert_eq!(blobs.put(b"# Intake\n").expect("repair"), hash);
+        assert_eq!(blobs.get(&hash).expect("get"), b"# Intake\n");
+
+        let missing = blobs.get(&[7; 32]).expect_err("missing");
+        assert_eq!(
+            missing.to_string(),
+            format!("blob {} is missing", "07".repeat(32))
+        );
+    }
+}
