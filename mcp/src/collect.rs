@@ -322,10 +322,8 @@ mod tests {
     use std::sync::atomic::Ordering;
     use std::time::Duration;
 
-    use planb_core::{
-        AskId, AskSpec, Command, Delivery, Question, QuestionKind, SessionId, Timestamp,
-    };
-    use planb_projections::{DataRoot, FixedEnvironment, Store};
+    use planb_core::{AskId, Command, Delivery, SessionId};
+    use planb_projections::Store;
     use uuid::Uuid;
 
     use super::AnswerWatch;
@@ -333,18 +331,7 @@ mod tests {
 
     fn open_ask(store: &Store, session: SessionId) -> AskId {
         let ask = AskId::from_uuid(Uuid::new_v4());
-        let spec = AskSpec {
-            title: "Storage".into(),
-            intro_title: None,
-            intro: None,
-            questions: vec![Question {
-                id: "db".into(),
-                label: "Which database?".into(),
-                required: true,
-                tab: None,
-                kind: QuestionKind::Text { placeholder: None },
-            }],
-        };
+        let spec = crate::testing::storage_spec();
         store
             .execute(Command::OpenAsk {
                 session,
@@ -363,18 +350,7 @@ mod tests {
     #[tokio::test]
     async fn one_watcher_hands_each_waiting_ask_its_answer_and_stops_when_idle() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let env = Arc::new(FixedEnvironment::new(Timestamp(1_700_000_000_000), 1_000));
-        let (store, _) = Store::open(DataRoot::new(dir.path()), env).expect("open store");
-        let store = Arc::new(store);
-        let session = SessionId::from_uuid(Uuid::new_v4());
-        store
-            .execute(Command::CreateSession {
-                session,
-                title: None,
-                intent: None,
-                project_path: None,
-            })
-            .expect("session");
+        let (store, session) = crate::testing::store_with_session(dir.path());
         let (first, second) = (open_ask(&store, session), open_ask(&store, session));
         let handle = StoreHandle::ready(Arc::clone(&store));
         let watch = Arc::new(AnswerWatch::default());

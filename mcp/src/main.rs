@@ -19,6 +19,8 @@ mod opening;
 mod plans;
 mod server;
 mod stdio;
+#[cfg(test)]
+mod testing;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

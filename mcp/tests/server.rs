@@ -241,6 +241,9 @@ async fn url_elicitation_round_trip_returns_exactly_the_answers() {
     assert_eq!(kinds, ["session_created", "ask_opened", "ask_answered"]);
 }
 
+/// The URL is the one line a healthy session prints on stderr, plainly:
+/// clients such as Claude Code show every stderr line of a server as an
+/// error.
 #[tokio::test]
 async fn a_bare_elicitation_client_gets_the_url_on_stderr_with_ask_no_open() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -266,7 +269,31 @@ async fn a_bare_elicitation_client_gets_the_url_on_stderr_with_ask_no_open() {
         server.seen.urls.try_recv().is_err(),
         "no URL elicitation was sent"
     );
+    let saved = call(
+        &server,
+        "save_plan",
+        json!({"sessionId": session, "plan": "# Plan\n"}),
+    )
+    .await;
+    assert_ne!(saved.is_error, Some(true), "{}", text_of(&saved));
+    let refused = call(
+        &server,
+        "save_plan",
+        json!({"sessionId": "nope", "plan": "x"}),
+    )
+    .await;
+    assert_eq!(refused.is_error, Some(true));
     server.client.cancel().await.expect("shutdown");
+    tokio::time::timeout(WAIT, server.stderr_closed)
+        .await
+        .expect("the server exits")
+        .expect("stderr reader");
+    let lines = server.stderr.lock().await.clone();
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    assert!(
+        lines[0].starts_with(&format!("opening browser directly: {url} (")),
+        "{lines:#?}"
+    );
 }
 
 #[tokio::test]
@@ -843,54 +870,5 @@ fn the_demo_runs_end_to_end_on_a_headless_machine() {
     assert!(
         plan.contains("# Plan: tidy") && plan.contains("Language: Go"),
         "{plan}"
-    );
-}
-
-/// Clients such as Claude Code show every stderr line of a server as an
-/// error: a healthy session prints nothing there but the one line a person
-/// needs, the URL of a form no browser was opened for, without log prefixes.
-#[tokio::test]
-async fn a_healthy_session_prints_only_the_form_url_on_stderr() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut server = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
-    let session = new_session(&server).await;
-    let pending = ask_in_background(&server, sample_ask(&session));
-    let url = next(&mut server.seen.stderr_urls).await;
-    let (port, sid) = parse_form_url(&url);
-    let answered = post_json(
-        port,
-        "/submit",
-        &json!({"sid": sid, "answers": valid_answers()}),
-    )
-    .await;
-    assert_eq!(answered.status, 200, "{}", answered.body);
-    tokio::time::timeout(WAIT, pending)
-        .await
-        .expect("in time")
-        .expect("task");
-    let saved = call(
-        &server,
-        "save_plan",
-        json!({"sessionId": session, "plan": "# Plan\n"}),
-    )
-    .await;
-    assert_ne!(saved.is_error, Some(true), "{}", text_of(&saved));
-    let refused = call(
-        &server,
-        "save_plan",
-        json!({"sessionId": "nope", "plan": "x"}),
-    )
-    .await;
-    assert_eq!(refused.is_error, Some(true));
-    server.client.cancel().await.expect("shutdown");
-    tokio::time::timeout(WAIT, server.stderr_closed)
-        .await
-        .expect("the server exits")
-        .expect("stderr reader");
-    let lines = server.stderr.lock().await.clone();
-    assert_eq!(lines.len(), 1, "{lines:#?}");
-    assert!(
-        lines[0].starts_with(&format!("opening browser directly: {url} (")),
-        "{lines:#?}"
     );
 }

@@ -5,11 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use planb_core::{
-    AskId, AskSpec, AskStatus, Command, Delivery, Question, QuestionKind, SessionId, Timestamp,
-};
+use planb_core::{AskId, AskStatus, Command, Delivery};
 use planb_http::Limits;
-use planb_projections::{DataRoot, FixedEnvironment, Store};
+use planb_projections::Store;
 use tempfile::TempDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -38,41 +36,19 @@ struct Server {
 /// A callback server with one open form, registered under [`SID`].
 async fn start() -> Server {
     let dir = tempfile::tempdir().expect("tempdir");
-    let env = Arc::new(FixedEnvironment::new(Timestamp(1_700_000_000_000), 1_000));
-    let (store, _) = Store::open(DataRoot::new(dir.path()), env).expect("open store");
-    let store = Arc::new(store);
-    let session = SessionId::from_uuid(Uuid::new_v4());
+    let (store, session) = crate::testing::store_with_session(dir.path());
     let ask = AskId::from_uuid(Uuid::new_v4());
-    let spec = AskSpec {
-        title: "Storage".into(),
-        intro_title: None,
-        intro: None,
-        questions: vec![Question {
-            id: "db".into(),
-            label: "Which database?".into(),
-            required: true,
-            tab: None,
-            kind: QuestionKind::Text { placeholder: None },
-        }],
-    };
-    for command in [
-        Command::CreateSession {
-            session,
-            title: None,
-            intent: None,
-            project_path: None,
-        },
-        Command::OpenAsk {
+    let spec = crate::testing::storage_spec();
+    store
+        .execute(Command::OpenAsk {
             session,
             ask,
             spec: spec.clone(),
             delivery: Delivery::BrowserNotOpened,
             url: "http://127.0.0.1:9/ask".into(),
-            sid: "test-sid".into(),
-        },
-    ] {
-        store.execute(command).expect("command accepted");
-    }
+            sid: SID.into(),
+        })
+        .expect("ask opened");
     let forms = Arc::new(Forms::default());
     let (waiter, _answers) = tokio::sync::oneshot::channel();
     let info = FormInfo {

@@ -1,0 +1,38 @@
+//! What the unit tests of this crate share.
+
+use std::sync::Arc;
+
+use planb_core::{AskSpec, Command, Question, QuestionKind, SessionId, Timestamp};
+use planb_projections::{DataRoot, FixedEnvironment, Store};
+
+/// A form of one required text question, `db`.
+pub(crate) fn storage_spec() -> AskSpec {
+    AskSpec {
+        title: "Storage".into(),
+        intro_title: None,
+        intro: None,
+        questions: vec![Question {
+            id: "db".into(),
+            label: "Which database?".into(),
+            required: true,
+            tab: None,
+            kind: QuestionKind::Text { placeholder: None },
+        }],
+    }
+}
+
+/// A store on a fresh data root in `dir`, with one session.
+pub(crate) fn store_with_session(dir: &std::path::Path) -> (Arc<Store>, SessionId) {
+    let env = Arc::new(FixedEnvironment::new(Timestamp(1_700_000_000_000), 1_000));
+    let (store, _) = Store::open(DataRoot::new(dir), env).expect("open store");
+    let session = SessionId::from_uuid(uuid::Uuid::new_v4());
+    store
+        .execute(Command::CreateSession {
+            session,
+            title: None,
+            intent: None,
+            project_path: None,
+        })
+        .expect("session");
+    (Arc::new(store), session)
+}
