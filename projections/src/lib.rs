@@ -25,6 +25,7 @@ mod index;
 mod indexer;
 mod plan_file;
 mod rebuild;
+mod runs;
 mod snapshot;
 mod store;
 pub mod timeline;
@@ -38,6 +39,7 @@ pub use import::{IMPORTED_ASK_URL, ImportProblem, ImportReport, Imported, Skippe
 pub use index::{Index, IndexDump, IndexedAskStatus};
 pub use plan_file::{PLAN_FILE_BYTES_MAX, PlanFileChange, PlanFileError};
 pub use rebuild::{RebuildReport, rebuild};
+pub use runs::{RunLock, RunLockError, worker_alive};
 pub use snapshot::{SnapshotCheck, check_snapshot};
 pub use store::{DataRoot, OpenReport, SNAPSHOT_AFTER_EVENTS, Store};
 pub use timeline::Timeline;
