@@ -1,0 +1,300 @@
+//! Model backends: where a `model` step's prompt goes and its answer comes
+//! from.
+//!
+//! A backend is named by a spec (`--model` or `PLANB_MODEL`):
+//! - `command:<argv>`: a program that reads the prompt on stdin and writes
+//!   the answer on stdout (`command:claude -p`, `command:llm -m gpt-4o`).
+//!   The argv is split like a shell does (quotes and backslashes), without
+//!   running a shell.
+//! - `openai:<base-url>`: an OpenAI-compatible chat completions server
+//!   (not wired yet: a spec naming it is refused with a message saying so).
+//!
+//! Every call is bounded: a timeout (the program is killed when it passes)
+//! and a largest answer (the program is killed when its stdout passes it).
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Largest answer read from a backend, in bytes.
+pub const ANSWER_BYTES_MAX: usize = 4 << 20;
+/// Most of a failing program's stderr kept for the message, in bytes.
+const STDERR_TAIL_BYTES: usize = 2_000;
+
+/// Why no backend, or a call to one, worked. `code` gives the error code the
+/// task tools return.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BackendError {
+    /// Nothing configured.
+    #[error(
+        "no model is configured: start planb-mcp with --model <spec> or set PLANB_MODEL, for example \
+         PLANB_MODEL='command:claude -p' (a program that reads the prompt on stdin and answers on \
+         stdout) or PLANB_MODEL='openai:http://127.0.0.1:11434/v1' (an OpenAI-compatible server)"
+    )]
+    NotConfigured,
+    /// The spec cannot be read.
+    #[error("model spec {spec:?}: {problem}")]
+    BadSpec {
+        /// The spec given.
+        spec: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// The program could not be started.
+    #[error("model command {program:?} could not start: {source}")]
+    Spawn {
+        /// argv[0].
+        program: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// No answer within the timeout; the program was killed.
+    #[error("the model did not answer within {} s", .0.as_secs_f64())]
+    Timeout(Duration),
+    /// The answer passed [`ANSWER_BYTES_MAX`]; the program was killed.
+    #[error("the model's answer passed {ANSWER_BYTES_MAX} bytes; it was cut off and refused")]
+    TooLarge,
+    /// The program failed.
+    #[error("model command exited with {status}: {stderr}")]
+    Failed {
+        /// Its exit status.
+        status: std::process::ExitStatus,
+        /// The end of its stderr.
+        stderr: String,
+    },
+    /// The answer is not UTF-8 text.
+    #[error("the model's answer is not UTF-8 text")]
+    NotText,
+    /// Reading or writing the program's pipes failed.
+    #[error("talking to the model command: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl BackendError {
+    /// `MODEL_NOT_CONFIGURED` for a missing or unusable configuration, else
+    /// `MODEL_ERROR`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            BackendError::NotConfigured | BackendError::BadSpec { .. } => "MODEL_NOT_CONFIGURED",
+            _ => "MODEL_ERROR",
+        }
+    }
+}
+
+/// A configured backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backend {
+    /// A program: argv, prompt on stdin, answer on stdout.
+    Command(Vec<String>),
+}
+
+/// A backend's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    /// The text.
+    pub text: String,
+    /// How long it took.
+    pub duration: Duration,
+}
+
+impl Backend {
+    /// The backend a spec names; `None` (nothing configured) is
+    /// [`BackendError::NotConfigured`].
+    pub fn from_spec(spec: Option<&str>) -> Result<Backend, BackendError> {
+        let spec = spec.map(str::trim).filter(|s| !s.is_empty());
+        let Some(spec) = spec else {
+            return Err(BackendError::NotConfigured);
+        };
+        let bad = |problem: &str| BackendError::BadSpec {
+            spec: spec.to_owned(),
+            problem: problem.to_owned(),
+        };
+        if let Some(command) = spec.strip_prefix("command:") {
+            let argv = split_argv(command).map_err(|p| bad(&p))?;
+            if argv.is_empty() {
+                return Err(bad("names no program after command:"));
+            }
+            Ok(Backend::Command(argv))
+        } else if spec.starts_with("openai:") {
+            Err(bad(
+                "OpenAI-compatible servers are not supported yet; use command:<program>",
+            ))
+        } else {
+            Err(bad("must start with command: or openai:"))
+        }
+    }
+
+    /// Asks `prompt` and returns the answer, within `timeout`.
+    pub async fn ask(&self, prompt: &str, timeout: Duration) -> Result<Answer, BackendError> {
+        match self {
+            Backend::Command(argv) => ask_command(argv, prompt, timeout).await,
+        }
+    }
+}
+
+/// Splits `text` into words like a POSIX shell: whitespace separates words,
+/// single quotes keep everything literal, double quotes keep whitespace and
+/// honour `\"` and `\\`, a backslash outside quotes escapes the next character.
+pub fn split_argv(text: &str) -> Result<Vec<String>, String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut in_word = false;
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            c if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut word));
+                    in_word = false;
+                }
+            }
+            '\'' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('\'') => break,
+                        Some(c) => word.push(c),
+                        None => return Err("a single quote is not closed".into()),
+                    }
+                }
+            }
+            '"' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('"') => break,
+                        Some('\\') => match chars.next() {
+                            Some(c @ ('"' | '\\')) => word.push(c),
+                            Some(c) => {
+                                word.push('\\');
+                                word.push(c);
+                            }
+                            None => return Err("a double quote is not closed".into()),
+                        },
+                        Some(c) => word.push(c),
+                        None => return Err("a double quote is not closed".into()),
+                    }
+                }
+            }
+            '\\' => {
+                in_word = true;
+                match chars.next() {
+                    Some(c) => word.push(c),
+                    None => return Err("a backslash ends the command".into()),
+                }
+            }
+            c => {
+                in_word = true;
+                word.push(c);
+            }
+        }
+    }
+    if in_word {
+        words.push(word);
+    }
+    Ok(words)
+}
+
+async fn ask_command(
+    argv: &[String],
+    prompt: &str,
+    timeout: Duration,
+) -> Result<Answer, BackendError> {
+    let started = Instant::now();
+    let mut child = tokio::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|source| BackendError::Spawn {
+            program: argv[0].clone(),
+            source,
+        })?;
+    let mut stdin = child.stdin.take().ok_or_else(|| {
+        BackendError::Io(std::io::Error::other("the program's stdin is not a pipe"))
+    })?;
+    let mut stdout = child.stdout.take().ok_or_else(|| {
+        BackendError::Io(std::io::Error::other("the program's stdout is not a pipe"))
+    })?;
+    let mut stderr = child.stderr.take().ok_or_else(|| {
+        BackendError::Io(std::io::Error::other("the program's stderr is not a pipe"))
+    })?;
+    let prompt = prompt.as_bytes().to_vec();
+    let talk = async move {
+        // Writing and reading at once: a program may answer before it has
+        // read the whole prompt, and a full pipe would stall both sides.
+        let write = async move {
+            // A program that exits without reading its stdin is not an error.
+            let _ = stdin.write_all(&prompt).await;
+            drop(stdin);
+            Ok::<(), BackendError>(())
+        };
+        let read = async {
+            let mut answer = Vec::new();
+            let mut chunk = [0u8; 64 * 1024];
+            loop {
+                let n = stdout.read(&mut chunk).await?;
+                if n == 0 {
+                    return Ok(answer);
+                }
+                if answer.len() + n > ANSWER_BYTES_MAX {
+                    return Err(BackendError::TooLarge);
+                }
+                answer.extend_from_slice(&chunk[..n]);
+            }
+        };
+        // Read to the end, however much, keeping only the tail: a program
+        // blocked on a full stderr pipe would never finish.
+        let errors = async {
+            let mut tail = Vec::new();
+            let mut chunk = [0u8; 8 * 1024];
+            while let Ok(n) = stderr.read(&mut chunk).await {
+                if n == 0 {
+                    break;
+                }
+                tail.extend_from_slice(&chunk[..n]);
+                if tail.len() > 4 * STDERR_TAIL_BYTES {
+                    tail.drain(..tail.len() - 2 * STDERR_TAIL_BYTES);
+                }
+            }
+            Ok(tail)
+        };
+        // An oversized answer ends the talk at once; the program is then
+        // killed when `child` is dropped (kill_on_drop).
+        let ((), answer, errors) = tokio::try_join!(write, read, errors)?;
+        let status = child.wait().await?;
+        Ok::<_, BackendError>((status, answer, errors))
+    };
+    let (status, answer, errors) = match tokio::time::timeout(timeout, talk).await {
+        Ok(result) => result?,
+        // Dropping the future kills the program (kill_on_drop).
+        Err(_) => return Err(BackendError::Timeout(timeout)),
+    };
+    if !status.success() {
+        let text = String::from_utf8_lossy(&errors);
+        let tail: String = text
+            .chars()
+            .rev()
+            .take(STDERR_TAIL_BYTES)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        return Err(BackendError::Failed {
+            status,
+            stderr: tail.trim().to_owned(),
+        });
+    }
+    let text = String::from_utf8(answer).map_err(|_| BackendError::NotText)?;
+    Ok(Answer {
+        text,
+        duration: started.elapsed(),
+    })
+}
+
+#[cfg(test)]
+mod tests;

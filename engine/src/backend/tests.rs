@@ -1,0 +1,119 @@
+use std::time::Duration;
+
+use super::*;
+
+const LONG: Duration = Duration::from_secs(30);
+
+/// A shell script as a backend: `command:sh -c <script>`.
+fn script(body: &str) -> Backend {
+    Backend::Command(vec!["sh".into(), "-c".into(), body.into()])
+}
+
+#[test]
+fn specs_name_a_backend_or_say_how_to_configure_one() {
+    let missing = Backend::from_spec(None).unwrap_err();
+    assert_eq!(missing.code(), "MODEL_NOT_CONFIGURED");
+    assert!(
+        missing
+            .to_string()
+            .contains("PLANB_MODEL='command:claude -p'"),
+        "{missing}"
+    );
+    assert!(matches!(
+        Backend::from_spec(Some("  ")),
+        Err(BackendError::NotConfigured)
+    ));
+    assert_eq!(
+        Backend::from_spec(Some("command:llm -m 'gpt 4o' --system \"be brief\"")).unwrap(),
+        Backend::Command(vec![
+            "llm".into(),
+            "-m".into(),
+            "gpt 4o".into(),
+            "--system".into(),
+            "be brief".into()
+        ])
+    );
+    for (spec, problem) in [
+        ("command:", "names no program after command:"),
+        ("command:llm 'open", "a single quote is not closed"),
+        ("ollama", "must start with command: or openai:"),
+        ("openai:http://127.0.0.1:11434/v1", "not supported yet"),
+    ] {
+        let error = Backend::from_spec(Some(spec)).unwrap_err();
+        assert_eq!(error.code(), "MODEL_NOT_CONFIGURED");
+        assert!(error.to_string().contains(problem), "{spec}: {error}");
+    }
+}
+
+#[test]
+fn argv_splits_like_a_shell_without_one() {
+    assert_eq!(split_argv("  a  b\tc ").unwrap(), ["a", "b", "c"]);
+    assert_eq!(
+        split_argv(r#"a\ b "c\"d" 'e\f' """#).unwrap(),
+        ["a b", "c\"d", "e\\f", ""]
+    );
+    assert!(split_argv("a\\").is_err());
+    assert!(split_argv("\"a").is_err());
+}
+
+#[tokio::test]
+async fn a_command_reads_the_prompt_on_stdin_and_answers_on_stdout() {
+    let backend = script("printf 'answer to: '; cat");
+    let answer = backend.ask("the prompt", LONG).await.expect("answer");
+    assert_eq!(answer.text, "answer to: the prompt");
+    // A large prompt does not deadlock a program that answers as it reads.
+    let big = "x".repeat(1 << 20);
+    let echoed = script("cat").ask(&big, LONG).await.expect("echo");
+    assert_eq!(echoed.text.len(), big.len());
+}
+
+#[tokio::test]
+async fn failures_timeouts_and_oversized_answers_are_errors_with_a_reason() {
+    let failed = script("echo thinking >&2; echo 'no quota left' >&2; exit 3")
+        .ask("p", LONG)
+        .await
+        .unwrap_err();
+    assert_eq!(failed.code(), "MODEL_ERROR");
+    let message = failed.to_string();
+    assert!(
+        message.contains("exit status: 3") && message.ends_with("thinking\nno quota left"),
+        "{message}"
+    );
+
+    // A program that floods stderr before failing is still heard out.
+    let noisy = script("head -c 3000000 /dev/zero | tr '\\0' e >&2; echo done >&2; exit 1")
+        .ask("p", LONG)
+        .await
+        .unwrap_err();
+    assert!(
+        noisy.to_string().ends_with("eedone"),
+        "{}",
+        &noisy.to_string()[..60]
+    );
+
+    let slow = script("sleep 30")
+        .ask("p", Duration::from_millis(300))
+        .await
+        .unwrap_err();
+    assert!(matches!(slow, BackendError::Timeout(_)), "{slow}");
+
+    let flood = script("yes answer").ask("p", LONG).await.unwrap_err();
+    assert!(matches!(flood, BackendError::TooLarge), "{flood}");
+
+    let binary = script("printf '\\377\\376'")
+        .ask("p", LONG)
+        .await
+        .unwrap_err();
+    assert!(matches!(binary, BackendError::NotText), "{binary}");
+
+    let missing = Backend::Command(vec!["/nonexistent/model".into()])
+        .ask("p", LONG)
+        .await
+        .unwrap_err();
+    assert!(
+        missing
+            .to_string()
+            .starts_with("model command \"/nonexistent/model\" could not start"),
+        "{missing}"
+    );
+}
