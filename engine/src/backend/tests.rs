@@ -11,7 +11,7 @@ fn script(body: &str) -> Backend {
 
 #[test]
 fn specs_name_a_backend_or_say_how_to_configure_one() {
-    let missing = Backend::from_spec(None).unwrap_err();
+    let missing = Backend::from_spec(None).expect_err("an error");
     assert_eq!(missing.code(), "MODEL_NOT_CONFIGURED");
     assert!(
         missing
@@ -24,7 +24,7 @@ fn specs_name_a_backend_or_say_how_to_configure_one() {
         Err(BackendError::NotConfigured)
     ));
     assert_eq!(
-        Backend::from_spec(Some("command:llm -m 'gpt 4o' --system \"be brief\"")).unwrap(),
+        Backend::from_spec(Some("command:llm -m 'gpt 4o' --system \"be brief\"")).expect("ok"),
         Backend::Command(vec![
             "llm".into(),
             "-m".into(),
@@ -39,7 +39,7 @@ fn specs_name_a_backend_or_say_how_to_configure_one() {
         ("ollama", "must start with command: or openai:"),
         ("openai:http://127.0.0.1:11434/v1", "not supported yet"),
     ] {
-        let error = Backend::from_spec(Some(spec)).unwrap_err();
+        let error = Backend::from_spec(Some(spec)).expect_err("an error");
         assert_eq!(error.code(), "MODEL_NOT_CONFIGURED");
         assert!(error.to_string().contains(problem), "{spec}: {error}");
     }
@@ -47,9 +47,9 @@ fn specs_name_a_backend_or_say_how_to_configure_one() {
 
 #[test]
 fn argv_splits_like_a_shell_without_one() {
-    assert_eq!(split_argv("  a  b\tc ").unwrap(), ["a", "b", "c"]);
+    assert_eq!(split_argv("  a  b\tc ").expect("ok"), ["a", "b", "c"]);
     assert_eq!(
-        split_argv(r#"a\ b "c\"d" 'e\f' """#).unwrap(),
+        split_argv(r#"a\ b "c\"d" 'e\f' """#).expect("ok"),
         ["a b", "c\"d", "e\\f", ""]
     );
     assert!(split_argv("a\\").is_err());
@@ -72,7 +72,7 @@ async fn failures_timeouts_and_oversized_answers_are_errors_with_a_reason() {
     let failed = script("echo thinking >&2; echo 'no quota left' >&2; exit 3")
         .ask("p", LONG)
         .await
-        .unwrap_err();
+        .expect_err("an error");
     assert_eq!(failed.code(), "MODEL_ERROR");
     let message = failed.to_string();
     assert!(
@@ -84,7 +84,7 @@ async fn failures_timeouts_and_oversized_answers_are_errors_with_a_reason() {
     let noisy = script("head -c 3000000 /dev/zero | tr '\\0' e >&2; echo done >&2; exit 1")
         .ask("p", LONG)
         .await
-        .unwrap_err();
+        .expect_err("an error");
     assert!(
         noisy.to_string().ends_with("eedone"),
         "{}",
@@ -94,22 +94,25 @@ async fn failures_timeouts_and_oversized_answers_are_errors_with_a_reason() {
     let slow = script("sleep 30")
         .ask("p", Duration::from_millis(300))
         .await
-        .unwrap_err();
+        .expect_err("an error");
     assert!(matches!(slow, BackendError::Timeout(_)), "{slow}");
 
-    let flood = script("yes answer").ask("p", LONG).await.unwrap_err();
+    let flood = script("yes answer")
+        .ask("p", LONG)
+        .await
+        .expect_err("an error");
     assert!(matches!(flood, BackendError::TooLarge), "{flood}");
 
     let binary = script("printf '\\377\\376'")
         .ask("p", LONG)
         .await
-        .unwrap_err();
+        .expect_err("an error");
     assert!(matches!(binary, BackendError::NotText), "{binary}");
 
     let missing = Backend::Command(vec!["/nonexistent/model".into()])
         .ask("p", LONG)
         .await
-        .unwrap_err();
+        .expect_err("an error");
     assert!(
         missing
             .to_string()
