@@ -15,6 +15,10 @@
 //! Recording starts, results and failures is the callers' job (events in the
 //! log); this module decides, from what was recorded, and does nothing else.
 
+mod file;
+
+pub use file::{PIPELINE_FILE_BYTES_MAX, parse_pipeline};
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
