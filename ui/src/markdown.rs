@@ -188,58 +188,10 @@ fn is_language_class(class: &str) -> bool {
 mod tests {
     use super::*;
 
-    /// A start tag of the rendered HTML: its name and attributes.
-    #[derive(Debug)]
-    struct StartTag {
-        name: String,
-        attributes: Vec<(String, String)>,
-    }
-
-    /// The start tags of `html` as html5ever serialises it (attribute values
-    /// always double-quoted, text always escaped), lowercased.
-    fn start_tags(html: &str) -> Vec<StartTag> {
-        let html = html.to_ascii_lowercase();
-        let bytes = html.as_bytes();
-        let mut tags = Vec::new();
-        let mut i = 0;
-        while i < bytes.len() {
-            if bytes[i] != b'<' || !bytes.get(i + 1).is_some_and(u8::is_ascii_alphabetic) {
-                i += 1;
-                continue;
-            }
-            i += 1;
-            let name_start = i;
-            while i < bytes.len() && !matches!(bytes[i], b' ' | b'>' | b'/') {
-                i += 1;
-            }
-            let mut tag = StartTag {
-                name: html[name_start..i].to_owned(),
-                attributes: Vec::new(),
-            };
-            loop {
-                while i < bytes.len() && matches!(bytes[i], b' ' | b'/') {
-                    i += 1;
-                }
-                if i >= bytes.len() || bytes[i] == b'>' {
-                    break;
-                }
-                let attribute_start = i;
-                while i < bytes.len() && !matches!(bytes[i], b'=' | b' ' | b'>') {
-                    i += 1;
-                }
-                let name = html[attribute_start..i].to_owned();
-                let mut value = String::new();
-                if bytes.get(i) == Some(&b'=') && bytes.get(i + 1) == Some(&b'"') {
-                    let value_start = i + 2;
-                    let value_end = html[value_start..].find('"').expect("closing quote");
-                    value = html[value_start..value_start + value_end].to_owned();
-                    i = value_start + value_end + 1;
-                }
-                tag.attributes.push((name, value));
-            }
-            tags.push(tag);
-        }
-        tags
+    /// The start tags of `html`, lowercased whole (names, attributes and
+    /// values), so the checks below see what a browser would act on.
+    fn start_tags(html: &str) -> Vec<crate::html_scan::StartTag> {
+        crate::html_scan::start_tags(&html.to_ascii_lowercase())
     }
 
     const ALLOWED_ATTRIBUTES: [&str; 26] = [

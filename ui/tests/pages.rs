@@ -2,6 +2,11 @@
 //! (no inline script, no style attribute), sanitised Markdown, and the
 //! embedded assets the page refers to.
 
+#[allow(dead_code, reason = "each test file uses a different part")]
+#[path = "../src/html_scan.rs"]
+mod html_scan;
+
+use html_scan::{assert_no_inline_code, start_tags};
 use planb_core::{AnswerValue, Answers, AskSpec};
 use planb_ui::pages::{self, CONTENT_SECURITY_POLICY, asset, asset_paths};
 use serde_json::{Value, json};
@@ -364,98 +369,6 @@ fn blank_draft_text_does_not_count_as_answered() {
     let html = page(seed_example(), Some(&draft));
     assert!(tag_with_id(&html, "tab-1").contains("has-missing"));
     assert!(html.contains("0 of 3 required answered"));
-}
-
-/// A start tag: its lowercased name and attributes.
-struct StartTag {
-    name: String,
-    attributes: Vec<(String, String)>,
-    /// Byte offset just past the tag's `>`.
-    end: usize,
-}
-
-/// The start tags of `html`. Text is escaped in both maud's and ammonia's
-/// output, so every raw `<` followed by a letter opens a real tag;
-/// attribute values are always double-quoted and may hold `>`.
-fn start_tags(html: &str) -> Vec<StartTag> {
-    let bytes = html.as_bytes();
-    let mut tags = Vec::new();
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] != b'<' || !bytes.get(i + 1).is_some_and(u8::is_ascii_alphabetic) {
-            i += 1;
-            continue;
-        }
-        i += 1;
-        let name_start = i;
-        while i < bytes.len() && !matches!(bytes[i], b' ' | b'\n' | b'>' | b'/') {
-            i += 1;
-        }
-        let name = html[name_start..i].to_ascii_lowercase();
-        let mut attributes = Vec::new();
-        loop {
-            while i < bytes.len() && matches!(bytes[i], b' ' | b'\n' | b'/') {
-                i += 1;
-            }
-            if i >= bytes.len() || bytes[i] == b'>' {
-                break;
-            }
-            let attribute_start = i;
-            while i < bytes.len() && !matches!(bytes[i], b'=' | b' ' | b'\n' | b'>') {
-                i += 1;
-            }
-            let attribute = html[attribute_start..i].to_ascii_lowercase();
-            let mut value = String::new();
-            if bytes.get(i) == Some(&b'=') {
-                assert_eq!(bytes.get(i + 1), Some(&b'"'), "unquoted attribute value");
-                let value_start = i + 2;
-                let value_end = value_start + html[value_start..].find('"').expect("quote");
-                value = html[value_start..value_end].to_owned();
-                i = value_end + 1;
-            }
-            attributes.push((attribute, value));
-        }
-        tags.push(StartTag {
-            name,
-            attributes,
-            end: i + 1,
-        });
-    }
-    tags
-}
-
-/// Panics if `html` holds an inline script, a `<style>` element, a `style`
-/// attribute, an event handler attribute or a script URL: the page must
-/// work under [`CONTENT_SECURITY_POLICY`] and run nothing it was sent.
-fn assert_no_inline_code(html: &str) {
-    for tag in start_tags(html) {
-        assert_ne!(tag.name, "style", "style element in page");
-        if tag.name == "script" {
-            let src = tag.attributes.iter().find(|(name, _)| name == "src");
-            assert!(
-                src.is_some_and(|(_, value)| value.starts_with("/assets/")),
-                "inline script in page"
-            );
-            assert!(
-                html[tag.end..].starts_with("</script>"),
-                "script with a body"
-            );
-        }
-        for (name, value) in &tag.attributes {
-            assert_ne!(name, "style", "style attribute on <{}>", tag.name);
-            assert!(
-                !name.starts_with("on"),
-                "event handler {name} on <{}>",
-                tag.name
-            );
-            let value = value.trim().to_ascii_lowercase();
-            assert!(
-                !value.starts_with("javascript:") && !value.starts_with("data:"),
-                "{name}={value:?} on <{}>",
-                tag.name
-            );
-        }
-    }
 }
 
 #[test]
