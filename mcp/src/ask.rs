@@ -26,6 +26,10 @@ pub struct Wait<'a> {
     /// False when the form is already in front of the person (an earlier
     /// call delivered it) and this call only waits on.
     pub deliver: bool,
+    /// The form's sid in this process's registry, which the wait detaches
+    /// from when it ends (the page stays known for late answers); `None`
+    /// when it waits on a link another process gave out.
+    pub sid: Option<&'a str>,
     pub answered: oneshot::Receiver<Answers>,
 }
 
@@ -49,10 +53,10 @@ pub(crate) fn answers_result(ask: AskId, answers: &Answers) -> CallToolResult {
 
 /// The person has not answered yet and the request could time out in its
 /// client: say where the form is and how to keep waiting.
-/// `url` is the form's link, or only its address (no `sid`) when this
-/// process waits on a link another process gave out.
-pub(crate) fn still_open_result(ask: AskId, title: &str, url: &str) -> CallToolResult {
-    let (whereabouts, structured) = if url.contains("sid=") {
+/// `url` is the form's link when `is_link`, else only its address (this
+/// process waits on a link another process gave out, whose sid it never saw).
+fn still_open_result(ask: AskId, title: &str, url: &str, is_link: bool) -> CallToolResult {
+    let (whereabouts, structured) = if is_link {
         (
             format!("It stays open at {url}"),
             json!({"status": "waiting", "askId": ask.to_string(), "url": url}),
@@ -76,6 +80,15 @@ pub(crate) fn still_open_result(ask: AskId, title: &str, url: &str) -> CallToolR
 
 /// Delivers the form, waits, records the outcome; returns the tool result.
 pub async fn wait(wait: Wait<'_>) -> CallToolResult {
+    let (server, sid) = (wait.server, wait.sid);
+    let result = wait_detached(wait).await;
+    if let Some(sid) = sid {
+        server.forms().detach(sid);
+    }
+    result
+}
+
+async fn wait_detached(wait: Wait<'_>) -> CallToolResult {
     let config = wait.server.config().clone();
     let label = format!("form \"{}\"", wait.spec.title);
     let page = Page {
@@ -101,7 +114,9 @@ pub async fn wait(wait: Wait<'_>) -> CallToolResult {
     let (command, result) = match outcome {
         Outcome::Answered(answers) => return answers_result(wait.ask, &answers),
         // Nothing ended: the ask stays pending and its form open.
-        Outcome::StillOpen => return still_open_result(wait.ask, &wait.spec.title, wait.url),
+        Outcome::StillOpen => {
+            return still_open_result(wait.ask, &wait.spec.title, wait.url, wait.sid.is_some());
+        }
         Outcome::TimedOut => (
             Command::TimeOut { ask: wait.ask },
             ask_result(format!(

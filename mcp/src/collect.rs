@@ -240,7 +240,7 @@ impl PlanbServer {
                 }
             };
             let url = format!("http://127.0.0.1:{}/ask?sid={sid}", address.port());
-            let outcome = crate::ask::wait(crate::ask::Wait {
+            return crate::ask::wait(crate::ask::Wait {
                 server: self,
                 context,
                 ask: ask_id,
@@ -248,11 +248,10 @@ impl PlanbServer {
                 url: &url,
                 url_mode,
                 deliver: false,
+                sid: Some(&sid),
                 answered,
             })
             .await;
-            self.forms().detach(&sid);
-            return outcome;
         }
         let spec = Arc::new(spec);
         // On a fixed port the link the person was given reaches this process
@@ -273,6 +272,7 @@ impl PlanbServer {
                 url: &form_address,
                 url_mode,
                 deliver: false,
+                sid: None,
                 answered,
             })
             .await;
@@ -300,7 +300,7 @@ impl PlanbServer {
         if let Err(error) = self.forms().register(sid.clone(), info, sender) {
             return tool_error(error.to_string());
         }
-        let outcome = crate::ask::wait(crate::ask::Wait {
+        crate::ask::wait(crate::ask::Wait {
             server: self,
             context,
             ask: ask_id,
@@ -308,11 +308,10 @@ impl PlanbServer {
             url: &url,
             url_mode,
             deliver: true,
+            sid: Some(&sid),
             answered,
         })
-        .await;
-        self.forms().detach(&sid);
-        outcome
+        .await
     }
 }
 

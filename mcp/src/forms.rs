@@ -145,6 +145,11 @@ impl<I: Clone, A> Registry<I, A> {
         }
     }
 
+    /// Whether this process knows a page matching `matches` (answered or not).
+    pub fn knows(&self, matches: impl Fn(&I) -> bool) -> bool {
+        self.inner().pages.values().any(|page| matches(&page.info))
+    }
+
     /// Takes the answer that came, for a page matching `matches`, while no
     /// tool waited on it.
     pub fn claim(&self, matches: impl Fn(&I) -> bool) -> Option<A> {

@@ -530,6 +530,11 @@ impl PlanbServer {
         context: &RequestContext<RoleServer>,
         plan: &PlanKey,
     ) -> Option<CallToolResult> {
+        // Only a review page of this process can be rejoined: without one,
+        // no need to look at the file and the log.
+        if !self.reviews().knows(|info| info.plan == *plan) {
+            return None;
+        }
         // Records a hand edit first, which makes the plan changed.
         let current = match self.on_plan_file(plan, None).await {
             Ok(current) => current.content,

@@ -327,7 +327,7 @@ impl PlanbServer {
                 .await;
             return Ok(tool_error(error.to_string()));
         }
-        let outcome = crate::ask::wait(crate::ask::Wait {
+        Ok(crate::ask::wait(crate::ask::Wait {
             server: self,
             context: &context,
             ask,
@@ -335,11 +335,10 @@ impl PlanbServer {
             url: &url,
             url_mode,
             deliver: true,
+            sid: Some(&sid),
             answered,
         })
-        .await;
-        self.forms.detach(&sid);
-        Ok(outcome)
+        .await)
     }
 }
 

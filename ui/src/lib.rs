@@ -15,5 +15,8 @@ pub mod markdown;
 pub mod pages;
 
 #[cfg(test)]
-#[allow(dead_code, reason = "shared with the integration tests, which use the rest")]
+#[allow(
+    dead_code,
+    reason = "shared with the integration tests, which use the rest"
+)]
 mod html_scan;
