@@ -203,15 +203,21 @@ async fn ask_command(
     timeout: Duration,
 ) -> Result<Answer, BackendError> {
     let started = Instant::now();
-    let mut child = tokio::process::Command::new(&argv[0])
-        .args(&argv[1..])
+    let Some((program, args)) = argv.split_first() else {
+        return Err(BackendError::BadSpec {
+            spec: "command:".into(),
+            problem: "names no program after command:".into(),
+        });
+    };
+    let mut child = tokio::process::Command::new(program)
+        .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .map_err(|source| BackendError::Spawn {
-            program: argv[0].clone(),
+            program: program.clone(),
             source,
         })?;
     let mut stdin = child.stdin.take().ok_or_else(|| {
@@ -235,7 +241,7 @@ async fn ask_command(
         };
         let read = async {
             let mut answer = Vec::new();
-            let mut chunk = [0u8; 64 * 1024];
+            let mut chunk = vec![0u8; 64 * 1024];
             loop {
                 let n = stdout.read(&mut chunk).await?;
                 if n == 0 {
@@ -251,7 +257,7 @@ async fn ask_command(
         // blocked on a full stderr pipe would never finish.
         let errors = async {
             let mut tail = Vec::new();
-            let mut chunk = [0u8; 8 * 1024];
+            let mut chunk = vec![0u8; 8 * 1024];
             while let Ok(n) = stderr.read(&mut chunk).await {
                 if n == 0 {
                     break;

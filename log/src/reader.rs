@@ -83,31 +83,30 @@ impl LogReader {
         position: ReadPosition,
     ) -> Result<LogReader, LogError> {
         let mut reader = LogReader::new(storage, options, position.cursor);
-        if !reader.enter(position.segment, None)? {
-            return Err(LogError::io(
+        let refused = |reader: &LogReader, kind, message: String| {
+            LogError::io(
                 "read",
                 reader
                     .storage
                     .describe(&crate::format::segment_name(position.segment)),
-                std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    "the segment's header is damaged or incomplete",
-                ),
+                std::io::Error::new(kind, message),
+            )
+        };
+        if !reader.enter(position.segment, None)? {
+            return Err(refused(
+                &reader,
+                std::io::ErrorKind::InvalidData,
+                "the segment's header is damaged or incomplete".into(),
             ));
         }
         let header_end = SEGMENT_HEADER_LEN as u64;
         if position.offset < header_end || position.cursor.0 < position.segment {
-            return Err(LogError::io(
-                "read",
-                reader
-                    .storage
-                    .describe(&crate::format::segment_name(position.segment)),
-                std::io::Error::new(
-                    std::io::ErrorKind::InvalidInput,
-                    format!(
-                        "position at offset {} for cursor {} lies outside the segment",
-                        position.offset, position.cursor.0
-                    ),
+            return Err(refused(
+                &reader,
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "position at offset {} for cursor {} lies outside the segment",
+                    position.offset, position.cursor.0
                 ),
             ));
         }

@@ -112,7 +112,7 @@ pub struct Run {
     pub id: RunId,
     /// The run it resumes.
     pub resumed_from: Option<RunId>,
-    /// The worker's process id and host.
+    /// The worker's process id.
     pub owner_pid: u32,
     /// The worker's host.
     pub host: String,

@@ -109,6 +109,12 @@ async fn failures_timeouts_and_oversized_answers_are_errors_with_a_reason() {
         .expect_err("an error");
     assert!(matches!(binary, BackendError::NotText), "{binary}");
 
+    let empty = Backend::Command(Vec::new())
+        .ask("p", LONG)
+        .await
+        .expect_err("no program");
+    assert_eq!(empty.code(), "MODEL_NOT_CONFIGURED");
+
     let missing = Backend::Command(vec!["/nonexistent/model".into()])
         .ask("p", LONG)
         .await
