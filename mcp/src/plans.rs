@@ -557,11 +557,15 @@ impl PlanbServer {
         let this_round = |info: &ReviewInfo| info.plan == *plan && info.round == round;
         if verdict.is_some() {
             // Reviewed after the call that waited on it had handed back.
-            let outcome = self.reviews().claim(this_round)?;
-            return Some(verdict_result(
-                outcome.verdict == Verdict::Approved,
-                feedback_text(&outcome),
-            ));
+            if let Some(outcome) = self.reviews().claim(this_round) {
+                return Some(verdict_result(
+                    outcome.verdict == Verdict::Approved,
+                    feedback_text(&outcome),
+                ));
+            }
+            // Otherwise the callback server has recorded the verdict and is
+            // about to hand it over: an unfinished page is waited on below,
+            // and a verdict already handed to another call is not rejoined.
         }
         let (rid, _, answered) = self.reviews().rewait(this_round)?;
         let address = match self.callback_address().await {
