@@ -45,7 +45,7 @@ pub use event::{
 pub use id::{AskId, EventId, IdError, PlanName, RunId, SessionId, TaskId};
 pub use plan_edit::{EditError, PlanEdit, apply_edits};
 pub use question::{AskSpec, Choice, FieldError, Question, QuestionKind, SpecError};
-pub use state::tasks::{Run, RunState, StepSuccess, Task, TaskErrorCode};
+pub use state::tasks::{LogLine, Run, RunState, StepSuccess, Task, TaskErrorCode};
 pub use state::{
     Ask, AskStatus, Command, ContentHash, NamedPlan, NamedPlanVersion, PlanKey, PlanSource,
     PlanVersion, Rejection, ReviewRound, Session, State,

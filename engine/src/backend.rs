@@ -7,7 +7,12 @@
 //!   The argv is split like a shell does (quotes and backslashes), without
 //!   running a shell.
 //! - `openai:<base-url>`: an OpenAI-compatible chat completions server
-//!   (not wired yet: a spec naming it is refused with a message saying so).
+//!   over plain HTTP ([`openai`]); the model name comes from
+//!   `PLANB_MODEL_NAME`, the bearer key from the variable that
+//!   `PLANB_MODEL_KEY_ENV` names (default `OPENAI_API_KEY`).
+//!
+//! Model profiles (`baseline`, `premium`, `frontier`) pick
+//! `PLANB_MODEL_<PROFILE>` when it is set, else `PLANB_MODEL`.
 //!
 //! Every call is bounded: a timeout (the program is killed when it passes)
 //! and a largest answer (the program is killed when its stdout passes it).
@@ -70,6 +75,14 @@ pub enum BackendError {
     /// Reading or writing the program's pipes failed.
     #[error("talking to the model command: {0}")]
     Io(#[from] std::io::Error),
+    /// An OpenAI-compatible server failed or answered something unusable.
+    #[error("model server {url}: {problem}")]
+    Server {
+        /// The URL asked.
+        url: String,
+        /// What went wrong.
+        problem: String,
+    },
 }
 
 impl BackendError {
@@ -81,13 +94,32 @@ impl BackendError {
             _ => "MODEL_ERROR",
         }
     }
+
+    /// A short stable class for a failed step: `timeout`, `too_large`, …
+    pub fn class(&self) -> &'static str {
+        match self {
+            BackendError::NotConfigured | BackendError::BadSpec { .. } => "model_not_configured",
+            BackendError::Timeout(_) => "model_timeout",
+            BackendError::TooLarge => "model_answer_too_large",
+            BackendError::NotText => "model_answer_not_text",
+            BackendError::Spawn { .. }
+            | BackendError::Failed { .. }
+            | BackendError::Io(_)
+            | BackendError::Server { .. } => "model_error",
+        }
+    }
 }
+
+/// The model profiles a task may ask for.
+pub const PROFILES: [&str; 3] = ["baseline", "premium", "frontier"];
 
 /// A configured backend.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Backend {
     /// A program: argv, prompt on stdin, answer on stdout.
     Command(Vec<String>),
+    /// An OpenAI-compatible server.
+    OpenAi(openai::OpenAi),
 }
 
 /// A backend's answer.
@@ -97,12 +129,37 @@ pub struct Answer {
     pub text: String,
     /// How long it took.
     pub duration: Duration,
+    /// Prompt tokens, when the backend says.
+    pub tokens_in: Option<u64>,
+    /// Answer tokens, when the backend says.
+    pub tokens_out: Option<u64>,
 }
 
 impl Backend {
     /// The backend a spec names; `None` (nothing configured) is
     /// [`BackendError::NotConfigured`].
     pub fn from_spec(spec: Option<&str>) -> Result<Backend, BackendError> {
+        Backend::from_spec_with(spec, &|name| std::env::var(name).ok())
+    }
+
+    /// The backend for `profile` (or the default) from the environment
+    /// `var` reads: `PLANB_MODEL_<PROFILE>`, else `PLANB_MODEL`.
+    pub fn configured(
+        profile: Option<&str>,
+        var: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Backend, BackendError> {
+        let by_profile = profile
+            .and_then(|p| var(&format!("PLANB_MODEL_{}", p.to_ascii_uppercase())))
+            .filter(|s| !s.trim().is_empty());
+        let spec = by_profile.or_else(|| var("PLANB_MODEL"));
+        Backend::from_spec_with(spec.as_deref(), var)
+    }
+
+    /// [`from_spec`](Self::from_spec) with the environment `var` reads.
+    pub fn from_spec_with(
+        spec: Option<&str>,
+        var: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Backend, BackendError> {
         let spec = spec.map(str::trim).filter(|s| !s.is_empty());
         let Some(spec) = spec else {
             return Err(BackendError::NotConfigured);
@@ -117,10 +174,16 @@ impl Backend {
                 return Err(bad("names no program after command:"));
             }
             Ok(Backend::Command(argv))
-        } else if spec.starts_with("openai:") {
-            Err(bad(
-                "OpenAI-compatible servers are not supported yet; use command:<program>",
-            ))
+        } else if let Some(base) = spec.strip_prefix("openai:") {
+            let model = var("PLANB_MODEL_NAME")
+                .filter(|m| !m.trim().is_empty())
+                .unwrap_or_else(|| "default".to_owned());
+            let key_var = var("PLANB_MODEL_KEY_ENV")
+                .filter(|k| !k.trim().is_empty())
+                .unwrap_or_else(|| "OPENAI_API_KEY".to_owned());
+            let key = var(&key_var).filter(|k| !k.is_empty());
+            let server = openai::OpenAi::parse(base, model, key).map_err(|p| bad(&p))?;
+            Ok(Backend::OpenAi(server))
         } else {
             Err(bad("must start with command: or openai:"))
         }
@@ -130,6 +193,7 @@ impl Backend {
     pub async fn ask(&self, prompt: &str, timeout: Duration) -> Result<Answer, BackendError> {
         match self {
             Backend::Command(argv) => ask_command(argv, prompt, timeout).await,
+            Backend::OpenAi(server) => server.ask(prompt, timeout).await,
         }
     }
 }
@@ -299,8 +363,12 @@ async fn ask_command(
     Ok(Answer {
         text,
         duration: started.elapsed(),
+        tokens_in: None,
+        tokens_out: None,
     })
 }
+
+pub mod openai;
 
 #[cfg(test)]
 mod tests;

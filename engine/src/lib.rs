@@ -2,10 +2,20 @@
 //! stay in `planb-core` (`dag`, `state::tasks`); effects are recorded through
 //! `planb-projections`.
 //!
-//! So far: [`backend`], the model backends a `model` step asks. The
-//! detached worker and the downstream MCP clients are still to come.
+//! - [`backend`]: where a `model` step's prompt goes (`command:`, `openai:`);
+//! - [`pipelines`]: the built-in `project-plan` pipeline, users' pipeline
+//!   files, and how a step's prompt is filled;
+//! - [`worker`]: runs one run of a task to its end, holding the run lock;
+//! - [`report`] and [`zip`]: the built-in renderers;
+//! - [`task_files`]: `tasks/<task>/` as files.
 //!
-//! **Architecture invariant**: nothing here appends to the log or decides
-//! what a run may do; it performs effects and reports what happened.
+//! **Architecture invariant**: nothing here decides what a run may do; every
+//! change goes through `Store::execute`, so the core's rules refuse what
+//! they refuse whoever asks.
 
 pub mod backend;
+pub mod pipelines;
+pub mod report;
+pub mod task_files;
+pub mod worker;
+pub mod zip;

@@ -110,6 +110,29 @@ impl<'a> Args<'a> {
         }
     }
 
+    /// An optional number within `min..=max`; `null` counts as absent.
+    pub fn optional_number(&mut self, name: &'static str, min: f64, max: f64) -> Option<f64> {
+        self.known.push(name);
+        match self.object.get(name) {
+            None | Some(Value::Null) => None,
+            Some(Value::Number(n)) => match n.as_f64() {
+                Some(v) if (min..=max).contains(&v) => Some(v),
+                _ => {
+                    self.errors.0.push(format!(
+                        "{name}: must be a number from {min} to {max} (got {n})"
+                    ));
+                    None
+                }
+            },
+            Some(other) => {
+                self.errors
+                    .0
+                    .push(format!("{name}: must be a number, got {}", kind(other)));
+                None
+            }
+        }
+    }
+
     /// Adds a problem found by the caller.
     pub fn push(&mut self, message: String) {
         self.errors.0.push(message);

@@ -19,6 +19,7 @@ mod opening;
 mod plans;
 mod server;
 mod stdio;
+mod tasks;
 #[cfg(test)]
 mod testing;
 
@@ -77,6 +78,13 @@ enum Command {
         /// The data root (or its `sessions/` folder) to import.
         #[arg(value_name = "DIR")]
         from: PathBuf,
+    },
+    /// Run one run of a task to its end (task_create and task_resume start
+    /// this detached; it is not meant to be typed).
+    Worker {
+        /// The task's id.
+        #[arg(value_name = "TASK_ID")]
+        task: String,
     },
     /// Show the log's events in human-readable form.
     Log {
@@ -236,6 +244,7 @@ fn main() -> ExitCode {
             Some(Command::AcceptLoss) => admin::accept_loss(&root, &mut out),
             Some(Command::Export { to }) => admin::export(&root, to, &mut out),
             Some(Command::Import { from }) => admin::import(&root, from, &mut out),
+            Some(Command::Worker { task }) => tasks::worker_main(root.root(), task),
             Some(Command::Demo) => {
                 std::fs::create_dir_all(root.root())?;
                 demo::run(&root.root().canonicalize()?, &mut out)

@@ -77,7 +77,7 @@ impl PlanbServer {
             reviews: Arc::new(crate::forms::Reviews::default()),
             answer_watch: Arc::default(),
             http: Arc::new(OnceCell::new()),
-            tool_router: Self::tool_router() + Self::plan_tool_router(),
+            tool_router: Self::tool_router() + Self::plan_tool_router() + Self::task_tool_router(),
             prompt_router: Self::prompt_router(),
         }
     }
@@ -422,7 +422,10 @@ impl ServerHandler for PlanbServer {
             "planb records a planning arc: call init_planb_session once, ask the person with ask_user (a browser form) \
              instead of guessing, and save the full plan with save_plan; every question, answer and plan version is kept. \
              For a plan the person must approve, write it with write_plan, revise it with edit_plan and ask for a verdict \
-             with submit_plan."
+             with submit_plan. To generate a full project-plan draft (executive summary, Gantt schedule, risk register, \
+             governance, SWOT, ...) from a goal, call prompt_examples, then task_create with a detailed prompt; a background \
+             worker runs many model calls, so wait with task_wait or poll task_status every few minutes, then open the \
+             report via task_file_info. The result is a draft to refine, not a final plan."
                 .into(),
         );
         info

@@ -100,7 +100,10 @@ impl Blobs {
             std::fs::create_dir_all(&shard).map_err(io("create directory", &shard))?;
             sync_dir(&self.dir)?;
         }
-        let tmp = shard.join(format!(".{name}.{}.tmp", std::process::id()));
+        // Unique per call: two threads may put the same bytes at once.
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let seq = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = shard.join(format!(".{name}.{}.{seq}.tmp", std::process::id()));
         let written = std::fs::File::create(&tmp).and_then(|mut file| {
             file.write_all(bytes)?;
             file.sync_all()

@@ -25,8 +25,9 @@ const MAGIC: [u8; 4] = *b"PBST";
 
 /// The version of the `State` types and of `apply` that
 /// [`State::encode_snapshot`] writes and [`State::decode_snapshot`] accepts.
-/// Version 2 added the DAG engine's tasks.
-pub const SNAPSHOT_VERSION: u32 = 2;
+/// Version 2 added the DAG engine's tasks; version 3 their run-log tails
+/// and when each artifact last changed.
+pub const SNAPSHOT_VERSION: u32 = 3;
 
 const HEADER_LEN: usize = 8;
 

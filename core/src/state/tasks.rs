@@ -26,6 +26,8 @@ pub const RUN_LOG_LINES_MAX: usize = 100;
 pub const RUN_LOG_LINE_CHARS_MAX: usize = 2_000;
 /// Longest failure message of a step, in characters.
 pub const STEP_MESSAGE_CHARS_MAX: usize = 10_000;
+/// Run-log lines each task keeps in memory for `task_logs_tail`.
+pub const LOG_TAIL_LINES: usize = 500;
 /// The `speed_vs_detail` values.
 pub const SPEEDS: [&str; 3] = ["ping", "fast", "all"];
 
@@ -57,6 +59,24 @@ pub struct Task {
     /// Each step's latest success in any run, with an edit's artifact in
     /// place of the one it produced.
     pub successes: BTreeMap<String, StepSuccess>,
+    /// The latest run-log lines of every run, oldest first, at most
+    /// [`LOG_TAIL_LINES`].
+    pub log_tail: std::collections::VecDeque<LogLine>,
+    /// Run-log lines recorded over all runs; the next line's number.
+    pub log_lines: u64,
+}
+
+/// A run-log line.
+#[derive(Clone, PartialEq, Eq, Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct LogLine {
+    /// Its number within the task, from 1: the cursor `task_logs_tail` pages by.
+    pub number: u64,
+    /// The run that wrote it.
+    pub run: RunId,
+    /// When.
+    pub at: Timestamp,
+    /// The text.
+    pub text: String,
 }
 
 /// A step's latest success.
@@ -70,6 +90,8 @@ pub struct StepSuccess {
     pub bytes: u64,
     /// Whether the artifact was edited after the step produced it.
     pub edited: bool,
+    /// When the artifact last changed.
+    pub at: Timestamp,
 }
 
 /// Where a run is.
@@ -576,6 +598,8 @@ impl State {
                     client_request_id: client_request_id.clone(),
                     runs: Vec::new(),
                     successes: BTreeMap::new(),
+                    log_tail: std::collections::VecDeque::new(),
+                    log_lines: 0,
                 });
                 return;
             }
@@ -647,6 +671,7 @@ impl State {
                             artifact: *artifact,
                             bytes: *bytes,
                             edited: false,
+                            at,
                         },
                     );
                 }
@@ -675,6 +700,7 @@ impl State {
                     success.artifact = *artifact;
                     success.bytes = *bytes;
                     success.edited = true;
+                    success.at = at;
                 }
             }
             EventBody::StopRequested { task, run } => {
@@ -708,8 +734,23 @@ impl State {
                 }
             }
             EventBody::RunLog { task, run, lines } => {
-                if let Some(found) = self.run_mut(*task, *run) {
-                    found.log_lines = found.log_lines.saturating_add(lines.len() as u64);
+                let Some(found) = self.run_mut(*task, *run) else {
+                    return;
+                };
+                found.log_lines = found.log_lines.saturating_add(lines.len() as u64);
+                if let Some(found) = self.tasks.get_mut(task) {
+                    for line in lines {
+                        found.log_lines = found.log_lines.saturating_add(1);
+                        if found.log_tail.len() == LOG_TAIL_LINES {
+                            found.log_tail.pop_front();
+                        }
+                        found.log_tail.push_back(LogLine {
+                            number: found.log_lines,
+                            run: *run,
+                            at,
+                            text: line.clone(),
+                        });
+                    }
                 }
             }
             _ => return,

@@ -37,12 +37,55 @@ fn specs_name_a_backend_or_say_how_to_configure_one() {
         ("command:", "names no program after command:"),
         ("command:llm 'open", "a single quote is not closed"),
         ("ollama", "must start with command: or openai:"),
-        ("openai:http://127.0.0.1:11434/v1", "not supported yet"),
+        (
+            "openai:https://api.openai.com/v1",
+            "https:// servers are not spoken yet",
+        ),
+        ("openai:127.0.0.1:11434", "must start with http://"),
     ] {
         let error = Backend::from_spec(Some(spec)).expect_err("an error");
         assert_eq!(error.code(), "MODEL_NOT_CONFIGURED");
         assert!(error.to_string().contains(problem), "{spec}: {error}");
     }
+}
+
+#[test]
+fn profiles_and_the_openai_settings_come_from_the_environment() {
+    let env = |pairs: &'static [(&'static str, &'static str)]| {
+        move |name: &str| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| (*v).to_owned())
+        }
+    };
+    let vars = env(&[
+        ("PLANB_MODEL", "command:cheap"),
+        ("PLANB_MODEL_PREMIUM", "openai:http://127.0.0.1:8080/v1"),
+        ("PLANB_MODEL_NAME", "qwen"),
+        ("PLANB_MODEL_KEY_ENV", "MY_KEY"),
+        ("MY_KEY", "sekrit"),
+    ]);
+    assert_eq!(
+        Backend::configured(None, &vars).expect("default"),
+        Backend::Command(vec!["cheap".into()])
+    );
+    assert_eq!(
+        Backend::configured(Some("baseline"), &vars).expect("falls back"),
+        Backend::Command(vec!["cheap".into()])
+    );
+    let Backend::OpenAi(server) = Backend::configured(Some("premium"), &vars).expect("premium")
+    else {
+        panic!("not an OpenAI-compatible backend");
+    };
+    assert_eq!(server.base, "http://127.0.0.1:8080/v1");
+    assert_eq!(server.model, "qwen");
+    assert_eq!(server.key.as_deref(), Some("sekrit"));
+    let nothing = env(&[]);
+    assert!(matches!(
+        Backend::configured(Some("frontier"), &nothing),
+        Err(BackendError::NotConfigured)
+    ));
 }
 
 #[test]

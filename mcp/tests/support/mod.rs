@@ -171,7 +171,8 @@ pub async fn start_with(
         .env_remove("PLANB_LOG")
         .env_remove("RUST_LOG")
         .env_remove("PLANB_PORT")
-        .env_remove("ASK_ANSWER_TIMEOUT_MS");
+        .env_remove("ASK_ANSWER_TIMEOUT_MS")
+        .env_remove("PLANB_MODEL");
     for (key, value) in env {
         command.env(key, value);
     }

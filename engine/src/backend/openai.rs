@@ -1,0 +1,227 @@
+//! The `openai:<base-url>` backend: an OpenAI-compatible chat completions
+//! server (Ollama, llama.cpp's server, vLLM, LM Studio, or a proxy in front
+//! of a hosted API), spoken to over plain HTTP/1.1 with hyper.
+//!
+//! One request per prompt (`POST <base>/chat/completions`, one user
+//! message, no streaming). Connection failures, 429 and 5xx answers are
+//! retried with a doubling backoff while the step's time lasts; any other
+//! answer is final. The body read is bounded.
+
+use std::time::{Duration, Instant};
+
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Bytes;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{Value, json};
+
+use super::{ANSWER_BYTES_MAX, Answer, BackendError};
+
+/// Attempts per prompt, the first included.
+pub const ATTEMPTS: u32 = 4;
+/// The wait before the first retry; it doubles each time.
+const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+
+/// Where and how to reach the server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenAi {
+    /// `http://host:port/v1` (no trailing slash).
+    pub base: String,
+    /// The `model` field of each request.
+    pub model: String,
+    /// The bearer token, when the server wants one.
+    pub key: Option<String>,
+}
+
+impl OpenAi {
+    /// Reads `openai:<base-url>` (after the prefix), the model name and the
+    /// key. Only `http://` is spoken.
+    pub fn parse(base: &str, model: String, key: Option<String>) -> Result<OpenAi, String> {
+        let base = base.trim().trim_end_matches('/');
+        if base.starts_with("https://") {
+            return Err(
+                "https:// servers are not spoken yet: point planb at a local \
+                 OpenAI-compatible server or proxy over http://, or use command:<program>"
+                    .into(),
+            );
+        }
+        let Some(rest) = base.strip_prefix("http://") else {
+            return Err("the base URL must start with http:// (for example \
+                 openai:http://127.0.0.1:11434/v1)"
+                .into());
+        };
+        if rest.is_empty() || rest.starts_with('/') {
+            return Err("the base URL names no host".into());
+        }
+        base.parse::<hyper::Uri>()
+            .map_err(|e| format!("the base URL is not a URL: {e}"))?;
+        if model.trim().is_empty() {
+            return Err("the model name is empty (set PLANB_MODEL_NAME)".into());
+        }
+        Ok(OpenAi {
+            base: base.to_owned(),
+            model,
+            key,
+        })
+    }
+
+    /// Asks `prompt`, retrying transient failures, all within `timeout`.
+    pub async fn ask(&self, prompt: &str, timeout: Duration) -> Result<Answer, BackendError> {
+        let started = Instant::now();
+        let deadline = started + timeout;
+        let client: Client<HttpConnector, Full<Bytes>> =
+            Client::builder(TokioExecutor::new()).build_http();
+        let body = json!({
+            "model": self.model,
+            "messages": [{"role": "user", "content": prompt}],
+            "stream": false,
+        })
+        .to_string();
+        let mut backoff = FIRST_BACKOFF;
+        let mut attempt = 1;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let tried = tokio::time::timeout(left, self.once(&client, &body)).await;
+            let error = match tried {
+                Err(_) => return Err(BackendError::Timeout(timeout)),
+                Ok(Ok(mut answer)) => {
+                    answer.duration = started.elapsed();
+                    return Ok(answer);
+                }
+                Ok(Err(error)) => error,
+            };
+            let transient = matches!(&error, Transient(_));
+            let error = error.into_inner();
+            if !transient || attempt >= ATTEMPTS || Instant::now() + backoff >= deadline {
+                return Err(error);
+            }
+            tracing::info!("model server: {error}; retrying in {backoff:?}");
+            tokio::time::sleep(backoff).await;
+            backoff *= 2;
+            attempt += 1;
+        }
+    }
+
+    async fn once(
+        &self,
+        client: &Client<HttpConnector, Full<Bytes>>,
+        body: &str,
+    ) -> Result<Answer, Retry> {
+        let url = format!("{}/chat/completions", self.base);
+        let mut request = hyper::Request::post(url.as_str())
+            .header("content-type", "application/json")
+            .header("accept", "application/json");
+        if let Some(key) = &self.key {
+            request = request.header("authorization", format!("Bearer {key}"));
+        }
+        let request = request
+            .body(Full::new(Bytes::from(body.to_owned())))
+            .map_err(|e| Final(http_error(&url, e.to_string())))?;
+        let response = client
+            .request(request)
+            .await
+            .map_err(|e| Transient(http_error(&url, format!("cannot reach the server: {e}"))))?;
+        let status = response.status();
+        let bytes = Limited::new(response.into_body(), 2 * ANSWER_BYTES_MAX)
+            .collect()
+            .await
+            .map_err(|e| {
+                if e.is::<http_body_util::LengthLimitError>() {
+                    Final(BackendError::TooLarge)
+                } else {
+                    Transient(http_error(&url, format!("reading the answer: {e}")))
+                }
+            })?
+            .to_bytes();
+        if !status.is_success() {
+            let text = String::from_utf8_lossy(&bytes);
+            let excerpt: String = text.chars().take(500).collect();
+            let error = http_error(&url, format!("HTTP {status}: {}", excerpt.trim()));
+            return Err(if status.as_u16() == 429 || status.is_server_error() {
+                Transient(error)
+            } else {
+                Final(error)
+            });
+        }
+        parse_completion(&bytes).map_err(|problem| Final(http_error(&url, problem)))
+    }
+}
+
+fn http_error(url: &str, problem: String) -> BackendError {
+    BackendError::Server {
+        url: url.to_owned(),
+        problem,
+    }
+}
+
+/// A failed attempt: worth retrying or not.
+enum Retry {
+    Transient(BackendError),
+    Final(BackendError),
+}
+use Retry::{Final, Transient};
+
+impl Retry {
+    fn into_inner(self) -> BackendError {
+        match self {
+            Transient(error) | Final(error) => error,
+        }
+    }
+}
+
+/// The answer's text and token counts from a chat completion.
+fn parse_completion(bytes: &[u8]) -> Result<Answer, String> {
+    let value: Value =
+        serde_json::from_slice(bytes).map_err(|e| format!("the answer is not JSON: {e}"))?;
+    let content = value
+        .pointer("/choices/0/message/content")
+        .and_then(Value::as_str)
+        .ok_or("the answer has no choices[0].message.content string")?;
+    if content.len() > ANSWER_BYTES_MAX {
+        return Err(format!("the answer passed {ANSWER_BYTES_MAX} bytes"));
+    }
+    let tokens = |field: &str| {
+        value
+            .pointer(&format!("/usage/{field}"))
+            .and_then(Value::as_u64)
+    };
+    Ok(Answer {
+        text: content.to_owned(),
+        duration: Duration::ZERO,
+        tokens_in: tokens("prompt_tokens"),
+        tokens_out: tokens("completion_tokens"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_completion_gives_its_text_and_usage() {
+        let answer = parse_completion(
+            br#"{"choices":[{"message":{"role":"assistant","content":"hi"}}],"usage":{"prompt_tokens":3,"completion_tokens":1}}"#,
+        )
+        .expect("parsed");
+        assert_eq!(answer.text, "hi");
+        assert_eq!((answer.tokens_in, answer.tokens_out), (Some(3), Some(1)));
+        assert!(parse_completion(b"{}").is_err());
+        assert!(parse_completion(b"<html>").is_err());
+    }
+
+    #[test]
+    fn only_plain_http_base_urls_are_taken() {
+        let ok = OpenAi::parse("http://127.0.0.1:8080/v1/", "m".into(), None).expect("ok");
+        assert_eq!(ok.base, "http://127.0.0.1:8080/v1");
+        for bad in [
+            "https://api.openai.com/v1",
+            "ftp://x",
+            "http://",
+            "127.0.0.1:80",
+        ] {
+            assert!(OpenAi::parse(bad, "m".into(), None).is_err(), "{bad}");
+        }
+        assert!(OpenAi::parse("http://h/v1", " ".into(), None).is_err());
+    }
+}

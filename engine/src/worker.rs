@@ -1,0 +1,800 @@
+//! The worker: runs one run of a task to its end (DESIGN 6.6).
+//!
+//! `planb-mcp worker <task>` calls [`run`] in a detached process. The worker
+//! takes the task's run lock first and holds it for its whole life: that
+//! lock is how every other process tells a live run from a dead one, and
+//! why at most one run of a task is active across processes. A run still
+//! active when the lock is taken belonged to a worker that died: it is
+//! ended `failed`, `worker_error`, recoverable, before the new run starts.
+//!
+//! The run settles the target's closure with `dag::Schedule`: a step whose
+//! recorded success ran on the inputs it would read now is kept; every
+//! other step runs once its needs are settled, at most `concurrency` at a
+//! time. Each step's start, success (artifact in the blob store first) and
+//! failure is recorded through the store before the next decision. The
+//! worker follows the log for a stop request; on one, or when no step has
+//! progressed for `inactivity`, in-flight calls are cancelled (a command
+//! backend's program is killed), their steps recorded failed, and the run
+//! ended `stopped` or `failed` (`inactivity_timeout`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use planb_core::dag::{Action, Decision, Pipeline, Schedule, StepId, Success};
+use planb_core::state::ContentHash;
+use planb_core::{Command, RunId, RunOutcome, RunState, Task, TaskId};
+use planb_projections::{DataRoot, RunLock, RunLockError, Store, StoreError};
+use tokio::task::JoinSet;
+
+use crate::backend::{Backend, BackendError};
+use crate::pipelines;
+
+/// How a worker runs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Where model steps are answered.
+    pub backend: Backend,
+    /// The longest a model call may take.
+    pub step_timeout: Duration,
+    /// The longest the run may go without a step starting or ending.
+    pub inactivity: Duration,
+    /// Most steps in flight.
+    pub concurrency: usize,
+    /// How often the log is checked for a stop request.
+    pub poll: Duration,
+}
+
+impl Options {
+    /// Defaults: 10 min per call, 30 min without progress, 4 at a time,
+    /// stop requests seen within 250 ms.
+    pub fn new(backend: Backend) -> Options {
+        Options {
+            backend,
+            step_timeout: Duration::from_secs(600),
+            inactivity: Duration::from_secs(1800),
+            concurrency: 4,
+            poll: Duration::from_millis(250),
+        }
+    }
+}
+
+/// Why a worker could not run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WorkerError {
+    /// Another live worker runs the task.
+    #[error("RUN_ALREADY_ACTIVE: another worker runs task {0}")]
+    Busy(TaskId),
+    /// The store failed or refused.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The task does not exist.
+    #[error("TASK_NOT_FOUND: no task {0}")]
+    NoTask(TaskId),
+}
+
+impl From<RunLockError> for WorkerError {
+    fn from(error: RunLockError) -> WorkerError {
+        match error {
+            RunLockError::Held(task) => WorkerError::Busy(task),
+            RunLockError::Store(error) => WorkerError::Store(error),
+            other => WorkerError::Store(StoreError::Io {
+                op: "take the run lock",
+                path: String::new(),
+                source: std::io::Error::other(other.to_string()),
+            }),
+        }
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ended {
+    /// The run.
+    pub run: RunId,
+    /// Its outcome.
+    pub outcome: RunOutcome,
+    /// Why, when it failed.
+    pub reason: Option<String>,
+}
+
+/// A step's result, before it is recorded.
+struct StepResult {
+    step: StepId,
+    input: ContentHash,
+    outcome: Result<Produced, StepFailure>,
+}
+
+struct Produced {
+    bytes: Vec<u8>,
+    duration: Duration,
+    tokens_in: Option<u64>,
+    tokens_out: Option<u64>,
+}
+
+struct StepFailure {
+    class: String,
+    message: String,
+    recoverable: bool,
+}
+
+impl From<BackendError> for StepFailure {
+    fn from(error: BackendError) -> StepFailure {
+        StepFailure {
+            class: error.class().into(),
+            message: error.to_string(),
+            recoverable: true,
+        }
+    }
+}
+
+fn host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// Runs `f` on the blocking pool (the store syncs to disk).
+async fn blocking<R: Send + 'static>(
+    f: impl FnOnce() -> Result<R, StoreError> + Send + 'static,
+) -> Result<R, StoreError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| StoreError::Io {
+            op: "run a store call",
+            path: String::new(),
+            source: std::io::Error::other(e.to_string()),
+        })?
+}
+
+struct Runner {
+    store: Arc<Store>,
+    task: TaskId,
+    run: RunId,
+    log_lines: Vec<String>,
+}
+
+impl Runner {
+    async fn execute(&self, command: Command) -> Result<(), StoreError> {
+        let store = Arc::clone(&self.store);
+        blocking(move || store.execute(command).map(|_| ())).await
+    }
+
+    fn note(&mut self, line: impl Into<String>) {
+        let line: String = line.into();
+        tracing::info!("task {}: {line}", self.task);
+        self.log_lines.push(
+            line.chars()
+                .take(planb_core::state::tasks::RUN_LOG_LINE_CHARS_MAX)
+                .collect(),
+        );
+    }
+
+    async fn flush_log(&mut self) -> Result<(), StoreError> {
+        while !self.log_lines.is_empty() {
+            let take = self
+                .log_lines
+                .len()
+                .min(planb_core::state::tasks::RUN_LOG_LINES_MAX);
+            let lines: Vec<String> = self.log_lines.drain(..take).collect();
+            self.execute(Command::AppendRunLog {
+                task: self.task,
+                run: self.run,
+                lines,
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
+    async fn task(&self) -> Result<Task, StoreError> {
+        let store = Arc::clone(&self.store);
+        let id = self.task;
+        blocking(move || store.read(|s| s.task(&id).cloned()))
+            .await?
+            .ok_or_else(|| StoreError::Io {
+                op: "find the task",
+                path: id.to_string(),
+                source: std::io::Error::other("the task vanished"),
+            })
+    }
+
+    async fn end(
+        &mut self,
+        outcome: RunOutcome,
+        reason: Option<String>,
+        failed_step: Option<String>,
+        recoverable: bool,
+    ) -> Result<Ended, StoreError> {
+        let summary = match (&outcome, &reason) {
+            (RunOutcome::Completed, _) => "run completed".to_owned(),
+            (RunOutcome::Stopped, _) => "run stopped on request".to_owned(),
+            (RunOutcome::Failed, Some(reason)) => format!("run failed: {reason}"),
+            (RunOutcome::Failed, None) => "run failed".to_owned(),
+        };
+        self.note(summary);
+        self.flush_log().await?;
+        self.execute(Command::EndRun {
+            task: self.task,
+            run: self.run,
+            outcome,
+            reason: reason.clone(),
+            failed_step,
+            recoverable,
+        })
+        .await?;
+        Ok(Ended {
+            run: self.run,
+            outcome,
+            reason,
+        })
+    }
+}
+
+/// Ends, as `worker_error`, a run of `task` still active though its worker
+/// is gone. Only the holder of the run lock may call this.
+async fn end_orphan(store: &Arc<Store>, task: TaskId) -> Result<(), WorkerError> {
+    let found = {
+        let store = Arc::clone(store);
+        blocking(move || store.read(|s| s.task(&task).cloned())).await?
+    };
+    let Some(found) = found else {
+        return Err(WorkerError::NoTask(task));
+    };
+    if let Some(active) = found.active_run() {
+        let command = Command::EndRun {
+            task,
+            run: active.id,
+            outcome: RunOutcome::Failed,
+            reason: Some("worker_error".into()),
+            failed_step: active.running.iter().next().cloned(),
+            recoverable: true,
+        };
+        let store = Arc::clone(store);
+        blocking(move || store.execute(command).map(|_| ())).await?;
+    }
+    Ok(())
+}
+
+/// Runs task `task` once, from its recorded state to an end. The run lock is
+/// held until this returns.
+pub async fn run(store: Arc<Store>, task: TaskId, options: Options) -> Result<Ended, WorkerError> {
+    let lock = {
+        let root: DataRoot = store.root().clone();
+        tokio::task::spawn_blocking(move || RunLock::acquire(&root, &task))
+            .await
+            .map_err(|e| StoreError::Io {
+                op: "take the run lock",
+                path: task.to_string(),
+                source: std::io::Error::other(e.to_string()),
+            })??
+    };
+    end_orphan(&store, task).await?;
+    let found = {
+        let store = Arc::clone(&store);
+        blocking(move || store.read(|s| s.task(&task).cloned())).await?
+    }
+    .ok_or(WorkerError::NoTask(task))?;
+    let run_id = RunId::from_uuid(store.env().event_id());
+    let start = Command::StartRun {
+        task,
+        run: run_id,
+        resumed_from: found.runs.last().map(|r| r.id),
+        owner_pid: std::process::id(),
+        host: host(),
+    };
+    {
+        let store = Arc::clone(&store);
+        blocking(move || store.execute(start).map(|_| ())).await?;
+    }
+    let mut runner = Runner {
+        store: Arc::clone(&store),
+        task,
+        run: run_id,
+        log_lines: Vec::new(),
+    };
+    let ended = drive(&mut runner, &found, &options).await;
+    let ended = match ended {
+        Ok(ended) => ended,
+        Err(error) => {
+            // Record what can be recorded; a store that fails here is
+            // reported by the next process as worker_error.
+            let reason = format!("worker_error: {error}");
+            let _ = runner
+                .end(RunOutcome::Failed, Some(reason), None, true)
+                .await;
+            drop(lock);
+            return Err(error.into());
+        }
+    };
+    if let Ok(task_now) = runner.task().await
+        && let Ok(pipeline) = pipelines::resolve(store.root(), &task_now.pipeline)
+        && let Err(error) = crate::task_files::project(store.root(), &pipeline, &task_now, true)
+    {
+        tracing::warn!("task {task}: files not written: {error}");
+    }
+    drop(lock);
+    Ok(ended)
+}
+
+async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<Ended, StoreError> {
+    let pipeline = match pipelines::resolve(runner.store.root(), &task.pipeline) {
+        Ok(pipeline) => pipeline,
+        Err(problem) => {
+            runner.note(problem.clone());
+            return runner
+                .end(
+                    RunOutcome::Failed,
+                    Some(format!("pipeline_error: {problem}")),
+                    None,
+                    true,
+                )
+                .await;
+        }
+    };
+    if pipeline.version() != task.pipeline_version {
+        runner.note(format!(
+            "pipeline {} is now version {} (the task was created with version {}): steps whose definition changed run again",
+            pipeline.name(),
+            pipeline.version(),
+            task.pipeline_version
+        ));
+    }
+    let target = match pipelines::run_target(&pipeline, task) {
+        Ok(target) => target,
+        Err(problem) => {
+            runner.note(problem.clone());
+            return runner
+                .end(
+                    RunOutcome::Failed,
+                    Some(format!("INVALID_TARGET: {problem}")),
+                    None,
+                    false,
+                )
+                .await;
+        }
+    };
+    let pipeline = Arc::new(pipeline);
+    let context = pipelines::context(task);
+    let Some(schedule) = Schedule::new(&pipeline, &context, &target) else {
+        return runner
+            .end(
+                RunOutcome::Failed,
+                Some("INVALID_TARGET".into()),
+                None,
+                false,
+            )
+            .await;
+    };
+    let recorded: BTreeMap<StepId, Success> = task
+        .successes
+        .iter()
+        .filter_map(|(id, s)| {
+            Some((
+                StepId::parse(id).ok()?,
+                Success {
+                    input: ContentHash(s.input),
+                    artifact: ContentHash(s.artifact),
+                },
+            ))
+        })
+        .collect();
+    let titles: Arc<BTreeMap<StepId, String>> = Arc::new(
+        pipeline
+            .steps()
+            .iter()
+            .map(|s| (s.id.clone(), s.title.clone()))
+            .collect(),
+    );
+    let task = Arc::new(task.clone());
+    runner.note(format!(
+        "run started: {} of pipeline {} toward {} ({} steps, speed {})",
+        runner.run,
+        pipeline.name(),
+        target,
+        schedule.steps().len(),
+        task.speed
+    ));
+    runner.flush_log().await?;
+
+    let mut settled: BTreeMap<StepId, ContentHash> = BTreeMap::new();
+    let mut running: BTreeSet<StepId> = BTreeSet::new();
+    let mut in_flight: JoinSet<StepResult> = JoinSet::new();
+    let mut failed: Option<(String, String, bool)> = None;
+    let mut last_progress = Instant::now();
+    let mut last_poll = Instant::now();
+    loop {
+        // Check for a stop request (another process's event).
+        if last_poll.elapsed() >= options.poll || in_flight.is_empty() {
+            last_poll = Instant::now();
+            let store = Arc::clone(&runner.store);
+            let (task_id, run_id) = (runner.task, runner.run);
+            let state = blocking(move || {
+                store.read(|s| {
+                    s.task(&task_id)
+                        .and_then(|t| t.runs.iter().find(|r| r.id == run_id))
+                        .map(|r| r.state)
+                })
+            })
+            .await?;
+            match state {
+                Some(RunState::Running) => {}
+                Some(RunState::Stopping) => {
+                    cancel(
+                        runner,
+                        &mut in_flight,
+                        &mut running,
+                        "cancelled",
+                        "the run was stopped",
+                    )
+                    .await?;
+                    return runner.end(RunOutcome::Stopped, None, None, true).await;
+                }
+                // Ended by someone else (it should not be): nothing more to record.
+                _ => {
+                    in_flight.abort_all();
+                    return Ok(Ended {
+                        run: runner.run,
+                        outcome: RunOutcome::Failed,
+                        reason: Some("the run was ended by another process".into()),
+                    });
+                }
+            }
+        }
+        if last_progress.elapsed() >= options.inactivity {
+            let message = format!(
+                "no step progressed for {} s",
+                options.inactivity.as_secs_f64()
+            );
+            cancel(
+                runner,
+                &mut in_flight,
+                &mut running,
+                "inactivity_timeout",
+                &message,
+            )
+            .await?;
+            return runner
+                .end(
+                    RunOutcome::Failed,
+                    Some("inactivity_timeout".into()),
+                    None,
+                    true,
+                )
+                .await;
+        }
+        // Start what is ready, unless a step failed.
+        if failed.is_none() {
+            loop {
+                let decisions = schedule.next(&settled, &recorded, &running);
+                let mut kept_any = false;
+                for decision in decisions {
+                    match decision {
+                        Decision::Fresh(step) => {
+                            if let Some(success) = recorded.get(&step) {
+                                settled.insert(step, success.artifact);
+                                kept_any = true;
+                            }
+                        }
+                        Decision::Run(step, input) => {
+                            if running.len() >= options.concurrency.max(1) {
+                                continue;
+                            }
+                            runner
+                                .execute(Command::StartStep {
+                                    task: runner.task,
+                                    run: runner.run,
+                                    step: step.as_str().to_owned(),
+                                    input: input.0,
+                                })
+                                .await?;
+                            last_progress = Instant::now();
+                            running.insert(step.clone());
+                            let inputs: BTreeMap<StepId, ContentHash> = pipeline
+                                .step(&step)
+                                .map(|def| {
+                                    def.needs
+                                        .iter()
+                                        .filter_map(|n| Some((n.clone(), *settled.get(n)?)))
+                                        .collect()
+                                })
+                                .unwrap_or_default();
+                            let job = Job {
+                                root: runner.store.root().clone(),
+                                pipeline: Arc::clone(&pipeline),
+                                task: Arc::clone(&task),
+                                titles: Arc::clone(&titles),
+                                backend: options.backend.clone(),
+                                timeout: options.step_timeout,
+                                step: step.clone(),
+                                input,
+                                inputs,
+                            };
+                            in_flight.spawn(job.perform());
+                        }
+                    }
+                }
+                if !kept_any {
+                    break;
+                }
+            }
+        }
+        if in_flight.is_empty() {
+            if let Some((step, class, recoverable)) = failed {
+                return runner
+                    .end(RunOutcome::Failed, Some(class), Some(step), recoverable)
+                    .await;
+            }
+            if schedule.steps().iter().all(|s| settled.contains_key(s)) {
+                return runner.end(RunOutcome::Completed, None, None, false).await;
+            }
+            // Nothing runs and nothing is ready: cannot happen in a DAG.
+            return runner
+                .end(
+                    RunOutcome::Failed,
+                    Some("worker_error: no step is ready".into()),
+                    None,
+                    true,
+                )
+                .await;
+        }
+        let wait = options
+            .poll
+            .min(options.inactivity.saturating_sub(last_progress.elapsed()));
+        let joined = tokio::select! {
+            joined = in_flight.join_next() => joined,
+            () = tokio::time::sleep(wait) => None,
+        };
+        let Some(joined) = joined else {
+            continue;
+        };
+        let result = match joined {
+            Ok(result) => result,
+            Err(error) => {
+                // A step's task panicked: the run cannot know which step.
+                return Err(StoreError::Io {
+                    op: "run a step",
+                    path: String::new(),
+                    source: std::io::Error::other(error.to_string()),
+                });
+            }
+        };
+        running.remove(&result.step);
+        last_progress = Instant::now();
+        match result.outcome {
+            Ok(produced) => {
+                let blobs = runner.store.root().blobs();
+                let bytes = produced.bytes;
+                let size = bytes.len() as u64;
+                let put = tokio::task::spawn_blocking(move || blobs.put(&bytes)).await;
+                let artifact = match put {
+                    Ok(Ok(hash)) => hash,
+                    Ok(Err(error)) => {
+                        let message = format!("the artifact could not be stored: {error}");
+                        record_failure(runner, &result.step, "storage_error", &message, true)
+                            .await?;
+                        failed.get_or_insert((
+                            result.step.as_str().into(),
+                            "storage_error".into(),
+                            true,
+                        ));
+                        continue;
+                    }
+                    Err(error) => {
+                        return Err(StoreError::Io {
+                            op: "store an artifact",
+                            path: String::new(),
+                            source: std::io::Error::other(error.to_string()),
+                        });
+                    }
+                };
+                runner
+                    .execute(Command::SucceedStep {
+                        task: runner.task,
+                        run: runner.run,
+                        step: result.step.as_str().to_owned(),
+                        input: result.input.0,
+                        artifact,
+                        bytes: size,
+                        duration_ms: u64::try_from(produced.duration.as_millis())
+                            .unwrap_or(u64::MAX),
+                        tokens_in: produced.tokens_in.unwrap_or(0),
+                        tokens_out: produced.tokens_out.unwrap_or(0),
+                    })
+                    .await?;
+                settled.insert(result.step.clone(), ContentHash(artifact));
+                if let Ok(now) = runner.task().await
+                    && let Err(error) =
+                        crate::task_files::project(runner.store.root(), &pipeline, &now, false)
+                {
+                    tracing::warn!("task {}: files not written: {error}", runner.task);
+                }
+            }
+            Err(failure) => {
+                runner.note(format!("step {} failed: {}", result.step, failure.message));
+                runner.flush_log().await?;
+                record_failure(
+                    runner,
+                    &result.step,
+                    &failure.class,
+                    &failure.message,
+                    failure.recoverable,
+                )
+                .await?;
+                failed.get_or_insert((
+                    result.step.as_str().into(),
+                    failure.class,
+                    failure.recoverable,
+                ));
+            }
+        }
+    }
+}
+
+async fn record_failure(
+    runner: &Runner,
+    step: &StepId,
+    class: &str,
+    message: &str,
+    recoverable: bool,
+) -> Result<(), StoreError> {
+    let message: String = message
+        .chars()
+        .take(planb_core::state::tasks::STEP_MESSAGE_CHARS_MAX)
+        .collect();
+    runner
+        .execute(Command::FailStep {
+            task: runner.task,
+            run: runner.run,
+            step: step.as_str().to_owned(),
+            class: class.to_owned(),
+            message,
+            recoverable,
+        })
+        .await
+}
+
+/// Cancels every in-flight step and records each as failed with `class`.
+async fn cancel(
+    runner: &mut Runner,
+    in_flight: &mut JoinSet<StepResult>,
+    running: &mut BTreeSet<StepId>,
+    class: &str,
+    message: &str,
+) -> Result<(), StoreError> {
+    in_flight.abort_all();
+    while in_flight.join_next().await.is_some() {}
+    for step in std::mem::take(running) {
+        runner.note(format!("step {step} cancelled: {message}"));
+        record_failure(runner, &step, class, message, true).await?;
+    }
+    Ok(())
+}
+
+/// One step's work, away from the run loop.
+struct Job {
+    root: DataRoot,
+    pipeline: Arc<Pipeline>,
+    task: Arc<Task>,
+    titles: Arc<BTreeMap<StepId, String>>,
+    backend: Backend,
+    timeout: Duration,
+    step: StepId,
+    input: ContentHash,
+    inputs: BTreeMap<StepId, ContentHash>,
+}
+
+impl Job {
+    async fn perform(self) -> StepResult {
+        let outcome = self.outcome().await;
+        StepResult {
+            step: self.step,
+            input: self.input,
+            outcome,
+        }
+    }
+
+    fn read_inputs(&self) -> Result<BTreeMap<StepId, String>, StepFailure> {
+        let blobs = self.root.blobs();
+        self.inputs
+            .iter()
+            .map(|(id, hash)| {
+                let bytes = blobs.get(&hash.0).map_err(|e| StepFailure {
+                    class: "storage_error".into(),
+                    message: format!("the artifact of {id} cannot be read: {e}"),
+                    recoverable: true,
+                })?;
+                Ok((id.clone(), String::from_utf8_lossy(&bytes).into_owned()))
+            })
+            .collect()
+    }
+
+    async fn outcome(&self) -> Result<Produced, StepFailure> {
+        let Some(def) = self.pipeline.step(&self.step) else {
+            return Err(StepFailure {
+                class: "worker_error".into(),
+                message: format!("step {} is not in the pipeline", self.step),
+                recoverable: false,
+            });
+        };
+        let inputs = self.read_inputs()?;
+        let started = Instant::now();
+        match &def.action {
+            Action::Model { prompt } => {
+                let text = pipelines::fill(prompt, &self.task, def, &self.titles, &inputs);
+                let answer = self.backend.ask(&text, self.timeout).await?;
+                if answer.text.trim().is_empty() {
+                    return Err(StepFailure {
+                        class: "model_empty_answer".into(),
+                        message: "the model answered nothing".into(),
+                        recoverable: true,
+                    });
+                }
+                Ok(Produced {
+                    bytes: answer.text.into_bytes(),
+                    duration: answer.duration,
+                    tokens_in: answer.tokens_in,
+                    tokens_out: answer.tokens_out,
+                })
+            }
+            Action::Render { what } if what == "report" => {
+                let sections: Vec<crate::report::Section<'_>> = def
+                    .needs
+                    .iter()
+                    .filter_map(|need| {
+                        Some(crate::report::Section {
+                            id: need.as_str(),
+                            title: self.titles.get(need).map_or(need.as_str(), String::as_str),
+                            text: inputs.get(need)?,
+                        })
+                    })
+                    .collect();
+                let title = format!("Plan: {}", first_line(&self.task.prompt));
+                let html = crate::report::render(
+                    &title,
+                    &self.task.prompt,
+                    &self.task.created_at.to_iso8601(),
+                    &sections,
+                );
+                Ok(Produced {
+                    bytes: html.into_bytes(),
+                    duration: started.elapsed(),
+                    tokens_in: None,
+                    tokens_out: None,
+                })
+            }
+            Action::Render { what } => Err(StepFailure {
+                class: "unsupported".into(),
+                message: format!("no renderer {what:?}"),
+                recoverable: false,
+            }),
+            Action::Tool { server, tool, .. } => Err(StepFailure {
+                class: "unsupported".into(),
+                message: format!("tool steps ({server}__{tool}) are not run by task pipelines yet"),
+                recoverable: false,
+            }),
+            _ => Err(StepFailure {
+                class: "unsupported".into(),
+                message: "this kind of step is not run yet".into(),
+                recoverable: false,
+            }),
+        }
+    }
+}
+
+fn first_line(text: &str) -> String {
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
+    let short: String = line.chars().take(80).collect();
+    if short.len() < line.len() {
+        format!("{short}…")
+    } else {
+        short
+    }
+}

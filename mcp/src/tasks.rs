@@ -1,0 +1,1256 @@
+//! The task tools (seed 001 on the DAG engine, DESIGN 6.6): `prompt_examples`,
+//! `task_create`, `task_status`, `task_stop`, `task_resume`, `task_list`,
+//! `task_get_latest`, `task_wait`, `task_logs_tail`, `task_file_info`,
+//! `task_download`, `task_artifact_write`, and the `worker` subcommand.
+//!
+//! Every result is JSON in both `structuredContent` and the text; every
+//! error is `{"error": {"code", "message", "details"}}` with `isError`, the
+//! code one of the seed's. A run is executed by a detached worker process
+//! (`planb-mcp worker <task>`) that this server starts and does not wait
+//! for, so a run outlives the agent's session.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use planb_core::dag::{Pipeline, StepId};
+use planb_core::state::ContentHash;
+use planb_core::{Command, Rejection, RunState, Task, TaskId};
+use planb_engine::backend::{Backend, PROFILES};
+use planb_engine::pipelines::{self, DEFAULT_TARGET, PROJECT_PLAN};
+use planb_projections::{DataRoot, StoreError, worker_alive};
+use rmcp::model::{CallToolResult, JsonObject};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, tool, tool_router};
+use serde_json::{Value, json};
+
+use crate::args::Args;
+use crate::server::PlanbServer;
+
+/// Most files listed in a status.
+const STATUS_FILES_MAX: usize = 10;
+/// How long `task_create` and `task_resume` wait for the worker to start.
+const WORKER_START: Duration = Duration::from_secs(15);
+
+fn error(code: &str, message: impl Into<String>, details: Value) -> CallToolResult {
+    CallToolResult::structured_error(json!({
+        "error": {"code": code, "message": message.into(), "details": details}
+    }))
+}
+
+fn boxed(code: &str, message: impl Into<String>, details: Value) -> Box<CallToolResult> {
+    Box::new(error(code, message, details))
+}
+
+fn store_failure(failure: StoreError) -> CallToolResult {
+    match failure {
+        StoreError::Rejected(Rejection::Task { code, message }) => {
+            error(code.as_str(), message, json!({}))
+        }
+        StoreError::Rejected(other) => error("CONFLICT", other.to_string(), json!({})),
+        other => {
+            tracing::error!("store failure: {other}");
+            error(
+                "INTERNAL_ERROR",
+                format!("planb could not record this: {other}"),
+                json!({}),
+            )
+        }
+    }
+}
+
+fn schema(value: Value) -> Arc<JsonObject> {
+    match value {
+        Value::Object(map) => Arc::new(map),
+        _ => Arc::new(JsonObject::new()),
+    }
+}
+
+fn task_id_schema() -> Value {
+    json!({"type": "string", "description": "The task's id, as task_create returned it."})
+}
+
+fn input_task_only() -> Arc<JsonObject> {
+    schema(json!({
+        "type": "object",
+        "properties": {"task_id": task_id_schema()},
+        "required": ["task_id"],
+        "additionalProperties": false
+    }))
+}
+
+/// The shape every status-like result has; open, so an error object fits.
+fn status_output() -> Arc<JsonObject> {
+    schema(json!({
+        "type": "object",
+        "properties": {
+            "task_id": {"type": "string"},
+            "state": {"type": "string", "enum": ["created", "running", "stopping", "stopped", "completed", "failed"]},
+            "progress_percentage": {"type": "number", "minimum": 0, "maximum": 100},
+            "steps_completed": {"type": "integer"},
+            "steps_total": {"type": "integer"},
+            "current_step": {"type": ["string", "null"]},
+            "timing": {"type": "object"},
+            "files": {"type": "array"},
+            "files_count": {"type": "integer"},
+            "error": {"type": "object"}
+        }
+    }))
+}
+
+fn open_output() -> Arc<JsonObject> {
+    schema(json!({"type": "object"}))
+}
+
+fn built_in() -> &'static Pipeline {
+    static PIPELINE: OnceLock<Pipeline> = OnceLock::new();
+    PIPELINE.get_or_init(pipelines::project_plan)
+}
+
+fn pipeline_of(root: &DataRoot, name: &str) -> Result<Pipeline, String> {
+    if name == PROJECT_PLAN {
+        return Ok(built_in().clone());
+    }
+    pipelines::resolve(root, name)
+}
+
+fn state_name(task: &Task) -> &'static str {
+    task.runs.last().map_or("created", |run| run.state.as_str())
+}
+
+fn prompt_summary(prompt: &str) -> String {
+    let flat: String = prompt.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() > 120 {
+        format!("{}…", flat.chars().take(119).collect::<String>())
+    } else {
+        flat
+    }
+}
+
+/// The steps of the latest run's closure that are done: succeeded in the
+/// run, or kept from an earlier run because their inputs are unchanged
+/// (the worker's own rule, `dag::Schedule`). Only grows within a run.
+fn progress(pipeline: &Pipeline, task: &Task) -> (usize, usize, Option<String>) {
+    let Ok(target) = pipelines::run_target(pipeline, task) else {
+        return (0, 0, None);
+    };
+    let Some(closure) = pipeline.closure(&target) else {
+        return (0, 0, None);
+    };
+    let total = closure.len();
+    let Some(run) = task.runs.last() else {
+        return (0, total, None);
+    };
+    if run.state == RunState::Completed {
+        return (total, total, None);
+    }
+    let context = pipelines::context(task);
+    let mut settled: BTreeMap<StepId, ContentHash> = BTreeMap::new();
+    for step in &closure {
+        let Some(success) = task.successes.get(step.as_str()) else {
+            continue;
+        };
+        let fresh = run.succeeded.contains(step.as_str())
+            || pipeline
+                .input_hash(&context, step, &settled)
+                .is_some_and(|hash| hash.0 == success.input);
+        if fresh {
+            settled.insert(step.clone(), ContentHash(success.artifact));
+        }
+    }
+    let current = run.running.iter().next().cloned();
+    (settled.len(), total, current)
+}
+
+/// `task_status`'s answer, from memory.
+pub(crate) fn status(root: &DataRoot, task: &Task) -> Value {
+    let pipeline = pipeline_of(root, &task.pipeline).ok();
+    let (done, total, current) = pipeline
+        .as_ref()
+        .map_or((0, 0, None), |p| progress(p, task));
+    let percentage = if total == 0 {
+        0.0
+    } else {
+        100.0 * done as f64 / total as f64
+    };
+    let run = task.runs.last();
+    let now = planb_core::Timestamp(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+    );
+    let timing = match run {
+        None => json!({"created_at": task.created_at.to_iso8601()}),
+        Some(run) => {
+            let end = run.ended_at.unwrap_or(now);
+            json!({
+                "created_at": task.created_at.to_iso8601(),
+                "started_at": run.started_at.to_iso8601(),
+                "ended_at": run.ended_at.map(|t| t.to_iso8601()),
+                "elapsed_sec": ((end.0 - run.started_at.0).max(0) as f64 / 1000.0),
+                "last_progress_at": run.last_progress_at.to_iso8601(),
+            })
+        }
+    };
+    let mut files: Vec<(planb_core::Timestamp, Value)> = Vec::new();
+    if let Some(pipeline) = &pipeline {
+        for (index, step) in pipeline.steps().iter().enumerate() {
+            if let Some(success) = task.successes.get(step.id.as_str()) {
+                files.push((
+                    success.at,
+                    json!({
+                        "path": format!("{:02}-{}", index + 1, step.id.as_str()),
+                        "step": step.id.as_str(),
+                        "updated_at": success.at.to_iso8601(),
+                        "size": success.bytes,
+                    }),
+                ));
+            }
+        }
+    }
+    let files_count = files.len();
+    files.sort_by_key(|f| std::cmp::Reverse(f.0));
+    let files: Vec<Value> = files
+        .into_iter()
+        .take(STATUS_FILES_MAX)
+        .map(|(_, f)| f)
+        .collect();
+    let mut value = json!({
+        "task_id": task.id.to_string(),
+        "state": state_name(task),
+        "progress_percentage": percentage,
+        "steps_completed": done,
+        "steps_total": total,
+        "current_step": current,
+        "run_id": run.map(|r| r.id.to_string()),
+        "runs": task.runs.len(),
+        "speed_vs_detail": task.speed,
+        "target": task.target,
+        "pipeline": task.pipeline,
+        "timing": timing,
+        "files": files,
+        "files_count": files_count,
+    });
+    if let Some(run) = run.filter(|r| r.state == RunState::Failed)
+        && let Value::Object(map) = &mut value
+    {
+        map.insert(
+            "error".into(),
+            json!({
+                "failure_reason": run.reason,
+                "failed_step": run.failed_step,
+                "recoverable": run.recoverable,
+                "message": match (&run.reason, &run.failed_step) {
+                    (Some(reason), Some(step)) => format!("step {step} failed ({reason}); see task_logs_tail"),
+                    (Some(reason), None) => format!("the run failed: {reason}"),
+                    _ => "the run failed".to_owned(),
+                },
+            }),
+        );
+    }
+    value
+}
+
+fn next_steps(task: &Task) -> Vec<String> {
+    let id = task.id;
+    match task.runs.last().map(|r| (r.state, r.recoverable)) {
+        None => vec![format!(
+            "The worker has not started the run yet; call task_status {{task_id: \"{id}\"}} again shortly."
+        )],
+        Some((RunState::Running | RunState::Stopping, _)) => vec![
+            format!(
+                "Still running: call task_wait {{task_id: \"{id}\"}} again, or task_status now and then."
+            ),
+            "The person can watch it live in planb-retro.".into(),
+        ],
+        Some((RunState::Completed, _)) => vec![
+            format!(
+                "Open the report: task_file_info {{task_id: \"{id}\", artifact: \"report\"}} gives its local path."
+            ),
+            "All artifacts: task_file_info with artifact \"zip\".".into(),
+        ],
+        Some((RunState::Stopped, _)) => vec![format!(
+            "Edit an artifact with task_artifact_write if needed, then task_resume {{task_id: \"{id}\"}}: only missing steps and those downstream of an edit run again."
+        )],
+        Some((RunState::Failed, true)) => vec![format!(
+            "See why with task_logs_tail {{task_id: \"{id}\"}}, fix the cause, then task_resume {{task_id: \"{id}\"}}."
+        )],
+        Some((RunState::Failed, false)) => vec![format!(
+            "See why with task_logs_tail {{task_id: \"{id}\"}}; this failure is not recoverable by resuming, so create a new task."
+        )],
+    }
+}
+
+fn parse_task_id(args: &mut Args<'_>) -> Option<TaskId> {
+    let text = args.string("task_id", 100)?;
+    match TaskId::parse(text.trim()) {
+        Ok(id) => Some(id),
+        Err(e) => {
+            args.push(format!("task_id: {e}"));
+            None
+        }
+    }
+}
+
+fn invalid(errors: impl ToString) -> CallToolResult {
+    error("INVALID_ARGUMENT", errors.to_string(), json!({}))
+}
+
+/// The worker's stderr, kept beside its task.
+fn worker_log(root: &DataRoot, task: &TaskId) -> PathBuf {
+    root.task_dir(task).join("worker.log")
+}
+
+fn tail_of(path: &Path, chars: usize) -> String {
+    let text = std::fs::read(path)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    let tail: Vec<char> = text.chars().rev().take(chars).collect();
+    tail.into_iter().rev().collect::<String>().trim().to_owned()
+}
+
+/// Starts `planb-mcp worker <task>` detached: its own process group, no
+/// stdin, stdout discarded, stderr appended to `tasks/<task>/worker.log`.
+fn spawn_worker(root: &DataRoot, task: TaskId) -> std::io::Result<std::process::Child> {
+    use std::os::unix::process::CommandExt;
+    let log_path = worker_log(root, &task);
+    if let Some(dir) = log_path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)?;
+    let exe = std::env::current_exe()?;
+    std::process::Command::new(exe)
+        .arg("--data-dir")
+        .arg(root.root())
+        .arg("worker")
+        .arg(task.to_string())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+}
+
+impl PlanbServer {
+    fn data_root(&self) -> DataRoot {
+        DataRoot::new(self.config().data_root.clone())
+    }
+
+    async fn task_now(&self, id: TaskId) -> Result<Option<Task>, StoreError> {
+        self.read_state(move |s| s.task(&id).cloned()).await
+    }
+
+    /// The task, after ending its active run if the worker is gone.
+    async fn task_checked(&self, id: TaskId) -> Result<Task, Box<CallToolResult>> {
+        let task = match self.task_now(id).await {
+            Ok(Some(task)) => task,
+            Ok(None) => {
+                return Err(boxed(
+                    "TASK_NOT_FOUND",
+                    format!("task_id: no task {id}"),
+                    json!({"task_id": id.to_string()}),
+                ));
+            }
+            Err(e) => return Err(Box::new(store_failure(e))),
+        };
+        let Some(active) = task.active_run() else {
+            return Ok(task);
+        };
+        let root = self.data_root();
+        let alive = tokio::task::spawn_blocking(move || worker_alive(&root, &id))
+            .await
+            .map_err(|e| boxed("INTERNAL_ERROR", e.to_string(), json!({})))?;
+        match alive {
+            Ok(true) => Ok(task),
+            Ok(false) => {
+                let command = Command::EndRun {
+                    task: id,
+                    run: active.id,
+                    outcome: planb_core::RunOutcome::Failed,
+                    reason: Some("worker_error".into()),
+                    failed_step: active.running.iter().next().cloned(),
+                    recoverable: true,
+                };
+                match self.execute(command).await {
+                    // Ended meanwhile by its worker, or by another server.
+                    Ok(_) | Err(StoreError::Rejected(_)) => {}
+                    Err(e) => return Err(Box::new(store_failure(e))),
+                }
+                match self.task_now(id).await {
+                    Ok(Some(task)) => Ok(task),
+                    Ok(None) => Err(boxed(
+                        "TASK_NOT_FOUND",
+                        format!("task_id: no task {id}"),
+                        json!({}),
+                    )),
+                    Err(e) => Err(Box::new(store_failure(e))),
+                }
+            }
+            Err(e) => Err(Box::new(store_failure(e))),
+        }
+    }
+
+    /// Starts a worker and waits until its run is recorded, or it exits.
+    async fn start_worker(
+        &self,
+        id: TaskId,
+        runs_before: usize,
+    ) -> Result<Task, Box<CallToolResult>> {
+        let root = self.data_root();
+        let mut child = match spawn_worker(&root, id) {
+            Ok(child) => child,
+            Err(e) => {
+                return Err(boxed(
+                    "INTERNAL_ERROR",
+                    format!("the worker could not start: {e}"),
+                    json!({}),
+                ));
+            }
+        };
+        let started = Instant::now();
+        loop {
+            match self.task_now(id).await {
+                Ok(Some(task)) if task.runs.len() > runs_before => {
+                    // Reap it whenever it exits; the run does not depend on us.
+                    std::thread::spawn(move || child.wait());
+                    return Ok(task);
+                }
+                Ok(_) => {}
+                Err(e) => return Err(Box::new(store_failure(e))),
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                // It may have recorded its run just before exiting.
+                if let Ok(Some(task)) = self.task_now(id).await
+                    && task.runs.len() > runs_before
+                {
+                    return Ok(task);
+                }
+                let tail = tail_of(&worker_log(&root, &id), 2000);
+                let code = if tail.contains("MODEL_NOT_CONFIGURED") {
+                    "MODEL_NOT_CONFIGURED"
+                } else if tail.contains("RUN_ALREADY_ACTIVE") {
+                    "RUN_ALREADY_ACTIVE"
+                } else {
+                    "INTERNAL_ERROR"
+                };
+                return Err(boxed(
+                    code,
+                    format!("the worker exited ({status}) before starting a run: {tail}"),
+                    json!({"worker_log": worker_log(&root, &id).display().to_string()}),
+                ));
+            }
+            if started.elapsed() > WORKER_START {
+                std::thread::spawn(move || child.wait());
+                return Err(boxed(
+                    "INTERNAL_ERROR",
+                    format!(
+                        "the worker did not start a run within {} s",
+                        WORKER_START.as_secs()
+                    ),
+                    json!({"worker_log": worker_log(&root, &id).display().to_string()}),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn model_check(&self, profile: Option<&str>) -> Result<(), Box<CallToolResult>> {
+        Backend::configured(profile, &|name| std::env::var(name).ok())
+            .map(|_| ())
+            .map_err(|e| boxed(e.code(), e.to_string(), json!({})))
+    }
+}
+
+const EXAMPLES: [&str; 3] = [
+    "Open a neighbourhood bakery with a small café corner in Lyon, France, within 9 months and a budget of EUR 180,000. \
+     The owner is a trained baker with no business experience; two staff will be hired. Success means break-even by month 18, \
+     a daily average of 250 customers and a local supplier for 80% of the flour. Constraints: the premises must be rented, \
+     not bought; no franchise; opening hours must respect French labour law. Out of scope: delivery apps and a second shop.",
+    "Migrate a 12-year-old monolithic PHP e-commerce site (400k monthly visitors, MySQL 5.7, 30 GB of product images) to a \
+     containerised service architecture on a managed cloud within 12 months, with a team of 6 engineers and a budget of \
+     USD 900,000. Zero data loss, under 1 hour of total downtime, and no drop in conversion rate are the success criteria. \
+     Payments stay with the current provider; no rewrite of the pricing engine in year one.",
+    "Organise a two-day open-source developer conference for 600 people in Nairobi, Kenya, 10 months from now, budget \
+     USD 250,000 from sponsors and ticket sales. Include a diversity scholarship programme, live streaming and a hack day. \
+     Success: 600 attendees, 40% first-time speakers, break-even, and a post-event survey score above 4 of 5. \
+     Banned: single-use plastics and speaker panels without women.",
+];
+
+#[tool_router(router = task_tool_router, vis = "pub(crate)")]
+impl PlanbServer {
+    #[tool(
+        name = "prompt_examples",
+        description = "Example prompts that set the bar for task_create: call this first and write your prompt to the same standard (context, budget, timeline, location, success criteria, what is banned). A one-liner gives a thin plan.",
+        title = "Example task prompts",
+        input_schema = schema(json!({"type": "object", "properties": {}, "additionalProperties": false})),
+        output_schema = schema(json!({"type": "object", "properties": {"samples": {"type": "array", "items": {"type": "string"}}, "message": {"type": "string"}}})),
+        annotations(title = "Example task prompts", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn prompt_examples(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
+        if let Err(errors) = Args::new(&arguments).finish() {
+            return Ok(invalid(errors));
+        }
+        Ok(CallToolResult::structured(json!({
+            "samples": EXAMPLES,
+            "message": "Good prompts run 300-800 words: background, constraints (budget, timeline, location, technology), success criteria and anything banned. Refine yours to this standard, then call task_create.",
+        })))
+    }
+
+    #[tool(
+        name = "task_create",
+        description = "Start generating a project plan from a detailed prompt: a detached worker runs a pipeline of model steps (goal and constraints, assumptions, risks, scenarios, team, governance, SWOT, work breakdown, Gantt schedule, expert review, premortem, executive summary) into an HTML report and a zip of every artifact. speed_vs_detail: \"ping\" (default) makes one model call to check the setup, \"fast\" runs every step briefly, \"all\" runs every step in full. target: build_plan (default), validate_plan or build_plan_and_validate. Returns {task_id, created_at, state}; then call task_wait or poll task_status now and then (a full run takes minutes).",
+        title = "Create a plan-generation task",
+        input_schema = schema(json!({
+            "type": "object",
+            "properties": {
+                "prompt": {"type": "string", "description": "What to plan: 300-800 words with context, constraints, success criteria (see prompt_examples)."},
+                "speed_vs_detail": {"type": "string", "enum": ["ping", "fast", "all"], "default": "ping"},
+                "target": {"type": "string", "description": "The final step: build_plan (default), validate_plan, build_plan_and_validate."},
+                "pipeline": {"type": "string", "description": "project-plan (default) or a pipeline file's name under <data-root>/pipelines/."},
+                "model_profile": {"type": "string", "enum": PROFILES},
+                "client_request_id": {"type": "string", "description": "Makes the call idempotent: the same id returns the same task."}
+            },
+            "required": ["prompt"],
+            "additionalProperties": false
+        })),
+        output_schema = open_output(),
+        annotations(title = "Create a plan-generation task", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = true)
+    )]
+    async fn task_create(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
+        let mut args = Args::new(&arguments);
+        let prompt = args.string(
+            "prompt",
+            4 * planb_core::state::tasks::TASK_PROMPT_CHARS_MAX,
+        );
+        let speed = args
+            .optional_string("speed_vs_detail", 10)
+            .unwrap_or_else(|| "ping".into());
+        let target = args
+            .optional_string("target", 64)
+            .unwrap_or_else(|| DEFAULT_TARGET.into());
+        let pipeline_name = args
+            .optional_string("pipeline", 64)
+            .unwrap_or_else(|| PROJECT_PLAN.into());
+        let profile = args.optional_string("model_profile", 20);
+        let request_id = args.optional_string("client_request_id", 200);
+        if let Some(p) = &profile
+            && !PROFILES.contains(&p.as_str())
+        {
+            args.push(format!(
+                "model_profile: {p:?} is not one of {}",
+                PROFILES.join(", ")
+            ));
+        }
+        if let Err(errors) = args.finish() {
+            return Ok(invalid(errors));
+        }
+        let Some(prompt) = prompt else {
+            return Ok(invalid("prompt: required"));
+        };
+        if let Some(key) = request_id.clone()
+            && let Ok(Some(task)) = self
+                .read_state(move |s| s.task_by_request(&key).cloned())
+                .await
+        {
+            return Ok(CallToolResult::structured(created(&task)));
+        }
+        if let Err(result) = self.model_check(profile.as_deref()) {
+            return Ok(*result);
+        }
+        let root = self.data_root();
+        let pipeline = match pipeline_of(&root, &pipeline_name) {
+            Ok(pipeline) => pipeline,
+            Err(problem) => return Ok(error("INVALID_TARGET", problem, json!({}))),
+        };
+        let target_ok = StepId::parse(&target)
+            .ok()
+            .is_some_and(|t| pipeline.step(&t).is_some());
+        if !target_ok {
+            let finals: Vec<&str> = pipeline
+                .steps()
+                .iter()
+                .map(|s| s.id.as_str())
+                .filter(|id| pipelines::STANDARD_TARGETS.contains(id))
+                .collect();
+            return Ok(error(
+                "INVALID_TARGET",
+                format!(
+                    "target: {target:?} is not a step of pipeline {pipeline_name} (targets: {})",
+                    finals.join(", ")
+                ),
+                json!({"targets": finals}),
+            ));
+        }
+        let id = TaskId::from_uuid(self.store().env().event_id());
+        let command = Command::CreateTask {
+            task: id,
+            pipeline: pipeline_name,
+            pipeline_version: pipeline.version(),
+            prompt,
+            speed,
+            target,
+            model_profile: profile,
+            client_request_id: request_id.clone(),
+        };
+        let id = match self.execute(command).await {
+            Ok(events) if !events.is_empty() => id,
+            // A repeated client_request_id, recorded by another process meanwhile.
+            Ok(_) => match request_id {
+                Some(key) => match self
+                    .read_state(move |s| s.task_by_request(&key).map(|t| t.id))
+                    .await
+                {
+                    Ok(Some(existing)) => existing,
+                    _ => {
+                        return Ok(error(
+                            "INTERNAL_ERROR",
+                            "the task was not recorded",
+                            json!({}),
+                        ));
+                    }
+                },
+                None => {
+                    return Ok(error(
+                        "INTERNAL_ERROR",
+                        "the task was not recorded",
+                        json!({}),
+                    ));
+                }
+            },
+            Err(e) => return Ok(store_failure(e)),
+        };
+        Ok(match self.start_worker(id, 0).await {
+            Ok(task) => CallToolResult::structured(created(&task)),
+            Err(result) => *result,
+        })
+    }
+
+    #[tool(
+        name = "task_status",
+        description = "A task's state (created, running, stopping, stopped, completed, failed), progress_percentage (0-100, never decreasing within a run), steps_completed/steps_total, current_step, timing, the latest files and, for a failure, error {failure_reason, failed_step, recoverable}. Answered from memory; poll every few minutes at most, or use task_wait.",
+        title = "Task status",
+        input_schema = input_task_only(),
+        output_schema = status_output(),
+        annotations(title = "Task status", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn task_status(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
+        let mut args = Args::new(&arguments);
+        let id = parse_task_id(&mut args);
+        if let Err(errors) = args.finish() {
+            return Ok(invalid(errors));
+        }
+        let Some(id) = id else {
+            return Ok(invalid("task_id: required"));
+        };
+        Ok(match self.task_checked(id).await {
+            Ok(task) => CallToolResult::structured(status(&self.data_root(), &task)),
+            Err(result) => *result,
+        })
+    }
+
+    #[tool(
+        name = "task_stop",
+        description = "Stop a task's active run. In-flight model calls are cancelled; completed steps are kept, so task_resume continues where it stopped. Returns the state once the worker has stopped (or \"stopping\" if it is still winding down).",
+        title = "Stop a task",
+        input_schema = input_task_only(),
+        output_schema = status_output(),
+        annotations(title = "Stop a task", read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn task_stop(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
+        let mut args = Args::new(&arguments);
+        let id = parse_task_id(&mut args);
+        if let Err(errors) = args.finish() {
+            return Ok(invalid(errors));
+        }
+        let Some(id) = id else {
+            return Ok(invalid("task_id: required"));
+        };
+        if let Err(result) = self.task_checked(id).await {
+            return Ok(*result);
+        }
+        if let Err(e) = self.execute(Command::RequestStop { task: id }).await {
+            return Ok(store_failure(e));
+        }
+        let started = Instant::now();
+        loop {
+            let task = match self.task_checked(id).await {
+                Ok(task) => task,
+                Err(result) => return Ok(*result),
+            };
+            if task.active_run().is_none() || started.elapsed() > Duration::from_secs(10) {
+                return Ok(CallToolResult::structured(status(&self.data_root(), &task)));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    #[tool(
+        name = "task_resume",
+        description = "Start a new run of a stopped or failed task. Steps that succeeded on unchanged inputs are kept; only missing steps and those downstream of an edited artifact run again. A completed task is not run again (create a new task).",
+        title = "Resume a task",
+        input_schema = input_task_only(),
+        output_schema = status_output(),
+        annotations(title = "Resume a task", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = true)
+    )]
+    async fn task_resume(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
+        let mut args = Args::new(&arguments);
+        let id = parse_task_id(&mut args);
+        if let Err(errors) = args.finish() {
+            return Ok(invalid(errors));
+        }
+        let Some(id) = id else {
+            return Ok(invalid("task_id: required"));
+        };
+        let task = match self.task_checked(id).await {
+            Ok(task) => task,
+            Err(result) => return Ok(*result),
+        };
+        if let Some(active) = task.active_run() {
+            return Ok(error(
+                "RUN_ALREADY_ACTIVE",
+                format!(
+                    "run {} of task {id} is {}",
+                    active.id,
+                    active.state.as_str()
+                ),
+                json!({"run_id": active.id.to_string()}),
+            ));
+        }
+        if task
+            .runs
+            .last()
+            .is_some_and(|r| r.state == RunState::Completed)
+        {
+            return Ok(error(
+                "CONFLICT",
+                format!("task {id} is completed; create a new task to plan again"),
+                json!({}),
+            ));
+        }
+        if let Err(result) = self.model_check(task.model_profile.as_deref()) {
+            return Ok(*result);
+        }
+        Ok(match self.start_worker(id, task.runs.len()).await {
+            Ok(task) => CallToolResult::structured(status(&self.data_root(), &task)),
+            Err(result) => *result,
+        })
+    }
+
+    #[tool(
+        name = "task_list",
+        description = "The most recently created tasks, newest first: task_id, created_at, state and a prompt summary. Use it to find a task_id again.",
+        title = "List tasks",
+        input_schema = schema(json!({"type": "object", "properties": {"limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 10}}, "additionalProperties": false})),
+        output_schema = schema(json!({"type": "object", "properties": {"tasks": {"type": "array"}}})),
+        annotations(title = "List tasks", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn task_list(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
+        let mut args = Args::new(&arguments);
+        let limit = args
+            .optional_number("limit", 1.0, 100.0)
+            .map_or(10, |n| n as usize);
+        if let Err(errors) = args.finish() {
+            return Ok(invalid(errors));
+        }
+        let listed = self
+            .read_state(move |s| {
+                let mut tasks: Vec<&Task> = s.tasks().values().collect();
+                tasks.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
+                tasks
+                    .into_iter()
+                    .take(limit)
+                    .map(|t| {
+                        json!({
+                            "task_id": t.id.to_string(),
+                            "created_at": t.created_at.to_iso8601(),
+                            "state": state_name(t),
+                            "prompt_summary": prompt_summary(&t.prompt),
+                        })
+                    })
+                    .collect::<Vec<Value>>()
+            })
+            .await;
+        Ok(match listed {
+            Ok(tasks) => CallToolResult::structured(json!({"tasks": tasks})),
+            Err(e) => store_failure(e),
+        })
+    }
+
+    #[tool(
+        name = "task_get_latest",
+        description = "The status of the most recently created task (the simplest way back to a task whose id was lost).",
+        title = "Latest task",
+        input_schema = schema(json!({"type": "object", "properties": {}, "additionalProperties": false})),
+        output_schema = status_output(),
+        annotations(title = "Latest task", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn task_get_latest(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
+        if let Err(errors) = Args::new(&arguments).finish() {
+            return Ok(invalid(errors));
+        }
+        let latest = self
+            .read_state(|s| {
+                s.tasks()
+                    .values()
+                    .max_by_key(|t| (t.created_at, t.id))
+                    .map(|t| t.id)
+            })
+            .await;
+        Ok(match latest {
+            Ok(Some(id)) => match self.task_checked(id).await {
+                Ok(task) => CallToolResult::structured(status(&self.data_root(), &task)),
+                Err(result) => *result,
+            },
+            Ok(None) => error(
+                "TASK_NOT_FOUND",
+                "there are no tasks yet; create one with task_create",
+                json!({}),
+            ),
+            Err(e) => store_failure(e),
+        })
+    }
+
+    #[tool(
+        name = "task_wait",
+        description = "Block until the task's run ends (completed, stopped or failed) or timeout_sec passes (default 60, at most 3600), sending progress notifications while it waits. Returns the task_status fields plus next_steps.",
+        title = "Wait for a task",
+        input_schema = schema(json!({"type": "object", "properties": {"task_id": task_id_schema(), "timeout_sec": {"type": "number", "minimum": 0, "maximum": 3600, "default": 60}, "poll_interval_sec": {"type": "number", "minimum": 0.05, "maximum": 60}}, "required": ["task_id"], "additionalProperties": false})),
+        output_schema = status_output(),
+        annotations(title = "Wait for a task", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn task_wait(
+        &self,
+        arguments: JsonObject,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let mut args = Args::new(&arguments);
+        let id = parse_task_id(&mut args);
+        let timeout = args
+            .optional_number("timeout_sec", 0.0, 3600.0)
+            .unwrap_or(60.0);
+        let poll = args
+            .optional_number("poll_interval_sec", 0.05, 60.0)
+            .unwrap_or(0.5);
+        if let Err(errors) = args.finish() {
+            return Ok(invalid(errors));
+        }
+        let Some(id) = id else {
+            return Ok(invalid("task_id: required"));
+        };
+        let token = context.meta.get_progress_token();
+        // Without a progress token a client's own timeout applies: hand back
+        // in time (the agent calls again).
+        let mut limit = Duration::from_secs_f64(timeout);
+        if token.is_none() {
+            limit = limit.min(self.config().hand_back);
+        }
+        let started = Instant::now();
+        let mut last_sent = -1.0;
+        loop {
+            let task = match self.task_checked(id).await {
+                Ok(task) => task,
+                Err(result) => return Ok(*result),
+            };
+            let mut value = status(&self.data_root(), &task);
+            let ended = !task.runs.is_empty() && task.active_run().is_none();
+            if ended || started.elapsed() >= limit {
+                if let Value::Object(map) = &mut value {
+                    map.insert("next_steps".into(), json!(next_steps(&task)));
+                    map.insert("timed_out".into(), json!(!ended));
+                }
+                return Ok(CallToolResult::structured(value));
+            }
+            let percentage = value["progress_percentage"].as_f64().unwrap_or(0.0);
+            if let Some(token) = &token
+                && percentage > last_sent
+            {
+                last_sent = percentage;
+                let message = format!(
+                    "{} {:.0}% ({} of {} steps){}",
+                    value["state"].as_str().unwrap_or(""),
+                    percentage,
+                    value["steps_completed"],
+                    value["steps_total"],
+                    value["current_step"]
+                        .as_str()
+                        .map(|s| format!(", running {s}"))
+                        .unwrap_or_default()
+                );
+                PlanbServer::notify_progress(&context, token, percentage, message).await;
+            }
+            tokio::time::sleep(
+                Duration::from_secs_f64(poll).min(limit.saturating_sub(started.elapsed())),
+            )
+            .await;
+        }
+    }
+
+    #[tool(
+        name = "task_logs_tail",
+        description = "The latest run-log lines of a task (every run), oldest first: what started, failed, was retried or cancelled. since_cursor returns only lines after that cursor (the next_cursor of an earlier call).",
+        title = "Task log",
+        input_schema = schema(json!({"type": "object", "properties": {"task_id": task_id_schema(), "max_lines": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}, "since_cursor": {"type": "integer", "minimum": 0}}, "required": ["task_id"], "additionalProperties": false})),
+        output_schema = schema(json!({"type": "object", "properties": {"lines": {"type": "array"}, "next_cursor": {"type": "integer"}}})),
+        annotations(title = "Task log", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn task_logs_tail(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
+        let mut args = Args::new(&arguments);
+        let id = parse_task_id(&mut args);
+        let max = args
+            .optional_number("max_lines", 1.0, 500.0)
+            .map_or(50, |n| n as usize);
+        let since = args
+            .optional_number("since_cursor", 0.0, 9e15)
+            .map_or(0, |n| n as u64);
+        if let Err(errors) = args.finish() {
+            return Ok(invalid(errors));
+        }
+        let Some(id) = id else {
+            return Ok(invalid("task_id: required"));
+        };
+        let task = match self.task_checked(id).await {
+            Ok(task) => task,
+            Err(result) => return Ok(*result),
+        };
+        let newer: Vec<&planb_core::LogLine> =
+            task.log_tail.iter().filter(|l| l.number > since).collect();
+        let skip = newer.len().saturating_sub(max);
+        let lines: Vec<Value> = newer[skip..]
+            .iter()
+            .map(|l| json!({"cursor": l.number, "at": l.at.to_iso8601(), "run_id": l.run.to_string(), "text": l.text}))
+            .collect();
+        Ok(CallToolResult::structured(json!({
+            "task_id": id.to_string(),
+            "lines": lines,
+            "next_cursor": task.log_lines.max(since),
+            "older_lines_dropped": task.log_tail.front().is_some_and(|l| l.number > since + 1),
+        })))
+    }
+
+    #[tool(
+        name = "task_file_info",
+        description = "Where a task's report (artifact \"report\": report.html, self-contained, opens in a browser without a server) or zip of every artifact (\"zip\": run.zip) is: {content_type, sha256, size, path, download_url (file://)}.",
+        title = "Task file info",
+        input_schema = schema(json!({"type": "object", "properties": {"task_id": task_id_schema(), "artifact": {"type": "string", "enum": ["report", "zip"], "default": "report"}}, "required": ["task_id"], "additionalProperties": false})),
+        output_schema = open_output(),
+        annotations(title = "Task file info", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn task_file_info(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
+        Ok(self.file_info(arguments, false).await)
+    }
+
+    #[tool(
+        name = "task_download",
+        description = "Save a task's report (\"report\") or zip (\"zip\") to save_path (a file or an existing directory; default: leave it in the task's folder) and return {content_type, sha256, size, path}.",
+        title = "Download a task file",
+        input_schema = schema(json!({"type": "object", "properties": {"task_id": task_id_schema(), "artifact": {"type": "string", "enum": ["report", "zip"], "default": "report"}, "save_path": {"type": "string"}}, "required": ["task_id"], "additionalProperties": false})),
+        output_schema = open_output(),
+        annotations(title = "Download a task file", read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn task_download(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
+        Ok(self.file_info(arguments, true).await)
+    }
+
+    #[tool(
+        name = "task_artifact_write",
+        description = "Replace the artifact of one step of a stopped or failed task (path: its file name as task_status lists it, like \"04-assumptions\", or the step id). The edit is recorded, and the next task_resume re-runs exactly the steps downstream of it. Refused while a run is active (RUNNING_READONLY).",
+        title = "Edit a task artifact",
+        input_schema = schema(json!({"type": "object", "properties": {"task_id": task_id_schema(), "path": {"type": "string"}, "content": {"type": "string"}}, "required": ["task_id", "path", "content"], "additionalProperties": false})),
+        output_schema = open_output(),
+        annotations(title = "Edit a task artifact", read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn task_artifact_write(
+        &self,
+        arguments: JsonObject,
+    ) -> Result<CallToolResult, ErrorData> {
+        let mut args = Args::new(&arguments);
+        let id = parse_task_id(&mut args);
+        let path = args.string("path", 300);
+        let content = args.string("content", planb_engine::backend::ANSWER_BYTES_MAX);
+        if let Err(errors) = args.finish() {
+            return Ok(invalid(errors));
+        }
+        let (Some(id), Some(path), Some(content)) = (id, path, content) else {
+            return Ok(invalid("task_id, path and content are required"));
+        };
+        let task = match self.task_checked(id).await {
+            Ok(task) => task,
+            Err(result) => return Ok(*result),
+        };
+        let root = self.data_root();
+        let pipeline = match pipeline_of(&root, &task.pipeline) {
+            Ok(p) => p,
+            Err(problem) => return Ok(error("INTERNAL_ERROR", problem, json!({}))),
+        };
+        let Some(step) = artifact_step(&pipeline, &path) else {
+            return Ok(error(
+                "INVALID_ARTIFACT_URI",
+                format!(
+                    "path: {path:?} names no artifact of this task (use a name task_status lists, like \"01-intake\", or a step id; no folders)"
+                ),
+                json!({"path": path}),
+            ));
+        };
+        let blobs = root.blobs();
+        let bytes = content.into_bytes();
+        let size = bytes.len() as u64;
+        let hash = match tokio::task::spawn_blocking(move || blobs.put(&bytes)).await {
+            Ok(Ok(hash)) => hash,
+            Ok(Err(e)) => return Ok(error("INTERNAL_ERROR", e.to_string(), json!({}))),
+            Err(e) => return Ok(error("INTERNAL_ERROR", e.to_string(), json!({}))),
+        };
+        let command = Command::EditArtifact {
+            task: id,
+            step: step.as_str().to_owned(),
+            artifact: hash,
+            bytes: size,
+            by: "task_artifact_write".into(),
+        };
+        let recorded = match self.execute(command).await {
+            Ok(events) => !events.is_empty(),
+            Err(e) => return Ok(store_failure(e)),
+        };
+        let downstream: Vec<String> = pipeline
+            .downstream(&step)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|s| *s != step)
+            .map(|s| s.as_str().to_owned())
+            .collect();
+        if let Ok(Some(task)) = self.task_now(id).await {
+            let root = root.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                planb_engine::task_files::project(&root, &pipeline, &task, true)
+            })
+            .await;
+        }
+        Ok(CallToolResult::structured(json!({
+            "task_id": id.to_string(),
+            "step": step.as_str(),
+            "sha256": hex(&hash),
+            "size": size,
+            "changed": recorded,
+            "invalidated": downstream,
+        })))
+    }
+}
+
+fn hex(hash: &[u8; 32]) -> String {
+    hash.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The step an artifact path names: `NN-<step>[.ext]` or `<step>`; never a
+/// path with folders.
+fn artifact_step(pipeline: &Pipeline, path: &str) -> Option<StepId> {
+    let path = path.trim();
+    if path.contains('/') || path.contains('\\') || path.contains("..") {
+        return None;
+    }
+    let stem = path.split('.').next().unwrap_or(path);
+    let candidate = match stem.split_once('-') {
+        Some((number, rest))
+            if number.chars().all(|c| c.is_ascii_digit()) && !number.is_empty() =>
+        {
+            let id = StepId::parse(rest).ok()?;
+            let index = pipeline.steps().iter().position(|s| s.id == id)?;
+            (number.parse::<usize>().ok()? == index + 1).then_some(id)?
+        }
+        _ => StepId::parse(stem).ok()?,
+    };
+    pipeline.step(&candidate).map(|s| s.id.clone())
+}
+
+fn created(task: &Task) -> Value {
+    json!({
+        "task_id": task.id.to_string(),
+        "created_at": task.created_at.to_iso8601(),
+        "state": state_name(task),
+        "speed_vs_detail": task.speed,
+        "target": task.target,
+    })
+}
+
+impl PlanbServer {
+    async fn file_info(&self, arguments: JsonObject, download: bool) -> CallToolResult {
+        let mut args = Args::new(&arguments);
+        let id = parse_task_id(&mut args);
+        let artifact = args
+            .optional_string("artifact", 10)
+            .unwrap_or_else(|| "report".into());
+        let save = if download {
+            args.optional_string("save_path", 4096)
+        } else {
+            None
+        };
+        if !["report", "zip"].contains(&artifact.as_str()) {
+            args.push(format!("artifact: {artifact:?} is not one of report, zip"));
+        }
+        if let Err(errors) = args.finish() {
+            return invalid(errors);
+        }
+        let Some(id) = id else {
+            return invalid("task_id: required");
+        };
+        let task = match self.task_checked(id).await {
+            Ok(task) => task,
+            Err(result) => return *result,
+        };
+        let root = self.data_root();
+        let pipeline = match pipeline_of(&root, &task.pipeline) {
+            Ok(p) => p,
+            Err(problem) => return error("INTERNAL_ERROR", problem, json!({})),
+        };
+        let name = if artifact == "report" {
+            "report.html"
+        } else {
+            "run.zip"
+        };
+        if artifact == "report"
+            && planb_engine::task_files::report(&root, &pipeline, &task).is_none()
+        {
+            let why = if task.speed == "ping" {
+                "this task ran with speed_vs_detail \"ping\" (one model call, no report); create a task with \"fast\" or \"all\""
+            } else {
+                "the report is not built yet; wait for the task to complete"
+            };
+            return error(
+                "INVALID_ARTIFACT_URI",
+                format!("no report for task {id}: {why}"),
+                json!({"state": state_name(&task)}),
+            );
+        }
+        let written = {
+            let root = root.clone();
+            tokio::task::spawn_blocking(move || {
+                planb_engine::task_files::project(&root, &pipeline, &task, true)
+            })
+            .await
+        };
+        let dir = match written {
+            Ok(Ok(dir)) => dir,
+            Ok(Err(e)) => {
+                return error(
+                    "INTERNAL_ERROR",
+                    format!("the task's files could not be written: {e}"),
+                    json!({}),
+                );
+            }
+            Err(e) => return error("INTERNAL_ERROR", e.to_string(), json!({})),
+        };
+        let mut path = dir.join(name);
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                return error(
+                    "INTERNAL_ERROR",
+                    format!("{}: {e}", path.display()),
+                    json!({}),
+                );
+            }
+        };
+        if let Some(save) = save {
+            let mut to = PathBuf::from(save);
+            if to.is_dir() {
+                to = to.join(format!("{id}-{name}"));
+            }
+            if let Err(e) = std::fs::write(&to, &bytes) {
+                return error(
+                    "PERMISSION_DENIED",
+                    format!("save_path: {}: {e}", to.display()),
+                    json!({}),
+                );
+            }
+            path = to;
+        }
+        let path = path.canonicalize().unwrap_or(path);
+        CallToolResult::structured(json!({
+            "task_id": id.to_string(),
+            "artifact": artifact,
+            "content_type": planb_engine::task_files::content_type(name),
+            "sha256": hex(&ContentHash::of_bytes(&bytes).0),
+            "size": bytes.len(),
+            "path": path.display().to_string(),
+            "download_url": format!("file://{}", path.display()),
+        }))
+    }
+}
+
+/// `planb-mcp worker <task>`: runs one run of the task, then exits. Its
+/// stderr is the task's `worker.log`.
+pub(crate) fn worker_main(root: &Path, task: &str) -> anyhow::Result<std::process::ExitCode> {
+    let task = TaskId::parse(task.trim()).map_err(|e| anyhow::anyhow!("task: {e}"))?;
+    let root = DataRoot::new(root);
+    let (store, _) = planb_projections::Store::open(
+        root.clone(),
+        Arc::new(planb_projections::SystemEnvironment),
+    )?;
+    let profile = store.read(|s| s.task(&task).map(|t| t.model_profile.clone()))?;
+    let Some(profile) = profile else {
+        anyhow::bail!("TASK_NOT_FOUND: no task {task}");
+    };
+    let backend = Backend::configured(profile.as_deref(), &|n| std::env::var(n).ok())
+        .map_err(|e| anyhow::anyhow!("{}: {e}", e.code()))?;
+    let mut options = planb_engine::worker::Options::new(backend);
+    let seconds = |name: &str| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|v| v.is_finite() && *v > 0.0)
+            .map(Duration::from_secs_f64)
+    };
+    if let Some(d) = seconds("PLANB_STEP_TIMEOUT_SEC") {
+        options.step_timeout = d;
+    }
+    if let Some(d) = seconds("PLANB_INACTIVITY_SEC") {
+        options.inactivity = d;
+    }
+    if let Some(n) = std::env::var("PLANB_CONCURRENCY")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+    {
+        options.concurrency = n.clamp(1, 64);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let store = Arc::new(store);
+    let ended = runtime.block_on(planb_engine::worker::run(store, task, options))?;
+    eprintln!(
+        "task {task}: run {} ended {:?}{}",
+        ended.run,
+        ended.outcome,
+        ended.reason.map(|r| format!(" ({r})")).unwrap_or_default()
+    );
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn artifact_paths_never_leave_the_task() {
+        let pipeline = pipelines::project_plan();
+        let step = |p: &str| artifact_step(&pipeline, p).map(|s| s.as_str().to_owned());
+        assert_eq!(step("01-intake").as_deref(), Some("intake"));
+        assert_eq!(step("01-intake.md").as_deref(), Some("intake"));
+        assert_eq!(step("intake").as_deref(), Some("intake"));
+        for bad in [
+            "../01-intake",
+            "/etc/passwd",
+            "02-intake",
+            "99-nothing",
+            "x/01-intake",
+            "",
+            "..",
+            "nothing",
+        ] {
+            assert_eq!(step(bad), None, "{bad}");
+        }
+    }
+}

@@ -1,0 +1,587 @@
+//! The task tools end to end: the real `planb-mcp` over stdio with rmcp's
+//! client, detached real worker processes, and a real OpenAI-compatible
+//! HTTP server started by each test with scripted answers (it counts the
+//! requests, can answer slowly, and can fail the first requests with 503).
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use planb_core::dag::StepId;
+use planb_core::{EventBody, RunState};
+use rmcp::model::CallToolResult;
+use serde_json::{Value, json};
+use support::{Server, UrlAnswer, call, start};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A scripted OpenAI-compatible chat completions server.
+struct ModelServer {
+    port: u16,
+    requests: Arc<AtomicU64>,
+}
+
+#[derive(Clone, Copy)]
+struct Script {
+    /// How long each answer takes.
+    delay: Duration,
+    /// Requests answered 503 before the first real answer.
+    fail_first: u64,
+}
+
+/// The answer to a prompt: a function of the prompt alone, so two runs on
+/// the same inputs produce the same artifacts.
+fn scripted_answer(prompt: &str) -> String {
+    if prompt.contains("Answer with JSON only") {
+        return r#"{"tasks": [{"id": "1", "name": "Prepare", "duration_days": 5, "depends_on": []}, {"id": "2", "name": "Build", "duration_days": 10, "depends_on": ["1"]}, {"id": "3", "name": "Launch", "duration_days": 2, "depends_on": ["2"]}]}"#.into();
+    }
+    let hash = prompt.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    let first = prompt
+        .lines()
+        .next()
+        .unwrap_or("")
+        .chars()
+        .take(60)
+        .collect::<String>();
+    format!("## Draft\n\nAnswer {hash:016x} to: {first}\n\n- point one\n- point two\n")
+}
+
+impl ModelServer {
+    async fn start(script: Script) -> ModelServer {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let requests = Arc::new(AtomicU64::new(0));
+        let counter = Arc::clone(&requests);
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut socket, _)) = listener.accept().await else {
+                    return;
+                };
+                let counter = Arc::clone(&counter);
+                tokio::spawn(async move {
+                    let mut buffer = Vec::new();
+                    let mut chunk = [0u8; 16 * 1024];
+                    let (head_end, length) = loop {
+                        let Ok(n) = socket.read(&mut chunk).await else {
+                            return;
+                        };
+                        if n == 0 {
+                            return;
+                        }
+                        buffer.extend_from_slice(&chunk[..n]);
+                        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+                            let head = String::from_utf8_lossy(&buffer[..end]).to_ascii_lowercase();
+                            let length = head
+                                .lines()
+                                .find_map(|l| l.strip_prefix("content-length:"))
+                                .and_then(|v| v.trim().parse::<usize>().ok())
+                                .unwrap_or(0);
+                            break (end + 4, length);
+                        }
+                    };
+                    while buffer.len() < head_end + length {
+                        let Ok(n) = socket.read(&mut chunk).await else {
+                            return;
+                        };
+                        if n == 0 {
+                            return;
+                        }
+                        buffer.extend_from_slice(&chunk[..n]);
+                    }
+                    let number = counter.fetch_add(1, Ordering::SeqCst) + 1;
+                    let request: Value =
+                        serde_json::from_slice(&buffer[head_end..head_end + length])
+                            .unwrap_or(Value::Null);
+                    let (status, body) = if number <= script.fail_first {
+                        ("503 Service Unavailable", json!({"error": "warming up"}))
+                    } else {
+                        tokio::time::sleep(script.delay).await;
+                        let prompt = request["messages"][0]["content"].as_str().unwrap_or("");
+                        (
+                            "200 OK",
+                            json!({
+                                "id": format!("c{number}"),
+                                "object": "chat.completion",
+                                "model": request["model"],
+                                "choices": [{"index": 0, "message": {"role": "assistant", "content": scripted_answer(prompt)}, "finish_reason": "stop"}],
+                                "usage": {"prompt_tokens": prompt.len() / 4, "completion_tokens": 20}
+                            }),
+                        )
+                    };
+                    let body = body.to_string();
+                    let response = format!(
+                        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = socket.write_all(response.as_bytes()).await;
+                    let _ = socket.shutdown().await;
+                });
+            }
+        });
+        ModelServer { port, requests }
+    }
+
+    fn spec(&self) -> String {
+        format!("openai:http://127.0.0.1:{}/v1", self.port)
+    }
+
+    fn requests(&self) -> u64 {
+        self.requests.load(Ordering::SeqCst)
+    }
+}
+
+async fn start_planb(dir: &Path, model: Option<&ModelServer>, extra: &[(&str, &str)]) -> Server {
+    let spec = model.map(ModelServer::spec);
+    let mut env: Vec<(&str, &str)> =
+        vec![("PLANB_MODEL_NAME", "scripted"), ("PLANB_CONCURRENCY", "2")];
+    if let Some(spec) = &spec {
+        env.push(("PLANB_MODEL", spec));
+    }
+    env.extend_from_slice(extra);
+    start(dir, UrlAnswer::NotSupported, &env).await
+}
+
+fn structured(result: &CallToolResult) -> Value {
+    result
+        .structured_content
+        .clone()
+        .expect("structuredContent")
+}
+
+fn ok(result: &CallToolResult) -> Value {
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    let value = structured(result);
+    let text = support::text_of(result);
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).expect("the text is JSON"),
+        value
+    );
+    value
+}
+
+fn error_code(result: &CallToolResult) -> String {
+    assert_eq!(result.is_error, Some(true), "{result:?}");
+    let value = structured(result);
+    assert!(value["error"]["message"].is_string(), "{value}");
+    value["error"]["code"].as_str().expect("a code").to_owned()
+}
+
+const PROMPT: &str = "Open a neighbourhood bakery in Lyon within 9 months on a budget of EUR 180,000; break even by month 18.";
+
+async fn create(server: &Server, speed: &str) -> String {
+    let created = ok(&call(
+        server,
+        "task_create",
+        json!({"prompt": PROMPT, "speed_vs_detail": speed}),
+    )
+    .await);
+    created["task_id"].as_str().expect("task_id").to_owned()
+}
+
+async fn wait(server: &Server, task: &str) -> Value {
+    ok(&call(
+        server,
+        "task_wait",
+        json!({"task_id": task, "timeout_sec": 300, "poll_interval_sec": 0.1}),
+    )
+    .await)
+}
+
+async fn status(server: &Server, task: &str) -> Value {
+    ok(&call(server, "task_status", json!({"task_id": task})).await)
+}
+
+/// Polls until at least `steps` steps are completed.
+async fn until_completed(server: &Server, task: &str, steps: u64) -> Value {
+    for _ in 0..600 {
+        let now = status(server, task).await;
+        if now["steps_completed"].as_u64().unwrap_or(0) >= steps || now["state"] != "running" {
+            return now;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("task {task} never reached {steps} completed steps");
+}
+
+/// Each run's started steps, from the log.
+fn started_by_run(dir: &Path) -> Vec<Vec<String>> {
+    let (_, _) = support::fold_log(dir);
+    let mut reader =
+        planb_log::read_dir(&dir.join("log"), Default::default(), planb_log::Cursor(1))
+            .expect("reader");
+    let mut runs: Vec<(planb_core::RunId, Vec<String>)> = Vec::new();
+    while let Some(record) = reader.next().expect("read") {
+        let envelope = planb_core::decode(&record.payload, planb_core::Cursor(record.cursor.0))
+            .expect("decode");
+        match envelope.event.body {
+            EventBody::RunStarted { run, .. } => runs.push((run, Vec::new())),
+            EventBody::StepStarted { run, step, .. } => {
+                if let Some((_, steps)) = runs.iter_mut().find(|(r, _)| *r == run) {
+                    steps.push(step);
+                }
+            }
+            _ => {}
+        }
+    }
+    runs.into_iter().map(|(_, steps)| steps).collect()
+}
+
+fn closure_of(target: &str) -> Vec<String> {
+    let pipeline = planb_engine::pipelines::project_plan();
+    pipeline
+        .closure(&StepId::parse(target).expect("id"))
+        .expect("closure")
+        .iter()
+        .map(|s| s.as_str().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fast_task_runs_to_a_report_and_a_zip() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = ModelServer::start(Script {
+        delay: Duration::ZERO,
+        fail_first: 2,
+    })
+    .await;
+    let server = start_planb(dir.path(), Some(&model), &[]).await;
+    let examples = ok(&call(&server, "prompt_examples", json!({})).await);
+    assert!(examples["samples"].as_array().expect("samples").len() >= 2);
+    let task = create(&server, "fast").await;
+    let done = wait(&server, &task).await;
+    assert_eq!(done["state"], "completed", "{done}");
+    assert_eq!(done["progress_percentage"], 100.0);
+    let closure = closure_of("build_plan");
+    assert_eq!(done["steps_total"], closure.len());
+    assert_eq!(done["files_count"], closure.len());
+    assert!(done["files"].as_array().expect("files").len() <= 10);
+    assert!(
+        done["next_steps"][0]
+            .as_str()
+            .expect("next steps")
+            .contains("task_file_info")
+    );
+    // Every model step asked once; the two 503s were retried.
+    assert_eq!(model.requests(), closure.len() as u64 - 1 + 2);
+
+    let report = ok(&call(
+        &server,
+        "task_file_info",
+        json!({"task_id": task, "artifact": "report"}),
+    )
+    .await);
+    assert_eq!(report["content_type"], "text/html");
+    let html = std::fs::read_to_string(report["path"].as_str().expect("path")).expect("the report");
+    for title in [
+        "Executive summary",
+        "Risk register",
+        "Schedule (Gantt)",
+        "SWOT analysis",
+        "Premortem",
+    ] {
+        assert!(html.contains(title), "the report lacks {title}");
+    }
+    assert!(html.contains("<svg class=\"gantt\""), "no Gantt chart");
+    assert!(
+        !html.contains("<script") && !html.contains("src=\"http"),
+        "the report must not load anything"
+    );
+    let zip = ok(&call(
+        &server,
+        "task_download",
+        json!({"task_id": task, "artifact": "zip", "save_path": dir.path()}),
+    )
+    .await);
+    let listed = std::process::Command::new("python3")
+        .args(["-c", "import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); assert z.testzip() is None; print(len(z.namelist()))"])
+        .arg(zip["path"].as_str().expect("path"))
+        .output()
+        .expect("python3");
+    assert!(
+        listed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&listed.stdout).trim(),
+        (closure.len() + 2).to_string()
+    );
+
+    let logs = ok(&call(
+        &server,
+        "task_logs_tail",
+        json!({"task_id": task, "max_lines": 5}),
+    )
+    .await);
+    let lines = logs["lines"].as_array().expect("lines");
+    assert!(
+        lines.last().expect("a line")["text"]
+            .as_str()
+            .expect("text")
+            .contains("run completed"),
+        "{logs}"
+    );
+    let listed = ok(&call(&server, "task_list", json!({})).await);
+    assert_eq!(listed["tasks"][0]["task_id"], task.as_str());
+    let latest = ok(&call(&server, "task_get_latest", json!({})).await);
+    assert_eq!(latest["task_id"], task.as_str());
+    // A completed task is not run again; stopping it is refused.
+    assert_eq!(
+        error_code(&call(&server, "task_resume", json!({"task_id": task})).await),
+        "CONFLICT"
+    );
+    assert_eq!(
+        error_code(&call(&server, "task_stop", json!({"task_id": task})).await),
+        "RUN_NOT_ACTIVE"
+    );
+    let (state, _) = support::fold_log(dir.path());
+    let recorded = state.tasks().values().next().expect("the task");
+    assert_eq!(recorded.runs.len(), 1);
+    assert_eq!(recorded.runs[0].state, RunState::Completed);
+    server.client.cancel().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_then_edit_then_resume_reruns_only_what_is_missing_or_downstream() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = ModelServer::start(Script {
+        delay: Duration::from_millis(150),
+        fail_first: 0,
+    })
+    .await;
+    let server = start_planb(dir.path(), Some(&model), &[]).await;
+    let task = create(&server, "fast").await;
+    until_completed(&server, &task, 6).await;
+    // Artifacts are read-only while the run is active.
+    assert_eq!(
+        error_code(
+            &call(
+                &server,
+                "task_artifact_write",
+                json!({"task_id": task, "path": "intake", "content": "x"})
+            )
+            .await
+        ),
+        "RUNNING_READONLY"
+    );
+    assert_eq!(
+        error_code(&call(&server, "task_resume", json!({"task_id": task})).await),
+        "RUN_ALREADY_ACTIVE"
+    );
+    let stopped = ok(&call(&server, "task_stop", json!({"task_id": task})).await);
+    assert_eq!(stopped["state"], "stopped", "{stopped}");
+    let (state, _) = support::fold_log(dir.path());
+    let first = state.tasks().values().next().expect("task").runs[0].clone();
+    let done_first: BTreeSet<String> = first.succeeded.iter().cloned().collect();
+    assert!(
+        done_first.contains("intake") && done_first.len() >= 6,
+        "{done_first:?}"
+    );
+
+    // Edit the finished step with the fewest dependents.
+    let pipeline = planb_engine::pipelines::project_plan();
+    let closure = closure_of("build_plan");
+    let downstream = |step: &str| -> BTreeSet<String> {
+        pipeline
+            .downstream(&StepId::parse(step).expect("id"))
+            .expect("a step")
+            .iter()
+            .map(|s| s.as_str().to_owned())
+            .filter(|s| s != step)
+            .collect()
+    };
+    let edited = done_first
+        .iter()
+        .min_by_key(|s| downstream(s).len())
+        .expect("a finished step")
+        .clone();
+    assert_eq!(
+        error_code(
+            &call(
+                &server,
+                "task_artifact_write",
+                json!({"task_id": task, "path": "../../etc/passwd", "content": "x"})
+            )
+            .await
+        ),
+        "INVALID_ARTIFACT_URI"
+    );
+    let written = ok(&call(
+        &server,
+        "task_artifact_write",
+        json!({"task_id": task, "path": edited, "content": "## Edited by a person\n"}),
+    )
+    .await);
+    assert_eq!(written["changed"], true);
+    let resumed = ok(&call(&server, "task_resume", json!({"task_id": task})).await);
+    assert_eq!(resumed["state"], "running", "{resumed}");
+    let done = wait(&server, &task).await;
+    assert_eq!(done["state"], "completed", "{done}");
+
+    let runs = started_by_run(dir.path());
+    assert_eq!(runs.len(), 2);
+    let second: BTreeSet<String> = runs[1].iter().cloned().collect();
+    assert_eq!(second.len(), runs[1].len(), "a step ran twice in one run");
+    let expected: BTreeSet<String> = closure
+        .iter()
+        .filter(|s| !done_first.contains(*s) || downstream(&edited).contains(*s))
+        .cloned()
+        .collect();
+    assert_eq!(second, expected, "edited {edited}");
+    let report = std::fs::read_to_string(dir.path().join("tasks").join(&task).join("report.html"))
+        .expect("report");
+    if pipeline
+        .step(&StepId::parse("build_plan").expect("id"))
+        .expect("step")
+        .needs
+        .iter()
+        .any(|n| n.as_str() == edited)
+    {
+        assert!(report.contains("Edited by a person"));
+    }
+    server.client.cancel().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_worker_is_a_recoverable_worker_error_and_resume_completes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = ModelServer::start(Script {
+        delay: Duration::from_millis(150),
+        fail_first: 0,
+    })
+    .await;
+    let server = start_planb(dir.path(), Some(&model), &[]).await;
+    let task = create(&server, "fast").await;
+    until_completed(&server, &task, 3).await;
+    let (state, _) = support::fold_log(dir.path());
+    let run = state.tasks().values().next().expect("task").runs[0].clone();
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &run.owner_pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    // The lock is released when the process is gone.
+    let mut failed = Value::Null;
+    for _ in 0..200 {
+        failed = status(&server, &task).await;
+        if failed["state"] == "failed" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(failed["state"], "failed", "{failed}");
+    assert_eq!(failed["error"]["failure_reason"], "worker_error");
+    assert_eq!(failed["error"]["recoverable"], true);
+    let (state, _) = support::fold_log(dir.path());
+    let done_first: BTreeSet<String> = state.tasks().values().next().expect("task").runs[0]
+        .succeeded
+        .iter()
+        .cloned()
+        .collect();
+    ok(&call(&server, "task_resume", json!({"task_id": task})).await);
+    let done = wait(&server, &task).await;
+    assert_eq!(done["state"], "completed", "{done}");
+    let runs = started_by_run(dir.path());
+    let again: Vec<&String> = runs[1].iter().filter(|s| done_first.contains(*s)).collect();
+    assert!(
+        again.is_empty(),
+        "steps that succeeded before the kill ran again: {again:?}"
+    );
+    server.client.cancel().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_backend_answers_a_ping_and_bad_input_gets_the_seed_codes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Nothing configured: a clear error, nothing recorded.
+    let bare = start_planb(dir.path(), None, &[]).await;
+    let refused = call(&bare, "task_create", json!({"prompt": PROMPT})).await;
+    assert_eq!(error_code(&refused), "MODEL_NOT_CONFIGURED");
+    assert!(
+        structured(&refused)["error"]["message"]
+            .as_str()
+            .expect("message")
+            .contains("PLANB_MODEL=")
+    );
+    assert_eq!(
+        error_code(&call(&bare, "task_status", json!({"task_id": "not-a-uuid"})).await),
+        "INVALID_ARGUMENT"
+    );
+    assert_eq!(
+        error_code(
+            &call(
+                &bare,
+                "task_status",
+                json!({"task_id": "0190b4a2-7c4d-7b4e-9a4d-1234567890ab"})
+            )
+            .await
+        ),
+        "TASK_NOT_FOUND"
+    );
+    assert_eq!(
+        error_code(&call(&bare, "task_get_latest", json!({})).await),
+        "TASK_NOT_FOUND"
+    );
+    bare.client.cancel().await.expect("close");
+    assert!(!support::fold_log(dir.path()).1.contains(&"task_created"));
+
+    let script = dir.path().join("model.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\ncat > /dev/null\necho '## Intake'\necho 'The goal, restated.'\n",
+    )
+    .expect("script");
+    let spec = format!("command:sh {}", script.display());
+    let server = start_planb(dir.path(), None, &[("PLANB_MODEL", &spec)]).await;
+    let bad_target = call(
+        &server,
+        "task_create",
+        json!({"prompt": PROMPT, "target": "nope"}),
+    )
+    .await;
+    assert_eq!(error_code(&bad_target), "INVALID_TARGET");
+    let bad_speed = call(
+        &server,
+        "task_create",
+        json!({"prompt": PROMPT, "speed_vs_detail": "slow"}),
+    )
+    .await;
+    assert_eq!(error_code(&bad_speed), "INVALID_TARGET");
+    let empty = call(&server, "task_create", json!({"prompt": "  "})).await;
+    assert_eq!(error_code(&empty), "CONFLICT");
+    let first = ok(&call(
+        &server,
+        "task_create",
+        json!({"prompt": PROMPT, "client_request_id": "req-1"}),
+    )
+    .await);
+    let again = ok(&call(
+        &server,
+        "task_create",
+        json!({"prompt": PROMPT, "client_request_id": "req-1"}),
+    )
+    .await);
+    assert_eq!(first["task_id"], again["task_id"]);
+    let task = first["task_id"].as_str().expect("id").to_owned();
+    let done = wait(&server, &task).await;
+    assert_eq!(done["state"], "completed", "{done}");
+    assert_eq!(done["steps_total"], 1);
+    let no_report = call(
+        &server,
+        "task_file_info",
+        json!({"task_id": task, "artifact": "report"}),
+    )
+    .await;
+    assert_eq!(error_code(&no_report), "INVALID_ARTIFACT_URI");
+    let intake = std::fs::read_to_string(dir.path().join("tasks").join(&task).join("01-intake.md"))
+        .expect("artifact");
+    assert_eq!(intake, "## Intake\nThe goal, restated.\n");
+    server.client.cancel().await.expect("close");
+}
