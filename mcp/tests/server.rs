@@ -65,7 +65,7 @@ async fn tools_are_listed_with_schemas_and_annotations() {
     let server = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
     let tools = server.client.list_all_tools().await.expect("tools/list");
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
-    assert_eq!(names.len(), 6, "{names:?}");
+    assert_eq!(names.len(), 18, "{names:?}");
     for name in [
         "init_planb_session",
         "ask_user",
@@ -73,6 +73,18 @@ async fn tools_are_listed_with_schemas_and_annotations() {
         "write_plan",
         "edit_plan",
         "submit_plan",
+        "prompt_examples",
+        "task_create",
+        "task_status",
+        "task_stop",
+        "task_resume",
+        "task_list",
+        "task_get_latest",
+        "task_wait",
+        "task_logs_tail",
+        "task_file_info",
+        "task_download",
+        "task_artifact_write",
     ] {
         assert!(names.contains(&name), "{name} missing from {names:?}");
     }

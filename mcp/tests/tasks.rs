@@ -585,3 +585,65 @@ async fn a_command_backend_answers_a_ping_and_bad_input_gets_the_seed_codes() {
     assert_eq!(intake, "## Intake\nThe goal, restated.\n");
     server.client.cancel().await.expect("close");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_report_opens_from_disk_in_chromium_with_every_section() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = ModelServer::start(Script {
+        delay: Duration::ZERO,
+        fail_first: 0,
+    })
+    .await;
+    let server = start_planb(dir.path(), Some(&model), &[]).await;
+    let task = ok(&call(
+        &server,
+        "task_create",
+        json!({"prompt": PROMPT, "speed_vs_detail": "fast", "target": "build_plan_and_validate"}),
+    )
+    .await);
+    let task = task["task_id"].as_str().expect("id").to_owned();
+    assert_eq!(wait(&server, &task).await["state"], "completed");
+    let report = ok(&call(
+        &server,
+        "task_file_info",
+        json!({"task_id": task, "artifact": "report"}),
+    )
+    .await);
+    server.client.cancel().await.expect("close");
+    // No server: the browser reads the file itself.
+    let browser = support::browser::Browser::start().await;
+    browser
+        .open(report["download_url"].as_str().expect("url"))
+        .await;
+    let pipeline = planb_engine::pipelines::project_plan();
+    let target = pipeline
+        .step(&StepId::parse("build_plan_and_validate").expect("id"))
+        .expect("the target");
+    for need in &target.needs {
+        let css = format!("section#{} h2", need.as_str());
+        assert!(
+            browser.is_visible(&css).await,
+            "section {need} is not shown"
+        );
+    }
+    let listed = format!(
+        "document.querySelectorAll('nav li').length === {}",
+        target.needs.len()
+    );
+    assert!(
+        browser.check(&listed).await,
+        "the contents do not list every section"
+    );
+    assert!(
+        browser
+            .check("document.querySelector('svg.gantt rect.bar').getBBox().width > 0")
+            .await,
+        "the Gantt chart is not drawn"
+    );
+    assert!(
+        browser
+            .check("document.querySelectorAll('script, link[href]').length === 0")
+            .await
+    );
+    browser.close().await;
+}
