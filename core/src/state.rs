@@ -658,6 +658,11 @@ impl ContentHash {
         use sha2::Digest;
         ContentHash(sha2::Sha256::digest(bytes).into())
     }
+
+    /// The 64 lowercase hex digits (the blob store's file names).
+    pub fn to_hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
 }
 
 impl std::fmt::Debug for ContentHash {

@@ -234,6 +234,31 @@ impl Runner {
     }
 }
 
+/// How long a worker keeps trying for a run lock another process holds:
+/// a liveness check (`worker_alive`) holds it for an instant.
+const LOCK_PATIENCE: Duration = Duration::from_secs(2);
+
+async fn take_run_lock(root: &DataRoot, task: TaskId) -> Result<RunLock, WorkerError> {
+    let started = Instant::now();
+    loop {
+        let root = root.clone();
+        let taken = tokio::task::spawn_blocking(move || RunLock::acquire(&root, &task))
+            .await
+            .map_err(|e| StoreError::Io {
+                op: "take the run lock",
+                path: task.to_string(),
+                source: std::io::Error::other(e.to_string()),
+            })?;
+        match taken {
+            Ok(lock) => return Ok(lock),
+            Err(RunLockError::Held(_)) if started.elapsed() < LOCK_PATIENCE => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
+}
+
 /// Ends, as `worker_error`, a run of `task` still active though its worker
 /// is gone. Only the holder of the run lock may call this.
 async fn end_orphan(store: &Arc<Store>, task: TaskId) -> Result<(), WorkerError> {
@@ -262,16 +287,7 @@ async fn end_orphan(store: &Arc<Store>, task: TaskId) -> Result<(), WorkerError>
 /// Runs task `task` once, from its recorded state to an end. The run lock is
 /// held until this returns.
 pub async fn run(store: Arc<Store>, task: TaskId, options: Options) -> Result<Ended, WorkerError> {
-    let lock = {
-        let root: DataRoot = store.root().clone();
-        tokio::task::spawn_blocking(move || RunLock::acquire(&root, &task))
-            .await
-            .map_err(|e| StoreError::Io {
-                op: "take the run lock",
-                path: task.to_string(),
-                source: std::io::Error::other(e.to_string()),
-            })??
-    };
+    let lock = take_run_lock(store.root(), task).await?;
     end_orphan(&store, task).await?;
     let found = {
         let store = Arc::clone(&store);

@@ -133,6 +133,30 @@ impl<'a> Args<'a> {
         }
     }
 
+    /// An optional whole number within `min..=max`; `null` counts as absent.
+    pub fn optional_integer(&mut self, name: &'static str, min: u64, max: u64) -> Option<u64> {
+        self.known.push(name);
+        match self.object.get(name) {
+            None | Some(Value::Null) => None,
+            Some(Value::Number(n)) => match n.as_u64() {
+                Some(v) if (min..=max).contains(&v) => Some(v),
+                _ => {
+                    self.errors.0.push(format!(
+                        "{name}: must be a whole number from {min} to {max} (got {n})"
+                    ));
+                    None
+                }
+            },
+            Some(other) => {
+                self.errors.0.push(format!(
+                    "{name}: must be a whole number, got {}",
+                    kind(other)
+                ));
+                None
+            }
+        }
+    }
+
     /// Adds a problem found by the caller.
     pub fn push(&mut self, message: String) {
         self.errors.0.push(message);

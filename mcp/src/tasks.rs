@@ -164,7 +164,7 @@ fn progress(pipeline: &Pipeline, task: &Task) -> (usize, usize, Option<String>) 
 }
 
 /// `task_status`'s answer, from memory.
-pub(crate) fn status(root: &DataRoot, task: &Task) -> Value {
+pub(crate) fn status(root: &DataRoot, task: &Task, now: planb_core::Timestamp) -> Value {
     let pipeline = pipeline_of(root, &task.pipeline).ok();
     let (done, total, current) = pipeline
         .as_ref()
@@ -175,11 +175,6 @@ pub(crate) fn status(root: &DataRoot, task: &Task) -> Value {
         100.0 * done as f64 / total as f64
     };
     let run = task.runs.last();
-    let now = planb_core::Timestamp(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
-    );
     let timing = match run {
         None => json!({"created_at": task.created_at.to_iso8601()}),
         Some(run) => {
@@ -297,15 +292,32 @@ fn invalid(errors: impl ToString) -> CallToolResult {
     error("INVALID_ARGUMENT", errors.to_string(), json!({}))
 }
 
+/// Reads `task_id` and whatever `more` reads, then refuses unknown fields:
+/// every problem in one `INVALID_ARGUMENT` error.
+fn task_args<T>(
+    arguments: &JsonObject,
+    more: impl FnOnce(&mut Args<'_>) -> T,
+) -> Result<(TaskId, T), Box<CallToolResult>> {
+    let mut args = Args::new(arguments);
+    let id = parse_task_id(&mut args);
+    let rest = more(&mut args);
+    args.finish().map_err(|errors| Box::new(invalid(errors)))?;
+    // `finish` has reported a missing or malformed id already.
+    let id = id.ok_or_else(|| Box::new(invalid("task_id: required")))?;
+    Ok((id, rest))
+}
+
 /// The worker's stderr, kept beside its task.
 fn worker_log(root: &DataRoot, task: &TaskId) -> PathBuf {
     root.task_dir(task).join("worker.log")
 }
 
-fn tail_of(path: &Path, chars: usize) -> String {
-    let text = std::fs::read(path)
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
-        .unwrap_or_default();
+/// What was appended to `path` after its first `from` bytes, at most its
+/// last `chars` characters.
+fn tail_of(path: &Path, from: u64, chars: usize) -> String {
+    let bytes = std::fs::read(path).unwrap_or_default();
+    let start = usize::try_from(from).unwrap_or(usize::MAX).min(bytes.len());
+    let text = String::from_utf8_lossy(&bytes[start..]);
     let tail: Vec<char> = text.chars().rev().take(chars).collect();
     tail.into_iter().rev().collect::<String>().trim().to_owned()
 }
@@ -401,6 +413,8 @@ impl PlanbServer {
         runs_before: usize,
     ) -> Result<Task, Box<CallToolResult>> {
         let root = self.data_root();
+        // The log keeps earlier workers' lines: only this one's say why it exited.
+        let log_from = std::fs::metadata(worker_log(&root, &id)).map_or(0, |m| m.len());
         let mut child = match spawn_worker(&root, id) {
             Ok(child) => child,
             Err(e) => {
@@ -429,7 +443,7 @@ impl PlanbServer {
                 {
                     return Ok(task);
                 }
-                let tail = tail_of(&worker_log(&root, &id), 2000);
+                let tail = tail_of(&worker_log(&root, &id), log_from, 2000);
                 let code = if tail.contains("MODEL_NOT_CONFIGURED") {
                     "MODEL_NOT_CONFIGURED"
                 } else if tail.contains("RUN_ALREADY_ACTIVE") {
@@ -638,16 +652,16 @@ impl PlanbServer {
         annotations(title = "Task status", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn task_status(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
-        let mut args = Args::new(&arguments);
-        let id = parse_task_id(&mut args);
-        if let Err(errors) = args.finish() {
-            return Ok(invalid(errors));
-        }
-        let Some(id) = id else {
-            return Ok(invalid("task_id: required"));
+        let (id, ()) = match task_args(&arguments, |_| ()) {
+            Ok(parsed) => parsed,
+            Err(result) => return Ok(*result),
         };
         Ok(match self.task_checked(id).await {
-            Ok(task) => CallToolResult::structured(status(&self.data_root(), &task)),
+            Ok(task) => CallToolResult::structured(status(
+                &self.data_root(),
+                &task,
+                self.store().env().now(),
+            )),
             Err(result) => *result,
         })
     }
@@ -661,13 +675,9 @@ impl PlanbServer {
         annotations(title = "Stop a task", read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn task_stop(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
-        let mut args = Args::new(&arguments);
-        let id = parse_task_id(&mut args);
-        if let Err(errors) = args.finish() {
-            return Ok(invalid(errors));
-        }
-        let Some(id) = id else {
-            return Ok(invalid("task_id: required"));
+        let (id, ()) = match task_args(&arguments, |_| ()) {
+            Ok(parsed) => parsed,
+            Err(result) => return Ok(*result),
         };
         if let Err(result) = self.task_checked(id).await {
             return Ok(*result);
@@ -682,7 +692,11 @@ impl PlanbServer {
                 Err(result) => return Ok(*result),
             };
             if task.active_run().is_none() || started.elapsed() > Duration::from_secs(10) {
-                return Ok(CallToolResult::structured(status(&self.data_root(), &task)));
+                return Ok(CallToolResult::structured(status(
+                    &self.data_root(),
+                    &task,
+                    self.store().env().now(),
+                )));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -697,13 +711,9 @@ impl PlanbServer {
         annotations(title = "Resume a task", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = true)
     )]
     async fn task_resume(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
-        let mut args = Args::new(&arguments);
-        let id = parse_task_id(&mut args);
-        if let Err(errors) = args.finish() {
-            return Ok(invalid(errors));
-        }
-        let Some(id) = id else {
-            return Ok(invalid("task_id: required"));
+        let (id, ()) = match task_args(&arguments, |_| ()) {
+            Ok(parsed) => parsed,
+            Err(result) => return Ok(*result),
         };
         let task = match self.task_checked(id).await {
             Ok(task) => task,
@@ -735,7 +745,11 @@ impl PlanbServer {
             return Ok(*result);
         }
         Ok(match self.start_worker(id, task.runs.len()).await {
-            Ok(task) => CallToolResult::structured(status(&self.data_root(), &task)),
+            Ok(task) => CallToolResult::structured(status(
+                &self.data_root(),
+                &task,
+                self.store().env().now(),
+            )),
             Err(result) => *result,
         })
     }
@@ -751,8 +765,8 @@ impl PlanbServer {
     async fn task_list(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
         let mut args = Args::new(&arguments);
         let limit = args
-            .optional_number("limit", 1.0, 100.0)
-            .map_or(10, |n| n as usize);
+            .optional_integer("limit", 1, 100)
+            .map_or(10, |n| usize::try_from(n).unwrap_or(100));
         if let Err(errors) = args.finish() {
             return Ok(invalid(errors));
         }
@@ -802,7 +816,11 @@ impl PlanbServer {
             .await;
         Ok(match latest {
             Ok(Some(id)) => match self.task_checked(id).await {
-                Ok(task) => CallToolResult::structured(status(&self.data_root(), &task)),
+                Ok(task) => CallToolResult::structured(status(
+                    &self.data_root(),
+                    &task,
+                    self.store().env().now(),
+                )),
                 Err(result) => *result,
             },
             Ok(None) => error(
@@ -827,19 +845,17 @@ impl PlanbServer {
         arguments: JsonObject,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
-        let mut args = Args::new(&arguments);
-        let id = parse_task_id(&mut args);
-        let timeout = args
-            .optional_number("timeout_sec", 0.0, 3600.0)
-            .unwrap_or(60.0);
-        let poll = args
-            .optional_number("poll_interval_sec", 0.05, 60.0)
-            .unwrap_or(0.5);
-        if let Err(errors) = args.finish() {
-            return Ok(invalid(errors));
-        }
-        let Some(id) = id else {
-            return Ok(invalid("task_id: required"));
+        let parsed = task_args(&arguments, |args| {
+            (
+                args.optional_number("timeout_sec", 0.0, 3600.0)
+                    .unwrap_or(60.0),
+                args.optional_number("poll_interval_sec", 0.05, 60.0)
+                    .unwrap_or(0.5),
+            )
+        });
+        let (id, (timeout, poll)) = match parsed {
+            Ok(parsed) => parsed,
+            Err(result) => return Ok(*result),
         };
         let token = context.meta.get_progress_token();
         // Without a progress token a client's own timeout applies: hand back
@@ -855,7 +871,7 @@ impl PlanbServer {
                 Ok(task) => task,
                 Err(result) => return Ok(*result),
             };
-            let mut value = status(&self.data_root(), &task);
+            let mut value = status(&self.data_root(), &task, self.store().env().now());
             let ended = !task.runs.is_empty() && task.active_run().is_none();
             if ended || started.elapsed() >= limit {
                 if let Value::Object(map) = &mut value {
@@ -898,20 +914,18 @@ impl PlanbServer {
         annotations(title = "Task log", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn task_logs_tail(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
-        let mut args = Args::new(&arguments);
-        let id = parse_task_id(&mut args);
-        let max = args
-            .optional_number("max_lines", 1.0, 500.0)
-            .map_or(50, |n| n as usize);
-        let since = args
-            .optional_number("since_cursor", 0.0, 9e15)
-            .map_or(0, |n| n as u64);
-        if let Err(errors) = args.finish() {
-            return Ok(invalid(errors));
-        }
-        let Some(id) = id else {
-            return Ok(invalid("task_id: required"));
+        let parsed = task_args(&arguments, |args| {
+            (
+                args.optional_integer("max_lines", 1, 500).unwrap_or(50),
+                args.optional_integer("since_cursor", 0, u64::MAX)
+                    .unwrap_or(0),
+            )
+        });
+        let (id, (max, since)) = match parsed {
+            Ok(parsed) => parsed,
+            Err(result) => return Ok(*result),
         };
+        let max = usize::try_from(max).unwrap_or(usize::MAX);
         let task = match self.task_checked(id).await {
             Ok(task) => task,
             Err(result) => return Ok(*result),
@@ -967,15 +981,18 @@ impl PlanbServer {
         &self,
         arguments: JsonObject,
     ) -> Result<CallToolResult, ErrorData> {
-        let mut args = Args::new(&arguments);
-        let id = parse_task_id(&mut args);
-        let path = args.string("path", 300);
-        let content = args.string("content", planb_engine::backend::ANSWER_BYTES_MAX);
-        if let Err(errors) = args.finish() {
-            return Ok(invalid(errors));
-        }
-        let (Some(id), Some(path), Some(content)) = (id, path, content) else {
-            return Ok(invalid("task_id, path and content are required"));
+        let parsed = task_args(&arguments, |args| {
+            (
+                args.string("path", 300),
+                args.string("content", planb_engine::backend::ANSWER_BYTES_MAX),
+            )
+        });
+        let (id, (Some(path), Some(content))) = (match parsed {
+            Ok(parsed) => parsed,
+            Err(result) => return Ok(*result),
+        }) else {
+            // `task_args` has reported a missing path or content already.
+            return Ok(invalid("path and content are required"));
         };
         let task = match self.task_checked(id).await {
             Ok(task) => task,
@@ -1031,16 +1048,12 @@ impl PlanbServer {
         Ok(CallToolResult::structured(json!({
             "task_id": id.to_string(),
             "step": step.as_str(),
-            "sha256": hex(&hash),
+            "sha256": ContentHash(hash).to_hex(),
             "size": size,
             "changed": recorded,
             "invalidated": downstream,
         })))
     }
-}
-
-fn hex(hash: &[u8; 32]) -> String {
-    hash.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The step an artifact path names: `NN-<step>[.ext]` or `<step>`; never a
@@ -1076,24 +1089,21 @@ fn created(task: &Task) -> Value {
 
 impl PlanbServer {
     async fn file_info(&self, arguments: JsonObject, download: bool) -> CallToolResult {
-        let mut args = Args::new(&arguments);
-        let id = parse_task_id(&mut args);
-        let artifact = args
-            .optional_string("artifact", 10)
-            .unwrap_or_else(|| "report".into());
-        let save = if download {
-            args.optional_string("save_path", 4096)
-        } else {
-            None
-        };
-        if !["report", "zip"].contains(&artifact.as_str()) {
-            args.push(format!("artifact: {artifact:?} is not one of report, zip"));
-        }
-        if let Err(errors) = args.finish() {
-            return invalid(errors);
-        }
-        let Some(id) = id else {
-            return invalid("task_id: required");
+        let parsed = task_args(&arguments, |args| {
+            let artifact = args
+                .optional_string("artifact", 10)
+                .unwrap_or_else(|| "report".into());
+            if !["report", "zip"].contains(&artifact.as_str()) {
+                args.push(format!("artifact: {artifact:?} is not one of report, zip"));
+            }
+            let save = download
+                .then(|| args.optional_string("save_path", 4096))
+                .flatten();
+            (artifact, save)
+        });
+        let (id, (artifact, save)) = match parsed {
+            Ok(parsed) => parsed,
+            Err(result) => return *result,
         };
         let task = match self.task_checked(id).await {
             Ok(task) => task,
@@ -1171,11 +1181,29 @@ impl PlanbServer {
             "task_id": id.to_string(),
             "artifact": artifact,
             "content_type": planb_engine::task_files::content_type(name),
-            "sha256": hex(&ContentHash::of_bytes(&bytes).0),
+            "sha256": ContentHash::of_bytes(&bytes).to_hex(),
             "size": bytes.len(),
             "path": path.display().to_string(),
             "download_url": format!("file://{}", path.display()),
         }))
+    }
+}
+
+/// A duration in seconds from the environment: more than 0, at most a year.
+fn env_seconds(name: &str) -> anyhow::Result<Option<Duration>> {
+    let Ok(text) = std::env::var(name) else {
+        return Ok(None);
+    };
+    let seconds = text.trim().parse::<f64>().ok();
+    match seconds.and_then(|s| {
+        (s > 0.0 && s <= 365.0 * 86_400.0)
+            .then(|| Duration::try_from_secs_f64(s).ok())
+            .flatten()
+    }) {
+        Some(duration) => Ok(Some(duration)),
+        None => anyhow::bail!(
+            "{name}: must be a number of seconds above 0 and at most a year (got {text:?})"
+        ),
     }
 }
 
@@ -1195,24 +1223,23 @@ pub(crate) fn worker_main(root: &Path, task: &str) -> anyhow::Result<std::proces
     let backend = Backend::configured(profile.as_deref(), &|n| std::env::var(n).ok())
         .map_err(|e| anyhow::anyhow!("{}: {e}", e.code()))?;
     let mut options = planb_engine::worker::Options::new(backend);
-    let seconds = |name: &str| {
-        std::env::var(name)
-            .ok()
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .filter(|v| v.is_finite() && *v > 0.0)
-            .map(Duration::from_secs_f64)
-    };
-    if let Some(d) = seconds("PLANB_STEP_TIMEOUT_SEC") {
+    if let Some(d) = env_seconds("PLANB_STEP_TIMEOUT_SEC")? {
         options.step_timeout = d;
     }
-    if let Some(d) = seconds("PLANB_INACTIVITY_SEC") {
+    if let Some(d) = env_seconds("PLANB_INACTIVITY_SEC")? {
         options.inactivity = d;
     }
-    if let Some(n) = std::env::var("PLANB_CONCURRENCY")
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-    {
-        options.concurrency = n.clamp(1, 64);
+    if let Ok(text) = std::env::var("PLANB_CONCURRENCY") {
+        options.concurrency = text
+            .trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=64).contains(n))
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "PLANB_CONCURRENCY: must be a whole number from 1 to 64 (got {text:?})"
+                )
+            })?;
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

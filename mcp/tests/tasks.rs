@@ -212,7 +212,6 @@ async fn until_completed(server: &Server, task: &str, steps: u64) -> Value {
 
 /// Each run's started steps, from the log.
 fn started_by_run(dir: &Path) -> Vec<Vec<String>> {
-    let (_, _) = support::fold_log(dir);
     let mut reader =
         planb_log::read_dir(&dir.join("log"), Default::default(), planb_log::Cursor(1))
             .expect("reader");
@@ -498,6 +497,56 @@ async fn a_killed_worker_is_a_recoverable_worker_error_and_resume_completes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_outlives_its_server_and_any_server_on_the_root_stops_resumes_and_waits() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = ModelServer::start(Script {
+        delay: Duration::from_millis(150),
+        fail_first: 0,
+    })
+    .await;
+    let first = start_planb(dir.path(), Some(&model), &[]).await;
+    let task = create(&first, "fast").await;
+    until_completed(&first, &task, 2).await;
+    // The agent window that started the task goes away without a word.
+    first.kill_9();
+    let second = start_planb(dir.path(), Some(&model), &[]).await;
+    let third = start_planb(dir.path(), Some(&model), &[]).await;
+    let running = status(&second, &task).await;
+    assert_eq!(
+        running["state"], "running",
+        "the worker died with its server: {running}"
+    );
+    let before = running["steps_completed"].as_u64().expect("steps");
+    let later = until_completed(&third, &task, before + 1).await;
+    assert_eq!(later["state"], "running", "{later}");
+    let stopped = ok(&call(&second, "task_stop", json!({"task_id": task})).await);
+    assert_eq!(stopped["state"], "stopped", "{stopped}");
+    assert_eq!(status(&third, &task).await["state"], "stopped");
+    let (state, _) = support::fold_log(dir.path());
+    let done_first: BTreeSet<String> = state.tasks().values().next().expect("task").runs[0]
+        .succeeded
+        .iter()
+        .cloned()
+        .collect();
+    ok(&call(&third, "task_resume", json!({"task_id": task})).await);
+    assert_eq!(
+        error_code(&call(&second, "task_resume", json!({"task_id": task})).await),
+        "RUN_ALREADY_ACTIVE"
+    );
+    let done = wait(&second, &task).await;
+    assert_eq!(done["state"], "completed", "{done}");
+    let runs = started_by_run(dir.path());
+    assert_eq!(runs.len(), 2);
+    let again: Vec<&String> = runs[1].iter().filter(|s| done_first.contains(*s)).collect();
+    assert!(
+        again.is_empty(),
+        "steps that succeeded before the stop ran again: {again:?}"
+    );
+    second.client.cancel().await.expect("close");
+    third.client.cancel().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_command_backend_answers_a_ping_and_bad_input_gets_the_seed_codes() {
     let dir = tempfile::tempdir().expect("tempdir");
     // Nothing configured: a clear error, nothing recorded.
@@ -570,6 +619,20 @@ async fn a_command_backend_answers_a_ping_and_bad_input_gets_the_seed_codes() {
     .await);
     assert_eq!(first["task_id"], again["task_id"]);
     let task = first["task_id"].as_str().expect("id").to_owned();
+    let logs = call(
+        &server,
+        "task_logs_tail",
+        json!({"task_id": task, "max_lines": 2.5}),
+    )
+    .await;
+    assert_eq!(error_code(&logs), "INVALID_ARGUMENT");
+    assert!(
+        structured(&logs)["error"]["message"]
+            .as_str()
+            .expect("message")
+            .contains("max_lines: must be a whole number"),
+        "{logs:?}"
+    );
     let done = wait(&server, &task).await;
     assert_eq!(done["state"], "completed", "{done}");
     assert_eq!(done["steps_total"], 1);
@@ -584,6 +647,53 @@ async fn a_command_backend_answers_a_ping_and_bad_input_gets_the_seed_codes() {
         .expect("artifact");
     assert_eq!(intake, "## Intake\nThe goal, restated.\n");
     server.client.cancel().await.expect("close");
+
+    // A worker setting that cannot be used is named, not ignored.
+    let badly_set = start_planb(
+        dir.path(),
+        None,
+        &[("PLANB_MODEL", &spec), ("PLANB_STEP_TIMEOUT_SEC", "1e300")],
+    )
+    .await;
+    let refused = call(&badly_set, "task_create", json!({"prompt": PROMPT})).await;
+    assert_eq!(error_code(&refused), "INTERNAL_ERROR");
+    let message = structured(&refused)["error"]["message"]
+        .as_str()
+        .expect("message")
+        .to_owned();
+    assert!(
+        message.contains("PLANB_STEP_TIMEOUT_SEC: must be a number of seconds"),
+        "{message}"
+    );
+    let stuck = support::fold_log(dir.path())
+        .0
+        .tasks()
+        .values()
+        .find(|t| t.runs.is_empty())
+        .expect("the task whose worker refused to start")
+        .id
+        .to_string();
+    badly_set.client.cancel().await.expect("close");
+    // Only the latest worker's own lines explain its exit, though the task's
+    // worker.log still holds the earlier one's.
+    let other = start_planb(
+        dir.path(),
+        None,
+        &[("PLANB_MODEL", &spec), ("PLANB_CONCURRENCY", "0")],
+    )
+    .await;
+    let refused = call(&other, "task_resume", json!({"task_id": stuck})).await;
+    assert_eq!(error_code(&refused), "INTERNAL_ERROR");
+    let message = structured(&refused)["error"]["message"]
+        .as_str()
+        .expect("message")
+        .to_owned();
+    assert!(
+        message.contains("PLANB_CONCURRENCY: must be a whole number"),
+        "{message}"
+    );
+    assert!(!message.contains("PLANB_STEP_TIMEOUT_SEC"), "{message}");
+    other.client.cancel().await.expect("close");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

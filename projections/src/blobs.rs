@@ -31,7 +31,7 @@ pub struct Blobs {
 }
 
 fn hex(hash: &BlobHash) -> String {
-    hash.iter().map(|b| format!("{b:02x}")).collect()
+    ContentHash(*hash).to_hex()
 }
 
 fn io(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> StoreError {
