@@ -259,36 +259,15 @@ async fn take_run_lock(root: &DataRoot, task: TaskId) -> Result<RunLock, WorkerE
     }
 }
 
-/// Ends, as `worker_error`, a run of `task` still active though its worker
-/// is gone. Only the holder of the run lock may call this.
-async fn end_orphan(store: &Arc<Store>, task: TaskId) -> Result<(), WorkerError> {
-    let found = {
-        let store = Arc::clone(store);
-        blocking(move || store.read(|s| s.task(&task).cloned())).await?
-    };
-    let Some(found) = found else {
-        return Err(WorkerError::NoTask(task));
-    };
-    if let Some(active) = found.active_run() {
-        let command = Command::EndRun {
-            task,
-            run: active.id,
-            outcome: RunOutcome::Failed,
-            reason: Some("worker_error".into()),
-            failed_step: active.running.iter().next().cloned(),
-            recoverable: true,
-        };
-        let store = Arc::clone(store);
-        blocking(move || store.execute(command).map(|_| ())).await?;
-    }
-    Ok(())
-}
-
 /// Runs task `task` once, from its recorded state to an end. The run lock is
 /// held until this returns.
 pub async fn run(store: Arc<Store>, task: TaskId, options: Options) -> Result<Ended, WorkerError> {
     let lock = take_run_lock(store.root(), task).await?;
-    end_orphan(&store, task).await?;
+    // A run still active now lost its worker: this process holds the lock.
+    {
+        let store = Arc::clone(&store);
+        blocking(move || store.end_lost_run(task)).await?;
+    }
     let found = {
         let store = Arc::clone(&store);
         blocking(move || store.read(|s| s.task(&task).cloned())).await?

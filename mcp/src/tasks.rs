@@ -19,7 +19,7 @@ use planb_core::state::ContentHash;
 use planb_core::{Command, Rejection, RunState, Task, TaskId};
 use planb_engine::backend::{Backend, PROFILES};
 use planb_engine::pipelines::{self, DEFAULT_TARGET, PROJECT_PLAN};
-use planb_projections::{DataRoot, StoreError, worker_alive};
+use planb_projections::{DataRoot, StoreError};
 use rmcp::model::{CallToolResult, JsonObject};
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, tool, tool_router};
@@ -358,50 +358,28 @@ impl PlanbServer {
 
     /// The task, after ending its active run if the worker is gone.
     async fn task_checked(&self, id: TaskId) -> Result<Task, Box<CallToolResult>> {
+        let not_found = || {
+            boxed(
+                "TASK_NOT_FOUND",
+                format!("task_id: no task {id}"),
+                json!({"task_id": id.to_string()}),
+            )
+        };
         let task = match self.task_now(id).await {
             Ok(Some(task)) => task,
-            Ok(None) => {
-                return Err(boxed(
-                    "TASK_NOT_FOUND",
-                    format!("task_id: no task {id}"),
-                    json!({"task_id": id.to_string()}),
-                ));
-            }
+            Ok(None) => return Err(not_found()),
             Err(e) => return Err(Box::new(store_failure(e))),
         };
-        let Some(active) = task.active_run() else {
+        if task.active_run().is_none() {
             return Ok(task);
-        };
-        let root = self.data_root();
-        let alive = tokio::task::spawn_blocking(move || worker_alive(&root, &id))
-            .await
-            .map_err(|e| boxed("INTERNAL_ERROR", e.to_string(), json!({})))?;
-        match alive {
-            Ok(true) => Ok(task),
-            Ok(false) => {
-                let command = Command::EndRun {
-                    task: id,
-                    run: active.id,
-                    outcome: planb_core::RunOutcome::Failed,
-                    reason: Some("worker_error".into()),
-                    failed_step: active.running.iter().next().cloned(),
-                    recoverable: true,
-                };
-                match self.execute(command).await {
-                    // Ended meanwhile by its worker, or by another server.
-                    Ok(_) | Err(StoreError::Rejected(_)) => {}
-                    Err(e) => return Err(Box::new(store_failure(e))),
-                }
-                match self.task_now(id).await {
-                    Ok(Some(task)) => Ok(task),
-                    Ok(None) => Err(boxed(
-                        "TASK_NOT_FOUND",
-                        format!("task_id: no task {id}"),
-                        json!({}),
-                    )),
-                    Err(e) => Err(Box::new(store_failure(e))),
-                }
-            }
+        }
+        match crate::blocking::end_dead_run(self.store(), id).await {
+            Ok(None) => Ok(task),
+            Ok(Some(_)) => match self.task_now(id).await {
+                Ok(Some(task)) => Ok(task),
+                Ok(None) => Err(not_found()),
+                Err(e) => Err(Box::new(store_failure(e))),
+            },
             Err(e) => Err(Box::new(store_failure(e))),
         }
     }

@@ -4,7 +4,7 @@
 //! before it records `RunStarted` and holds it until after `RunEnded`; the
 //! kernel drops the lock when the process dies, however it dies. So a run
 //! the log says is active, whose lock is free, lost its worker:
-//! [`Store::reap_dead_runs`] ends it `failed` with `worker_error`,
+//! [`Store::end_dead_run`] ends it `failed` with `worker_error`,
 //! recoverable. The state is read before the lock is tried, never after:
 //! a run seen active was started by a worker that already held the lock.
 
@@ -90,35 +90,59 @@ pub fn worker_alive(root: &DataRoot, task: &TaskId) -> Result<bool, StoreError> 
 }
 
 impl Store {
-    /// Ends every active run whose worker is gone as `failed`,
-    /// `worker_error`, recoverable. Returns the runs it ended.
+    /// Ends `task`'s active run as `failed`, `worker_error`, recoverable
+    /// when its worker is gone. Returns the run it ended, if any.
+    pub fn end_dead_run(&self, task: TaskId) -> Result<Option<RunId>, StoreError> {
+        // The state first, then the lock (see the module docs).
+        let active = self.read(|state| state.task(&task).and_then(|t| t.active_run()).is_some())?;
+        if !active || worker_alive(self.root(), &task)? {
+            return Ok(None);
+        }
+        self.end_lost_run(task)
+    }
+
+    /// Ends `task`'s active run as `failed`, `worker_error`, recoverable,
+    /// without looking at the lock: for the holder of the run lock, which
+    /// knows that no worker runs it.
+    pub fn end_lost_run(&self, task: TaskId) -> Result<Option<RunId>, StoreError> {
+        let active = self.read(|state| {
+            let run = state.task(&task)?.active_run()?;
+            Some((run.id, run.running.iter().next().cloned()))
+        })?;
+        let Some((run, failed_step)) = active else {
+            return Ok(None);
+        };
+        let command = Command::EndRun {
+            task,
+            run,
+            outcome: RunOutcome::Failed,
+            reason: Some("worker_error".into()),
+            failed_step,
+            recoverable: true,
+        };
+        match self.execute(command) {
+            Ok(events) if !events.is_empty() => Ok(Some(run)),
+            // It ended on its own meanwhile, or another process ended it.
+            Ok(_) | Err(StoreError::Rejected(_)) => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// [`end_dead_run`](Self::end_dead_run) for every task with an active
+    /// run. Returns the runs it ended.
     pub fn reap_dead_runs(&self) -> Result<Vec<(TaskId, RunId)>, StoreError> {
-        // The state first, then the locks (see the module docs).
-        let active: Vec<(TaskId, RunId)> = self.read(|state| {
+        let active: Vec<TaskId> = self.read(|state| {
             state
                 .tasks()
                 .values()
-                .filter_map(|task| task.active_run().map(|run| (task.id, run.id)))
+                .filter(|task| task.active_run().is_some())
+                .map(|task| task.id)
                 .collect()
         })?;
         let mut ended = Vec::new();
-        for (task, run) in active {
-            if worker_alive(self.root(), &task)? {
-                continue;
-            }
-            let command = Command::EndRun {
-                task,
-                run,
-                outcome: RunOutcome::Failed,
-                reason: Some("worker_error".into()),
-                failed_step: None,
-                recoverable: true,
-            };
-            match self.execute(command) {
-                Ok(events) if !events.is_empty() => ended.push((task, run)),
-                // It ended on its own meanwhile.
-                Ok(_) | Err(StoreError::Rejected(_)) => {}
-                Err(error) => return Err(error),
+        for task in active {
+            if let Some(run) = self.end_dead_run(task)? {
+                ended.push((task, run));
             }
         }
         Ok(ended)
