@@ -73,19 +73,31 @@ pub struct Session {
     pub plans: Vec<PlanVersion>,
 }
 
-/// One `save_plan` snapshot.
+/// One `save_plan` snapshot. The plan's text is not held here (a session
+/// may have thousands of versions): it is in the event at `cursor`, and
+/// `bytes` and `sha256` say what a copy of it must be.
 #[derive(Clone, PartialEq, Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub struct PlanVersion {
     /// 1-based version number.
     pub version: u32,
     /// Optional title of this version.
     pub title: Option<String>,
-    /// The plan (Markdown).
-    pub content: String,
+    /// The length of the plan's Markdown in UTF-8 bytes.
+    pub bytes: u64,
+    /// The SHA-256 of the plan's Markdown.
+    pub sha256: ContentHash,
     /// When it was saved.
     pub created_at: Timestamp,
-    /// The event that saved it.
+    /// The event that saved it, which holds the text.
     pub cursor: Cursor,
+}
+
+impl PlanVersion {
+    /// Whether `content` is this version's text.
+    pub fn is_content(&self, content: &[u8]) -> bool {
+        u64::try_from(content.len()).ok() == Some(self.bytes)
+            && ContentHash::of_bytes(content) == self.sha256
+    }
 }
 
 /// Where an ask is in its life cycle. Only `Pending` asks can change status.
@@ -396,7 +408,8 @@ impl State {
                 s.plans.push(PlanVersion {
                     version: *version,
                     title: title.clone(),
-                    content: content.clone(),
+                    bytes: u64::try_from(content.len()).unwrap_or(u64::MAX),
+                    sha256: ContentHash::of(content),
                     created_at: at,
                     cursor,
                 });

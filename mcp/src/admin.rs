@@ -439,8 +439,7 @@ pub fn export(
     if !root.log_dir().is_dir() {
         anyhow::bail!("no log at {}: nothing to export", root.log_dir().display());
     }
-    let state = open_store(root)?.snapshot()?;
-    let report = planb_projections::export(&state, to)?;
+    let report = planb_projections::export(&open_store(root)?, to)?;
     writeln!(
         out,
         "exported {} session(s) to {}: {} file(s) written, {} unchanged",

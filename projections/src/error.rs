@@ -36,6 +36,13 @@ pub enum StoreError {
     /// A named plan's file could not be read or written.
     #[error(transparent)]
     PlanFile(#[from] crate::plan_file::PlanFileError),
+    /// A session plan version's event is not in the log where the state
+    /// says it is (the log was replaced under a running process).
+    #[error("the log holds no saved plan at cursor {cursor}")]
+    PlanTextMissing {
+        /// The cursor the state names.
+        cursor: u64,
+    },
     /// A file-system operation on a projection failed.
     #[error("{op} {path}: {source}")]
     Io {

@@ -26,11 +26,15 @@
 
 mod live;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use planb_core::{Ask, AskId, AskStatus, DeclineAction, PlanVersion, Session, SessionId, State};
+use planb_core::{
+    Ask, AskId, AskStatus, Cursor, DeclineAction, PlanVersion, Session, SessionId, State,
+};
+use planb_log::Storage;
 use serde_json::{Map, Value};
 
 use crate::StoreError;
@@ -54,23 +58,17 @@ pub struct ExportReport {
     pub files_unchanged: usize,
 }
 
-/// Writes every file of `session` under `<root>/sessions/<session>/` as of
-/// `state`. A session the state does not know is left alone. Files of the
-/// session that the state no longer describes are not deleted.
-pub fn write_session(root: &Path, state: &State, session: &SessionId) -> Result<(), StoreError> {
-    let mut writer = Writer::default();
-    writer.session(root, state, session, &Parts::All)
-}
-
-/// Writes the files of every session of `state` under `<to>/sessions/`,
-/// creating directories as needed. Files already in `to` that belong to no
-/// session of the state are left alone, so export into an empty directory
-/// to get exactly the state's tree.
-pub fn export(state: &State, to: &Path) -> Result<ExportReport, StoreError> {
+/// Writes the files of every session of `store`'s state under `<to>/sessions/`,
+/// creating directories as needed (plan texts are read from the log). Files
+/// already in `to` that belong to no session of the state are left alone, so
+/// export into an empty directory to get exactly the state's tree.
+pub fn export(store: &crate::Store, to: &Path) -> Result<ExportReport, StoreError> {
+    let state = store.snapshot()?;
     let mut writer = Writer::default();
     for id in state.sessions().keys() {
-        writer.session(to, state, id, &Parts::All)?;
+        writer.session(to, &state, id, &Parts::All)?;
     }
+    writer.finish(store.log_storage())?;
     Ok(ExportReport {
         sessions: state.sessions().len(),
         files_written: writer.written,
@@ -110,6 +108,12 @@ pub(crate) struct Writer {
     /// With `verify_only`: sessions whose `session.json` the checkpoint
     /// says may lag (see `files/live.rs`), so it is not compared.
     pub(crate) lagging: BTreeSet<SessionId>,
+    /// Plan texts at hand, by the cursor of the event that saved them (the
+    /// events just folded); the state holds only their length and hash.
+    pub(crate) texts: HashMap<Cursor, Arc<str>>,
+    /// Plan files that need a text not at hand, by the cursor of the event
+    /// that holds it: [`Writer::finish`] reads them from the log.
+    pub(crate) deferred: BTreeMap<Cursor, PathBuf>,
 }
 
 impl Writer {
@@ -141,7 +145,7 @@ impl Writer {
         for plan in session.plans.iter().filter(|p| wanted_plan(p)) {
             let plans = dir.join("plans");
             let (md, json) = plan_file_names(plan.version);
-            self.put(&plans.join(&md), plan.content.as_bytes())?;
+            self.put_plan_text(&plans.join(&md), plan)?;
             self.put(&plans.join(json), &pretty(&plan_json(session.id, plan)))?;
         }
         let manifest = match parts {
@@ -156,6 +160,48 @@ impl Writer {
             &dir.join("session.json"),
             &pretty(&session_json(session, &asks)),
         )
+    }
+
+    /// A plan version's Markdown: written from the text at hand, else left
+    /// alone when the file already holds the version's text (length and
+    /// hash), else deferred to [`Writer::finish`].
+    fn put_plan_text(&mut self, path: &Path, plan: &PlanVersion) -> Result<(), StoreError> {
+        if let Some(text) = self.texts.get(&plan.cursor).cloned() {
+            debug_assert!(plan.is_content(text.as_bytes()));
+            return self.put(path, text.as_bytes());
+        }
+        let holds = match std::fs::metadata(path) {
+            Ok(meta) if meta.len() != plan.bytes => Some(false),
+            Ok(_) => match std::fs::read(path) {
+                Ok(existing) => Some(plan.is_content(&existing)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(source) => return Err(io_error("read", path)(source)),
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(source) => return Err(io_error("read", path)(source)),
+        };
+        match (holds, self.verify_only) {
+            (Some(true), _) => self.unchanged += 1,
+            (Some(false), true) => self.wrong.push((path.to_path_buf(), "differs")),
+            (None, true) => self.wrong.push((path.to_path_buf(), "missing")),
+            (_, false) => {
+                self.deferred.insert(plan.cursor, path.to_path_buf());
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the plan files whose texts were not at hand, reading them from
+    /// the log in one pass from the earliest.
+    pub(crate) fn finish(&mut self, log: &Arc<dyn Storage>) -> Result<(), StoreError> {
+        let deferred = std::mem::take(&mut self.deferred);
+        let wanted: BTreeSet<Cursor> = deferred.keys().copied().collect();
+        crate::plan_texts::read(log, &wanted, |cursor, text| {
+            if let Some(path) = deferred.get(&cursor) {
+                self.put(path, text.as_bytes())?;
+            }
+            Ok(())
+        })
     }
 
     fn put(&mut self, path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
@@ -333,7 +379,7 @@ pub(crate) fn plan_json(session: SessionId, plan: &PlanVersion) -> Value {
     insert_some(&mut map, "title", plan.title.as_deref());
     map.insert("createdAt".into(), plan.created_at.to_iso8601().into());
     map.insert("file".into(), format!("v{}.md", plan.version).into());
-    map.insert("bytes".into(), plan.content.len().into());
+    map.insert("bytes".into(), plan.bytes.into());
     Value::Object(map)
 }
 

@@ -408,7 +408,7 @@ fn import_plan(
         state.session(&session.id).map(|s| {
             let same = s.plans.iter().find(|p| p.version == plan.version);
             (
-                same.map(|p| p.content == plan.content),
+                same.map(|p| p.is_content(plan.content.as_bytes())),
                 s.plans.last().map_or(0, |p| p.version),
             )
         })

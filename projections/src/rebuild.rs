@@ -93,6 +93,7 @@ pub(crate) fn rebuild_locked(
     drop(index);
     let mut writer = Writer::default();
     files::write_all(&mut writer, &beside, &state)?;
+    writer.finish(log.storage())?;
     create_dir(&beside.sessions_dir())?;
 
     // An earlier rebuild may have stopped between its renames.

@@ -13,7 +13,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use planb_core::{Command, Cursor, Envelope, Event, EventId, State, Timestamp, decode, encode};
+use planb_core::{
+    Command, Cursor, Envelope, Event, EventId, SessionId, State, Timestamp, decode, encode,
+};
 use planb_log::{Log, LogOptions, LogReader, RecoveryReport};
 
 use crate::StoreError;
@@ -193,8 +195,13 @@ impl Locked<'_, '_> {
     /// Rewrites the session files the applied events changed.
     pub(crate) fn project(&mut self) {
         let folded = &mut *self.folded;
-        let due =
-            files::project_locked(&self.store.root, &folded.state, &mut folded.pending, false);
+        let due = files::project_locked(
+            &self.store.root,
+            self.store.log.storage(),
+            &folded.state,
+            &mut folded.pending,
+            false,
+        );
         self.store.flusher.schedule(due);
     }
 }
@@ -468,6 +475,7 @@ impl Store {
                     let folded = &mut *folded;
                     let due = files::project_locked(
                         &self.root,
+                        self.log.storage(),
                         &folded.state,
                         &mut folded.pending,
                         false,
@@ -479,6 +487,36 @@ impl Store {
         if let Err(error) = result {
             tracing::warn!(%error, "could not bring the session files up to date");
         }
+    }
+
+    /// The log's storage, for reading what the state does not hold.
+    pub(crate) fn log_storage(&self) -> &Arc<dyn planb_log::Storage> {
+        self.log.storage()
+    }
+
+    /// The text of `session`'s plan version `version`, read from the event
+    /// that saved it (the state holds only its length and hash); `None` when
+    /// there is no such version.
+    pub fn plan_text(
+        &self,
+        session: &SessionId,
+        version: u32,
+    ) -> Result<Option<String>, StoreError> {
+        let plan = self.read(|state| {
+            state
+                .session(session)
+                .and_then(|s| s.plans.iter().find(|p| p.version == version).cloned())
+        })?;
+        let Some(plan) = plan else {
+            return Ok(None);
+        };
+        let text = crate::plan_texts::read_one(self.log.storage(), plan.cursor)?;
+        if !plan.is_content(text.as_bytes()) {
+            return Err(StoreError::PlanTextMissing {
+                cursor: plan.cursor.0,
+            });
+        }
+        Ok(Some(text))
     }
 
     /// A copy of the current state (after catching up).
@@ -564,6 +602,7 @@ fn flush_manifests(
         let folded = &mut *folded;
         Ok(files::project_locked(
             root,
+            log.storage(),
             &folded.state,
             &mut folded.pending,
             all,

@@ -26,8 +26,9 @@ const MAGIC: [u8; 4] = *b"PBST";
 /// The version of the `State` types and of `apply` that
 /// [`State::encode_snapshot`] writes and [`State::decode_snapshot`] accepts.
 /// Version 2 added the DAG engine's tasks; version 3 their run-log tails
-/// and when each artifact last changed.
-pub const SNAPSHOT_VERSION: u32 = 3;
+/// and when each artifact last changed; version 4 keeps a session plan
+/// version's length and hash instead of its text.
+pub const SNAPSHOT_VERSION: u32 = 4;
 
 const HEADER_LEN: usize = 8;
 

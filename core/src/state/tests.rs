@@ -299,15 +299,14 @@ fn plan_versions_count_from_one() {
         assert_eq!(*version, n);
         h.apply(bodies[0].clone());
     }
-    let versions: Vec<(u32, &str)> = h
-        .state
-        .session(&s)
-        .unwrap()
-        .plans
-        .iter()
-        .map(|p| (p.version, p.content.as_str()))
-        .collect();
-    assert_eq!(versions, [(1, "plan 1"), (2, "plan 2"), (3, "plan 3")]);
+    let plans = &h.state.session(&s).unwrap().plans;
+    let versions: Vec<u32> = plans.iter().map(|p| p.version).collect();
+    assert_eq!(versions, [1, 2, 3]);
+    for (plan, text) in plans.iter().zip(["plan 1", "plan 2", "plan 3"]) {
+        assert!(plan.is_content(text.as_bytes()), "v{}", plan.version);
+        assert_eq!(plan.bytes, 6);
+        assert!(!plan.is_content(b"plan 0"));
+    }
     let latest = h.state.latest_plan_version(&s).unwrap();
     assert_eq!((latest.version, latest.cursor), (3, Cursor(4)));
 }

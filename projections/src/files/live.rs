@@ -41,10 +41,11 @@
 //! lost files it vouches for. Deleting `sessions/` also voids it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use planb_core::{AskId, Cursor, Envelope, EventBody, SessionId, State};
+use planb_log::Storage;
 
 use super::{Parts, Writer, write_if_changed};
 use crate::StoreError;
@@ -64,7 +65,16 @@ pub(crate) struct Pending {
     lagging: BTreeMap<SessionId, Instant>,
     /// When this process last rewrote each large manifest.
     rewritten: HashMap<SessionId, Instant>,
+    /// The texts of the plan versions noted, up to [`PENDING_TEXT_BYTES_MAX`]
+    /// in all; a version past that has its text read from the log.
+    texts: HashMap<Cursor, Arc<str>>,
+    /// The bytes of `texts`.
+    text_bytes: usize,
 }
+
+/// The most plan text a process keeps between folding events and writing
+/// their files.
+const PENDING_TEXT_BYTES_MAX: usize = 64 << 20;
 
 /// Sessions with at most this many asks and plan versions have their
 /// `session.json` rewritten with every change.
@@ -87,6 +97,8 @@ impl Pending {
             sessions: BTreeMap::new(),
             lagging: BTreeMap::new(),
             rewritten: HashMap::new(),
+            texts: HashMap::new(),
+            text_bytes: 0,
         }
     }
 
@@ -117,8 +129,21 @@ impl Pending {
             | EventBody::AskFailed { ask, .. }
             | EventBody::AskLateAnswer { ask, .. } => (ask_session(ask), Some(*ask), None),
             EventBody::PlanVersionSaved {
-                session, version, ..
-            } => (Some(*session), None, Some(*version)),
+                session,
+                version,
+                content,
+                ..
+            } => {
+                let saved = state
+                    .latest_plan_version(session)
+                    .is_some_and(|p| p.cursor == envelope.cursor);
+                if saved && self.text_bytes + content.len() <= PENDING_TEXT_BYTES_MAX {
+                    self.text_bytes += content.len();
+                    self.texts
+                        .insert(envelope.cursor, Arc::from(content.as_str()));
+                }
+                (Some(*session), None, Some(*version))
+            }
             // Named-plan events move the `updatedAt` of the plan's session.
             body => {
                 let plan = body.plan_key().and_then(|key| state.named_plan(&key));
@@ -146,6 +171,8 @@ impl Pending {
         self.after = end;
         self.full = false;
         self.sessions.clear();
+        self.texts.clear();
+        self.text_bytes = 0;
     }
 
     /// When the earliest manifest this process left behind is due.
@@ -173,6 +200,7 @@ pub(crate) fn is_current(root: &DataRoot, cursor: Cursor) -> bool {
 /// can always redo the tree.
 pub(crate) fn project_locked(
     root: &DataRoot,
+    log: &Arc<dyn Storage>,
     state: &State,
     pending: &mut Pending,
     flush: bool,
@@ -192,7 +220,10 @@ pub(crate) fn project_locked(
     let partial = checkpoint
         .as_ref()
         .filter(|(c, _)| !pending.full && pending.after <= *c && *c <= end);
-    let mut writer = Writer::default();
+    let mut writer = Writer {
+        texts: std::mem::take(&mut pending.texts),
+        ..Writer::default()
+    };
     let result = match partial {
         Some((_, lagging)) => write_pending(&mut writer, root, state, pending, lagging, flush),
         None => {
@@ -200,6 +231,7 @@ pub(crate) fn project_locked(
             write_all(&mut writer, root, state)
         }
     };
+    let result = result.and_then(|()| writer.finish(log));
     let lagging: BTreeSet<SessionId> = pending.lagging.keys().copied().collect();
     let result = result.and_then(|()| write_checkpoint(root, end, &lagging));
     pending.clear(end);

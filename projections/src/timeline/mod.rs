@@ -10,19 +10,19 @@
 //! snapshots cost the state's size each and the state grows with the log, so
 //! any fixed spacing of them makes memory grow with the square of the log
 //! (gigabytes for a log of tens of MiB); the timeline keeps none. A plan body is
-//! held once: where the state at the end holds a session plan version or an
-//! ask's spec, and where [`Timeline::plan_content_after`] holds a named
-//! plan's content, the stored event drops its copy, and reading the event
-//! puts it back.
+//! held once: a session plan version's text stays in its event (the state
+//! keeps only its length and hash, [`Timeline::plan_text`] reads it); where
+//! the state at the end holds an ask's spec, and where
+//! [`Timeline::plan_content_after`] holds a named plan's content, the stored
+//! event drops its copy, and reading the event puts it back.
 //!
 //! **Time travel.** What a replay shows at cursor N is one session: the
 //! session, its asks and the named plans tied to it. No event of another
 //! session changes those, so [`Timeline::session_at`] folds only the
 //! session's own events and those of every named plan ever tied to it, up to
-//! N, and leaves out the bodies of the session's plan versions, of which it
-//! shows only the latest, held by the state at the end: the cost of a scrub
-//! step grows with the number of the session's events, not with the log nor
-//! with the size of its plans.
+//! N (plan versions folded as length and hash; the texts stay in their
+//! events): the cost of a scrub step grows with the number of the session's
+//! events, not with the log nor with the size of its plans.
 //!
 //! The timeline is pure: it does no IO. Whoever follows the log (the retro
 //! server's poller) decodes records and calls [`Timeline::push`].
@@ -44,7 +44,9 @@ use std::collections::{BTreeSet, HashMap};
 use std::ops::Range;
 use std::sync::Arc;
 
-use planb_core::{AskId, AskSpec, Cursor, Envelope, EventBody, PlanKey, SessionId, State};
+use planb_core::{
+    AskId, AskSpec, Cursor, Envelope, EventBody, PlanKey, PlanVersion, SessionId, State,
+};
 
 /// All events seen so far, the state at the end, and what finds a session's
 /// events.
@@ -148,21 +150,6 @@ impl Timeline {
     fn take_held_body(&self, envelope: &mut Envelope) {
         let cursor = envelope.cursor;
         match &mut envelope.event.body {
-            EventBody::PlanVersionSaved {
-                session, content, ..
-            } => {
-                let held = self
-                    .state
-                    .latest_plan_version(session)
-                    .is_some_and(|p| p.cursor == cursor);
-                if held {
-                    debug_assert_eq!(
-                        self.state.latest_plan_version(session).map(|p| &p.content),
-                        Some(&*content)
-                    );
-                    *content = String::new();
-                }
-            }
             EventBody::NamedPlanWritten { content, .. }
             | EventBody::NamedPlanChangedOutside { content, .. } => {
                 if let Some(after) = self.plan_content_after.get(&cursor) {
@@ -191,20 +178,6 @@ impl Timeline {
     fn full<'a>(&'a self, stored: &'a Envelope) -> Cow<'a, Envelope> {
         let cursor = stored.cursor;
         match &stored.event.body {
-            EventBody::PlanVersionSaved { session, .. } => {
-                let held = self.state.session(session).and_then(|s| {
-                    let at = s.plans.partition_point(|p| p.cursor < cursor);
-                    s.plans.get(at).filter(|p| p.cursor == cursor)
-                });
-                match held {
-                    Some(plan) => refill(stored, |body| {
-                        if let EventBody::PlanVersionSaved { content, .. } = body {
-                            plan.content.clone_into(content);
-                        }
-                    }),
-                    None => Cow::Borrowed(stored),
-                }
-            }
             EventBody::NamedPlanWritten { .. } | EventBody::NamedPlanChangedOutside { .. } => {
                 match self.plan_content_after.get(&cursor) {
                     Some(after) => refill(stored, |body| {
@@ -232,6 +205,20 @@ impl Timeline {
                 }
             }
             _ => Cow::Borrowed(stored),
+        }
+    }
+
+    /// The text of a session plan version (the state holds only its length
+    /// and hash): from the event that saved it.
+    pub fn plan_text(&self, plan: &PlanVersion) -> Option<&str> {
+        let index = self.events.partition_point(|e| e.cursor < plan.cursor);
+        match &self.events.get(index)?.event.body {
+            EventBody::PlanVersionSaved { content, .. }
+                if self.events[index].cursor == plan.cursor =>
+            {
+                Some(content)
+            }
+            _ => None,
         }
     }
 
@@ -282,12 +269,10 @@ impl Timeline {
     /// `session` as of `cursor`: the session, its asks and the named plans
     /// tied to it, as the time-travel view shows them. Folds the session's
     /// events and those of every named plan ever tied to it, so its cost
-    /// grows with the session, not with the log; session plan versions are
-    /// folded without their bodies, since the view reads only the latest
-    /// one's, from the state at the end.
+    /// grows with the session, not with the log.
     pub fn session_at(&self, session: &SessionId, cursor: Cursor) -> SessionAt<'_> {
         if cursor >= self.last_cursor() {
-            return SessionAt::new(Cow::Borrowed(&self.state), &self.state, *session);
+            return SessionAt::new(Cow::Borrowed(&self.state), *session);
         }
         let mut indexes: Vec<usize> = self.session_indexes(session).to_vec();
         for plan in self.plans_of_session.get(session).into_iter().flatten() {
@@ -301,12 +286,9 @@ impl Timeline {
             if stored.cursor > cursor {
                 break;
             }
-            match stored.event.body {
-                EventBody::PlanVersionSaved { .. } => state.apply(stored),
-                _ => state.apply(&self.full(stored)),
-            }
+            state.apply(&self.full(stored));
         }
-        SessionAt::new(Cow::Owned(state), &self.state, *session)
+        SessionAt::new(Cow::Owned(state), *session)
     }
 
     fn session_indexes(&self, session: &SessionId) -> &[usize] {

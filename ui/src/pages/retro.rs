@@ -450,7 +450,8 @@ pub fn retro_entries_after(
 pub fn retro_plan_page(timeline: &Timeline, id: &SessionId, version: u32) -> Option<Markup> {
     let session = timeline.state().session(id)?;
     let plan = session.plans.iter().find(|p| p.version == version)?;
-    let html_fragment = markdown::render(&plan.content);
+    let text = timeline.plan_text(plan)?;
+    let html_fragment = markdown::render(text);
     let libraries = Libraries::needed_by([html_fragment.as_str()]);
     let latest = session.plans.last().map_or(version, |p| p.version);
     let body = html! {
@@ -472,7 +473,7 @@ pub fn retro_plan_page(timeline: &Timeline, id: &SessionId, version: u32) -> Opt
         div.md.plan-doc #plan { (PreEscaped(html_fragment)) }
         details.retro-source open {
             summary { "Markdown" }
-            pre.retro-raw { code { (plan.content) } }
+            pre.retro-raw { code { (text) } }
         }
     };
     Some(page(
@@ -490,6 +491,7 @@ pub fn retro_diff_page(timeline: &Timeline, id: &SessionId, from: u32, to: u32) 
     let session = timeline.state().session(id)?;
     let find = |v: u32| session.plans.iter().find(|p| p.version == v);
     let (a, b) = (find(from)?, find(to)?);
+    let (a_text, b_text) = (timeline.plan_text(a)?, timeline.plan_text(b)?);
     let body = html! {
         header.card-header {
             a.retro-back href={"/sessions/" (id)} { "‹ Session" }
@@ -500,7 +502,7 @@ pub fn retro_diff_page(timeline: &Timeline, id: &SessionId, from: u32, to: u32) 
                 " · " a href={"/sessions/" (id) "/plans/" (to)} { "v" (to) } " saved " (when(b.created_at))
             }
         }
-        section.changes-panel.retro-diff { (diff_view(&a.content, &b.content, Folds::Expandable)) }
+        section.changes-panel.retro-diff { (diff_view(a_text, b_text, Folds::Expandable)) }
     };
     Some(page(
         &format!("Plan v{from} → v{to}"),

@@ -351,7 +351,7 @@ fn plan_saved(
         }
         details.retro-diff open[version > 1] {
             summary { @if previous.is_some() { "Changes since v" (version - 1) } @else { "First version" } }
-            (diff_view(previous.map_or("", |p| p.content.as_str()), content, Folds::CountOnly))
+            (diff_view(previous.and_then(|p| timeline.plan_text(p)).unwrap_or(""), content, Folds::CountOnly))
         }
     }
 }
@@ -378,7 +378,7 @@ pub(super) fn state_panel(timeline: &Timeline, session: &SessionId, at: Cursor) 
                         Some(plan) => {
                             h2 { "Plan v" (plan.version) @if let Some(t) = &plan.title { " · " (t) } }
                             div.md.retro-plan-doc #current-plan data-version=(plan.version) {
-                                (PreEscaped(markdown::render(&plan.content)))
+                                (PreEscaped(markdown::render(timeline.plan_text(plan).unwrap_or(""))))
                             }
                         }
                     }
