@@ -6,6 +6,7 @@
 //! is corruption and an error.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::error::{Damage, LogError};
 use crate::format::SEGMENT_HEADER_LEN;
@@ -54,7 +55,15 @@ pub struct LogReader {
     prev_checksum: u32,
     /// Records before this cursor are validated but not returned.
     from: u64,
+    /// When the reader last listed the log's segments at the end of one and
+    /// found no next segment.
+    listed_empty_at: Option<Instant>,
 }
+
+/// How long a reader at the end of a segment trusts that no other segment
+/// but the one named after its next cursor can follow (see
+/// [`LogReader::enter_next_segment`]).
+const RELIST_AFTER: Duration = Duration::from_secs(1);
 
 impl LogReader {
     /// A reader that returns records from cursor `from` on (cursor 1 is the first record).
@@ -67,6 +76,7 @@ impl LogReader {
             next_cursor: 1,
             prev_checksum: 0,
             from: from.0.max(1),
+            listed_empty_at: None,
         }
     }
 
@@ -223,11 +233,41 @@ impl LogReader {
 
     /// At the end of the current segment: moves into the segment that starts at
     /// `next_cursor` if it exists. Returns false if there is none (yet).
+    ///
+    /// A writer names a new segment after its first cursor, so that name is
+    /// tried first and following the tail costs no directory listing. The
+    /// segments are listed (which finds a later segment that leaves a gap: a
+    /// damaged log) when that name is missing, at most once per
+    /// [`RELIST_AFTER`] while it stays missing.
     fn enter_next_segment(&mut self) -> Result<bool, LogError> {
-        let segments = list_segments(self.storage.as_ref())?;
         let current = self.segment.as_ref().map_or(0, |s| s.first_cursor);
+        let next = crate::format::segment_name(self.next_cursor);
+        // An empty segment is named after the next cursor itself.
+        let opened = match self.next_cursor > current {
+            true => self.storage.open(&next, false),
+            false => Err(std::io::ErrorKind::NotFound.into()),
+        };
+        match opened {
+            Ok(_) => {
+                self.listed_empty_at = None;
+                return self.enter(self.next_cursor, Some(self.prev_checksum));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if self
+                    .listed_empty_at
+                    .is_some_and(|at| at.elapsed() < RELIST_AFTER)
+                {
+                    return Ok(false);
+                }
+            }
+            Err(_) => {}
+        }
+        let segments = list_segments(self.storage.as_ref())?;
         match segments.iter().find(|(first, _)| *first > current) {
-            None => Ok(false),
+            None => {
+                self.listed_empty_at = Some(Instant::now());
+                Ok(false)
+            }
             Some((first, name)) if *first != self.next_cursor => Err(LogError::Corrupt {
                 segment: self.storage.describe(name),
                 offset: 0,

@@ -419,23 +419,53 @@ pub(crate) fn write_if_changed(path: &Path, bytes: &[u8]) -> Result<bool, StoreE
 /// Replaces `path` (creating its directory) with what `write` puts into a
 /// temp file beside it, then a rename: readers see the old file or the new
 /// one, never a part. Not fsynced: every caller writes a projection.
+///
+/// The directory is created only when the temp file cannot be, and a file
+/// that exists is swapped with the temp file (`renameat2` with
+/// `RENAME_EXCHANGE` on Linux) and the old one, now under the temp name,
+/// removed: ext4 flushes the data of a file renamed over another at once
+/// (its `auto_da_alloc` heuristic), which cost a projection a block write
+/// for every `session.json` and checkpoint it replaced.
 pub(crate) fn replace_file(
     path: &Path,
     write: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>,
 ) -> Result<(), StoreError> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(io_error("create directory", dir))?;
     let tmp = temp_path(path);
-    let written = std::fs::File::create(&tmp).and_then(|mut file| write(&mut file));
+    let file = match std::fs::File::create(&tmp) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let dir = path.parent().unwrap_or(Path::new("."));
+            std::fs::create_dir_all(dir).map_err(io_error("create directory", dir))?;
+            std::fs::File::create(&tmp)
+        }
+        created => created,
+    };
+    let written = file.and_then(|mut file| write(&mut file));
     if let Err(source) = written {
         let _ = std::fs::remove_file(&tmp);
         return Err(io_error("write", &tmp)(source));
+    }
+    if exchange(&tmp, path) {
+        let _ = std::fs::remove_file(&tmp);
+        return Ok(());
     }
     if let Err(source) = std::fs::rename(&tmp, path) {
         let _ = std::fs::remove_file(&tmp);
         return Err(io_error("rename into", path)(source));
     }
     Ok(())
+}
+
+/// Swaps the files `a` and `b` atomically; false when it could not (`b`
+/// does not exist, or the system or file system cannot swap).
+#[cfg(target_os = "linux")]
+fn exchange(a: &Path, b: &Path) -> bool {
+    use rustix::fs::{CWD, RenameFlags, renameat_with};
+    renameat_with(CWD, a, CWD, b, RenameFlags::EXCHANGE).is_ok()
+}
+
+#[cfg(not(target_os = "linux"))]
+fn exchange(_a: &Path, _b: &Path) -> bool {
+    false
 }
 
 /// Removes the temp files [`replace_file`] leaves directly in `dir` when its
@@ -471,5 +501,7 @@ fn temp_path(path: &Path) -> PathBuf {
     let name = path
         .file_name()
         .map_or_else(|| "file".into(), |name| name.to_string_lossy().into_owned());
-    path.with_file_name(format!(".{name}.{}.{n}.tmp", std::process::id()))
+    static PID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    let pid = PID.get_or_init(std::process::id);
+    path.with_file_name(format!(".{name}.{pid}.{n}.tmp"))
 }
