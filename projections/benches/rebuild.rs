@@ -120,7 +120,7 @@ fn main() {
     assert_eq!(report.events, total);
     assert_eq!(state.sessions().len() as u128, SESSIONS);
     println!(
-        "rebuild of every projection (state + redb index, one pass) from {total} events: {:.2} s; budget <= 5 s: {:.2}x of budget",
+        "rebuild of every projection (state, redb index and the sessions/ tree; plan texts read back from the log in a second pass) from {total} events: {:.2} s; budget <= 5 s: {:.2}x of budget",
         elapsed.as_secs_f64(),
         elapsed.as_secs_f64() / 5.0
     );
