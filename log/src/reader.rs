@@ -243,9 +243,10 @@ impl LogReader {
         let current = self.segment.as_ref().map_or(0, |s| s.first_cursor);
         let next = crate::format::segment_name(self.next_cursor);
         // An empty segment is named after the next cursor itself.
-        let opened = match self.next_cursor > current {
-            true => self.storage.open(&next, false),
-            false => Err(std::io::ErrorKind::NotFound.into()),
+        let opened = if self.next_cursor > current {
+            self.storage.open(&next, false)
+        } else {
+            Err(std::io::ErrorKind::NotFound.into())
         };
         match opened {
             Ok(_) => {

@@ -110,7 +110,7 @@ pub(crate) struct Writer {
     pub(crate) lagging: BTreeSet<SessionId>,
     /// Plan texts at hand, by the cursor of the event that saved them (the
     /// events just folded); the state holds only their length and hash.
-    pub(crate) texts: HashMap<Cursor, Arc<str>>,
+    pub(crate) texts: HashMap<Cursor, String>,
     /// Plan files that need a text not at hand, by the cursor of the event
     /// that holds it: [`Writer::finish`] reads them from the log.
     pub(crate) deferred: BTreeMap<Cursor, PathBuf>,
@@ -166,19 +166,14 @@ impl Writer {
     /// alone when the file already holds the version's text (length and
     /// hash), else deferred to [`Writer::finish`].
     fn put_plan_text(&mut self, path: &Path, plan: &PlanVersion) -> Result<(), StoreError> {
-        if let Some(text) = self.texts.get(&plan.cursor).cloned() {
+        if let Some(text) = self.texts.remove(&plan.cursor) {
             debug_assert!(plan.is_content(text.as_bytes()));
             return self.put(path, text.as_bytes());
         }
-        let holds = match std::fs::metadata(path) {
-            Ok(meta) if meta.len() != plan.bytes => Some(false),
-            Ok(_) => match std::fs::read(path) {
-                Ok(existing) => Some(plan.is_content(&existing)),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-                Err(source) => return Err(io_error("read", path)(source)),
-            },
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(source) => return Err(io_error("read", path)(source)),
+        let holds = match read_if_length(path, plan.bytes)? {
+            Existing::Missing => None,
+            Existing::OtherLength => Some(false),
+            Existing::Bytes(existing) => Some(plan.is_content(&existing)),
         };
         match (holds, self.verify_only) {
             (Some(true), _) => self.unchanged += 1,
@@ -400,20 +395,37 @@ fn io_error(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Sto
 /// Replaces `path` with `bytes` atomically unless it holds them already.
 /// Returns whether it wrote.
 pub(crate) fn write_if_changed(path: &Path, bytes: &[u8]) -> Result<bool, StoreError> {
-    match std::fs::metadata(path) {
-        // Comparing lengths first spares reading a large plan that changed.
-        Ok(meta) if meta.len() == bytes.len() as u64 => match std::fs::read(path) {
-            Ok(existing) if existing == bytes => return Ok(false),
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(source) => return Err(io_error("read", path)(source)),
-        },
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(source) => return Err(io_error("stat", path)(source)),
+    if let Existing::Bytes(existing) = read_if_length(path, bytes.len() as u64)?
+        && existing == bytes
+    {
+        return Ok(false);
     }
     replace_file(path, |file| std::io::Write::write_all(file, bytes))?;
     Ok(true)
+}
+
+/// What a file holds, as far as a comparison with bytes of a known length
+/// needs to know.
+enum Existing {
+    Missing,
+    OtherLength,
+    Bytes(Vec<u8>),
+}
+
+/// Reads `path` if it is `len` bytes long: comparing lengths first spares
+/// reading a large plan that changed.
+fn read_if_length(path: &Path, len: u64) -> Result<Existing, StoreError> {
+    let missing = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.len() != len => Ok(Existing::OtherLength),
+        Ok(_) => match std::fs::read(path) {
+            Ok(bytes) => Ok(Existing::Bytes(bytes)),
+            Err(e) if missing(&e) => Ok(Existing::Missing),
+            Err(source) => Err(io_error("read", path)(source)),
+        },
+        Err(e) if missing(&e) => Ok(Existing::Missing),
+        Err(source) => Err(io_error("stat", path)(source)),
+    }
 }
 
 /// Replaces `path` (creating its directory) with what `write` puts into a

@@ -67,7 +67,7 @@ pub(crate) struct Pending {
     rewritten: HashMap<SessionId, Instant>,
     /// The texts of the plan versions noted, up to [`PENDING_TEXT_BYTES_MAX`]
     /// in all; a version past that has its text read from the log.
-    texts: HashMap<Cursor, Arc<str>>,
+    texts: HashMap<Cursor, String>,
     /// The bytes of `texts`.
     text_bytes: usize,
 }
@@ -139,8 +139,7 @@ impl Pending {
                     .is_some_and(|p| p.cursor == envelope.cursor);
                 if saved && self.text_bytes + content.len() <= PENDING_TEXT_BYTES_MAX {
                     self.text_bytes += content.len();
-                    self.texts
-                        .insert(envelope.cursor, Arc::from(content.as_str()));
+                    self.texts.insert(envelope.cursor, content.clone());
                 }
                 (Some(*session), None, Some(*version))
             }

@@ -20,9 +20,10 @@
 //! session, its asks and the named plans tied to it. No event of another
 //! session changes those, so [`Timeline::session_at`] folds only the
 //! session's own events and those of every named plan ever tied to it, up to
-//! N (plan versions folded as length and hash; the texts stay in their
-//! events): the cost of a scrub step grows with the number of the session's
-//! events, not with the log nor with the size of its plans.
+//! N, folding the session's plan versions without their texts (the view
+//! takes the latest one from the state at the end): the cost of a scrub step
+//! grows with the number of the session's events, not with the log nor with
+//! the size of its plans.
 //!
 //! The timeline is pure: it does no IO. Whoever follows the log (the retro
 //! server's poller) decodes records and calls [`Timeline::push`].
@@ -211,15 +212,16 @@ impl Timeline {
     /// The text of a session plan version (the state holds only its length
     /// and hash): from the event that saved it.
     pub fn plan_text(&self, plan: &PlanVersion) -> Option<&str> {
-        let index = self.events.partition_point(|e| e.cursor < plan.cursor);
-        match &self.events.get(index)?.event.body {
-            EventBody::PlanVersionSaved { content, .. }
-                if self.events[index].cursor == plan.cursor =>
-            {
-                Some(content)
-            }
+        match &self.stored(plan.cursor)?.event.body {
+            EventBody::PlanVersionSaved { content, .. } => Some(content),
             _ => None,
         }
+    }
+
+    /// The event at `cursor` as the timeline stores it.
+    fn stored(&self, cursor: Cursor) -> Option<&Envelope> {
+        let index = self.events.partition_point(|e| e.cursor < cursor);
+        self.events.get(index).filter(|e| e.cursor == cursor)
     }
 
     /// The number of events.
@@ -244,11 +246,7 @@ impl Timeline {
 
     /// The event at `cursor`, if there is one.
     pub fn event(&self, cursor: Cursor) -> Option<Cow<'_, Envelope>> {
-        let index = self.events.partition_point(|e| e.cursor < cursor);
-        self.events
-            .get(index)
-            .filter(|e| e.cursor == cursor)
-            .map(|e| self.full(e))
+        self.stored(cursor).map(|e| self.full(e))
     }
 
     /// The state after every event at or before `cursor`, folded from the
@@ -272,7 +270,7 @@ impl Timeline {
     /// grows with the session, not with the log.
     pub fn session_at(&self, session: &SessionId, cursor: Cursor) -> SessionAt<'_> {
         if cursor >= self.last_cursor() {
-            return SessionAt::new(Cow::Borrowed(&self.state), *session);
+            return SessionAt::new(Cow::Borrowed(&self.state), &self.state, *session);
         }
         let mut indexes: Vec<usize> = self.session_indexes(session).to_vec();
         for plan in self.plans_of_session.get(session).into_iter().flatten() {
@@ -286,9 +284,14 @@ impl Timeline {
             if stored.cursor > cursor {
                 break;
             }
-            state.apply(&self.full(stored));
+            match without_text(stored) {
+                // Folding the text would hash it on every scrub step; the
+                // view takes the version from the state at the end.
+                Some(stripped) => state.apply(&stripped),
+                None => state.apply(&self.full(stored)),
+            }
         }
-        SessionAt::new(Cow::Owned(state), *session)
+        SessionAt::new(Cow::Owned(state), &self.state, *session)
     }
 
     fn session_indexes(&self, session: &SessionId) -> &[usize] {
@@ -346,6 +349,32 @@ fn refill<'a>(stored: &Envelope, fill: impl FnOnce(&mut EventBody)) -> Cow<'a, E
     let mut envelope = stored.clone();
     fill(&mut envelope.event.body);
     Cow::Owned(envelope)
+}
+
+/// A `PlanVersionSaved` event with its text left out; `None` for any other.
+fn without_text(stored: &Envelope) -> Option<Envelope> {
+    let EventBody::PlanVersionSaved {
+        session,
+        version,
+        title,
+        ..
+    } = &stored.event.body
+    else {
+        return None;
+    };
+    Some(Envelope {
+        cursor: stored.cursor,
+        event: planb_core::Event {
+            id: stored.event.id,
+            at: stored.event.at,
+            body: EventBody::PlanVersionSaved {
+                session: *session,
+                version: *version,
+                title: title.clone(),
+                content: String::new(),
+            },
+        },
+    })
 }
 
 /// The session an event concerns, looked up in the state right after it.

@@ -11,14 +11,21 @@ use planb_core::{Ask, NamedPlan, PlanVersion, SessionId, State};
 #[derive(Debug)]
 pub struct SessionAt<'t> {
     /// Holds the session, its asks and the named plans tied to it as of the
-    /// cursor.
+    /// cursor. Its session plan versions were folded without their texts:
+    /// `end` holds their lengths and hashes.
     state: Cow<'t, State>,
+    /// The state at the end of the timeline.
+    end: &'t State,
     session: SessionId,
 }
 
 impl<'t> SessionAt<'t> {
-    pub(super) fn new(state: Cow<'t, State>, session: SessionId) -> Self {
-        SessionAt { state, session }
+    pub(super) fn new(state: Cow<'t, State>, end: &'t State, session: SessionId) -> Self {
+        SessionAt {
+            state,
+            end,
+            session,
+        }
     }
 
     /// Whether the session had been created.
@@ -37,7 +44,15 @@ impl<'t> SessionAt<'t> {
     /// The session's latest plan version (its text:
     /// [`Timeline::plan_text`](super::Timeline::plan_text)).
     pub fn latest_plan(&self) -> Option<&PlanVersion> {
-        self.state.latest_plan_version(&self.session)
+        let latest = self.state.latest_plan_version(&self.session)?;
+        // This fold decided about the session's plan versions as the fold to
+        // the end did, and versions are only ever appended, so the end holds
+        // this one.
+        let plans = &self.end.session(&self.session)?.plans;
+        let index = plans.partition_point(|p| p.cursor < latest.cursor);
+        let found = plans.get(index).filter(|p| p.cursor == latest.cursor);
+        debug_assert!(found.is_some(), "plan version at {} missing", latest.cursor);
+        found
     }
 
     /// The named plans tied to the session, by name.
