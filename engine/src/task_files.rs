@@ -5,12 +5,18 @@
 //!   in the pipeline (stable across runs);
 //! - `report.html`: the target's artifact when the target renders a report;
 //! - `run.zip`: every artifact file and the report;
-//! - `run.log`: the latest run-log lines.
+//! - `run.log`: the latest run-log lines;
+//! - `.written.json`: the SHA-256 of each artifact file as this projection
+//!   last wrote it, so a resume can tell a person's edit of a file from a
+//!   file the projection has not caught up on ([`hand_edits`]).
 
 use std::path::{Path, PathBuf};
 
+use std::collections::BTreeMap;
+
 use planb_core::Task;
 use planb_core::dag::{Action, Pipeline, StepId};
+use planb_core::state::ContentHash;
 use planb_projections::{BlobHash, DataRoot};
 
 /// One file of a task's folder.
@@ -48,6 +54,28 @@ pub fn artifact_name(pipeline: &Pipeline, step: &StepId, bytes: &[u8]) -> Option
         _ => "md",
     };
     Some(format!("{:02}-{}.{ext}", index + 1, step.as_str()))
+}
+
+/// The step an artifact file name belongs to: `NN-<step>` with an optional
+/// extension, `NN` the step's place in the pipeline, or a bare step id;
+/// never a name with folders or `..`.
+pub fn step_of_name(pipeline: &Pipeline, name: &str) -> Option<StepId> {
+    let name = name.trim();
+    if name.contains('/') || name.contains('\\') || name.contains("..") {
+        return None;
+    }
+    let stem = name.split('.').next().unwrap_or(name);
+    let candidate = match stem.split_once('-') {
+        Some((number, rest))
+            if number.chars().all(|c| c.is_ascii_digit()) && !number.is_empty() =>
+        {
+            let id = StepId::parse(rest).ok()?;
+            let index = pipeline.steps().iter().position(|s| s.id == id)?;
+            (number.parse::<usize>().ok()? == index + 1).then_some(id)?
+        }
+        _ => StepId::parse(stem).ok()?,
+    };
+    pipeline.step(&candidate).map(|s| s.id.clone())
 }
 
 fn looks_like_json(bytes: &[u8]) -> bool {
@@ -110,6 +138,108 @@ fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
     })
 }
 
+/// The record of what [`project`] wrote: artifact file name → SHA-256 hex.
+const WRITTEN: &str = ".written.json";
+
+fn read_written(dir: &Path) -> Option<BTreeMap<String, String>> {
+    let bytes = std::fs::read(dir.join(WRITTEN)).ok()?;
+    match serde_json::from_slice(&bytes) {
+        Ok(written) => Some(written),
+        Err(error) => {
+            tracing::warn!("{}: {error}", dir.join(WRITTEN).display());
+            None
+        }
+    }
+}
+
+/// A file under `tasks/<task>/` that a person changed: its bytes are
+/// neither the step's recorded artifact nor what the projection last wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandEdit {
+    /// The step whose artifact it is.
+    pub step: StepId,
+    /// The file's name in the task's folder.
+    pub name: String,
+    /// Its bytes now.
+    pub bytes: Vec<u8>,
+}
+
+/// What can go wrong with one edited file; the others are still found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkippedEdit {
+    /// The file's name.
+    pub name: String,
+    /// Why it is not taken as an edit.
+    pub why: String,
+}
+
+/// The artifact files of `task` a person edited by hand since the
+/// projection wrote them, in pipeline order. Only steps with an artifact
+/// count; a deleted file is not an edit (the projection writes it again);
+/// a folder the projection never recorded (no `.written.json`) has no
+/// edits, since nothing tells an edit from an old file. A file over
+/// `max_bytes` or unreadable is reported in the second list, not read.
+pub fn hand_edits(
+    root: &DataRoot,
+    pipeline: &Pipeline,
+    task: &Task,
+    max_bytes: usize,
+) -> (Vec<HandEdit>, Vec<SkippedEdit>) {
+    let dir = root.task_dir(&task.id);
+    let mut edits = Vec::new();
+    let mut skipped = Vec::new();
+    let Some(written) = read_written(&dir) else {
+        return (edits, skipped);
+    };
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return (edits, skipped);
+    };
+    let mut names: Vec<String> = entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(|c: char| c.is_ascii_digit()) && !n.ends_with(".tmp"))
+        .collect();
+    names.sort();
+    for name in names {
+        let Some(step) = step_of_name(pipeline, &name) else {
+            continue;
+        };
+        let Some(success) = task.successes.get(step.as_str()) else {
+            continue;
+        };
+        if edits.iter().any(|e: &HandEdit| e.step == step) {
+            continue;
+        }
+        let path = dir.join(&name);
+        let len = std::fs::metadata(&path).map_or(0, |m| m.len());
+        if len > max_bytes as u64 {
+            skipped.push(SkippedEdit {
+                name,
+                why: format!("{len} bytes, over the {max_bytes}-byte artifact limit"),
+            });
+            continue;
+        }
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(error) => {
+                skipped.push(SkippedEdit {
+                    name,
+                    why: error.to_string(),
+                });
+                continue;
+            }
+        };
+        let hash = ContentHash::of_bytes(&bytes);
+        let as_written = written.get(&name).is_some_and(|w| *w == hash.to_hex());
+        if hash.0 == success.artifact || as_written {
+            continue;
+        }
+        edits.push(HandEdit { step, name, bytes });
+    }
+    (edits, skipped)
+}
+
 /// Rewrites `tasks/<task>/` from the state and the blobs; `whole` also
 /// writes the report and the zip (at the end of a run, after an edit).
 /// Returns the folder.
@@ -123,12 +253,20 @@ pub fn project(
     std::fs::create_dir_all(&dir)?;
     let artifacts = artifacts(root, pipeline, task);
     let mut keep: Vec<String> = vec!["run.lock".into(), "worker.log".into()];
+    let mut written = BTreeMap::new();
     for (file, bytes) in &artifacts {
         let current = std::fs::read(dir.join(&file.name)).ok();
         if current.as_deref() != Some(bytes.as_slice()) {
             write_atomic(&dir, &file.name, bytes)?;
         }
         keep.push(file.name.clone());
+        written.insert(file.name.clone(), ContentHash(file.sha256).to_hex());
+    }
+    // After the files: a file newer than this record is the state's own
+    // artifact, which `hand_edits` does not take for an edit either.
+    if read_written(&dir).as_ref() != Some(&written) {
+        let record = serde_json::to_vec_pretty(&written).map_err(std::io::Error::other)?;
+        write_atomic(&dir, WRITTEN, &record)?;
     }
     let log: String = task
         .log_tail

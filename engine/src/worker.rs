@@ -273,6 +273,15 @@ pub async fn run(store: Arc<Store>, task: TaskId, options: Options) -> Result<En
         blocking(move || store.read(|s| s.task(&task).cloned())).await?
     }
     .ok_or(WorkerError::NoTask(task))?;
+    let edit_notes = record_hand_edits(&store, &found).await?;
+    let found = if edit_notes.is_empty() {
+        found
+    } else {
+        let store = Arc::clone(&store);
+        blocking(move || store.read(|s| s.task(&task).cloned()))
+            .await?
+            .ok_or(WorkerError::NoTask(task))?
+    };
     let run_id = RunId::from_uuid(store.env().event_id());
     let start = Command::StartRun {
         task,
@@ -291,6 +300,9 @@ pub async fn run(store: Arc<Store>, task: TaskId, options: Options) -> Result<En
         run: run_id,
         log_lines: Vec::new(),
     };
+    for line in edit_notes {
+        runner.note(line);
+    }
     let ended = drive(&mut runner, &found, &options).await;
     let ended = match ended {
         Ok(ended) => ended,
@@ -313,6 +325,64 @@ pub async fn run(store: Arc<Store>, task: TaskId, options: Options) -> Result<En
     }
     drop(lock);
     Ok(ended)
+}
+
+/// Records each file under `tasks/<task>/` a person edited since the
+/// projection wrote it as an artifact edit (before the run starts, under the
+/// run lock, so the schedule runs its dependents again). Returns the lines
+/// the run log gets about them.
+async fn record_hand_edits(store: &Arc<Store>, task: &Task) -> Result<Vec<String>, StoreError> {
+    let Ok(pipeline) = pipelines::resolve(store.root(), &task.pipeline) else {
+        return Ok(Vec::new());
+    };
+    let found = {
+        let root = store.root().clone();
+        let (pipeline, task) = (pipeline.clone(), task.clone());
+        blocking(move || {
+            Ok(crate::task_files::hand_edits(
+                &root,
+                &pipeline,
+                &task,
+                crate::backend::ANSWER_BYTES_MAX,
+            ))
+        })
+        .await?
+    };
+    let (edits, skipped) = found;
+    let mut notes: Vec<String> = skipped
+        .into_iter()
+        .map(|s| format!("hand edit of {} not recorded: {}", s.name, s.why))
+        .collect();
+    for edit in edits {
+        let blobs = store.root().blobs();
+        let bytes = edit.bytes;
+        let size = bytes.len() as u64;
+        let artifact = blocking(move || {
+            blobs.put(&bytes).map_err(|e| StoreError::Io {
+                op: "store a hand-edited artifact",
+                path: String::new(),
+                source: std::io::Error::other(e.to_string()),
+            })
+        })
+        .await?;
+        let command = Command::EditArtifact {
+            task: task.id,
+            step: edit.step.as_str().to_owned(),
+            artifact,
+            bytes: size,
+            by: format!("hand edit of {}", edit.name),
+        };
+        let store_now = Arc::clone(store);
+        blocking(move || store_now.execute(command).map(|_| ())).await?;
+        let downstream = pipeline
+            .downstream(&edit.step)
+            .map_or(0, |d| d.len().saturating_sub(1));
+        notes.push(format!(
+            "hand edit of {} recorded as the artifact of {}; {downstream} step(s) downstream of it are out of date",
+            edit.name, edit.step
+        ));
+    }
+    Ok(notes)
 }
 
 async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<Ended, StoreError> {

@@ -981,7 +981,7 @@ impl PlanbServer {
             Ok(p) => p,
             Err(problem) => return Ok(error("INTERNAL_ERROR", problem, json!({}))),
         };
-        let Some(step) = artifact_step(&pipeline, &path) else {
+        let Some(step) = planb_engine::task_files::step_of_name(&pipeline, &path) else {
             return Ok(error(
                 "INVALID_ARTIFACT_URI",
                 format!(
@@ -1032,27 +1032,6 @@ impl PlanbServer {
             "invalidated": downstream,
         })))
     }
-}
-
-/// The step an artifact path names: `NN-<step>[.ext]` or `<step>`; never a
-/// path with folders.
-fn artifact_step(pipeline: &Pipeline, path: &str) -> Option<StepId> {
-    let path = path.trim();
-    if path.contains('/') || path.contains('\\') || path.contains("..") {
-        return None;
-    }
-    let stem = path.split('.').next().unwrap_or(path);
-    let candidate = match stem.split_once('-') {
-        Some((number, rest))
-            if number.chars().all(|c| c.is_ascii_digit()) && !number.is_empty() =>
-        {
-            let id = StepId::parse(rest).ok()?;
-            let index = pipeline.steps().iter().position(|s| s.id == id)?;
-            (number.parse::<usize>().ok()? == index + 1).then_some(id)?
-        }
-        _ => StepId::parse(stem).ok()?,
-    };
-    pipeline.step(&candidate).map(|s| s.id.clone())
 }
 
 fn created(task: &Task) -> Value {
@@ -1241,7 +1220,9 @@ mod tests {
     #[test]
     fn artifact_paths_never_leave_the_task() {
         let pipeline = pipelines::project_plan();
-        let step = |p: &str| artifact_step(&pipeline, p).map(|s| s.as_str().to_owned());
+        let step = |p: &str| {
+            planb_engine::task_files::step_of_name(&pipeline, p).map(|s| s.as_str().to_owned())
+        };
         assert_eq!(step("01-intake").as_deref(), Some("intake"));
         assert_eq!(step("01-intake.md").as_deref(), Some("intake"));
         assert_eq!(step("intake").as_deref(), Some("intake"));

@@ -232,6 +232,30 @@ fn started_by_run(dir: &Path) -> Vec<Vec<String>> {
     runs.into_iter().map(|(_, steps)| steps).collect()
 }
 
+/// Every artifact edit in the log, as (step, by), each checked to come
+/// before the run that follows it started.
+fn edits_in_log(dir: &Path) -> Vec<(String, String)> {
+    let mut reader =
+        planb_log::read_dir(&dir.join("log"), Default::default(), planb_log::Cursor(1))
+            .expect("reader");
+    let mut edits = Vec::new();
+    while let Some(record) = reader.next().expect("read") {
+        let envelope = planb_core::decode(&record.payload, planb_core::Cursor(record.cursor.0))
+            .expect("decode");
+        match envelope.event.body {
+            EventBody::ArtifactEdited { step, by, .. } => edits.push((step, by)),
+            EventBody::StepStarted { .. } => {
+                assert!(
+                    edits.is_empty() || edits.len() == 2,
+                    "a step started between the two edits"
+                );
+            }
+            _ => {}
+        }
+    }
+    edits
+}
+
 fn closure_of(target: &str) -> Vec<String> {
     let pipeline = planb_engine::pipelines::project_plan();
     pipeline
@@ -419,6 +443,24 @@ async fn stop_then_edit_then_resume_reruns_only_what_is_missing_or_downstream() 
     )
     .await);
     assert_eq!(written["changed"], true);
+    // A person edits another finished step's file by hand.
+    let by_hand = done_first
+        .iter()
+        .filter(|s| **s != edited)
+        .min_by_key(|s| downstream(s).len())
+        .expect("a second finished step")
+        .clone();
+    let folder = dir.path().join("tasks").join(&task);
+    let file = std::fs::read_dir(&folder)
+        .expect("task folder")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find(|n| {
+            n.split_once('-')
+                .is_some_and(|(_, rest)| rest.split('.').next() == Some(by_hand.as_str()))
+        })
+        .expect("the step's file");
+    std::fs::write(folder.join(&file), "## Rewritten in an editor\n").expect("hand edit");
     let resumed = ok(&call(&server, "task_resume", json!({"task_id": task})).await);
     assert_eq!(resumed["state"], "running", "{resumed}");
     let done = wait(&server, &task).await;
@@ -430,10 +472,26 @@ async fn stop_then_edit_then_resume_reruns_only_what_is_missing_or_downstream() 
     assert_eq!(second.len(), runs[1].len(), "a step ran twice in one run");
     let expected: BTreeSet<String> = closure
         .iter()
-        .filter(|s| !done_first.contains(*s) || downstream(&edited).contains(*s))
+        .filter(|s| {
+            !done_first.contains(*s)
+                || downstream(&edited).contains(*s)
+                || downstream(&by_hand).contains(*s)
+        })
         .cloned()
         .collect();
-    assert_eq!(second, expected, "edited {edited}");
+    assert_eq!(second, expected, "edited {edited}, by hand {by_hand}");
+    // Both edits are in the log, the hand edit under its file's name, and
+    // recorded before the second run started.
+    let edits = edits_in_log(dir.path());
+    assert_eq!(
+        edits,
+        vec![
+            (edited.clone(), "task_artifact_write".to_owned()),
+            (by_hand.clone(), format!("hand edit of {file}")),
+        ]
+    );
+    let hand_edited = std::fs::read_to_string(folder.join(&file)).expect("file");
+    assert_eq!(hand_edited, "## Rewritten in an editor\n");
     let report = std::fs::read_to_string(dir.path().join("tasks").join(&task).join("report.html"))
         .expect("report");
     if pipeline
@@ -493,6 +551,8 @@ async fn a_killed_worker_is_a_recoverable_worker_error_and_resume_completes() {
         again.is_empty(),
         "steps that succeeded before the kill ran again: {again:?}"
     );
+    // Files the killed worker had not written yet are not taken for edits.
+    assert_eq!(edits_in_log(dir.path()), Vec::<(String, String)>::new());
     server.client.cancel().await.expect("close");
 }
 
