@@ -128,6 +128,40 @@ pub fn report(root: &DataRoot, pipeline: &Pipeline, task: &Task) -> Option<Vec<u
     root.blobs().get(&success.artifact).ok()
 }
 
+/// The text of `run.log`: the task's latest run-log lines.
+pub fn run_log(task: &Task) -> String {
+    task.log_tail
+        .iter()
+        .map(|line| format!("{} {}\n", line.at, line.text))
+        .collect()
+}
+
+fn zip_of(
+    artifacts: Vec<(TaskFile, Vec<u8>)>,
+    report: Option<Vec<u8>>,
+    log: String,
+) -> std::io::Result<Vec<u8>> {
+    let mut entries: Vec<(String, Vec<u8>)> = artifacts
+        .into_iter()
+        .map(|(file, bytes)| (file.name, bytes))
+        .collect();
+    if let Some(report) = report {
+        entries.push(("report.html".into(), report));
+    }
+    entries.push(("run.log".into(), log.into_bytes()));
+    crate::zip::write(&entries).map_err(std::io::Error::other)
+}
+
+/// The bytes `run.zip` holds: every artifact file, the report and the run
+/// log, built in memory.
+pub fn zip(root: &DataRoot, pipeline: &Pipeline, task: &Task) -> std::io::Result<Vec<u8>> {
+    zip_of(
+        artifacts(root, pipeline, task),
+        report(root, pipeline, task),
+        run_log(task),
+    )
+}
+
 fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let seq = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -268,24 +302,15 @@ pub fn project(
         let record = serde_json::to_vec_pretty(&written).map_err(std::io::Error::other)?;
         write_atomic(&dir, WRITTEN, &record)?;
     }
-    let log: String = task
-        .log_tail
-        .iter()
-        .map(|line| format!("{} {}\n", line.at, line.text))
-        .collect();
+    let log = run_log(task);
     write_atomic(&dir, "run.log", log.as_bytes())?;
     keep.push("run.log".into());
     if whole {
-        let mut entries: Vec<(String, Vec<u8>)> = artifacts
-            .into_iter()
-            .map(|(file, bytes)| (file.name, bytes))
-            .collect();
-        if let Some(report) = report(root, pipeline, task) {
-            write_atomic(&dir, "report.html", &report)?;
-            entries.push(("report.html".into(), report));
+        let report = report(root, pipeline, task);
+        if let Some(report) = &report {
+            write_atomic(&dir, "report.html", report)?;
         }
-        entries.push(("run.log".into(), log.into_bytes()));
-        let zip = crate::zip::write(&entries).map_err(std::io::Error::other)?;
+        let zip = zip_of(artifacts, report, log)?;
         write_atomic(&dir, "run.zip", &zip)?;
     }
     keep.extend(["report.html".into(), "run.zip".into()]);

@@ -17,6 +17,7 @@ mod forms;
 mod http;
 mod opening;
 mod plans;
+mod resources;
 mod server;
 mod stdio;
 mod tasks;

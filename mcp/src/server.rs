@@ -14,7 +14,9 @@ use crate::opening::StoreHandle;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::model::{
     CallToolResult, ContentBlock, CustomNotification, ElicitationAction, Implementation,
-    JsonObject, ProgressNotificationParam, ServerCapabilities, ServerConfig, ServerNotification,
+    JsonObject, ListResourceTemplatesResult, ListResourcesResult, PaginatedRequestParams,
+    ProgressNotificationParam, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
+    ServerConfig, ServerNotification,
 };
 use rmcp::service::{ElicitationMode, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler, tool, tool_handler, tool_router};
@@ -415,6 +417,7 @@ impl ServerHandler for PlanbServer {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_prompts()
+                .enable_resources()
                 .build(),
         )
         .with_server_info(Implementation::new("planb", env!("CARGO_PKG_VERSION")));
@@ -429,6 +432,33 @@ impl ServerHandler for PlanbServer {
                 .into(),
         );
         info
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        self.list_task_resources(request.and_then(|r| r.cursor))
+            .await
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        Ok(ListResourceTemplatesResult::with_all_items(
+            crate::resources::templates(),
+        ))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        self.read_task_resource(request.uri).await.map(Into::into)
     }
 }
 

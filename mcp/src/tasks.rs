@@ -108,7 +108,7 @@ fn built_in() -> &'static Pipeline {
     PIPELINE.get_or_init(pipelines::project_plan)
 }
 
-fn pipeline_of(root: &DataRoot, name: &str) -> Result<Pipeline, String> {
+pub(crate) fn pipeline_of(root: &DataRoot, name: &str) -> Result<Pipeline, String> {
     if name == PROJECT_PLAN {
         return Ok(built_in().clone());
     }
@@ -348,7 +348,7 @@ fn spawn_worker(root: &DataRoot, task: TaskId) -> std::io::Result<std::process::
 }
 
 impl PlanbServer {
-    fn data_root(&self) -> DataRoot {
+    pub(crate) fn data_root(&self) -> DataRoot {
         DataRoot::new(self.config().data_root.clone())
     }
 

@@ -368,7 +368,117 @@ async fn a_fast_task_runs_to_a_report_and_a_zip() {
     let recorded = state.tasks().values().next().expect("the task");
     assert_eq!(recorded.runs.len(), 1);
     assert_eq!(recorded.runs[0].state, RunState::Completed);
+    let zip_bytes = std::fs::read(zip["path"].as_str().expect("path")).expect("zip");
+    resources_match_the_files(&server, &task, &report, &zip_bytes, closure.len()).await;
     server.client.cancel().await.expect("close");
+}
+
+/// The task's report, zip and artifacts as MCP resources: listed with mime
+/// type, size and SHA-256, read back equal to the files the tools give,
+/// and bad URIs refused with a message that names the problem.
+async fn resources_match_the_files(
+    server: &Server,
+    task: &str,
+    report: &Value,
+    zip: &[u8],
+    artifacts: usize,
+) {
+    use base64::Engine as _;
+    use rmcp::model::{ReadResourceRequestParams, ResourceContents};
+    let templates = server
+        .client
+        .list_all_resource_templates()
+        .await
+        .expect("templates");
+    let uris: Vec<&str> = templates.iter().map(|t| t.uri_template.as_str()).collect();
+    assert_eq!(
+        uris,
+        [
+            "planb://task/{task_id}/report",
+            "planb://task/{task_id}/zip",
+            "planb://task/{task_id}/artifact/{name}"
+        ]
+    );
+    let listed = server.client.list_all_resources().await.expect("resources");
+    assert_eq!(listed.len(), 2 + artifacts, "{listed:#?}");
+    let report_uri = format!("planb://task/{task}/report");
+    let entry = listed
+        .iter()
+        .find(|r| r.uri == report_uri)
+        .expect("the report is listed");
+    assert_eq!(entry.mime_type.as_deref(), Some("text/html"));
+    assert_eq!(entry.size, report["size"].as_u64());
+    assert_eq!(
+        entry.meta.as_ref().expect("meta").0["sha256"],
+        report["sha256"]
+    );
+    let read = |uri: String| async move {
+        server
+            .client
+            .read_resource(ReadResourceRequestParams::new(uri))
+            .await
+    };
+    let html = read(report_uri.clone()).await.expect("read the report");
+    let ResourceContents::TextResourceContents {
+        text, mime_type, ..
+    } = &html.contents[0]
+    else {
+        panic!("the report is text: {html:?}");
+    };
+    assert_eq!(mime_type.as_deref(), Some("text/html"));
+    let on_disk = std::fs::read_to_string(report["path"].as_str().expect("path")).expect("file");
+    assert_eq!(*text, on_disk);
+    let archive = read(format!("planb://task/{task}/zip")).await.expect("zip");
+    let ResourceContents::BlobResourceContents { blob, meta, .. } = &archive.contents[0] else {
+        panic!("the zip is a blob: {archive:?}");
+    };
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(blob)
+        .expect("base64");
+    assert_eq!(bytes, zip, "the zip resource equals task_download's file");
+    assert_eq!(
+        meta.as_ref().expect("meta").0["sha256"],
+        planb_core::state::ContentHash::of_bytes(zip).to_hex()
+    );
+    // Every listed artifact reads back with its listed size and hash.
+    for entry in listed.iter().filter(|r| r.uri.contains("/artifact/")) {
+        let got = read(entry.uri.clone()).await.expect("artifact");
+        let ResourceContents::TextResourceContents { text, meta, .. } = &got.contents[0] else {
+            panic!("an artifact is text: {got:?}");
+        };
+        assert_eq!(Some(text.len() as u64), entry.size, "{}", entry.uri);
+        assert_eq!(meta, &entry.meta, "{}", entry.uri);
+    }
+    // A step id names its artifact too.
+    let by_step = read(format!("planb://task/{task}/artifact/intake"))
+        .await
+        .expect("by step id");
+    assert!(matches!(
+        &by_step.contents[0],
+        ResourceContents::TextResourceContents { uri, .. } if uri.ends_with("/artifact/intake")
+    ));
+    for (uri, says) in [
+        (
+            format!("planb://task/{task}/artifact/../../etc/passwd"),
+            "names no artifact",
+        ),
+        (
+            format!("planb://task/{task}/summary"),
+            "is not report, zip or artifact",
+        ),
+        ("planb://task/not-a-task/report".to_owned(), "task id"),
+        (
+            "file:///etc/passwd".to_owned(),
+            "is not a planb task resource",
+        ),
+        (
+            "planb://task/0190a5f0-0000-7000-8000-000000000000/report".to_owned(),
+            "no task",
+        ),
+    ] {
+        let refused = read(uri.clone()).await.expect_err(&uri).to_string();
+        assert!(refused.contains(says), "{uri}: {refused}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

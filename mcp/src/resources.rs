@@ -1,0 +1,329 @@
+//! A task's outputs as MCP resources (DESIGN 6.6):
+//! `planb://task/<id>/report` (the HTML report), `planb://task/<id>/zip`
+//! (every artifact, the report and the run log) and
+//! `planb://task/<id>/artifact/<name>` (one step's artifact, named as in
+//! `tasks/<id>/`, e.g. `03-assumptions.md`, or by the step's id). Each
+//! carries its mime type, size and SHA-256 (in `_meta.sha256`).
+//!
+//! The list pages through tasks newest first, [`PAGE`] resources at a time;
+//! the cursor is the position of the next resource in that order. Reading
+//! never writes: the zip is built in memory from the blobs.
+
+use base64::Engine as _;
+use planb_core::state::ContentHash;
+use planb_core::{Task, TaskId};
+use planb_engine::task_files;
+use rmcp::ErrorData;
+use rmcp::model::{
+    ListResourcesResult, MetaObject, ReadResourceResult, Resource, ResourceContents,
+    ResourceTemplate,
+};
+use serde_json::json;
+
+use crate::server::PlanbServer;
+use crate::tasks::pipeline_of;
+
+/// Resources per page of `resources/list`.
+pub(crate) const PAGE: usize = 100;
+/// The scheme and authority every task resource starts with.
+const PREFIX: &str = "planb://task/";
+/// The largest resource returned whole (a zip of many large artifacts can
+/// exceed it; `task_download` writes it to a file instead).
+const READ_BYTES_MAX: usize = 32 << 20;
+
+/// What a task resource URI names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Part {
+    Report,
+    Zip,
+    Artifact(String),
+}
+
+/// Parses a task resource URI; the message names what is wrong with it.
+fn parse(uri: &str) -> Result<(TaskId, Part), String> {
+    let Some(rest) = uri.strip_prefix(PREFIX) else {
+        return Err(format!(
+            "uri: {uri:?} is not a planb task resource (planb://task/<task_id>/report, …/zip or …/artifact/<name>)"
+        ));
+    };
+    let (id, part) = rest.split_once('/').unwrap_or((rest, ""));
+    let task = TaskId::parse(id).map_err(|e| format!("uri: task id {id:?}: {e}"))?;
+    let part = match part.split_once('/') {
+        None if part == "report" => Part::Report,
+        None if part == "zip" => Part::Zip,
+        Some(("artifact", name)) if !name.is_empty() => Part::Artifact(name.to_owned()),
+        _ => {
+            return Err(format!(
+                "uri: {part:?} after the task id is not report, zip or artifact/<name>"
+            ));
+        }
+    };
+    Ok((task, part))
+}
+
+fn meta_sha256(hash: &ContentHash) -> MetaObject {
+    let mut meta = serde_json::Map::new();
+    meta.insert("sha256".into(), json!(hash.to_hex()));
+    MetaObject(meta)
+}
+
+/// The resource templates: one per kind of task resource.
+pub(crate) fn templates() -> Vec<ResourceTemplate> {
+    vec![
+        ResourceTemplate::new("planb://task/{task_id}/report", "task-report")
+            .with_title("Task report")
+            .with_description("A completed task's self-contained HTML report.")
+            .with_mime_type("text/html"),
+        ResourceTemplate::new("planb://task/{task_id}/zip", "task-zip")
+            .with_title("Task archive")
+            .with_description("Every artifact of a task, its report and its run log, as a zip.")
+            .with_mime_type("application/zip"),
+        ResourceTemplate::new("planb://task/{task_id}/artifact/{name}", "task-artifact")
+            .with_title("Task artifact")
+            .with_description(
+                "One step's artifact, named as in the task's folder (e.g. 03-assumptions.md) or by the step's id.",
+            ),
+    ]
+}
+
+/// One listed resource before its artifact's name is known.
+enum Entry {
+    /// Task, pipeline name, target step, artifact, size.
+    Report(TaskId, String, String, ContentHash, u64),
+    Zip(TaskId),
+    /// Task, pipeline name, step, artifact, size.
+    Artifact(TaskId, String, String, ContentHash, u64),
+}
+
+/// Every resource of the tasks, newest task first: report, zip, then the
+/// artifacts in step-name order.
+fn entries(tasks: Vec<&Task>) -> Vec<Entry> {
+    let mut out = Vec::new();
+    for task in tasks {
+        if task.successes.is_empty() {
+            continue;
+        }
+        // Kept only if the target renders a report (`describe` checks).
+        if let Some(success) = task.successes.get(&task.target) {
+            out.push(Entry::Report(
+                task.id,
+                task.pipeline.clone(),
+                task.target.clone(),
+                ContentHash(success.artifact),
+                success.bytes,
+            ));
+        }
+        out.push(Entry::Zip(task.id));
+        for (step, success) in &task.successes {
+            out.push(Entry::Artifact(
+                task.id,
+                task.pipeline.clone(),
+                step.clone(),
+                ContentHash(success.artifact),
+                success.bytes,
+            ));
+        }
+    }
+    out
+}
+
+fn not_found(message: String) -> ErrorData {
+    ErrorData::resource_not_found(message, None)
+}
+
+fn contents(uri: &str, mime: &str, bytes: Vec<u8>, hash: &ContentHash) -> ResourceContents {
+    let meta = Some(meta_sha256(hash));
+    let bytes = if mime == "application/zip" {
+        bytes
+    } else {
+        match String::from_utf8(bytes) {
+            Ok(text) => {
+                return ResourceContents::TextResourceContents {
+                    uri: uri.to_owned(),
+                    mime_type: Some(mime.to_owned()),
+                    text,
+                    meta,
+                };
+            }
+            Err(error) => error.into_bytes(),
+        }
+    };
+    ResourceContents::BlobResourceContents {
+        uri: uri.to_owned(),
+        mime_type: Some(mime.to_owned()),
+        blob: base64::engine::general_purpose::STANDARD.encode(bytes),
+        meta,
+    }
+}
+
+impl PlanbServer {
+    /// One page of `resources/list`.
+    pub(crate) async fn list_task_resources(
+        &self,
+        cursor: Option<String>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let from = match cursor.as_deref() {
+            None => 0,
+            Some(text) => text.parse::<usize>().map_err(|_| {
+                ErrorData::invalid_params(
+                    format!("cursor: {text:?} is not a cursor this server returned"),
+                    None,
+                )
+            })?,
+        };
+        let page = self
+            .read_state(move |s| {
+                let mut tasks: Vec<&Task> = s.tasks().values().collect();
+                tasks.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
+                let all = entries(tasks);
+                let total = all.len();
+                let page: Vec<Entry> = all.into_iter().skip(from).take(PAGE).collect();
+                (page, total)
+            })
+            .await
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        let (page, total) = page;
+        let root = self.data_root();
+        let resources = tokio::task::spawn_blocking(move || {
+            page.into_iter()
+                .filter_map(|entry| describe(&root, entry))
+                .collect::<Vec<Resource>>()
+        })
+        .await
+        .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        let mut result = ListResourcesResult::with_all_items(resources);
+        let next = from.saturating_add(PAGE);
+        if next < total {
+            result.next_cursor = Some(next.to_string());
+        }
+        Ok(result)
+    }
+
+    /// `resources/read` of a task resource.
+    pub(crate) async fn read_task_resource(
+        &self,
+        uri: String,
+    ) -> Result<ReadResourceResult, ErrorData> {
+        let (id, part) = parse(&uri).map_err(|m| ErrorData::invalid_params(m, None))?;
+        let task = self
+            .read_state(move |s| s.task(&id).cloned())
+            .await
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?
+            .ok_or_else(|| not_found(format!("uri: no task {id} (task_list shows the tasks)")))?;
+        let root = self.data_root();
+        let read = tokio::task::spawn_blocking(move || read(&root, &task, part, &uri))
+            .await
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        read.map(|contents| ReadResourceResult::new(vec![contents]))
+    }
+}
+
+/// A listed resource with its name and mime type; `None` for a target
+/// that renders no report, or an artifact whose blob cannot be read (logged).
+fn describe(root: &planb_projections::DataRoot, entry: Entry) -> Option<Resource> {
+    Some(match entry {
+        Entry::Report(task, pipeline, target, hash, size) => {
+            let pipeline = pipeline_of(root, &pipeline).ok()?;
+            let step = pipeline.step(&planb_core::dag::StepId::parse(&target).ok()?)?;
+            if !matches!(step.action, planb_core::dag::Action::Render { .. }) {
+                return None;
+            }
+            Resource::new(format!("{PREFIX}{task}/report"), format!("{task}-report"))
+                .with_title("Report")
+                .with_description(format!("The HTML report of task {task}."))
+                .with_mime_type("text/html")
+                .with_size(size)
+                .with_meta(meta_sha256(&hash))
+        }
+        Entry::Zip(task) => Resource::new(format!("{PREFIX}{task}/zip"), format!("{task}-zip"))
+            .with_title("Archive")
+            .with_description(format!(
+                "Every artifact of task {task}, its report and its run log."
+            ))
+            .with_mime_type("application/zip"),
+        Entry::Artifact(task, pipeline, step, hash, size) => {
+            let pipeline = pipeline_of(root, &pipeline).ok()?;
+            let found = root
+                .blobs()
+                .get(&hash.0)
+                .inspect_err(|e| tracing::warn!("task {task}: artifact of {step}: {e}"))
+                .ok()?;
+            let id = planb_core::dag::StepId::parse(&step).ok()?;
+            let name = task_files::artifact_name(&pipeline, &id, &found)?;
+            Resource::new(
+                format!("{PREFIX}{task}/artifact/{name}"),
+                format!("{task}-{name}"),
+            )
+            .with_title(step.clone())
+            .with_mime_type(task_files::content_type(&name))
+            .with_size(size)
+            .with_meta(meta_sha256(&hash))
+        }
+    })
+}
+
+fn too_large(uri: &str, size: usize) -> ErrorData {
+    ErrorData::invalid_params(
+        format!(
+            "uri: {uri} is {size} bytes, over the {READ_BYTES_MAX}-byte limit of a resource read; use task_download with save_path"
+        ),
+        None,
+    )
+}
+
+/// Reads one task resource from the blobs (the zip built in memory).
+fn read(
+    root: &planb_projections::DataRoot,
+    task: &Task,
+    part: Part,
+    uri: &str,
+) -> Result<ResourceContents, ErrorData> {
+    let pipeline = pipeline_of(root, &task.pipeline)
+        .map_err(|problem| ErrorData::internal_error(problem, None))?;
+    let id = task.id;
+    let (mime, bytes) = match part {
+        Part::Report => {
+            let bytes = task_files::report(root, &pipeline, task).ok_or_else(|| {
+                not_found(format!(
+                    "uri: task {id} has no report yet (it is written when the run reaches a report target)"
+                ))
+            })?;
+            ("text/html", bytes)
+        }
+        Part::Zip => {
+            if task.successes.is_empty() {
+                return Err(not_found(format!("uri: task {id} has no artifacts yet")));
+            }
+            let bytes = task_files::zip(root, &pipeline, task)
+                .map_err(|e| ErrorData::internal_error(format!("task {id}: zip: {e}"), None))?;
+            ("application/zip", bytes)
+        }
+        Part::Artifact(name) => {
+            let step = task_files::step_of_name(&pipeline, &name).ok_or_else(|| {
+                ErrorData::invalid_params(
+                    format!(
+                        "uri: {name:?} names no artifact of this task (INVALID_ARTIFACT_URI: use a name from resources/list, like 01-intake.md, or a step id; no folders)"
+                    ),
+                    Some(json!({"code": "INVALID_ARTIFACT_URI"})),
+                )
+            })?;
+            let success = task.successes.get(step.as_str()).ok_or_else(|| {
+                not_found(format!("uri: step {step} of task {id} has no artifact yet"))
+            })?;
+            if success.bytes > READ_BYTES_MAX as u64 {
+                return Err(too_large(uri, success.bytes as usize));
+            }
+            let bytes = root.blobs().get(&success.artifact).map_err(|e| {
+                ErrorData::internal_error(format!("task {id}: artifact of {step}: {e}"), None)
+            })?;
+            let name = task_files::artifact_name(&pipeline, &step, &bytes)
+                .unwrap_or_else(|| step.as_str().to_owned());
+            (task_files::content_type(&name), bytes)
+        }
+    };
+    if bytes.len() > READ_BYTES_MAX {
+        return Err(too_large(uri, bytes.len()));
+    }
+    let hash = ContentHash::of_bytes(&bytes);
+    Ok(contents(uri, mime, bytes, &hash))
+}
