@@ -43,4 +43,4 @@ pub use rebuild::{RebuildReport, rebuild};
 pub use runs::{RunLock, RunLockError, worker_alive};
 pub use snapshot::{SnapshotCheck, check_snapshot};
 pub use store::{DataRoot, OpenReport, SNAPSHOT_AFTER_EVENTS, Store};
-pub use timeline::Timeline;
+pub use timeline::{StepMark, TaskAt, Timeline};

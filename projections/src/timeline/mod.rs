@@ -35,10 +35,12 @@
 //! its latest plan version and the named plans tied to `s`.
 
 mod session_at;
+mod task_at;
 #[cfg(test)]
 mod tests;
 
 pub use session_at::SessionAt;
+pub use task_at::{StepMark, TaskAt};
 
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
@@ -46,7 +48,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use planb_core::{
-    AskId, AskSpec, Cursor, Envelope, EventBody, PlanKey, PlanVersion, SessionId, State,
+    AskId, AskSpec, Cursor, Envelope, EventBody, PlanKey, PlanVersion, SessionId, State, TaskId,
 };
 
 /// All events seen so far, the state at the end, and what finds a session's
@@ -62,6 +64,8 @@ pub struct Timeline {
     by_session: HashMap<SessionId, Vec<usize>>,
     /// Indexes into `events` of every event of each named plan, in order.
     by_plan: HashMap<PlanKey, Vec<usize>>,
+    /// Indexes into `events` of every event of each task, in order.
+    by_task: HashMap<TaskId, Vec<usize>>,
     /// The named plans each session was ever tied to.
     plans_of_session: HashMap<SessionId, BTreeSet<PlanKey>>,
     /// For each named-plan event that changed a plan's content, the content
@@ -139,6 +143,9 @@ impl Timeline {
                 }
             }
             self.by_plan.entry(plan).or_default().push(index);
+        }
+        if let Some(task) = envelope.event.body.task() {
+            self.by_task.entry(task).or_default().push(index);
         }
         self.take_held_body(&mut envelope);
         self.events.push(envelope);
@@ -334,6 +341,31 @@ impl Timeline {
         indexes[positions]
             .iter()
             .map(|&index| self.full(&self.events[index]))
+    }
+
+    /// The cursors of the events of `task`, in order.
+    pub fn task_cursors(&self, task: &TaskId) -> Vec<Cursor> {
+        self.by_task
+            .get(task)
+            .into_iter()
+            .flatten()
+            .map(|&index| self.events[index].cursor)
+            .collect()
+    }
+
+    /// `task` as of `cursor`, folded from its own events only (task events
+    /// touch nothing else), so the cost grows with the task, not the log;
+    /// `None` if it did not exist yet.
+    pub fn task_at(&self, task: &TaskId, cursor: Cursor) -> Option<TaskAt<'_>> {
+        let events: Vec<Cow<'_, Envelope>> = self
+            .by_task
+            .get(task)?
+            .iter()
+            .map(|&index| &self.events[index])
+            .take_while(|e| e.cursor <= cursor)
+            .map(|e| self.full(e))
+            .collect();
+        task_at::fold(task, events)
     }
 
     /// A named plan's content right after the event at `cursor`, for events

@@ -355,3 +355,112 @@ fn session_events_include_its_asks_and_tied_named_plans() {
         Some("# Named\n\ntext 1\n")
     );
 }
+
+#[test]
+fn a_task_at_any_cursor_equals_it_in_a_fresh_fold_with_each_steps_mark() {
+    use planb_core::{RunId, RunOutcome, TaskId};
+
+    use super::StepMark;
+    let task = TaskId::from_uuid(Uuid::from_u128(0x7a5c));
+    let run = |n: u128| RunId::from_uuid(Uuid::from_u128(0x0b00 + n));
+    let start_step = |n: u128, step: &str| Command::StartStep {
+        task,
+        run: run(n),
+        step: step.into(),
+        input: [1; 32],
+    };
+    let succeed = |n: u128, step: &str, artifact: u8| Command::SucceedStep {
+        task,
+        run: run(n),
+        step: step.into(),
+        input: [1; 32],
+        artifact: [artifact; 32],
+        bytes: 10,
+        duration_ms: 5,
+        tokens_in: 1,
+        tokens_out: 2,
+    };
+    let commands = vec![
+        Command::CreateTask {
+            task,
+            pipeline: "project-plan".into(),
+            pipeline_version: 1,
+            prompt: "Open a bakery in Lisbon".into(),
+            speed: "fast".into(),
+            target: "report".into(),
+            model_profile: None,
+            client_request_id: None,
+        },
+        Command::StartRun {
+            task,
+            run: run(1),
+            resumed_from: None,
+            owner_pid: 7,
+            host: "h".into(),
+        },
+        start_step(1, "intake"),
+        start_step(1, "risks"),
+        succeed(1, "intake", 3),
+        // The worker dies: its run is ended with risks still running.
+        Command::EndRun {
+            task,
+            run: run(1),
+            outcome: RunOutcome::Failed,
+            reason: Some("worker_error".into()),
+            failed_step: None,
+            recoverable: true,
+        },
+        Command::EditArtifact {
+            task,
+            step: "intake".into(),
+            artifact: [4; 32],
+            bytes: 11,
+            by: "hand edit of 01-intake.md".into(),
+        },
+    ];
+    let mut state = State::default();
+    let mut events = Vec::new();
+    for command in commands {
+        for body in state.decide(command).expect("accepted") {
+            let cursor = Cursor(events.len() as u64 + 1);
+            let envelope = Envelope {
+                cursor,
+                event: Event {
+                    id: EventId::from_uuid(Uuid::from_u128(u128::from(cursor.0))),
+                    at: Timestamp(1_700_000_000_000 + cursor.0 as i64),
+                    body,
+                },
+            };
+            state.apply(&envelope);
+            events.push(envelope);
+        }
+    }
+    let timeline = timeline(&events);
+    assert_eq!(timeline.task_cursors(&task).len(), events.len());
+    let mut fresh = State::default();
+    assert!(timeline.task_at(&task, Cursor::ZERO).is_none());
+    for envelope in &events {
+        fresh.apply(envelope);
+        let at = timeline.task_at(&task, envelope.cursor).expect("the task");
+        assert_eq!(Some(&at.task), fresh.task(&task), "at {}", envelope.cursor);
+        assert_eq!(at.events.len() as u64, envelope.cursor.0);
+    }
+    let before_end = timeline.task_at(&task, Cursor(5)).expect("task");
+    assert!(matches!(
+        before_end.steps.get("risks"),
+        Some(StepMark::Running { attempt: 1, .. })
+    ));
+    let end = timeline
+        .task_at(&task, timeline.last_cursor())
+        .expect("task");
+    assert_eq!(
+        end.steps.get("risks"),
+        Some(&StepMark::Interrupted { run: run(1) })
+    );
+    assert_eq!(
+        end.steps.get("intake"),
+        Some(&StepMark::Edited {
+            by: "hand edit of 01-intake.md".into()
+        })
+    );
+}
