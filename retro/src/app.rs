@@ -14,13 +14,14 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use futures_util::Stream;
 use maud::Markup;
-use planb_core::{Cursor, SessionId};
+use planb_core::dag::StepId;
+use planb_core::{Cursor, SessionId, TaskId};
 use planb_http::checks;
 use planb_ui::pages::{self, EntriesBeyond, RetroFilter};
 use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
 
-use crate::Retro;
+use crate::{Retro, tasks};
 
 /// What the handlers share.
 #[derive(Debug, Clone)]
@@ -42,6 +43,8 @@ pub fn app(state: AppState) -> Router {
         .route("/sessions/{id}/events", get(session_events))
         .route("/sessions/{id}/plans/{version}", get(plan))
         .route("/sessions/{id}/plans/{from}/diff/{to}", get(diff))
+        .route("/tasks/{id}", get(task))
+        .route("/tasks/{id}/steps/{step}", get(step))
         .route("/assets/{*name}", get(asset))
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(state.clone(), guard))
@@ -383,6 +386,146 @@ async fn all_events(
         }
     });
     Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+}
+
+fn task_id(text: &str) -> Result<TaskId, PageError> {
+    TaskId::parse(text).map_err(|e| {
+        PageError::new(
+            StatusCode::BAD_REQUEST,
+            "Bad task id",
+            format!("task id {text:?} is malformed: {e}"),
+        )
+    })
+}
+
+fn unknown_task(id: &TaskId) -> PageError {
+    PageError::new(
+        StatusCode::NOT_FOUND,
+        "Task not found",
+        format!("no task {id} in the log"),
+    )
+}
+
+/// The cursor a task page shows: `?at=`, or the end of the log.
+fn task_cursor(state: &AppState, query: &AtQuery) -> Result<Cursor, PageError> {
+    match query.at.as_deref() {
+        Some(at) => within_log(&state.retro, number("at", at)?),
+        None => Ok(state.retro.timeline().last_cursor()),
+    }
+}
+
+async fn task(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(query): Query<AtQuery>,
+) -> Response {
+    let page =
+        tokio::task::spawn_blocking(move || respond(&state.retro, task_page(&state, &id, &query)));
+    match page.await {
+        Ok(page) => page,
+        Err(error) => PageError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Page failed",
+            error.to_string(),
+        )
+        .into_response(),
+    }
+}
+
+fn task_page(state: &AppState, id: &str, query: &AtQuery) -> Result<Response, PageError> {
+    let id = task_id(id)?;
+    let cursor = task_cursor(state, query)?;
+    let timeline = state.retro.timeline();
+    let cursors = timeline.task_cursors(&id);
+    if cursors.is_empty() {
+        return Err(unknown_task(&id));
+    }
+    // Before the task existed, show it as it was created.
+    let cursor = cursor.max(cursors[0]);
+    let at = timeline
+        .task_at(&id, cursor)
+        .ok_or_else(|| unknown_task(&id))?;
+    let root = state.retro.root();
+    let pipeline = planb_engine::pipelines::resolve(root, &at.task.pipeline);
+    let out_of_date = match &pipeline {
+        Ok(pipeline) => tasks::out_of_date(pipeline, &at.task),
+        Err(_) => Default::default(),
+    };
+    let view = pages::TaskView {
+        at: &at,
+        pipeline: pipeline.as_ref().ok(),
+        pipeline_problem: pipeline.as_ref().err().map(String::as_str),
+        out_of_date: &out_of_date,
+        cursors: &cursors,
+        cursor,
+    };
+    Ok(html(
+        StatusCode::OK,
+        pages::retro_task_page(&timeline, &view),
+    ))
+}
+
+async fn step(
+    State(state): State<AppState>,
+    Path((id, step)): Path<(String, String)>,
+    Query(query): Query<AtQuery>,
+) -> Response {
+    let page = tokio::task::spawn_blocking(move || {
+        respond(&state.retro, step_page(&state, &id, &step, &query))
+    });
+    match page.await {
+        Ok(page) => page,
+        Err(error) => PageError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Page failed",
+            error.to_string(),
+        )
+        .into_response(),
+    }
+}
+
+fn step_page(
+    state: &AppState,
+    id: &str,
+    step: &str,
+    query: &AtQuery,
+) -> Result<Response, PageError> {
+    let id = task_id(id)?;
+    let cursor = task_cursor(state, query)?;
+    let timeline = state.retro.timeline();
+    let at = timeline
+        .task_at(&id, cursor)
+        .ok_or_else(|| unknown_task(&id))?;
+    let root = state.retro.root();
+    let pipeline =
+        planb_engine::pipelines::resolve(root, &at.task.pipeline).map_err(|problem| {
+            PageError::new(
+                StatusCode::NOT_FOUND,
+                "Pipeline not readable",
+                format!("pipeline {} of task {id}: {problem}", at.task.pipeline),
+            )
+        })?;
+    let def = StepId::parse(step)
+        .ok()
+        .and_then(|s| pipeline.step(&s))
+        .ok_or_else(|| {
+            PageError::new(
+                StatusCode::NOT_FOUND,
+                "Step not found",
+                format!("step {step:?} is not in pipeline {}", pipeline.name()),
+            )
+        })?;
+    let view = pages::StepView {
+        prompt: tasks::prompt(&timeline, root, &pipeline, &at, def),
+        versions: tasks::versions(root, &at, &def.id),
+        at: &at,
+        step: def,
+        cursor,
+    };
+    Ok(html(
+        StatusCode::OK,
+        pages::retro_step_page(&timeline, &view),
+    ))
 }
 
 async fn asset(Path(name): Path<String>) -> Response {

@@ -18,6 +18,7 @@
 
 mod app;
 mod live;
+mod tasks;
 
 pub use app::{AppState, PageError, app};
 pub use live::{Follower, POLL_INTERVAL, Retro};

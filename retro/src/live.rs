@@ -8,7 +8,7 @@
 //! only for the pushes, never while decoding or reading), and announces the
 //! new last cursor on a broadcast channel for the server-sent event streams.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, RwLock, RwLockReadGuard, Weak};
 use std::time::Duration;
 
@@ -42,6 +42,8 @@ struct Inner {
     /// The last cursor after each batch of new events.
     appended: broadcast::Sender<Cursor>,
     log_dir: PathBuf,
+    /// The data root, for the blobs a task's artifacts are in (read only).
+    root: DataRoot,
     /// Rendered timeline entries, kept for the life of the server.
     entries: EntryCache,
 }
@@ -61,7 +63,7 @@ impl Retro {
     /// A missing or unreadable log is not an error: the pages say so and
     /// the follower keeps trying.
     pub fn open(root: &DataRoot) -> (Retro, Follower) {
-        let retro = Retro::empty(&root.log_dir());
+        let retro = Retro::empty(root);
         let mut follower = Follower {
             reader: None,
             stopped: false,
@@ -70,14 +72,15 @@ impl Retro {
         (retro, follower)
     }
 
-    fn empty(log_dir: &Path) -> Retro {
+    fn empty(root: &DataRoot) -> Retro {
         let (appended, _) = broadcast::channel(NOTIFICATIONS_MAX);
         Retro {
             inner: Arc::new(Inner {
                 timeline: RwLock::new(Timeline::default()),
                 problem: RwLock::new(None),
                 appended,
-                log_dir: log_dir.to_path_buf(),
+                log_dir: root.log_dir(),
+                root: root.clone(),
                 entries: EntryCache::default(),
             }),
         }
@@ -89,6 +92,11 @@ impl Retro {
             .timeline
             .read()
             .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The data root the replay reads.
+    pub fn root(&self) -> &DataRoot {
+        &self.inner.root
     }
 
     /// The cache of rendered timeline entries.

@@ -126,7 +126,9 @@
     }
   }
 
-  function initIndex(main) {
+  // A page that follows the log (data-live on main) swaps in, on each
+  // append, the fresh copy of every element marked data-swap.
+  function initLive(main) {
     if (!window.EventSource) return;
     const source = new EventSource(main.dataset.live);
     let busy = false;
@@ -137,10 +139,9 @@
         const response = await fetch(location.href);
         if (!response.ok) return;
         const page = new DOMParser().parseFromString(await response.text(), "text/html");
-        for (const id of ["inbox", "sessions"]) {
-          const fresh = page.getElementById(id);
-          const current = document.getElementById(id);
-          if (fresh && current) current.replaceWith(fresh);
+        for (const current of document.querySelectorAll("[data-swap]")) {
+          const fresh = current.id && page.getElementById(current.id);
+          if (fresh) current.replaceWith(fresh);
         }
       } finally {
         busy = false;
@@ -148,10 +149,23 @@
     });
   }
 
+  // The task scrubber: moving it opens the task as of that event.
+  function initTaskScrubber(nav) {
+    const range = document.getElementById("task-scrub");
+    const cursors = (nav.dataset.cursors || "").split(",").filter(Boolean);
+    if (!range || !cursors.length) return;
+    range.addEventListener("change", () => {
+      const cursor = cursors[Number(range.value)];
+      if (cursor) location.assign(nav.dataset.base + cursor);
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", () => {
     const scrubber = document.getElementById("scrubber");
     if (scrubber) initScrubber(scrubber);
     const main = document.getElementById("main");
-    if (main && main.dataset.live && !scrubber) initIndex(main);
+    if (main && main.dataset.live && !scrubber) initLive(main);
+    const taskScrubber = document.getElementById("task-scrubber");
+    if (taskScrubber) initTaskScrubber(taskScrubber);
   });
 })();

@@ -18,6 +18,7 @@ mod form;
 mod question;
 mod retro;
 mod retro_entry;
+mod retro_task;
 pub mod review;
 pub use retro_entry::EntryCache;
 mod shell;
@@ -28,6 +29,9 @@ pub use retro::{
     ENTRIES_WINDOW, EntriesBeyond, RetroFilter, retro_diff_page, retro_entries_after,
     retro_entries_fragment, retro_index_page, retro_message_page, retro_plan_page,
     retro_session_page, retro_state_fragment,
+};
+pub use retro_task::{
+    ArtifactVersion, PromptView, StepView, TaskView, retro_step_page, retro_task_page,
 };
 pub use review::{ReviewView, review_page};
 pub use shell::message_page;

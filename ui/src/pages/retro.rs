@@ -52,7 +52,7 @@ impl RetroFilter<'_> {
 /// everything else, that the history is incomplete; the session page passes
 /// `None` because its state panel says so, and the panel is also what the
 /// scrubber swaps in.
-fn page(
+pub(super) fn page(
     title: &str,
     libraries: Libraries,
     live: Option<String>,
@@ -94,7 +94,7 @@ pub fn retro_message_page(timeline: &Timeline, title: &str, message: &str) -> Ma
 }
 
 fn back_link() -> Markup {
-    html! { a.retro-back href="/" { "‹ All sessions" } }
+    html! { a.retro-back href="/" { "‹ All sessions and tasks" } }
 }
 
 /// The sessions index: the inbox of waiting questions, then the sessions
@@ -133,7 +133,7 @@ pub fn retro_index_page(
             @if let Some(problem) = problem {
                 div.banner.banner-error role="alert" { (problem) }
             }
-            section #inbox .retro-inbox aria-labelledby="inbox-title" {
+            section #inbox .retro-inbox aria-labelledby="inbox-title" data-swap {
                 h2 #inbox-title { "Waiting for an answer" span.retro-muted { " · " (pending.len()) } }
                 @if pending.is_empty() {
                     p.retro-muted { "No question is waiting." }
@@ -158,6 +158,7 @@ pub fn retro_index_page(
                     }
                 }
             }
+            (super::retro_task::tasks_section(timeline))
             form.retro-filter method="get" action="/" role="search" {
                 label for="filter-q" { "Search" }
                 input #filter-q .text-input type="search" name="q" value=[filter.query]
@@ -171,7 +172,7 @@ pub fn retro_index_page(
                 }
                 button.btn.btn-secondary type="submit" { "Filter" }
             }
-            section #sessions .retro-sessions aria-label="Sessions" {
+            section #sessions .retro-sessions aria-label="Sessions" data-swap {
                 @if sessions.is_empty() {
                     p.retro-muted { "No session matches." }
                 }

@@ -1,0 +1,135 @@
+//! What the task pages need beyond the timeline: which artifacts are out of
+//! date, a step's prompt rebuilt from the pipeline and the inputs it read,
+//! and every version of a step's artifact, read from the blob store.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use planb_core::dag::{Action, Pipeline, StepDef, StepId};
+use planb_core::state::ContentHash;
+use planb_core::{EventBody, Task};
+use planb_engine::pipelines;
+use planb_projections::{DataRoot, TaskAt, Timeline};
+use planb_ui::pages::{ArtifactVersion, PromptView};
+
+/// Each step's current artifact hash, as the schedule reads them.
+fn settled(task: &Task) -> BTreeMap<StepId, ContentHash> {
+    task.successes
+        .iter()
+        .filter_map(|(step, success)| {
+            Some((StepId::parse(step).ok()?, ContentHash(success.artifact)))
+        })
+        .collect()
+}
+
+/// The steps whose artifact was made from inputs that have changed since
+/// (an upstream edit or re-run): the next run does them again.
+pub fn out_of_date(pipeline: &Pipeline, task: &Task) -> BTreeSet<String> {
+    let context = pipelines::context(task);
+    let artifacts = settled(task);
+    task.successes
+        .iter()
+        .filter(|(step, success)| {
+            StepId::parse(step)
+                .ok()
+                .and_then(|id| pipeline.input_hash(&context, &id, &artifacts))
+                .is_some_and(|now| now.0 != success.input)
+        })
+        .map(|(step, _)| step.clone())
+        .collect()
+}
+
+fn read_text(root: &DataRoot, hash: &[u8; 32]) -> Result<String, String> {
+    root.blobs()
+        .get(hash)
+        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+        .map_err(|e| format!("the artifact cannot be read: {e}"))
+}
+
+/// `step`'s prompt at its latest start at or before the page's cursor:
+/// the pipeline's template filled with the artifacts its needs had then,
+/// checked against the input hash the start recorded. `None` if it had not
+/// started.
+pub fn prompt(
+    timeline: &Timeline,
+    root: &DataRoot,
+    pipeline: &Pipeline,
+    at: &TaskAt<'_>,
+    step: &StepDef,
+) -> Option<Result<PromptView, String>> {
+    let (cursor, input) = at.events.iter().rev().find_map(|e| match &e.event.body {
+        EventBody::StepStarted {
+            step: started,
+            input,
+            ..
+        } if started == step.id.as_str() => Some((e.cursor, *input)),
+        _ => None,
+    })?;
+    let Action::Model { prompt: template } = &step.action else {
+        return Some(Err(
+            "this step calls no model: it is built from its inputs".into()
+        ));
+    };
+    let then = timeline.task_at(&at.task.id, cursor)?;
+    let mut inputs = BTreeMap::new();
+    for need in &step.needs {
+        let Some(success) = then.task.successes.get(need.as_str()) else {
+            return Some(Err(format!("{need} had no artifact then")));
+        };
+        match read_text(root, &success.artifact) {
+            Ok(text) => inputs.insert(need.clone(), text),
+            Err(why) => return Some(Err(format!("{need}: {why}"))),
+        };
+    }
+    let verified = pipeline
+        .input_hash(
+            &pipelines::context(&then.task),
+            &step.id,
+            &settled(&then.task),
+        )
+        .is_some_and(|hash| hash.0 == input);
+    let titles: BTreeMap<StepId, String> = pipeline
+        .steps()
+        .iter()
+        .map(|s| (s.id.clone(), s.title.clone()))
+        .collect();
+    Some(Ok(PromptView {
+        cursor,
+        text: pipelines::fill(template, &then.task, step, &titles, &inputs),
+        verified,
+    }))
+}
+
+/// Every artifact `step` had up to the page's cursor, oldest first: each
+/// success and each edit.
+pub fn versions(root: &DataRoot, at: &TaskAt<'_>, step: &StepId) -> Vec<ArtifactVersion> {
+    at.events
+        .iter()
+        .filter_map(|e| {
+            let (artifact, by) = match &e.event.body {
+                EventBody::StepSucceeded {
+                    step: done,
+                    artifact,
+                    run,
+                    duration_ms,
+                    ..
+                } if done == step.as_str() => {
+                    let run: String = run.to_string().chars().take(8).collect();
+                    (artifact, format!("run {run}, {duration_ms} ms"))
+                }
+                EventBody::ArtifactEdited {
+                    step: edited,
+                    artifact,
+                    by,
+                    ..
+                } if edited == step.as_str() => (artifact, format!("edited: {by}")),
+                _ => return None,
+            };
+            Some(ArtifactVersion {
+                cursor: e.cursor,
+                at: e.event.at,
+                by,
+                text: read_text(root, artifact),
+            })
+        })
+        .collect()
+}

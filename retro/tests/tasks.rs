@@ -1,0 +1,316 @@
+//! The task pages over a real data root: task events recorded through
+//! `planb_projections::Store` with the built-in pipeline's real input hashes,
+//! artifacts in the real blob store, pages requested through the router.
+
+mod oneshot;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::http::StatusCode;
+use oneshot::{PORT, get};
+use planb_core::dag::StepId;
+use planb_core::state::ContentHash;
+use planb_core::{Command, RunId, RunOutcome, TaskId, Timestamp};
+use planb_engine::pipelines;
+use planb_projections::{DataRoot, FixedEnvironment, Store};
+use planb_retro::{AppState, Retro, app};
+use uuid::Uuid;
+
+const INTAKE: &str = "## Goal\n\nOpen a bakery in Lyon.\n";
+const INTAKE_EDITED: &str = "## Goal\n\nOpen a bakery in Lyon by June.\n";
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    root: DataRoot,
+    task: TaskId,
+    /// The cursor right after intake succeeded.
+    intake_done: u64,
+}
+
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = DataRoot::new(dir.path());
+    let env = Arc::new(FixedEnvironment::new(Timestamp(1_700_000_000_000), 1_000));
+    let (store, _) = Store::open(root.clone(), env).expect("open store");
+    let task = TaskId::from_uuid(Uuid::new_v4());
+    let run = RunId::from_uuid(Uuid::new_v4());
+    let pipeline = pipelines::project_plan();
+    store
+        .execute(Command::CreateTask {
+            task,
+            pipeline: pipeline.name().into(),
+            pipeline_version: pipeline.version(),
+            prompt: "Open a neighbourhood bakery in Lyon".into(),
+            speed: "fast".into(),
+            target: "build_plan".into(),
+            model_profile: None,
+            client_request_id: None,
+        })
+        .expect("create");
+    store
+        .execute(Command::StartRun {
+            task,
+            run,
+            resumed_from: None,
+            owner_pid: 4242,
+            host: "test".into(),
+        })
+        .expect("start run");
+    // Each step starts on the input hash the worker would compute.
+    let input = |step: &str| {
+        let found = store
+            .read(|s| s.task(&task).cloned())
+            .expect("read")
+            .expect("task");
+        let artifacts: BTreeMap<StepId, ContentHash> = found
+            .successes
+            .iter()
+            .map(|(s, v)| (StepId::parse(s).expect("id"), ContentHash(v.artifact)))
+            .collect();
+        pipeline
+            .input_hash(
+                &pipelines::context(&found),
+                &StepId::parse(step).expect("id"),
+                &artifacts,
+            )
+            .expect("a step")
+            .0
+    };
+    let blobs = root.blobs();
+    let intake_input = input("intake");
+    store
+        .execute(Command::StartStep {
+            task,
+            run,
+            step: "intake".into(),
+            input: intake_input,
+        })
+        .expect("start intake");
+    let intake = blobs.put(INTAKE.as_bytes()).expect("blob");
+    let events = store
+        .execute(Command::SucceedStep {
+            task,
+            run,
+            step: "intake".into(),
+            input: intake_input,
+            artifact: intake,
+            bytes: INTAKE.len() as u64,
+            duration_ms: 12,
+            tokens_in: 30,
+            tokens_out: 20,
+        })
+        .expect("intake done");
+    let intake_done = events.last().expect("an event").cursor.0;
+    store
+        .execute(Command::StartStep {
+            task,
+            run,
+            step: "purpose".into(),
+            input: input("purpose"),
+        })
+        .expect("start purpose");
+    store
+        .execute(Command::FailStep {
+            task,
+            run,
+            step: "purpose".into(),
+            class: "model_timeout".into(),
+            message: "the model did not answer within 600 s".into(),
+            recoverable: true,
+        })
+        .expect("purpose failed");
+    store
+        .execute(Command::AppendRunLog {
+            task,
+            run,
+            lines: vec!["step purpose failed: the model did not answer".into()],
+        })
+        .expect("log");
+    store
+        .execute(Command::EndRun {
+            task,
+            run,
+            outcome: RunOutcome::Failed,
+            reason: Some("model_timeout".into()),
+            failed_step: Some("purpose".into()),
+            recoverable: true,
+        })
+        .expect("end");
+    let edited = blobs.put(INTAKE_EDITED.as_bytes()).expect("blob");
+    store
+        .execute(Command::EditArtifact {
+            task,
+            step: "intake".into(),
+            artifact: edited,
+            bytes: INTAKE_EDITED.len() as u64,
+            by: "hand edit of 01-intake.md".into(),
+        })
+        .expect("edit");
+    Fixture {
+        _dir: dir,
+        root,
+        task,
+        intake_done,
+    }
+}
+
+fn router(root: &DataRoot) -> axum::Router {
+    let (retro, mut follower) = Retro::open(root);
+    follower.poll(&retro);
+    app(AppState { retro, port: PORT })
+}
+
+async fn page(router: &axum::Router, path: &str, status: StatusCode, snippets: &[&str]) -> String {
+    let (actual, body) = get(router, path).await;
+    assert_eq!(actual, status, "GET {path}: {body}");
+    for snippet in snippets {
+        assert!(
+            body.contains(snippet),
+            "GET {path}: no {snippet:?} in {body}"
+        );
+    }
+    body
+}
+
+#[tokio::test]
+async fn the_index_lists_tasks_and_a_task_shows_its_dag_runs_and_log() {
+    let f = fixture();
+    let router = router(&f.root);
+    let task = f.task.to_string();
+    page(
+        &router,
+        "/",
+        StatusCode::OK,
+        &[
+            "Tasks",
+            &format!("href=\"/tasks/{task}\""),
+            "Open a neighbourhood bakery in Lyon",
+            "task-failed",
+        ],
+    )
+    .await;
+    let end = page(
+        &router,
+        &format!("/tasks/{task}"),
+        StatusCode::OK,
+        &[
+            "Goal and constraints",
+            "model_timeout",
+            "step purpose failed: the model did not answer",
+            "worker pid 4242",
+            "intake edited by hand edit of 01-intake.md",
+            "data-live=\"/events\"",
+        ],
+    )
+    .await;
+    // At the end: intake was edited, purpose failed, the rest never ran.
+    assert!(
+        end.contains("data-step=\"intake\"") && end.contains("edited (hand edit of 01-intake.md)")
+    );
+    assert!(
+        end.contains("class=\"dag-step is-failed\" data-step=\"purpose\""),
+        "{end}"
+    );
+    assert!(
+        end.contains("class=\"dag-step is-pending\" data-step=\"assumptions\""),
+        "{end}"
+    );
+    // Back in time: right after intake succeeded, it is done and nothing failed yet.
+    let then = page(
+        &router,
+        &format!("/tasks/{task}?at={}", f.intake_done),
+        StatusCode::OK,
+        &["done in 12 ms"],
+    )
+    .await;
+    assert!(!then.contains("is-failed"), "{then}");
+    assert!(
+        !then.contains("data-live"),
+        "a past position does not follow the log"
+    );
+}
+
+#[tokio::test]
+async fn a_step_shows_its_rebuilt_prompt_its_answer_and_its_versions() {
+    let f = fixture();
+    let router = router(&f.root);
+    let task = f.task.to_string();
+    // purpose read intake's first artifact; the rebuilt prompt holds it and
+    // hashes to what the start recorded.
+    page(
+        &router,
+        &format!("/tasks/{task}/steps/purpose"),
+        StatusCode::OK,
+        &[
+            "Open a bakery in Lyon.",
+            "they hash to what the run recorded",
+            "model_timeout: the model did not answer within 600 s",
+            "No artifact by this point.",
+        ],
+    )
+    .await;
+    let intake = page(
+        &router,
+        &format!("/tasks/{task}/steps/intake"),
+        StatusCode::OK,
+        &[
+            "Open a bakery in Lyon by June.",
+            "edited: hand edit of 01-intake.md",
+            "Changes from version 1",
+        ],
+    )
+    .await;
+    assert!(intake.contains("run "), "the first version names its run");
+    // Before the edit there was one version and no diff.
+    page(
+        &router,
+        &format!("/tasks/{task}/steps/intake?at={}", f.intake_done),
+        StatusCode::OK,
+        &["Open a bakery in Lyon."],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn bad_task_addresses_are_pages_with_their_status() {
+    let f = fixture();
+    let router = router(&f.root);
+    let task = f.task.to_string();
+    page(
+        &router,
+        "/tasks/nope",
+        StatusCode::BAD_REQUEST,
+        &["Bad task id", "malformed"],
+    )
+    .await;
+    let unknown = TaskId::from_uuid(Uuid::new_v4());
+    page(
+        &router,
+        &format!("/tasks/{unknown}"),
+        StatusCode::NOT_FOUND,
+        &["no task"],
+    )
+    .await;
+    page(
+        &router,
+        &format!("/tasks/{task}/steps/../../etc"),
+        StatusCode::NOT_FOUND,
+        &[],
+    )
+    .await;
+    page(
+        &router,
+        &format!("/tasks/{task}/steps/nonesuch"),
+        StatusCode::NOT_FOUND,
+        &["Step not found", "is not in pipeline project-plan"],
+    )
+    .await;
+    page(
+        &router,
+        &format!("/tasks/{task}?at=999999"),
+        StatusCode::NOT_FOUND,
+        &["past the end of the log"],
+    )
+    .await;
+}

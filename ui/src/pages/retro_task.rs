@@ -1,0 +1,464 @@
+//! The task pages of `planb-retro`: the tasks list on the index, a task's
+//! DAG with every step's state as of a cursor (time travel over the task's
+//! events), its runs and run log, and a step's prompt, answer and every
+//! version of its artifact with the diff between consecutive ones.
+//!
+//! Like every page here these do no IO: the server reads the blobs, resolves
+//! the pipeline and rebuilds the prompt, and hands the texts in.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use maud::{Markup, PreEscaped, html};
+use planb_core::dag::{Action, Pipeline, StepDef, StepId};
+use planb_core::{Cursor, Envelope, EventBody, RunOutcome, Task, TaskId};
+use planb_projections::{StepMark, TaskAt, Timeline};
+
+use super::diff::Folds;
+use super::retro::page;
+use super::retro_entry::{count, diff_view, short, when};
+use super::shell::Libraries;
+use crate::markdown;
+
+fn state_of(task: &Task) -> &'static str {
+    task.runs.last().map_or("created", |run| run.state.as_str())
+}
+
+fn summary(prompt: &str) -> String {
+    let line = prompt.lines().next().unwrap_or("").trim();
+    let mut text: String = line.chars().take(120).collect();
+    if line.chars().count() > 120 {
+        text.push('…');
+    }
+    text
+}
+
+/// The tasks section of the index (`id="tasks"`, swapped in live): every
+/// task, newest first.
+pub(super) fn tasks_section(timeline: &Timeline) -> Markup {
+    let mut tasks: Vec<&Task> = timeline.state().tasks().values().collect();
+    tasks.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
+    html! {
+        section #tasks .retro-tasks aria-labelledby="tasks-title" data-swap {
+            h2 #tasks-title { "Tasks" span.retro-muted { " · " (tasks.len()) } }
+            @if tasks.is_empty() {
+                p.retro-muted { "No task yet. An agent starts one with task_create." }
+            } @else {
+                ul.retro-list {
+                    @for task in &tasks {
+                        li.retro-task {
+                            a.retro-session-title href={"/tasks/" (task.id)} { (summary(&task.prompt)) }
+                            " " span.retro-badge.{"task-" (state_of(task))} { (state_of(task)) }
+                            p.retro-muted {
+                                code { (short(&task.id)) } " · " (task.pipeline) " → " (task.target)
+                                " · " (task.speed) " · " (count(task.runs.len(), "run", "runs"))
+                                " · created " (when(task.created_at))
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What the task page shows besides the task as of the cursor.
+#[derive(Debug)]
+pub struct TaskView<'a> {
+    /// The task as of the cursor, with its step marks and events.
+    pub at: &'a TaskAt<'a>,
+    /// Its pipeline, when it can still be read.
+    pub pipeline: Option<&'a Pipeline>,
+    /// Why the pipeline cannot be read, when it cannot.
+    pub pipeline_problem: Option<&'a str>,
+    /// Steps whose artifact no longer matches what they would read now (an
+    /// upstream artifact changed since): the next run does them again.
+    pub out_of_date: &'a BTreeSet<String>,
+    /// The cursors of the task's events, in order.
+    pub cursors: &'a [Cursor],
+    /// The cursor shown.
+    pub cursor: Cursor,
+}
+
+fn mark_class(mark: Option<&StepMark>, stale: bool) -> &'static str {
+    match mark {
+        _ if stale => "is-stale",
+        None => "is-pending",
+        Some(StepMark::Running { .. }) => "is-running",
+        Some(StepMark::Succeeded { .. }) => "is-done",
+        Some(StepMark::Edited { .. }) => "is-edited",
+        Some(StepMark::Failed { .. }) => "is-failed",
+        Some(StepMark::Interrupted { .. }) => "is-interrupted",
+    }
+}
+
+fn mark_text(mark: Option<&StepMark>, stale: bool) -> String {
+    let text = match mark {
+        None => "not run".to_owned(),
+        Some(StepMark::Running { attempt, .. }) => format!("running (attempt {attempt})"),
+        Some(StepMark::Succeeded { duration_ms, .. }) => format!("done in {duration_ms} ms"),
+        Some(StepMark::Edited { by }) => format!("edited ({by})"),
+        Some(StepMark::Failed { class, .. }) => format!("failed: {class}"),
+        Some(StepMark::Interrupted { .. }) => "interrupted".to_owned(),
+    };
+    if stale {
+        format!("{text} · out of date")
+    } else {
+        text
+    }
+}
+
+/// The pipeline's steps in layers: a step's layer is one more than its
+/// deepest need's, so every arrow points to a later column.
+fn layers(pipeline: &Pipeline) -> Vec<Vec<&StepDef>> {
+    let mut depth: BTreeMap<&StepId, usize> = BTreeMap::new();
+    let mut out: Vec<Vec<&StepDef>> = Vec::new();
+    // Steps are stored in an order where needs come first (checked when
+    // the pipeline is defined).
+    for step in pipeline.steps() {
+        let d = step
+            .needs
+            .iter()
+            .filter_map(|n| depth.get(n))
+            .map(|d| d + 1)
+            .max()
+            .unwrap_or(0);
+        depth.insert(&step.id, d);
+        if out.len() <= d {
+            out.resize_with(d + 1, Vec::new);
+        }
+        out[d].push(step);
+    }
+    out
+}
+
+fn event_line(envelope: &Envelope) -> Option<Markup> {
+    let text = match &envelope.event.body {
+        EventBody::TaskCreated {
+            pipeline,
+            target,
+            speed,
+            ..
+        } => {
+            format!("task created: {pipeline} → {target}, {speed}")
+        }
+        EventBody::RunStarted {
+            run, resumed_from, ..
+        } => match resumed_from {
+            Some(from) => format!("run {} started, resuming {}", short(run), short(from)),
+            None => format!("run {} started", short(run)),
+        },
+        EventBody::StepStarted { step, attempt, .. } => {
+            format!("{step} started (attempt {attempt})")
+        }
+        EventBody::StepSucceeded {
+            step,
+            bytes,
+            duration_ms,
+            tokens_in,
+            tokens_out,
+            ..
+        } => {
+            format!(
+                "{step} done: {bytes} bytes in {duration_ms} ms, {tokens_in} tokens in, {tokens_out} out"
+            )
+        }
+        EventBody::StepFailed {
+            step,
+            class,
+            message,
+            ..
+        } => format!("{step} failed ({class}): {message}"),
+        EventBody::ArtifactEdited {
+            step, by, bytes, ..
+        } => format!("{step} edited by {by}: {bytes} bytes"),
+        EventBody::StopRequested { .. } => "stop requested".to_owned(),
+        EventBody::RunEnded {
+            outcome, reason, ..
+        } => {
+            let outcome = match outcome {
+                RunOutcome::Completed => "completed",
+                RunOutcome::Stopped => "stopped",
+                RunOutcome::Failed => "failed",
+            };
+            match reason {
+                Some(reason) => format!("run ended {outcome}: {reason}"),
+                None => format!("run ended {outcome}"),
+            }
+        }
+        EventBody::RunLog { .. } => return None,
+        _ => return None,
+    };
+    Some(html! { (text) })
+}
+
+/// A task as of `view.cursor`: the scrubber over its events, the DAG with
+/// each step's state, its runs, its events and its run log.
+pub fn retro_task_page(timeline: &Timeline, view: &TaskView<'_>) -> Markup {
+    let task = &view.at.task;
+    let id = task.id;
+    let position = view
+        .cursors
+        .partition_point(|c| *c <= view.cursor)
+        .saturating_sub(1);
+    let last = view.cursors.len().saturating_sub(1);
+    let live = (view.cursor >= timeline.last_cursor()).then(|| "/events".to_owned());
+    let cursor_list = view
+        .cursors
+        .iter()
+        .map(Cursor::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let at_link = |index: usize| format!("/tasks/{id}?at={}", view.cursors[index]);
+    let title = summary(&task.prompt);
+    let body = html! {
+        header.card-header {
+            a.retro-back href="/" { "‹ All sessions and tasks" }
+            p.eyebrow { "Task replay" }
+            h1.form-title { (title) }
+            p.retro-muted {
+                code { (id) } " · " (task.pipeline) " v" (task.pipeline_version) " → " (task.target)
+                " · " (task.speed) " · created " (when(task.created_at))
+            }
+        }
+        div.retro-body {
+            nav #task-scrubber .retro-scrubber aria-label="Replay position" data-cursors=(cursor_list)
+                data-base={"/tasks/" (id) "?at="} {
+                @if position > 0 {
+                    a.btn.btn-ghost href=(at_link(position - 1)) rel="prev" { "‹ Prev" }
+                }
+                input #task-scrub .retro-range type="range" min="0" max=(last) value=(position) step="1"
+                    aria-label="Replay position";
+                @if position < last {
+                    a.btn.btn-ghost href=(at_link(position + 1)) rel="next" { "Next ›" }
+                }
+                span.retro-muted aria-live="polite" {
+                    "Event " (position + 1) " of " (view.cursors.len()) " · #" (view.cursor)
+                }
+                @if position < last {
+                    a.retro-permalink href={"/tasks/" (id)} { "Latest" }
+                }
+            }
+            div #task-live data-swap {
+                p.retro-muted {
+                    "State: " strong.{"task-" (state_of(task))} { (state_of(task)) }
+                    " · " (count(task.successes.len(), "artifact", "artifacts"))
+                    @if let Some(run) = task.runs.last() {
+                        @if let Some(reason) = &run.reason { " · " (reason) }
+                    }
+                }
+                section.retro-dag aria-label="Steps" {
+                    h2 { "Steps" }
+                    @if let Some(problem) = view.pipeline_problem {
+                        div.banner.banner-error role="alert" { "The pipeline cannot be read: " (problem) }
+                    }
+                    @if let Some(pipeline) = view.pipeline {
+                        div.dag {
+                            @for (depth, layer) in layers(pipeline).iter().enumerate() {
+                                ol.dag-layer aria-label={"Layer " (depth + 1)} {
+                                    @for step in layer {
+                                        @let mark = view.at.steps.get(step.id.as_str());
+                                        @let stale = view.out_of_date.contains(step.id.as_str());
+                                        li.dag-step.(mark_class(mark, stale)) data-step=(step.id.as_str()) {
+                                            a href={"/tasks/" (id) "/steps/" (step.id.as_str()) "?at=" (view.cursor)} {
+                                                strong { (step.title) }
+                                            }
+                                            span.dag-state { (mark_text(mark, stale)) }
+                                            @if !step.needs.is_empty() {
+                                                span.dag-needs.retro-muted {
+                                                    "← " (step.needs.iter().map(StepId::as_str).collect::<Vec<_>>().join(", "))
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                section.retro-runs aria-label="Runs" {
+                    h2 { "Runs" }
+                    ol.retro-list {
+                        @for run in &task.runs {
+                            li {
+                                code { (short(&run.id)) } " · " strong { (run.state.as_str()) }
+                                " · started " (when(run.started_at))
+                                @if let Some(ended) = run.ended_at { " · ended " (when(ended)) }
+                                " · " (count(run.succeeded.len(), "step done", "steps done"))
+                                @if let Some(reason) = &run.reason { " · " (reason) }
+                                @if let Some(step) = &run.failed_step { " (step " (step) ")" }
+                                span.retro-muted { " · worker pid " (run.owner_pid) " on " (run.host) }
+                            }
+                        }
+                    }
+                }
+                div.retro-layout {
+                    section.retro-timeline aria-label="Events" {
+                        h2 { "Events" }
+                        ol.retro-entries {
+                            @for envelope in view.at.events.iter().rev().take(200) {
+                                @if let Some(line) = event_line(envelope) {
+                                    li.retro-entry.is-current[envelope.cursor == view.cursor] {
+                                        a.retro-cursor href={"/tasks/" (id) "?at=" (envelope.cursor)} { "#" (envelope.cursor) }
+                                        " " span.retro-muted { (when(envelope.event.at)) } " " (line)
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    section.retro-runlog aria-label="Run log" {
+                        h2 { "Run log" }
+                        @if task.log_tail.is_empty() {
+                            p.retro-muted { "No line yet." }
+                        } @else {
+                            pre.run-log {
+                                @for line in &task.log_tail {
+                                    (line.at.to_iso8601()) " " (line.text) "\n"
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    page(&title, Libraries::default(), live, Some(timeline), body)
+}
+
+/// One version of a step's artifact.
+#[derive(Debug, Clone)]
+pub struct ArtifactVersion {
+    /// The event that recorded it.
+    pub cursor: Cursor,
+    /// When.
+    pub at: planb_core::Timestamp,
+    /// Who made it: a run's step, or an edit.
+    pub by: String,
+    /// Its text (lossy UTF-8), or why it cannot be read.
+    pub text: Result<String, String>,
+}
+
+/// A step's prompt, rebuilt from the pipeline and the inputs it read.
+#[derive(Debug, Clone)]
+pub struct PromptView {
+    /// The cursor of the start it belongs to.
+    pub cursor: Cursor,
+    /// The prompt text.
+    pub text: String,
+    /// Whether the rebuilt inputs hash to what the start recorded.
+    pub verified: bool,
+}
+
+/// What the step page shows.
+#[derive(Debug)]
+pub struct StepView<'a> {
+    /// The task as of the cursor.
+    pub at: &'a TaskAt<'a>,
+    /// The step's definition.
+    pub step: &'a StepDef,
+    /// Its prompt at its latest start at or before the cursor.
+    pub prompt: Option<Result<PromptView, String>>,
+    /// Every version of its artifact up to the cursor, oldest first.
+    pub versions: Vec<ArtifactVersion>,
+    /// The cursor shown.
+    pub cursor: Cursor,
+}
+
+fn artifact_body(text: &str) -> Markup {
+    let trimmed = text.trim_start();
+    if trimmed.starts_with("<!DOCTYPE") || trimmed.starts_with("<html") {
+        html! { p.retro-muted { "An HTML report of " (text.len()) " bytes (tasks/<id>/report.html)." } }
+    } else if trimmed.starts_with('{') || trimmed.starts_with('[') {
+        html! { pre { (text) } }
+    } else {
+        html! { div.markdown-body { (PreEscaped(markdown::render(text))) } }
+    }
+}
+
+/// A step of a task as of a cursor: its state, prompt, answer, and every
+/// version of its artifact with the diff from the one before.
+pub fn retro_step_page(timeline: &Timeline, view: &StepView<'_>) -> Markup {
+    let id: TaskId = view.at.task.id;
+    let step = view.step;
+    let mark = view.at.steps.get(step.id.as_str());
+    let kind = match &step.action {
+        Action::Model { .. } => "model step",
+        Action::Render { .. } => "report",
+        Action::Tool { .. } => "tool call",
+        _ => "step",
+    };
+    let title = format!("{} · {}", step.title, summary(&view.at.task.prompt));
+    let body = html! {
+        header.card-header {
+            a.retro-back href={"/tasks/" (id) "?at=" (view.cursor)} { "‹ Task" }
+            p.eyebrow { "Step replay · " (kind) }
+            h1.form-title { (step.title) }
+            p.retro-muted {
+                code { (step.id.as_str()) } " · " (mark_text(mark, false)) " · as of #" (view.cursor)
+                @if !step.needs.is_empty() {
+                    " · reads "
+                    @for (i, need) in step.needs.iter().enumerate() {
+                        @if i > 0 { ", " }
+                        a href={"/tasks/" (id) "/steps/" (need.as_str()) "?at=" (view.cursor)} { (need.as_str()) }
+                    }
+                }
+            }
+        }
+        div.retro-body {
+            @if let Some(StepMark::Failed { class, message, .. }) = mark {
+                div.banner.banner-error role="alert" { (class) ": " (message) }
+            }
+            section.retro-prompt aria-label="Prompt" {
+                h2 { "Prompt" }
+                @match &view.prompt {
+                    None => p.retro-muted { "Not started by this point." },
+                    Some(Err(why)) => p.retro-muted { "The prompt cannot be rebuilt: " (why) },
+                    Some(Ok(prompt)) => {
+                        p.retro-muted {
+                            "As sent at #" (prompt.cursor) ", rebuilt from the pipeline and the inputs it read"
+                            @if prompt.verified { " (they hash to what the run recorded)." }
+                            @else { "; they do not hash to what the run recorded, so this may differ from what was sent." }
+                        }
+                        pre.retro-prompt-text { (prompt.text) }
+                    }
+                }
+            }
+            section.retro-answer aria-label="Answer" {
+                h2 { "Answer" }
+                @match view.versions.last() {
+                    None => p.retro-muted { "No artifact by this point." },
+                    Some(latest) => {
+                        p.retro-muted { "#" (latest.cursor) " · " (latest.by) " · " (when(latest.at)) }
+                        @match &latest.text {
+                            Ok(text) => (artifact_body(text)),
+                            Err(why) => div.banner.banner-error role="alert" { (why) },
+                        }
+                    }
+                }
+            }
+            @if view.versions.len() > 1 {
+                section.retro-versions aria-label="Versions" {
+                    h2 { "Versions" }
+                    ol.retro-entries {
+                        @for (i, version) in view.versions.iter().enumerate().skip(1) {
+                            @let before = &view.versions[i - 1];
+                            li.retro-entry {
+                                p.retro-entry-meta {
+                                    a.retro-cursor href={"/tasks/" (id) "/steps/" (step.id.as_str()) "?at=" (version.cursor)} { "#" (version.cursor) }
+                                    " version " (i + 1) " · " (version.by) " · " (when(version.at))
+                                }
+                                @match (&before.text, &version.text) {
+                                    (Ok(a), Ok(b)) => details.retro-diff open[i + 1 == view.versions.len()] {
+                                        summary { "Changes from version " (i) }
+                                        (diff_view(a, b, Folds::Expandable))
+                                    },
+                                    _ => p.retro-muted { "A version cannot be read, so no diff." },
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    page(&title, Libraries::default(), None, Some(timeline), body)
+}
