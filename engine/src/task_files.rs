@@ -274,6 +274,44 @@ pub fn hand_edits(
     (edits, skipped)
 }
 
+/// Writes one step's new artifact file into `tasks/<task>/` and records it
+/// in `.written.json`: what the worker does after each success, so a run's
+/// cost does not grow with the square of its steps ([`project`] writes the
+/// whole folder when the run ends).
+pub fn write_artifact(
+    root: &DataRoot,
+    pipeline: &Pipeline,
+    task: &planb_core::TaskId,
+    step: &StepId,
+    bytes: &[u8],
+) -> std::io::Result<()> {
+    let Some(name) = artifact_name(pipeline, step, bytes) else {
+        return Ok(());
+    };
+    let dir = root.task_dir(task);
+    std::fs::create_dir_all(&dir)?;
+    write_atomic(&dir, &name, bytes)?;
+    let mut written = read_written(&dir).unwrap_or_default();
+    // A step's earlier file under another extension is the old artifact.
+    let prefix = format!(
+        "{}.",
+        name.rsplit_once('.')
+            .map_or(name.as_str(), |(stem, _)| stem)
+    );
+    let stale: Vec<String> = written
+        .keys()
+        .filter(|k| k.starts_with(&prefix) && **k != name)
+        .cloned()
+        .collect();
+    for old in stale {
+        written.remove(&old);
+        let _ = std::fs::remove_file(dir.join(&old));
+    }
+    written.insert(name, ContentHash::of_bytes(bytes).to_hex());
+    let record = serde_json::to_vec_pretty(&written).map_err(std::io::Error::other)?;
+    write_atomic(&dir, WRITTEN, &record)
+}
+
 /// Rewrites `tasks/<task>/` from the state and the blobs; `whole` also
 /// writes the report and the zip (at the end of a run, after an edit).
 /// Returns the folder.

@@ -634,9 +634,11 @@ async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<En
                 let blobs = runner.store.root().blobs();
                 let bytes = produced.bytes;
                 let size = bytes.len() as u64;
-                let put = tokio::task::spawn_blocking(move || blobs.put(&bytes)).await;
-                let artifact = match put {
-                    Ok(Ok(hash)) => hash,
+                let put =
+                    tokio::task::spawn_blocking(move || blobs.put(&bytes).map(|h| (h, bytes)))
+                        .await;
+                let (artifact, bytes) = match put {
+                    Ok(Ok(put)) => put,
                     Ok(Err(error)) => {
                         let message = format!("the artifact could not be stored: {error}");
                         record_failure(runner, &result.step, "storage_error", &message, true)
@@ -671,10 +673,18 @@ async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<En
                     })
                     .await?;
                 settled.insert(result.step.clone(), ContentHash(artifact));
-                if let Ok(now) = runner.task().await
-                    && let Err(error) =
-                        crate::task_files::project(runner.store.root(), &pipeline, &now, false)
-                {
+                // Only the new file: the whole folder is written when the run ends.
+                let (root, pipeline, task, step) = (
+                    runner.store.root().clone(),
+                    Arc::clone(&pipeline),
+                    runner.task,
+                    result.step.clone(),
+                );
+                let written = tokio::task::spawn_blocking(move || {
+                    crate::task_files::write_artifact(&root, &pipeline, &task, &step, &bytes)
+                })
+                .await;
+                if let Ok(Err(error)) = written {
                     tracing::warn!("task {}: files not written: {error}", runner.task);
                 }
             }

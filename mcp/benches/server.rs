@@ -9,8 +9,16 @@
 //! holding 10 000 (the logs are written straight to the log, one sync per
 //! batch, so building them takes seconds).
 //!
-//! Run with `cargo bench -p planb-mcp`. The data root goes under cargo's target
-//! tmp dir (a real disk) or `PLANB_BENCH_DIR`.
+//! The task engine: `task_status` with 10 000 tasks in the store beside a
+//! constant tool call (`prompt_examples`) through the same transport, and a
+//! 40-step run against a local OpenAI-compatible server that answers at
+//! once, with where its time goes (from the log's own timestamps) beside
+//! the raw fdatasync floor and a raw HTTP round trip to the same server.
+//!
+//! Run with `cargo bench -p planb-mcp` (everything) or
+//! `cargo bench -p planb-mcp --bench server -- tasks` (the task engine
+//! only). The data root goes under cargo's target tmp dir (a real disk) or
+//! `PLANB_BENCH_DIR`.
 
 #![allow(clippy::print_stdout, reason = "a benchmark reports on stdout")]
 
@@ -46,7 +54,12 @@ struct Server {
 
 impl Server {
     fn spawn(root: &Path) -> Server {
+        Server::spawn_with(root, &[])
+    }
+
+    fn spawn_with(root: &Path, env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_planb-mcp"))
+            .envs(env.iter().copied())
             .env("PLANB_MCP_DATA_DIR", root)
             .env("ASK_NO_OPEN", "1")
             .env("RUST_LOG", "info")
@@ -110,6 +123,12 @@ impl Server {
             json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
         )
         .expect("write");
+    }
+
+    fn call_json(&mut self, tool: &str, arguments: Value) -> Value {
+        let reply = self.request("tools/call", json!({"name": tool, "arguments": arguments}));
+        assert_ne!(reply["result"]["isError"], true, "{tool}: {reply}");
+        reply["result"]["structuredContent"].clone()
     }
 
     fn call(&mut self, tool: &str, arguments: Value) -> String {
@@ -347,7 +366,12 @@ fn main() {
         })
         .collect();
     let (spawn_median, _) = stats(&mut spawn);
+    let tasks_only = std::env::args().any(|a| a == "tasks");
 
+    if tasks_only {
+        tasks::run(raw_fsync_median());
+        return;
+    }
     // Cold start to a finished initialize, on a data root holding one session.
     let root = bench_root("server-cold");
     {
@@ -371,22 +395,8 @@ fn main() {
     );
 
     // Floor 2: raw write + fdatasync of a plan-sized record.
-    let raw_dir = bench_root("server-raw");
-    let mut raw_file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(raw_dir.join("raw"))
-        .expect("raw");
+    let raw_median = raw_fsync_median();
     let plan = "- a step of the plan\n".repeat(50);
-    let mut raw: Vec<Duration> = (0..SAVES)
-        .map(|_| {
-            let start = Instant::now();
-            raw_file.write_all(plan.as_bytes()).expect("write");
-            raw_file.sync_data().expect("sync");
-            start.elapsed()
-        })
-        .collect();
-    let (raw_median, _) = stats(&mut raw);
 
     let root = bench_root("server-hot");
     let mut server = Server::spawn(&root);
@@ -461,4 +471,28 @@ fn main() {
     );
     drop(server);
     history(raw_median, &plan);
+    tasks::run(raw_median);
 }
+
+/// The median of raw write + fdatasync of a plan-sized record.
+fn raw_fsync_median() -> f64 {
+    let raw_dir = bench_root("server-raw");
+    let mut raw_file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(raw_dir.join("raw"))
+        .expect("raw");
+    let plan = "- a step of the plan\n".repeat(50);
+    let mut raw: Vec<Duration> = (0..SAVES)
+        .map(|_| {
+            let start = Instant::now();
+            raw_file.write_all(plan.as_bytes()).expect("write");
+            raw_file.sync_data().expect("sync");
+            start.elapsed()
+        })
+        .collect();
+    stats(&mut raw).0
+}
+
+#[path = "server/tasks.rs"]
+mod tasks;
