@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use planb_core::dag::{Action, Decision, Pipeline, Schedule, StepId, Success};
 use planb_core::state::ContentHash;
-use planb_core::{Command, RunId, RunOutcome, RunState, Task, TaskId};
+use planb_core::{Command, Rejection, RunId, RunOutcome, RunState, Task, TaskErrorCode, TaskId};
 use planb_projections::{DataRoot, RunLock, RunLockError, Store, StoreError};
 use tokio::task::JoinSet;
 
@@ -217,6 +217,20 @@ impl Runner {
         };
         self.note(summary);
         self.flush_log().await?;
+        // The folder (report, zip, run.log) is complete before the end is
+        // recorded, so whoever sees the run ended finds its files.
+        if let Ok(task) = self.task().await
+            && let Ok(pipeline) = pipelines::resolve(self.store.root(), &task.pipeline)
+        {
+            let root = self.store.root().clone();
+            let written = tokio::task::spawn_blocking(move || {
+                crate::task_files::project(&root, &pipeline, &task, true)
+            })
+            .await;
+            if let Ok(Err(error)) = written {
+                tracing::warn!("task {}: files not written: {error}", self.task);
+            }
+        }
         self.execute(Command::EndRun {
             task: self.task,
             run: self.run,
@@ -317,12 +331,6 @@ pub async fn run(store: Arc<Store>, task: TaskId, options: Options) -> Result<En
             return Err(error.into());
         }
     };
-    if let Ok(task_now) = runner.task().await
-        && let Ok(pipeline) = pipelines::resolve(store.root(), &task_now.pipeline)
-        && let Err(error) = crate::task_files::project(store.root(), &pipeline, &task_now, true)
-    {
-        tracing::warn!("task {task}: files not written: {error}");
-    }
     drop(lock);
     Ok(ended)
 }
@@ -471,9 +479,13 @@ async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<En
     let mut failed: Option<(String, String, bool)> = None;
     let mut last_progress = Instant::now();
     let mut last_poll = Instant::now();
+    // Set when a step start was refused because the run is stopping: the
+    // stop is handled at once instead of as a store failure.
+    let mut stop_seen = false;
     loop {
         // Check for a stop request (another process's event).
-        if last_poll.elapsed() >= options.poll || in_flight.is_empty() {
+        if stop_seen || last_poll.elapsed() >= options.poll || in_flight.is_empty() {
+            stop_seen = false;
             last_poll = Instant::now();
             let store = Arc::clone(&runner.store);
             let (task_id, run_id) = (runner.task, runner.run);
@@ -533,7 +545,7 @@ async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<En
         }
         // Start what is ready, unless a step failed.
         if failed.is_none() {
-            loop {
+            'starts: loop {
                 let decisions = schedule.next(&settled, &recorded, &running);
                 let mut kept_any = false;
                 for decision in decisions {
@@ -548,14 +560,25 @@ async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<En
                             if running.len() >= options.concurrency.max(1) {
                                 continue;
                             }
-                            runner
+                            let started = runner
                                 .execute(Command::StartStep {
                                     task: runner.task,
                                     run: runner.run,
                                     step: step.as_str().to_owned(),
                                     input: input.0,
                                 })
-                                .await?;
+                                .await;
+                            match started {
+                                Ok(()) => {}
+                                Err(StoreError::Rejected(Rejection::Task {
+                                    code: TaskErrorCode::RunNotActive,
+                                    ..
+                                })) => {
+                                    stop_seen = true;
+                                    break 'starts;
+                                }
+                                Err(error) => return Err(error),
+                            }
                             last_progress = Instant::now();
                             running.insert(step.clone());
                             let inputs: BTreeMap<StepId, ContentHash> = pipeline
@@ -586,6 +609,9 @@ async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<En
                     break;
                 }
             }
+        }
+        if stop_seen {
+            continue;
         }
         if in_flight.is_empty() {
             if let Some((step, class, recoverable)) = failed {

@@ -928,3 +928,50 @@ async fn the_report_opens_from_disk_in_chromium_with_every_section() {
     );
     browser.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_without_progress_fails_with_inactivity_timeout_and_resume_completes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Every answer takes 3 s; the run may go 1 s without a step ending.
+    let slow = ModelServer::start(Script {
+        delay: Duration::from_secs(3),
+        fail_first: 0,
+    })
+    .await;
+    let server = start_planb(dir.path(), Some(&slow), &[("PLANB_INACTIVITY_SEC", "1")]).await;
+    let task = create(&server, "ping").await;
+    let mut failed = Value::Null;
+    for _ in 0..200 {
+        failed = status(&server, &task).await;
+        if failed["state"] != "running" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(failed["state"], "failed", "{failed}");
+    assert_eq!(failed["error"]["failure_reason"], "inactivity_timeout");
+    assert_eq!(failed["error"]["recoverable"], true);
+    let logs = ok(&call(&server, "task_logs_tail", json!({"task_id": task})).await);
+    assert!(
+        logs.to_string().contains("no step progressed for 1 s"),
+        "{logs}"
+    );
+    // The cancelled step is recorded failed, and nothing succeeded.
+    let (state, _) = support::fold_log(dir.path());
+    let recorded = state.tasks().values().next().expect("the task");
+    assert!(recorded.successes.is_empty());
+    assert_eq!(recorded.runs[0].failures, 1, "{:?}", recorded.runs[0]);
+    server.client.cancel().await.expect("close");
+
+    // With a model that answers in time, a resume completes.
+    let quick = ModelServer::start(Script {
+        delay: Duration::ZERO,
+        fail_first: 0,
+    })
+    .await;
+    let server = start_planb(dir.path(), Some(&quick), &[("PLANB_INACTIVITY_SEC", "1")]).await;
+    ok(&call(&server, "task_resume", json!({"task_id": task})).await);
+    let done = wait(&server, &task).await;
+    assert_eq!(done["state"], "completed", "{done}");
+    server.client.cancel().await.expect("close");
+}
