@@ -419,8 +419,16 @@ async fn task(
     Path(id): Path<String>,
     Query(query): Query<AtQuery>,
 ) -> Response {
-    let page =
-        tokio::task::spawn_blocking(move || respond(&state.retro, task_page(&state, &id, &query)));
+    off_the_runtime(state, move |state| task_page(state, &id, &query)).await
+}
+
+/// Renders a page that reads files (blobs, pipeline files) on the blocking
+/// pool, with the usual refusal page in its place.
+async fn off_the_runtime(
+    state: AppState,
+    render: impl FnOnce(&AppState) -> Result<Response, PageError> + Send + 'static,
+) -> Response {
+    let page = tokio::task::spawn_blocking(move || respond(&state.retro, render(&state)));
     match page.await {
         Ok(page) => page,
         Err(error) => PageError::new(
@@ -453,8 +461,7 @@ fn task_page(state: &AppState, id: &str, query: &AtQuery) -> Result<Response, Pa
     };
     let view = pages::TaskView {
         at: &at,
-        pipeline: pipeline.as_ref().ok(),
-        pipeline_problem: pipeline.as_ref().err().map(String::as_str),
+        pipeline: pipeline.as_ref().map_err(String::as_str),
         out_of_date: &out_of_date,
         cursors: &cursors,
         cursor,
@@ -470,18 +477,7 @@ async fn step(
     Path((id, step)): Path<(String, String)>,
     Query(query): Query<AtQuery>,
 ) -> Response {
-    let page = tokio::task::spawn_blocking(move || {
-        respond(&state.retro, step_page(&state, &id, &step, &query))
-    });
-    match page.await {
-        Ok(page) => page,
-        Err(error) => PageError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "Page failed",
-            error.to_string(),
-        )
-        .into_response(),
-    }
+    off_the_runtime(state, move |state| step_page(state, &id, &step, &query)).await
 }
 
 fn step_page(

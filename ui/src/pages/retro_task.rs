@@ -66,10 +66,8 @@ pub(super) fn tasks_section(timeline: &Timeline) -> Markup {
 pub struct TaskView<'a> {
     /// The task as of the cursor, with its step marks and events.
     pub at: &'a TaskAt<'a>,
-    /// Its pipeline, when it can still be read.
-    pub pipeline: Option<&'a Pipeline>,
-    /// Why the pipeline cannot be read, when it cannot.
-    pub pipeline_problem: Option<&'a str>,
+    /// Its pipeline, or why it cannot be read.
+    pub pipeline: Result<&'a Pipeline, &'a str>,
     /// Steps whose artifact no longer matches what they would read now (an
     /// upstream artifact changed since): the next run does them again.
     pub out_of_date: &'a BTreeSet<String>,
@@ -108,21 +106,32 @@ fn mark_text(mark: Option<&StepMark>, stale: bool) -> String {
 }
 
 /// The pipeline's steps in layers: a step's layer is one more than its
-/// deepest need's, so every arrow points to a later column.
+/// deepest need's, so every arrow points to a later column. Steps may be
+/// defined before their needs; the pipeline has no cycle (checked when it
+/// was defined), so the recursion ends.
 fn layers(pipeline: &Pipeline) -> Vec<Vec<&StepDef>> {
-    let mut depth: BTreeMap<&StepId, usize> = BTreeMap::new();
-    let mut out: Vec<Vec<&StepDef>> = Vec::new();
-    // Steps are stored in an order where needs come first (checked when
-    // the pipeline is defined).
-    for step in pipeline.steps() {
+    fn depth<'p>(
+        pipeline: &'p Pipeline,
+        step: &'p StepDef,
+        memo: &mut BTreeMap<&'p StepId, usize>,
+    ) -> usize {
+        if let Some(d) = memo.get(&step.id) {
+            return *d;
+        }
         let d = step
             .needs
             .iter()
-            .filter_map(|n| depth.get(n))
-            .map(|d| d + 1)
+            .filter_map(|n| pipeline.step(n))
+            .map(|need| depth(pipeline, need, memo) + 1)
             .max()
             .unwrap_or(0);
-        depth.insert(&step.id, d);
+        memo.insert(&step.id, d);
+        d
+    }
+    let mut memo = BTreeMap::new();
+    let mut out: Vec<Vec<&StepDef>> = Vec::new();
+    for step in pipeline.steps() {
+        let d = depth(pipeline, step, &mut memo);
         if out.len() <= d {
             out.resize_with(d + 1, Vec::new);
         }
@@ -185,7 +194,6 @@ fn event_line(envelope: &Envelope) -> Option<Markup> {
                 None => format!("run ended {outcome}"),
             }
         }
-        EventBody::RunLog { .. } => return None,
         _ => return None,
     };
     Some(html! { (text) })
@@ -248,10 +256,10 @@ pub fn retro_task_page(timeline: &Timeline, view: &TaskView<'_>) -> Markup {
                 }
                 section.retro-dag aria-label="Steps" {
                     h2 { "Steps" }
-                    @if let Some(problem) = view.pipeline_problem {
+                    @if let Err(problem) = view.pipeline {
                         div.banner.banner-error role="alert" { "The pipeline cannot be read: " (problem) }
                     }
-                    @if let Some(pipeline) = view.pipeline {
+                    @if let Ok(pipeline) = view.pipeline {
                         div.dag {
                             @for (depth, layer) in layers(pipeline).iter().enumerate() {
                                 ol.dag-layer aria-label={"Layer " (depth + 1)} {
@@ -461,4 +469,26 @@ pub fn retro_step_page(timeline: &Timeline, view: &StepView<'_>) -> Markup {
         }
     };
     page(&title, Libraries::default(), None, Some(timeline), body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::layers;
+
+    #[test]
+    fn a_step_defined_before_its_needs_is_laid_after_them() {
+        let pipeline = planb_core::dag::parse_pipeline(
+            r#"{"name": "back", "version": 1, "steps": [
+                {"id": "report", "needs": ["b"], "render": "report"},
+                {"id": "b", "needs": ["a"], "model": {"prompt": "x"}},
+                {"id": "a", "model": {"prompt": "y"}}
+            ]}"#,
+        )
+        .expect("pipeline");
+        let ids: Vec<Vec<&str>> = layers(&pipeline)
+            .iter()
+            .map(|layer| layer.iter().map(|s| s.id.as_str()).collect())
+            .collect();
+        assert_eq!(ids, [["a"], ["b"], ["report"]]);
+    }
 }
