@@ -96,35 +96,36 @@ enum Entry {
 }
 
 /// Every resource of the tasks, newest task first: report, zip, then the
-/// artifacts in step-name order.
-fn entries(tasks: Vec<&Task>) -> Vec<Entry> {
-    let mut out = Vec::new();
-    for task in tasks {
-        if task.successes.is_empty() {
-            continue;
-        }
-        // Kept only if the target renders a report (`describe` checks).
-        if let Some(success) = task.successes.get(&task.target) {
-            out.push(Entry::Report(
-                task.id,
-                task.pipeline.clone(),
-                task.target.clone(),
-                ContentHash(success.artifact),
-                success.bytes,
-            ));
-        }
-        out.push(Entry::Zip(task.id));
-        for (step, success) in &task.successes {
-            out.push(Entry::Artifact(
-                task.id,
-                task.pipeline.clone(),
-                step.clone(),
-                ContentHash(success.artifact),
-                success.bytes,
-            ));
-        }
-    }
-    out
+/// artifacts in step-name order. Lazy: a page takes only what it shows.
+fn entries<'s>(tasks: Vec<&'s Task>) -> impl Iterator<Item = Entry> + 's {
+    tasks
+        .into_iter()
+        .filter(|task| !task.successes.is_empty())
+        .flat_map(|task| {
+            // Kept only if the target renders a report (`describe` checks).
+            let report = task.successes.get(&task.target).map(|success| {
+                Entry::Report(
+                    task.id,
+                    task.pipeline.clone(),
+                    task.target.clone(),
+                    ContentHash(success.artifact),
+                    success.bytes,
+                )
+            });
+            let artifacts = task.successes.iter().map(|(step, success)| {
+                Entry::Artifact(
+                    task.id,
+                    task.pipeline.clone(),
+                    step.clone(),
+                    ContentHash(success.artifact),
+                    success.bytes,
+                )
+            });
+            report
+                .into_iter()
+                .chain(std::iter::once(Entry::Zip(task.id)))
+                .chain(artifacts)
+        })
 }
 
 fn not_found(message: String) -> ErrorData {
@@ -175,14 +176,16 @@ impl PlanbServer {
             .read_state(move |s| {
                 let mut tasks: Vec<&Task> = s.tasks().values().collect();
                 tasks.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
-                let all = entries(tasks);
-                let total = all.len();
-                let page: Vec<Entry> = all.into_iter().skip(from).take(PAGE).collect();
-                (page, total)
+                // One more than a page tells whether another follows.
+                entries(tasks)
+                    .skip(from)
+                    .take(PAGE + 1)
+                    .collect::<Vec<Entry>>()
             })
             .await
             .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        let (page, total) = page;
+        let more = page.len() > PAGE;
+        let page: Vec<Entry> = page.into_iter().take(PAGE).collect();
         let root = self.data_root();
         let resources = tokio::task::spawn_blocking(move || {
             page.into_iter()
@@ -192,9 +195,8 @@ impl PlanbServer {
         .await
         .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
         let mut result = ListResourcesResult::with_all_items(resources);
-        let next = from.saturating_add(PAGE);
-        if next < total {
-            result.next_cursor = Some(next.to_string());
+        if more {
+            result.next_cursor = Some(from.saturating_add(PAGE).to_string());
         }
         Ok(result)
     }
