@@ -210,6 +210,20 @@ async fn until_completed(server: &Server, task: &str, steps: u64) -> Value {
     panic!("task {task} never reached {steps} completed steps");
 }
 
+/// Polls until the task is no longer running (or 10 s pass), and returns
+/// that status.
+async fn until_settled(server: &Server, task: &str) -> Value {
+    let mut now = Value::Null;
+    for _ in 0..200 {
+        now = status(server, task).await;
+        if now["state"] != "running" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    now
+}
+
 /// Each run's started steps, from the log.
 fn started_by_run(dir: &Path) -> Vec<Vec<String>> {
     let mut reader =
@@ -636,14 +650,7 @@ async fn a_killed_worker_is_a_recoverable_worker_error_and_resume_completes() {
         .expect("kill");
     assert!(killed.success());
     // The lock is released when the process is gone.
-    let mut failed = Value::Null;
-    for _ in 0..200 {
-        failed = status(&server, &task).await;
-        if failed["state"] == "failed" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let failed = until_settled(&server, &task).await;
     assert_eq!(failed["state"], "failed", "{failed}");
     assert_eq!(failed["error"]["failure_reason"], "worker_error");
     assert_eq!(failed["error"]["recoverable"], true);
@@ -940,14 +947,7 @@ async fn a_run_without_progress_fails_with_inactivity_timeout_and_resume_complet
     .await;
     let server = start_planb(dir.path(), Some(&slow), &[("PLANB_INACTIVITY_SEC", "1")]).await;
     let task = create(&server, "ping").await;
-    let mut failed = Value::Null;
-    for _ in 0..200 {
-        failed = status(&server, &task).await;
-        if failed["state"] != "running" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let failed = until_settled(&server, &task).await;
     assert_eq!(failed["state"], "failed", "{failed}");
     assert_eq!(failed["error"]["failure_reason"], "inactivity_timeout");
     assert_eq!(failed["error"]["recoverable"], true);

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
-use oneshot::{PORT, get, get_with_host};
+use oneshot::{PORT, check, get_with_host};
 use planb_core::{
     AnswerValue, Answers, AskId, AskSpec, Command, Delivery, PlanKey, PlanName, Question,
     QuestionKind, ReviewChannel, ReviewComment, SessionId, Timestamp, Verdict,
@@ -139,19 +139,6 @@ fn router(root: &DataRoot) -> (Retro, axum::Router) {
         port: PORT,
     });
     (retro, router)
-}
-
-/// Asserts the status and that every snippet is in the body.
-async fn check(router: &axum::Router, path: &str, status: StatusCode, snippets: &[&str]) -> String {
-    let (actual, body) = get(router, path).await;
-    assert_eq!(actual, status, "GET {path}: {body}");
-    for snippet in snippets {
-        assert!(
-            body.contains(snippet),
-            "GET {path}: no {snippet:?} in {body}"
-        );
-    }
-    body
 }
 
 #[tokio::test]

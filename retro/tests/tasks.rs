@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::http::StatusCode;
-use oneshot::{PORT, get};
+use oneshot::{PORT, check};
 use planb_core::dag::StepId;
 use planb_core::state::ContentHash;
 use planb_core::{Command, RunId, RunOutcome, TaskId, Timestamp};
@@ -161,24 +161,12 @@ fn router(root: &DataRoot) -> axum::Router {
     app(AppState { retro, port: PORT })
 }
 
-async fn page(router: &axum::Router, path: &str, status: StatusCode, snippets: &[&str]) -> String {
-    let (actual, body) = get(router, path).await;
-    assert_eq!(actual, status, "GET {path}: {body}");
-    for snippet in snippets {
-        assert!(
-            body.contains(snippet),
-            "GET {path}: no {snippet:?} in {body}"
-        );
-    }
-    body
-}
-
 #[tokio::test]
 async fn the_index_lists_tasks_and_a_task_shows_its_dag_runs_and_log() {
     let f = fixture();
     let router = router(&f.root);
     let task = f.task.to_string();
-    page(
+    check(
         &router,
         "/",
         StatusCode::OK,
@@ -190,7 +178,7 @@ async fn the_index_lists_tasks_and_a_task_shows_its_dag_runs_and_log() {
         ],
     )
     .await;
-    let end = page(
+    let end = check(
         &router,
         &format!("/tasks/{task}"),
         StatusCode::OK,
@@ -217,7 +205,7 @@ async fn the_index_lists_tasks_and_a_task_shows_its_dag_runs_and_log() {
         "{end}"
     );
     // Back in time: right after intake succeeded, it is done and nothing failed yet.
-    let then = page(
+    let then = check(
         &router,
         &format!("/tasks/{task}?at={}", f.intake_done),
         StatusCode::OK,
@@ -238,7 +226,7 @@ async fn a_step_shows_its_rebuilt_prompt_its_answer_and_its_versions() {
     let task = f.task.to_string();
     // purpose read intake's first artifact; the rebuilt prompt holds it and
     // hashes to what the start recorded.
-    page(
+    check(
         &router,
         &format!("/tasks/{task}/steps/purpose"),
         StatusCode::OK,
@@ -250,7 +238,7 @@ async fn a_step_shows_its_rebuilt_prompt_its_answer_and_its_versions() {
         ],
     )
     .await;
-    let intake = page(
+    let intake = check(
         &router,
         &format!("/tasks/{task}/steps/intake"),
         StatusCode::OK,
@@ -263,7 +251,7 @@ async fn a_step_shows_its_rebuilt_prompt_its_answer_and_its_versions() {
     .await;
     assert!(intake.contains("run "), "the first version names its run");
     // Before the edit there was one version and no diff.
-    page(
+    check(
         &router,
         &format!("/tasks/{task}/steps/intake?at={}", f.intake_done),
         StatusCode::OK,
@@ -277,7 +265,7 @@ async fn bad_task_addresses_are_pages_with_their_status() {
     let f = fixture();
     let router = router(&f.root);
     let task = f.task.to_string();
-    page(
+    check(
         &router,
         "/tasks/nope",
         StatusCode::BAD_REQUEST,
@@ -285,28 +273,28 @@ async fn bad_task_addresses_are_pages_with_their_status() {
     )
     .await;
     let unknown = TaskId::from_uuid(Uuid::new_v4());
-    page(
+    check(
         &router,
         &format!("/tasks/{unknown}"),
         StatusCode::NOT_FOUND,
         &["no task"],
     )
     .await;
-    page(
+    check(
         &router,
         &format!("/tasks/{task}/steps/../../etc"),
         StatusCode::NOT_FOUND,
         &[],
     )
     .await;
-    page(
+    check(
         &router,
         &format!("/tasks/{task}/steps/nonesuch"),
         StatusCode::NOT_FOUND,
         &["Step not found", "is not in pipeline project-plan"],
     )
     .await;
-    page(
+    check(
         &router,
         &format!("/tasks/{task}?at=999999"),
         StatusCode::NOT_FOUND,

@@ -32,3 +32,22 @@ pub async fn get_with_host(router: &axum::Router, path: &str, host: &str) -> (St
 pub async fn get(router: &axum::Router, path: &str) -> (StatusCode, String) {
     get_with_host(router, path, &format!("127.0.0.1:{PORT}")).await
 }
+
+/// GETs `path`, asserts the status and that every snippet is in the body,
+/// and returns the body.
+pub async fn check(
+    router: &axum::Router,
+    path: &str,
+    status: StatusCode,
+    snippets: &[&str],
+) -> String {
+    let (actual, body) = get(router, path).await;
+    assert_eq!(actual, status, "GET {path}: {body}");
+    for snippet in snippets {
+        assert!(
+            body.contains(snippet),
+            "GET {path}: no {snippet:?} in {body}"
+        );
+    }
+    body
+}
