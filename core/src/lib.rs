@@ -27,6 +27,7 @@
 pub mod answer;
 pub mod dag;
 pub mod event;
+pub mod exec_plan;
 pub mod id;
 mod json;
 pub mod plan_edit;

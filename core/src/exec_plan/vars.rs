@@ -1,0 +1,104 @@
+//! `${var}` references in a step's arguments (seed 003's rules).
+//!
+//! - A string that is exactly one `${path}` becomes the value itself, of any
+//!   JSON type (`"${users}"` → `[{"id": 1}]`).
+//! - `${a.b.c}` walks into objects.
+//! - A string with text around its references stays a string: each
+//!   reference is replaced by the value's text (a string as it is, anything
+//!   else as compact JSON).
+//! - A reference that does not resolve is left as written, so the tool sees
+//!   `${missing}` rather than a silently empty value.
+
+use serde_json::{Map, Value};
+
+/// Every reference in `text`: `(start, end, path)` with `start..end` the
+/// whole `${path}`.
+fn references(text: &str) -> Vec<(usize, usize, &str)> {
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(offset) = text[from..].find("${") {
+        let start = from + offset;
+        let Some(close) = text[start + 2..].find('}') else {
+            break;
+        };
+        let end = start + 2 + close + 1;
+        let path = &text[start + 2..end - 1];
+        if !path.is_empty() {
+            out.push((start, end, path));
+        }
+        from = end;
+    }
+    out
+}
+
+fn lookup<'v>(path: &str, variables: &'v Map<String, Value>) -> Option<&'v Value> {
+    let mut parts = path.split('.');
+    let mut current = variables.get(parts.next()?)?;
+    for part in parts {
+        current = current.as_object()?.get(part)?;
+    }
+    Some(current)
+}
+
+fn resolve_text(text: &str, variables: &Map<String, Value>) -> Value {
+    let found = references(text);
+    if let [(0, end, path)] = found.as_slice()
+        && *end == text.len()
+    {
+        return lookup(path, variables).map_or_else(|| Value::from(text), Clone::clone);
+    }
+    if found.is_empty() {
+        return Value::from(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut copied = 0;
+    for (start, end, path) in found {
+        out.push_str(&text[copied..start]);
+        match lookup(path, variables) {
+            Some(Value::String(s)) => out.push_str(s),
+            Some(other) => out.push_str(&other.to_string()),
+            None => out.push_str(&text[start..end]),
+        }
+        copied = end;
+    }
+    out.push_str(&text[copied..]);
+    Value::from(out)
+}
+
+/// `value` with every resolvable reference replaced, recursing into
+/// objects and arrays (keys are left alone).
+pub fn resolve(value: &Value, variables: &Map<String, Value>) -> Value {
+    match value {
+        Value::String(text) => resolve_text(text, variables),
+        Value::Array(items) => items.iter().map(|v| resolve(v, variables)).collect(),
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), resolve(v, variables)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// The variable names (the first part of each path) `value` refers to.
+pub fn referenced_names(value: &Value) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut visit = |text: &str| {
+        for (_, _, path) in references(text) {
+            let name = path.split('.').next().unwrap_or(path);
+            if !out.iter().any(|n| n == name) {
+                out.push(name.to_owned());
+            }
+        }
+    };
+    let mut stack = vec![value];
+    while let Some(at) = stack.pop() {
+        match at {
+            Value::String(text) => visit(text),
+            Value::Array(items) => stack.extend(items),
+            Value::Object(map) => stack.extend(map.values()),
+            _ => {}
+        }
+    }
+    out
+}
