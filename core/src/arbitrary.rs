@@ -288,24 +288,47 @@ pub(crate) fn event_body() -> impl Strategy<Value = EventBody> {
             proptest::option::of(run_id()),
             any::<u32>(),
             text(),
+            proptest::option::of(text()),
         )
-            .prop_map(|(task, run, resumed_from, owner_pid, host)| B::RunStarted {
-                task,
-                run,
-                resumed_from,
-                owner_pid,
-                host,
-            })
+            .prop_map(
+                |(task, run, resumed_from, owner_pid, host, variables)| B::RunStarted {
+                    task,
+                    run,
+                    resumed_from,
+                    owner_pid,
+                    host,
+                    variables,
+                },
+            )
             .boxed(),
-        (task_id(), run_id(), text(), any::<u32>(), any::<[u8; 32]>())
-            .prop_map(|(task, run, step, attempt, input)| B::StepStarted {
+        (
+            task_id(),
+            run_id(),
+            text(),
+            any::<u32>(),
+            any::<[u8; 32]>(),
+            proptest::option::of(any::<[u8; 32]>()),
+        )
+            .prop_map(|(task, run, step, attempt, input, call)| B::StepStarted {
                 task,
                 run,
                 step,
                 attempt,
                 input,
+                call,
             })
             .boxed(),
+        (task_id(), text(), text(), proptest::option::of(text()))
+            .prop_map(
+                |(task, title, definition, client_request_id)| B::PlanCreated {
+                    task,
+                    title,
+                    definition,
+                    client_request_id,
+                },
+            )
+            .boxed(),
+        task_id().prop_map(|task| B::PlanDeleted { task }).boxed(),
         (
             (task_id(), run_id(), text()),
             (any::<[u8; 32]>(), any::<[u8; 32]>()),

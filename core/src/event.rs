@@ -6,7 +6,7 @@
 //! ```text
 //! offset  size  field
 //! 0       2     magic  b"PE" (planb event)
-//! 2       2     schema version, u16 little-endian (currently 1)
+//! 2       2     schema version, u16 little-endian (currently 4)
 //! 4       n     rkyv archive of the `Event` of that schema version
 //! ```
 //!
@@ -15,7 +15,7 @@
 //! copies the payload into an aligned buffer and validates it with bytecheck
 //! before deserializing, so damaged bytes give an error, never a panic or
 //! undefined behaviour. The current schema lives in the frozen module
-//! [`v1`]; see its docs for how a version 2 is added.
+//! [`v4`]; older versions are upcast to it on decode.
 
 #[cfg(test)]
 mod golden;
@@ -26,6 +26,7 @@ mod tests;
 pub mod v1;
 pub mod v2;
 pub mod v3;
+pub mod v4;
 
 use rkyv::rancor;
 use rkyv::util::AlignedVec;
@@ -34,12 +35,13 @@ use crate::id::{AskId, EventId, PlanName, SessionId};
 use crate::time::Cursor;
 
 pub use v1::{DeclineAction, Delivery, ReviewChannel, ReviewComment, Verdict};
-pub use v3::{Event, EventBody, RunOutcome};
+pub use v3::RunOutcome;
+pub use v4::{Event, EventBody};
 
 /// First two bytes of every event payload.
 pub const MAGIC: [u8; 2] = *b"PE";
 /// The schema version [`encode`] writes.
-pub const SCHEMA_VERSION: u16 = 3;
+pub const SCHEMA_VERSION: u16 = 4;
 /// Bytes before the rkyv archive: magic and schema version.
 pub const HEADER_LEN: usize = 4;
 
@@ -146,6 +148,7 @@ pub fn decode(payload: &[u8], cursor: Cursor) -> Result<Envelope, DecodeError> {
         1 => decode_archive::<v1::Event>(archive).map_err(malformed)?,
         2 => decode_archive::<v2::Event>(archive).map_err(malformed)?,
         3 => decode_archive::<v3::Event>(archive).map_err(malformed)?,
+        4 => decode_archive::<v4::Event>(archive).map_err(malformed)?,
         _ => return Err(DecodeError::UnknownVersion { cursor, version }),
     };
     Ok(Envelope { cursor, event })
@@ -205,6 +208,8 @@ impl EventBody {
             EventBody::StopRequested { .. } => "stop_requested",
             EventBody::RunEnded { .. } => "run_ended",
             EventBody::RunLog { .. } => "run_log",
+            EventBody::PlanCreated { .. } => "plan_created",
+            EventBody::PlanDeleted { .. } => "plan_deleted",
         }
     }
 
@@ -219,7 +224,9 @@ impl EventBody {
             | EventBody::ArtifactEdited { task, .. }
             | EventBody::StopRequested { task, .. }
             | EventBody::RunEnded { task, .. }
-            | EventBody::RunLog { task, .. } => Some(*task),
+            | EventBody::RunLog { task, .. }
+            | EventBody::PlanCreated { task, .. }
+            | EventBody::PlanDeleted { task } => Some(*task),
             _ => None,
         }
     }

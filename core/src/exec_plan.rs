@@ -182,6 +182,11 @@ fn index_text(value: &Value, path: &str) -> Result<String, PlanError> {
     Ok(text)
 }
 
+/// Checks a step index (1 to 32 lowercase letters, digits, `-`, `_`).
+pub fn check_step_index(text: &str) -> Result<(), String> {
+    check_index(text, "").map_err(|e| e.message)
+}
+
 fn check_index(text: &str, path: &str) -> Result<(), PlanError> {
     if text.is_empty() {
         return Err(PlanError::at(path, "must not be empty"));
@@ -341,8 +346,8 @@ impl ExecPlan {
     /// Reads and checks a plan: `{title, description?, variables?, steps}`
     /// (or `tool_calls` in place of `steps`). Steps without an `index` are
     /// numbered from 1 in order; when no step has one, whole-number
-    /// `depends_on` entries are positions in the list, counted from 0 if any
-    /// of them is 0 (as plan generators write them) and from 1 otherwise.
+    /// `depends_on` entries are positions in the list counted from 0, as
+    /// plan generators write them (text entries are indexes).
     /// Tools are not checked here: see [`ExecPlan::check_tools`].
     pub fn from_json(value: &Value) -> Result<ExecPlan, PlanError> {
         let Value::Object(object) = value else {
@@ -505,13 +510,8 @@ fn normalise(
     written: Vec<Written>,
     key: &str,
 ) -> Result<ExecPlan, PlanError> {
-    let none_indexed = written.iter().all(|w| w.index.is_none());
-    // Positions as dependencies: 0-based when any is 0.
-    let zero_based = none_indexed
-        && written
-            .iter()
-            .flat_map(|w| &w.depends_on)
-            .any(|(text, number)| *number && text == "0");
+    // Without indexes, numbers in depends_on are 0-based positions.
+    let zero_based = written.iter().all(|w| w.index.is_none());
     let mut steps = Vec::with_capacity(written.len());
     for (position, w) in written.into_iter().enumerate() {
         let index = w.index.unwrap_or_else(|| (position + 1).to_string());

@@ -240,6 +240,7 @@ mod tests {
             successes: BTreeMap::new(),
             log_tail: Default::default(),
             log_lines: 0,
+            plan: None,
         };
         let id = |s: &str| StepId::parse(s).expect("id");
         let step = StepDef {

@@ -303,6 +303,7 @@ pub async fn run(store: Arc<Store>, task: TaskId, options: Options) -> Result<En
         resumed_from: found.runs.last().map(|r| r.id),
         owner_pid: std::process::id(),
         host: host(),
+        variables: None,
     };
     {
         let store = Arc::clone(&store);
@@ -566,6 +567,7 @@ async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<En
                                     run: runner.run,
                                     step: step.as_str().to_owned(),
                                     input: input.0,
+                                    call: None,
                                 })
                                 .await;
                             match started {

@@ -44,12 +44,14 @@ impl Fixture {
                 resumed_from: None,
                 owner_pid: 1,
                 host: "test".into(),
+                variables: None,
             },
             Command::StartStep {
                 task,
                 run,
                 step: "intake".into(),
                 input: [1; 32],
+                call: None,
             },
             Command::SucceedStep {
                 task,

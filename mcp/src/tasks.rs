@@ -353,7 +353,9 @@ impl PlanbServer {
     }
 
     async fn task_now(&self, id: TaskId) -> Result<Option<Task>, StoreError> {
-        self.read_state(move |s| s.task(&id).cloned()).await
+        // Execution plans are tasks of the engine, reached by the plan tools.
+        self.read_state(move |s| s.task(&id).filter(|t| t.plan.is_none()).cloned())
+            .await
     }
 
     /// The task, after ending its active run if the worker is gone.
@@ -750,7 +752,8 @@ impl PlanbServer {
         }
         let listed = self
             .read_state(move |s| {
-                let mut tasks: Vec<&Task> = s.tasks().values().collect();
+                let mut tasks: Vec<&Task> =
+                    s.tasks().values().filter(|t| t.plan.is_none()).collect();
                 tasks.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
                 tasks
                     .into_iter()
@@ -788,6 +791,7 @@ impl PlanbServer {
             .read_state(|s| {
                 s.tasks()
                     .values()
+                    .filter(|t| t.plan.is_none())
                     .max_by_key(|t| (t.created_at, t.id))
                     .map(|t| t.id)
             })

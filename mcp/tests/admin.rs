@@ -228,12 +228,14 @@ fn check_verifies_every_blob_the_log_names() {
             resumed_from: None,
             owner_pid: 1,
             host: "h".into(),
+            variables: None,
         },
         Cmd::StartStep {
             task,
             run,
             step: "intake".into(),
             input: [1; 32],
+            call: None,
         },
         Cmd::SucceedStep {
             task,

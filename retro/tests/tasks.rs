@@ -55,6 +55,7 @@ fn fixture() -> Fixture {
             resumed_from: None,
             owner_pid: 4242,
             host: "test".into(),
+            variables: None,
         })
         .expect("start run");
     // Each step starts on the input hash the worker would compute.
@@ -85,6 +86,7 @@ fn fixture() -> Fixture {
             run,
             step: "intake".into(),
             input: intake_input,
+            call: None,
         })
         .expect("start intake");
     let intake = blobs.put(INTAKE.as_bytes()).expect("blob");
@@ -108,6 +110,7 @@ fn fixture() -> Fixture {
             run,
             step: "purpose".into(),
             input: input("purpose"),
+            call: None,
         })
         .expect("start purpose");
     store

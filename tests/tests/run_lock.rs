@@ -48,6 +48,7 @@ fn a_run_whose_worker_was_killed_is_ended_as_a_recoverable_worker_error() {
             resumed_from: None,
             owner_pid: worker.id(),
             host: "here".into(),
+            variables: None,
         })
         .expect("run");
     assert!(worker_alive(&root, &task).expect("probe"));

@@ -262,7 +262,7 @@ fn sha(text: &str) -> [u8; 32] {
 /// One event of every version 3 variant: the version 2 events, upcast, then
 /// one task's life: created, run, a step failed and one succeeded, an
 /// artifact edited, a stop, the run ended, its log, and a resumed run.
-pub(crate) fn fixed_events() -> Vec<Event> {
+pub(crate) fn fixed_events_v3() -> Vec<v3::Event> {
     let at = |n: i64| Timestamp(1_780_856_500_000 + n);
     let id = |n: u128| {
         EventId::from_uuid(Uuid::from_u128(
@@ -270,7 +270,7 @@ pub(crate) fn fixed_events() -> Vec<Event> {
         ))
     };
     let bodies = vec![
-        EventBody::TaskCreated {
+        v3::EventBody::TaskCreated {
             task: task(),
             pipeline: "project-plan".into(),
             pipeline_version: 1,
@@ -280,21 +280,21 @@ pub(crate) fn fixed_events() -> Vec<Event> {
             model_profile: Some("baseline".into()),
             client_request_id: Some("req-7".into()),
         },
-        EventBody::RunStarted {
+        v3::EventBody::RunStarted {
             task: task(),
             run: run(1),
             resumed_from: None,
             owner_pid: 4242,
             host: "ada-laptop".into(),
         },
-        EventBody::StepStarted {
+        v3::EventBody::StepStarted {
             task: task(),
             run: run(1),
             step: "intake".into(),
             attempt: 1,
             input: sha("intake input"),
         },
-        EventBody::StepFailed {
+        v3::EventBody::StepFailed {
             task: task(),
             run: run(1),
             step: "intake".into(),
@@ -302,7 +302,7 @@ pub(crate) fn fixed_events() -> Vec<Event> {
             message: "the model did not answer within 120 s".into(),
             recoverable: true,
         },
-        EventBody::StepSucceeded {
+        v3::EventBody::StepSucceeded {
             task: task(),
             run: run(1),
             step: "intake".into(),
@@ -313,47 +313,112 @@ pub(crate) fn fixed_events() -> Vec<Event> {
             tokens_in: 900,
             tokens_out: 350,
         },
-        EventBody::ArtifactEdited {
+        v3::EventBody::ArtifactEdited {
             task: task(),
             step: "intake".into(),
             artifact: sha("# Intake, edited"),
             bytes: 16,
             by: "task_artifact_write".into(),
         },
-        EventBody::StopRequested {
+        v3::EventBody::StopRequested {
             task: task(),
             run: run(1),
         },
-        EventBody::RunLog {
+        v3::EventBody::RunLog {
             task: task(),
             run: run(1),
             lines: vec!["intake: done".into(), "stopping".into()],
         },
-        EventBody::RunEnded {
+        v3::EventBody::RunEnded {
             task: task(),
             run: run(1),
-            outcome: RunOutcome::Stopped,
+            outcome: v3::RunOutcome::Stopped,
             reason: None,
             failed_step: None,
             recoverable: true,
         },
-        EventBody::RunStarted {
+        v3::EventBody::RunStarted {
             task: task(),
             run: run(2),
             resumed_from: Some(run(1)),
             owner_pid: 4343,
             host: "ada-laptop".into(),
         },
-        EventBody::RunEnded {
+        v3::EventBody::RunEnded {
             task: task(),
             run: run(2),
-            outcome: RunOutcome::Failed,
+            outcome: v3::RunOutcome::Failed,
             reason: Some("worker_error".into()),
             failed_step: Some("risks".into()),
             recoverable: true,
         },
     ];
-    let mut events: Vec<Event> = fixed_events_v2().into_iter().map(Event::from).collect();
+    let mut events: Vec<v3::Event> = fixed_events_v2().into_iter().map(v3::Event::from).collect();
+    events.extend(bodies.into_iter().enumerate().map(|(n, body)| v3::Event {
+        id: id(n as u128),
+        at: at(n as i64),
+        body,
+    }));
+    events
+}
+
+/// One event of every version 4 variant: the version 3 events, upcast, then
+/// an execution plan's life: created, a run with call-time variables, a
+/// tool step started with its call, succeeded, the run ended, the plan
+/// deleted.
+pub(crate) fn fixed_events() -> Vec<Event> {
+    let at = |n: i64| Timestamp(1_780_856_600_000 + n);
+    let id = |n: u128| {
+        EventId::from_uuid(Uuid::from_u128(
+            0x0190_f5a2_9200_7000_8000_0000_0000_0000 + n,
+        ))
+    };
+    let plan = TaskId::from_uuid(Uuid::from_u128(0x0190_f5a2_9200_7000_8000_0000_0000_0fff));
+    let bodies = vec![
+        EventBody::PlanCreated {
+            task: plan,
+            title: "Refactor Auth Module".into(),
+            definition: r#"{"title":"Refactor Auth Module","variables":{},"steps":[{"index":"1","title":"Read","tool":"fs__read_file","args":{"path":"a.py"},"depends_on":[],"result_variable":"code"}]}"#.into(),
+            client_request_id: Some("req-9".into()),
+        },
+        EventBody::RunStarted {
+            task: plan,
+            run: run(3),
+            resumed_from: None,
+            owner_pid: 4444,
+            host: "ada-laptop".into(),
+            variables: Some(r#"{"module_path":"src/auth.py"}"#.into()),
+        },
+        EventBody::StepStarted {
+            task: plan,
+            run: run(3),
+            step: "1".into(),
+            attempt: 1,
+            input: sha("call 1"),
+            call: Some(sha(r#"{"tool":"fs__read_file","args":{"path":"a.py"}}"#)),
+        },
+        EventBody::StepSucceeded {
+            task: plan,
+            run: run(3),
+            step: "1".into(),
+            input: sha("call 1"),
+            artifact: sha("def handle(): pass"),
+            bytes: 18,
+            duration_ms: 12,
+            tokens_in: 0,
+            tokens_out: 0,
+        },
+        EventBody::RunEnded {
+            task: plan,
+            run: run(3),
+            outcome: RunOutcome::Completed,
+            reason: None,
+            failed_step: None,
+            recoverable: false,
+        },
+        EventBody::PlanDeleted { task: plan },
+    ];
+    let mut events: Vec<Event> = fixed_events_v3().into_iter().map(Event::from).collect();
     events.extend(bodies.into_iter().enumerate().map(|(n, body)| Event {
         id: id(n as u128),
         at: at(n as i64),
@@ -451,9 +516,17 @@ fn golden_log_v2_still_decodes_and_encodes_byte_for_byte() {
 
 #[test]
 fn golden_log_v3_still_decodes_and_encodes_byte_for_byte() {
+    let events = fixed_events_v3();
+    let payloads: Vec<Vec<u8>> = events.iter().map(|e| encode_old(e, 3)).collect();
+    let upcast: Vec<Event> = events.into_iter().map(Event::from).collect();
+    check_golden(3, &payloads, &upcast);
+}
+
+#[test]
+fn golden_log_v4_still_decodes_and_encodes_byte_for_byte() {
     let events = fixed_events();
     let payloads: Vec<Vec<u8>> = events.iter().map(|e| encode(e).unwrap()).collect();
-    check_golden(3, &payloads, &events);
+    check_golden(4, &payloads, &events);
 }
 
 /// The golden edit applies to the golden plan's content and gives the

@@ -213,10 +213,11 @@ fn generators_shapes_are_normalised() {
         generated.steps[0].args,
         json!({"u": 1}).as_object().cloned().unwrap_or_default()
     );
-    // Without a 0, positions count from 1.
-    let one_based = plan(json!({"title": "G", "steps": [
-        {"title": "a", "tool": "t"}, {"title": "b", "tool": "t", "depends_on": [1]}]}));
-    assert_eq!(one_based.steps[1].depends_on, vec!["1"]);
+    // Numbers are positions even when none is 0; text is an index.
+    let positions = plan(json!({"title": "G", "steps": [
+        {"title": "a", "tool": "t"}, {"title": "b", "tool": "t"},
+        {"title": "c", "tool": "t", "depends_on": [1, "1"]}]}));
+    assert_eq!(positions.steps[2].depends_on, vec!["2", "1"]);
     // A top-level tool_calls list is a chain-free list of calls.
     let calls = plan(json!({"title": "Calls", "tool_calls": [
         {"name": "echo", "args": {"text": "hi"}}]}));

@@ -178,6 +178,8 @@ pub enum Command {
         owner_pid: u32,
         /// The worker's host.
         host: String,
+        /// An execution plan's call-time variables (a JSON object).
+        variables: Option<String>,
     },
     /// A step of the active, running run starts.
     StartStep {
@@ -189,6 +191,8 @@ pub enum Command {
         step: String,
         /// The hash of what it reads.
         input: [u8; 32],
+        /// A tool step's call as made (already in the blob store).
+        call: Option<[u8; 32]>,
     },
     /// A running step produced its artifact (already in the blob store).
     SucceedStep {
@@ -238,6 +242,23 @@ pub enum Command {
         bytes: u64,
         /// Who.
         by: String,
+    },
+    /// `plan_create`: a checked execution plan. With a `client_request_id`
+    /// already used, nothing is recorded.
+    CreatePlan {
+        /// The freshly minted id.
+        task: crate::id::TaskId,
+        /// Its title.
+        title: String,
+        /// The checked plan as compact JSON.
+        definition: String,
+        /// The caller's idempotency key.
+        client_request_id: Option<String>,
+    },
+    /// `plan delete`: refused while a run of the plan is active.
+    DeletePlan {
+        /// The plan.
+        task: crate::id::TaskId,
     },
     /// `task_stop`.
     RequestStop {
@@ -522,6 +543,8 @@ impl State {
             | Command::SubmitPlan { .. }
             | Command::ReviewPlan { .. } => self.decide_named(command)?,
             Command::CreateTask { .. }
+            | Command::CreatePlan { .. }
+            | Command::DeletePlan { .. }
             | Command::StartRun { .. }
             | Command::StartStep { .. }
             | Command::SucceedStep { .. }

@@ -28,7 +28,7 @@ const MAGIC: [u8; 4] = *b"PBST";
 /// Version 2 added the DAG engine's tasks; version 3 their run-log tails
 /// and when each artifact last changed; version 4 keeps a session plan
 /// version's length and hash instead of its text.
-pub const SNAPSHOT_VERSION: u32 = 4;
+pub const SNAPSHOT_VERSION: u32 = 5;
 
 const HEADER_LEN: usize = 8;
 

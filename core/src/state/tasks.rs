@@ -64,7 +64,26 @@ pub struct Task {
     pub log_tail: std::collections::VecDeque<LogLine>,
     /// Run-log lines recorded over all runs; the next line's number.
     pub log_lines: u64,
+    /// For an execution plan: its title, definition and whether it was
+    /// deleted. `None` for a task of a pipeline.
+    pub plan: Option<PlanInfo>,
 }
+
+/// What an execution plan adds to its task.
+#[derive(Clone, PartialEq, Eq, Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct PlanInfo {
+    /// The plan's title.
+    pub title: String,
+    /// The checked plan as compact JSON.
+    pub definition: String,
+    /// Deleted plans are not listed or run.
+    pub deleted: bool,
+}
+
+/// The pipeline name an execution plan's task carries.
+pub const EXEC_PLAN_PIPELINE: &str = "exec-plan";
+/// Longest execution plan definition (compact JSON), in bytes.
+pub const PLAN_DEFINITION_BYTES_MAX: usize = crate::exec_plan::PLAN_JSON_BYTES_MAX;
 
 /// A run-log line.
 #[derive(Clone, PartialEq, Eq, Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
@@ -162,6 +181,11 @@ pub struct Run {
     pub failures: u32,
     /// Run-log lines recorded.
     pub log_lines: u64,
+    /// An execution plan's call-time variables (a JSON object).
+    pub variables: Option<String>,
+    /// Each tool step's latest call in this run (the blob of the call as
+    /// made).
+    pub calls: BTreeMap<String, [u8; 32]>,
 }
 
 /// The error codes of seed 001 that the task rules produce.
@@ -339,14 +363,84 @@ impl State {
                     client_request_id,
                 }
             }
+            Command::CreatePlan {
+                task,
+                title,
+                definition,
+                client_request_id,
+            } => {
+                if let Some(key) = &client_request_id
+                    && self.task_by_request(key).is_some()
+                {
+                    return Ok(None);
+                }
+                if self.tasks.contains_key(&task) {
+                    return Err(refuse(
+                        TaskErrorCode::Conflict,
+                        format!("task {task} exists"),
+                    ));
+                }
+                if title.trim().is_empty() {
+                    return Err(refuse(TaskErrorCode::Conflict, "title: missing title"));
+                }
+                chars_at_most("title", &title, crate::exec_plan::PLAN_TITLE_CHARS_MAX)?;
+                if definition.len() > PLAN_DEFINITION_BYTES_MAX {
+                    return Err(refuse(
+                        TaskErrorCode::Conflict,
+                        format!(
+                            "the plan is {} bytes; at most {PLAN_DEFINITION_BYTES_MAX} are accepted",
+                            definition.len()
+                        ),
+                    ));
+                }
+                if let Some(key) = &client_request_id {
+                    chars_at_most("client_request_id", key, 200)?;
+                }
+                EventBody::PlanCreated {
+                    task,
+                    title,
+                    definition,
+                    client_request_id,
+                }
+            }
+            Command::DeletePlan { task } => {
+                let found = self.known_task(task)?;
+                let Some(plan) = &found.plan else {
+                    return Err(refuse(
+                        TaskErrorCode::TaskNotFound,
+                        format!("{task} is a task, not an execution plan"),
+                    ));
+                };
+                if plan.deleted {
+                    return Ok(None);
+                }
+                if let Some(active) = found.active_run() {
+                    return Err(refuse(
+                        TaskErrorCode::RunAlreadyActive,
+                        format!(
+                            "run {} of plan {task} is {}; stop it before deleting the plan",
+                            active.id,
+                            active.state.as_str()
+                        ),
+                    ));
+                }
+                EventBody::PlanDeleted { task }
+            }
             Command::StartRun {
                 task,
                 run,
                 resumed_from,
                 owner_pid,
                 host,
+                variables,
             } => {
                 let found = self.known_task(task)?;
+                if found.plan.as_ref().is_some_and(|p| p.deleted) {
+                    return Err(refuse(
+                        TaskErrorCode::TaskNotFound,
+                        format!("plan {task} was deleted"),
+                    ));
+                }
                 if let Some(active) = found.active_run() {
                     return Err(refuse(
                         TaskErrorCode::RunAlreadyActive,
@@ -357,10 +451,12 @@ impl State {
                         ),
                     ));
                 }
-                if found
-                    .runs
-                    .last()
-                    .is_some_and(|r| r.state == RunState::Completed)
+                // A plan is a recipe: running it again is expected.
+                if found.plan.is_none()
+                    && found
+                        .runs
+                        .last()
+                        .is_some_and(|r| r.state == RunState::Completed)
                 {
                     return Err(refuse(
                         TaskErrorCode::Conflict,
@@ -373,12 +469,24 @@ impl State {
                 if let Some(previous) = resumed_from {
                     found.run(previous)?;
                 }
+                if let Some(variables) = &variables
+                    && variables.len() > PLAN_DEFINITION_BYTES_MAX
+                {
+                    return Err(refuse(
+                        TaskErrorCode::Conflict,
+                        format!(
+                            "variables: {} bytes; at most {PLAN_DEFINITION_BYTES_MAX} are accepted",
+                            variables.len()
+                        ),
+                    ));
+                }
                 EventBody::RunStarted {
                     task,
                     run,
                     resumed_from,
                     owner_pid,
                     host,
+                    variables,
                 }
             }
             Command::StartStep {
@@ -386,6 +494,7 @@ impl State {
                 run,
                 step,
                 input,
+                call,
             } => {
                 let found = self.known_task(task)?;
                 let active = found.active(run)?;
@@ -395,7 +504,12 @@ impl State {
                         format!("run {run} is stopping: no new step starts"),
                     ));
                 }
-                step_name("step", &step)?;
+                if found.plan.is_some() {
+                    crate::exec_plan::check_step_index(&step)
+                        .map_err(|e| refuse(TaskErrorCode::InvalidTarget, format!("step: {e}")))?;
+                } else {
+                    step_name("step", &step)?;
+                }
                 if active.running.contains(&step) {
                     return Err(refuse(
                         TaskErrorCode::Conflict,
@@ -412,6 +526,7 @@ impl State {
                     step,
                     attempt,
                     input,
+                    call,
                 }
             }
             Command::SucceedStep {
@@ -600,8 +715,43 @@ impl State {
                     successes: BTreeMap::new(),
                     log_tail: std::collections::VecDeque::new(),
                     log_lines: 0,
+                    plan: None,
                 });
                 return;
+            }
+            EventBody::PlanCreated {
+                task,
+                title,
+                definition,
+                client_request_id,
+            } => {
+                self.tasks.entry(*task).or_insert_with(|| Task {
+                    id: *task,
+                    created_at: at,
+                    updated_at: at,
+                    pipeline: EXEC_PLAN_PIPELINE.to_owned(),
+                    pipeline_version: 1,
+                    prompt: title.clone(),
+                    speed: String::new(),
+                    target: String::new(),
+                    model_profile: None,
+                    client_request_id: client_request_id.clone(),
+                    runs: Vec::new(),
+                    successes: BTreeMap::new(),
+                    log_tail: std::collections::VecDeque::new(),
+                    log_lines: 0,
+                    plan: Some(PlanInfo {
+                        title: title.clone(),
+                        definition: definition.clone(),
+                        deleted: false,
+                    }),
+                });
+                return;
+            }
+            EventBody::PlanDeleted { task } => {
+                if let Some(plan) = self.tasks.get_mut(task).and_then(|t| t.plan.as_mut()) {
+                    plan.deleted = true;
+                }
             }
             EventBody::RunStarted {
                 task,
@@ -609,6 +759,7 @@ impl State {
                 resumed_from,
                 owner_pid,
                 host,
+                variables,
             } => {
                 let Some(found) = self.tasks.get_mut(task) else {
                     return;
@@ -633,6 +784,8 @@ impl State {
                     succeeded: BTreeSet::new(),
                     failures: 0,
                     log_lines: 0,
+                    variables: variables.clone(),
+                    calls: BTreeMap::new(),
                 });
             }
             EventBody::StepStarted {
@@ -640,9 +793,13 @@ impl State {
                 run,
                 step,
                 attempt,
+                call,
                 ..
             } => {
                 if let Some(found) = self.run_mut(*task, *run) {
+                    if let Some(call) = call {
+                        found.calls.insert(step.clone(), *call);
+                    }
                     found.running.insert(step.clone());
                     found.attempts.insert(step.clone(), *attempt);
                     found.last_progress_at = at;

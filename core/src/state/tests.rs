@@ -996,6 +996,7 @@ mod tasks {
             resumed_from: resumed_from.map(run_id),
             owner_pid: 7,
             host: "h".into(),
+            variables: None,
         }
     }
 
@@ -1005,6 +1006,7 @@ mod tasks {
             run: run_id(n),
             step: name.into(),
             input: [1; 32],
+            call: None,
         }
     }
 

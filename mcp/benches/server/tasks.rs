@@ -43,6 +43,7 @@ fn task_events(n: u128, closure: &[String]) -> Vec<EventBody> {
             resumed_from: None,
             owner_pid: 1,
             host: "bench".into(),
+            variables: None,
         },
     ];
     let stopped = n.is_multiple_of(10);
@@ -58,6 +59,7 @@ fn task_events(n: u128, closure: &[String]) -> Vec<EventBody> {
             step: step.clone(),
             attempt: 1,
             input: [i as u8; 32],
+            call: None,
         });
         bodies.push(EventBody::StepSucceeded {
             task,

@@ -368,6 +368,7 @@ fn a_task_at_any_cursor_equals_it_in_a_fresh_fold_with_each_steps_mark() {
         run: run(n),
         step: step.into(),
         input: [1; 32],
+        call: None,
     };
     let succeed = |n: u128, step: &str, artifact: u8| Command::SucceedStep {
         task,
@@ -397,6 +398,7 @@ fn a_task_at_any_cursor_equals_it_in_a_fresh_fold_with_each_steps_mark() {
             resumed_from: None,
             owner_pid: 7,
             host: "h".into(),
+            variables: None,
         },
         start_step(1, "intake"),
         start_step(1, "risks"),

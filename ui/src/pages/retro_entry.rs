@@ -310,7 +310,9 @@ fn entry_body(timeline: &Timeline, envelope: &Envelope) -> Markup {
         | EventBody::ArtifactEdited { .. }
         | EventBody::StopRequested { .. }
         | EventBody::RunEnded { .. }
-        | EventBody::RunLog { .. } => html! {
+        | EventBody::RunLog { .. }
+        | EventBody::PlanCreated { .. }
+        | EventBody::PlanDeleted { .. } => html! {
             p { "Task event (" (body.kind_name().replace('_', " ")) ")" }
         },
     }
