@@ -15,6 +15,7 @@
 
 pub mod backend;
 pub mod pipelines;
+pub mod plans;
 pub mod report;
 pub mod task_files;
 pub mod worker;

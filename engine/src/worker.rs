@@ -129,7 +129,7 @@ impl From<BackendError> for StepFailure {
     }
 }
 
-fn host() -> String {
+pub(crate) fn host() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .map(|h| h.trim().to_owned())
@@ -138,7 +138,7 @@ fn host() -> String {
 }
 
 /// Runs `f` on the blocking pool (the store syncs to disk).
-async fn blocking<R: Send + 'static>(
+pub(crate) async fn blocking<R: Send + 'static>(
     f: impl FnOnce() -> Result<R, StoreError> + Send + 'static,
 ) -> Result<R, StoreError> {
     tokio::task::spawn_blocking(f)
@@ -252,7 +252,7 @@ impl Runner {
 /// a liveness check (`worker_alive`) holds it for an instant.
 const LOCK_PATIENCE: Duration = Duration::from_secs(2);
 
-async fn take_run_lock(root: &DataRoot, task: TaskId) -> Result<RunLock, WorkerError> {
+pub(crate) async fn take_run_lock(root: &DataRoot, task: TaskId) -> Result<RunLock, WorkerError> {
     let started = Instant::now();
     loop {
         let root = root.clone();

@@ -1,0 +1,18 @@
+//! Execution plans (DESIGN 6.6, seed 003) on the DAG engine: downstream
+//! servers ([`servers`]) and the run of a plan ([`run`]).
+//!
+//! A plan is a task whose steps are tool calls. A run records, through the
+//! store, its start (with the call-time variables), each step's start (with
+//! the call as made, in the blob store), its result (the whole result, in
+//! the blob store) or failure, and its end; the log is the checkpoint, so a
+//! resume calls no step that succeeded before on the same arguments and
+//! restores every variable exactly.
+
+pub mod run;
+pub mod servers;
+
+pub use run::{
+    DryRun, Guards, PlanOutcome, PlanRunError, Progress, RunOptions, StepReport, dry_run, load,
+    run_plan,
+};
+pub use servers::{Downstream, DownstreamError, ServerSpec, Servers, ToolInfo, available};

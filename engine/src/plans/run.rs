@@ -1,0 +1,810 @@
+//! One run of an execution plan: Kahn batches, at most `concurrency` calls
+//! at once within a batch, guards checked before each call, every fact
+//! recorded through the store before the next decision.
+//!
+//! The process that runs a plan holds the plan's run lock for the whole
+//! run, as a task's worker does: a run whose process died is ended `failed`
+//! (`worker_error`, recoverable) by whoever looks next, and resumed with
+//! [`run_plan`]`(…, resume: true)`. A resume binds the variables of every
+//! step that succeeded before from its recorded result (never truncated)
+//! and calls again only the steps whose call, resolved now, differs from
+//! the one that succeeded.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use planb_core::exec_plan::{ExecPlan, resolve};
+use planb_core::{Command, ContentHash, RunId, RunOutcome, RunState, Task, TaskId};
+use planb_projections::{Store, StoreError};
+use rmcp::model::CallToolResult;
+use serde_json::{Map, Value, json};
+use tokio::task::JoinSet;
+
+use super::servers::{Downstream, ToolInfo};
+use crate::worker::{WorkerError, blocking, host, take_run_lock};
+
+/// Largest tool result kept, in bytes of JSON.
+pub const RESULT_BYTES_MAX: usize = 64 * 1024 * 1024;
+
+/// Limits checked before each call; a blocked step fails with
+/// `Guard blocked: <reason>` and its tool is never called.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Guards {
+    /// Most tool calls in one run.
+    pub max_calls: Option<u32>,
+    /// Most calls of one tool (by the name the plan uses) in one run.
+    pub per_tool: BTreeMap<String, u32>,
+    /// Longest a run may take before no new call starts.
+    pub max_wall: Option<Duration>,
+}
+
+/// How a plan runs.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// Most calls in flight within a batch.
+    pub concurrency: usize,
+    /// The longest one call may take.
+    pub step_timeout: Duration,
+    /// Guards.
+    pub guards: Guards,
+    /// How often a stop request is looked for while calls run.
+    pub poll: Duration,
+}
+
+impl Default for RunOptions {
+    fn default() -> RunOptions {
+        RunOptions {
+            concurrency: 4,
+            step_timeout: Duration::from_secs(300),
+            guards: Guards::default(),
+            poll: Duration::from_millis(200),
+        }
+    }
+}
+
+/// One step's outcome in a run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepReport {
+    /// The step's index.
+    pub index: String,
+    /// Its title.
+    pub title: String,
+    /// The tool as the plan names it.
+    pub tool: String,
+    /// Whether it succeeded.
+    pub success: bool,
+    /// Its result.
+    pub result: Option<Value>,
+    /// Why it failed.
+    pub error: Option<String>,
+    /// How long the call took.
+    pub duration_ms: u64,
+    /// True when the result was the one recorded before (a resume), and the
+    /// tool was not called.
+    pub reused: bool,
+}
+
+impl StepReport {
+    fn summary(&self) -> Value {
+        json!({
+            "index": self.index,
+            "title": self.title,
+            "tool": self.tool,
+            "success": self.success,
+            "error": self.error,
+        })
+    }
+}
+
+/// What a run (or a dry run) came to.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlanOutcome {
+    /// The plan.
+    pub plan_id: TaskId,
+    /// Its title.
+    pub title: String,
+    /// The run, `None` for a dry run.
+    pub run: Option<RunId>,
+    /// Whether every step succeeded.
+    pub success: bool,
+    /// Whether the run stopped on request.
+    pub stopped: bool,
+    /// Wall time.
+    pub duration: Duration,
+    /// The steps settled, in the order they settled.
+    pub steps: Vec<StepReport>,
+    /// Steps in the plan.
+    pub steps_in_plan: usize,
+    /// Every variable at the end: the plan's, the call's, the results.
+    pub variables: Map<String, Value>,
+    /// Why it failed (`Step N failed: …`, `Batch K had failures: …`).
+    pub error: Option<String>,
+}
+
+impl PlanOutcome {
+    /// The seed's result shape: `{success, plan_id, title, duration,
+    /// steps_completed, steps_total, error?, results, steps}`; `results` holds
+    /// every variable, whole.
+    pub fn to_json(&self) -> Value {
+        let mut out = Map::new();
+        out.insert("success".into(), self.success.into());
+        out.insert("plan_id".into(), self.plan_id.to_string().into());
+        out.insert("title".into(), self.title.clone().into());
+        let seconds = (self.duration.as_secs_f64() * 100.0).round() / 100.0;
+        out.insert("duration".into(), json!(seconds));
+        out.insert(
+            "steps_completed".into(),
+            self.steps.iter().filter(|s| s.success).count().into(),
+        );
+        out.insert("steps_total".into(), self.steps_in_plan.into());
+        if let Some(error) = &self.error {
+            out.insert("error".into(), error.clone().into());
+        }
+        if self.stopped {
+            out.insert("stopped".into(), true.into());
+        }
+        if let Some(run) = self.run {
+            out.insert("run_id".into(), run.to_string().into());
+        }
+        out.insert("results".into(), Value::Object(self.variables.clone()));
+        out.insert(
+            "steps".into(),
+            self.steps.iter().map(StepReport::summary).collect(),
+        );
+        Value::Object(out)
+    }
+}
+
+/// What a run tells as it goes.
+#[derive(Clone, Debug)]
+pub enum Progress {
+    /// A step's call started.
+    Started {
+        /// The step's index.
+        index: String,
+    },
+    /// A step settled.
+    Ended(StepReport),
+}
+
+/// Called with each progress event.
+pub type ProgressFn = Arc<dyn Fn(&Progress) + Send + Sync>;
+
+/// Why a plan could not run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PlanRunError {
+    /// No plan of that id (or it was deleted).
+    #[error("Plan not found: {0}")]
+    NotFound(String),
+    /// The plan cannot run as it is (a tool no server has, nothing to resume).
+    #[error("{0}")]
+    Invalid(String),
+    /// A downstream server failed before the run started.
+    #[error("{0}")]
+    Downstream(String),
+    /// The run lock or the store failed.
+    #[error(transparent)]
+    Worker(#[from] WorkerError),
+}
+
+impl From<StoreError> for PlanRunError {
+    fn from(error: StoreError) -> PlanRunError {
+        PlanRunError::Worker(WorkerError::Store(error))
+    }
+}
+
+/// The plan a task holds.
+pub fn load(task: &Task) -> Result<ExecPlan, PlanRunError> {
+    let Some(info) = task.plan.as_ref().filter(|p| !p.deleted) else {
+        return Err(PlanRunError::NotFound(task.id.to_string()));
+    };
+    let value: Value = serde_json::from_str(&info.definition)
+        .map_err(|e| PlanRunError::Invalid(format!("the recorded plan is not JSON: {e}")))?;
+    ExecPlan::from_json(&value)
+        .map_err(|e| PlanRunError::Invalid(format!("the recorded plan is not valid: {e}")))
+}
+
+fn merged(plan: &ExecPlan, call: &Map<String, Value>) -> Map<String, Value> {
+    let mut variables = plan.variables.clone();
+    for (k, v) in call {
+        variables.insert(k.clone(), v.clone());
+    }
+    variables
+}
+
+/// A dry run: every step in batch order, no call made, nothing recorded;
+/// each result is `"[dry-run: not executed]"` and each variable is bound to
+/// `"<tool result>"`.
+#[derive(Debug)]
+pub struct DryRun;
+
+/// Traces `plan` without calling anything.
+pub fn dry_run(plan: &ExecPlan, plan_id: TaskId, call: &Map<String, Value>) -> PlanOutcome {
+    let mut variables = merged(plan, call);
+    let mut steps = Vec::new();
+    for batch in plan.batches() {
+        for &at in batch {
+            let step = &plan.steps[at];
+            steps.push(StepReport {
+                index: step.index.clone(),
+                title: step.title.clone(),
+                tool: step.tool.clone(),
+                success: true,
+                result: Some("[dry-run: not executed]".into()),
+                error: None,
+                duration_ms: 0,
+                reused: false,
+            });
+            if let Some(var) = &step.result_variable {
+                variables.insert(var.clone(), format!("<{} result>", step.tool).into());
+            }
+        }
+    }
+    PlanOutcome {
+        plan_id,
+        title: plan.title.clone(),
+        run: None,
+        success: true,
+        stopped: false,
+        duration: Duration::ZERO,
+        steps,
+        steps_in_plan: plan.steps.len(),
+        variables,
+        error: None,
+    }
+}
+
+/// The value a tool result binds: its structured content when it has one;
+/// else its text (joined by newlines) read as JSON when it is JSON, else as
+/// text; else its content blocks as JSON. An error result is its text.
+pub fn result_value(result: &CallToolResult) -> Result<Value, String> {
+    let texts: Vec<&str> = result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.as_str()))
+        .collect();
+    if result.is_error == Some(true) {
+        let text = texts.join("\n");
+        return Err(if text.trim().is_empty() {
+            "Tool execution failed".into()
+        } else {
+            text
+        });
+    }
+    if let Some(structured) = &result.structured_content {
+        return Ok(structured.clone());
+    }
+    if !texts.is_empty() {
+        let text = texts.join("\n");
+        return Ok(serde_json::from_str(&text).unwrap_or(Value::String(text)));
+    }
+    Ok(serde_json::to_value(&result.content).unwrap_or(Value::Null))
+}
+
+struct Call {
+    at: usize,
+    tool: ToolInfo,
+    args: Map<String, Value>,
+    bytes: Vec<u8>,
+    input: ContentHash,
+}
+
+struct Ended {
+    at: usize,
+    report: StepReport,
+}
+
+struct Shared {
+    store: Arc<Store>,
+    downstream: Arc<Downstream>,
+    task: TaskId,
+    run: RunId,
+    timeout: Duration,
+    progress: Option<ProgressFn>,
+}
+
+impl Shared {
+    async fn execute(&self, command: Command) -> Result<(), StoreError> {
+        let store = Arc::clone(&self.store);
+        blocking(move || store.execute(command).map(|_| ())).await
+    }
+
+    async fn put(&self, bytes: Vec<u8>) -> Result<[u8; 32], StoreError> {
+        let blobs = self.store.root().blobs();
+        blocking(move || {
+            blobs.put(&bytes).map_err(|e| StoreError::Io {
+                op: "store a blob",
+                path: String::new(),
+                source: std::io::Error::other(e.to_string()),
+            })
+        })
+        .await
+    }
+
+    fn tell(&self, progress: Progress) {
+        if let Some(tell) = &self.progress {
+            tell(&progress);
+        }
+    }
+
+    async fn fail(&self, index: &str, class: &str, message: &str) -> Result<(), StoreError> {
+        let message: String = message
+            .chars()
+            .take(planb_core::state::tasks::STEP_MESSAGE_CHARS_MAX)
+            .collect();
+        self.execute(Command::FailStep {
+            task: self.task,
+            run: self.run,
+            step: index.to_owned(),
+            class: class.to_owned(),
+            message,
+            recoverable: true,
+        })
+        .await
+    }
+}
+
+/// Starts the step (its call stored first), blocked by `guard` or calling
+/// the tool, and records the outcome.
+async fn perform(
+    shared: Arc<Shared>,
+    call: Call,
+    report: StepReport,
+    guard: Option<String>,
+) -> Result<Ended, StoreError> {
+    let started = Instant::now();
+    let call_hash = shared.put(call.bytes).await?;
+    shared
+        .execute(Command::StartStep {
+            task: shared.task,
+            run: shared.run,
+            step: report.index.clone(),
+            input: call.input.0,
+            call: Some(call_hash),
+        })
+        .await?;
+    shared.tell(Progress::Started {
+        index: report.index.clone(),
+    });
+    let mut report = report;
+    let outcome = match guard {
+        Some(reason) => Err(("guard_blocked", format!("Guard blocked: {reason}"))),
+        None => match shared
+            .downstream
+            .call(&call.tool.server, &call.tool.name, call.args, shared.timeout)
+            .await
+        {
+            Ok(result) => result_value(&result).map_err(|e| ("tool_error", e)),
+            Err(e) => Err((e.class, e.message)),
+        },
+    };
+    report.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let outcome = outcome.and_then(|value| {
+        let bytes = serde_json::to_vec(&value).unwrap_or_default();
+        if bytes.len() > RESULT_BYTES_MAX {
+            Err((
+                "result_too_large",
+                format!(
+                    "the result is {} bytes of JSON; at most {RESULT_BYTES_MAX} are kept",
+                    bytes.len()
+                ),
+            ))
+        } else {
+            Ok((value, bytes))
+        }
+    });
+    match outcome {
+        Ok((value, bytes)) => {
+            let size = bytes.len() as u64;
+            let artifact = shared.put(bytes).await?;
+            shared
+                .execute(Command::SucceedStep {
+                    task: shared.task,
+                    run: shared.run,
+                    step: report.index.clone(),
+                    input: call.input.0,
+                    artifact,
+                    bytes: size,
+                    duration_ms: report.duration_ms,
+                    tokens_in: 0,
+                    tokens_out: 0,
+                })
+                .await?;
+            report.success = true;
+            report.result = Some(value);
+        }
+        Err((class, message)) => {
+            shared.fail(&report.index, class, &message).await?;
+            report.error = Some(message);
+        }
+    }
+    shared.tell(Progress::Ended(report.clone()));
+    Ok(Ended { at: call.at, report })
+}
+
+/// Runs (or, with `resume`, resumes) the plan `task` to an end, holding its
+/// run lock. `variables` are the call-time variables; a resume without them
+/// uses those of the run it resumes.
+pub async fn run_plan(
+    store: Arc<Store>,
+    downstream: Arc<Downstream>,
+    task: TaskId,
+    variables: Option<Map<String, Value>>,
+    resume: bool,
+    options: RunOptions,
+    progress: Option<ProgressFn>,
+) -> Result<PlanOutcome, PlanRunError> {
+    let started = Instant::now();
+    let lock = take_run_lock(store.root(), task).await?;
+    {
+        let store = Arc::clone(&store);
+        blocking(move || store.end_lost_run(task)).await?;
+    }
+    let found = {
+        let store = Arc::clone(&store);
+        blocking(move || store.read(|s| s.task(&task).cloned())).await?
+    }
+    .ok_or_else(|| PlanRunError::NotFound(task.to_string()))?;
+    let plan = load(&found)?;
+    let tools = downstream
+        .tools()
+        .await
+        .map_err(|e| PlanRunError::Downstream(e.message))?;
+    let mut resolved = Vec::with_capacity(plan.steps.len());
+    for step in &plan.steps {
+        match Downstream::resolve(&tools, &step.tool) {
+            Ok(tool) => resolved.push(tool),
+            Err(names) => {
+                let list = if names.is_empty() {
+                    "(no tools: no downstream server is configured)".to_owned()
+                } else {
+                    names.join(", ")
+                };
+                return Err(PlanRunError::Invalid(format!(
+                    "Step {} failed: Unknown tool: {}. Available: {list}",
+                    step.index, step.tool
+                )));
+            }
+        }
+    }
+    let previous = found.runs.last();
+    if resume && previous.is_none() {
+        return Err(PlanRunError::Invalid(format!(
+            "plan {task} has not run yet: nothing to resume (run it)"
+        )));
+    }
+    let call_vars: Map<String, Value> = match (variables, resume) {
+        (Some(given), _) => given,
+        (None, true) => previous
+            .and_then(|r| r.variables.as_deref())
+            .and_then(|text| serde_json::from_str(text).ok())
+            .unwrap_or_default(),
+        (None, false) => Map::new(),
+    };
+    let recorded = if resume {
+        found.successes.clone()
+    } else {
+        BTreeMap::new()
+    };
+    let run = RunId::from_uuid(store.env().event_id());
+    let start = Command::StartRun {
+        task,
+        run,
+        resumed_from: if resume {
+            previous.map(|r| r.id)
+        } else {
+            None
+        },
+        owner_pid: std::process::id(),
+        host: host(),
+        variables: Some(Value::Object(call_vars.clone()).to_string()),
+    };
+    {
+        let store = Arc::clone(&store);
+        blocking(move || store.execute(start).map(|_| ())).await?;
+    }
+    let shared = Arc::new(Shared {
+        store: Arc::clone(&store),
+        downstream,
+        task,
+        run,
+        timeout: options.step_timeout,
+        progress,
+    });
+    let mut outcome = PlanOutcome {
+        plan_id: task,
+        title: plan.title.clone(),
+        run: Some(run),
+        success: false,
+        stopped: false,
+        duration: Duration::ZERO,
+        steps: Vec::new(),
+        steps_in_plan: plan.steps.len(),
+        variables: merged(&plan, &call_vars),
+        error: None,
+    };
+    let ended = drive(
+        &shared,
+        &plan,
+        &resolved,
+        &recorded,
+        &options,
+        started,
+        &mut outcome,
+    )
+    .await;
+    let (result, reason, failed_step) = match ended {
+        Ok(Settled::Completed) => {
+            outcome.success = true;
+            (RunOutcome::Completed, None, None)
+        }
+        Ok(Settled::Stopped) => {
+            outcome.stopped = true;
+            outcome.error = Some("the run stopped on request; resume it to go on".into());
+            (RunOutcome::Stopped, None, None)
+        }
+        Ok(Settled::Failed { message, step }) => {
+            outcome.error = Some(message);
+            (RunOutcome::Failed, Some("step_failed".to_owned()), Some(step))
+        }
+        Err(error) => {
+            let reason = format!("worker_error: {error}");
+            let _ = shared
+                .execute(Command::EndRun {
+                    task,
+                    run,
+                    outcome: RunOutcome::Failed,
+                    reason: Some(reason),
+                    failed_step: None,
+                    recoverable: true,
+                })
+                .await;
+            drop(lock);
+            return Err(error.into());
+        }
+    };
+    shared
+        .execute(Command::EndRun {
+            task,
+            run,
+            outcome: result,
+            reason,
+            failed_step,
+            recoverable: result != RunOutcome::Completed,
+        })
+        .await?;
+    drop(lock);
+    outcome.duration = started.elapsed();
+    Ok(outcome)
+}
+
+enum Settled {
+    Completed,
+    Stopped,
+    Failed { message: String, step: String },
+}
+
+async fn stop_requested(shared: &Shared) -> Result<bool, StoreError> {
+    let store = Arc::clone(&shared.store);
+    let (task, run) = (shared.task, shared.run);
+    blocking(move || {
+        store.read(|s| {
+            s.task(&task)
+                .and_then(|t| t.runs.iter().find(|r| r.id == run))
+                .is_none_or(|r| r.state != RunState::Running)
+        })
+    })
+    .await
+}
+
+async fn drive(
+    shared: &Arc<Shared>,
+    plan: &ExecPlan,
+    tools: &[ToolInfo],
+    recorded: &BTreeMap<String, planb_core::StepSuccess>,
+    options: &RunOptions,
+    started: Instant,
+    outcome: &mut PlanOutcome,
+) -> Result<Settled, StoreError> {
+    let mut calls_made: u32 = 0;
+    let mut per_tool: BTreeMap<String, u32> = BTreeMap::new();
+    for (number, batch) in plan.batches().iter().enumerate() {
+        if stop_requested(shared).await? {
+            return Ok(Settled::Stopped);
+        }
+        let mut pending = Vec::new();
+        for &at in batch {
+            let step = &plan.steps[at];
+            let args = match resolve(&Value::Object(step.args.clone()), &outcome.variables) {
+                Value::Object(args) => args,
+                _ => Map::new(),
+            };
+            let call = json!({"tool": tools[at].qualified(), "args": args});
+            let bytes = serde_json::to_vec(&call).unwrap_or_default();
+            let input = ContentHash::of_bytes(&bytes);
+            let report = StepReport {
+                index: step.index.clone(),
+                title: step.title.clone(),
+                tool: step.tool.clone(),
+                success: false,
+                result: None,
+                error: None,
+                duration_ms: 0,
+                reused: false,
+            };
+            if let Some(success) = recorded.get(&step.index)
+                && success.input == input.0
+            {
+                let blobs = shared.store.root().blobs();
+                let artifact = success.artifact;
+                let restored = blocking(move || {
+                    blobs.get(&artifact).map_err(|e| StoreError::Io {
+                        op: "read a recorded result",
+                        path: String::new(),
+                        source: std::io::Error::other(e.to_string()),
+                    })
+                })
+                .await
+                .ok()
+                .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok());
+                if let Some(value) = restored {
+                    let report = StepReport {
+                        success: true,
+                        result: Some(value),
+                        reused: true,
+                        ..report
+                    };
+                    shared.tell(Progress::Ended(report.clone()));
+                    pending.push((at, None, report));
+                    continue;
+                }
+            }
+            pending.push((
+                at,
+                Some(Call {
+                    at,
+                    tool: tools[at].clone(),
+                    args,
+                    bytes,
+                    input,
+                }),
+                report,
+            ));
+        }
+        let mut reports: BTreeMap<usize, StepReport> = BTreeMap::new();
+        let mut in_flight: JoinSet<Result<Ended, StoreError>> = JoinSet::new();
+        let mut running: Vec<String> = Vec::new();
+        let mut queue = pending.into_iter();
+        loop {
+            while in_flight.len() < options.concurrency.max(1) {
+                let Some((at, call, report)) = queue.next() else {
+                    break;
+                };
+                let Some(call) = call else {
+                    reports.insert(at, report);
+                    continue;
+                };
+                let guard = guard_reason(
+                    &options.guards,
+                    &report.tool,
+                    calls_made,
+                    &per_tool,
+                    started.elapsed(),
+                );
+                if guard.is_none() {
+                    calls_made = calls_made.saturating_add(1);
+                    *per_tool.entry(report.tool.clone()).or_default() += 1;
+                }
+                running.push(report.index.clone());
+                in_flight.spawn(perform(Arc::clone(shared), call, report, guard));
+            }
+            if in_flight.is_empty() {
+                break;
+            }
+            let joined = tokio::select! {
+                joined = in_flight.join_next() => joined,
+                () = tokio::time::sleep(options.poll) => None,
+            };
+            match joined {
+                Some(Ok(Ok(ended))) => {
+                    running.retain(|i| *i != ended.report.index);
+                    reports.insert(ended.at, ended.report);
+                }
+                Some(Ok(Err(error))) => return Err(error),
+                Some(Err(error)) => {
+                    return Err(StoreError::Io {
+                        op: "run a step",
+                        path: String::new(),
+                        source: std::io::Error::other(error.to_string()),
+                    });
+                }
+                None => {
+                    if stop_requested(shared).await? {
+                        in_flight.abort_all();
+                        while in_flight.join_next().await.is_some() {}
+                        for index in running {
+                            let _ = shared
+                                .fail(&index, "cancelled", "the run was stopped during the call")
+                                .await;
+                        }
+                        outcome.steps.extend(reports.into_values());
+                        return Ok(Settled::Stopped);
+                    }
+                }
+            }
+        }
+        // Bind in index order, only what succeeded.
+        let mut failed: Vec<&StepReport> = Vec::new();
+        for &at in batch {
+            let Some(report) = reports.get(&at) else {
+                continue;
+            };
+            if report.success {
+                if let (Some(var), Some(value)) = (&plan.steps[at].result_variable, &report.result)
+                {
+                    outcome.variables.insert(var.clone(), value.clone());
+                }
+            } else {
+                failed.push(report);
+            }
+        }
+        if !failed.is_empty() {
+            let message = if batch.len() == 1 {
+                format!(
+                    "Step {} failed: {}",
+                    failed[0].index,
+                    failed[0].error.as_deref().unwrap_or("unknown error")
+                )
+            } else {
+                let list: Vec<String> = failed
+                    .iter()
+                    .map(|r| {
+                        format!(
+                            "step {}: {}",
+                            r.index,
+                            r.error.as_deref().unwrap_or("unknown error")
+                        )
+                    })
+                    .collect();
+                format!("Batch {} had failures: {}", number + 1, list.join("; "))
+            };
+            let step = failed[0].index.clone();
+            outcome.steps.extend(reports.into_values());
+            return Ok(Settled::Failed { message, step });
+        }
+        outcome.steps.extend(reports.into_values());
+    }
+    Ok(Settled::Completed)
+}
+
+fn guard_reason(
+    guards: &Guards,
+    tool: &str,
+    calls_made: u32,
+    per_tool: &BTreeMap<String, u32>,
+    elapsed: Duration,
+) -> Option<String> {
+    if let Some(max) = guards.max_calls
+        && calls_made >= max
+    {
+        return Some(format!(
+            "the run's budget of {max} tool calls is spent"
+        ));
+    }
+    if let Some(&cap) = guards.per_tool.get(tool)
+        && per_tool.get(tool).copied().unwrap_or(0) >= cap
+    {
+        return Some(format!("{tool} may be called at most {cap} times in a run"));
+    }
+    if let Some(max) = guards.max_wall
+        && elapsed >= max
+    {
+        return Some(format!(
+            "the run's time limit of {} s is reached",
+            max.as_secs_f64()
+        ));
+    }
+    None
+}

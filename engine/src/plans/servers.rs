@@ -1,0 +1,415 @@
+//! Downstream MCP servers: the servers file and the connections to them.
+//!
+//! The file is the one MCP clients already use:
+//!
+//! ```json
+//! {"mcpServers": {"fs": {"command": "fs-server", "args": ["/tmp"], "env": {"K": "v"}},
+//!                 "web": {"url": "http://127.0.0.1:9000/mcp"}}}
+//! ```
+//!
+//! A server is started when a plan first needs it (its tools are listed
+//! then) and kept for the life of the process. Tools are addressed
+//! `server__tool`, or by their bare name when exactly one server has it. A
+//! server that fails to start is an error naming it with the end of what it
+//! wrote to stderr.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation,
+};
+use rmcp::service::RunningService;
+use rmcp::transport::TokioChildProcess;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::{Map, Value};
+use tokio::io::AsyncBufReadExt;
+
+/// Largest servers file read.
+pub const SERVERS_FILE_BYTES_MAX: u64 = 1024 * 1024;
+/// Most servers in one file.
+pub const SERVERS_MAX: usize = 64;
+/// Lines of a server's stderr kept for error messages.
+const STDERR_LINES: usize = 20;
+
+/// How to reach one server.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum ServerSpec {
+    /// A child process speaking MCP on stdio.
+    Stdio {
+        /// The program.
+        command: String,
+        /// Its arguments.
+        args: Vec<String>,
+        /// Extra environment variables.
+        env: BTreeMap<String, String>,
+    },
+    /// A streamable HTTP endpoint.
+    Url(String),
+}
+
+/// The servers file, read and checked.
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct Servers {
+    /// Where it was read from (for messages).
+    pub path: Option<PathBuf>,
+    /// The servers by name.
+    pub servers: BTreeMap<String, ServerSpec>,
+}
+
+fn strings(value: Option<&Value>, path: &str) -> Result<Vec<String>, String> {
+    match value {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                v.as_str()
+                    .map(str::to_owned)
+                    .ok_or_else(|| format!("{path}[{i}]: must be a string"))
+            })
+            .collect(),
+        Some(_) => Err(format!("{path}: must be an array of strings")),
+    }
+}
+
+impl Servers {
+    /// Reads a servers file. A file that does not exist is no servers.
+    pub fn load(path: &Path) -> Result<Servers, String> {
+        let shown = path.display();
+        let meta = match std::fs::metadata(path) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Servers {
+                    path: Some(path.to_owned()),
+                    servers: BTreeMap::new(),
+                });
+            }
+            Err(e) => return Err(format!("{shown}: cannot read: {e}")),
+        };
+        if meta.len() > SERVERS_FILE_BYTES_MAX {
+            return Err(format!(
+                "{shown}: {} bytes; a servers file may hold at most {SERVERS_FILE_BYTES_MAX}",
+                meta.len()
+            ));
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: cannot read: {e}"))?;
+        let value: Value =
+            serde_json::from_str(&text).map_err(|e| format!("{shown}: not JSON: {e}"))?;
+        let mut servers = Servers::parse(&value).map_err(|e| format!("{shown}: {e}"))?;
+        servers.path = Some(path.to_owned());
+        Ok(servers)
+    }
+
+    /// Checks the `{"mcpServers": {...}}` object.
+    pub fn parse(value: &Value) -> Result<Servers, String> {
+        let Some(all) = value.get("mcpServers") else {
+            return Err("mcpServers: missing (the file is {\"mcpServers\": {name: {command, args, env} | {url}}})".into());
+        };
+        let Value::Object(all) = all else {
+            return Err("mcpServers: must be an object of servers by name".into());
+        };
+        if all.len() > SERVERS_MAX {
+            return Err(format!("mcpServers: at most {SERVERS_MAX} servers (got {})", all.len()));
+        }
+        let mut servers = BTreeMap::new();
+        for (name, spec) in all {
+            let at = format!("mcpServers.{name}");
+            let valid = !name.is_empty()
+                && name.len() <= 64
+                && !name.contains("__")
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+            if !valid {
+                return Err(format!(
+                    "{at}: a server name is 1 to 64 letters, digits, '-' or '_', without \"__\" (which separates server and tool)"
+                ));
+            }
+            let Value::Object(spec) = spec else {
+                return Err(format!("{at}: must be an object"));
+            };
+            let parsed = match (spec.get("command"), spec.get("url")) {
+                (Some(Value::String(command)), None) if !command.trim().is_empty() => {
+                    let args = strings(spec.get("args"), &format!("{at}.args"))?;
+                    let env = match spec.get("env") {
+                        None | Some(Value::Null) => BTreeMap::new(),
+                        Some(Value::Object(env)) => env
+                            .iter()
+                            .map(|(k, v)| {
+                                v.as_str()
+                                    .map(|v| (k.clone(), v.to_owned()))
+                                    .ok_or_else(|| format!("{at}.env.{k}: must be a string"))
+                            })
+                            .collect::<Result<_, _>>()?,
+                        Some(_) => return Err(format!("{at}.env: must be an object of strings")),
+                    };
+                    ServerSpec::Stdio {
+                        command: command.clone(),
+                        args,
+                        env,
+                    }
+                }
+                (None, Some(Value::String(url))) if url.starts_with("http") => {
+                    ServerSpec::Url(url.clone())
+                }
+                (Some(_), Some(_)) => return Err(format!("{at}: give command or url, not both")),
+                (Some(_), None) => return Err(format!("{at}.command: must be a non-empty string")),
+                (None, Some(_)) => return Err(format!("{at}.url: must be an http:// or https:// URL")),
+                (None, None) => return Err(format!("{at}: needs command (stdio) or url")),
+            };
+            servers.insert(name.clone(), parsed);
+        }
+        Ok(Servers {
+            path: None,
+            servers,
+        })
+    }
+}
+
+/// A downstream tool.
+#[derive(Clone, PartialEq, Debug)]
+pub struct ToolInfo {
+    /// The server's name.
+    pub server: String,
+    /// The tool's name on it.
+    pub name: String,
+    /// Its description.
+    pub description: String,
+}
+
+impl ToolInfo {
+    /// `server__tool`.
+    pub fn qualified(&self) -> String {
+        format!("{}__{}", self.server, self.name)
+    }
+}
+
+/// Why a downstream call or connection failed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct DownstreamError {
+    /// For people: names the server and, for a start failure, its stderr.
+    pub message: String,
+    /// A stable class: `server_start`, `server_error`, `tool_timeout`.
+    pub class: &'static str,
+}
+
+struct Connection {
+    client: RunningService<RoleClient, ClientConfig>,
+    tools: Vec<ToolInfo>,
+    stderr: Arc<Mutex<VecDeque<String>>>,
+}
+
+/// The downstream servers of one process: connected when first needed.
+pub struct Downstream {
+    servers: Servers,
+    start_timeout: Duration,
+    connections: tokio::sync::Mutex<BTreeMap<String, Arc<Connection>>>,
+}
+
+impl std::fmt::Debug for Downstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Downstream")
+            .field("servers", &self.servers)
+            .finish_non_exhaustive()
+    }
+}
+
+fn tail(lines: &Mutex<VecDeque<String>>) -> String {
+    let lines = lines.lock().map(|l| l.iter().cloned().collect::<Vec<_>>()).unwrap_or_default();
+    if lines.is_empty() {
+        "(nothing on stderr)".into()
+    } else {
+        lines.join("\n")
+    }
+}
+
+impl Downstream {
+    /// The servers of `servers`, none started yet.
+    pub fn new(servers: Servers, start_timeout: Duration) -> Downstream {
+        Downstream {
+            servers,
+            start_timeout,
+            connections: tokio::sync::Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// The configured server names.
+    pub fn names(&self) -> Vec<String> {
+        self.servers.servers.keys().cloned().collect()
+    }
+
+    async fn connection(&self, name: &str) -> Result<Arc<Connection>, DownstreamError> {
+        let mut connections = self.connections.lock().await;
+        if let Some(found) = connections.get(name)
+            && !found.client.is_closed()
+        {
+            return Ok(Arc::clone(found));
+        }
+        let Some(spec) = self.servers.servers.get(name) else {
+            return Err(DownstreamError {
+                message: format!("no downstream server {name:?} is configured"),
+                class: "server_start",
+            });
+        };
+        let connection = Arc::new(self.start(name, spec).await?);
+        connections.insert(name.to_owned(), Arc::clone(&connection));
+        Ok(connection)
+    }
+
+    async fn start(&self, name: &str, spec: &ServerSpec) -> Result<Connection, DownstreamError> {
+        let failed = |detail: String, stderr: &Mutex<VecDeque<String>>| DownstreamError {
+            message: format!(
+                "downstream server {name:?} did not start: {detail}; its stderr ends with:\n{}",
+                tail(stderr)
+            ),
+            class: "server_start",
+        };
+        let stderr_lines = Arc::new(Mutex::new(VecDeque::new()));
+        let (command, args, env) = match spec {
+            ServerSpec::Stdio { command, args, env } => (command, args, env),
+            ServerSpec::Url(url) => {
+                return Err(DownstreamError {
+                    message: format!(
+                        "downstream server {name:?} ({url}): servers reached by url are not supported by this build; run it as a command (stdio)"
+                    ),
+                    class: "server_start",
+                });
+            }
+        };
+        let mut cmd = tokio::process::Command::new(command);
+        cmd.args(args).envs(env).kill_on_drop(true);
+        let (transport, stderr) = TokioChildProcess::builder(cmd)
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| failed(format!("cannot run {command:?}: {e}"), &stderr_lines))?;
+        if let Some(stderr) = stderr {
+            let sink = Arc::clone(&stderr_lines);
+            tokio::spawn(async move {
+                let mut lines = tokio::io::BufReader::new(stderr).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    if let Ok(mut kept) = sink.lock() {
+                        if kept.len() == STDERR_LINES {
+                            kept.pop_front();
+                        }
+                        kept.push_back(line.chars().take(500).collect());
+                    }
+                }
+            });
+        }
+        let info = ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("planb-mcp", env!("CARGO_PKG_VERSION")),
+        );
+        let started = tokio::time::timeout(self.start_timeout, async {
+            let client = info.serve(transport).await.map_err(|e| e.to_string())?;
+            let tools = client.list_all_tools().await.map_err(|e| e.to_string())?;
+            Ok::<_, String>((client, tools))
+        })
+        .await;
+        let (client, tools) = match started {
+            Ok(Ok(found)) => found,
+            Ok(Err(detail)) => {
+                // Give the reader a moment to collect the last words.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                return Err(failed(detail, &stderr_lines));
+            }
+            Err(_) => {
+                return Err(failed(
+                    format!("no answer within {} s", self.start_timeout.as_secs_f64()),
+                    &stderr_lines,
+                ));
+            }
+        };
+        let tools = tools
+            .into_iter()
+            .map(|tool| ToolInfo {
+                server: name.to_owned(),
+                name: tool.name.to_string(),
+                description: tool.description.map(|d| d.to_string()).unwrap_or_default(),
+            })
+            .collect();
+        Ok(Connection {
+            client,
+            tools,
+            stderr: stderr_lines,
+        })
+    }
+
+    /// Every tool of every server, starting those not started. A server
+    /// that fails is an error (the plan could not be checked).
+    pub async fn tools(&self) -> Result<Vec<ToolInfo>, DownstreamError> {
+        let mut all = Vec::new();
+        for name in self.names() {
+            all.extend(self.connection(&name).await?.tools.iter().cloned());
+        }
+        Ok(all)
+    }
+
+    /// Resolves a plan's tool name against `tools`: `server__tool`, or a
+    /// bare name exactly one server has. Otherwise the names it could be.
+    pub fn resolve(tools: &[ToolInfo], name: &str) -> Result<ToolInfo, Vec<String>> {
+        if let Some(found) = tools.iter().find(|t| t.qualified() == name) {
+            return Ok(found.clone());
+        }
+        let bare: Vec<&ToolInfo> = tools.iter().filter(|t| t.name == name).collect();
+        match bare.as_slice() {
+            [one] => Ok((*one).clone()),
+            [] => Err(available(tools)),
+            many => Err(many.iter().map(|t| t.qualified()).collect()),
+        }
+    }
+
+    /// Calls `tool` on `server` with `args`, within `timeout`.
+    pub async fn call(
+        &self,
+        server: &str,
+        tool: &str,
+        args: Map<String, Value>,
+        timeout: Duration,
+    ) -> Result<CallToolResult, DownstreamError> {
+        let connection = self.connection(server).await?;
+        let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(args);
+        match tokio::time::timeout(timeout, connection.client.call_tool(params)).await {
+            Ok(Ok(result)) => Ok(result),
+            Ok(Err(e)) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let closed = connection.client.is_closed();
+                Err(DownstreamError {
+                    message: if closed {
+                        format!(
+                            "downstream server {server:?} closed during {tool}: {e}; its stderr ends with:\n{}",
+                            tail(&connection.stderr)
+                        )
+                    } else {
+                        format!("{server}__{tool}: {e}")
+                    },
+                    class: "server_error",
+                })
+            }
+            Err(_) => Err(DownstreamError {
+                message: format!(
+                    "{server}__{tool} did not answer within {} s",
+                    timeout.as_secs_f64()
+                ),
+                class: "tool_timeout",
+            }),
+        }
+    }
+}
+
+/// The names a plan may use: every `server__tool`, and each bare name one
+/// server alone has.
+pub fn available(tools: &[ToolInfo]) -> Vec<String> {
+    let mut names: Vec<String> = tools.iter().map(ToolInfo::qualified).collect();
+    for tool in tools {
+        if tools.iter().filter(|t| t.name == tool.name).count() == 1 {
+            names.push(tool.name.clone());
+        }
+    }
+    names.sort();
+    names.dedup();
+    names
+}
