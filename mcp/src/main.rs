@@ -13,9 +13,11 @@ mod collect;
 mod config;
 mod deliver;
 mod demo;
+mod exec_plans;
 mod forms;
 mod http;
 mod opening;
+mod plan_cli;
 mod plans;
 mod resources;
 mod server;
@@ -86,6 +88,14 @@ enum Command {
         /// The task's id.
         #[arg(value_name = "TASK_ID")]
         task: String,
+    },
+    /// Execution plans: DAGs of tool calls on downstream MCP servers.
+    Plan {
+        /// The servers file (default: $PLANB_SERVERS, else <data-dir>/servers.json).
+        #[arg(long, value_name = "FILE")]
+        servers: Option<PathBuf>,
+        #[command(subcommand)]
+        command: plan_cli::PlanCommand,
     },
     /// Show the log's events in human-readable form.
     Log {
@@ -246,6 +256,9 @@ fn main() -> ExitCode {
             Some(Command::Export { to }) => admin::export(&root, to, &mut out),
             Some(Command::Import { from }) => admin::import(&root, from, &mut out),
             Some(Command::Worker { task }) => tasks::worker_main(root.root(), task),
+            Some(Command::Plan { servers, command }) => {
+                plan_cli::main(&root, servers.as_deref(), command, &mut out)
+            }
             Some(Command::Demo) => {
                 std::fs::create_dir_all(root.root())?;
                 demo::run(&root.root().canonicalize()?, &mut out)

@@ -373,7 +373,12 @@ async fn perform(
         Some(reason) => Err(("guard_blocked", format!("Guard blocked: {reason}"))),
         None => match shared
             .downstream
-            .call(&call.tool.server, &call.tool.name, call.args, shared.timeout)
+            .call(
+                &call.tool.server,
+                &call.tool.name,
+                call.args,
+                shared.timeout,
+            )
             .await
         {
             Ok(result) => result_value(&result).map_err(|e| ("tool_error", e)),
@@ -421,7 +426,10 @@ async fn perform(
         }
     }
     shared.tell(Progress::Ended(report.clone()));
-    Ok(Ended { at: call.at, report })
+    Ok(Ended {
+        at: call.at,
+        report,
+    })
 }
 
 /// Runs (or, with `resume`, resumes) the plan `task` to an end, holding its
@@ -492,11 +500,7 @@ pub async fn run_plan(
     let start = Command::StartRun {
         task,
         run,
-        resumed_from: if resume {
-            previous.map(|r| r.id)
-        } else {
-            None
-        },
+        resumed_from: if resume { previous.map(|r| r.id) } else { None },
         owner_pid: std::process::id(),
         host: host(),
         variables: Some(Value::Object(call_vars.clone()).to_string()),
@@ -547,7 +551,11 @@ pub async fn run_plan(
         }
         Ok(Settled::Failed { message, step }) => {
             outcome.error = Some(message);
-            (RunOutcome::Failed, Some("step_failed".to_owned()), Some(step))
+            (
+                RunOutcome::Failed,
+                Some("step_failed".to_owned()),
+                Some(step),
+            )
         }
         Err(error) => {
             let reason = format!("worker_error: {error}");
@@ -789,9 +797,7 @@ fn guard_reason(
     if let Some(max) = guards.max_calls
         && calls_made >= max
     {
-        return Some(format!(
-            "the run's budget of {max} tool calls is spent"
-        ));
+        return Some(format!("the run's budget of {max} tool calls is spent"));
     }
     if let Some(&cap) = guards.per_tool.get(tool)
         && per_tool.get(tool).copied().unwrap_or(0) >= cap

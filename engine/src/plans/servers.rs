@@ -96,7 +96,8 @@ impl Servers {
                 meta.len()
             ));
         }
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: cannot read: {e}"))?;
+        let text =
+            std::fs::read_to_string(path).map_err(|e| format!("{shown}: cannot read: {e}"))?;
         let value: Value =
             serde_json::from_str(&text).map_err(|e| format!("{shown}: not JSON: {e}"))?;
         let mut servers = Servers::parse(&value).map_err(|e| format!("{shown}: {e}"))?;
@@ -113,7 +114,10 @@ impl Servers {
             return Err("mcpServers: must be an object of servers by name".into());
         };
         if all.len() > SERVERS_MAX {
-            return Err(format!("mcpServers: at most {SERVERS_MAX} servers (got {})", all.len()));
+            return Err(format!(
+                "mcpServers: at most {SERVERS_MAX} servers (got {})",
+                all.len()
+            ));
         }
         let mut servers = BTreeMap::new();
         for (name, spec) in all {
@@ -121,7 +125,9 @@ impl Servers {
             let valid = !name.is_empty()
                 && name.len() <= 64
                 && !name.contains("__")
-                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
             if !valid {
                 return Err(format!(
                     "{at}: a server name is 1 to 64 letters, digits, '-' or '_', without \"__\" (which separates server and tool)"
@@ -156,7 +162,9 @@ impl Servers {
                 }
                 (Some(_), Some(_)) => return Err(format!("{at}: give command or url, not both")),
                 (Some(_), None) => return Err(format!("{at}.command: must be a non-empty string")),
-                (None, Some(_)) => return Err(format!("{at}.url: must be an http:// or https:// URL")),
+                (None, Some(_)) => {
+                    return Err(format!("{at}.url: must be an http:// or https:// URL"));
+                }
                 (None, None) => return Err(format!("{at}: needs command (stdio) or url")),
             };
             servers.insert(name.clone(), parsed);
@@ -218,7 +226,10 @@ impl std::fmt::Debug for Downstream {
 }
 
 fn tail(lines: &Mutex<VecDeque<String>>) -> String {
-    let lines = lines.lock().map(|l| l.iter().cloned().collect::<Vec<_>>()).unwrap_or_default();
+    let lines = lines
+        .lock()
+        .map(|l| l.iter().cloned().collect::<Vec<_>>())
+        .unwrap_or_default();
     if lines.is_empty() {
         "(nothing on stderr)".into()
     } else {

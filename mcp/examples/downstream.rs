@@ -1,0 +1,152 @@
+//! A small downstream MCP server (stdio) for execution-plan tests and
+//! trials: `downstream NAME`. Tools: `echo {text}`, `add {a, b}`,
+//! `sleep {ms, text?}`, `fail {message}`, `big {bytes}` (a string of that
+//! many bytes), `crash {}` (the process exits during the call). With
+//! `DOWNSTREAM_CALLS=<file>`, each call is appended to the file as a JSON
+//! line `{"server", "tool", "args"}` before it runs.
+
+use std::io::Write;
+use std::sync::Arc;
+
+use rmcp::handler::server::ServerHandler;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock as Content,
+    Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServiceExt};
+use serde_json::{Map, Value, json};
+
+#[derive(Clone, Debug)]
+struct Downstream {
+    name: String,
+}
+
+fn schema(properties: Value) -> Arc<Map<String, Value>> {
+    let value = json!({"type": "object", "properties": properties});
+    Arc::new(value.as_object().cloned().unwrap_or_default())
+}
+
+fn tools() -> Vec<Tool> {
+    vec![
+        Tool::new("echo", "Returns its text.", schema(json!({"text": {}}))),
+        Tool::new(
+            "add",
+            "Adds a and b.",
+            schema(json!({"a": {"type": "number"}, "b": {"type": "number"}})),
+        ),
+        Tool::new(
+            "sleep",
+            "Waits ms milliseconds, then returns text.",
+            schema(json!({"ms": {"type": "integer"}, "text": {}})),
+        ),
+        Tool::new(
+            "fail",
+            "Always fails with its message.",
+            schema(json!({"message": {"type": "string"}})),
+        ),
+        Tool::new(
+            "big",
+            "Returns a string of `bytes` bytes.",
+            schema(json!({"bytes": {"type": "integer"}})),
+        ),
+        Tool::new(
+            "crash",
+            "Exits the process during the call.",
+            schema(json!({})),
+        ),
+    ]
+}
+
+fn record(server: &str, tool: &str, args: &Map<String, Value>) {
+    let Some(path) = std::env::var_os("DOWNSTREAM_CALLS") else {
+        return;
+    };
+    let line = json!({"server": server, "tool": tool, "args": args}).to_string();
+    if let Ok(mut file) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = writeln!(file, "{line}");
+        let _ = file.sync_all();
+    }
+}
+
+impl ServerHandler for Downstream {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new(self.name.clone(), "0.1.0"))
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(tools()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let args = request.arguments.unwrap_or_default();
+        record(&self.name, &request.name, &args);
+        let text = |v: &Value| match v {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        let result = match request.name.as_ref() {
+            "echo" => CallToolResult::success(vec![Content::text(
+                args.get("text").map(text).unwrap_or_default(),
+            )]),
+            "add" => {
+                let n = |k: &str| args.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+                CallToolResult::structured(json!({"sum": n("a") + n("b")}))
+            }
+            "sleep" => {
+                let ms = args.get("ms").and_then(Value::as_u64).unwrap_or(100);
+                tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+                CallToolResult::success(vec![Content::text(
+                    args.get("text")
+                        .map(text)
+                        .unwrap_or_else(|| format!("slept {ms} ms")),
+                )])
+            }
+            "fail" => CallToolResult::error(vec![Content::text(
+                args.get("message")
+                    .map(text)
+                    .unwrap_or_else(|| "failed".into()),
+            )]),
+            "big" => {
+                let bytes = args.get("bytes").and_then(Value::as_u64).unwrap_or(1000);
+                let body: String = (0..bytes)
+                    .map(|i| char::from(b'a' + (i % 26) as u8))
+                    .collect();
+                CallToolResult::success(vec![Content::text(body)])
+            }
+            "crash" => {
+                eprintln!("{}: crashing on purpose", self.name);
+                std::process::exit(7);
+            }
+            other => {
+                return Err(ErrorData::invalid_params(format!("no tool {other}"), None));
+            }
+        };
+        Ok(result.into())
+    }
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let name = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "downstream".into());
+    eprintln!("{name}: ready");
+    let service = Downstream { name }.serve(rmcp::transport::stdio()).await?;
+    service.waiting().await?;
+    Ok(())
+}

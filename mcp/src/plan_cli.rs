@@ -1,0 +1,370 @@
+//! `planb-mcp plan …`: execution plans from the command line.
+//!
+//! Exit codes: 0 done (or a dry run), 1 the plan ran and failed, 3 it
+//! stopped on request, 2 the command could not be carried out (bad input,
+//! no such plan, a server that did not start).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context;
+use planb_core::Command;
+use planb_core::exec_plan::{StepMark, render_dag};
+use planb_engine::plans::{self, Guards, PlanOutcome, Progress, RunOptions};
+use planb_projections::{DataRoot, Store, SystemEnvironment};
+use serde_json::{Map, Value};
+
+use crate::exec_plans;
+
+/// What `plan` does.
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum PlanCommand {
+    /// Check a plan file (the seed's JSON) against the servers' tools and record it.
+    Create {
+        /// The plan as JSON.
+        #[arg(value_name = "FILE")]
+        file: Option<PathBuf>,
+        /// Generate the steps from a goal (needs a model backend).
+        #[arg(long, value_name = "TEXT", conflicts_with = "file")]
+        goal: Option<String>,
+    },
+    /// List the plans: id (8 characters), title, steps, last run.
+    List,
+    /// Show a plan's DAG, variables and last run.
+    Show {
+        /// The plan's id or a unique prefix.
+        id: String,
+    },
+    /// Run a plan from the start.
+    Run {
+        /// The plan's id or a unique prefix.
+        id: String,
+        /// Trace it without calling any tool.
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        knobs: Knobs,
+    },
+    /// Resume a plan's last run: no step that succeeded is called again.
+    Resume {
+        /// The plan's id or a unique prefix.
+        id: String,
+        #[command(flatten)]
+        knobs: Knobs,
+    },
+    /// Delete a plan (its history stays in the log).
+    Delete {
+        /// The plan's id or a unique prefix.
+        id: String,
+    },
+}
+
+/// Variables, guards and limits of a run.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Knobs {
+    /// A call-time variable, `name=value` (value read as JSON when it is JSON); repeatable.
+    #[arg(long = "var", value_name = "NAME=VALUE")]
+    vars: Vec<String>,
+    /// Most tool calls in the run.
+    #[arg(long, value_name = "N")]
+    max_calls: Option<u32>,
+    /// Most calls of one tool, `tool=N`; repeatable.
+    #[arg(long = "tool-cap", value_name = "TOOL=N")]
+    tool_caps: Vec<String>,
+    /// No call starts after this many seconds.
+    #[arg(long, value_name = "SECONDS")]
+    max_seconds: Option<u64>,
+    /// Most calls at once within a batch.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    concurrency: u16,
+    /// The longest one call may take.
+    #[arg(long, default_value_t = 300, value_name = "SECONDS")]
+    step_timeout: u64,
+}
+
+impl Knobs {
+    fn variables(&self) -> anyhow::Result<Option<Map<String, Value>>> {
+        if self.vars.is_empty() {
+            return Ok(None);
+        }
+        let mut out = Map::new();
+        for pair in &self.vars {
+            let (name, value) = pair
+                .split_once('=')
+                .with_context(|| format!("--var {pair:?}: expected NAME=VALUE"))?;
+            let value = serde_json::from_str(value).unwrap_or_else(|_| Value::from(value));
+            out.insert(name.trim().to_owned(), value);
+        }
+        Ok(Some(out))
+    }
+
+    fn options(&self) -> anyhow::Result<RunOptions> {
+        let mut guards = Guards {
+            max_calls: self.max_calls,
+            max_wall: self.max_seconds.map(Duration::from_secs),
+            ..Guards::default()
+        };
+        for cap in &self.tool_caps {
+            let (tool, n) = cap
+                .rsplit_once('=')
+                .with_context(|| format!("--tool-cap {cap:?}: expected TOOL=N"))?;
+            let n: u32 = n
+                .trim()
+                .parse()
+                .with_context(|| format!("--tool-cap {cap:?}: N must be a whole number"))?;
+            guards.per_tool.insert(tool.trim().to_owned(), n);
+        }
+        Ok(RunOptions {
+            concurrency: usize::from(self.concurrency),
+            step_timeout: Duration::from_secs(self.step_timeout.max(1)),
+            guards,
+            ..RunOptions::default()
+        })
+    }
+}
+
+fn open(root: &DataRoot) -> anyhow::Result<Arc<Store>> {
+    std::fs::create_dir_all(root.root())
+        .with_context(|| format!("cannot create the data root {}", root.root().display()))?;
+    let (store, _) = Store::open(root.clone(), Arc::new(SystemEnvironment))?;
+    Ok(Arc::new(store))
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?)
+}
+
+fn short(id: &str) -> String {
+    format!("{}…", id.chars().take(8).collect::<String>())
+}
+
+/// Runs one `plan` command.
+pub(crate) fn main(
+    root: &DataRoot,
+    servers: Option<&Path>,
+    command: &PlanCommand,
+    out: &mut dyn Write,
+) -> anyhow::Result<ExitCode> {
+    let store = open(root)?;
+    let servers_file = exec_plans::servers_path(root.root(), servers);
+    match command {
+        PlanCommand::Create { file, goal } => {
+            if goal.is_some() {
+                anyhow::bail!(
+                    "plan create --goal: generating steps from a goal is not available in this build; write the steps (plan create FILE)"
+                );
+            }
+            let Some(file) = file else {
+                anyhow::bail!("plan create: give a plan file (JSON)");
+            };
+            let meta = std::fs::metadata(file)
+                .with_context(|| format!("cannot read {}", file.display()))?;
+            if meta.len() > 4 * 1024 * 1024 {
+                anyhow::bail!(
+                    "{}: {} bytes; a plan file may hold at most 4 MiB",
+                    file.display(),
+                    meta.len()
+                );
+            }
+            let text = std::fs::read_to_string(file)
+                .with_context(|| format!("cannot read {}", file.display()))?;
+            let value: Value = serde_json::from_str(&text)
+                .with_context(|| format!("{}: not JSON", file.display()))?;
+            let downstream =
+                exec_plans::downstream(&servers_file).map_err(|e| anyhow::anyhow!(e))?;
+            let (task, plan) = runtime()?
+                .block_on(exec_plans::create(&store, &downstream, &value, None))
+                .map_err(|e| anyhow::anyhow!(e))?;
+            writeln!(out, "\nPlan: {} ({} steps)\n", plan.title, plan.steps.len())?;
+            writeln!(out, "{}", render_dag(&plan, |_| StepMark::Pending))?;
+            writeln!(out, "\nPlan saved: {task}")?;
+            Ok(ExitCode::SUCCESS)
+        }
+        PlanCommand::List => {
+            let rows = exec_plans::list(&store).map_err(|e| anyhow::anyhow!(e))?;
+            if rows.is_empty() {
+                writeln!(out, "No saved plans. Use plan create FILE to create one.")?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            writeln!(out, "{:<10} {:<50} {:>5}  LAST RUN", "ID", "TITLE", "STEPS")?;
+            for row in rows {
+                let title: String = row["title"]
+                    .as_str()
+                    .unwrap_or("")
+                    .chars()
+                    .take(50)
+                    .collect();
+                writeln!(
+                    out,
+                    "{:<10} {:<50} {:>5}  {}",
+                    short(row["plan_id"].as_str().unwrap_or("")),
+                    title,
+                    row["steps"],
+                    row["state"].as_str().unwrap_or("")
+                )?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        PlanCommand::Show { id } => {
+            let task = exec_plans::find(&store, id).map_err(|e| anyhow::anyhow!(e))?;
+            let plan = plans::load(&task)?;
+            writeln!(out, "\nPlan: {} ({} steps)", plan.title, plan.steps.len())?;
+            writeln!(out, "id: {}\n", task.id)?;
+            writeln!(out, "{}", exec_plans::rendered(&task, &plan))?;
+            let vars: Vec<&str> = plan
+                .steps
+                .iter()
+                .filter_map(|s| s.result_variable.as_deref())
+                .collect();
+            if !vars.is_empty() {
+                writeln!(out, "\nVariables: {}", vars.join(", "))?;
+            }
+            if let Some(run) = task.runs.last() {
+                writeln!(
+                    out,
+                    "\nLast run {}: {}{}",
+                    run.id,
+                    run.state.as_str(),
+                    run.reason
+                        .as_ref()
+                        .map(|r| format!(" ({r})"))
+                        .unwrap_or_default()
+                )?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        PlanCommand::Delete { id } => {
+            let task = exec_plans::find(&store, id).map_err(|e| anyhow::anyhow!(e))?;
+            store.execute(Command::DeletePlan { task: task.id })?;
+            writeln!(out, "Plan deleted: {}", task.id)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        PlanCommand::Run { id, dry_run, knobs } => {
+            let task = exec_plans::find(&store, id).map_err(|e| anyhow::anyhow!(e))?;
+            let plan = plans::load(&task)?;
+            let variables = knobs.variables()?;
+            if *dry_run {
+                writeln!(out, "[DRY RUN] Executing plan: {}", plan.title)?;
+                let outcome = plans::dry_run(&plan, task.id, &variables.unwrap_or_default());
+                for step in &outcome.steps {
+                    writeln!(out, "  Step {}: {} [{}]", step.index, step.title, step.tool)?;
+                }
+                writeln!(out, "{}", serde_json::to_string_pretty(&outcome.to_json())?)?;
+                writeln!(
+                    out,
+                    "[DRY RUN] Plan completed: {} steps, no tool called",
+                    outcome.steps.len()
+                )?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            execute(&store, &servers_file, task.id, variables, false, knobs, out)
+        }
+        PlanCommand::Resume { id, knobs } => {
+            let task = exec_plans::find(&store, id).map_err(|e| anyhow::anyhow!(e))?;
+            execute(
+                &store,
+                &servers_file,
+                task.id,
+                knobs.variables()?,
+                true,
+                knobs,
+                out,
+            )
+        }
+    }
+}
+
+fn execute(
+    store: &Arc<Store>,
+    servers_file: &Path,
+    task: planb_core::TaskId,
+    variables: Option<Map<String, Value>>,
+    resume: bool,
+    knobs: &Knobs,
+    out: &mut dyn Write,
+) -> anyhow::Result<ExitCode> {
+    let found = exec_plans::find(store, &task.to_string()).map_err(|e| anyhow::anyhow!(e))?;
+    let plan = plans::load(&found)?;
+    writeln!(
+        out,
+        "{} plan: {} ({})",
+        if resume { "Resuming" } else { "Executing" },
+        plan.title,
+        task
+    )?;
+    writeln!(out, "{}\n", render_dag(&plan, |_| StepMark::Pending))?;
+    out.flush()?;
+    let downstream = exec_plans::downstream(servers_file).map_err(|e| anyhow::anyhow!(e))?;
+    // Progress lines go to stdout as they happen (this is a command, not
+    // the server).
+    let lines: Arc<Mutex<std::io::Stdout>> = Arc::new(Mutex::new(std::io::stdout()));
+    let printer = Arc::clone(&lines);
+    let progress: plans::run::ProgressFn = Arc::new(move |event: &Progress| {
+        let Ok(mut stdout) = printer.lock() else {
+            return;
+        };
+        let _ = match event {
+            Progress::Started { index } => writeln!(stdout, "  ◉ step {index} started"),
+            Progress::Ended(report) if report.reused => writeln!(
+                stdout,
+                "  ● step {} {} [{}]: recorded result reused, not called again",
+                report.index, report.title, report.tool
+            ),
+            Progress::Ended(report) if report.success => writeln!(
+                stdout,
+                "  ● step {} {} [{}] ({} ms)",
+                report.index, report.title, report.tool, report.duration_ms
+            ),
+            Progress::Ended(report) => writeln!(
+                stdout,
+                "  ✗ step {} {} [{}]: {}",
+                report.index,
+                report.title,
+                report.tool,
+                report.error.as_deref().unwrap_or("failed")
+            ),
+        };
+        let _ = stdout.flush();
+    });
+    let options = knobs.options()?;
+    let outcome: PlanOutcome = runtime()?.block_on(plans::run_plan(
+        Arc::clone(store),
+        downstream,
+        task,
+        variables,
+        resume,
+        options,
+        Some(progress),
+    ))?;
+    let after = exec_plans::find(store, &task.to_string()).map_err(|e| anyhow::anyhow!(e))?;
+    writeln!(out, "\n{}\n", exec_plans::rendered(&after, &plan))?;
+    let seconds = outcome.duration.as_secs_f64();
+    if outcome.success {
+        writeln!(
+            out,
+            "Plan completed: {} steps in {seconds:.1}s",
+            outcome.steps.len()
+        )?;
+        Ok(ExitCode::SUCCESS)
+    } else if outcome.stopped {
+        writeln!(
+            out,
+            "Plan stopped: resume it with plan resume {}",
+            short(&task.to_string())
+        )?;
+        Ok(ExitCode::from(3))
+    } else {
+        writeln!(
+            out,
+            "Plan failed: {}",
+            outcome.error.as_deref().unwrap_or("unknown error")
+        )?;
+        Ok(ExitCode::from(1))
+    }
+}
