@@ -1,5 +1,6 @@
 //! A small downstream MCP server (stdio) for execution-plan tests and
-//! trials: `downstream NAME`. Tools: `echo {text}`, `add {a, b}`,
+//! trials: `downstream NAME [TOOL…]` (with tools named, only those are
+//! offered). Tools: `echo {text}`, `add {a, b}`,
 //! `sleep {ms, text?}`, `fail {message}`, `big {bytes}` (a string of that
 //! many bytes), `crash {}` (the process exits during the call). With
 //! `DOWNSTREAM_CALLS=<file>`, each call is appended to the file as a JSON
@@ -21,6 +22,7 @@ use serde_json::{Map, Value, json};
 #[derive(Clone, Debug)]
 struct Downstream {
     name: String,
+    only: Vec<String>,
 }
 
 fn schema(properties: Value) -> Arc<Map<String, Value>> {
@@ -85,7 +87,11 @@ impl ServerHandler for Downstream {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(tools()))
+        let offered = tools()
+            .into_iter()
+            .filter(|t| self.only.is_empty() || self.only.iter().any(|o| *o == t.name))
+            .collect();
+        Ok(ListToolsResult::with_all_items(offered))
     }
 
     async fn call_tool(
@@ -146,7 +152,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .nth(1)
         .unwrap_or_else(|| "downstream".into());
     eprintln!("{name}: ready");
-    let service = Downstream { name }.serve(rmcp::transport::stdio()).await?;
+    let only = std::env::args().skip(2).collect();
+    let service = Downstream { name, only }
+        .serve(rmcp::transport::stdio())
+        .await?;
     service.waiting().await?;
     Ok(())
 }

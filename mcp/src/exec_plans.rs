@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use planb_core::exec_plan::{ExecPlan, StepMark, render_dag};
 use planb_core::{Command, RunState, Task, TaskId};
-use planb_engine::plans::{Downstream, Servers, available};
+use planb_engine::plans::{Downstream, Servers};
 use planb_projections::Store;
 use serde_json::{Value, json};
 
@@ -84,12 +84,8 @@ pub(crate) async fn create(
     let plan = ExecPlan::from_json(value).map_err(|e| e.to_string())?;
     if !plan.steps.is_empty() {
         let tools = downstream.tools().await.map_err(|e| e.message)?;
-        plan.check_tools(|name| {
-            Downstream::resolve(&tools, name)
-                .map(|_| ())
-                .map_err(|_| available(&tools))
-        })
-        .map_err(|e| e.to_string())?;
+        plan.check_tools(|name| Downstream::resolve(&tools, name).map(|_| ()))
+            .map_err(|e| e.to_string())?;
     }
     let task = TaskId::from_uuid(store.env().event_id());
     let command = Command::CreatePlan {
@@ -115,18 +111,6 @@ pub(crate) async fn create(
         }
     }
     Ok((task, plan))
-}
-
-/// `{success, plan_id, title, steps: [{index, title, tool}]}`.
-pub(crate) fn created_json(task: TaskId, plan: &ExecPlan) -> Value {
-    json!({
-        "success": true,
-        "plan_id": task.to_string(),
-        "title": plan.title,
-        "steps": plan.steps.iter().map(|s| json!({
-            "index": s.index, "title": s.title, "tool": s.tool,
-        })).collect::<Vec<_>>(),
-    })
 }
 
 /// Each step's mark from the plan's latest run.

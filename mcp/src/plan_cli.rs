@@ -253,9 +253,35 @@ pub(crate) fn main(
                 writeln!(out, "[DRY RUN] Executing plan: {}", plan.title)?;
                 let outcome = plans::dry_run(&plan, task.id, &variables.unwrap_or_default());
                 for step in &outcome.steps {
-                    writeln!(out, "  Step {}: {} [{}]", step.index, step.title, step.tool)?;
+                    let after: Vec<&str> = plan
+                        .position(&step.index)
+                        .map(|at| {
+                            plan.needs(at)
+                                .iter()
+                                .map(|&n| plan.steps[n].index.as_str())
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    writeln!(
+                        out,
+                        "  Step {}: {} [{}] args {}{} → {}",
+                        step.index,
+                        step.title,
+                        step.tool,
+                        step.args,
+                        if after.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" (after {})", after.join(", "))
+                        },
+                        step.result.as_ref().map_or(Value::Null, Clone::clone)
+                    )?;
                 }
-                writeln!(out, "{}", serde_json::to_string_pretty(&outcome.to_json())?)?;
+                writeln!(
+                    out,
+                    "Variables: {}",
+                    serde_json::to_string(&outcome.variables)?
+                )?;
                 writeln!(
                     out,
                     "[DRY RUN] Plan completed: {} steps, no tool called",

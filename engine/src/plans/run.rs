@@ -72,6 +72,8 @@ pub struct StepReport {
     pub title: String,
     /// The tool as the plan names it.
     pub tool: String,
+    /// The arguments as resolved for the call.
+    pub args: Value,
     /// Whether it succeeded.
     pub success: bool,
     /// Its result.
@@ -231,6 +233,7 @@ pub fn dry_run(plan: &ExecPlan, plan_id: TaskId, call: &Map<String, Value>) -> P
                 index: step.index.clone(),
                 title: step.title.clone(),
                 tool: step.tool.clone(),
+                args: resolve(&Value::Object(step.args.clone()), &variables),
                 success: true,
                 result: Some("[dry-run: not executed]".into()),
                 error: None,
@@ -636,6 +639,7 @@ async fn drive(
                 index: step.index.clone(),
                 title: step.title.clone(),
                 tool: step.tool.clone(),
+                args: Value::Object(args.clone()),
                 success: false,
                 result: None,
                 error: None,

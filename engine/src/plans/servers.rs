@@ -386,8 +386,14 @@ impl Downstream {
         match tokio::time::timeout(timeout, connection.client.call_tool(params)).await {
             Ok(Ok(result)) => Ok(result),
             Ok(Err(e)) => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                let closed = connection.client.is_closed();
+                let closed = matches!(
+                    e,
+                    rmcp::ServiceError::TransportClosed | rmcp::ServiceError::TransportSend(_)
+                ) || connection.client.is_closed();
+                if closed {
+                    // Give the stderr reader a moment to collect the last words.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
                 Err(DownstreamError {
                     message: if closed {
                         format!(

@@ -1,0 +1,346 @@
+//! Execution plans end to end: the real `planb-mcp plan …` commands against
+//! real downstream MCP servers (the `downstream` example, started by planb
+//! over stdio), each recording the calls it receives.
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+fn planb() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_planb-mcp"))
+}
+
+/// The example server, built on first use (a test run of only this file
+/// does not build examples).
+fn downstream_binary() -> PathBuf {
+    let path = planb()
+        .parent()
+        .map(|dir| dir.join("examples").join("downstream"))
+        .expect("target dir");
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    BUILT.call_once(|| {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "-p", "planb-mcp", "--example", "downstream"])
+            .status()
+            .expect("cargo build");
+        assert!(status.success(), "building the downstream example failed");
+    });
+    path
+}
+
+struct Setup {
+    dir: tempfile::TempDir,
+}
+
+impl Setup {
+    fn new() -> Setup {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ds = downstream_binary();
+        let servers = json!({"mcpServers": {
+            "alpha": {"command": ds, "args": ["alpha"]},
+            "beta": {"command": ds, "args": ["beta", "echo", "sleep", "crash"]},
+        }});
+        std::fs::write(dir.path().join("servers.json"), servers.to_string()).expect("servers");
+        Setup { dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(planb());
+        command
+            .arg("--data-dir")
+            .arg(self.path("root"))
+            .arg("plan")
+            .arg("--servers")
+            .arg(self.path("servers.json"))
+            .args(args)
+            .env("DOWNSTREAM_CALLS", self.path("calls"))
+            .stdin(Stdio::null());
+        command
+    }
+
+    fn run(&self, args: &[&str]) -> (i32, String) {
+        let Output {
+            status,
+            stdout,
+            stderr,
+        } = self.command(args).output().expect("run planb-mcp");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&stdout),
+            String::from_utf8_lossy(&stderr)
+        );
+        (status.code().unwrap_or(-1), text)
+    }
+
+    /// Creates the plan and returns its id.
+    fn create(&self, plan: &Value) -> String {
+        let file = self.path("plan.json");
+        std::fs::write(&file, plan.to_string()).expect("plan file");
+        let (code, out) = self.run(&["create", file.to_str().expect("path")]);
+        assert_eq!(code, 0, "{out}");
+        out.lines()
+            .find_map(|l| l.strip_prefix("Plan saved: "))
+            .expect("plan id")
+            .trim()
+            .to_owned()
+    }
+
+    /// The calls the servers received, in order.
+    fn calls(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.path("calls"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("call line"))
+            .collect()
+    }
+}
+
+fn step(index: &str, tool: &str, args: Value, deps: &[&str], var: Option<&str>) -> Value {
+    let mut step = json!({"index": index, "title": format!("Step {index}"), "tool": tool,
+        "args": args, "depends_on": deps});
+    if let Some(var) = var {
+        step["result_variable"] = json!(var);
+    }
+    step
+}
+
+#[test]
+fn the_diamond_passes_variables_and_a_dry_run_calls_nothing() {
+    let setup = Setup::new();
+    let id = setup.create(
+        &json!({"title": "Diamond", "variables": {"who": "Ada"}, "steps": [
+            step("1", "alpha__echo", json!({"text": "hello ${who}"}), &[], Some("greeting")),
+            step("2", "add", json!({"a": 2, "b": 3}), &["1"], Some("sum")),
+            step("3", "beta__echo", json!({"text": "${greeting}!"}), &["1"], Some("loud")),
+            step("4", "alpha__echo", json!({"text": "${loud} ${sum.sum}"}), &["2", "3"], None),
+        ]}),
+    );
+    let (code, out) = setup.run(&["show", &id[..8]]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("  ○ 2. Step 2"), "{out}");
+    assert!(out.contains("← after: 1 ∥"), "{out}");
+
+    let (code, out) = setup.run(&["run", &id[..8], "--dry-run"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("[dry-run: not executed]"), "{out}");
+    assert!(out.contains("<alpha__echo result>"), "{out}");
+    assert!(setup.calls().is_empty(), "a dry run called a tool");
+
+    let (code, out) = setup.run(&["run", &id, "--var", "who=Grace"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("Plan completed: 4 steps"), "{out}");
+    let calls = setup.calls();
+    assert_eq!(calls.len(), 4);
+    assert_eq!(
+        calls[0]["args"]["text"], "hello Grace",
+        "call-time variables win"
+    );
+    // 2 and 3 both read step 1's result; 4 reads both of theirs.
+    let last = calls.last().expect("call");
+    assert_eq!(last["server"], "alpha");
+    assert_eq!(last["args"]["text"], "hello Grace! 5.0");
+    let (_, shown) = setup.run(&["show", &id]);
+    assert!(shown.contains("  ● 4. Step 4"), "{shown}");
+    assert!(shown.contains("Last run"), "{shown}");
+}
+
+#[test]
+fn creation_refuses_unknown_tools_and_cycles() {
+    let setup = Setup::new();
+    let file = setup.path("bad.json");
+    std::fs::write(
+        &file,
+        json!({"title": "Bad", "steps": [step("1", "nope", json!({}), &[], None)]}).to_string(),
+    )
+    .expect("write");
+    let (code, out) = setup.run(&["create", file.to_str().expect("path")]);
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains("steps[0].tool: Unknown tool: nope. Available: add, alpha__add"),
+        "{out}"
+    );
+    std::fs::write(
+        &file,
+        json!({"title": "Loop", "steps": [
+            step("1", "echo", json!({}), &["2"], None),
+            step("2", "alpha__echo", json!({}), &["1"], None)]})
+        .to_string(),
+    )
+    .expect("write");
+    let (code, out) = setup.run(&["create", file.to_str().expect("path")]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("dependency cycle: 1 → 2 → 1"), "{out}");
+    let (_, listed) = setup.run(&["list"]);
+    assert!(listed.contains("No saved plans"), "{listed}");
+}
+
+#[test]
+fn a_failing_batch_stops_the_run_and_a_guard_blocks_without_calling() {
+    let setup = Setup::new();
+    let id = setup.create(&json!({"title": "Fails", "steps": [
+        step("1", "alpha__echo", json!({"text": "ok"}), &[], None),
+        step("2", "alpha__fail", json!({"message": "boom"}), &[], None),
+        step("3", "beta__echo", json!({"text": "never"}), &["1", "2"], None),
+    ]}));
+    let (code, out) = setup.run(&["run", &id]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("Plan failed: Batch 1 had failures: step 2: boom"),
+        "{out}"
+    );
+    assert!(!setup.calls().iter().any(|c| c["args"]["text"] == "never"));
+
+    let chain = setup.create(&json!({"title": "Budget", "steps": [
+        step("1", "beta__echo", json!({"text": "first"}), &[], None),
+        step("2", "beta__echo", json!({"text": "second"}), &["1"], None),
+    ]}));
+    let before = setup.calls().len();
+    let (code, out) = setup.run(&["run", &chain, "--max-calls", "1"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("Step 2 failed: Guard blocked: the run's budget of 1 tool calls is spent"),
+        "{out}"
+    );
+    assert_eq!(
+        setup.calls().len(),
+        before + 1,
+        "the blocked tool was called"
+    );
+}
+
+#[test]
+fn a_wide_plan_runs_every_step() {
+    let setup = Setup::new();
+    let steps: Vec<Value> = (1..=50)
+        .map(|i| {
+            step(
+                &i.to_string(),
+                "echo",
+                json!({"text": format!("n{i}")}),
+                &[],
+                None,
+            )
+        })
+        .collect();
+    // `echo` is on both servers: a bare name that is not unique is refused.
+    let file = setup.path("wide.json");
+    std::fs::write(&file, json!({"title": "Wide", "steps": steps}).to_string()).expect("write");
+    let (code, out) = setup.run(&["create", file.to_str().expect("path")]);
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains("Unknown tool: echo. Available: alpha__echo, beta__echo"),
+        "{out}"
+    );
+    let steps: Vec<Value> = (1..=50)
+        .map(|i| {
+            step(
+                &i.to_string(),
+                "beta__echo",
+                json!({"text": format!("n{i}")}),
+                &[],
+                None,
+            )
+        })
+        .collect();
+    let id = setup.create(&json!({"title": "Wide", "steps": steps}));
+    let (code, out) = setup.run(&["run", &id, "--concurrency", "4"]);
+    assert_eq!(code, 0, "{out}");
+    let mut texts: Vec<String> = setup
+        .calls()
+        .iter()
+        .map(|c| c["args"]["text"].as_str().unwrap_or("").to_owned())
+        .collect();
+    texts.sort();
+    let mut expected: Vec<String> = (1..=50).map(|i| format!("n{i}")).collect();
+    expected.sort();
+    assert_eq!(texts, expected);
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn killed_mid_plan_a_resume_calls_no_completed_step_again_and_keeps_a_large_result_whole() {
+    let setup = Setup::new();
+    let id = setup.create(
+        &json!({"title": "Crash and resume", "variables": {"nap": 60_000},
+        "steps": [
+            step("1", "alpha__big", json!({"bytes": 50_000}), &[], Some("blob")),
+            step("2", "beta__sleep", json!({"ms": "${nap}"}), &["1"], Some("slept")),
+            step("3", "alpha__echo", json!({"text": "${blob}"}), &["2"], None),
+        ]}),
+    );
+    let mut child = setup
+        .command(&["run", &id])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    wait_for("the sleep call", || {
+        setup.calls().iter().any(|c| c["tool"] == "sleep")
+    });
+    // SIGKILL: no chance to record anything more.
+    child.kill().expect("kill");
+    let _ = child.wait();
+    let (code, out) = setup.run(&["resume", &id[..10], "--var", "nap=5"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("recorded result reused, not called again"),
+        "{out}"
+    );
+    let calls = setup.calls();
+    let bigs = calls.iter().filter(|c| c["tool"] == "big").count();
+    assert_eq!(bigs, 1, "the completed step was called again: {calls:?}");
+    let echo = calls
+        .iter()
+        .find(|c| c["tool"] == "echo")
+        .expect("echo call");
+    let text = echo["args"]["text"].as_str().expect("text");
+    assert_eq!(text.len(), 50_000, "the 50 KB result did not survive whole");
+    let expected: String = (0..50_000u32)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
+    assert_eq!(text, expected);
+    let (_, shown) = setup.run(&["show", &id]);
+    assert!(shown.contains("completed"), "{shown}");
+}
+
+#[test]
+fn a_server_that_crashes_mid_call_fails_its_step_with_its_last_words() {
+    let setup = Setup::new();
+    let id = setup.create(&json!({"title": "Crash", "steps": [
+        step("1", "beta__crash", json!({}), &[], None),
+    ]}));
+    let (code, out) = setup.run(&["run", &id]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("Step 1 failed: downstream server \"beta\" closed"),
+        "{out}"
+    );
+    assert!(out.contains("crashing on purpose"), "{out}");
+}
+
+#[test]
+fn a_deleted_plan_is_gone_from_the_list_and_cannot_run() {
+    let setup = Setup::new();
+    let id = setup.create(&json!({"title": "Short-lived", "steps": [
+        step("1", "beta__echo", json!({"text": "x"}), &[], None)]}));
+    let (code, out) = setup.run(&["delete", &id[..8]]);
+    assert_eq!(code, 0, "{out}");
+    let (_, listed) = setup.run(&["list"]);
+    assert!(listed.contains("No saved plans"), "{listed}");
+    let (code, out) = setup.run(&["run", &id]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains(&format!("Plan not found: {id}")), "{out}");
+}
