@@ -320,12 +320,12 @@ fn reference_layers(deps: &[Vec<usize>], index: &[String]) -> Vec<Vec<String>> {
         d
     }
     let mut layers: Vec<Vec<String>> = Vec::new();
-    for i in 0..deps.len() {
+    for (i, name) in index.iter().enumerate().take(deps.len()) {
         let d = depth_of(i, deps, &mut depth);
         if layers.len() <= d {
             layers.resize_with(d + 1, Vec::new);
         }
-        layers[d].push(index[i].clone());
+        layers[d].push(name.clone());
     }
     for layer in &mut layers {
         layer.sort_by(|a, b| index_order(a, b));

@@ -167,7 +167,7 @@ pub enum Progress {
         index: String,
     },
     /// A step settled.
-    Ended(StepReport),
+    Ended(Box<StepReport>),
 }
 
 /// Called with each progress event.
@@ -428,7 +428,7 @@ async fn perform(
             report.error = Some(message);
         }
     }
-    shared.tell(Progress::Ended(report.clone()));
+    shared.tell(Progress::Ended(Box::new(report.clone())));
     Ok(Ended {
         at: call.at,
         report,
@@ -668,7 +668,7 @@ async fn drive(
                         reused: true,
                         ..report
                     };
-                    shared.tell(Progress::Ended(report.clone()));
+                    shared.tell(Progress::Ended(Box::new(report.clone())));
                     pending.push((at, None, report));
                     continue;
                 }
