@@ -18,7 +18,7 @@ mod render;
 mod vars;
 
 pub use render::{StepMark, render_dag};
-pub use vars::{referenced_names, resolve};
+pub use vars::{referenced_names, resolve, resolve_args};
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
@@ -581,7 +581,7 @@ fn normalise(
                 mine.push(at);
             }
         }
-        for name in referenced_names(&Value::Object(step.args.clone())) {
+        for name in referenced_names(&step.args) {
             if let Some(&at) = by_variable.get(name.as_str())
                 && at != i
                 && !mine.contains(&at)

@@ -12,7 +12,6 @@ pub mod run;
 pub mod servers;
 
 pub use run::{
-    DryRun, Guards, PlanOutcome, PlanRunError, Progress, RunOptions, StepReport, dry_run, load,
-    run_plan,
+    Guards, PlanOutcome, PlanRunError, Progress, RunOptions, StepReport, dry_run, load, run_plan,
 };
 pub use servers::{Downstream, DownstreamError, ServerSpec, Servers, ToolInfo, available};

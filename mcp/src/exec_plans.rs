@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use planb_core::exec_plan::{ExecPlan, StepMark, render_dag};
-use planb_core::{Command, RunState, Task, TaskId};
+use planb_core::{Command, Task, TaskId};
 use planb_engine::plans::{Downstream, Servers};
 use planb_projections::Store;
 use serde_json::{Value, json};
@@ -64,7 +64,15 @@ pub(crate) fn find(store: &Store, text: &str) -> Result<Task, String> {
         })
         .map_err(|e| e.to_string())?;
     match matches.as_slice() {
-        [one] => Ok(one.clone()),
+        // A run whose process was killed is ended `worker_error` before the
+        // plan is shown or run, as for tasks.
+        [one] => match store.end_dead_run(one.id).map_err(|e| e.to_string())? {
+            None => Ok(one.clone()),
+            Some(_) => store
+                .read(|s| s.task(&one.id).cloned())
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| format!("Plan not found: {text}")),
+        },
         [] => Err(format!("Plan not found: {text}")),
         many => Err(format!(
             "Plan id {text:?} is the start of {} plans' ids; give more of it",
@@ -123,13 +131,12 @@ pub(crate) fn marks(task: &Task, plan: &ExecPlan) -> Vec<StepMark> {
         .map(|step| {
             if run.running.contains(&step.index) {
                 StepMark::Running
-            } else if run.succeeded.contains(&step.index)
-                || (run.state == RunState::Completed && task.successes.contains_key(&step.index))
-            {
+            } else if run.succeeded.contains(&step.index) {
                 StepMark::Completed
             } else if run.attempts.contains_key(&step.index) {
                 StepMark::Failed
             } else if run.resumed_from.is_some() && task.successes.contains_key(&step.index) {
+                // A resume reuses what succeeded before without a new start.
                 StepMark::Completed
             } else {
                 StepMark::Pending
@@ -164,6 +171,7 @@ pub(crate) fn summary_json(task: &Task) -> Value {
 
 /// Every plan, newest first, as rows.
 pub(crate) fn list(store: &Store) -> Result<Vec<Value>, String> {
+    store.reap_dead_runs().map_err(|e| e.to_string())?;
     store
         .read(|s| plans(s).into_iter().rev().map(summary_json).collect())
         .map_err(|e| e.to_string())

@@ -7,12 +7,12 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use planb_core::Command;
 use planb_core::exec_plan::{StepMark, render_dag};
+use planb_core::{Command, Task};
 use planb_engine::plans::{self, Guards, PlanOutcome, Progress, RunOptions};
 use planb_projections::{DataRoot, Store, SystemEnvironment};
 use serde_json::{Map, Value};
@@ -54,6 +54,12 @@ pub(crate) enum PlanCommand {
         id: String,
         #[command(flatten)]
         knobs: Knobs,
+    },
+    /// Ask the plan's active run (in whichever process runs it) to stop;
+    /// calls in flight are cancelled and the run ends `stopped`.
+    Stop {
+        /// The plan's id or a unique prefix.
+        id: String,
     },
     /// Delete a plan (its history stays in the log).
     Delete {
@@ -239,6 +245,18 @@ pub(crate) fn main(
             }
             Ok(ExitCode::SUCCESS)
         }
+        PlanCommand::Stop { id } => {
+            let task = exec_plans::find(&store, id).map_err(|e| anyhow::anyhow!(e))?;
+            if store
+                .execute(Command::RequestStop { task: task.id })?
+                .is_empty()
+            {
+                writeln!(out, "Plan {}: a stop was already asked for", task.id)?;
+            } else {
+                writeln!(out, "Plan {}: stop requested", task.id)?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         PlanCommand::Delete { id } => {
             let task = exec_plans::find(&store, id).map_err(|e| anyhow::anyhow!(e))?;
             store.execute(Command::DeletePlan { task: task.id })?;
@@ -289,14 +307,14 @@ pub(crate) fn main(
                 )?;
                 return Ok(ExitCode::SUCCESS);
             }
-            execute(&store, &servers_file, task.id, variables, false, knobs, out)
+            execute(&store, &servers_file, &task, variables, false, knobs, out)
         }
         PlanCommand::Resume { id, knobs } => {
             let task = exec_plans::find(&store, id).map_err(|e| anyhow::anyhow!(e))?;
             execute(
                 &store,
                 &servers_file,
-                task.id,
+                &task,
                 knobs.variables()?,
                 true,
                 knobs,
@@ -309,32 +327,27 @@ pub(crate) fn main(
 fn execute(
     store: &Arc<Store>,
     servers_file: &Path,
-    task: planb_core::TaskId,
+    task: &Task,
     variables: Option<Map<String, Value>>,
     resume: bool,
     knobs: &Knobs,
     out: &mut dyn Write,
 ) -> anyhow::Result<ExitCode> {
-    let found = exec_plans::find(store, &task.to_string()).map_err(|e| anyhow::anyhow!(e))?;
-    let plan = plans::load(&found)?;
+    let plan = plans::load(task)?;
     writeln!(
         out,
         "{} plan: {} ({})",
         if resume { "Resuming" } else { "Executing" },
         plan.title,
-        task
+        task.id
     )?;
     writeln!(out, "{}\n", render_dag(&plan, |_| StepMark::Pending))?;
     out.flush()?;
     let downstream = exec_plans::downstream(servers_file).map_err(|e| anyhow::anyhow!(e))?;
     // Progress lines go to stdout as they happen (this is a command, not
     // the server).
-    let lines: Arc<Mutex<std::io::Stdout>> = Arc::new(Mutex::new(std::io::stdout()));
-    let printer = Arc::clone(&lines);
-    let progress: plans::run::ProgressFn = Arc::new(move |event: &Progress| {
-        let Ok(mut stdout) = printer.lock() else {
-            return;
-        };
+    let progress: plans::run::ProgressFn = Arc::new(|event: &Progress| {
+        let mut stdout = std::io::stdout().lock();
         let _ = match event {
             Progress::Started { index } => writeln!(stdout, "  ◉ step {index} started"),
             Progress::Ended(report) if report.reused => writeln!(
@@ -362,13 +375,15 @@ fn execute(
     let outcome: PlanOutcome = runtime()?.block_on(plans::run_plan(
         Arc::clone(store),
         downstream,
-        task,
+        task.id,
         variables,
         resume,
         options,
         Some(progress),
     ))?;
-    let after = exec_plans::find(store, &task.to_string()).map_err(|e| anyhow::anyhow!(e))?;
+    let after = store
+        .read(|s| s.task(&task.id).cloned())?
+        .unwrap_or_else(|| task.clone());
     writeln!(out, "\n{}\n", exec_plans::rendered(&after, &plan))?;
     let seconds = outcome.duration.as_secs_f64();
     if outcome.success {
@@ -382,7 +397,7 @@ fn execute(
         writeln!(
             out,
             "Plan stopped: resume it with plan resume {}",
-            short(&task.to_string())
+            short(&task.id.to_string())
         )?;
         Ok(ExitCode::from(3))
     } else {

@@ -174,8 +174,7 @@ impl PlanbServer {
         };
         let page = self
             .read_state(move |s| {
-                let mut tasks: Vec<&Task> =
-                    s.tasks().values().filter(|t| t.plan.is_none()).collect();
+                let mut tasks: Vec<&Task> = s.pipeline_tasks().collect();
                 tasks.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
                 // One more than a page tells whether another follows.
                 entries(tasks)
@@ -209,7 +208,7 @@ impl PlanbServer {
     ) -> Result<ReadResourceResult, ErrorData> {
         let (id, part) = parse(&uri).map_err(|m| ErrorData::invalid_params(m, None))?;
         let task = self
-            .read_state(move |s| s.task(&id).filter(|t| t.plan.is_none()).cloned())
+            .read_state(move |s| s.pipeline_task(&id).cloned())
             .await
             .map_err(|e| ErrorData::internal_error(e.to_string(), None))?
             .ok_or_else(|| not_found(format!("uri: no task {id} (task_list shows the tasks)")))?;

@@ -353,8 +353,8 @@ impl PlanbServer {
     }
 
     async fn task_now(&self, id: TaskId) -> Result<Option<Task>, StoreError> {
-        // Execution plans are tasks of the engine, reached by the plan tools.
-        self.read_state(move |s| s.task(&id).filter(|t| t.plan.is_none()).cloned())
+        // Execution plans are tasks of the engine, reached by the plan commands.
+        self.read_state(move |s| s.pipeline_task(&id).cloned())
             .await
     }
 
@@ -752,8 +752,7 @@ impl PlanbServer {
         }
         let listed = self
             .read_state(move |s| {
-                let mut tasks: Vec<&Task> =
-                    s.tasks().values().filter(|t| t.plan.is_none()).collect();
+                let mut tasks: Vec<&Task> = s.pipeline_tasks().collect();
                 tasks.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
                 tasks
                     .into_iter()
@@ -789,9 +788,7 @@ impl PlanbServer {
         }
         let latest = self
             .read_state(|s| {
-                s.tasks()
-                    .values()
-                    .filter(|t| t.plan.is_none())
+                s.pipeline_tasks()
                     .max_by_key(|t| (t.created_at, t.id))
                     .map(|t| t.id)
             })

@@ -141,7 +141,7 @@ fn the_diamond_passes_variables_and_a_dry_run_calls_nothing() {
         calls[0]["args"]["text"], "hello Grace",
         "call-time variables win"
     );
-    // 2 and 3 both read step 1's result; 4 reads both of theirs.
+    // 3 reads step 1's result; 4 reads those of 2 and 3.
     let last = calls.last().expect("call");
     assert_eq!(last["server"], "alpha");
     assert_eq!(last["args"]["text"], "hello Grace! 5.0");
@@ -293,6 +293,9 @@ fn killed_mid_plan_a_resume_calls_no_completed_step_again_and_keeps_a_large_resu
     // SIGKILL: no chance to record anything more.
     child.kill().expect("kill");
     let _ = child.wait();
+    // Another process sees the run's process gone and says so.
+    let (_, shown) = setup.run(&["show", &id]);
+    assert!(shown.contains("failed (worker_error)"), "{shown}");
     let (code, out) = setup.run(&["resume", &id[..10], "--var", "nap=5"]);
     assert_eq!(code, 0, "{out}");
     assert!(
@@ -343,4 +346,41 @@ fn a_deleted_plan_is_gone_from_the_list_and_cannot_run() {
     let (code, out) = setup.run(&["run", &id]);
     assert_eq!(code, 2, "{out}");
     assert!(out.contains(&format!("Plan not found: {id}")), "{out}");
+}
+
+#[test]
+fn another_process_stops_a_running_plan_and_a_second_run_is_refused_meanwhile() {
+    let setup = Setup::new();
+    let id = setup.create(&json!({"title": "Long", "steps": [
+        step("1", "beta__echo", json!({"text": "first"}), &[], None),
+        step("2", "beta__sleep", json!({"ms": 60_000}), &["1"], None),
+        step("3", "beta__echo", json!({"text": "never"}), &["2"], None),
+    ]}));
+    let runner = setup
+        .command(&["run", &id])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    wait_for("the sleep call", || {
+        setup.calls().iter().any(|c| c["tool"] == "sleep")
+    });
+    // One run at a time, whichever process asks.
+    let (code, out) = setup.run(&["run", &id]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("RUN_ALREADY_ACTIVE"), "{out}");
+    let (code, out) = setup.run(&["stop", &id[..8]]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("stop requested"), "{out}");
+    let output = runner.wait_with_output().expect("runner");
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(3), "{printed}");
+    assert!(printed.contains("Plan stopped"), "{printed}");
+    assert!(!setup.calls().iter().any(|c| c["args"]["text"] == "never"));
+    let (_, shown) = setup.run(&["show", &id]);
+    assert!(shown.contains("stopped"), "{shown}");
+    assert!(
+        shown.contains("  ✗ 2. Step 2"),
+        "the cancelled step: {shown}"
+    );
 }

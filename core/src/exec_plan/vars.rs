@@ -80,8 +80,19 @@ pub fn resolve(value: &Value, variables: &Map<String, Value>) -> Value {
     }
 }
 
-/// The variable names (the first part of each path) `value` refers to.
-pub fn referenced_names(value: &Value) -> Vec<String> {
+/// A step's arguments with every resolvable reference replaced.
+pub fn resolve_args(
+    args: &Map<String, Value>,
+    variables: &Map<String, Value>,
+) -> Map<String, Value> {
+    args.iter()
+        .map(|(k, v)| (k.clone(), resolve(v, variables)))
+        .collect()
+}
+
+/// The variable names (the first part of each path) a step's arguments
+/// refer to.
+pub fn referenced_names(args: &Map<String, Value>) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     let mut visit = |text: &str| {
         for (_, _, path) in references(text) {
@@ -91,7 +102,7 @@ pub fn referenced_names(value: &Value) -> Vec<String> {
             }
         }
     };
-    let mut stack = vec![value];
+    let mut stack: Vec<&Value> = args.values().collect();
     while let Some(at) = stack.pop() {
         match at {
             Value::String(text) => visit(text),

@@ -304,6 +304,34 @@ impl State {
             .find(|t| t.client_request_id.as_deref() == Some(client_request_id))
     }
 
+    /// A task of a pipeline (not an execution plan).
+    pub fn pipeline_task(&self, id: &TaskId) -> Option<&Task> {
+        self.tasks.get(id).filter(|t| t.plan.is_none())
+    }
+
+    /// Every task of a pipeline, by id; execution plans are left out.
+    pub fn pipeline_tasks(&self) -> impl Iterator<Item = &Task> {
+        self.tasks.values().filter(|t| t.plan.is_none())
+    }
+
+    /// Whether a create command repeats an earlier one (its idempotency key
+    /// is known: nothing to record); refuses a taken id or a key too long.
+    fn is_repeat(&self, task: TaskId, client_request_id: Option<&str>) -> Result<bool, Rejection> {
+        if let Some(key) = client_request_id {
+            if self.task_by_request(key).is_some() {
+                return Ok(true);
+            }
+            chars_at_most("client_request_id", key, 200)?;
+        }
+        if self.tasks.contains_key(&task) {
+            return Err(refuse(
+                TaskErrorCode::Conflict,
+                format!("task {task} exists"),
+            ));
+        }
+        Ok(false)
+    }
+
     fn known_task(&self, task: TaskId) -> Result<&Task, Rejection> {
         self.tasks.get(&task).ok_or_else(|| {
             refuse(
@@ -327,16 +355,8 @@ impl State {
                 model_profile,
                 client_request_id,
             } => {
-                if let Some(key) = &client_request_id
-                    && self.task_by_request(key).is_some()
-                {
+                if self.is_repeat(task, client_request_id.as_deref())? {
                     return Ok(None);
-                }
-                if self.tasks.contains_key(&task) {
-                    return Err(refuse(
-                        TaskErrorCode::Conflict,
-                        format!("task {task} exists"),
-                    ));
                 }
                 if prompt.trim().is_empty() {
                     return Err(refuse(TaskErrorCode::Conflict, "prompt: must not be empty"));
@@ -349,9 +369,6 @@ impl State {
                     ));
                 }
                 step_name("target", &target)?;
-                if let Some(key) = &client_request_id {
-                    chars_at_most("client_request_id", key, 200)?;
-                }
                 EventBody::TaskCreated {
                     task,
                     pipeline,
@@ -369,21 +386,9 @@ impl State {
                 definition,
                 client_request_id,
             } => {
-                if let Some(key) = &client_request_id
-                    && self.task_by_request(key).is_some()
-                {
+                if self.is_repeat(task, client_request_id.as_deref())? {
                     return Ok(None);
                 }
-                if self.tasks.contains_key(&task) {
-                    return Err(refuse(
-                        TaskErrorCode::Conflict,
-                        format!("task {task} exists"),
-                    ));
-                }
-                if title.trim().is_empty() {
-                    return Err(refuse(TaskErrorCode::Conflict, "title: missing title"));
-                }
-                chars_at_most("title", &title, crate::exec_plan::PLAN_TITLE_CHARS_MAX)?;
                 if definition.len() > PLAN_DEFINITION_BYTES_MAX {
                     return Err(refuse(
                         TaskErrorCode::Conflict,
@@ -393,8 +398,21 @@ impl State {
                         ),
                     ));
                 }
-                if let Some(key) = &client_request_id {
-                    chars_at_most("client_request_id", key, 200)?;
+                // What is recorded must read back as the plan it claims to be.
+                let plan = serde_json::from_str(&definition)
+                    .map_err(|e| format!("not JSON: {e}"))
+                    .and_then(|value| {
+                        crate::exec_plan::ExecPlan::from_json(&value).map_err(|e| e.to_string())
+                    })
+                    .map_err(|e| refuse(TaskErrorCode::Conflict, format!("definition: {e}")))?;
+                if plan.title != title {
+                    return Err(refuse(
+                        TaskErrorCode::Conflict,
+                        format!(
+                            "title: {title:?} is not the definition's title {:?}",
+                            plan.title
+                        ),
+                    ));
                 }
                 EventBody::PlanCreated {
                     task,

@@ -1043,6 +1043,56 @@ mod tasks {
     }
 
     #[test]
+    fn a_plan_is_recorded_only_as_a_valid_definition_and_runs_again_but_not_once_deleted() {
+        let mut h = Harness::new();
+        let definition = serde_json::json!({"title": "Diamond", "steps": [
+            {"index": "1", "title": "a", "tool": "t"},
+            {"index": "2", "title": "b", "tool": "t", "depends_on": ["1"]}]})
+        .to_string();
+        let create = |title: &str, definition: &str| Command::CreatePlan {
+            task: task_id(),
+            title: title.into(),
+            definition: definition.into(),
+            client_request_id: None,
+        };
+        let refused = |h: &mut Harness, command: Command| match h.run(command) {
+            Err(Rejection::Task { code, message }) => (code, message),
+            other => panic!("expected a rejection, got {other:?}"),
+        };
+        assert_eq!(
+            refused(&mut h, create("Diamond", "{")).1,
+            "definition: not JSON: EOF while parsing an object at line 1 column 1"
+        );
+        let cyclic = definition.replace(r#""tool":"t"}"#, r#""tool":"t","depends_on":["2"]}"#);
+        assert!(
+            refused(&mut h, create("Diamond", &cyclic))
+                .1
+                .starts_with("definition: steps: dependency cycle: "),
+        );
+        assert_eq!(
+            refused(&mut h, create("Other", &definition)).1,
+            "title: \"Other\" is not the definition's title \"Diamond\""
+        );
+        assert_eq!(
+            h.run(create("Diamond", &definition)),
+            Ok(vec!["plan_created"])
+        );
+        for n in 1..=2 {
+            assert_eq!(h.run(start(n, None)), Ok(vec!["run_started"]));
+            assert_eq!(h.run(step(n, "1")), Ok(vec!["step_started"]));
+            assert_eq!(h.run(succeed(n, "1", 3)), Ok(vec!["step_succeeded"]));
+            assert_eq!(h.run(step(n, "2")), Ok(vec!["step_started"]));
+            assert_eq!(h.run(succeed(n, "2", 4)), Ok(vec!["step_succeeded"]));
+            assert_eq!(h.run(end(n, RunOutcome::Completed)), Ok(vec!["run_ended"]));
+        }
+        assert_eq!(
+            h.run(Command::DeletePlan { task: task_id() }),
+            Ok(vec!["plan_deleted"])
+        );
+        assert_eq!(code(&mut h, start(3, None)), TaskErrorCode::TaskNotFound);
+    }
+
+    #[test]
     fn a_task_runs_stops_resumes_and_completes_with_the_seed_codes_for_illegal_moves() {
         let mut h = Harness::new();
         assert_eq!(code(&mut h, start(1, None)), TaskErrorCode::TaskNotFound);

@@ -14,8 +14,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use planb_core::exec_plan::{ExecPlan, resolve};
-use planb_core::{Command, ContentHash, RunId, RunOutcome, RunState, Task, TaskId};
+use planb_core::exec_plan::{ExecPlan, resolve_args};
+use planb_core::{
+    Command, ContentHash, Rejection, RunId, RunOutcome, RunState, Task, TaskErrorCode, TaskId,
+};
 use planb_projections::{Store, StoreError};
 use rmcp::model::CallToolResult;
 use serde_json::{Map, Value, json};
@@ -216,13 +218,9 @@ fn merged(plan: &ExecPlan, call: &Map<String, Value>) -> Map<String, Value> {
     variables
 }
 
-/// A dry run: every step in batch order, no call made, nothing recorded;
-/// each result is `"[dry-run: not executed]"` and each variable is bound to
-/// `"<tool result>"`.
-#[derive(Debug)]
-pub struct DryRun;
-
-/// Traces `plan` without calling anything.
+/// A dry run: every step in batch order with its arguments resolved, no
+/// call made, nothing recorded; each result is `"[dry-run: not executed]"`
+/// and each variable is bound to `"<tool result>"`.
 pub fn dry_run(plan: &ExecPlan, plan_id: TaskId, call: &Map<String, Value>) -> PlanOutcome {
     let mut variables = merged(plan, call);
     let mut steps = Vec::new();
@@ -233,7 +231,7 @@ pub fn dry_run(plan: &ExecPlan, plan_id: TaskId, call: &Map<String, Value>) -> P
                 index: step.index.clone(),
                 title: step.title.clone(),
                 tool: step.tool.clone(),
-                args: resolve(&Value::Object(step.args.clone()), &variables),
+                args: Value::Object(resolve_args(&step.args, &variables)),
                 success: true,
                 result: Some("[dry-run: not executed]".into()),
                 error: None,
@@ -628,10 +626,7 @@ async fn drive(
         let mut pending = Vec::new();
         for &at in batch {
             let step = &plan.steps[at];
-            let args = match resolve(&Value::Object(step.args.clone()), &outcome.variables) {
-                Value::Object(args) => args,
-                _ => Map::new(),
-            };
+            let args = resolve_args(&step.args, &outcome.variables);
             let call = json!({"tool": tools[at].qualified(), "args": args});
             let bytes = serde_json::to_vec(&call).unwrap_or_default();
             let input = ContentHash::of_bytes(&bytes);
@@ -689,6 +684,7 @@ async fn drive(
         let mut in_flight: JoinSet<Result<Ended, StoreError>> = JoinSet::new();
         let mut running: Vec<String> = Vec::new();
         let mut queue = pending.into_iter();
+        let mut last_look = Instant::now();
         loop {
             while in_flight.len() < options.concurrency.max(1) {
                 let Some((at, call, report)) = queue.next() else {
@@ -719,11 +715,17 @@ async fn drive(
                 joined = in_flight.join_next() => joined,
                 () = tokio::time::sleep(options.poll) => None,
             };
-            match joined {
+            let stopped = match joined {
                 Some(Ok(Ok(ended))) => {
                     running.retain(|i| *i != ended.report.index);
                     reports.insert(ended.at, ended.report);
+                    false
                 }
+                // A step refused its start: the run is stopping.
+                Some(Ok(Err(StoreError::Rejected(Rejection::Task {
+                    code: TaskErrorCode::RunNotActive,
+                    ..
+                })))) => true,
                 Some(Ok(Err(error))) => return Err(error),
                 Some(Err(error)) => {
                     return Err(StoreError::Io {
@@ -732,19 +734,16 @@ async fn drive(
                         source: std::io::Error::other(error.to_string()),
                     });
                 }
-                None => {
-                    if stop_requested(shared).await? {
-                        in_flight.abort_all();
-                        while in_flight.join_next().await.is_some() {}
-                        for index in running {
-                            let _ = shared
-                                .fail(&index, "cancelled", "the run was stopped during the call")
-                                .await;
-                        }
-                        outcome.steps.extend(reports.into_values());
-                        return Ok(Settled::Stopped);
-                    }
-                }
+                None => false,
+            };
+            // Look for a stop at least every `poll`, however fast calls end.
+            if stopped || (last_look.elapsed() >= options.poll && stop_requested(shared).await?) {
+                cancel(shared, &mut in_flight, running).await;
+                outcome.steps.extend(reports.into_values());
+                return Ok(Settled::Stopped);
+            }
+            if last_look.elapsed() >= options.poll {
+                last_look = Instant::now();
             }
         }
         // Bind in index order, only what succeeded.
@@ -789,6 +788,22 @@ async fn drive(
         outcome.steps.extend(reports.into_values());
     }
     Ok(Settled::Completed)
+}
+
+/// Cancels the calls in flight and records each started step failed.
+async fn cancel(
+    shared: &Shared,
+    in_flight: &mut JoinSet<Result<Ended, StoreError>>,
+    running: Vec<String>,
+) {
+    in_flight.abort_all();
+    while in_flight.join_next().await.is_some() {}
+    for index in running {
+        // A step whose start was not recorded is refused: nothing to end.
+        let _ = shared
+            .fail(&index, "cancelled", "the run was stopped during the call")
+            .await;
+    }
 }
 
 fn guard_reason(
