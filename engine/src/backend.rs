@@ -1,7 +1,7 @@
 //! Model backends: where a `model` step's prompt goes and its answer comes
 //! from.
 //!
-//! A backend is named by a spec (`--model` or `PLANB_MODEL`):
+//! A backend is named by a spec (`PLANB_MODEL`, or `PLANB_MODEL_<PROFILE>`):
 //! - `command:<argv>`: a program that reads the prompt on stdin and writes
 //!   the answer on stdout (`command:claude -p`, `command:llm -m gpt-4o`).
 //!   The argv is split like a shell does (quotes and backslashes), without
@@ -34,7 +34,7 @@ const STDERR_TAIL_BYTES: usize = 2_000;
 pub enum BackendError {
     /// Nothing configured.
     #[error(
-        "no model is configured: start planb-mcp with --model <spec> or set PLANB_MODEL, for example \
+        "no model is configured: set PLANB_MODEL in planb-mcp's environment, for example \
          PLANB_MODEL='command:claude -p' (a program that reads the prompt on stdin and answers on \
          stdout) or PLANB_MODEL='openai:http://127.0.0.1:11434/v1' (an OpenAI-compatible server)"
     )]

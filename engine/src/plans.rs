@@ -8,6 +8,7 @@
 //! resume calls no step that succeeded before on the same arguments and
 //! restores every variable exactly.
 
+pub mod generate;
 pub mod run;
 pub mod servers;
 

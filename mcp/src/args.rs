@@ -157,6 +157,43 @@ impl<'a> Args<'a> {
         }
     }
 
+    /// An optional boolean; `null` counts as absent.
+    pub fn optional_bool(&mut self, name: &'static str) -> Option<bool> {
+        self.known.push(name);
+        match self.object.get(name) {
+            None | Some(Value::Null) => None,
+            Some(Value::Bool(b)) => Some(*b),
+            Some(other) => {
+                self.errors.0.push(format!(
+                    "{name}: must be true or false, got {}",
+                    kind(other)
+                ));
+                None
+            }
+        }
+    }
+
+    /// An optional JSON object; `null` counts as absent.
+    pub fn optional_object(&mut self, name: &'static str) -> Option<&'a JsonObject> {
+        self.known.push(name);
+        match self.object.get(name) {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(map)) => Some(map),
+            Some(other) => {
+                self.errors
+                    .0
+                    .push(format!("{name}: must be an object, got {}", kind(other)));
+                None
+            }
+        }
+    }
+
+    /// The raw value of a field the caller checks itself.
+    pub fn raw(&mut self, name: &'static str) -> Option<&'a Value> {
+        self.known.push(name);
+        self.object.get(name).filter(|v| !v.is_null())
+    }
+
     /// Adds a problem found by the caller.
     pub fn push(&mut self, message: String) {
         self.errors.0.push(message);

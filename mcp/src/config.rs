@@ -38,6 +38,8 @@ pub struct Config {
     pub submit_command: Vec<String>,
     /// `--prompt-file`: replaces the built-in `plan` prompt (`$ARGUMENTS` substituted).
     pub prompt_template: Option<String>,
+    /// Execution plans' downstream servers.
+    pub servers: crate::exec_plans::ServersSource,
     /// Fires when the client's connection closes.
     pub disconnect: crate::stdio::Disconnect,
 }
@@ -75,6 +77,10 @@ impl Config {
                 anyhow::anyhow!("PLANB_PORT: expected a port number 0-65535, got {text:?}")
             })?,
         };
+        let servers = crate::exec_plans::ServersSource {
+            file: crate::exec_plans::servers_path(&data_root, None),
+            project: None,
+        };
         Ok(Config {
             data_root,
             answer_timeout: millis("ASK_ANSWER_TIMEOUT_MS", DEFAULT_ANSWER_TIMEOUT)?,
@@ -86,6 +92,7 @@ impl Config {
             review: ReviewMode::Browser,
             submit_command: Vec::new(),
             prompt_template: None,
+            servers,
             disconnect: crate::stdio::Disconnect::never(),
         })
     }

@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use planb_core::exec_plan::{ExecPlan, StepMark, render_dag};
 use planb_core::{Command, Task, TaskId};
-use planb_engine::plans::{Downstream, Servers};
+use planb_engine::backend::Backend;
+use planb_engine::plans::{Downstream, ServerSpec, Servers, generate};
 use planb_projections::Store;
 use serde_json::{Value, json};
 
@@ -24,17 +25,100 @@ pub(crate) fn servers_path(root: &Path, flag: Option<&Path>) -> PathBuf {
     root.join("servers.json")
 }
 
-/// The downstream servers of `path`, none started.
-pub(crate) fn downstream(path: &Path) -> Result<Arc<Downstream>, String> {
-    let servers = Servers::load(path)?;
-    let start = std::env::var("PLANB_SERVER_START_SEC")
+/// Where the downstream servers are configured: the servers file, and the
+/// project's `.mcp.json` when asked for (`--project-servers`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ServersSource {
+    /// The servers file (missing: no servers).
+    pub file: PathBuf,
+    /// The project's `.mcp.json`, when its servers are wanted too.
+    pub project: Option<PathBuf>,
+}
+
+/// Each servers file's length and modification time (`None`: missing).
+type Stamp = Vec<Option<(u64, std::time::SystemTime)>>;
+
+/// Whether a `.mcp.json` entry is planb itself (which must not call itself).
+fn is_planb(spec: &ServerSpec) -> bool {
+    let ServerSpec::Stdio { command, args, .. } = spec else {
+        return false;
+    };
+    let named = |word: &str| {
+        Path::new(word)
+            .file_name()
+            .is_some_and(|name| name.to_string_lossy().starts_with("planb-mcp"))
+    };
+    named(command) || args.iter().any(|a| named(a))
+}
+
+impl ServersSource {
+    /// The servers of both files: the servers file's entry wins a name both
+    /// have; planb's own entry in `.mcp.json` is left out.
+    pub(crate) fn load(&self) -> Result<Servers, String> {
+        let mut servers = Servers::load(&self.file)?;
+        if let Some(project) = &self.project {
+            for (name, spec) in Servers::load(project)?.servers {
+                if is_planb(&spec) || servers.servers.contains_key(&name) {
+                    continue;
+                }
+                servers.servers.insert(name, spec);
+            }
+        }
+        Ok(servers)
+    }
+
+    /// What changes when either file changes (length and modification time).
+    fn stamp(&self) -> Stamp {
+        std::iter::once(&self.file)
+            .chain(self.project.as_ref())
+            .map(|path| {
+                std::fs::metadata(path)
+                    .ok()
+                    .map(|m| (m.len(), m.modified().unwrap_or(std::time::UNIX_EPOCH)))
+            })
+            .collect()
+    }
+}
+
+fn start_timeout() -> std::time::Duration {
+    let seconds = std::env::var("PLANB_SERVER_START_SEC")
         .ok()
         .and_then(|s| s.trim().parse::<u64>().ok())
+        .filter(|&s| s > 0)
         .unwrap_or(30);
-    Ok(Arc::new(Downstream::new(
-        servers,
-        std::time::Duration::from_secs(start),
-    )))
+    std::time::Duration::from_secs(seconds)
+}
+
+/// The downstream servers of `source`, none started.
+pub(crate) fn downstream(source: &ServersSource) -> Result<Arc<Downstream>, String> {
+    Ok(Arc::new(Downstream::new(source.load()?, start_timeout())))
+}
+
+/// A server process's downstream connections, kept between tool calls and
+/// replaced (new connections; runs under way keep theirs) when a servers
+/// file changes.
+#[derive(Debug, Default)]
+pub(crate) struct DownstreamCache {
+    current: std::sync::Mutex<Option<(Stamp, Arc<Downstream>)>>,
+}
+
+impl DownstreamCache {
+    /// The servers of `source` as they are configured now.
+    pub(crate) fn get(&self, source: &ServersSource) -> Result<Arc<Downstream>, String> {
+        let stamp = source.stamp();
+        let mut current = self
+            .current
+            .lock()
+            .map_err(|_| "the downstream servers' cache is poisoned".to_owned())?;
+        if let Some((seen, downstream)) = current.as_ref()
+            && *seen == stamp
+        {
+            return Ok(Arc::clone(downstream));
+        }
+        let fresh = downstream(source)?;
+        *current = Some((stamp, Arc::clone(&fresh)));
+        Ok(fresh)
+    }
 }
 
 /// The plans a person may name: not deleted, newest last.
@@ -95,6 +179,61 @@ pub(crate) async fn create(
         plan.check_tools(|name| Downstream::resolve(&tools, name).map(|_| ()))
             .map_err(|e| e.to_string())?;
     }
+    record(store, plan, client_request_id).await
+}
+
+/// Asks the configured model (`PLANB_MODEL`) for a plan for `goal` over the
+/// servers' tools, checks it as a written plan is checked, and records it;
+/// the goal becomes the description when the model gave none.
+pub(crate) async fn create_from_goal(
+    store: &Arc<Store>,
+    downstream: &Downstream,
+    goal: &str,
+    client_request_id: Option<String>,
+) -> Result<(TaskId, ExecPlan), String> {
+    if goal.trim().is_empty() {
+        return Err("Goal description is required.".into());
+    }
+    let backend = Backend::configured(Some("planner"), &|n| std::env::var(n).ok())
+        .map_err(|e| e.to_string())?;
+    let tools = downstream.tools().await.map_err(|e| e.message)?;
+    if tools.is_empty() {
+        return Err(
+            "Failed to generate a valid plan: no downstream server offers a tool (configure servers in the servers file)"
+                .into(),
+        );
+    }
+    let timeout = std::env::var("PLANB_STEP_TIMEOUT_SEC")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .filter(|&s| s > 0)
+        .map_or(
+            std::time::Duration::from_secs(300),
+            std::time::Duration::from_secs,
+        );
+    let mut plan = generate::generate(&backend, goal, &tools, timeout)
+        .await
+        .map_err(|e| e.to_string())?;
+    if plan
+        .description
+        .as_deref()
+        .is_none_or(|d| d.trim().is_empty())
+    {
+        plan.description = Some(
+            goal.trim()
+                .chars()
+                .take(planb_core::exec_plan::PLAN_DESCRIPTION_CHARS_MAX)
+                .collect(),
+        );
+    }
+    record(store, plan, client_request_id).await
+}
+
+async fn record(
+    store: &Arc<Store>,
+    plan: ExecPlan,
+    client_request_id: Option<String>,
+) -> Result<(TaskId, ExecPlan), String> {
     let task = TaskId::from_uuid(store.env().event_id());
     let command = Command::CreatePlan {
         task,
@@ -115,6 +254,15 @@ pub(crate) async fn create(
             .read(|s| s.task_by_request(&key).map(|t| t.id))
             .map_err(|e| e.to_string())?;
         if let Some(existing) = existing {
+            let found = store
+                .read(|s| s.task(&existing).cloned())
+                .map_err(|e| e.to_string())?;
+            let plan = found
+                .as_ref()
+                .map(planb_engine::plans::load)
+                .transpose()
+                .map_err(|e| e.to_string())?
+                .unwrap_or(plan);
             return Ok((existing, plan));
         }
     }
@@ -175,4 +323,70 @@ pub(crate) fn list(store: &Store) -> Result<Vec<Value>, String> {
     store
         .read(|s| plans(s).into_iter().rev().map(summary_json).collect())
         .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_project_servers_join_the_servers_file_without_planb_itself() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("servers.json");
+        let project = dir.path().join(".mcp.json");
+        std::fs::write(
+            &file,
+            json!({"mcpServers": {"fs": {"command": "fs-server"}}}).to_string(),
+        )
+        .expect("write");
+        std::fs::write(
+            &project,
+            json!({"mcpServers": {
+                "planb": {"type": "stdio", "command": "/usr/local/bin/planb-mcp"},
+                "planb-dev": {"command": "cargo", "args": ["run", "--bin", "planb-mcp"]},
+                "fs": {"command": "other-fs"},
+                "git": {"type": "stdio", "command": "git-mcp", "args": ["--repo", "."]},
+            }})
+            .to_string(),
+        )
+        .expect("write");
+        let only_file = ServersSource {
+            file: file.clone(),
+            project: None,
+        };
+        assert_eq!(only_file.load().expect("load").servers.len(), 1);
+        let both = ServersSource {
+            file,
+            project: Some(project),
+        };
+        let servers = both.load().expect("load").servers;
+        let names: Vec<&str> = servers.keys().map(String::as_str).collect();
+        assert_eq!(names, ["fs", "git"]);
+        assert!(matches!(
+            &servers["fs"],
+            ServerSpec::Stdio { command, .. } if command == "fs-server"
+        ));
+    }
+
+    #[test]
+    fn a_changed_servers_file_gives_new_connections() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let source = ServersSource {
+            file: dir.path().join("servers.json"),
+            project: None,
+        };
+        let cache = DownstreamCache::default();
+        let none = cache.get(&source).expect("no file is no servers");
+        assert!(none.names().is_empty());
+        assert!(Arc::ptr_eq(&none, &cache.get(&source).expect("again")));
+        std::fs::write(
+            &source.file,
+            json!({"mcpServers": {"a": {"command": "a"}}}).to_string(),
+        )
+        .expect("write");
+        assert_eq!(cache.get(&source).expect("changed").names(), ["a"]);
+        std::fs::write(&source.file, "{").expect("write");
+        let broken = cache.get(&source).expect_err("not JSON");
+        assert!(broken.contains("servers.json: not JSON"), "{broken}");
+    }
 }

@@ -18,6 +18,7 @@ mod forms;
 mod http;
 mod opening;
 mod plan_cli;
+mod plan_tools;
 mod plans;
 mod resources;
 mod server;
@@ -44,6 +45,14 @@ struct Cli {
     /// How submit_plan collects a verdict: the browser review page, or a form elicitation.
     #[arg(long, value_enum, default_value_t = config::ReviewMode::Browser)]
     review: config::ReviewMode,
+    /// The downstream MCP servers of execution plans (default:
+    /// $PLANB_SERVERS, else <data-dir>/servers.json).
+    #[arg(long, global = true, value_name = "FILE")]
+    servers: Option<PathBuf>,
+    /// Also use the servers of the project's `.mcp.json` (in the working
+    /// directory) for execution plans; planb itself is left out.
+    #[arg(long, global = true)]
+    project_servers: bool,
     /// Replaces the built-in `plan` prompt; `$ARGUMENTS` is substituted.
     #[arg(long, value_name = "FILE")]
     prompt_file: Option<PathBuf>,
@@ -91,9 +100,6 @@ enum Command {
     },
     /// Execution plans: DAGs of tool calls on downstream MCP servers.
     Plan {
-        /// The servers file (default: $PLANB_SERVERS, else <data-dir>/servers.json).
-        #[arg(long, value_name = "FILE")]
-        servers: Option<PathBuf>,
         #[command(subcommand)]
         command: plan_cli::PlanCommand,
     },
@@ -139,6 +145,22 @@ fn data_root(cli: &Cli) -> anyhow::Result<PathBuf> {
     Ok(PathBuf::from(home).join(".planb-mcp"))
 }
 
+/// Where execution plans' downstream servers are configured.
+fn servers_source(
+    root: &planb_projections::DataRoot,
+    cli: &Cli,
+) -> anyhow::Result<exec_plans::ServersSource> {
+    let project = if cli.project_servers {
+        Some(std::env::current_dir()?.join(".mcp.json"))
+    } else {
+        None
+    };
+    Ok(exec_plans::ServersSource {
+        file: exec_plans::servers_path(root.root(), cli.servers.as_deref()),
+        project,
+    })
+}
+
 /// Runs the MCP server on stdin/stdout until the client closes the connection.
 fn serve(root: PathBuf, cli: &Cli) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&root)
@@ -148,6 +170,7 @@ fn serve(root: PathBuf, cli: &Cli) -> anyhow::Result<ExitCode> {
     config.plans_dir = std::env::current_dir()?.join(&cli.plans_dir);
     config.review = cli.review;
     config.submit_command = cli.submit_command.clone();
+    config.servers = servers_source(&planb_projections::DataRoot::new(&root), cli)?;
     if let Some(file) = &cli.prompt_file {
         let text = std::fs::read_to_string(file)
             .map_err(|e| anyhow::anyhow!("--prompt-file {}: {e}", file.display()))?;
@@ -256,8 +279,8 @@ fn main() -> ExitCode {
             Some(Command::Export { to }) => admin::export(&root, to, &mut out),
             Some(Command::Import { from }) => admin::import(&root, from, &mut out),
             Some(Command::Worker { task }) => tasks::worker_main(root.root(), task),
-            Some(Command::Plan { servers, command }) => {
-                plan_cli::main(&root, servers.as_deref(), command, &mut out)
+            Some(Command::Plan { command }) => {
+                plan_cli::main(&root, &servers_source(&root, &cli)?, command, &mut out)
             }
             Some(Command::Demo) => {
                 std::fs::create_dir_all(root.root())?;

@@ -27,7 +27,8 @@ pub(crate) enum PlanCommand {
         /// The plan as JSON.
         #[arg(value_name = "FILE")]
         file: Option<PathBuf>,
-        /// Generate the steps from a goal (needs a model backend).
+        /// Generate the steps from a goal with the model of PLANB_MODEL
+        /// (checked against the servers' tools like a written plan).
         #[arg(long, value_name = "TEXT", conflicts_with = "file")]
         goal: Option<String>,
     },
@@ -139,6 +140,22 @@ fn open(root: &DataRoot) -> anyhow::Result<Arc<Store>> {
     Ok(Arc::new(store))
 }
 
+/// A plan file: JSON, at most 4 MiB.
+fn read_plan_file(file: &Path) -> anyhow::Result<Value> {
+    let meta =
+        std::fs::metadata(file).with_context(|| format!("cannot read {}", file.display()))?;
+    if meta.len() > 4 * 1024 * 1024 {
+        anyhow::bail!(
+            "{}: {} bytes; a plan file may hold at most 4 MiB",
+            file.display(),
+            meta.len()
+        );
+    }
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{}: not JSON", file.display()))
+}
+
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -153,40 +170,31 @@ fn short(id: &str) -> String {
 /// Runs one `plan` command.
 pub(crate) fn main(
     root: &DataRoot,
-    servers: Option<&Path>,
+    servers: &exec_plans::ServersSource,
     command: &PlanCommand,
     out: &mut dyn Write,
 ) -> anyhow::Result<ExitCode> {
     let store = open(root)?;
-    let servers_file = exec_plans::servers_path(root.root(), servers);
+    let servers_file = servers;
     match command {
         PlanCommand::Create { file, goal } => {
-            if goal.is_some() {
-                anyhow::bail!(
-                    "plan create --goal: generating steps from a goal is not available in this build; write the steps (plan create FILE)"
-                );
-            }
-            let Some(file) = file else {
-                anyhow::bail!("plan create: give a plan file (JSON)");
-            };
-            let meta = std::fs::metadata(file)
-                .with_context(|| format!("cannot read {}", file.display()))?;
-            if meta.len() > 4 * 1024 * 1024 {
-                anyhow::bail!(
-                    "{}: {} bytes; a plan file may hold at most 4 MiB",
-                    file.display(),
-                    meta.len()
-                );
-            }
-            let text = std::fs::read_to_string(file)
-                .with_context(|| format!("cannot read {}", file.display()))?;
-            let value: Value = serde_json::from_str(&text)
-                .with_context(|| format!("{}: not JSON", file.display()))?;
             let downstream =
-                exec_plans::downstream(&servers_file).map_err(|e| anyhow::anyhow!(e))?;
-            let (task, plan) = runtime()?
-                .block_on(exec_plans::create(&store, &downstream, &value, None))
-                .map_err(|e| anyhow::anyhow!(e))?;
+                exec_plans::downstream(servers_file).map_err(|e| anyhow::anyhow!(e))?;
+            let created = if let Some(goal) = goal {
+                runtime()?.block_on(exec_plans::create_from_goal(
+                    &store,
+                    &downstream,
+                    goal,
+                    None,
+                ))
+            } else {
+                let Some(file) = file else {
+                    anyhow::bail!("plan create: give a plan file (JSON) or --goal TEXT");
+                };
+                let value = read_plan_file(file)?;
+                runtime()?.block_on(exec_plans::create(&store, &downstream, &value, None))
+            };
+            let (task, plan) = created.map_err(|e| anyhow::anyhow!(e))?;
             writeln!(out, "\nPlan: {} ({} steps)\n", plan.title, plan.steps.len())?;
             writeln!(out, "{}", render_dag(&plan, |_| StepMark::Pending))?;
             writeln!(out, "\nPlan saved: {task}")?;
@@ -307,13 +315,13 @@ pub(crate) fn main(
                 )?;
                 return Ok(ExitCode::SUCCESS);
             }
-            execute(&store, &servers_file, &task, variables, false, knobs, out)
+            execute(&store, servers_file, &task, variables, false, knobs, out)
         }
         PlanCommand::Resume { id, knobs } => {
             let task = exec_plans::find(&store, id).map_err(|e| anyhow::anyhow!(e))?;
             execute(
                 &store,
-                &servers_file,
+                servers_file,
                 &task,
                 knobs.variables()?,
                 true,
@@ -326,7 +334,7 @@ pub(crate) fn main(
 
 fn execute(
     store: &Arc<Store>,
-    servers_file: &Path,
+    servers_file: &exec_plans::ServersSource,
     task: &Task,
     variables: Option<Map<String, Value>>,
     resume: bool,

@@ -35,6 +35,8 @@ pub struct PlanbServer {
     reviews: Arc<crate::forms::Reviews>,
     /// Answers to waited asks recorded by other processes.
     answer_watch: Arc<crate::collect::AnswerWatch>,
+    /// Execution plans' runs in this process and their downstream servers.
+    plan_runs: Arc<crate::plan_tools::PlanRuns>,
     /// The callback server, started on the first form.
     http: Arc<OnceCell<SocketAddr>>,
     tool_router: ToolRouter<Self>,
@@ -78,8 +80,12 @@ impl PlanbServer {
             forms: Arc::new(Forms::default()),
             reviews: Arc::new(crate::forms::Reviews::default()),
             answer_watch: Arc::default(),
+            plan_runs: Arc::default(),
             http: Arc::new(OnceCell::new()),
-            tool_router: Self::tool_router() + Self::plan_tool_router() + Self::task_tool_router(),
+            tool_router: Self::tool_router()
+                + Self::plan_tool_router()
+                + Self::task_tool_router()
+                + Self::plan_exec_tool_router(),
             prompt_router: Self::prompt_router(),
         }
     }
@@ -106,6 +112,10 @@ impl PlanbServer {
 
     pub(crate) fn reviews(&self) -> &crate::forms::Reviews {
         &self.reviews
+    }
+
+    pub(crate) fn plan_runs(&self) -> &crate::plan_tools::PlanRuns {
+        &self.plan_runs
     }
 
     pub(crate) fn answer_watch(&self) -> &Arc<crate::collect::AnswerWatch> {
@@ -428,7 +438,10 @@ impl ServerHandler for PlanbServer {
              with submit_plan. To generate a full project-plan draft (executive summary, Gantt schedule, risk register, \
              governance, SWOT, ...) from a goal, call prompt_examples, then task_create with a detailed prompt; a background \
              worker runs many model calls, so wait with task_wait or poll task_status every few minutes, then open the \
-             report via task_file_info. The result is a draft to refine, not a final plan."
+             report via task_file_info. The result is a draft to refine, not a final plan. \
+             To run a fixed sequence of tool calls on the downstream MCP servers configured for planb (reproducibly, \
+             with parallel batches, a dry run and an exact resume after an interruption), write it once with plan_create \
+             and run it with plan_execute; plan_list and plan_show find and show plans."
                 .into(),
         );
         info

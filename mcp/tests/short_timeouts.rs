@@ -304,3 +304,51 @@ async fn issue_9_a_review_hands_back_still_open_and_submitting_again_rejoins_it(
         ]
     );
 }
+
+#[tokio::test]
+async fn a_long_plan_run_hands_back_and_the_next_call_waits_for_the_same_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let calls = dir.path().join("calls");
+    let servers = json!({"mcpServers": {"slow": {
+        "command": support::downstream_binary(),
+        "args": ["slow", "sleep", "echo"],
+        "env": {"DOWNSTREAM_CALLS": &calls},
+    }}});
+    std::fs::write(dir.path().join("servers.json"), servers.to_string()).expect("servers");
+    let mut client = RawClient::start(dir.path()).await;
+    let created = finished(client.call(
+        "plan_create",
+        json!({"title": "Slow", "steps": [
+            {"index": "1", "title": "Nap", "tool": "sleep", "args": {"ms": 2500, "text": "slept"}, "result_variable": "nap"},
+            {"index": "2", "title": "Tell", "tool": "echo", "args": {"text": "after ${nap}"}, "depends_on": ["1"]}
+        ]}),
+    ))
+    .await;
+    let id = created["structuredContent"]["plan_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{created}"))
+        .to_owned();
+    let first = finished(client.call("plan_execute", json!({"plan_id": id}))).await;
+    assert_eq!(first["structuredContent"]["running"], true, "{first}");
+    assert!(text(&first).contains("plan_execute again"), "{first}");
+    let mut last = finished(client.call("plan_execute", json!({"plan_id": id}))).await;
+    for _ in 0..10 {
+        if last["structuredContent"]["running"] != true {
+            break;
+        }
+        last = finished(client.call("plan_execute", json!({"plan_id": id}))).await;
+    }
+    assert_eq!(last["structuredContent"]["success"], true, "{last}");
+    let made: Vec<Value> = std::fs::read_to_string(&calls)
+        .expect("calls")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("call line"))
+        .collect();
+    assert_eq!(
+        made.iter().filter(|c| c["tool"] == "sleep").count(),
+        1,
+        "the run was started once: {made:?}"
+    );
+    assert_eq!(made.last().expect("a call")["args"]["text"], "after slept");
+    client.close().await;
+}

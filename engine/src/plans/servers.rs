@@ -185,6 +185,8 @@ pub struct ToolInfo {
     pub name: String,
     /// Its description.
     pub description: String,
+    /// The JSON Schema of its arguments.
+    pub input_schema: Value,
 }
 
 impl ToolInfo {
@@ -340,6 +342,7 @@ impl Downstream {
                 server: name.to_owned(),
                 name: tool.name.to_string(),
                 description: tool.description.map(|d| d.to_string()).unwrap_or_default(),
+                input_schema: Value::Object((*tool.input_schema).clone()),
             })
             .collect();
         Ok(Connection {

@@ -416,3 +416,21 @@ pub fn all_output(output: &std::process::Output) -> String {
         String::from_utf8_lossy(&output.stderr)
     )
 }
+
+/// The `downstream` example MCP server, built on first use (a test run of
+/// one file does not build examples).
+pub fn downstream_binary() -> std::path::PathBuf {
+    let path = std::path::PathBuf::from(env!("CARGO_BIN_EXE_planb-mcp"))
+        .parent()
+        .map(|dir| dir.join("examples").join("downstream"))
+        .expect("target dir");
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    BUILT.call_once(|| {
+        let status = std::process::Command::new(env!("CARGO"))
+            .args(["build", "-p", "planb-mcp", "--example", "downstream"])
+            .status()
+            .expect("cargo build");
+        assert!(status.success(), "building the downstream example failed");
+    });
+    path
+}

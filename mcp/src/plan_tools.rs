@@ -1,0 +1,740 @@
+//! The execution-plan tools (seed 003): `plan_create`, `plan_execute`,
+//! `plan_create_and_execute`, `plan_list`, `plan_show`.
+//!
+//! Results are the seed's JSON shapes, in both `structuredContent` and the
+//! text; a request that cannot be carried out is `{"error": "<text>"}` with
+//! `isError`, the texts the seed's ("plan_id is required.", "Plan not found:
+//! <id>", "Goal description is required."). A run executes inside this
+//! server process, in the background: the call that started it waits for
+//! it (with a progress notification per step when the request carries a
+//! token; otherwise it hands back in time and a second `plan_execute` of
+//! the same plan waits again instead of starting it twice). The downstream
+//! servers stay connected between calls.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use planb_core::exec_plan::{ExecPlan, StepMark, render_dag};
+use planb_core::{Task, TaskId};
+use planb_engine::plans::{self, Guards, Progress, RunOptions};
+use planb_projections::Store;
+use rmcp::model::{CallToolResult, JsonObject};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, tool, tool_router};
+use serde_json::{Map, Value, json};
+use tokio::sync::{broadcast, watch};
+
+use crate::args::Args;
+use crate::exec_plans::{self, DownstreamCache};
+use crate::server::PlanbServer;
+
+/// Most plans `plan_list` returns.
+const LIST_MAX: usize = 200;
+
+fn failure(message: impl Into<String>) -> CallToolResult {
+    CallToolResult::structured_error(json!({ "error": message.into() }))
+}
+
+fn schema(value: Value) -> Arc<JsonObject> {
+    match value {
+        Value::Object(map) => Arc::new(map),
+        _ => Arc::new(JsonObject::new()),
+    }
+}
+
+/// A run this process executes: its final result once it has one, and its
+/// progress as it goes.
+#[derive(Debug, Clone)]
+struct Attached {
+    done: watch::Receiver<Option<Value>>,
+    progress: broadcast::Sender<String>,
+    steps_total: usize,
+}
+
+/// The plan runs of one server process and its downstream connections.
+#[derive(Debug, Default)]
+pub(crate) struct PlanRuns {
+    downstream: DownstreamCache,
+    active: Mutex<HashMap<TaskId, Attached>>,
+}
+
+/// What `plan_execute` was asked to do.
+#[derive(Debug)]
+struct ExecRequest {
+    variables: Option<Map<String, Value>>,
+    dry_run: bool,
+    resume: bool,
+    options: RunOptions,
+}
+
+fn step_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "index": {"type": "string", "description": "The step's id, e.g. \"1\"; depends_on names these."},
+            "title": {"type": "string"},
+            "tool": {"type": "string", "description": "A downstream tool: server__tool, or a tool name only one server has."},
+            "args": {"type": "object", "description": "The tool's arguments; \"${var}\" is replaced by a variable (whole value), \"${var.field}\" by a field of it."},
+            "depends_on": {"type": "array", "items": {"type": "string"}},
+            "result_variable": {"type": "string", "description": "Binds the step's result for later steps."}
+        },
+        "required": ["title", "tool"]
+    })
+}
+
+fn create_properties() -> Map<String, Value> {
+    let Value::Object(map) = json!({
+        "title": {"type": "string", "description": "The plan's title (with steps)."},
+        "description": {"type": "string"},
+        "steps": {"type": "array", "items": step_schema(), "description": "The tool calls; steps that do not depend on each other run in parallel."},
+        "variables": {"type": "object", "description": "Initial variables the steps' args may reference as ${name}."},
+        "goal": {"type": "string", "description": "Instead of title and steps: a goal the configured model (PLANB_MODEL) turns into steps, checked against the tools that exist."},
+        "client_request_id": {"type": "string", "description": "Makes a retried create return the plan the first one made."}
+    }) else {
+        return Map::new();
+    };
+    map
+}
+
+fn execute_properties() -> Map<String, Value> {
+    let Value::Object(map) = json!({
+        "variables": {"type": "object", "description": "Call-time variables; they override the plan's."},
+        "dry_run": {"type": "boolean", "default": false, "description": "Trace the plan with its arguments resolved; no tool is called."},
+        "resume": {"type": "boolean", "default": false, "description": "Resume the plan's last run: steps that succeeded are not called again."},
+        "max_calls": {"type": "integer", "minimum": 0, "maximum": 100000, "description": "Most tool calls in the run; a call past it is blocked, not made."},
+        "tool_caps": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}, "description": "Most calls per tool, by the tool name the plan uses."},
+        "max_seconds": {"type": "integer", "minimum": 1, "maximum": 604800, "description": "No call starts after this many seconds."},
+        "concurrency": {"type": "integer", "minimum": 1, "maximum": 64, "default": 4},
+        "step_timeout_sec": {"type": "integer", "minimum": 1, "maximum": 86400, "default": 300}
+    }) else {
+        return Map::new();
+    };
+    map
+}
+
+fn object_schema(properties: Map<String, Value>, required: &[&str]) -> Arc<JsonObject> {
+    schema(json!({
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": false
+    }))
+}
+
+/// `plan_create`'s result (an error is `{error}`).
+fn created_output() -> Arc<JsonObject> {
+    schema(json!({
+        "type": "object",
+        "properties": {
+            "success": {"type": "boolean"},
+            "plan_id": {"type": "string"},
+            "title": {"type": "string"},
+            "steps": {"type": "array", "items": {"type": "object"}},
+            "dag": {"type": "string"},
+            "error": {"type": "string"}
+        }
+    }))
+}
+
+/// `plan_execute`'s result: the run's outcome, a hand-back while it runs,
+/// or `{error}`.
+fn executed_output() -> Arc<JsonObject> {
+    schema(json!({
+        "type": "object",
+        "properties": {
+            "success": {"type": "boolean"},
+            "plan_id": {"type": "string"},
+            "title": {"type": "string"},
+            "duration": {"type": "number"},
+            "steps_completed": {"type": "integer"},
+            "steps_total": {"type": "integer"},
+            "error": {"type": "string"},
+            "stopped": {"type": "boolean"},
+            "running": {"type": "boolean"},
+            "dry_run": {"type": "boolean"},
+            "run_id": {"type": "string"},
+            "results": {"type": "object"},
+            "steps": {"type": "array", "items": {"type": "object"}},
+            "dag": {"type": "string"},
+            "message": {"type": "string"}
+        }
+    }))
+}
+
+fn plan_id_schema() -> Value {
+    json!({"type": "string", "description": "The plan's id, or a prefix of it only that plan has (plan_list shows the first 8 characters)."})
+}
+
+/// Reads the create half of the arguments: the plan as written, or a goal.
+enum Source {
+    Written(Value),
+    Goal(String),
+}
+
+fn create_args(args: &mut Args<'_>) -> (Option<Source>, Option<String>) {
+    let title = args.raw("title").cloned();
+    let description = args.raw("description").cloned();
+    let steps = args.raw("steps").cloned();
+    let variables = args.raw("variables").cloned();
+    let goal = args.optional_string("goal", generate_goal_chars());
+    let request = args.optional_string("client_request_id", 200);
+    let source = match (steps, goal) {
+        (Some(steps), _) => {
+            let mut plan = Map::new();
+            if let Some(title) = title {
+                plan.insert("title".into(), title);
+            }
+            if let Some(description) = description {
+                plan.insert("description".into(), description);
+            }
+            if let Some(variables) = variables {
+                plan.insert("variables".into(), variables);
+            }
+            plan.insert("steps".into(), steps);
+            Some(Source::Written(Value::Object(plan)))
+        }
+        (None, Some(goal)) => Some(Source::Goal(goal)),
+        (None, None) if title.is_some() => {
+            args.push(
+                "steps: required with title (or give goal alone to have the model write them)"
+                    .into(),
+            );
+            None
+        }
+        (None, None) => {
+            args.push("Goal description is required.".into());
+            None
+        }
+    };
+    (source, request)
+}
+
+fn generate_goal_chars() -> usize {
+    planb_engine::plans::generate::GOAL_BYTES_MAX
+}
+
+fn exec_args(args: &mut Args<'_>) -> ExecRequest {
+    let variables = args.optional_object("variables").cloned();
+    let dry_run = args.optional_bool("dry_run").unwrap_or(false);
+    let resume = args.optional_bool("resume").unwrap_or(false);
+    if dry_run && resume {
+        args.push("dry_run: cannot be combined with resume".into());
+    }
+    ExecRequest {
+        variables,
+        dry_run,
+        resume,
+        options: exec_args_tail(args),
+    }
+}
+
+fn steps_summary(plan: &ExecPlan) -> Value {
+    plan.steps
+        .iter()
+        .map(|s| json!({"index": s.index, "title": s.title, "tool": s.tool}))
+        .collect()
+}
+
+impl PlanbServer {
+    async fn plan_store(&self) -> Result<Arc<Store>, String> {
+        let handle = self.store().clone();
+        tokio::task::spawn_blocking(move || handle.wait())
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("planb could not open its store: {e}"))
+    }
+
+    async fn find_plan(&self, store: &Arc<Store>, id: String) -> Result<Task, String> {
+        let store = Arc::clone(store);
+        tokio::task::spawn_blocking(move || exec_plans::find(&store, &id))
+            .await
+            .map_err(|e| e.to_string())?
+    }
+
+    async fn create_plan(
+        &self,
+        store: &Arc<Store>,
+        source: Source,
+        request: Option<String>,
+    ) -> Result<(TaskId, ExecPlan), String> {
+        let downstream = self.plan_runs().downstream.get(&self.config().servers)?;
+        match source {
+            Source::Written(value) => exec_plans::create(store, &downstream, &value, request).await,
+            Source::Goal(goal) => {
+                exec_plans::create_from_goal(store, &downstream, &goal, request).await
+            }
+        }
+    }
+
+    /// Starts `task`'s run in the background, or joins the one this process
+    /// already runs.
+    fn start_run(
+        &self,
+        store: &Arc<Store>,
+        task: &Task,
+        plan: &ExecPlan,
+        request: ExecRequest,
+    ) -> Result<Attached, String> {
+        let runs = self.plan_runs();
+        let mut active = runs
+            .active
+            .lock()
+            .map_err(|_| "the plan runs' table is poisoned".to_owned())?;
+        if let Some(attached) = active.get(&task.id) {
+            return Ok(attached.clone());
+        }
+        let downstream = runs.downstream.get(&self.config().servers)?;
+        let (done_tx, done) = watch::channel(None);
+        let (progress, _) = broadcast::channel(1024);
+        let attached = Attached {
+            done,
+            progress: progress.clone(),
+            steps_total: plan.steps.len(),
+        };
+        active.insert(task.id, attached.clone());
+        drop(active);
+        let total = plan.steps.len();
+        let settled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let tell: plans::run::ProgressFn = Arc::new(move |event: &Progress| {
+            let message = match event {
+                Progress::Started { index } => format!("step {index} started"),
+                Progress::Ended(report) => {
+                    let n = settled.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                    if report.reused {
+                        format!(
+                            "{n}/{total} step {} {} [{}]: recorded result reused",
+                            report.index, report.title, report.tool
+                        )
+                    } else if report.success {
+                        format!(
+                            "{n}/{total} step {} {} [{}] done in {} ms",
+                            report.index, report.title, report.tool, report.duration_ms
+                        )
+                    } else {
+                        format!(
+                            "{n}/{total} step {} {} [{}] failed: {}",
+                            report.index,
+                            report.title,
+                            report.tool,
+                            report.error.as_deref().unwrap_or("failed")
+                        )
+                    }
+                }
+            };
+            let _ = progress.send(message);
+        });
+        let store = Arc::clone(store);
+        let id = task.id;
+        let plan = plan.clone();
+        let server = self.clone();
+        tokio::spawn(async move {
+            let outcome = plans::run_plan(
+                Arc::clone(&store),
+                downstream,
+                id,
+                request.variables,
+                request.resume,
+                request.options,
+                Some(tell),
+            )
+            .await;
+            let value = match outcome {
+                Ok(outcome) => {
+                    let mut value = outcome.to_json();
+                    let after = store.read(|s| s.task(&id).cloned()).ok().flatten();
+                    if let (Value::Object(map), Some(after)) = (&mut value, after) {
+                        map.insert("dag".into(), exec_plans::rendered(&after, &plan).into());
+                    }
+                    value
+                }
+                Err(error) => json!({ "error": error.to_string() }),
+            };
+            if let Ok(mut active) = server.plan_runs().active.lock() {
+                active.remove(&id);
+            }
+            let _ = done_tx.send(Some(value));
+        });
+        Ok(attached)
+    }
+
+    /// Waits for `attached` to end, telling its steps as progress when the
+    /// request has a token; without one, hands back after the hand-back time.
+    async fn wait_run(
+        &self,
+        mut attached: Attached,
+        task: TaskId,
+        title: &str,
+        context: &RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let token = context.meta.get_progress_token();
+        let mut progress = attached.progress.subscribe();
+        let limit = if token.is_none() {
+            Some(self.config().hand_back)
+        } else {
+            None
+        };
+        let started = Instant::now();
+        let mut settled = 0usize;
+        loop {
+            if let Some(value) = attached.done.borrow().clone() {
+                return if value.get("error").is_some() && value.get("success").is_none() {
+                    CallToolResult::structured_error(value)
+                } else {
+                    CallToolResult::structured(value)
+                };
+            }
+            let left = limit.map(|l| l.saturating_sub(started.elapsed()));
+            if left == Some(Duration::ZERO) {
+                return CallToolResult::structured(json!({
+                    "success": false,
+                    "running": true,
+                    "plan_id": task.to_string(),
+                    "title": title,
+                    "steps_settled": settled,
+                    "steps_total": attached.steps_total,
+                    "message": "The plan is still running in planb. Call plan_execute again with the same plan_id to keep waiting for this run (it is not started twice), or plan_show to see its DAG.",
+                }));
+            }
+            let sleep = tokio::time::sleep(left.unwrap_or(Duration::from_secs(3600)));
+            tokio::select! {
+                changed = attached.done.changed() => {
+                    if changed.is_err() && attached.done.borrow().is_none() {
+                        return failure("the plan's run ended without a result (the server is shutting down); resume it with plan_execute and resume: true");
+                    }
+                }
+                message = progress.recv() => {
+                    if let Ok(message) = message {
+                        if let Some((n, _)) = message.split_once('/')
+                            && let Ok(n) = n.parse::<usize>()
+                        {
+                            settled = n;
+                        }
+                        if let Some(token) = &token {
+                            PlanbServer::notify_progress(context, token, settled as f64, message)
+                                .await;
+                        }
+                    }
+                }
+                () = sleep => {}
+            }
+        }
+    }
+
+    /// Dry runs or runs `task` as `request` says.
+    async fn execute_plan(
+        &self,
+        store: &Arc<Store>,
+        task: Task,
+        request: ExecRequest,
+        context: &RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let plan = match plans::load(&task) {
+            Ok(plan) => plan,
+            Err(error) => return failure(error.to_string()),
+        };
+        if request.dry_run {
+            let outcome = plans::dry_run(&plan, task.id, &request.variables.unwrap_or_default());
+            let mut value = outcome.to_json();
+            if let Value::Object(map) = &mut value {
+                map.insert("dry_run".into(), true.into());
+                map.insert(
+                    "dag".into(),
+                    render_dag(&plan, |_| StepMark::Pending).into(),
+                );
+            }
+            return CallToolResult::structured(value);
+        }
+        match self.start_run(store, &task, &plan, request) {
+            Ok(attached) => self.wait_run(attached, task.id, &plan.title, context).await,
+            Err(message) => failure(message),
+        }
+    }
+}
+
+#[tool_router(router = plan_exec_tool_router, vis = "pub(crate)")]
+impl PlanbServer {
+    #[tool(
+        name = "plan_create",
+        description = "Create an execution plan: a DAG of tool calls on the downstream MCP servers configured for planb. Give title and steps (each {index, title, tool, args, depends_on, result_variable}; \"${var}\" in args reads a variable or an earlier step's result) and optional variables; or, when a model is configured, goal alone. Every tool is checked against the servers, cycles and unknown dependencies are refused. Returns {success, plan_id, title, steps, dag}. Run it with plan_execute.",
+        title = "Create an execution plan",
+        input_schema = object_schema(create_properties(), &[]),
+        output_schema = created_output(),
+        annotations(title = "Create an execution plan", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = true)
+    )]
+    async fn plan_create(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
+        let mut args = Args::new(&arguments);
+        let (source, request) = create_args(&mut args);
+        if let Err(errors) = args.finish() {
+            return Ok(failure(errors.to_string()));
+        }
+        let Some(source) = source else {
+            return Ok(failure("Goal description is required."));
+        };
+        let store = match self.plan_store().await {
+            Ok(store) => store,
+            Err(message) => return Ok(failure(message)),
+        };
+        Ok(match self.create_plan(&store, source, request).await {
+            Ok((id, plan)) => CallToolResult::structured(json!({
+                "success": true,
+                "plan_id": id.to_string(),
+                "title": plan.title,
+                "steps": steps_summary(&plan),
+                "dag": render_dag(&plan, |_| StepMark::Pending),
+            })),
+            Err(message) => failure(message),
+        })
+    }
+
+    #[tool(
+        name = "plan_execute",
+        description = "Run an execution plan by plan_id (or a unique prefix): batches of independent steps run in parallel (4 at a time), each result binds its result_variable, a failed step stops the run. variables override the plan's; dry_run traces it without calling anything; resume continues the last run without calling again any step that succeeded; max_calls, tool_caps and max_seconds are guards checked before each call. Sends a progress notification per step. Returns {success, plan_id, title, duration, steps_completed, steps_total, error?, results, steps, dag}.",
+        title = "Run an execution plan",
+        input_schema = {
+            let mut properties = execute_properties();
+            properties.insert("plan_id".into(), plan_id_schema());
+            object_schema(properties, &["plan_id"])
+        },
+        output_schema = executed_output(),
+        annotations(title = "Run an execution plan", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = true)
+    )]
+    async fn plan_execute(
+        &self,
+        arguments: JsonObject,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let mut args = Args::new(&arguments);
+        let id = args.optional_string("plan_id", 200);
+        let request = exec_args(&mut args);
+        if let Err(errors) = args.finish() {
+            return Ok(failure(errors.to_string()));
+        }
+        let Some(id) = id.filter(|id| !id.trim().is_empty()) else {
+            return Ok(failure("plan_id is required."));
+        };
+        let store = match self.plan_store().await {
+            Ok(store) => store,
+            Err(message) => return Ok(failure(message)),
+        };
+        let task = match self.find_plan(&store, id).await {
+            Ok(task) => task,
+            Err(message) => return Ok(failure(message)),
+        };
+        Ok(self.execute_plan(&store, task, request, &context).await)
+    }
+
+    #[tool(
+        name = "plan_create_and_execute",
+        description = "plan_create then plan_execute in one call: the arguments of both (title and steps, or goal; variables, dry_run, guards). Returns plan_execute's result.",
+        title = "Create and run an execution plan",
+        input_schema = {
+            let mut properties = create_properties();
+            properties.extend(execute_properties());
+            properties.remove("resume");
+            object_schema(properties, &[])
+        },
+        output_schema = executed_output(),
+        annotations(title = "Create and run an execution plan", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = true)
+    )]
+    async fn plan_create_and_execute(
+        &self,
+        arguments: JsonObject,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let mut args = Args::new(&arguments);
+        let (source, client_request) = create_args(&mut args);
+        // `variables` belongs to the plan here (create_args read it).
+        let mut request = exec_args_without_variables(&mut args);
+        if let Err(errors) = args.finish() {
+            return Ok(failure(errors.to_string()));
+        }
+        let Some(source) = source else {
+            return Ok(failure("Goal description is required."));
+        };
+        let store = match self.plan_store().await {
+            Ok(store) => store,
+            Err(message) => return Ok(failure(message)),
+        };
+        let (id, _) = match self.create_plan(&store, source, client_request).await {
+            Ok(created) => created,
+            Err(message) => return Ok(failure(message)),
+        };
+        let task = match self.find_plan(&store, id.to_string()).await {
+            Ok(task) => task,
+            Err(message) => return Ok(failure(message)),
+        };
+        request.resume = false;
+        Ok(self.execute_plan(&store, task, request, &context).await)
+    }
+
+    #[tool(
+        name = "plan_list",
+        description = "The execution plans, newest first: {plans: [{id (8 characters + \"...\"), plan_id, title, steps, state of the last run, runs, created_at}]}.",
+        title = "List execution plans",
+        input_schema = schema(json!({"type": "object", "properties": {}, "additionalProperties": false})),
+        output_schema = schema(json!({"type": "object", "properties": {"plans": {"type": "array"}}})),
+        annotations(title = "List execution plans", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn plan_list(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
+        if let Err(errors) = Args::new(&arguments).finish() {
+            return Ok(failure(errors.to_string()));
+        }
+        let store = match self.plan_store().await {
+            Ok(store) => store,
+            Err(message) => return Ok(failure(message)),
+        };
+        let rows = tokio::task::spawn_blocking(move || exec_plans::list(&store))
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|rows| rows);
+        Ok(match rows {
+            Ok(rows) => {
+                let plans: Vec<Value> = rows
+                    .into_iter()
+                    .take(LIST_MAX)
+                    .map(|mut row| {
+                        let id = row["plan_id"].as_str().unwrap_or_default().to_owned();
+                        let title: String = row["title"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .chars()
+                            .take(50)
+                            .collect();
+                        if let Value::Object(map) = &mut row {
+                            map.insert(
+                                "id".into(),
+                                format!("{}...", id.chars().take(8).collect::<String>()).into(),
+                            );
+                            map.insert("title".into(), title.into());
+                        }
+                        row
+                    })
+                    .collect();
+                CallToolResult::structured(json!({ "plans": plans }))
+            }
+            Err(message) => failure(message),
+        })
+    }
+
+    #[tool(
+        name = "plan_show",
+        description = "One execution plan by plan_id (or a unique prefix): its steps, variables, the DAG marked with the last run's state (○ pending, ◉ running, ● done, ✗ failed), and the last run's state and error.",
+        title = "Show an execution plan",
+        input_schema = schema(json!({"type": "object", "properties": {"plan_id": plan_id_schema()}, "required": ["plan_id"], "additionalProperties": false})),
+        output_schema = schema(json!({"type": "object", "properties": {"success": {"type": "boolean"}, "plan_id": {"type": "string"}, "title": {"type": "string"}, "description": {"type": ["string", "null"]}, "variables": {"type": "object"}, "steps": {"type": "array"}, "dag": {"type": "string"}, "runs": {"type": "integer"}, "last_run": {"type": ["object", "null"]}, "error": {"type": "string"}}})),
+        annotations(title = "Show an execution plan", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn plan_show(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
+        let mut args = Args::new(&arguments);
+        let id = args.optional_string("plan_id", 200);
+        if let Err(errors) = args.finish() {
+            return Ok(failure(errors.to_string()));
+        }
+        let Some(id) = id.filter(|id| !id.trim().is_empty()) else {
+            return Ok(failure("plan_id is required."));
+        };
+        let store = match self.plan_store().await {
+            Ok(store) => store,
+            Err(message) => return Ok(failure(message)),
+        };
+        let task = match self.find_plan(&store, id).await {
+            Ok(task) => task,
+            Err(message) => return Ok(failure(message)),
+        };
+        let plan = match plans::load(&task) {
+            Ok(plan) => plan,
+            Err(error) => return Ok(failure(error.to_string())),
+        };
+        let marks = exec_plans::marks(&task, &plan);
+        let last_run = task.runs.last().map(|run| {
+            json!({
+                "run_id": run.id.to_string(),
+                "state": run.state.as_str(),
+                "reason": run.reason,
+                "started_at": run.started_at.to_iso8601(),
+                "ended_at": run.ended_at.map(|t| t.to_iso8601()),
+                "resumed_from": run.resumed_from.map(|r| r.to_string()),
+            })
+        });
+        let steps: Vec<Value> = plan
+            .steps
+            .iter()
+            .zip(&marks)
+            .map(|(step, mark)| {
+                json!({
+                    "index": step.index,
+                    "title": step.title,
+                    "tool": step.tool,
+                    "args": step.args,
+                    "depends_on": step.depends_on,
+                    "result_variable": step.result_variable,
+                    "state": mark_name(*mark),
+                })
+            })
+            .collect();
+        Ok(CallToolResult::structured(json!({
+            "success": true,
+            "plan_id": task.id.to_string(),
+            "title": plan.title,
+            "description": plan.description,
+            "variables": plan.variables,
+            "steps": steps,
+            "dag": render_dag(&plan, |at| marks[at]),
+            "runs": task.runs.len(),
+            "last_run": last_run,
+        })))
+    }
+}
+
+fn mark_name(mark: StepMark) -> &'static str {
+    match mark {
+        StepMark::Pending => "pending",
+        StepMark::Running => "running",
+        StepMark::Completed => "completed",
+        StepMark::Failed => "failed",
+    }
+}
+
+/// [`exec_args`] for `plan_create_and_execute`, where `variables` is the
+/// plan's (read by [`create_args`]) and there is nothing to resume.
+fn exec_args_without_variables(args: &mut Args<'_>) -> ExecRequest {
+    let dry_run = args.optional_bool("dry_run").unwrap_or(false);
+    let rest = exec_args_tail(args);
+    ExecRequest {
+        variables: None,
+        dry_run,
+        resume: false,
+        options: rest,
+    }
+}
+
+fn exec_args_tail(args: &mut Args<'_>) -> RunOptions {
+    let max_calls = args.optional_integer("max_calls", 0, 100_000);
+    let max_seconds = args.optional_integer("max_seconds", 1, 604_800);
+    let concurrency = args.optional_integer("concurrency", 1, 64).unwrap_or(4);
+    let step_timeout = args
+        .optional_integer("step_timeout_sec", 1, 86_400)
+        .unwrap_or(300);
+    let mut per_tool = std::collections::BTreeMap::new();
+    if let Some(caps) = args.optional_object("tool_caps") {
+        for (tool, cap) in caps {
+            match cap.as_u64().and_then(|n| u32::try_from(n).ok()) {
+                Some(n) => {
+                    per_tool.insert(tool.clone(), n);
+                }
+                None => args.push(format!("tool_caps.{tool}: must be a whole number")),
+            }
+        }
+    }
+    RunOptions {
+        concurrency: usize::try_from(concurrency).unwrap_or(4),
+        step_timeout: Duration::from_secs(step_timeout),
+        guards: Guards {
+            max_calls: max_calls.and_then(|n| u32::try_from(n).ok()),
+            per_tool,
+            max_wall: max_seconds.map(Duration::from_secs),
+        },
+        ..RunOptions::default()
+    }
+}

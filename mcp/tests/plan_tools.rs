@@ -1,0 +1,394 @@
+//! The execution-plan tools over stdio with a real MCP client: `plan_create`
+//! (written steps, and a goal turned into steps by a model program),
+//! `plan_execute` (dry run, progress per step, resume after a kill, stop),
+//! `plan_create_and_execute`, `plan_list`, `plan_show`, against real
+//! downstream MCP servers (the `downstream` example) recording their calls.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rmcp::model::{CallToolRequestParams, CallToolResult, NumberOrString, ProgressToken};
+use serde_json::{Value, json};
+use support::{Server, UrlAnswer, call, start};
+
+fn write_servers(dir: &Path) -> PathBuf {
+    let ds = support::downstream_binary();
+    let servers = json!({"mcpServers": {
+        "alpha": {"command": ds, "args": ["alpha"]},
+        "beta": {"command": ds, "args": ["beta", "echo", "sleep"]},
+    }});
+    let path = dir.join("servers.json");
+    std::fs::write(&path, servers.to_string()).expect("servers");
+    path
+}
+
+async fn planb(dir: &Path, env: &[(&str, &str)]) -> Server {
+    let servers = write_servers(dir);
+    let calls = dir.join("calls");
+    let mut all: Vec<(&str, &str)> = vec![
+        ("PLANB_SERVERS", servers.to_str().expect("path")),
+        ("DOWNSTREAM_CALLS", calls.to_str().expect("path")),
+    ];
+    all.extend_from_slice(env);
+    start(dir, UrlAnswer::NotSupported, &all).await
+}
+
+fn calls(dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(dir.join("calls"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("call line"))
+        .collect()
+}
+
+fn json_of(result: &CallToolResult) -> Value {
+    let structured = result.structured_content.clone().expect("structured");
+    let text = support::text_of(result);
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).expect("the text is JSON"),
+        structured,
+        "text and structuredContent differ"
+    );
+    structured
+}
+
+fn ok(result: &CallToolResult) -> Value {
+    let value = json_of(result);
+    assert_ne!(result.is_error, Some(true), "{value}");
+    value
+}
+
+fn error(result: &CallToolResult) -> String {
+    let value = json_of(result);
+    assert_eq!(result.is_error, Some(true), "{value}");
+    value["error"].as_str().expect("error text").to_owned()
+}
+
+fn step(index: &str, tool: &str, args: Value, deps: &[&str], var: Option<&str>) -> Value {
+    let mut step = json!({"index": index, "title": format!("Step {index}"), "tool": tool,
+        "args": args, "depends_on": deps});
+    if let Some(var) = var {
+        step["result_variable"] = json!(var);
+    }
+    step
+}
+
+fn diamond() -> Value {
+    json!({"title": "Diamond", "variables": {"who": "Ada"}, "steps": [
+        step("1", "alpha__echo", json!({"text": "hello ${who}"}), &[], Some("greeting")),
+        step("2", "add", json!({"a": 2, "b": 3}), &["1"], Some("sum")),
+        step("3", "beta__echo", json!({"text": "${greeting}!"}), &["1"], Some("loud")),
+        step("4", "alpha__echo", json!({"text": "${loud} ${sum.sum}"}), &["2", "3"], None),
+    ]})
+}
+
+/// Calls a tool with a progress token; returns the result and the progress
+/// messages that arrived before it.
+async fn call_with_progress(
+    server: &mut Server,
+    tool: &'static str,
+    arguments: Value,
+) -> (CallToolResult, Vec<String>) {
+    let Value::Object(arguments) = arguments else {
+        panic!("arguments must be an object")
+    };
+    let mut request = CallToolRequestParams::new(tool).with_arguments(arguments);
+    request.meta = Some(rmcp::model::RequestMetaObject::with_progress_token(
+        ProgressToken(NumberOrString::Number(11)),
+    ));
+    let result = server.client.call_tool(request).await.expect("tools/call");
+    let mut messages = Vec::new();
+    // Notifications are sent before the result; give the reader a moment.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    while let Ok(message) = server.seen.progress.try_recv() {
+        messages.push(message);
+    }
+    (result, messages)
+}
+
+#[tokio::test]
+async fn an_agent_creates_inspects_dry_runs_and_runs_the_diamond() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut server = planb(dir.path(), &[]).await;
+
+    // Refusals name the problem and record nothing.
+    assert_eq!(
+        error(&call(&server, "plan_create", json!({})).await),
+        "Goal description is required."
+    );
+    let unknown = error(
+        &call(
+            &server,
+            "plan_create",
+            json!({"title": "Bad", "steps": [step("1", "nope", json!({}), &[], None)]}),
+        )
+        .await,
+    );
+    assert!(
+        unknown.contains("steps[0].tool: Unknown tool: nope. Available: add, alpha__add"),
+        "{unknown}"
+    );
+    let cycle = error(
+        &call(
+            &server,
+            "plan_create",
+            json!({"title": "Loop", "steps": [
+                step("1", "add", json!({}), &["2"], None),
+                step("2", "add", json!({}), &["1"], None)]}),
+        )
+        .await,
+    );
+    assert!(cycle.contains("dependency cycle: 1 → 2 → 1"), "{cycle}");
+    let typo = error(&call(&server, "plan_create", json!({"title": "x", "step": []})).await);
+    assert!(typo.contains("step: unknown field"), "{typo}");
+    assert_eq!(
+        error(&call(&server, "plan_execute", json!({})).await),
+        "plan_id is required."
+    );
+    assert_eq!(
+        error(&call(&server, "plan_show", json!({"plan_id": "zzz"})).await),
+        "Plan not found: zzz"
+    );
+    assert!(
+        ok(&call(&server, "plan_list", json!({})).await)["plans"]
+            .as_array()
+            .expect("plans")
+            .is_empty()
+    );
+
+    let created = ok(&call(&server, "plan_create", diamond()).await);
+    assert_eq!(created["success"], true);
+    assert_eq!(created["title"], "Diamond");
+    assert_eq!(
+        created["steps"],
+        json!([
+            {"index": "1", "title": "Step 1", "tool": "alpha__echo"},
+            {"index": "2", "title": "Step 2", "tool": "add"},
+            {"index": "3", "title": "Step 3", "tool": "beta__echo"},
+            {"index": "4", "title": "Step 4", "tool": "alpha__echo"},
+        ])
+    );
+    let id = created["plan_id"].as_str().expect("id").to_owned();
+    let dag = created["dag"].as_str().expect("dag");
+    assert!(dag.contains("← after: 1 ∥"), "{dag}");
+
+    let listed = ok(&call(&server, "plan_list", json!({})).await);
+    assert_eq!(listed["plans"][0]["id"], format!("{}...", &id[..8]));
+    assert_eq!(listed["plans"][0]["plan_id"], id);
+    assert_eq!(listed["plans"][0]["steps"], 4);
+
+    let dry = ok(&call(
+        &server,
+        "plan_execute",
+        json!({"plan_id": &id[..8], "dry_run": true, "variables": {"who": "Grace"}}),
+    )
+    .await);
+    assert_eq!(dry["success"], true, "{dry}");
+    assert_eq!(dry["results"]["greeting"], "<alpha__echo result>");
+    assert!(calls(dir.path()).is_empty(), "a dry run called a tool");
+
+    let (result, progress) = call_with_progress(
+        &mut server,
+        "plan_execute",
+        json!({"plan_id": &id[..8], "variables": {"who": "Grace"}}),
+    )
+    .await;
+    let ran = ok(&result);
+    assert_eq!(ran["success"], true, "{ran}");
+    assert_eq!(ran["steps_completed"], 4);
+    assert_eq!(ran["steps_total"], 4);
+    assert_eq!(ran["results"]["greeting"], "hello Grace");
+    assert_eq!(ran["results"]["sum"]["sum"], 5.0);
+    assert!(ran["duration"].is_number());
+    assert_eq!(ran["steps"].as_array().expect("steps").len(), 4);
+    assert!(ran["dag"].as_str().expect("dag").contains("● 4. Step 4"));
+    let done: Vec<&String> = progress.iter().filter(|m| m.contains("done in")).collect();
+    assert_eq!(done.len(), 4, "one progress message per step: {progress:?}");
+    assert!(
+        progress.iter().any(|m| m.starts_with("4/4 ")),
+        "{progress:?}"
+    );
+    let made = calls(dir.path());
+    assert_eq!(made.len(), 4);
+    assert_eq!(made[3]["args"]["text"], "hello Grace! 5.0");
+
+    let shown = ok(&call(&server, "plan_show", json!({"plan_id": id})).await);
+    assert_eq!(shown["last_run"]["state"], "completed", "{shown}");
+    assert_eq!(shown["steps"][3]["state"], "completed");
+    assert_eq!(shown["variables"]["who"], "Ada");
+
+    // A failing plan in one call: its result says which step, the run
+    // stops there.
+    let failed = ok(&call(
+        &server,
+        "plan_create_and_execute",
+        json!({"title": "Fails", "steps": [
+            step("1", "alpha__fail", json!({"message": "boom"}), &[], None),
+            step("2", "alpha__echo", json!({"text": "never"}), &["1"], None),
+        ]}),
+    )
+    .await);
+    assert_eq!(failed["success"], false, "{failed}");
+    assert_eq!(failed["error"], "Step 1 failed: boom");
+    assert_eq!(failed["steps_completed"], 0);
+    assert!(
+        !calls(dir.path())
+            .iter()
+            .any(|c| c["args"]["text"] == "never")
+    );
+    let guarded = ok(&call(
+        &server,
+        "plan_create_and_execute",
+        json!({"title": "Guarded", "max_calls": 0, "steps": [
+            step("1", "alpha__echo", json!({"text": "blocked"}), &[], None),
+        ]}),
+    )
+    .await);
+    assert!(
+        guarded["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("Guard blocked:")),
+        "{guarded}"
+    );
+    assert!(
+        !calls(dir.path())
+            .iter()
+            .any(|c| c["args"]["text"] == "blocked")
+    );
+}
+
+#[tokio::test]
+async fn a_killed_server_leaves_a_run_that_plan_execute_resumes_exactly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = planb(dir.path(), &[]).await;
+    let created = ok(&call(
+        &server,
+        "plan_create",
+        json!({"title": "Interrupted", "steps": [
+            step("1", "alpha__big", json!({"bytes": 50000}), &[], Some("blob")),
+            step("2", "beta__sleep", json!({"ms": 60000}), &["1"], None),
+            step("3", "alpha__echo", json!({"text": "${blob}"}), &["2"], None),
+        ]}),
+    )
+    .await);
+    let id = created["plan_id"].as_str().expect("id").to_owned();
+    let peer = server.client.peer().clone();
+    let Value::Object(arguments) = json!({"plan_id": id}) else {
+        unreachable!()
+    };
+    let pending = tokio::spawn(async move {
+        peer.call_tool(CallToolRequestParams::new("plan_execute").with_arguments(arguments))
+            .await
+    });
+    // Wait until step 2's call reached its server, then kill planb.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !calls(dir.path()).iter().any(|c| c["tool"] == "sleep") {
+        assert!(std::time::Instant::now() < deadline, "step 2 never started");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    server.kill_9();
+    let _ = pending.await;
+    drop(server);
+
+    // A new server: the dead run shows failed. The resume does not call
+    // step 1 again and has its 50 KB result whole; its step 2 (a minute's
+    // sleep) is stopped from another process, which cancels the call.
+    let server = planb(dir.path(), &[]).await;
+    let shown = ok(&call(&server, "plan_show", json!({"plan_id": id})).await);
+    assert_eq!(shown["last_run"]["state"], "failed", "{shown}");
+    assert_eq!(shown["steps"][0]["state"], "completed", "{shown}");
+    let before = calls(dir.path());
+    assert_eq!(before.iter().filter(|c| c["tool"] == "big").count(), 1);
+    let stop = {
+        let dir = dir.path().to_owned();
+        let id = id.clone();
+        tokio::spawn(async move {
+            // Stop the resumed run once its step 2 is under way again.
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            while calls(&dir).iter().filter(|c| c["tool"] == "sleep").count() < 2 {
+                assert!(std::time::Instant::now() < deadline, "step 2 not re-run");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let output = support::planb(&dir, &["plan", "stop", &id]);
+            assert!(output.status.success(), "{}", support::all_output(&output));
+        })
+    };
+    let resumed = ok(&call(
+        &server,
+        "plan_execute",
+        json!({"plan_id": id, "resume": true}),
+    )
+    .await);
+    stop.await.expect("stopper");
+    assert_eq!(resumed["stopped"], true, "{resumed}");
+    let after = calls(dir.path());
+    assert_eq!(
+        after.iter().filter(|c| c["tool"] == "big").count(),
+        1,
+        "step 1 was called again: {after:?}"
+    );
+    assert_eq!(
+        resumed["results"]["blob"].as_str().map(str::len),
+        Some(50000)
+    );
+}
+
+/// A model program for `PLANB_MODEL=command:…`: its first answer is not a
+/// plan, its second is; each prompt is kept.
+fn model_script(dir: &Path) -> PathBuf {
+    let script = dir.join("model.sh");
+    let plan = json!({"title": "Greet twice", "steps": [
+        {"index": "1", "title": "Greet", "tool": "alpha__echo", "args": {"text": "hi"}, "result_variable": "g"},
+        {"index": "2", "title": "Again", "tool": "beta__echo", "args": {"text": "${g} again"}, "depends_on": ["1"]}
+    ]});
+    let body = format!(
+        "#!/bin/sh\nn=$(ls {dir}/prompt-* 2>/dev/null | wc -l)\ncat > {dir}/prompt-$n\nif [ \"$n\" = 0 ]; then echo 'I would call some tools.'; else printf '%s\\n' '```json' '{plan}' '```'; fi\n",
+        dir = dir.display(),
+        plan = plan
+    );
+    std::fs::write(&script, body).expect("script");
+    let mut permissions = std::fs::metadata(&script).expect("meta").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
+    std::fs::set_permissions(&script, permissions).expect("chmod");
+    script
+}
+
+#[tokio::test]
+async fn a_goal_becomes_a_checked_plan_through_the_model() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = dir.path().join("model");
+    std::fs::create_dir_all(&model).expect("dir");
+    let script = model_script(&model);
+    let spec = format!("command:{}", script.display());
+
+    // Without a model, a goal says how to configure one.
+    let server = planb(dir.path(), &[]).await;
+    let missing = error(&call(&server, "plan_create", json!({"goal": "greet"})).await);
+    assert!(missing.contains("PLANB_MODEL"), "{missing}");
+    drop(server);
+
+    let server = planb(dir.path(), &[("PLANB_MODEL", &spec)]).await;
+    let ran = ok(&call(
+        &server,
+        "plan_create_and_execute",
+        json!({"goal": "Say hi, then say it again"}),
+    )
+    .await);
+    assert_eq!(ran["success"], true, "{ran}");
+    assert_eq!(ran["title"], "Greet twice");
+    let made = calls(dir.path());
+    assert_eq!(made.len(), 2);
+    assert_eq!(made[1]["args"]["text"], "hi again");
+    let first = std::fs::read_to_string(model.join("prompt-0")).expect("prompt 0");
+    assert!(first.contains("Say hi, then say it again"), "{first}");
+    assert!(first.contains("alpha__echo"), "{first}");
+    let second = std::fs::read_to_string(model.join("prompt-1")).expect("prompt 1");
+    assert!(
+        second.contains("Your previous answer was refused: the answer holds no JSON object"),
+        "{second}"
+    );
+    let shown = ok(&call(&server, "plan_show", json!({"plan_id": ran["plan_id"]})).await);
+    assert_eq!(shown["description"], "Say hi, then say it again");
+}
