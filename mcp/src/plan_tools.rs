@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use planb_core::exec_plan::{ExecPlan, StepMark, render_dag};
-use planb_core::{Task, TaskId};
+use planb_core::{AskId, AskSpec, Command, SessionId, Task, TaskId};
 use planb_engine::plans::{self, Guards, Progress, RunOptions};
 use planb_projections::Store;
 use rmcp::model::{CallToolResult, JsonObject};
@@ -57,13 +57,22 @@ struct Attached {
 pub(crate) struct PlanRuns {
     downstream: DownstreamCache,
     active: Mutex<HashMap<TaskId, Attached>>,
+    /// Review forms the person has not decided yet, by plan.
+    reviews: Mutex<HashMap<TaskId, AskId>>,
 }
+
+/// The review form's choices.
+const APPROVE: &str = "Run it";
+const REJECT: &str = "Do not run it";
+/// Longest arguments shown per step on the review form.
+const REVIEW_ARGS_CHARS_MAX: usize = 4_000;
 
 /// What `plan_execute` was asked to do.
 #[derive(Debug)]
 struct ExecRequest {
     variables: Option<Map<String, Value>>,
     dry_run: bool,
+    review: bool,
     resume: bool,
     options: RunOptions,
 }
@@ -102,6 +111,7 @@ fn execute_properties() -> Map<String, Value> {
         "variables": {"type": "object", "description": "Call-time variables; they override the plan's."},
         "dry_run": {"type": "boolean", "default": false, "description": "Trace the plan with its arguments resolved; no tool is called."},
         "resume": {"type": "boolean", "default": false, "description": "Resume the plan's last run: steps that succeeded are not called again."},
+        "review": {"type": "boolean", "default": false, "description": "Show the person the DAG and the first batch's calls with their arguments resolved in a browser form, and run only once they approve."},
         "max_calls": {"type": "integer", "minimum": 0, "maximum": 100000, "description": "Most tool calls in the run; a call past it is blocked, not made."},
         "tool_caps": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}, "description": "Most calls per tool, by the tool name the plan uses."},
         "max_seconds": {"type": "integer", "minimum": 1, "maximum": 604800, "description": "No call starts after this many seconds."},
@@ -218,12 +228,17 @@ fn exec_args(args: &mut Args<'_>) -> ExecRequest {
     let variables = args.optional_object("variables").cloned();
     let dry_run = args.optional_bool("dry_run").unwrap_or(false);
     let resume = args.optional_bool("resume").unwrap_or(false);
+    let review = args.optional_bool("review").unwrap_or(false);
     if dry_run && resume {
         args.push("dry_run: cannot be combined with resume".into());
+    }
+    if dry_run && review {
+        args.push("review: a dry run calls nothing, so there is nothing to approve".into());
     }
     ExecRequest {
         variables,
         dry_run,
+        review,
         resume,
         options: exec_args_tail(args),
     }
@@ -445,11 +460,183 @@ impl PlanbServer {
             }
             return CallToolResult::structured(value);
         }
+        if request.review
+            && let Err(refused) = self.review_run(&task, &plan, &request, context).await
+        {
+            return refused;
+        }
         match self.start_run(store, &task, &plan, request) {
             Ok(attached) => self.wait_run(attached, task.id, &plan.title, context).await,
             Err(message) => failure(message),
         }
     }
+}
+
+impl PlanbServer {
+    /// Asks the person to approve running `plan` on a form showing its DAG
+    /// and its first batch's calls as they would be made; the form and the
+    /// answer are in the log like any ask. `Ok` once approved; otherwise the
+    /// result to return (rejected, or still undecided after the hand-back:
+    /// the next `plan_execute` with `review` waits on the same form).
+    async fn review_run(
+        &self,
+        task: &Task,
+        plan: &ExecPlan,
+        request: &ExecRequest,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<(), CallToolResult> {
+        let pending = self
+            .plan_runs()
+            .reviews
+            .lock()
+            .ok()
+            .and_then(|mut reviews| reviews.remove(&task.id));
+        let result = match pending {
+            Some(ask) => {
+                let mut arguments = JsonObject::new();
+                arguments.insert("askId".into(), ask.to_string().into());
+                self.collect_ask(&arguments, context).await
+            }
+            None => {
+                let spec = match AskSpec::from_json(&review_form(task.id, plan, request)) {
+                    Ok(spec) => spec,
+                    Err(error) => {
+                        return Err(failure(format!(
+                            "the review form could not be made: {error}"
+                        )));
+                    }
+                };
+                let session = SessionId::from_uuid(self.store().env().random_id());
+                let created = self
+                    .execute(Command::CreateSession {
+                        session,
+                        title: Some(clip(&format!("Run \"{}\"?", plan.title), 200)),
+                        intent: Some(format!(
+                            "Approve or reject a run of execution plan {}",
+                            task.id
+                        )),
+                        project_path: None,
+                    })
+                    .await;
+                if let Err(error) = created {
+                    return Err(failure(format!(
+                        "the review could not be recorded: {error}"
+                    )));
+                }
+                self.open_ask(session, spec, context).await
+            }
+        };
+        let outcome = result.structured_content.clone().unwrap_or(Value::Null);
+        let base = |more: Value| {
+            let mut value = json!({
+                "success": false,
+                "plan_id": task.id.to_string(),
+                "title": plan.title,
+            });
+            if let (Value::Object(map), Value::Object(more)) = (&mut value, more) {
+                map.extend(more);
+            }
+            value
+        };
+        match outcome["status"].as_str() {
+            Some("answered") if outcome["answers"]["decision"] == APPROVE => Ok(()),
+            Some("answered") => Err(CallToolResult::structured(base(json!({
+                "approved": false,
+                "error": "The person did not approve this run; no tool was called.",
+                "feedback": outcome["answers"]["feedback"],
+            })))),
+            Some("waiting") => {
+                if let Some(ask) = outcome["askId"].as_str().and_then(|a| AskId::parse(a).ok())
+                    && let Ok(mut reviews) = self.plan_runs().reviews.lock()
+                {
+                    reviews.insert(task.id, ask);
+                }
+                Err(CallToolResult::structured(base(json!({
+                    "review": "waiting",
+                    "url": outcome["url"],
+                    "message": "The person has not approved or rejected this run yet; the review form stays open. Call plan_execute again with the same plan_id and review: true to keep waiting on it. No tool was called.",
+                }))))
+            }
+            _ => {
+                let said = result
+                    .content
+                    .first()
+                    .and_then(|c| c.as_text())
+                    .map(|t| t.text.clone())
+                    .unwrap_or_default();
+                Err(CallToolResult::structured(base(json!({
+                    "approved": false,
+                    "error": format!("The review ended without an approval; no tool was called. {said}"),
+                }))))
+            }
+        }
+    }
+}
+
+fn clip(text: &str, chars: usize) -> String {
+    if text.chars().count() <= chars {
+        text.to_owned()
+    } else {
+        format!(
+            "{}…",
+            text.chars()
+                .take(chars.saturating_sub(1))
+                .collect::<String>()
+        )
+    }
+}
+
+/// The review form: the DAG, the call-time variables and the first batch's
+/// calls resolved, then approve or reject with an optional note.
+fn review_form(id: TaskId, plan: &ExecPlan, request: &ExecRequest) -> Value {
+    let call = request.variables.clone().unwrap_or_default();
+    let traced = plans::dry_run(plan, id, &call);
+    let first = plan.batches().first().map_or(0, Vec::len);
+    let mut intro = format!(
+        "**{}**: {} steps in {} batches.\n\n",
+        plan.title,
+        plan.steps.len(),
+        plan.batches().len()
+    );
+    if let Some(description) = plan.description.as_deref().filter(|d| !d.trim().is_empty()) {
+        intro.push_str(&format!("{}\n\n", clip(description, 2_000)));
+    }
+    intro.push_str(&format!(
+        "```text\n{}\n```\n\n",
+        render_dag(plan, |_| StepMark::Pending)
+    ));
+    if !call.is_empty() {
+        let shown = serde_json::to_string_pretty(&call).unwrap_or_default();
+        intro.push_str(&format!(
+            "Variables given for this run:\n\n```json\n{}\n```\n\n",
+            clip(&shown, REVIEW_ARGS_CHARS_MAX)
+        ));
+    }
+    intro.push_str("The first batch calls, with the arguments as they will be sent:\n\n");
+    for step in traced.steps.iter().take(first) {
+        let args = serde_json::to_string_pretty(&step.args).unwrap_or_default();
+        intro.push_str(&format!(
+            "- Step {}: {} (`{}`)\n\n```json\n{}\n```\n\n",
+            step.index,
+            step.title,
+            step.tool,
+            clip(&args, REVIEW_ARGS_CHARS_MAX)
+        ));
+        if intro.len() > 50_000 {
+            intro.push_str("(more calls not shown)\n");
+            break;
+        }
+    }
+    json!({
+        "title": clip(&format!("Run execution plan \"{}\"?", plan.title), 200),
+        "introTitle": "The plan",
+        "intro": intro,
+        "questions": [
+            {"id": "decision", "kind": "single", "label": "Run this plan now?", "required": true,
+             "options": [APPROVE, REJECT]},
+            {"id": "feedback", "kind": "longtext", "label": "A note for the agent (optional)"}
+        ]
+    })
 }
 
 #[tool_router(router = plan_exec_tool_router, vis = "pub(crate)")]
@@ -489,7 +676,7 @@ impl PlanbServer {
 
     #[tool(
         name = "plan_execute",
-        description = "Run an execution plan by plan_id (or a unique prefix): batches of independent steps run in parallel (4 at a time), each result binds its result_variable, a failed step stops the run. variables override the plan's; dry_run traces it without calling anything; resume continues the last run without calling again any step that succeeded; max_calls, tool_caps and max_seconds are guards checked before each call. Sends a progress notification per step. Returns {success, plan_id, title, duration, steps_completed, steps_total, error?, results, steps, dag}.",
+        description = "Run an execution plan by plan_id (or a unique prefix): batches of independent steps run in parallel (4 at a time), each result binds its result_variable, a failed step stops the run. variables override the plan's; dry_run traces it without calling anything; resume continues the last run without calling again any step that succeeded; max_calls, tool_caps and max_seconds are guards checked before each call; review shows the person the DAG and the first batch's calls (arguments resolved) on a browser form and runs only once they approve. Sends a progress notification per step. Returns {success, plan_id, title, duration, steps_completed, steps_total, error?, results, steps, dag}.",
         title = "Run an execution plan",
         input_schema = {
             let mut properties = execute_properties();
@@ -700,10 +887,15 @@ fn mark_name(mark: StepMark) -> &'static str {
 /// plan's (read by [`create_args`]) and there is nothing to resume.
 fn exec_args_without_variables(args: &mut Args<'_>) -> ExecRequest {
     let dry_run = args.optional_bool("dry_run").unwrap_or(false);
+    let review = args.optional_bool("review").unwrap_or(false);
+    if dry_run && review {
+        args.push("review: a dry run calls nothing, so there is nothing to approve".into());
+    }
     let rest = exec_args_tail(args);
     ExecRequest {
         variables: None,
         dry_run,
+        review,
         resume: false,
         options: rest,
     }

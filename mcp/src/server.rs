@@ -282,19 +282,32 @@ impl PlanbServer {
             }
             Err(error) => return Ok(store_error(error)),
         }
+        Ok(self.open_ask(session, spec, &context).await)
+    }
+}
+
+impl PlanbServer {
+    /// Opens a form for `spec` in `session`, records it and waits for the
+    /// person as `ask_user` does; the result is `ask_user`'s.
+    pub(crate) async fn open_ask(
+        &self,
+        session: SessionId,
+        spec: AskSpec,
+        context: &RequestContext<RoleServer>,
+    ) -> CallToolResult {
         let address = match self.callback_address().await {
             Ok(address) => address,
             Err(error) => {
                 tracing::error!("callback server: {error}");
-                return Ok(tool_error(format!("the form could not be opened: {error}")));
+                return tool_error(format!("the form could not be opened: {error}"));
             }
         };
         let sid = match new_sid() {
             Ok(sid) => sid,
             Err(error) => {
-                return Ok(tool_error(format!(
+                return tool_error(format!(
                     "the form could not be opened: no randomness: {error}"
-                )));
+                ));
             }
         };
         let address = format!("http://127.0.0.1:{}/ask", address.port());
@@ -323,7 +336,7 @@ impl PlanbServer {
             })
             .await;
         if let Err(error) = recorded {
-            return Ok(store_error(error));
+            return store_error(error);
         }
         let (sender, answered) = oneshot::channel();
         let info = crate::forms::FormInfo {
@@ -337,11 +350,11 @@ impl PlanbServer {
                     detail: error.to_string(),
                 })
                 .await;
-            return Ok(tool_error(error.to_string()));
+            return tool_error(error.to_string());
         }
-        Ok(crate::ask::wait(crate::ask::Wait {
+        crate::ask::wait(crate::ask::Wait {
             server: self,
-            context: &context,
+            context,
             ask,
             spec: &spec,
             url: &url,
@@ -350,7 +363,7 @@ impl PlanbServer {
             sid: Some(&sid),
             answered,
         })
-        .await)
+        .await
     }
 }
 

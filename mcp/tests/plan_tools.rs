@@ -392,3 +392,65 @@ async fn a_goal_becomes_a_checked_plan_through_the_model() {
     let shown = ok(&call(&server, "plan_show", json!({"plan_id": ran["plan_id"]})).await);
     assert_eq!(shown["description"], "Say hi, then say it again");
 }
+
+#[tokio::test]
+async fn review_runs_the_plan_only_once_the_person_approves() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut server = planb(dir.path(), &[]).await;
+    let created = ok(&call(&server, "plan_create", diamond()).await);
+    let id = created["plan_id"].as_str().expect("id").to_owned();
+
+    for (decision, runs) in [("Do not run it", false), ("Run it", true)] {
+        let peer = server.client.peer().clone();
+        let Value::Object(arguments) =
+            json!({"plan_id": id, "review": true, "variables": {"who": "Grace"}})
+        else {
+            unreachable!()
+        };
+        let pending = tokio::spawn(async move {
+            peer.call_tool(CallToolRequestParams::new("plan_execute").with_arguments(arguments))
+                .await
+                .expect("tools/call")
+        });
+        let url = tokio::time::timeout(Duration::from_secs(30), server.seen.stderr_urls.recv())
+            .await
+            .expect("a form in time")
+            .expect("stderr open");
+        let (port, sid) = support::parse_form_url(&url);
+        let page = support::get(port, &format!("/ask?sid={sid}")).await;
+        assert_eq!(page.status, 200);
+        // The form shows the DAG and the first call as it will be made.
+        assert!(page.body.contains("← after: 1 ∥"), "{}", page.body);
+        assert!(page.body.contains("hello Grace"), "{}", page.body);
+        assert!(calls(dir.path()).is_empty(), "a call before the verdict");
+        let submitted = support::post_json(
+            port,
+            "/submit",
+            &json!({"sid": sid, "answers": {"decision": decision, "feedback": "checked"}}),
+        )
+        .await;
+        assert_eq!(submitted.status, 200, "{}", submitted.body);
+        let result = ok(&pending.await.expect("call"));
+        if runs {
+            assert_eq!(result["success"], true, "{result}");
+            assert_eq!(calls(dir.path()).len(), 4);
+        } else {
+            assert_eq!(result["approved"], false, "{result}");
+            assert_eq!(result["feedback"], "checked");
+            assert!(calls(dir.path()).is_empty(), "a rejected run called a tool");
+        }
+    }
+    // Both verdicts are in the log as answered asks.
+    drop(server);
+    let (state, _) = support::fold_log(dir.path());
+    let answered = state
+        .sessions()
+        .values()
+        .filter(|s| {
+            s.title
+                .as_deref()
+                .is_some_and(|t| t.starts_with("Run \"Diamond\""))
+        })
+        .count();
+    assert_eq!(answered, 2);
+}
