@@ -454,10 +454,15 @@ fn task_page(state: &AppState, id: &str, query: &AtQuery) -> Result<Response, Pa
         .task_at(&id, cursor)
         .ok_or_else(|| unknown_task(&id))?;
     let root = state.retro.root();
-    let pipeline = planb_engine::pipelines::resolve(root, &at.task.pipeline);
-    let out_of_date = match &pipeline {
-        Ok(pipeline) => tasks::out_of_date(pipeline, &at.task),
-        Err(_) => Default::default(),
+    let plan = tasks::plan_of(&at.task);
+    let pipeline = match &plan {
+        None => planb_engine::pipelines::resolve(root, &at.task.pipeline),
+        Some(Ok(_)) => Err(String::new()),
+        Some(Err(problem)) => Err(problem.clone()),
+    };
+    let out_of_date = match (&pipeline, &plan) {
+        (Ok(pipeline), None) => tasks::out_of_date(pipeline, &at.task),
+        _ => Default::default(),
     };
     let view = pages::TaskView {
         at: &at,
@@ -465,6 +470,7 @@ fn task_page(state: &AppState, id: &str, query: &AtQuery) -> Result<Response, Pa
         out_of_date: &out_of_date,
         cursors: &cursors,
         cursor,
+        plan: plan.as_ref().and_then(|p| p.as_ref().ok()),
     };
     Ok(html(
         StatusCode::OK,
@@ -493,6 +499,33 @@ fn step_page(
         .task_at(&id, cursor)
         .ok_or_else(|| unknown_task(&id))?;
     let root = state.retro.root();
+    if let Some(plan) = tasks::plan_of(&at.task) {
+        let plan = plan.map_err(|problem| {
+            PageError::new(
+                StatusCode::NOT_FOUND,
+                "Plan not readable",
+                format!("plan {id}: {problem}"),
+            )
+        })?;
+        let position = plan.position(step).ok_or_else(|| {
+            PageError::new(
+                StatusCode::NOT_FOUND,
+                "Step not found",
+                format!("step {step:?} is not in plan {id}"),
+            )
+        })?;
+        let view = pages::PlanStepView {
+            calls: tasks::plan_calls(root, &at, step),
+            at: &at,
+            plan: &plan,
+            position,
+            cursor,
+        };
+        return Ok(html(
+            StatusCode::OK,
+            pages::retro_plan_step_page(&timeline, &view),
+        ));
+    }
     let pipeline =
         planb_engine::pipelines::resolve(root, &at.task.pipeline).map_err(|problem| {
             PageError::new(

@@ -5,11 +5,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use planb_core::dag::{Action, Pipeline, StepDef, StepId};
+use planb_core::exec_plan::ExecPlan;
 use planb_core::state::ContentHash;
 use planb_core::{EventBody, Task};
 use planb_engine::pipelines;
 use planb_projections::{DataRoot, TaskAt, Timeline};
-use planb_ui::pages::{ArtifactVersion, PromptView};
+use planb_ui::pages::{ArtifactVersion, CallEnd, PlanCall, PromptView};
 
 /// Each step's current artifact hash, as the schedule reads them.
 fn settled(task: &Task) -> BTreeMap<StepId, ContentHash> {
@@ -132,4 +133,95 @@ pub fn versions(root: &DataRoot, at: &TaskAt<'_>, step: &StepId) -> Vec<Artifact
             })
         })
         .collect()
+}
+
+/// The execution plan a task holds (deleted ones too: the log keeps them),
+/// or why it cannot be read; `None` for a pipeline task.
+pub fn plan_of(task: &Task) -> Option<Result<ExecPlan, String>> {
+    let info = task.plan.as_ref()?;
+    Some(
+        serde_json::from_str::<serde_json::Value>(&info.definition)
+            .map_err(|e| format!("the recorded plan is not JSON: {e}"))
+            .and_then(|value| {
+                ExecPlan::from_json(&value)
+                    .map_err(|e| format!("the recorded plan is not valid: {e}"))
+            }),
+    )
+}
+
+/// Longest call or result shown on a page, in characters.
+const SHOWN_CHARS_MAX: usize = 200_000;
+
+/// A recorded JSON blob as indented text, cut at [`SHOWN_CHARS_MAX`].
+fn pretty_blob(root: &DataRoot, hash: &[u8; 32], what: &str) -> Result<String, String> {
+    let bytes = root
+        .blobs()
+        .get(hash)
+        .map_err(|e| format!("the {what} cannot be read: {e}"))?;
+    let text = match serde_json::from_slice::<serde_json::Value>(&bytes) {
+        Ok(value) => serde_json::to_string_pretty(&value).unwrap_or_default(),
+        Err(_) => String::from_utf8_lossy(&bytes).into_owned(),
+    };
+    if text.chars().count() > SHOWN_CHARS_MAX {
+        let shown: String = text.chars().take(SHOWN_CHARS_MAX).collect();
+        Ok(format!(
+            "{shown}\n… ({} bytes in all; the whole {what} is {})",
+            bytes.len(),
+            root.blobs().path(hash).display()
+        ))
+    } else {
+        Ok(text)
+    }
+}
+
+/// Every call made for the plan step `index` up to the page's cursor, each
+/// with the arguments as sent and its result or failure.
+pub fn plan_calls(root: &DataRoot, at: &TaskAt<'_>, index: &str) -> Vec<PlanCall> {
+    let mut calls: Vec<PlanCall> = Vec::new();
+    for envelope in &at.events {
+        match &envelope.event.body {
+            EventBody::StepStarted {
+                step, run, call, ..
+            } if step == index => calls.push(PlanCall {
+                cursor: envelope.cursor,
+                at: envelope.event.at,
+                run: run.to_string().chars().take(8).collect(),
+                call: match call {
+                    Some(hash) => pretty_blob(root, hash, "call"),
+                    None => Err("the call was not recorded".into()),
+                },
+                end: None,
+            }),
+            EventBody::StepSucceeded {
+                step,
+                artifact,
+                duration_ms,
+                ..
+            } if step == index => {
+                if let Some(last) = calls.last_mut() {
+                    last.end = Some(CallEnd::Succeeded {
+                        cursor: envelope.cursor,
+                        duration_ms: *duration_ms,
+                        result: pretty_blob(root, artifact, "result"),
+                    });
+                }
+            }
+            EventBody::StepFailed {
+                step,
+                class,
+                message,
+                ..
+            } if step == index => {
+                if let Some(last) = calls.last_mut().filter(|c| c.end.is_none()) {
+                    last.end = Some(CallEnd::Failed {
+                        cursor: envelope.cursor,
+                        class: class.clone(),
+                        message: message.clone(),
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    calls
 }

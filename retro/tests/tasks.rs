@@ -305,3 +305,154 @@ async fn bad_task_addresses_are_pages_with_their_status() {
     )
     .await;
 }
+
+/// An execution plan run recorded as `planb-mcp plan run` records one:
+/// each call and result in the blob store, named by its step's events.
+#[tokio::test]
+async fn a_plan_run_shows_its_dag_over_time_and_each_call_with_its_result() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = DataRoot::new(dir.path());
+    let env = Arc::new(FixedEnvironment::new(Timestamp(1_700_000_000_000), 1_000));
+    let (store, _) = Store::open(root.clone(), env).expect("open store");
+    let plan = serde_json::json!({"title": "Greet and add", "steps": [
+        {"index": "1", "title": "Greet", "tool": "alpha__echo", "args": {"text": "hi ${who}"}, "result_variable": "g"},
+        {"index": "2", "title": "Add", "tool": "alpha__add", "args": {"a": 1, "b": "${g}"}, "depends_on": ["1"]}
+    ], "variables": {"who": "Ada"}});
+    let plan = planb_core::exec_plan::ExecPlan::from_json(&plan).expect("plan");
+    let task = TaskId::from_uuid(Uuid::new_v4());
+    let run = RunId::from_uuid(Uuid::new_v4());
+    store
+        .execute(Command::CreatePlan {
+            task,
+            title: plan.title.clone(),
+            definition: plan.to_json().to_string(),
+            client_request_id: None,
+        })
+        .expect("create plan");
+    store
+        .execute(Command::StartRun {
+            task,
+            run,
+            resumed_from: None,
+            owner_pid: 77,
+            host: "test".into(),
+            variables: Some("{}".into()),
+        })
+        .expect("start run");
+    let blobs = root.blobs();
+    let call = br#"{"tool":"alpha__echo","args":{"text":"hi Ada"}}"#;
+    let call_hash = blobs.put(call).expect("call blob");
+    let input = ContentHash::of_bytes(call).0;
+    let started = store
+        .execute(Command::StartStep {
+            task,
+            run,
+            step: "1".into(),
+            input,
+            call: Some(call_hash),
+        })
+        .expect("start 1");
+    let running_at = started.last().expect("event").cursor.0;
+    let result = blobs.put(br#""hi Ada""#).expect("result blob");
+    store
+        .execute(Command::SucceedStep {
+            task,
+            run,
+            step: "1".into(),
+            input,
+            artifact: result,
+            bytes: 8,
+            duration_ms: 3,
+            tokens_in: 0,
+            tokens_out: 0,
+        })
+        .expect("1 done");
+    let call2 = br#"{"tool":"alpha__add","args":{"a":1,"b":"hi Ada"}}"#;
+    store
+        .execute(Command::StartStep {
+            task,
+            run,
+            step: "2".into(),
+            input: ContentHash::of_bytes(call2).0,
+            call: Some(blobs.put(call2).expect("blob")),
+        })
+        .expect("start 2");
+    store
+        .execute(Command::FailStep {
+            task,
+            run,
+            step: "2".into(),
+            class: "tool_error".into(),
+            message: "b: not a number".into(),
+            recoverable: true,
+        })
+        .expect("2 failed");
+    store
+        .execute(Command::EndRun {
+            task,
+            run,
+            outcome: RunOutcome::Failed,
+            reason: Some("step_failed".into()),
+            failed_step: Some("2".into()),
+            recoverable: true,
+        })
+        .expect("end");
+    drop(store);
+
+    let router = router(&root);
+    let id = task.to_string();
+    let end = check(
+        &router,
+        &format!("/tasks/{id}"),
+        StatusCode::OK,
+        &[
+            "Greet and add",
+            "● 1. Greet",
+            "✗ 2. Add",
+            "← after: 1",
+            "alpha__add",
+        ],
+    )
+    .await;
+    assert!(
+        end.contains("class=\"dag-step is-failed\" data-step=\"2\""),
+        "{end}"
+    );
+    let then = check(
+        &router,
+        &format!("/tasks/{id}?at={running_at}"),
+        StatusCode::OK,
+        &["◉ 1. Greet", "○ 2. Add"],
+    )
+    .await;
+    assert!(!then.contains("is-failed"), "{then}");
+    check(
+        &router,
+        &format!("/tasks/{id}/steps/1"),
+        StatusCode::OK,
+        &[
+            "Arguments as written",
+            "hi ${who}",
+            "&quot;hi Ada&quot;",
+            "3 ms",
+        ],
+    )
+    .await;
+    check(
+        &router,
+        &format!("/tasks/{id}/steps/2"),
+        StatusCode::OK,
+        &[
+            "tool_error: b: not a number",
+            "&quot;b&quot;: &quot;hi Ada&quot;",
+        ],
+    )
+    .await;
+    check(
+        &router,
+        &format!("/tasks/{id}/steps/9"),
+        StatusCode::NOT_FOUND,
+        &["is not in plan"],
+    )
+    .await;
+}

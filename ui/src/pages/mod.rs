@@ -31,7 +31,8 @@ pub use retro::{
     retro_session_page, retro_state_fragment,
 };
 pub use retro_task::{
-    ArtifactVersion, PromptView, StepView, TaskView, retro_step_page, retro_task_page,
+    ArtifactVersion, CallEnd, PlanCall, PlanStepView, PromptView, StepView, TaskView,
+    retro_plan_step_page, retro_step_page, retro_task_page,
 };
 pub use review::{ReviewView, review_page};
 pub use shell::message_page;

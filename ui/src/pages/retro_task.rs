@@ -10,7 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use maud::{Markup, PreEscaped, html};
 use planb_core::dag::{Action, Pipeline, StepDef, StepId};
-use planb_core::{Cursor, Envelope, EventBody, RunOutcome, Task, TaskId};
+use planb_core::exec_plan::{self, ExecPlan, render_dag};
+use planb_core::{Cursor, Envelope, EventBody, RunOutcome, Task, TaskId, Timestamp};
 use planb_projections::{StepMark, TaskAt, Timeline};
 
 use super::diff::Folds;
@@ -49,8 +50,10 @@ pub(super) fn tasks_section(timeline: &Timeline) -> Markup {
                             a.retro-session-title href={"/tasks/" (task.id)} { (summary(&task.prompt)) }
                             " " span.retro-badge.{"task-" (state_of(task))} { (state_of(task)) }
                             p.retro-muted {
-                                code { (short(&task.id)) } " · " (task.pipeline) " → " (task.target)
-                                " · " (task.speed) " · " (count(task.runs.len(), "run", "runs"))
+                                code { (short(&task.id)) } " · "
+                                @if task.plan.is_some() { "execution plan" }
+                                @else { (task.pipeline) " → " (task.target) " · " (task.speed) }
+                                " · " (count(task.runs.len(), "run", "runs"))
                                 " · created " (when(task.created_at))
                             }
                         }
@@ -75,6 +78,9 @@ pub struct TaskView<'a> {
     pub cursors: &'a [Cursor],
     /// The cursor shown.
     pub cursor: Cursor,
+    /// The execution plan, when the task is one: its steps are tool calls
+    /// in batches instead of a pipeline's.
+    pub plan: Option<&'a ExecPlan>,
 }
 
 fn mark_class(mark: Option<&StepMark>, stale: bool) -> &'static str {
@@ -221,11 +227,13 @@ pub fn retro_task_page(timeline: &Timeline, view: &TaskView<'_>) -> Markup {
     let body = html! {
         header.card-header {
             a.retro-back href="/" { "‹ All sessions and tasks" }
-            p.eyebrow { "Task replay" }
+            p.eyebrow { @if task.plan.is_some() { "Plan run replay" } @else { "Task replay" } }
             h1.form-title { (title) }
             p.retro-muted {
-                code { (id) } " · " (task.pipeline) " v" (task.pipeline_version) " → " (task.target)
-                " · " (task.speed) " · created " (when(task.created_at))
+                code { (id) } " · "
+                @if task.plan.is_some() { "execution plan" }
+                @else { (task.pipeline) " v" (task.pipeline_version) " → " (task.target) " · " (task.speed) }
+                " · created " (when(task.created_at))
             }
         }
         div.retro-body {
@@ -256,6 +264,9 @@ pub fn retro_task_page(timeline: &Timeline, view: &TaskView<'_>) -> Markup {
                 }
                 section.retro-dag aria-label="Steps" {
                     h2 { "Steps" }
+                    @if let Some(plan) = view.plan {
+                        (plan_dag(plan, view))
+                    } @else {
                     @if let Err(problem) = view.pipeline {
                         div.banner.banner-error role="alert" { "The pipeline cannot be read: " (problem) }
                     }
@@ -281,6 +292,7 @@ pub fn retro_task_page(timeline: &Timeline, view: &TaskView<'_>) -> Markup {
                                 }
                             }
                         }
+                    }
                     }
                 }
                 section.retro-runs aria-label="Runs" {
@@ -343,6 +355,180 @@ pub struct ArtifactVersion {
     pub by: String,
     /// Its text (lossy UTF-8), or why it cannot be read.
     pub text: Result<String, String>,
+}
+
+/// The seed's mark for a step's state as of the cursor.
+fn ascii_mark(mark: Option<&StepMark>) -> exec_plan::StepMark {
+    match mark {
+        Some(StepMark::Running { .. }) => exec_plan::StepMark::Running,
+        Some(StepMark::Succeeded { .. }) => exec_plan::StepMark::Completed,
+        Some(StepMark::Failed { .. } | StepMark::Interrupted { .. }) => exec_plan::StepMark::Failed,
+        None | Some(StepMark::Edited { .. }) => exec_plan::StepMark::Pending,
+    }
+}
+
+/// An execution plan's steps as of the cursor: the seed's text rendering,
+/// then the batches with each step's state, linking to its calls.
+fn plan_dag(plan: &ExecPlan, view: &TaskView<'_>) -> Markup {
+    let id = view.at.task.id;
+    let marks: Vec<exec_plan::StepMark> = plan
+        .steps
+        .iter()
+        .map(|step| ascii_mark(view.at.steps.get(&step.index)))
+        .collect();
+    html! {
+        pre.plan-dag aria-label="The plan as text" { (render_dag(plan, |at| marks[at])) }
+        div.dag {
+            @for (number, batch) in plan.batches().iter().enumerate() {
+                ol.dag-layer aria-label={"Batch " (number + 1)} {
+                    @for &at in batch {
+                        @let step = &plan.steps[at];
+                        @let mark = view.at.steps.get(&step.index);
+                        @let needs = plan.needs(at);
+                        li.dag-step.(mark_class(mark, false)) data-step=(step.index) {
+                            a href={"/tasks/" (id) "/steps/" (step.index) "?at=" (view.cursor)} {
+                                strong { (step.index) ". " (step.title) }
+                            }
+                            " " code { (step.tool) }
+                            span.dag-state { (mark_text(mark, false)) }
+                            @if !needs.is_empty() {
+                                span.dag-needs.retro-muted {
+                                    "← " (needs.iter().map(|&n| plan.steps[n].index.as_str()).collect::<Vec<_>>().join(", "))
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// How one call of a plan step ended.
+#[derive(Debug, Clone)]
+pub enum CallEnd {
+    /// It returned; the result as recorded (pretty JSON), or why it cannot
+    /// be read.
+    Succeeded {
+        /// The event.
+        cursor: Cursor,
+        /// How long the call took.
+        duration_ms: u64,
+        /// The result.
+        result: Result<String, String>,
+    },
+    /// It failed (or a guard blocked it).
+    Failed {
+        /// The event.
+        cursor: Cursor,
+        /// A short class: `tool_error`, `guard`, `tool_timeout`, …
+        class: String,
+        /// The message.
+        message: String,
+    },
+}
+
+/// One call of a plan step: the arguments as sent, and its end.
+#[derive(Debug, Clone)]
+pub struct PlanCall {
+    /// The start event.
+    pub cursor: Cursor,
+    /// When.
+    pub at: Timestamp,
+    /// The run, short.
+    pub run: String,
+    /// The call as made (`{tool, args}`, pretty JSON), or why it cannot be read.
+    pub call: Result<String, String>,
+    /// Its end, if it had one by the cursor.
+    pub end: Option<CallEnd>,
+}
+
+/// What a plan step's page shows.
+#[derive(Debug)]
+pub struct PlanStepView<'a> {
+    /// The task as of the cursor.
+    pub at: &'a TaskAt<'a>,
+    /// The plan.
+    pub plan: &'a ExecPlan,
+    /// The step's position in the plan.
+    pub position: usize,
+    /// Every call of the step up to the cursor, oldest first.
+    pub calls: Vec<PlanCall>,
+    /// The cursor shown.
+    pub cursor: Cursor,
+}
+
+/// A step of an execution plan as of a cursor: its definition (arguments
+/// as written), then every call made for it with the arguments as sent and
+/// the result or failure.
+pub fn retro_plan_step_page(timeline: &Timeline, view: &PlanStepView<'_>) -> Markup {
+    let id: TaskId = view.at.task.id;
+    let step = &view.plan.steps[view.position];
+    let mark = view.at.steps.get(&step.index);
+    let needs = view.plan.needs(view.position);
+    let written = serde_json::to_string_pretty(&step.args).unwrap_or_default();
+    let title = format!("{} · {}", step.title, view.plan.title);
+    let body = html! {
+        header.card-header {
+            a.retro-back href={"/tasks/" (id) "?at=" (view.cursor)} { "‹ Plan" }
+            p.eyebrow { "Plan step replay · tool call" }
+            h1.form-title { (step.index) ". " (step.title) }
+            p.retro-muted {
+                code { (step.tool) } " · " (mark_text(mark, false)) " · as of #" (view.cursor)
+                @if let Some(var) = &step.result_variable { " · binds " code { (var) } }
+                @if !needs.is_empty() {
+                    " · after "
+                    @for (i, &need) in needs.iter().enumerate() {
+                        @if i > 0 { ", " }
+                        @let index = &view.plan.steps[need].index;
+                        a href={"/tasks/" (id) "/steps/" (index) "?at=" (view.cursor)} { (index) }
+                    }
+                }
+            }
+        }
+        div.retro-body {
+            section aria-label="Arguments as written" {
+                h2 { "Arguments as written" }
+                pre { (written) }
+            }
+            section.retro-calls aria-label="Calls" {
+                h2 { "Calls" }
+                @if view.calls.is_empty() {
+                    p.retro-muted { "Not called by this point." }
+                }
+                ol.retro-entries {
+                    @for call in &view.calls {
+                        li.retro-entry.is-current[call.cursor == view.cursor] {
+                            p.retro-entry-meta {
+                                a.retro-cursor href={"/tasks/" (id) "/steps/" (step.index) "?at=" (call.cursor)} { "#" (call.cursor) }
+                                " run " code { (call.run) } " · " (when(call.at))
+                            }
+                            h3 { "Sent" }
+                            @match &call.call {
+                                Ok(text) => pre.plan-call { (text) },
+                                Err(why) => p.retro-muted { (why) },
+                            }
+                            @match &call.end {
+                                None => p.retro-muted { "No answer by this point." },
+                                Some(CallEnd::Succeeded { cursor, duration_ms, result }) => {
+                                    h3 { "Result" span.retro-muted { " #" (cursor) " · " (duration_ms) " ms" } }
+                                    @match result {
+                                        Ok(text) => pre.plan-result { (text) },
+                                        Err(why) => div.banner.banner-error role="alert" { (why) },
+                                    }
+                                },
+                                Some(CallEnd::Failed { cursor, class, message }) => {
+                                    h3 { "Failed" span.retro-muted { " #" (cursor) } }
+                                    div.banner.banner-error role="alert" { (class) ": " (message) }
+                                },
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    page(&title, Libraries::default(), None, Some(timeline), body)
 }
 
 /// A step's prompt, rebuilt from the pipeline and the inputs it read.
