@@ -15,9 +15,13 @@
 //! once, with where its time goes (from the log's own timestamps) beside
 //! the raw fdatasync floor and a raw HTTP round trip to the same server.
 //!
-//! Run with `cargo bench -p planb-mcp` (everything) or
+//! Execution plans: per-step overhead on a 50-step chain, a 50-wide plan
+//! against its ideal wall time, and a one-step plan, beside a raw MCP
+//! round trip to the same downstream server.
+//!
+//! Run with `cargo bench -p planb-mcp` (everything),
 //! `cargo bench -p planb-mcp --bench server -- tasks` (the task engine
-//! only). The data root goes under cargo's target tmp dir (a real disk) or
+//! only) or `-- plans` (execution plans only). The data root goes under cargo's target tmp dir (a real disk) or
 //! `PLANB_BENCH_DIR`.
 
 #![allow(clippy::print_stdout, reason = "a benchmark reports on stdout")]
@@ -58,11 +62,18 @@ impl Server {
     }
 
     fn spawn_with(root: &Path, env: &[(&str, &str)]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_planb-mcp"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_planb-mcp"));
+        command
             .envs(env.iter().copied())
             .env("PLANB_MCP_DATA_DIR", root)
             .env("ASK_NO_OPEN", "1")
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", "info");
+        Server::from_command(command)
+    }
+
+    /// Any stdio MCP server.
+    fn from_command(mut command: Command) -> Server {
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -367,7 +378,10 @@ fn main() {
         .collect();
     let (spawn_median, _) = stats(&mut spawn);
     let tasks_only = std::env::args().any(|a| a == "tasks");
-
+    if std::env::args().any(|a| a == "plans") {
+        plans::run(raw_fsync_median());
+        return;
+    }
     if tasks_only {
         tasks::run(raw_fsync_median());
         return;
@@ -496,3 +510,6 @@ fn raw_fsync_median() -> f64 {
 
 #[path = "server/tasks.rs"]
 mod tasks;
+
+#[path = "server/plans.rs"]
+mod plans;

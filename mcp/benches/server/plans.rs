@@ -1,0 +1,150 @@
+//! Execution plans through the real binary against a real downstream MCP
+//! server (the `downstream` example, release build): a 50-step chain of
+//! `echo` (per-step overhead over a raw call), 50 independent 20 ms
+//! `sleep`s at concurrency 4 (wall time against ⌈50/4⌉ × 20 ms), and a
+//! one-step plan (time to the first call). The floors, measured in the same
+//! run: a raw JSON-RPC `tools/call` of `echo` to the same server binary, and
+//! a raw write + fdatasync.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::{Server, bench_root, stats};
+
+const STEPS: usize = 50;
+const RUNS: usize = 7;
+const RAW_CALLS: usize = 500;
+const SLEEP_MS: u64 = 20;
+
+fn downstream() -> PathBuf {
+    let status = Command::new(env!("CARGO"))
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "planb-mcp",
+            "--example",
+            "downstream",
+        ])
+        .status()
+        .expect("cargo build");
+    assert!(status.success(), "building the downstream example failed");
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/release/examples/downstream")
+        .canonicalize()
+        .expect("the downstream example")
+}
+
+/// The median of a raw `tools/call` of `echo` to the server, straight over
+/// its stdio.
+fn raw_call_median(binary: &Path) -> f64 {
+    let mut command = Command::new(binary);
+    command.args(["bench", "echo", "sleep"]);
+    let mut server = Server::from_command(command);
+    server.initialize();
+    for _ in 0..50 {
+        server.call("echo", json!({"text": "warm"}));
+    }
+    let mut samples: Vec<Duration> = (0..RAW_CALLS)
+        .map(|n| {
+            let start = Instant::now();
+            server.call("echo", json!({"text": format!("step {n}")}));
+            start.elapsed()
+        })
+        .collect();
+    stats(&mut samples).0
+}
+
+fn chain() -> Value {
+    let steps: Vec<Value> = (1..=STEPS)
+        .map(|n| {
+            let depends: Vec<String> = if n == 1 {
+                Vec::new()
+            } else {
+                vec![(n - 1).to_string()]
+            };
+            json!({"index": n.to_string(), "title": format!("Echo {n}"), "tool": "echo",
+                "args": {"text": format!("step {n}")}, "depends_on": depends})
+        })
+        .collect();
+    json!({"title": "Chain of 50", "steps": steps})
+}
+
+fn wide() -> Value {
+    let steps: Vec<Value> = (1..=STEPS)
+        .map(|n| {
+            json!({"index": n.to_string(), "title": format!("Sleep {n}"), "tool": "sleep",
+                "args": {"ms": SLEEP_MS}})
+        })
+        .collect();
+    json!({"title": "50 wide", "steps": steps})
+}
+
+fn one() -> Value {
+    json!({"title": "One call", "steps": [
+        {"index": "1", "title": "Echo", "tool": "echo", "args": {"text": "first"}}
+    ]})
+}
+
+/// Median wall time of `plan_execute` of `plan` (created once) over RUNS
+/// runs after a warm-up run.
+fn runs(server: &mut Server, plan: &Value) -> f64 {
+    let created = server.call_json("plan_create", plan.clone());
+    let id = created["plan_id"].as_str().expect("plan id").to_owned();
+    let mut samples: Vec<Duration> = (0..=RUNS)
+        .map(|_| {
+            let start = Instant::now();
+            let outcome = server.call_json("plan_execute", json!({"plan_id": id}));
+            let elapsed = start.elapsed();
+            assert_eq!(outcome["success"], true, "{outcome}");
+            elapsed
+        })
+        .collect();
+    samples.remove(0);
+    stats(&mut samples).0
+}
+
+pub fn run(raw_fsync: f64) {
+    let binary = downstream();
+    let raw_call = raw_call_median(&binary);
+    let root = bench_root("plans");
+    let servers = root.join("servers.json");
+    std::fs::write(
+        &servers,
+        json!({"mcpServers": {"bench": {"command": binary, "args": ["bench", "echo", "sleep"]}}})
+            .to_string(),
+    )
+    .expect("servers file");
+    let mut server = Server::spawn_with(
+        &root,
+        &[
+            ("PLANB_SERVERS", servers.to_str().expect("path")),
+            ("PLANB_LOG", "warn"),
+        ],
+    );
+    server.initialize();
+    let chain_wall = runs(&mut server, &chain());
+    let per_step = chain_wall / STEPS as f64;
+    let overhead = per_step - raw_call;
+    println!(
+        "plan: 50-step chain of echo: median {chain_wall:.1} ms = {per_step:.3} ms per step; raw echo call {raw_call:.3} ms, raw write+fdatasync {raw_fsync:.3} ms"
+    );
+    println!(
+        "plan: engine overhead per step (per step - raw call) {overhead:.3} ms = {:.2}x one fdatasync; a step records 2 durable events (start with its call, result); budget <= 1 ms + one durable append = {:.3} ms",
+        overhead / raw_fsync,
+        1.0 + raw_fsync
+    );
+    let wide_wall = runs(&mut server, &wide());
+    let ideal = STEPS.div_ceil(4) as f64 * SLEEP_MS as f64;
+    println!(
+        "plan: 50 wide x {SLEEP_MS} ms sleep at concurrency 4: median {wide_wall:.1} ms against the ideal {ideal:.0} ms = {:.2}x",
+        wide_wall / ideal
+    );
+    let one_wall = runs(&mut server, &one());
+    println!(
+        "plan: one-step plan (plan_execute to result, connection warm): median {one_wall:.2} ms; of which the call itself ~{raw_call:.3} ms"
+    );
+}
