@@ -400,6 +400,7 @@ async fn review_runs_the_plan_only_once_the_person_approves() {
     let created = ok(&call(&server, "plan_create", diamond()).await);
     let id = created["plan_id"].as_str().expect("id").to_owned();
 
+    let mut seen_urls: Vec<String> = Vec::new();
     for (decision, runs) in [("Do not run it", false), ("Run it", true)] {
         let peer = server.client.peer().clone();
         let Value::Object(arguments) =
@@ -412,10 +413,17 @@ async fn review_runs_the_plan_only_once_the_person_approves() {
                 .await
                 .expect("tools/call")
         });
-        let url = tokio::time::timeout(Duration::from_secs(30), server.seen.stderr_urls.recv())
-            .await
-            .expect("a form in time")
-            .expect("stderr open");
+        // Each review is a new form with a new link.
+        let url = loop {
+            let url = tokio::time::timeout(Duration::from_secs(30), server.seen.stderr_urls.recv())
+                .await
+                .expect("a form in time")
+                .expect("stderr open");
+            if !seen_urls.contains(&url) {
+                break url;
+            }
+        };
+        seen_urls.push(url.clone());
         let (port, sid) = support::parse_form_url(&url);
         let page = support::get(port, &format!("/ask?sid={sid}")).await;
         assert_eq!(page.status, 200);
@@ -441,7 +449,6 @@ async fn review_runs_the_plan_only_once_the_person_approves() {
         }
     }
     // Both verdicts are in the log as answered asks.
-    drop(server);
     let (state, _) = support::fold_log(dir.path());
     let answered = state
         .sessions()
