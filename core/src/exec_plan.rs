@@ -343,6 +343,14 @@ fn parse_step(value: &Value, path: &str) -> Result<Written, PlanError> {
 }
 
 impl ExecPlan {
+    /// Reads a recorded definition (compact JSON, as [`ExecPlan::to_json`]
+    /// wrote it) back into the plan, checked as at creation.
+    pub fn from_definition(definition: &str) -> Result<ExecPlan, String> {
+        let value: Value =
+            serde_json::from_str(definition).map_err(|e| format!("not JSON: {e}"))?;
+        ExecPlan::from_json(&value).map_err(|e| e.to_string())
+    }
+
     /// Reads and checks a plan: `{title, description?, variables?, steps}`
     /// (or `tool_calls` in place of `steps`). Steps without an `index` are
     /// numbered from 1 in order; when no step has one, whole-number
@@ -520,7 +528,9 @@ fn normalise(
             .into_iter()
             .map(
                 |(text, number)| match (zero_based, number, text.parse::<usize>()) {
-                    (true, true, Ok(n)) => (n + 1).to_string(),
+                    // A position past usize::MAX - 1 names no step; left as
+                    // written, it is reported as an unknown dependency.
+                    (true, true, Ok(n)) => n.checked_add(1).map_or(text, |n| n.to_string()),
                     _ => text,
                 },
             )

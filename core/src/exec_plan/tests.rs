@@ -183,6 +183,21 @@ fn unknown_tools_are_the_seeds_error() {
 }
 
 #[test]
+fn a_zero_based_position_past_every_step_is_an_unknown_dependency() {
+    for position in ["3", "18446744073709551615"] {
+        let value = json!({"title": "G", "steps": [
+            {"title": "a", "tool": "t"},
+            {"title": "b", "tool": "t", "depends_on": [position.parse::<u64>().expect("n")]}
+        ]});
+        let error = ExecPlan::from_json(&value).expect_err("no such step");
+        assert!(
+            error.to_string().contains("depends_on"),
+            "{position}: {error}"
+        );
+    }
+}
+
+#[test]
 fn generators_shapes_are_normalised() {
     // tool_calls per step, no indexes, 0-based positions as dependencies.
     let generated = plan(json!({"title": "Generated", "steps": [

@@ -94,10 +94,12 @@ pub fn resolve_args(
 /// refer to.
 pub fn referenced_names(args: &Map<String, Value>) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
+    let mut seen: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     let mut visit = |text: &str| {
         for (_, _, path) in references(text) {
             let name = path.split('.').next().unwrap_or(path);
-            if !out.iter().any(|n| n == name) {
+            if !seen.contains(name) {
+                seen.insert(name.to_owned());
                 out.push(name.to_owned());
             }
         }

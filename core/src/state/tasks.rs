@@ -80,6 +80,14 @@ pub struct PlanInfo {
     pub deleted: bool,
 }
 
+impl PlanInfo {
+    /// The recorded plan, read back and checked.
+    pub fn exec_plan(&self) -> Result<crate::exec_plan::ExecPlan, String> {
+        crate::exec_plan::ExecPlan::from_definition(&self.definition)
+            .map_err(|e| format!("the recorded plan cannot be read: {e}"))
+    }
+}
+
 /// The pipeline name an execution plan's task carries.
 pub const EXEC_PLAN_PIPELINE: &str = "exec-plan";
 /// Longest execution plan definition (compact JSON), in bytes.
@@ -316,9 +324,26 @@ impl State {
 
     /// Whether a create command repeats an earlier one (its idempotency key
     /// is known: nothing to record); refuses a taken id or a key too long.
-    fn is_repeat(&self, task: TaskId, client_request_id: Option<&str>) -> Result<bool, Rejection> {
+    /// A key is a repeat only of a create of the same kind (`plan`: an
+    /// execution plan, else a pipeline task).
+    fn is_repeat(
+        &self,
+        task: TaskId,
+        client_request_id: Option<&str>,
+        plan: bool,
+    ) -> Result<bool, Rejection> {
         if let Some(key) = client_request_id {
-            if self.task_by_request(key).is_some() {
+            if let Some(earlier) = self.task_by_request(key) {
+                if earlier.plan.is_some() != plan {
+                    return Err(refuse(
+                        TaskErrorCode::Conflict,
+                        format!(
+                            "client_request_id: {key:?} was used for {} {}; use another key",
+                            if plan { "task" } else { "execution plan" },
+                            earlier.id
+                        ),
+                    ));
+                }
                 return Ok(true);
             }
             chars_at_most("client_request_id", key, 200)?;
@@ -355,7 +380,7 @@ impl State {
                 model_profile,
                 client_request_id,
             } => {
-                if self.is_repeat(task, client_request_id.as_deref())? {
+                if self.is_repeat(task, client_request_id.as_deref(), false)? {
                     return Ok(None);
                 }
                 if prompt.trim().is_empty() {
@@ -386,7 +411,7 @@ impl State {
                 definition,
                 client_request_id,
             } => {
-                if self.is_repeat(task, client_request_id.as_deref())? {
+                if self.is_repeat(task, client_request_id.as_deref(), true)? {
                     return Ok(None);
                 }
                 if definition.len() > PLAN_DEFINITION_BYTES_MAX {
@@ -399,11 +424,7 @@ impl State {
                     ));
                 }
                 // What is recorded must read back as the plan it claims to be.
-                let plan = serde_json::from_str(&definition)
-                    .map_err(|e| format!("not JSON: {e}"))
-                    .and_then(|value| {
-                        crate::exec_plan::ExecPlan::from_json(&value).map_err(|e| e.to_string())
-                    })
+                let plan = crate::exec_plan::ExecPlan::from_definition(&definition)
                     .map_err(|e| refuse(TaskErrorCode::Conflict, format!("definition: {e}")))?;
                 if plan.title != title {
                     return Err(refuse(

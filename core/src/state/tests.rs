@@ -1093,6 +1093,30 @@ mod tasks {
     }
 
     #[test]
+    fn an_idempotency_key_repeats_only_a_create_of_the_same_kind() {
+        let mut h = Harness::new();
+        assert_eq!(h.run(create(Some("key-1"))), Ok(vec!["task_created"]));
+        let plan = Command::CreatePlan {
+            task: TaskId::from_uuid(uuid::Uuid::from_u128(0x9999)),
+            title: "P".into(),
+            definition: serde_json::json!({"title": "P", "steps": [
+                {"index": "1", "title": "a", "tool": "t"}]})
+            .to_string(),
+            client_request_id: Some("key-1".into()),
+        };
+        match h.run(plan) {
+            Err(Rejection::Task { code, message }) => {
+                assert_eq!(code, TaskErrorCode::Conflict);
+                assert!(
+                    message.starts_with("client_request_id: \"key-1\" was used for task "),
+                    "{message}"
+                );
+            }
+            other => panic!("a plan reused a task's key: {other:?}"),
+        }
+    }
+
+    #[test]
     fn a_task_runs_stops_resumes_and_completes_with_the_seed_codes_for_illegal_moves() {
         let mut h = Harness::new();
         assert_eq!(code(&mut h, start(1, None)), TaskErrorCode::TaskNotFound);

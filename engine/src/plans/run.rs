@@ -204,10 +204,7 @@ pub fn load(task: &Task) -> Result<ExecPlan, PlanRunError> {
     let Some(info) = task.plan.as_ref().filter(|p| !p.deleted) else {
         return Err(PlanRunError::NotFound(task.id.to_string()));
     };
-    let value: Value = serde_json::from_str(&info.definition)
-        .map_err(|e| PlanRunError::Invalid(format!("the recorded plan is not JSON: {e}")))?;
-    ExecPlan::from_json(&value)
-        .map_err(|e| PlanRunError::Invalid(format!("the recorded plan is not valid: {e}")))
+    info.exec_plan().map_err(PlanRunError::Invalid)
 }
 
 fn merged(plan: &ExecPlan, call: &Map<String, Value>) -> Map<String, Value> {
