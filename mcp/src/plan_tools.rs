@@ -48,7 +48,8 @@ fn schema(value: Value) -> Arc<JsonObject> {
 #[derive(Debug, Clone)]
 struct Attached {
     done: watch::Receiver<Option<Value>>,
-    progress: broadcast::Sender<String>,
+    /// Steps settled so far and a line saying what happened.
+    progress: broadcast::Sender<(usize, String)>,
     steps_total: usize,
 }
 
@@ -187,7 +188,7 @@ fn create_args(args: &mut Args<'_>) -> (Option<Source>, Option<String>) {
     let description = args.raw("description").cloned();
     let steps = args.raw("steps").cloned();
     let variables = args.raw("variables").cloned();
-    let goal = args.optional_string("goal", generate_goal_chars());
+    let goal = args.optional_string("goal", plans::generate::GOAL_BYTES_MAX);
     let request = args.optional_string("client_request_id", 200);
     let source = match (steps, goal) {
         (Some(steps), _) => {
@@ -220,14 +221,19 @@ fn create_args(args: &mut Args<'_>) -> (Option<Source>, Option<String>) {
     (source, request)
 }
 
-fn generate_goal_chars() -> usize {
-    planb_engine::plans::generate::GOAL_BYTES_MAX
-}
-
-fn exec_args(args: &mut Args<'_>) -> ExecRequest {
-    let variables = args.optional_object("variables").cloned();
+/// The run half of the arguments. `plan_create_and_execute` passes
+/// `with_call_variables: false`: there `variables` are the plan's (read by
+/// [`create_args`]) and there is no run to resume.
+fn exec_args(args: &mut Args<'_>, with_call_variables: bool) -> ExecRequest {
+    let (variables, resume) = if with_call_variables {
+        (
+            args.optional_object("variables").cloned(),
+            args.optional_bool("resume").unwrap_or(false),
+        )
+    } else {
+        (None, false)
+    };
     let dry_run = args.optional_bool("dry_run").unwrap_or(false);
-    let resume = args.optional_bool("resume").unwrap_or(false);
     let review = args.optional_bool("review").unwrap_or(false);
     if dry_run && resume {
         args.push("dry_run: cannot be combined with resume".into());
@@ -235,12 +241,41 @@ fn exec_args(args: &mut Args<'_>) -> ExecRequest {
     if dry_run && review {
         args.push("review: a dry run calls nothing, so there is nothing to approve".into());
     }
+    let max_calls = args.optional_integer("max_calls", 0, 100_000);
+    let max_seconds = args.optional_integer("max_seconds", 1, 604_800);
+    let concurrency = args.optional_integer("concurrency", 1, 64).unwrap_or(4);
+    let step_timeout = args
+        .optional_integer("step_timeout_sec", 1, 86_400)
+        .unwrap_or(300);
+    let mut per_tool = std::collections::BTreeMap::new();
+    if let Some(caps) = args.optional_object("tool_caps") {
+        for (tool, cap) in caps {
+            match cap.as_u64().and_then(|n| u32::try_from(n).ok()) {
+                Some(n) => {
+                    per_tool.insert(tool.clone(), n);
+                }
+                None => args.push(format!(
+                    "tool_caps.{tool}: must be a whole number from 0 to {}",
+                    u32::MAX
+                )),
+            }
+        }
+    }
     ExecRequest {
         variables,
         dry_run,
         review,
         resume,
-        options: exec_args_tail(args),
+        options: RunOptions {
+            concurrency: usize::try_from(concurrency).unwrap_or(4),
+            step_timeout: Duration::from_secs(step_timeout),
+            guards: Guards {
+                max_calls: max_calls.and_then(|n| u32::try_from(n).ok()),
+                per_tool,
+                max_wall: max_seconds.map(Duration::from_secs),
+            },
+            ..RunOptions::default()
+        },
     }
 }
 
@@ -260,11 +295,19 @@ impl PlanbServer {
             .map_err(|e| format!("planb could not open its store: {e}"))
     }
 
-    async fn find_plan(&self, store: &Arc<Store>, id: String) -> Result<Task, String> {
-        let store = Arc::clone(store);
-        tokio::task::spawn_blocking(move || exec_plans::find(&store, &id))
+    /// The store and the plan `id` names (`plan_id is required.` when it
+    /// names none).
+    async fn plan_named(&self, id: Option<String>) -> Result<(Arc<Store>, Task), CallToolResult> {
+        let Some(id) = id.filter(|id| !id.trim().is_empty()) else {
+            return Err(failure("plan_id is required."));
+        };
+        let store = self.plan_store().await.map_err(failure)?;
+        let found = Arc::clone(&store);
+        let task = tokio::task::spawn_blocking(move || exec_plans::find(&found, &id))
             .await
-            .map_err(|e| e.to_string())?
+            .map_err(|e| failure(e.to_string()))?
+            .map_err(failure)?;
+        Ok((store, task))
     }
 
     async fn create_plan(
@@ -312,11 +355,14 @@ impl PlanbServer {
         let total = plan.steps.len();
         let settled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let tell: plans::run::ProgressFn = Arc::new(move |event: &Progress| {
-            let message = match event {
-                Progress::Started { index } => format!("step {index} started"),
+            let (n, message) = match event {
+                Progress::Started { index } => (
+                    settled.load(std::sync::atomic::Ordering::Relaxed),
+                    format!("step {index} started"),
+                ),
                 Progress::Ended(report) => {
                     let n = settled.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-                    if report.reused {
+                    let line = if report.reused {
                         format!(
                             "{n}/{total} step {} {} [{}]: recorded result reused",
                             report.index, report.title, report.tool
@@ -334,10 +380,11 @@ impl PlanbServer {
                             report.tool,
                             report.error.as_deref().unwrap_or("failed")
                         )
-                    }
+                    };
+                    (n, line)
                 }
             };
-            let _ = progress.send(message);
+            let _ = progress.send((n, message));
         });
         let store = Arc::clone(store);
         let id = task.id;
@@ -418,13 +465,9 @@ impl PlanbServer {
                         return failure("the plan's run ended without a result (the server is shutting down); resume it with plan_execute and resume: true");
                     }
                 }
-                message = progress.recv() => {
-                    if let Ok(message) = message {
-                        if let Some((n, _)) = message.split_once('/')
-                            && let Ok(n) = n.parse::<usize>()
-                        {
-                            settled = n;
-                        }
+                told = progress.recv() => {
+                    if let Ok((n, message)) = told {
+                        settled = n;
                         if let Some(token) = &token {
                             PlanbServer::notify_progress(context, token, settled as f64, message)
                                 .await;
@@ -460,7 +503,15 @@ impl PlanbServer {
             }
             return CallToolResult::structured(value);
         }
+        // A run this process already executes is joined as it is: the person
+        // approved it, or it was started without a review.
+        let running_here = self
+            .plan_runs()
+            .active
+            .lock()
+            .is_ok_and(|active| active.contains_key(&task.id));
         if request.review
+            && !running_here
             && let Err(refused) = self.review_run(&task, &plan, &request, context).await
         {
             return refused;
@@ -591,12 +642,13 @@ fn clip(text: &str, chars: usize) -> String {
 fn review_form(id: TaskId, plan: &ExecPlan, request: &ExecRequest) -> Value {
     let call = request.variables.clone().unwrap_or_default();
     let traced = plans::dry_run(plan, id, &call);
-    let first = plan.batches().first().map_or(0, Vec::len);
+    let batches = plan.batches();
+    let first = batches.first().map_or(0, Vec::len);
     let mut intro = format!(
         "**{}**: {} steps in {} batches.\n\n",
         plan.title,
         plan.steps.len(),
-        plan.batches().len()
+        batches.len()
     );
     if let Some(description) = plan.description.as_deref().filter(|d| !d.trim().is_empty()) {
         intro.push_str(&format!("{}\n\n", clip(description, 2_000)));
@@ -693,22 +745,14 @@ impl PlanbServer {
     ) -> Result<CallToolResult, ErrorData> {
         let mut args = Args::new(&arguments);
         let id = args.optional_string("plan_id", 200);
-        let request = exec_args(&mut args);
+        let request = exec_args(&mut args, true);
         if let Err(errors) = args.finish() {
             return Ok(failure(errors.to_string()));
         }
-        let Some(id) = id.filter(|id| !id.trim().is_empty()) else {
-            return Ok(failure("plan_id is required."));
-        };
-        let store = match self.plan_store().await {
-            Ok(store) => store,
-            Err(message) => return Ok(failure(message)),
-        };
-        let task = match self.find_plan(&store, id).await {
-            Ok(task) => task,
-            Err(message) => return Ok(failure(message)),
-        };
-        Ok(self.execute_plan(&store, task, request, &context).await)
+        Ok(match self.plan_named(id).await {
+            Ok((store, task)) => self.execute_plan(&store, task, request, &context).await,
+            Err(refused) => refused,
+        })
     }
 
     #[tool(
@@ -731,8 +775,7 @@ impl PlanbServer {
     ) -> Result<CallToolResult, ErrorData> {
         let mut args = Args::new(&arguments);
         let (source, client_request) = create_args(&mut args);
-        // `variables` belongs to the plan here (create_args read it).
-        let mut request = exec_args_without_variables(&mut args);
+        let request = exec_args(&mut args, false);
         if let Err(errors) = args.finish() {
             return Ok(failure(errors.to_string()));
         }
@@ -747,12 +790,16 @@ impl PlanbServer {
             Ok(created) => created,
             Err(message) => return Ok(failure(message)),
         };
-        let task = match self.find_plan(&store, id.to_string()).await {
-            Ok(task) => task,
-            Err(message) => return Ok(failure(message)),
-        };
-        request.resume = false;
-        Ok(self.execute_plan(&store, task, request, &context).await)
+        let created = Arc::clone(&store);
+        let task = tokio::task::spawn_blocking(move || created.read(|s| s.task(&id).cloned()))
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|read| read.map_err(|e| e.to_string()));
+        match task {
+            Ok(Some(task)) => Ok(self.execute_plan(&store, task, request, &context).await),
+            Ok(None) => Ok(failure(format!("Plan not found: {id}"))),
+            Err(message) => Ok(failure(message)),
+        }
     }
 
     #[tool(
@@ -818,16 +865,9 @@ impl PlanbServer {
         if let Err(errors) = args.finish() {
             return Ok(failure(errors.to_string()));
         }
-        let Some(id) = id.filter(|id| !id.trim().is_empty()) else {
-            return Ok(failure("plan_id is required."));
-        };
-        let store = match self.plan_store().await {
-            Ok(store) => store,
-            Err(message) => return Ok(failure(message)),
-        };
-        let task = match self.find_plan(&store, id).await {
-            Ok(task) => task,
-            Err(message) => return Ok(failure(message)),
+        let task = match self.plan_named(id).await {
+            Ok((_, task)) => task,
+            Err(refused) => return Ok(refused),
         };
         let plan = match plans::load(&task) {
             Ok(plan) => plan,
@@ -880,53 +920,5 @@ fn mark_name(mark: StepMark) -> &'static str {
         StepMark::Running => "running",
         StepMark::Completed => "completed",
         StepMark::Failed => "failed",
-    }
-}
-
-/// [`exec_args`] for `plan_create_and_execute`, where `variables` is the
-/// plan's (read by [`create_args`]) and there is nothing to resume.
-fn exec_args_without_variables(args: &mut Args<'_>) -> ExecRequest {
-    let dry_run = args.optional_bool("dry_run").unwrap_or(false);
-    let review = args.optional_bool("review").unwrap_or(false);
-    if dry_run && review {
-        args.push("review: a dry run calls nothing, so there is nothing to approve".into());
-    }
-    let rest = exec_args_tail(args);
-    ExecRequest {
-        variables: None,
-        dry_run,
-        review,
-        resume: false,
-        options: rest,
-    }
-}
-
-fn exec_args_tail(args: &mut Args<'_>) -> RunOptions {
-    let max_calls = args.optional_integer("max_calls", 0, 100_000);
-    let max_seconds = args.optional_integer("max_seconds", 1, 604_800);
-    let concurrency = args.optional_integer("concurrency", 1, 64).unwrap_or(4);
-    let step_timeout = args
-        .optional_integer("step_timeout_sec", 1, 86_400)
-        .unwrap_or(300);
-    let mut per_tool = std::collections::BTreeMap::new();
-    if let Some(caps) = args.optional_object("tool_caps") {
-        for (tool, cap) in caps {
-            match cap.as_u64().and_then(|n| u32::try_from(n).ok()) {
-                Some(n) => {
-                    per_tool.insert(tool.clone(), n);
-                }
-                None => args.push(format!("tool_caps.{tool}: must be a whole number")),
-            }
-        }
-    }
-    RunOptions {
-        concurrency: usize::try_from(concurrency).unwrap_or(4),
-        step_timeout: Duration::from_secs(step_timeout),
-        guards: Guards {
-            max_calls: max_calls.and_then(|n| u32::try_from(n).ok()),
-            per_tool,
-            max_wall: max_seconds.map(Duration::from_secs),
-        },
-        ..RunOptions::default()
     }
 }
