@@ -212,6 +212,15 @@ fn check_index(text: &str, path: &str) -> Result<(), PlanError> {
     Ok(())
 }
 
+/// Checks call-time variables' names, as the plan's own are checked; the
+/// path of a problem is `{path}["{name}"]`.
+pub fn check_variable_names(variables: &Map<String, Value>, path: &str) -> Result<(), PlanError> {
+    for name in variables.keys() {
+        variable_name(name, &format!("{path}[{:?}]", echo(name)))?;
+    }
+    Ok(())
+}
+
 fn variable_name(text: &str, path: &str) -> Result<(), PlanError> {
     let valid = !text.is_empty()
         && text.len() <= 64

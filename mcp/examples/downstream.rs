@@ -1,8 +1,9 @@
 //! A small downstream MCP server (stdio) for execution-plan tests and
 //! trials: `downstream NAME [TOOL…]` (with tools named, only those are
-//! offered). Tools: `echo {text}`, `add {a, b}`,
-//! `sleep {ms, text?}`, `fail {message}`, `big {bytes}` (a string of that
-//! many bytes), `crash {}` (the process exits during the call). With
+//! offered). Tools: `echo {text}`, `add {a, b}`, `sleep {ms, text?}`,
+//! `fail {message}`, `big {bytes}` (a string of that many bytes),
+//! `noise {bytes}` (bytes that are not UTF-8, on stderr), `crash {}` (the
+//! process exits during the call). With
 //! `DOWNSTREAM_CALLS=<file>`, each call is appended to the file as a JSON
 //! line `{"server", "tool", "args"}` before it runs.
 
@@ -54,6 +55,11 @@ fn tools() -> Vec<Tool> {
             schema(json!({"bytes": {"type": "integer"}})),
         ),
         Tool::new(
+            "noise",
+            "Writes `bytes` bytes that are not UTF-8 to stderr, then returns \"quiet\".",
+            schema(json!({"bytes": {"type": "integer"}})),
+        ),
+        Tool::new(
             "crash",
             "Exits the process during the call.",
             schema(json!({})),
@@ -65,13 +71,17 @@ fn record(server: &str, tool: &str, args: &Map<String, Value>) {
     let Some(path) = std::env::var_os("DOWNSTREAM_CALLS") else {
         return;
     };
-    let line = json!({"server": server, "tool": tool, "args": args}).to_string();
+    // One write per line, so lines of servers writing at once never mix.
+    let line = format!(
+        "{}\n",
+        json!({"server": server, "tool": tool, "args": args})
+    );
     if let Ok(mut file) = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(path)
     {
-        let _ = writeln!(file, "{line}");
+        let _ = file.write_all(line.as_bytes());
         let _ = file.sync_all();
     }
 }
@@ -133,6 +143,16 @@ impl ServerHandler for Downstream {
                     .map(|i| char::from(b'a' + (i % 26) as u8))
                     .collect();
                 CallToolResult::success(vec![Content::text(body)])
+            }
+            "noise" => {
+                let bytes = args.get("bytes").and_then(Value::as_u64).unwrap_or(1000);
+                let noise: Vec<u8> = (0..bytes)
+                    .map(|i| if i % 100 == 99 { b'\n' } else { 0xff })
+                    .collect();
+                let mut stderr = std::io::stderr().lock();
+                let _ = stderr.write_all(&noise);
+                let _ = stderr.flush();
+                CallToolResult::success(vec![Content::text("quiet")])
             }
             "crash" => {
                 eprintln!("{}: crashing on purpose", self.name);

@@ -80,18 +80,13 @@ impl ServersSource {
     }
 }
 
-fn start_timeout() -> std::time::Duration {
-    let seconds = std::env::var("PLANB_SERVER_START_SEC")
-        .ok()
-        .and_then(|s| s.trim().parse::<u64>().ok())
-        .filter(|&s| s > 0)
-        .unwrap_or(30);
-    std::time::Duration::from_secs(seconds)
-}
-
-/// The downstream servers of `source`, none started.
+/// The downstream servers of `source`, none started; each may take
+/// `PLANB_SERVER_START_SEC` (default 30) to start and list its tools.
 pub(crate) fn downstream(source: &ServersSource) -> Result<Arc<Downstream>, String> {
-    Ok(Arc::new(Downstream::new(source.load()?, start_timeout())))
+    let start = crate::tasks::env_seconds("PLANB_SERVER_START_SEC")
+        .map_err(|e| e.to_string())?
+        .unwrap_or(std::time::Duration::from_secs(30));
+    Ok(Arc::new(Downstream::new(source.load()?, start)))
 }
 
 /// A server process's downstream connections, kept between tool calls and
@@ -134,7 +129,12 @@ fn plans(state: &planb_core::State) -> Vec<&Task> {
 
 /// The plan named by `text`: its whole id or a prefix only it has.
 pub(crate) fn find(store: &Store, text: &str) -> Result<Task, String> {
-    let text = text.trim();
+    // An id as `plan list` shows it ("1a2b3c4d…", "1a2b3c4d...") works too.
+    let text = text
+        .trim()
+        .trim_end_matches('…')
+        .trim_end_matches("...")
+        .trim();
     if text.is_empty() {
         return Err("plan_id is required.".into());
     }
@@ -175,7 +175,10 @@ pub(crate) async fn create(
 ) -> Result<(TaskId, ExecPlan), String> {
     let plan = ExecPlan::from_json(value).map_err(|e| e.to_string())?;
     if !plan.steps.is_empty() {
-        let tools = downstream.tools().await.map_err(|e| e.message)?;
+        let tools = downstream
+            .tools_for(plan.steps.iter().map(|s| s.tool.as_str()))
+            .await
+            .map_err(|e| e.message)?;
         plan.check_tools(|name| Downstream::resolve(&tools, name).map(|_| ()))
             .map_err(|e| e.to_string())?;
     }
@@ -196,21 +199,31 @@ pub(crate) async fn create_from_goal(
     }
     let backend = Backend::configured(Some("planner"), &|n| std::env::var(n).ok())
         .map_err(|e| e.to_string())?;
-    let tools = downstream.tools().await.map_err(|e| e.message)?;
-    if tools.is_empty() {
-        return Err(
-            "Failed to generate a valid plan: no downstream server offers a tool (configure servers in the servers file)"
-                .into(),
-        );
+    // The model plans with the servers that start; those that do not are
+    // named when none does.
+    let (tools, failed) = downstream.available_tools().await;
+    for error in &failed {
+        tracing::warn!("planning without a server: {error}");
     }
-    let timeout = std::env::var("PLANB_STEP_TIMEOUT_SEC")
-        .ok()
-        .and_then(|s| s.trim().parse::<u64>().ok())
-        .filter(|&s| s > 0)
-        .map_or(
-            std::time::Duration::from_secs(300),
-            std::time::Duration::from_secs,
-        );
+    if tools.is_empty() {
+        let why = failed
+            .iter()
+            .map(|e| e.message.as_str())
+            .collect::<Vec<_>>()
+            .join("\n");
+        return Err(format!(
+            "Failed to generate a valid plan: no downstream server offers a tool{}",
+            if why.is_empty() {
+                " (configure servers in the servers file)".to_owned()
+            } else {
+                format!(":\n{why}")
+            }
+        ));
+    }
+    // As long as a model step of a task may take.
+    let timeout = crate::tasks::env_seconds("PLANB_STEP_TIMEOUT_SEC")
+        .map_err(|e| e.to_string())?
+        .unwrap_or(std::time::Duration::from_secs(600));
     let mut plan = generate::generate(&backend, goal, &tools, timeout)
         .await
         .map_err(|e| e.to_string())?;

@@ -76,19 +76,19 @@ pub(crate) struct Knobs {
     #[arg(long = "var", value_name = "NAME=VALUE")]
     vars: Vec<String>,
     /// Most tool calls in the run.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=100_000))]
     max_calls: Option<u32>,
     /// Most calls of one tool, `tool=N`; repeatable.
     #[arg(long = "tool-cap", value_name = "TOOL=N")]
     tool_caps: Vec<String>,
     /// No call starts after this many seconds.
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=604_800))]
     max_seconds: Option<u64>,
     /// Most calls at once within a batch.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
     concurrency: u16,
     /// The longest one call may take.
-    #[arg(long, default_value_t = 300, value_name = "SECONDS")]
+    #[arg(long, default_value_t = 300, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=86_400))]
     step_timeout: u64,
 }
 
@@ -126,7 +126,7 @@ impl Knobs {
         }
         Ok(RunOptions {
             concurrency: usize::from(self.concurrency),
-            step_timeout: Duration::from_secs(self.step_timeout.max(1)),
+            step_timeout: Duration::from_secs(self.step_timeout),
             guards,
             ..RunOptions::default()
         })
@@ -175,11 +175,9 @@ pub(crate) fn main(
     out: &mut dyn Write,
 ) -> anyhow::Result<ExitCode> {
     let store = open(root)?;
-    let servers_file = servers;
     match command {
         PlanCommand::Create { file, goal } => {
-            let downstream =
-                exec_plans::downstream(servers_file).map_err(|e| anyhow::anyhow!(e))?;
+            let downstream = exec_plans::downstream(servers).map_err(|e| anyhow::anyhow!(e))?;
             let created = if let Some(goal) = goal {
                 runtime()?.block_on(exec_plans::create_from_goal(
                     &store,
@@ -315,26 +313,18 @@ pub(crate) fn main(
                 )?;
                 return Ok(ExitCode::SUCCESS);
             }
-            execute(&store, servers_file, &task, variables, false, knobs, out)
+            execute(&store, servers, &task, variables, false, knobs, out)
         }
         PlanCommand::Resume { id, knobs } => {
             let task = exec_plans::find(&store, id).map_err(|e| anyhow::anyhow!(e))?;
-            execute(
-                &store,
-                servers_file,
-                &task,
-                knobs.variables()?,
-                true,
-                knobs,
-                out,
-            )
+            execute(&store, servers, &task, knobs.variables()?, true, knobs, out)
         }
     }
 }
 
 fn execute(
     store: &Arc<Store>,
-    servers_file: &exec_plans::ServersSource,
+    servers: &exec_plans::ServersSource,
     task: &Task,
     variables: Option<Map<String, Value>>,
     resume: bool,
@@ -351,7 +341,7 @@ fn execute(
     )?;
     writeln!(out, "{}\n", render_dag(&plan, |_| StepMark::Pending))?;
     out.flush()?;
-    let downstream = exec_plans::downstream(servers_file).map_err(|e| anyhow::anyhow!(e))?;
+    let downstream = exec_plans::downstream(servers).map_err(|e| anyhow::anyhow!(e))?;
     // Progress lines go to stdout as they happen (this is a command, not
     // the server).
     let progress: plans::run::ProgressFn = Arc::new(|event: &Progress| {

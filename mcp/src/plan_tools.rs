@@ -51,6 +51,9 @@ struct Attached {
     /// Steps settled so far and a line saying what happened.
     progress: broadcast::Sender<(usize, String)>,
     steps_total: usize,
+    /// Set when a call handed back before the run ended: its result is then
+    /// kept for the next `plan_execute` of the plan.
+    handed_back: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// The plan runs of one server process and its downstream connections.
@@ -58,6 +61,9 @@ struct Attached {
 pub(crate) struct PlanRuns {
     downstream: DownstreamCache,
     active: Mutex<HashMap<TaskId, Attached>>,
+    /// Results of runs that ended after their call handed back, until the
+    /// next `plan_execute` of the plan collects them.
+    unclaimed: Mutex<HashMap<TaskId, Value>>,
     /// Review forms the person has not decided yet, by plan.
     reviews: Mutex<HashMap<TaskId, AskId>>,
 }
@@ -279,6 +285,15 @@ fn exec_args(args: &mut Args<'_>, with_call_variables: bool) -> ExecRequest {
     }
 }
 
+/// A run's result as the tool returns it: an error when it could not run.
+fn finished(value: Value) -> CallToolResult {
+    if value.get("error").is_some() && value.get("success").is_none() {
+        CallToolResult::structured_error(value)
+    } else {
+        CallToolResult::structured(value)
+    }
+}
+
 fn steps_summary(plan: &ExecPlan) -> Value {
     plan.steps
         .iter()
@@ -349,7 +364,9 @@ impl PlanbServer {
             done,
             progress: progress.clone(),
             steps_total: plan.steps.len(),
+            handed_back: Arc::default(),
         };
+        let handed_back = Arc::clone(&attached.handed_back);
         active.insert(task.id, attached.clone());
         drop(active);
         let total = plan.steps.len();
@@ -410,10 +427,22 @@ impl PlanbServer {
                     }
                     value
                 }
+                Err(plans::PlanRunError::Worker(planb_engine::worker::WorkerError::Busy(_))) => {
+                    json!({ "error": format!(
+                        "Plan {id} is running in another planb process: see it with plan_show, or stop it with `planb-mcp plan stop {id}`"
+                    ) })
+                }
                 Err(error) => json!({ "error": error.to_string() }),
             };
-            if let Ok(mut active) = server.plan_runs().active.lock() {
+            let runs = server.plan_runs();
+            // Removed from `active` and kept for collection under one
+            // lock order, so a call in between finds it in one or the other.
+            if let (Ok(mut active), Ok(mut unclaimed)) = (runs.active.lock(), runs.unclaimed.lock())
+            {
                 active.remove(&id);
+                if handed_back.load(std::sync::atomic::Ordering::SeqCst) {
+                    unclaimed.insert(id, value.clone());
+                }
             }
             let _ = done_tx.send(Some(value));
         });
@@ -440,14 +469,20 @@ impl PlanbServer {
         let mut settled = 0usize;
         loop {
             if let Some(value) = attached.done.borrow().clone() {
-                return if value.get("error").is_some() && value.get("success").is_none() {
-                    CallToolResult::structured_error(value)
-                } else {
-                    CallToolResult::structured(value)
-                };
+                return finished(value);
             }
             let left = limit.map(|l| l.saturating_sub(started.elapsed()));
             if left == Some(Duration::ZERO) {
+                attached
+                    .handed_back
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+                if let Some(value) = attached.done.borrow().clone() {
+                    // It ended just now: no need to hand back.
+                    if let Ok(mut unclaimed) = self.plan_runs().unclaimed.lock() {
+                        unclaimed.remove(&task);
+                    }
+                    return finished(value);
+                }
                 return CallToolResult::structured(json!({
                     "success": false,
                     "running": true,
@@ -455,7 +490,7 @@ impl PlanbServer {
                     "title": title,
                     "steps_settled": settled,
                     "steps_total": attached.steps_total,
-                    "message": "The plan is still running in planb. Call plan_execute again with the same plan_id to keep waiting for this run (it is not started twice), or plan_show to see its DAG.",
+                    "message": "The plan is still running in planb. Call plan_execute again with the same plan_id to wait for this run and get its result (it is not started twice), or plan_show to see its DAG.",
                 }));
             }
             let sleep = tokio::time::sleep(left.unwrap_or(Duration::from_secs(3600)));
@@ -503,13 +538,19 @@ impl PlanbServer {
             }
             return CallToolResult::structured(value);
         }
+        // The result of a run whose call handed back is this call's.
+        let runs = self.plan_runs();
+        let (running_here, collected) = match (runs.active.lock(), runs.unclaimed.lock()) {
+            (Ok(active), Ok(mut unclaimed)) => {
+                (active.contains_key(&task.id), unclaimed.remove(&task.id))
+            }
+            _ => (false, None),
+        };
+        if let Some(value) = collected {
+            return finished(value);
+        }
         // A run this process already executes is joined as it is: the person
         // approved it, or it was started without a review.
-        let running_here = self
-            .plan_runs()
-            .active
-            .lock()
-            .is_ok_and(|active| active.contains_key(&task.id));
         if request.review
             && !running_here
             && let Err(refused) = self.review_run(&task, &plan, &request, context).await

@@ -1148,7 +1148,7 @@ impl PlanbServer {
 }
 
 /// A duration in seconds from the environment: more than 0, at most a year.
-fn env_seconds(name: &str) -> anyhow::Result<Option<Duration>> {
+pub(crate) fn env_seconds(name: &str) -> anyhow::Result<Option<Duration>> {
     let Ok(text) = std::env::var(name) else {
         return Ok(None);
     };

@@ -2,6 +2,8 @@
 //! real downstream MCP servers (the `downstream` example, started by planb
 //! over stdio), each recording the calls it receives.
 
+mod support;
+
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -12,24 +14,6 @@ fn planb() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_planb-mcp"))
 }
 
-/// The example server, built on first use (a test run of only this file
-/// does not build examples).
-fn downstream_binary() -> PathBuf {
-    let path = planb()
-        .parent()
-        .map(|dir| dir.join("examples").join("downstream"))
-        .expect("target dir");
-    static BUILT: std::sync::Once = std::sync::Once::new();
-    BUILT.call_once(|| {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "-p", "planb-mcp", "--example", "downstream"])
-            .status()
-            .expect("cargo build");
-        assert!(status.success(), "building the downstream example failed");
-    });
-    path
-}
-
 struct Setup {
     dir: tempfile::TempDir,
 }
@@ -37,7 +21,7 @@ struct Setup {
 impl Setup {
     fn new() -> Setup {
         let dir = tempfile::tempdir().expect("tempdir");
-        let ds = downstream_binary();
+        let ds = support::downstream_binary();
         let servers = json!({"mcpServers": {
             "alpha": {"command": ds, "args": ["alpha"]},
             "beta": {"command": ds, "args": ["beta", "echo", "sleep", "crash"]},
@@ -145,6 +129,11 @@ fn the_diamond_passes_variables_and_a_dry_run_calls_nothing() {
     let last = calls.last().expect("call");
     assert_eq!(last["server"], "alpha");
     assert_eq!(last["args"]["text"], "hello Grace! 5.0");
+    // A resume keeps the variables of the run it resumes (more may be
+    // added): every recorded call matches, so nothing is called again.
+    let (code, out) = setup.run(&["resume", &id, "--var", "extra=1"]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(setup.calls().len(), 4, "a resume called again: {out}");
     let (_, shown) = setup.run(&["show", &id]);
     assert!(shown.contains("  ● 4. Step 4"), "{shown}");
     assert!(shown.contains("Last run"), "{shown}");
@@ -211,6 +200,27 @@ fn a_failing_batch_stops_the_run_and_a_guard_blocks_without_calling() {
         setup.calls().len(),
         before + 1,
         "the blocked tool was called"
+    );
+    // Limits that could silently never apply are refused before any call.
+    let (code, out) = setup.run(&["run", &chain, "--tool-cap", "echo=1"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains("tool cap \"echo\": no step calls it (the plan's tools: beta__echo)"),
+        "{out}"
+    );
+    let (code, out) = setup.run(&["run", &chain, "--var", "=x"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains("variables[\"\"]: \"\" is not a variable name"),
+        "{out}"
+    );
+    let (code, out) = setup.run(&["run", &chain, "--max-seconds", "0"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("--max-seconds"), "{out}");
+    assert_eq!(
+        setup.calls().len(),
+        before + 1,
+        "a refused run called a tool"
     );
 }
 

@@ -84,12 +84,13 @@ fn diamond() -> Value {
     ]})
 }
 
-/// Calls a tool with a progress token; returns the result and the progress
-/// messages that arrived before it.
+/// Calls a tool with a progress token; returns the result and the first
+/// `expected` progress messages.
 async fn call_with_progress(
     server: &mut Server,
     tool: &'static str,
     arguments: Value,
+    expected: usize,
 ) -> (CallToolResult, Vec<String>) {
     let Value::Object(arguments) = arguments else {
         panic!("arguments must be an object")
@@ -99,10 +100,14 @@ async fn call_with_progress(
         ProgressToken(NumberOrString::Number(11)),
     ));
     let result = server.client.call_tool(request).await.expect("tools/call");
+    // Every notification was sent before the result, so `expected` of them
+    // arrive; the client may hand them over a moment after the result.
     let mut messages = Vec::new();
-    // Notifications are sent before the result; give the reader a moment.
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    while let Ok(message) = server.seen.progress.try_recv() {
+    while messages.len() < expected {
+        let message = tokio::time::timeout(Duration::from_secs(30), server.seen.progress.recv())
+            .await
+            .expect("a progress notification in time")
+            .expect("the client is open");
         messages.push(message);
     }
     (result, messages)
@@ -193,6 +198,7 @@ async fn an_agent_creates_inspects_dry_runs_and_runs_the_diamond() {
         &mut server,
         "plan_execute",
         json!({"plan_id": &id[..8], "variables": {"who": "Grace"}}),
+        8,
     )
     .await;
     let ran = ok(&result);
@@ -460,4 +466,125 @@ async fn review_runs_the_plan_only_once_the_person_approves() {
         })
         .count();
     assert_eq!(answered, 2);
+}
+
+#[tokio::test]
+async fn a_server_s_last_words_are_kept_after_stderr_that_is_not_text() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = planb(dir.path(), &[]).await;
+    // Far more than a pipe holds, none of it UTF-8; then the server dies,
+    // and its last line must still reach the error.
+    let ran = ok(&call(
+        &server,
+        "plan_create_and_execute",
+        json!({"title": "Noisy", "step_timeout_sec": 30, "steps": [
+            step("1", "alpha__noise", json!({"bytes": 300000}), &[], None),
+            step("2", "alpha__crash", json!({}), &["1"], None),
+        ]}),
+    )
+    .await);
+    assert_eq!(ran["success"], false, "{ran}");
+    assert_eq!(ran["steps_completed"], 1, "{ran}");
+    let error = ran["error"].as_str().expect("error");
+    assert!(error.contains("alpha: crashing on purpose"), "{error}");
+}
+
+#[tokio::test]
+async fn a_server_no_step_names_does_not_stop_a_plan() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ds = support::downstream_binary();
+    let servers = dir.path().join("servers.json");
+    std::fs::write(
+        &servers,
+        json!({"mcpServers": {
+            "alpha": {"command": ds, "args": ["alpha"]},
+            "remote": {"url": "https://mcp.example.invalid/mcp"},
+            "broken": {"command": "/nonexistent/server"},
+        }})
+        .to_string(),
+    )
+    .expect("servers");
+    let server = start(
+        dir.path(),
+        UrlAnswer::NotSupported,
+        &[("PLANB_SERVERS", servers.to_str().expect("path"))],
+    )
+    .await;
+    let ran = ok(&call(
+        &server,
+        "plan_create_and_execute",
+        json!({"title": "Named", "steps": [step("1", "alpha__echo", json!({"text": "hi"}), &[], None)]}),
+    )
+    .await);
+    assert_eq!(ran["success"], true, "{ran}");
+    // A bare name needs every server: the ones that did not start are named.
+    let bare = error(
+        &call(
+            &server,
+            "plan_create",
+            json!({"title": "Bare", "steps": [step("1", "nothing_has_this", json!({}), &[], None)]}),
+        )
+        .await,
+    );
+    assert!(bare.contains("\"broken\" did not start"), "{bare}");
+    assert!(bare.contains("\"remote\""), "{bare}");
+    // A bare name the started servers have is fine.
+    let found = ok(&call(
+        &server,
+        "plan_create",
+        json!({"title": "Bare ok", "steps": [step("1", "echo", json!({"text": "x"}), &[], None)]}),
+    )
+    .await);
+    assert_eq!(found["success"], true, "{found}");
+}
+
+#[tokio::test]
+async fn two_servers_on_one_data_root_see_one_run_and_never_run_it_twice() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let first = planb(dir.path(), &[]).await;
+    let second = planb(dir.path(), &[]).await;
+    let created = ok(&call(
+        &first,
+        "plan_create",
+        json!({"title": "Shared", "steps": [
+            step("1", "beta__sleep", json!({"ms": 60000}), &[], None),
+        ]}),
+    )
+    .await);
+    let id = created["plan_id"].as_str().expect("id").to_owned();
+    let peer = first.client.peer().clone();
+    let Value::Object(arguments) = json!({"plan_id": id}) else {
+        unreachable!()
+    };
+    let running = tokio::spawn(async move {
+        peer.call_tool(CallToolRequestParams::new("plan_execute").with_arguments(arguments))
+            .await
+            .expect("tools/call")
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !calls(dir.path()).iter().any(|c| c["tool"] == "sleep") {
+        assert!(std::time::Instant::now() < deadline, "the run never called");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The other window sees the run and may not start it again.
+    let shown = ok(&call(&second, "plan_show", json!({"plan_id": id})).await);
+    assert_eq!(shown["last_run"]["state"], "running", "{shown}");
+    let refused = error(&call(&second, "plan_execute", json!({"plan_id": id})).await);
+    assert!(
+        refused.contains("is running in another planb process"),
+        "{refused}"
+    );
+    // Killing the process that runs it leaves a run the other one reports
+    // failed, and may resume.
+    first.kill_9();
+    let _ = running.await;
+    let shown = ok(&call(&second, "plan_show", json!({"plan_id": id})).await);
+    assert_eq!(shown["last_run"]["state"], "failed", "{shown}");
+    assert_eq!(
+        calls(dir.path())
+            .iter()
+            .filter(|c| c["tool"] == "sleep")
+            .count(),
+        1
+    );
 }

@@ -319,7 +319,7 @@ async fn a_long_plan_run_hands_back_and_the_next_call_waits_for_the_same_run() {
     let created = finished(client.call(
         "plan_create",
         json!({"title": "Slow", "steps": [
-            {"index": "1", "title": "Nap", "tool": "sleep", "args": {"ms": 2500, "text": "slept"}, "result_variable": "nap"},
+            {"index": "1", "title": "Nap", "tool": "sleep", "args": {"ms": 4000, "text": "slept"}, "result_variable": "nap"},
             {"index": "2", "title": "Tell", "tool": "echo", "args": {"text": "after ${nap}"}, "depends_on": ["1"]}
         ]}),
     ))
@@ -331,24 +331,34 @@ async fn a_long_plan_run_hands_back_and_the_next_call_waits_for_the_same_run() {
     let first = finished(client.call("plan_execute", json!({"plan_id": id}))).await;
     assert_eq!(first["structuredContent"]["running"], true, "{first}");
     assert!(text(&first).contains("plan_execute again"), "{first}");
-    let mut last = finished(client.call("plan_execute", json!({"plan_id": id}))).await;
-    for _ in 0..10 {
-        if last["structuredContent"]["running"] != true {
+    // A second call joins the run under way (and hands back again).
+    let joined = finished(client.call("plan_execute", json!({"plan_id": id}))).await;
+    assert_eq!(joined["structuredContent"]["running"], true, "{joined}");
+    // The run ends while nobody waits; the next call gets its result
+    // instead of starting the plan again.
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let shown = finished(client.call("plan_show", json!({"plan_id": id}))).await;
+        if shown["structuredContent"]["last_run"]["state"] == "completed" {
             break;
         }
-        last = finished(client.call("plan_execute", json!({"plan_id": id}))).await;
+        assert!(std::time::Instant::now() < deadline, "{shown}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    let last = finished(client.call("plan_execute", json!({"plan_id": id}))).await;
     assert_eq!(last["structuredContent"]["success"], true, "{last}");
-    let made: Vec<Value> = std::fs::read_to_string(&calls)
-        .expect("calls")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("call line"))
-        .collect();
-    assert_eq!(
-        made.iter().filter(|c| c["tool"] == "sleep").count(),
-        1,
-        "the run was started once: {made:?}"
-    );
-    assert_eq!(made.last().expect("a call")["args"]["text"], "after slept");
+    let sleeps = || -> Vec<Value> {
+        std::fs::read_to_string(&calls)
+            .expect("calls")
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).expect("call line"))
+            .filter(|c| c["tool"] == "sleep")
+            .collect()
+    };
+    assert_eq!(sleeps().len(), 1, "the run was started once");
+    // Collected once: the call after that is a new run.
+    let again = finished(client.call("plan_execute", json!({"plan_id": id}))).await;
+    assert_eq!(again["structuredContent"]["running"], true, "{again}");
+    assert_eq!(sleeps().len(), 2);
     client.close().await;
 }

@@ -101,6 +101,25 @@ impl StepReport {
     }
 }
 
+impl Guards {
+    /// Refuses a per-tool cap that names no tool of `plan` (as its steps
+    /// write them): such a cap would silently never apply.
+    pub fn check(&self, plan: &ExecPlan) -> Result<(), String> {
+        for tool in self.per_tool.keys() {
+            if !plan.steps.iter().any(|s| &s.tool == tool) {
+                let mut used: Vec<&str> = plan.steps.iter().map(|s| s.tool.as_str()).collect();
+                used.sort_unstable();
+                used.dedup();
+                return Err(format!(
+                    "tool cap {tool:?}: no step calls it (the plan's tools: {})",
+                    used.join(", ")
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// What a run (or a dry run) came to.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PlanOutcome {
@@ -327,6 +346,13 @@ impl Shared {
         }
     }
 
+    /// Tells a settled step; its result is copied only when someone listens.
+    fn tell_ended(&self, report: &StepReport) {
+        if self.progress.is_some() {
+            self.tell(Progress::Ended(Box::new(report.clone())));
+        }
+    }
+
     async fn fail(&self, index: &str, class: &str, message: &str) -> Result<(), StoreError> {
         let message: String = message
             .chars()
@@ -423,7 +449,7 @@ async fn perform(
             report.error = Some(message);
         }
     }
-    shared.tell(Progress::Ended(Box::new(report.clone())));
+    shared.tell_ended(&report);
     Ok(Ended {
         at: call.at,
         report,
@@ -454,41 +480,39 @@ pub async fn run_plan(
     }
     .ok_or_else(|| PlanRunError::NotFound(task.to_string()))?;
     let plan = load(&found)?;
-    let tools = downstream
-        .tools()
-        .await
-        .map_err(|e| PlanRunError::Downstream(e.message))?;
-    let mut resolved = Vec::with_capacity(plan.steps.len());
-    for step in &plan.steps {
-        match Downstream::resolve(&tools, &step.tool) {
-            Ok(tool) => resolved.push(tool),
-            Err(names) => {
-                let list = if names.is_empty() {
-                    "(no tools: no downstream server is configured)".to_owned()
-                } else {
-                    names.join(", ")
-                };
-                return Err(PlanRunError::Invalid(format!(
-                    "Step {} failed: Unknown tool: {}. Available: {list}",
-                    step.index, step.tool
-                )));
-            }
-        }
-    }
     let previous = found.runs.last();
     if resume && previous.is_none() {
         return Err(PlanRunError::Invalid(format!(
             "plan {task} has not run yet: nothing to resume (run it)"
         )));
     }
-    let call_vars: Map<String, Value> = match (variables, resume) {
-        (Some(given), _) => given,
-        (None, true) => previous
+    options.guards.check(&plan).map_err(PlanRunError::Invalid)?;
+    if let Some(given) = &variables {
+        planb_core::exec_plan::check_variable_names(given, "variables")
+            .map_err(|e| PlanRunError::Invalid(e.to_string()))?;
+    }
+    let tools = downstream
+        .tools_for(plan.steps.iter().map(|s| s.tool.as_str()))
+        .await
+        .map_err(|e| PlanRunError::Downstream(e.message))?;
+    plan.check_tools(|name| Downstream::resolve(&tools, name).map(|_| ()))
+        .map_err(|e| PlanRunError::Invalid(e.to_string()))?;
+    let resolved: Vec<ToolInfo> = plan
+        .steps
+        .iter()
+        .filter_map(|s| Downstream::resolve(&tools, &s.tool).ok())
+        .collect();
+    // A resume keeps the variables of the run it resumes (the results it
+    // reuses were made with them); variables given now override them.
+    let mut call_vars: Map<String, Value> = if resume {
+        previous
             .and_then(|r| r.variables.as_deref())
             .and_then(|text| serde_json::from_str(text).ok())
-            .unwrap_or_default(),
-        (None, false) => Map::new(),
+            .unwrap_or_default()
+    } else {
+        Map::new()
     };
+    call_vars.extend(variables.unwrap_or_default());
     let recorded = if resume {
         found.successes.clone()
     } else {
@@ -653,6 +677,12 @@ async fn drive(
                 .await
                 .ok()
                 .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok());
+                if restored.is_none() {
+                    tracing::warn!(
+                        "step {}: its recorded result cannot be read back; calling it again",
+                        step.index
+                    );
+                }
                 if let Some(value) = restored {
                     let report = StepReport {
                         success: true,
@@ -660,7 +690,7 @@ async fn drive(
                         reused: true,
                         ..report
                     };
-                    shared.tell(Progress::Ended(Box::new(report.clone())));
+                    shared.tell_ended(&report);
                     pending.push((at, None, report));
                     continue;
                 }
@@ -734,13 +764,14 @@ async fn drive(
                 None => false,
             };
             // Look for a stop at least every `poll`, however fast calls end.
-            if stopped || (last_look.elapsed() >= options.poll && stop_requested(shared).await?) {
+            let due = last_look.elapsed() >= options.poll;
+            if due {
+                last_look = Instant::now();
+            }
+            if stopped || (due && stop_requested(shared).await?) {
                 cancel(shared, &mut in_flight, running).await;
                 outcome.steps.extend(reports.into_values());
                 return Ok(Settled::Stopped);
-            }
-            if last_look.elapsed() >= options.poll {
-                last_look = Instant::now();
             }
         }
         // Bind in index order, only what succeeded.

@@ -13,7 +13,7 @@
 //! server that fails to start is an error naming it with the end of what it
 //! wrote to stderr.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -26,7 +26,7 @@ use rmcp::service::RunningService;
 use rmcp::transport::TokioChildProcess;
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Map, Value};
-use tokio::io::AsyncBufReadExt;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt};
 
 /// Largest servers file read.
 pub const SERVERS_FILE_BYTES_MAX: u64 = 1024 * 1024;
@@ -34,6 +34,8 @@ pub const SERVERS_FILE_BYTES_MAX: u64 = 1024 * 1024;
 pub const SERVERS_MAX: usize = 64;
 /// Lines of a server's stderr kept for error messages.
 const STDERR_LINES: usize = 20;
+/// Most bytes of one stderr line read into memory.
+const STDERR_LINE_BYTES_MAX: u64 = 64 * 1024;
 
 /// How to reach one server.
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -157,7 +159,9 @@ impl Servers {
                         env,
                     }
                 }
-                (None, Some(Value::String(url))) if url.starts_with("http") => {
+                (None, Some(Value::String(url)))
+                    if url.starts_with("http://") || url.starts_with("https://") =>
+                {
                     ServerSpec::Url(url.clone())
                 }
                 (Some(_), Some(_)) => return Err(format!("{at}: give command or url, not both")),
@@ -301,13 +305,39 @@ impl Downstream {
         if let Some(stderr) = stderr {
             let sink = Arc::clone(&stderr_lines);
             tokio::spawn(async move {
-                let mut lines = tokio::io::BufReader::new(stderr).lines();
-                while let Ok(Some(line)) = lines.next_line().await {
+                // Read to the end whatever it writes (a full pipe would
+                // block the server): bytes that are not UTF-8 are replaced,
+                // and a line is kept to its first 500 characters.
+                let mut reader = tokio::io::BufReader::new(stderr);
+                let mut line = Vec::new();
+                let mut rest = Vec::new();
+                loop {
+                    line.clear();
+                    match AsyncReadExt::take(&mut reader, STDERR_LINE_BYTES_MAX)
+                        .read_until(b'\n', &mut line)
+                        .await
+                    {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) => {}
+                    }
+                    // The rest of an overlong line is read and dropped.
+                    let mut ended = line.last() == Some(&b'\n');
+                    while !ended {
+                        rest.clear();
+                        match AsyncReadExt::take(&mut reader, STDERR_LINE_BYTES_MAX)
+                            .read_until(b'\n', &mut rest)
+                            .await
+                        {
+                            Ok(0) | Err(_) => ended = true,
+                            Ok(_) => ended = rest.last() == Some(&b'\n'),
+                        }
+                    }
+                    let text = String::from_utf8_lossy(&line);
                     if let Ok(mut kept) = sink.lock() {
                         if kept.len() == STDERR_LINES {
                             kept.pop_front();
                         }
-                        kept.push_back(line.chars().take(500).collect());
+                        kept.push_back(text.trim_end().chars().take(500).collect());
                     }
                 }
             });
@@ -352,12 +382,63 @@ impl Downstream {
         })
     }
 
-    /// Every tool of every server, starting those not started. A server
-    /// that fails is an error (the plan could not be checked).
-    pub async fn tools(&self) -> Result<Vec<ToolInfo>, DownstreamError> {
+    /// Every tool of every server that starts, and the failures of those
+    /// that do not.
+    pub async fn available_tools(&self) -> (Vec<ToolInfo>, Vec<DownstreamError>) {
         let mut all = Vec::new();
+        let mut failed = Vec::new();
         for name in self.names() {
-            all.extend(self.connection(&name).await?.tools.iter().cloned());
+            match self.connection(&name).await {
+                Ok(connection) => all.extend(connection.tools.iter().cloned()),
+                Err(error) => failed.push(error),
+            }
+        }
+        (all, failed)
+    }
+
+    /// The tools `names` (as a plan writes them) can resolve to, starting
+    /// only the servers they need: a `server__tool` needs its server, which
+    /// must start; a bare name needs every server, and one that does not
+    /// start is an error only when a bare name is left unresolved. So a
+    /// server no plan step uses (one reached by url, one that is broken)
+    /// does not stop a plan that names its servers.
+    pub async fn tools_for<'a>(
+        &self,
+        names: impl IntoIterator<Item = &'a str>,
+    ) -> Result<Vec<ToolInfo>, DownstreamError> {
+        let servers = self.names();
+        let mut needed: BTreeSet<&str> = BTreeSet::new();
+        let mut bare: Vec<&str> = Vec::new();
+        for name in names {
+            match name.split_once("__") {
+                Some((server, _)) if servers.iter().any(|s| s == server) => {
+                    needed.insert(server);
+                }
+                _ => bare.push(name),
+            }
+        }
+        let mut all = Vec::new();
+        for server in &needed {
+            all.extend(self.connection(server).await?.tools.iter().cloned());
+        }
+        if bare.is_empty() {
+            return Ok(all);
+        }
+        let mut failed = Vec::new();
+        for server in servers.iter().filter(|s| !needed.contains(s.as_str())) {
+            match self.connection(server).await {
+                Ok(connection) => all.extend(connection.tools.iter().cloned()),
+                Err(error) => failed.push(error.message),
+            }
+        }
+        let unresolved = bare
+            .iter()
+            .any(|name| Downstream::resolve(&all, name).is_err());
+        if unresolved && !failed.is_empty() {
+            return Err(DownstreamError {
+                message: failed.join("\n"),
+                class: "server_start",
+            });
         }
         Ok(all)
     }
