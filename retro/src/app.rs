@@ -454,23 +454,25 @@ fn task_page(state: &AppState, id: &str, query: &AtQuery) -> Result<Response, Pa
         .task_at(&id, cursor)
         .ok_or_else(|| unknown_task(&id))?;
     let root = state.retro.root();
-    let plan = tasks::plan_of(&at.task);
-    let pipeline = match &plan {
-        None => planb_engine::pipelines::resolve(root, &at.task.pipeline),
-        Some(Ok(_)) => Err(String::new()),
-        Some(Err(problem)) => Err(problem.clone()),
+    let plan = state.retro.plan(&at.task);
+    let resolved;
+    let steps = match &plan {
+        Some(plan) => pages::Steps::Plan(plan.as_ref().as_ref().map_err(String::as_str)),
+        None => {
+            resolved = planb_engine::pipelines::resolve(root, &at.task.pipeline);
+            pages::Steps::Pipeline(resolved.as_ref().map_err(String::as_str))
+        }
     };
-    let out_of_date = match (&pipeline, &plan) {
-        (Ok(pipeline), None) => tasks::out_of_date(pipeline, &at.task),
+    let out_of_date = match steps {
+        pages::Steps::Pipeline(Ok(pipeline)) => tasks::out_of_date(pipeline, &at.task),
         _ => Default::default(),
     };
     let view = pages::TaskView {
         at: &at,
-        pipeline: pipeline.as_ref().map_err(String::as_str),
+        steps,
         out_of_date: &out_of_date,
         cursors: &cursors,
         cursor,
-        plan: plan.as_ref().and_then(|p| p.as_ref().ok()),
     };
     Ok(html(
         StatusCode::OK,
@@ -499,8 +501,8 @@ fn step_page(
         .task_at(&id, cursor)
         .ok_or_else(|| unknown_task(&id))?;
     let root = state.retro.root();
-    if let Some(plan) = tasks::plan_of(&at.task) {
-        let plan = plan.map_err(|problem| {
+    if let Some(plan) = state.retro.plan(&at.task) {
+        let plan = plan.as_ref().as_ref().map_err(|problem| {
             PageError::new(
                 StatusCode::NOT_FOUND,
                 "Plan not readable",
@@ -517,8 +519,13 @@ fn step_page(
         let view = pages::PlanStepView {
             calls: tasks::plan_calls(root, &at, step),
             at: &at,
-            plan: &plan,
-            position,
+            plan_title: &plan.title,
+            step: &plan.steps[position],
+            needs: plan
+                .needs(position)
+                .iter()
+                .map(|&n| plan.steps[n].index.as_str())
+                .collect(),
             cursor,
         };
         return Ok(html(

@@ -8,11 +8,13 @@
 //! only for the pushes, never while decoding or reading), and announces the
 //! new last cursor on a broadcast channel for the server-sent event streams.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock, RwLockReadGuard, Weak};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, Weak};
 use std::time::Duration;
 
-use planb_core::{Cursor, Envelope, decode};
+use planb_core::exec_plan::ExecPlan;
+use planb_core::{Cursor, Envelope, Task, TaskId, decode};
 use planb_log::{LogError, LogOptions, LogReader};
 use planb_projections::timeline::Incomplete;
 use planb_projections::{DataRoot, Timeline};
@@ -46,6 +48,9 @@ struct Inner {
     root: DataRoot,
     /// Rendered timeline entries, kept for the life of the server.
     entries: EntryCache,
+    /// Each execution plan read back once (a plan's definition never
+    /// changes after it is created), by task.
+    plans: Mutex<HashMap<TaskId, Arc<Result<ExecPlan, String>>>>,
 }
 
 /// Reads the log forward from where the timeline ends.
@@ -82,6 +87,7 @@ impl Retro {
                 log_dir: root.log_dir(),
                 root: root.clone(),
                 entries: EntryCache::default(),
+                plans: Mutex::default(),
             }),
         }
     }
@@ -102,6 +108,18 @@ impl Retro {
     /// The cache of rendered timeline entries.
     pub fn entries(&self) -> &EntryCache {
         &self.inner.entries
+    }
+
+    /// The execution plan `task` holds (a deleted one too: the log keeps
+    /// it), or why it cannot be read; `None` for a pipeline task.
+    pub fn plan(&self, task: &Task) -> Option<Arc<Result<ExecPlan, String>>> {
+        let info = task.plan.as_ref()?;
+        let mut plans = self.inner.plans.lock().unwrap_or_else(|p| p.into_inner());
+        Some(Arc::clone(
+            plans
+                .entry(task.id)
+                .or_insert_with(|| Arc::new(info.exec_plan())),
+        ))
     }
 
     /// Why the log cannot be read, if it cannot.

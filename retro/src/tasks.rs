@@ -5,7 +5,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use planb_core::dag::{Action, Pipeline, StepDef, StepId};
-use planb_core::exec_plan::ExecPlan;
 use planb_core::state::ContentHash;
 use planb_core::{EventBody, Task};
 use planb_engine::pipelines;
@@ -135,20 +134,6 @@ pub fn versions(root: &DataRoot, at: &TaskAt<'_>, step: &StepId) -> Vec<Artifact
         .collect()
 }
 
-/// The execution plan a task holds (deleted ones too: the log keeps them),
-/// or why it cannot be read; `None` for a pipeline task.
-pub fn plan_of(task: &Task) -> Option<Result<ExecPlan, String>> {
-    let info = task.plan.as_ref()?;
-    Some(
-        serde_json::from_str::<serde_json::Value>(&info.definition)
-            .map_err(|e| format!("the recorded plan is not JSON: {e}"))
-            .and_then(|value| {
-                ExecPlan::from_json(&value)
-                    .map_err(|e| format!("the recorded plan is not valid: {e}"))
-            }),
-    )
-}
-
 /// Longest call or result shown on a page, in characters.
 const SHOWN_CHARS_MAX: usize = 200_000;
 
@@ -162,8 +147,8 @@ fn pretty_blob(root: &DataRoot, hash: &[u8; 32], what: &str) -> Result<String, S
         Ok(value) => serde_json::to_string_pretty(&value).unwrap_or_default(),
         Err(_) => String::from_utf8_lossy(&bytes).into_owned(),
     };
-    if text.chars().count() > SHOWN_CHARS_MAX {
-        let shown: String = text.chars().take(SHOWN_CHARS_MAX).collect();
+    if let Some((cut, _)) = text.char_indices().nth(SHOWN_CHARS_MAX) {
+        let shown = &text[..cut];
         Ok(format!(
             "{shown}\n… ({} bytes in all; the whole {what} is {})",
             bytes.len(),
@@ -185,7 +170,7 @@ pub fn plan_calls(root: &DataRoot, at: &TaskAt<'_>, index: &str) -> Vec<PlanCall
             } if step == index => calls.push(PlanCall {
                 cursor: envelope.cursor,
                 at: envelope.event.at,
-                run: run.to_string().chars().take(8).collect(),
+                run: *run,
                 call: match call {
                     Some(hash) => pretty_blob(root, hash, "call"),
                     None => Err("the call was not recorded".into()),
@@ -194,11 +179,15 @@ pub fn plan_calls(root: &DataRoot, at: &TaskAt<'_>, index: &str) -> Vec<PlanCall
             }),
             EventBody::StepSucceeded {
                 step,
+                run,
                 artifact,
                 duration_ms,
                 ..
             } if step == index => {
-                if let Some(last) = calls.last_mut() {
+                if let Some(last) = calls
+                    .last_mut()
+                    .filter(|c| c.run == *run && c.end.is_none())
+                {
                     last.end = Some(CallEnd::Succeeded {
                         cursor: envelope.cursor,
                         duration_ms: *duration_ms,
@@ -208,11 +197,15 @@ pub fn plan_calls(root: &DataRoot, at: &TaskAt<'_>, index: &str) -> Vec<PlanCall
             }
             EventBody::StepFailed {
                 step,
+                run,
                 class,
                 message,
                 ..
             } if step == index => {
-                if let Some(last) = calls.last_mut().filter(|c| c.end.is_none()) {
+                if let Some(last) = calls
+                    .last_mut()
+                    .filter(|c| c.run == *run && c.end.is_none())
+                {
                     last.end = Some(CallEnd::Failed {
                         cursor: envelope.cursor,
                         class: class.clone(),

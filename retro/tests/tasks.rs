@@ -353,7 +353,9 @@ async fn a_plan_run_shows_its_dag_over_time_and_each_call_with_its_result() {
         })
         .expect("start 1");
     let running_at = started.last().expect("event").cursor.0;
-    let result = blobs.put(br#""hi Ada""#).expect("result blob");
+    let result = blobs
+        .put(br#"{"greeting":"hello from alpha"}"#)
+        .expect("result blob");
     store
         .execute(Command::SucceedStep {
             task,
@@ -361,7 +363,7 @@ async fn a_plan_run_shows_its_dag_over_time_and_each_call_with_its_result() {
             step: "1".into(),
             input,
             artifact: result,
-            bytes: 8,
+            bytes: 31,
             duration_ms: 3,
             tokens_in: 0,
             tokens_out: 0,
@@ -397,13 +399,37 @@ async fn a_plan_run_shows_its_dag_over_time_and_each_call_with_its_result() {
             recoverable: true,
         })
         .expect("end");
+    let ended = store.read(|s| s.last_cursor()).expect("read").0;
+    // A second run from the start, ended before it reached any step.
+    let second = RunId::from_uuid(Uuid::new_v4());
+    store
+        .execute(Command::StartRun {
+            task,
+            run: second,
+            resumed_from: None,
+            owner_pid: 78,
+            host: "test".into(),
+            variables: Some("{}".into()),
+        })
+        .expect("second run");
+    store
+        .execute(Command::EndRun {
+            task,
+            run: second,
+            outcome: RunOutcome::Failed,
+            reason: Some("worker_error: killed".into()),
+            failed_step: None,
+            recoverable: true,
+        })
+        .expect("second run ended");
+    store.execute(Command::DeletePlan { task }).expect("delete");
     drop(store);
 
     let router = router(&root);
     let id = task.to_string();
     let end = check(
         &router,
-        &format!("/tasks/{id}"),
+        &format!("/tasks/{id}?at={ended}"),
         StatusCode::OK,
         &[
             "Greet and add",
@@ -411,6 +437,7 @@ async fn a_plan_run_shows_its_dag_over_time_and_each_call_with_its_result() {
             "✗ 2. Add",
             "← after: 1",
             "alpha__add",
+            "execution plan created: Greet and add",
         ],
     )
     .await;
@@ -426,21 +453,43 @@ async fn a_plan_run_shows_its_dag_over_time_and_each_call_with_its_result() {
     )
     .await;
     assert!(!then.contains("is-failed"), "{then}");
-    check(
+    // The second run starts over: no step keeps a mark of the first, and
+    // the deleted plan says so.
+    let latest = check(
         &router,
-        &format!("/tasks/{id}/steps/1"),
+        &format!("/tasks/{id}"),
+        StatusCode::OK,
+        &[
+            "○ 1. Greet",
+            "○ 2. Add",
+            "deleted",
+            "execution plan deleted",
+        ],
+    )
+    .await;
+    assert!(!latest.contains("is-failed"), "{latest}");
+    let step_page = check(
+        &router,
+        &format!("/tasks/{id}/steps/1?at={ended}"),
         StatusCode::OK,
         &[
             "Arguments as written",
             "hi ${who}",
-            "&quot;hi Ada&quot;",
-            "3 ms",
+            "&quot;text&quot;: &quot;hi Ada&quot;",
         ],
     )
     .await;
+    let result_shown = step_page
+        .split("class=\"plan-result\"")
+        .nth(1)
+        .expect("a result block");
+    assert!(
+        result_shown.contains("&quot;greeting&quot;: &quot;hello from alpha&quot;"),
+        "{step_page}"
+    );
     check(
         &router,
-        &format!("/tasks/{id}/steps/2"),
+        &format!("/tasks/{id}/steps/2?at={ended}"),
         StatusCode::OK,
         &[
             "tool_error: b: not a number",

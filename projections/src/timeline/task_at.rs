@@ -69,6 +69,14 @@ pub(super) fn fold<'t>(id: &TaskId, events: Vec<Cow<'t, Envelope>>) -> Option<Ta
     for envelope in &events {
         state.apply(envelope);
         match &envelope.event.body {
+            // An execution plan run from the start calls every step again:
+            // the marks of earlier runs no longer describe it (a resume
+            // keeps them, reusing what succeeded).
+            EventBody::RunStarted {
+                task,
+                resumed_from: None,
+                ..
+            } if state.task(task).is_some_and(|t| t.plan.is_some()) => steps.clear(),
             EventBody::StepStarted {
                 run, step, attempt, ..
             } => {

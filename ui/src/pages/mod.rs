@@ -31,7 +31,7 @@ pub use retro::{
     retro_session_page, retro_state_fragment,
 };
 pub use retro_task::{
-    ArtifactVersion, CallEnd, PlanCall, PlanStepView, PromptView, StepView, TaskView,
+    ArtifactVersion, CallEnd, PlanCall, PlanStepView, PromptView, StepView, Steps, TaskView,
     retro_plan_step_page, retro_step_page, retro_task_page,
 };
 pub use review::{ReviewView, review_page};

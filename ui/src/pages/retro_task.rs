@@ -10,8 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use maud::{Markup, PreEscaped, html};
 use planb_core::dag::{Action, Pipeline, StepDef, StepId};
-use planb_core::exec_plan::{self, ExecPlan, render_dag};
-use planb_core::{Cursor, Envelope, EventBody, RunOutcome, Task, TaskId, Timestamp};
+use planb_core::exec_plan::{self, ExecPlan, PlanStep, render_dag};
+use planb_core::{Cursor, Envelope, EventBody, RunId, RunOutcome, Task, TaskId, Timestamp};
 use planb_projections::{StepMark, TaskAt, Timeline};
 
 use super::diff::Folds;
@@ -69,8 +69,8 @@ pub(super) fn tasks_section(timeline: &Timeline) -> Markup {
 pub struct TaskView<'a> {
     /// The task as of the cursor, with its step marks and events.
     pub at: &'a TaskAt<'a>,
-    /// Its pipeline, or why it cannot be read.
-    pub pipeline: Result<&'a Pipeline, &'a str>,
+    /// What its steps are.
+    pub steps: Steps<'a>,
     /// Steps whose artifact no longer matches what they would read now (an
     /// upstream artifact changed since): the next run does them again.
     pub out_of_date: &'a BTreeSet<String>,
@@ -78,9 +78,45 @@ pub struct TaskView<'a> {
     pub cursors: &'a [Cursor],
     /// The cursor shown.
     pub cursor: Cursor,
-    /// The execution plan, when the task is one: its steps are tool calls
-    /// in batches instead of a pipeline's.
-    pub plan: Option<&'a ExecPlan>,
+}
+
+/// What a task's steps are, or why they cannot be read.
+#[derive(Debug, Clone, Copy)]
+pub enum Steps<'a> {
+    /// A pipeline's model and render steps, in layers.
+    Pipeline(Result<&'a Pipeline, &'a str>),
+    /// An execution plan's tool calls, in batches.
+    Plan(Result<&'a ExecPlan, &'a str>),
+}
+
+/// Links to the pages of the steps `needs` names, as of `cursor`.
+fn need_links(task: TaskId, cursor: Cursor, needs: &[&str]) -> Markup {
+    html! {
+        @for (i, need) in needs.iter().enumerate() {
+            @if i > 0 { ", " }
+            a href={"/tasks/" (task) "/steps/" (need) "?at=" (cursor)} { (need) }
+        }
+    }
+}
+
+/// One step in a DAG layer: a link to its page, its state, what it waits for.
+fn dag_step(
+    href: &str,
+    id: &str,
+    label: Markup,
+    mark: Option<&StepMark>,
+    stale: bool,
+    needs: &[&str],
+) -> Markup {
+    html! {
+        li.dag-step.(mark_class(mark, stale)) data-step=(id) {
+            a href=(href) { strong { (label) } }
+            span.dag-state { (mark_text(mark, stale)) }
+            @if !needs.is_empty() {
+                span.dag-needs.retro-muted { "← " (needs.join(", ")) }
+            }
+        }
+    }
 }
 
 fn mark_class(mark: Option<&StepMark>, stale: bool) -> &'static str {
@@ -156,6 +192,8 @@ fn event_line(envelope: &Envelope) -> Option<Markup> {
         } => {
             format!("task created: {pipeline} → {target}, {speed}")
         }
+        EventBody::PlanCreated { title, .. } => format!("execution plan created: {title}"),
+        EventBody::PlanDeleted { .. } => "execution plan deleted".to_owned(),
         EventBody::RunStarted {
             run, resumed_from, ..
         } => match resumed_from {
@@ -209,6 +247,7 @@ fn event_line(envelope: &Envelope) -> Option<Markup> {
 /// each step's state, its runs, its events and its run log.
 pub fn retro_task_page(timeline: &Timeline, view: &TaskView<'_>) -> Markup {
     let task = &view.at.task;
+    let is_plan = matches!(view.steps, Steps::Plan(_));
     let id = task.id;
     let position = view
         .cursors
@@ -227,11 +266,14 @@ pub fn retro_task_page(timeline: &Timeline, view: &TaskView<'_>) -> Markup {
     let body = html! {
         header.card-header {
             a.retro-back href="/" { "‹ All sessions and tasks" }
-            p.eyebrow { @if task.plan.is_some() { "Plan run replay" } @else { "Task replay" } }
+            p.eyebrow { @if is_plan { "Plan run replay" } @else { "Task replay" } }
             h1.form-title { (title) }
             p.retro-muted {
                 code { (id) } " · "
-                @if task.plan.is_some() { "execution plan" }
+                @if is_plan {
+                    "execution plan"
+                    @if task.plan.as_ref().is_some_and(|p| p.deleted) { " " span.retro-badge { "deleted" } }
+                }
                 @else { (task.pipeline) " v" (task.pipeline_version) " → " (task.target) " · " (task.speed) }
                 " · created " (when(task.created_at))
             }
@@ -264,35 +306,31 @@ pub fn retro_task_page(timeline: &Timeline, view: &TaskView<'_>) -> Markup {
                 }
                 section.retro-dag aria-label="Steps" {
                     h2 { "Steps" }
-                    @if let Some(plan) = view.plan {
-                        (plan_dag(plan, view))
-                    } @else {
-                    @if let Err(problem) = view.pipeline {
-                        div.banner.banner-error role="alert" { "The pipeline cannot be read: " (problem) }
-                    }
-                    @if let Ok(pipeline) = view.pipeline {
-                        div.dag {
+                    @match view.steps {
+                        Steps::Plan(Ok(plan)) => (plan_dag(plan, view)),
+                        Steps::Plan(Err(problem)) => {
+                            div.banner.banner-error role="alert" { "The plan cannot be read: " (problem) }
+                        },
+                        Steps::Pipeline(Err(problem)) => {
+                            div.banner.banner-error role="alert" { "The pipeline cannot be read: " (problem) }
+                        },
+                        Steps::Pipeline(Ok(pipeline)) => div.dag {
                             @for (depth, layer) in layers(pipeline).iter().enumerate() {
                                 ol.dag-layer aria-label={"Layer " (depth + 1)} {
                                     @for step in layer {
-                                        @let mark = view.at.steps.get(step.id.as_str());
-                                        @let stale = view.out_of_date.contains(step.id.as_str());
-                                        li.dag-step.(mark_class(mark, stale)) data-step=(step.id.as_str()) {
-                                            a href={"/tasks/" (id) "/steps/" (step.id.as_str()) "?at=" (view.cursor)} {
-                                                strong { (step.title) }
-                                            }
-                                            span.dag-state { (mark_text(mark, stale)) }
-                                            @if !step.needs.is_empty() {
-                                                span.dag-needs.retro-muted {
-                                                    "← " (step.needs.iter().map(StepId::as_str).collect::<Vec<_>>().join(", "))
-                                                }
-                                            }
-                                        }
+                                        @let needs: Vec<&str> = step.needs.iter().map(StepId::as_str).collect();
+                                        (dag_step(
+                                            &format!("/tasks/{id}/steps/{}?at={}", step.id.as_str(), view.cursor),
+                                            step.id.as_str(),
+                                            html! { (step.title) },
+                                            view.at.steps.get(step.id.as_str()),
+                                            view.out_of_date.contains(step.id.as_str()),
+                                            &needs,
+                                        ))
                                     }
                                 }
                             }
-                        }
-                    }
+                        },
                     }
                 }
                 section.retro-runs aria-label="Runs" {
@@ -383,20 +421,15 @@ fn plan_dag(plan: &ExecPlan, view: &TaskView<'_>) -> Markup {
                 ol.dag-layer aria-label={"Batch " (number + 1)} {
                     @for &at in batch {
                         @let step = &plan.steps[at];
-                        @let mark = view.at.steps.get(&step.index);
-                        @let needs = plan.needs(at);
-                        li.dag-step.(mark_class(mark, false)) data-step=(step.index) {
-                            a href={"/tasks/" (id) "/steps/" (step.index) "?at=" (view.cursor)} {
-                                strong { (step.index) ". " (step.title) }
-                            }
-                            " " code { (step.tool) }
-                            span.dag-state { (mark_text(mark, false)) }
-                            @if !needs.is_empty() {
-                                span.dag-needs.retro-muted {
-                                    "← " (needs.iter().map(|&n| plan.steps[n].index.as_str()).collect::<Vec<_>>().join(", "))
-                                }
-                            }
-                        }
+                        @let needs: Vec<&str> = plan.needs(at).iter().map(|&n| plan.steps[n].index.as_str()).collect();
+                        (dag_step(
+                            &format!("/tasks/{id}/steps/{}?at={}", step.index, view.cursor),
+                            &step.index,
+                            html! { (step.index) ". " (step.title) " " code { (step.tool) } },
+                            view.at.steps.get(&step.index),
+                            false,
+                            &needs,
+                        ))
                     }
                 }
             }
@@ -435,8 +468,8 @@ pub struct PlanCall {
     pub cursor: Cursor,
     /// When.
     pub at: Timestamp,
-    /// The run, short.
-    pub run: String,
+    /// The run.
+    pub run: RunId,
     /// The call as made (`{tool, args}`, pretty JSON), or why it cannot be read.
     pub call: Result<String, String>,
     /// Its end, if it had one by the cursor.
@@ -448,10 +481,12 @@ pub struct PlanCall {
 pub struct PlanStepView<'a> {
     /// The task as of the cursor.
     pub at: &'a TaskAt<'a>,
-    /// The plan.
-    pub plan: &'a ExecPlan,
-    /// The step's position in the plan.
-    pub position: usize,
+    /// The plan's title.
+    pub plan_title: &'a str,
+    /// The step.
+    pub step: &'a PlanStep,
+    /// The indexes of the steps it waits for.
+    pub needs: Vec<&'a str>,
     /// Every call of the step up to the cursor, oldest first.
     pub calls: Vec<PlanCall>,
     /// The cursor shown.
@@ -463,11 +498,10 @@ pub struct PlanStepView<'a> {
 /// the result or failure.
 pub fn retro_plan_step_page(timeline: &Timeline, view: &PlanStepView<'_>) -> Markup {
     let id: TaskId = view.at.task.id;
-    let step = &view.plan.steps[view.position];
+    let step = view.step;
     let mark = view.at.steps.get(&step.index);
-    let needs = view.plan.needs(view.position);
     let written = serde_json::to_string_pretty(&step.args).unwrap_or_default();
-    let title = format!("{} · {}", step.title, view.plan.title);
+    let title = format!("{} · {}", step.title, view.plan_title);
     let body = html! {
         header.card-header {
             a.retro-back href={"/tasks/" (id) "?at=" (view.cursor)} { "‹ Plan" }
@@ -476,13 +510,8 @@ pub fn retro_plan_step_page(timeline: &Timeline, view: &PlanStepView<'_>) -> Mar
             p.retro-muted {
                 code { (step.tool) } " · " (mark_text(mark, false)) " · as of #" (view.cursor)
                 @if let Some(var) = &step.result_variable { " · binds " code { (var) } }
-                @if !needs.is_empty() {
-                    " · after "
-                    @for (i, &need) in needs.iter().enumerate() {
-                        @if i > 0 { ", " }
-                        @let index = &view.plan.steps[need].index;
-                        a href={"/tasks/" (id) "/steps/" (index) "?at=" (view.cursor)} { (index) }
-                    }
+                @if !view.needs.is_empty() {
+                    " · after " (need_links(id, view.cursor, &view.needs))
                 }
             }
         }
@@ -501,7 +530,7 @@ pub fn retro_plan_step_page(timeline: &Timeline, view: &PlanStepView<'_>) -> Mar
                         li.retro-entry.is-current[call.cursor == view.cursor] {
                             p.retro-entry-meta {
                                 a.retro-cursor href={"/tasks/" (id) "/steps/" (step.index) "?at=" (call.cursor)} { "#" (call.cursor) }
-                                " run " code { (call.run) } " · " (when(call.at))
+                                " run " code { (short(&call.run)) } " · " (when(call.at))
                             }
                             h3 { "Sent" }
                             @match &call.call {
@@ -509,6 +538,9 @@ pub fn retro_plan_step_page(timeline: &Timeline, view: &PlanStepView<'_>) -> Mar
                                 Err(why) => p.retro-muted { (why) },
                             }
                             @match &call.end {
+                                None if matches!(mark, Some(StepMark::Interrupted { run }) if *run == call.run) => {
+                                    p.retro-muted { "Interrupted: its run ended before it answered." }
+                                },
                                 None => p.retro-muted { "No answer by this point." },
                                 Some(CallEnd::Succeeded { cursor, duration_ms, result }) => {
                                     h3 { "Result" span.retro-muted { " #" (cursor) " · " (duration_ms) " ms" } }
@@ -589,11 +621,8 @@ pub fn retro_step_page(timeline: &Timeline, view: &StepView<'_>) -> Markup {
             p.retro-muted {
                 code { (step.id.as_str()) } " · " (mark_text(mark, false)) " · as of #" (view.cursor)
                 @if !step.needs.is_empty() {
-                    " · reads "
-                    @for (i, need) in step.needs.iter().enumerate() {
-                        @if i > 0 { ", " }
-                        a href={"/tasks/" (id) "/steps/" (need.as_str()) "?at=" (view.cursor)} { (need.as_str()) }
-                    }
+                    @let needs: Vec<&str> = step.needs.iter().map(StepId::as_str).collect();
+                    " · reads " (need_links(id, view.cursor, &needs))
                 }
             }
         }
