@@ -150,6 +150,16 @@ pub(crate) async fn blocking<R: Send + 'static>(
         })?
 }
 
+/// How storing a step's artifact and recording its success went.
+enum Stored {
+    /// Both done; the artifact's hash.
+    Recorded([u8; 32]),
+    /// The blob could not be stored: the step fails, the run goes on.
+    BlobFailed(String),
+    /// The success could not be recorded: the run cannot go on.
+    Failed(StoreError),
+}
+
 struct Runner {
     store: Arc<Store>,
     task: TaskId,
@@ -659,15 +669,70 @@ async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<En
         last_progress = Instant::now();
         match result.outcome {
             Ok(produced) => {
-                let blobs = runner.store.root().blobs();
-                let bytes = produced.bytes;
-                let size = bytes.len() as u64;
-                let put =
-                    tokio::task::spawn_blocking(move || blobs.put(&bytes).map(|h| (h, bytes)))
-                        .await;
-                let (artifact, bytes) = match put {
-                    Ok(Ok(put)) => put,
-                    Ok(Err(error)) => {
+                // The artifact stored (synced), the success recorded and the
+                // step's file written, in one trip to the blocking pool.
+                let size = produced.bytes.len() as u64;
+                let command = {
+                    let (task, run, step, input) = (
+                        runner.task,
+                        runner.run,
+                        result.step.as_str().to_owned(),
+                        result.input.0,
+                    );
+                    let duration_ms =
+                        u64::try_from(produced.duration.as_millis()).unwrap_or(u64::MAX);
+                    let (tokens_in, tokens_out) = (
+                        produced.tokens_in.unwrap_or(0),
+                        produced.tokens_out.unwrap_or(0),
+                    );
+                    move |artifact| Command::SucceedStep {
+                        task,
+                        run,
+                        step,
+                        input,
+                        artifact,
+                        bytes: size,
+                        duration_ms,
+                        tokens_in,
+                        tokens_out,
+                    }
+                };
+                let (store, pipeline, task, step, bytes) = (
+                    Arc::clone(&runner.store),
+                    Arc::clone(&pipeline),
+                    runner.task,
+                    result.step.clone(),
+                    produced.bytes,
+                );
+                let settled_step = tokio::task::spawn_blocking(move || {
+                    let artifact = match store.root().blobs().put(&bytes) {
+                        Ok(hash) => hash,
+                        Err(error) => return Stored::BlobFailed(error.to_string()),
+                    };
+                    if let Err(error) = store.execute(command(artifact)) {
+                        return Stored::Failed(error);
+                    }
+                    // Only the new file: the whole folder is written when the run ends.
+                    let root = store.root().clone();
+                    if let Err(error) =
+                        crate::task_files::write_artifact(&root, &pipeline, &task, &step, &bytes)
+                    {
+                        tracing::warn!("task {task}: files not written: {error}");
+                    }
+                    Stored::Recorded(artifact)
+                })
+                .await
+                .map_err(|error| StoreError::Io {
+                    op: "store an artifact",
+                    path: String::new(),
+                    source: std::io::Error::other(error.to_string()),
+                })?;
+                match settled_step {
+                    Stored::Recorded(artifact) => {
+                        settled.insert(result.step.clone(), ContentHash(artifact));
+                    }
+                    Stored::Failed(error) => return Err(error),
+                    Stored::BlobFailed(error) => {
                         let message = format!("the artifact could not be stored: {error}");
                         record_failure(runner, &result.step, "storage_error", &message, true)
                             .await?;
@@ -678,42 +743,6 @@ async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<En
                         ));
                         continue;
                     }
-                    Err(error) => {
-                        return Err(StoreError::Io {
-                            op: "store an artifact",
-                            path: String::new(),
-                            source: std::io::Error::other(error.to_string()),
-                        });
-                    }
-                };
-                runner
-                    .execute(Command::SucceedStep {
-                        task: runner.task,
-                        run: runner.run,
-                        step: result.step.as_str().to_owned(),
-                        input: result.input.0,
-                        artifact,
-                        bytes: size,
-                        duration_ms: u64::try_from(produced.duration.as_millis())
-                            .unwrap_or(u64::MAX),
-                        tokens_in: produced.tokens_in.unwrap_or(0),
-                        tokens_out: produced.tokens_out.unwrap_or(0),
-                    })
-                    .await?;
-                settled.insert(result.step.clone(), ContentHash(artifact));
-                // Only the new file: the whole folder is written when the run ends.
-                let (root, pipeline, task, step) = (
-                    runner.store.root().clone(),
-                    Arc::clone(&pipeline),
-                    runner.task,
-                    result.step.clone(),
-                );
-                let written = tokio::task::spawn_blocking(move || {
-                    crate::task_files::write_artifact(&root, &pipeline, &task, &step, &bytes)
-                })
-                .await;
-                if let Ok(Err(error)) = written {
-                    tracing::warn!("task {}: files not written: {error}", runner.task);
                 }
             }
             Err(failure) => {

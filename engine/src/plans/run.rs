@@ -328,14 +328,26 @@ impl Shared {
         blocking(move || store.execute(command).map(|_| ())).await
     }
 
-    async fn put(&self, bytes: Vec<u8>) -> Result<[u8; 32], StoreError> {
-        let blobs = self.store.root().blobs();
+    /// Stores `bytes` as a blob, then executes the command `then` makes of
+    /// its hash: one trip to the blocking pool, the blob synced before the
+    /// event that names it.
+    async fn put_then(
+        &self,
+        bytes: Vec<u8>,
+        then: impl FnOnce([u8; 32]) -> Command + Send + 'static,
+    ) -> Result<(), StoreError> {
+        let store = Arc::clone(&self.store);
         blocking(move || {
-            blobs.put(&bytes).map_err(|e| StoreError::Io {
-                op: "store a blob",
-                path: String::new(),
-                source: std::io::Error::other(e.to_string()),
-            })
+            let hash = store
+                .root()
+                .blobs()
+                .put(&bytes)
+                .map_err(|e| StoreError::Io {
+                    op: "store a blob",
+                    path: String::new(),
+                    source: std::io::Error::other(e.to_string()),
+                })?;
+            store.execute(then(hash)).map(|_| ())
         })
         .await
     }
@@ -379,13 +391,13 @@ async fn perform(
     guard: Option<String>,
 ) -> Result<Ended, StoreError> {
     let started = Instant::now();
-    let call_hash = shared.put(call.bytes).await?;
+    let (task, run, step, input) = (shared.task, shared.run, report.index.clone(), call.input.0);
     shared
-        .execute(Command::StartStep {
-            task: shared.task,
-            run: shared.run,
-            step: report.index.clone(),
-            input: call.input.0,
+        .put_then(call.bytes, move |call_hash| Command::StartStep {
+            task,
+            run,
+            step,
+            input,
             call: Some(call_hash),
         })
         .await?;
@@ -427,16 +439,16 @@ async fn perform(
     match outcome {
         Ok((value, bytes)) => {
             let size = bytes.len() as u64;
-            let artifact = shared.put(bytes).await?;
+            let (step, duration_ms) = (report.index.clone(), report.duration_ms);
             shared
-                .execute(Command::SucceedStep {
-                    task: shared.task,
-                    run: shared.run,
-                    step: report.index.clone(),
-                    input: call.input.0,
+                .put_then(bytes, move |artifact| Command::SucceedStep {
+                    task,
+                    run,
+                    step,
+                    input,
                     artifact,
                     bytes: size,
-                    duration_ms: report.duration_ms,
+                    duration_ms,
                     tokens_in: 0,
                     tokens_out: 0,
                 })
@@ -640,9 +652,16 @@ async fn drive(
 ) -> Result<Settled, StoreError> {
     let mut calls_made: u32 = 0;
     let mut per_tool: BTreeMap<String, u32> = BTreeMap::new();
+    // A stop is looked for before the first batch, then at least every
+    // `poll` (not before every batch: a chain of fast steps would pay a
+    // read of the store per step).
+    let mut last_look: Option<Instant> = None;
     for (number, batch) in plan.batches().iter().enumerate() {
-        if stop_requested(shared).await? {
-            return Ok(Settled::Stopped);
+        if last_look.is_none_or(|at| at.elapsed() >= options.poll) {
+            last_look = Some(Instant::now());
+            if stop_requested(shared).await? {
+                return Ok(Settled::Stopped);
+            }
         }
         let mut pending = Vec::new();
         for &at in batch {
@@ -711,7 +730,6 @@ async fn drive(
         let mut in_flight: JoinSet<Result<Ended, StoreError>> = JoinSet::new();
         let mut running: Vec<String> = Vec::new();
         let mut queue = pending.into_iter();
-        let mut last_look = Instant::now();
         loop {
             while in_flight.len() < options.concurrency.max(1) {
                 let Some((at, call, report)) = queue.next() else {
@@ -764,9 +782,9 @@ async fn drive(
                 None => false,
             };
             // Look for a stop at least every `poll`, however fast calls end.
-            let due = last_look.elapsed() >= options.poll;
+            let due = last_look.is_none_or(|at| at.elapsed() >= options.poll);
             if due {
-                last_look = Instant::now();
+                last_look = Some(Instant::now());
             }
             if stopped || (due && stop_requested(shared).await?) {
                 cancel(shared, &mut in_flight, running).await;
