@@ -16,9 +16,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use planb_core::exec_plan::{ExecPlan, StepMark, render_dag};
-use planb_core::{AskId, AskSpec, Command, SessionId, Task, TaskId};
+use planb_core::{AskId, AskSpec, Command, Rejection, SessionId, Task, TaskErrorCode, TaskId};
 use planb_engine::plans::{self, Guards, Progress, RunOptions};
-use planb_projections::Store;
+use planb_projections::{Store, StoreError};
 use rmcp::model::{CallToolResult, JsonObject};
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, tool, tool_router};
@@ -888,6 +888,57 @@ impl PlanbServer {
                     .collect();
                 CallToolResult::structured(json!({ "plans": plans }))
             }
+            Err(message) => failure(message),
+        })
+    }
+
+    #[tool(
+        name = "plan_stop",
+        description = "Stop the running execution plan plan_id (or a unique prefix), whichever planb process runs it: no new call starts, the calls in flight are cancelled and their steps recorded as failed, and the run ends stopped. plan_execute with resume: true continues it later without calling again any step that succeeded. Returns {success, plan_id, message}.",
+        title = "Stop an execution plan",
+        input_schema = schema(json!({"type": "object", "properties": {"plan_id": plan_id_schema()}, "required": ["plan_id"], "additionalProperties": false})),
+        output_schema = schema(json!({"type": "object", "properties": {"success": {"type": "boolean"}, "plan_id": {"type": "string"}, "message": {"type": "string"}, "error": {"type": "string"}}})),
+        annotations(title = "Stop an execution plan", read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn plan_stop(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
+        let mut args = Args::new(&arguments);
+        let id = args.optional_string("plan_id", 200);
+        if let Err(errors) = args.finish() {
+            return Ok(failure(errors.to_string()));
+        }
+        let (store, task) = match self.plan_named(id).await {
+            Ok(found) => found,
+            Err(refused) => return Ok(refused),
+        };
+        let plan_id = task.id;
+        // `plan_named` has ended a run whose process died (failed,
+        // recoverable): no stop is left waiting for a process that is gone.
+        let last = task.runs.last().map(|run| run.state.as_str());
+        let asked = tokio::task::spawn_blocking(move || {
+            store.execute(Command::RequestStop { task: plan_id })
+        })
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|asked| match asked {
+            Err(StoreError::Rejected(Rejection::Task {
+                code: TaskErrorCode::RunNotActive,
+                ..
+            })) => Err(match last {
+                Some(state) => format!("Plan {plan_id} is not running; its last run is {state}."),
+                None => format!("Plan {plan_id} is not running; it has never run."),
+            }),
+            other => other.map_err(|e| e.to_string()),
+        });
+        Ok(match asked {
+            Ok(events) => CallToolResult::structured(json!({
+                "success": true,
+                "plan_id": plan_id.to_string(),
+                "message": if events.is_empty() {
+                    "A stop was already asked for; the run ends once its calls in flight are cancelled."
+                } else {
+                    "Stop requested; the run ends once its calls in flight are cancelled. Resume it with plan_execute and resume: true."
+                },
+            })),
             Err(message) => failure(message),
         })
     }

@@ -454,7 +454,7 @@ impl ServerHandler for PlanbServer {
              report via task_file_info. The result is a draft to refine, not a final plan. \
              To run a fixed sequence of tool calls on the downstream MCP servers configured for planb (reproducibly, \
              with parallel batches, a dry run and an exact resume after an interruption), write it once with plan_create \
-             and run it with plan_execute; plan_list and plan_show find and show plans."
+             and run it with plan_execute; plan_list and plan_show find and show plans, plan_stop stops a run."
                 .into(),
         );
         info

@@ -300,7 +300,8 @@ async fn a_killed_server_leaves_a_run_that_plan_execute_resumes_exactly() {
 
     // A new server: the dead run shows failed. The resume does not call
     // step 1 again and has its 50 KB result whole; its step 2 (a minute's
-    // sleep) is stopped from another process, which cancels the call.
+    // sleep) is stopped with plan_stop from another process, which cancels
+    // the call.
     let server = planb(dir.path(), &[]).await;
     let shown = ok(&call(&server, "plan_show", json!({"plan_id": id})).await);
     assert_eq!(shown["last_run"]["state"], "failed", "{shown}");
@@ -317,8 +318,15 @@ async fn a_killed_server_leaves_a_run_that_plan_execute_resumes_exactly() {
                 assert!(std::time::Instant::now() < deadline, "step 2 not re-run");
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            let output = support::planb(&dir, &["plan", "stop", &id]);
-            assert!(output.status.success(), "{}", support::all_output(&output));
+            // Another window's planb stops it with plan_stop.
+            let other = planb(&dir, &[]).await;
+            let stopped = ok(&call(&other, "plan_stop", json!({"plan_id": id})).await);
+            assert!(
+                stopped["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("Stop requested")),
+                "{stopped}"
+            );
         })
     };
     let resumed = ok(&call(
@@ -578,8 +586,17 @@ async fn two_servers_on_one_data_root_see_one_run_and_never_run_it_twice() {
     // failed, and may resume.
     first.kill_9();
     let _ = running.await;
+    // A stop asked for after the death is not left waiting: the run is
+    // ended failed, and the answer says so.
+    let refused = error(&call(&second, "plan_stop", json!({"plan_id": id})).await);
+    assert_eq!(
+        refused,
+        format!("Plan {id} is not running; its last run is failed.")
+    );
     let shown = ok(&call(&second, "plan_show", json!({"plan_id": id})).await);
     assert_eq!(shown["last_run"]["state"], "failed", "{shown}");
+    assert_eq!(shown["last_run"]["reason"], "worker_error", "{shown}");
+
     assert_eq!(
         calls(dir.path())
             .iter()

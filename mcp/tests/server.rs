@@ -65,7 +65,7 @@ async fn tools_are_listed_with_schemas_and_annotations() {
     let server = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
     let tools = server.client.list_all_tools().await.expect("tools/list");
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
-    assert_eq!(names.len(), 23, "{names:?}");
+    assert_eq!(names.len(), 24, "{names:?}");
     for name in [
         "init_planb_session",
         "ask_user",
@@ -90,6 +90,7 @@ async fn tools_are_listed_with_schemas_and_annotations() {
         "plan_create_and_execute",
         "plan_list",
         "plan_show",
+        "plan_stop",
     ] {
         assert!(names.contains(&name), "{name} missing from {names:?}");
     }
