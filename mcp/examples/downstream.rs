@@ -1,6 +1,9 @@
-//! A small downstream MCP server (stdio) for execution-plan tests and
-//! trials: `downstream NAME [TOOL…]` (with tools named, only those are
-//! offered). Tools: `echo {text}`, `add {a, b}`, `sleep {ms, text?}`,
+//! A small downstream MCP server for execution-plan tests and trials:
+//! `downstream NAME [TOOL…]` speaks MCP on stdio; `downstream NAME --http
+//! ADDR [TOOL…]` serves streamable HTTP at `http://ADDR/mcp` instead (port
+//! 0 picks one) and prints that URL as its first line on stdout. With tools
+//! named, only those are offered. With `DOWNSTREAM_TOKEN` set, HTTP requests
+//! must carry `Authorization: Bearer <token>` (others get 401). Tools: `echo {text}`, `add {a, b}`, `sleep {ms, text?}`,
 //! `fail {message}`, `big {bytes}` (a string of that many bytes),
 //! `noise {bytes}` (bytes that are not UTF-8, on stderr), `crash {}` (the
 //! process exits during the call). With
@@ -10,6 +13,7 @@
 use std::io::Write;
 use std::sync::Arc;
 
+use axum::response::IntoResponse;
 use rmcp::handler::server::ServerHandler;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock as Content,
@@ -171,11 +175,56 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let name = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "downstream".into());
+    let mut rest: Vec<String> = std::env::args().skip(2).collect();
+    if rest.first().map(String::as_str) == Some("--http") {
+        let addr = rest.get(1).cloned().ok_or("--http needs an address")?;
+        let only = rest.split_off(2);
+        return serve_http(Downstream { name, only }, &addr).await;
+    }
     eprintln!("{name}: ready");
-    let only = std::env::args().skip(2).collect();
-    let service = Downstream { name, only }
+    let service = Downstream { name, only: rest }
         .serve(rmcp::transport::stdio())
         .await?;
     service.waiting().await?;
+    Ok(())
+}
+
+async fn serve_http(server: Downstream, addr: &str) -> Result<(), Box<dyn std::error::Error>> {
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+    let name = server.name.clone();
+    let service = StreamableHttpService::new(
+        move || Ok(server.clone()),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default(),
+    );
+    let token = std::env::var("DOWNSTREAM_TOKEN").ok();
+    let router =
+        axum::Router::new()
+            .nest_service("/mcp", service)
+            .layer(axum::middleware::from_fn(
+                move |request: axum::extract::Request, next: axum::middleware::Next| {
+                    let expected = token.as_ref().map(|t| format!("Bearer {t}"));
+                    async move {
+                        let given = request
+                            .headers()
+                            .get("authorization")
+                            .and_then(|v| v.to_str().ok());
+                        match expected {
+                            Some(expected) if given != Some(expected.as_str()) => {
+                                axum::http::StatusCode::UNAUTHORIZED.into_response()
+                            }
+                            _ => next.run(request).await,
+                        }
+                    }
+                },
+            ));
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let url = format!("http://{}/mcp", listener.local_addr()?);
+    eprintln!("{name}: ready at {url}");
+    let mut stdout = std::io::stdout();
+    writeln!(stdout, "{url}")?;
+    stdout.flush()?;
+    axum::serve(listener, router).await?;
     Ok(())
 }

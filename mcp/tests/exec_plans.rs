@@ -394,3 +394,131 @@ fn another_process_stops_a_running_plan_and_a_second_run_is_refused_meanwhile() 
         "the cancelled step: {shown}"
     );
 }
+
+/// A downstream server reached by url: the example serving streamable HTTP
+/// on a port of its choosing, which it prints first on stdout.
+struct HttpServer {
+    child: std::process::Child,
+    url: String,
+}
+
+impl HttpServer {
+    fn start(setup: &Setup, name: &str, token: &str) -> HttpServer {
+        use std::io::BufRead;
+        let mut child = Command::new(support::downstream_binary())
+            .args([name, "--http", "127.0.0.1:0"])
+            .env("DOWNSTREAM_CALLS", setup.path("calls"))
+            .env("DOWNSTREAM_TOKEN", token)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the http server");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("its url");
+        HttpServer {
+            child,
+            url: line.trim().to_owned(),
+        }
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_server_reached_by_url_runs_its_steps_with_its_headers() {
+    let setup = Setup::new();
+    let web = HttpServer::start(&setup, "web", "sekrit");
+    let ds = support::downstream_binary();
+    let servers = json!({"mcpServers": {
+        "alpha": {"command": ds, "args": ["alpha"]},
+        "web": {"type": "http", "url": web.url,
+                "headers": {"Authorization": "Bearer ${PLANB_TEST_WEB_TOKEN}"}},
+        "secure": {"url": "https://mcp.example.invalid/mcp"},
+    }});
+    std::fs::write(setup.path("servers.json"), servers.to_string()).expect("servers");
+    let plan = json!({"title": "Over HTTP", "steps": [
+        step("1", "web__add", json!({"a": 2, "b": 3}), &[], Some("sum")),
+        step("2", "alpha__echo", json!({"text": "sum ${sum.sum}"}), &["1"], Some("said")),
+        step("3", "web__echo", json!({"text": "${said}"}), &["2"], None),
+    ]});
+    let file = setup.path("plan.json");
+    std::fs::write(&file, plan.to_string()).expect("plan file");
+    let file = file.to_str().expect("path");
+
+    // The token comes from the environment; without it the server is not
+    // started, and the message says which variable is missing.
+    let (code, out) = setup.run(&["create", file]);
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        out.contains("the environment variable PLANB_TEST_WEB_TOKEN is not set"),
+        "{out}"
+    );
+    let with_token = |args: &[&str], token: &str| {
+        let output = setup
+            .command(args)
+            .env("PLANB_TEST_WEB_TOKEN", token)
+            .output()
+            .expect("run planb-mcp");
+        (
+            output.status.code().unwrap_or(-1),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            ),
+        )
+    };
+    // A wrong token: the server answers 401 and the start fails naming it.
+    let (code, out) = with_token(&["create", file], "wrong");
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains("\"web\""), "{out}");
+    assert!(out.contains("401"), "{out}");
+
+    let (code, out) = with_token(&["create", file], "sekrit");
+    assert_eq!(code, 0, "{out}");
+    let id = out
+        .lines()
+        .find_map(|l| l.strip_prefix("Plan saved: "))
+        .expect("plan id")
+        .trim()
+        .to_owned();
+    let (code, out) = with_token(&["run", &id], "sekrit");
+    assert_eq!(code, 0, "{out}");
+    let calls = setup.calls();
+    let seen: Vec<(&str, &str)> = calls
+        .iter()
+        .map(|c| {
+            (
+                c["server"].as_str().unwrap_or_default(),
+                c["tool"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [("web", "add"), ("alpha", "echo"), ("web", "echo")],
+        "{calls:?}"
+    );
+    assert_eq!(calls[2]["args"]["text"], "sum 5.0", "{calls:?}");
+
+    // An https server (no TLS in this build) fails only the plans that use it.
+    let https =
+        json!({"title": "Secure", "steps": [step("1", "secure__echo", json!({}), &[], None)]});
+    std::fs::write(setup.path("https.json"), https.to_string()).expect("plan file");
+    let https_file = setup.path("https.json");
+    let (code, out) = with_token(&["create", https_file.to_str().expect("path")], "sekrit");
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains("\"secure\""), "{out}");
+    assert!(
+        out.contains("https:// is not supported by this build"),
+        "{out}"
+    );
+}

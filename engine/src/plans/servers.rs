@@ -4,8 +4,15 @@
 //!
 //! ```json
 //! {"mcpServers": {"fs": {"command": "fs-server", "args": ["/tmp"], "env": {"K": "v"}},
-//!                 "web": {"url": "http://127.0.0.1:9000/mcp"}}}
+//!                 "web": {"url": "http://127.0.0.1:9000/mcp",
+//!                         "headers": {"Authorization": "Bearer ${WEB_TOKEN}"}}}}
 //! ```
+//!
+//! A `url` server speaks streamable HTTP; `headers` go with every request,
+//! each `${NAME}` in a value replaced by that environment variable. `type`
+//! (`stdio`, `http`, `streamable-http`) may say which kind an entry is, as
+//! other clients' files do; the older SSE transport (`"type": "sse"`) and
+//! `https://` (this build has no TLS) are refused with a message.
 //!
 //! A server is started when a plan first needs it (its tools are listed
 //! then) and kept for the life of the process. Tools are addressed
@@ -23,7 +30,8 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation,
 };
 use rmcp::service::RunningService;
-use rmcp::transport::TokioChildProcess;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Map, Value};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt};
@@ -50,7 +58,13 @@ pub enum ServerSpec {
         env: BTreeMap<String, String>,
     },
     /// A streamable HTTP endpoint.
-    Url(String),
+    Url {
+        /// `http://…`.
+        url: String,
+        /// Headers sent with every request (`${NAME}` in a value read from
+        /// the environment when the file is read).
+        headers: BTreeMap<String, String>,
+    },
 }
 
 /// The servers file, read and checked.
@@ -76,6 +90,82 @@ fn strings(value: Option<&Value>, path: &str) -> Result<Vec<String>, String> {
             .collect(),
         Some(_) => Err(format!("{path}: must be an array of strings")),
     }
+}
+
+/// Longest server URL.
+const URL_BYTES_MAX: usize = 2048;
+/// Most headers of one url server.
+const HEADERS_MAX: usize = 32;
+
+/// A url server's `headers`: names HTTP allows, values kept as written
+/// (their `${NAME}`s are read when the server starts).
+fn headers(value: Option<&Value>, at: &str) -> Result<BTreeMap<String, String>, String> {
+    let map = match value {
+        None | Some(Value::Null) => return Ok(BTreeMap::new()),
+        Some(Value::Object(map)) => map,
+        Some(_) => return Err(format!("{at}.headers: must be an object of strings")),
+    };
+    if map.len() > HEADERS_MAX {
+        return Err(format!("{at}.headers: at most {HEADERS_MAX} headers"));
+    }
+    let mut headers = BTreeMap::new();
+    for (name, value) in map {
+        let field = format!("{at}.headers.{name}");
+        let Some(value) = value.as_str() else {
+            return Err(format!("{field}: must be a string"));
+        };
+        if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+            return Err(format!("{field}: not a valid HTTP header name"));
+        }
+        headers.insert(name.clone(), value.to_owned());
+    }
+    Ok(headers)
+}
+
+/// The headers of a url server as sent: each `${NAME}` in a value read from
+/// the environment now.
+fn url_headers(
+    headers: &BTreeMap<String, String>,
+) -> Result<std::collections::HashMap<http::HeaderName, http::HeaderValue>, String> {
+    headers
+        .iter()
+        .map(|(name, value)| {
+            let value = expand_env(value).map_err(|e| format!("header {name}: {e}"))?;
+            let header_name = http::HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| format!("header {name}: not a valid HTTP header name"))?;
+            let header_value = http::HeaderValue::from_str(&value).map_err(|_| {
+                format!(
+                    "header {name}: not a valid HTTP header value (control characters or non-ASCII)"
+                )
+            })?;
+            Ok((header_name, header_value))
+        })
+        .collect()
+}
+
+/// `text` with each `${NAME}` replaced by the environment variable `NAME`.
+fn expand_env(text: &str) -> Result<String, String> {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            return Err("\"${\" without a closing \"}\"".into());
+        };
+        let name = &after[..end];
+        let valid = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            return Err(format!("${{{name}}} does not name an environment variable"));
+        }
+        match std::env::var(name) {
+            Ok(value) => out.push_str(&value),
+            Err(_) => return Err(format!("the environment variable {name} is not set")),
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
 }
 
 impl Servers {
@@ -138,6 +228,22 @@ impl Servers {
             let Value::Object(spec) = spec else {
                 return Err(format!("{at}: must be an object"));
             };
+            match spec.get("type") {
+                None | Some(Value::Null) => {}
+                Some(Value::String(kind))
+                    if ["stdio", "http", "streamable-http", "streamableHttp"]
+                        .contains(&kind.as_str()) => {}
+                Some(Value::String(kind)) if kind == "sse" => {
+                    return Err(format!(
+                        "{at}.type: \"sse\" (the older HTTP+SSE transport) is not supported; give the server's streamable HTTP endpoint as url"
+                    ));
+                }
+                Some(_) => {
+                    return Err(format!(
+                        "{at}.type: must be \"stdio\", \"http\" or \"streamable-http\""
+                    ));
+                }
+            }
             let parsed = match (spec.get("command"), spec.get("url")) {
                 (Some(Value::String(command)), None) if !command.trim().is_empty() => {
                     let args = strings(spec.get("args"), &format!("{at}.args"))?;
@@ -160,14 +266,20 @@ impl Servers {
                     }
                 }
                 (None, Some(Value::String(url)))
-                    if url.starts_with("http://") || url.starts_with("https://") =>
+                    if (url.starts_with("http://") || url.starts_with("https://"))
+                        && url.len() <= URL_BYTES_MAX =>
                 {
-                    ServerSpec::Url(url.clone())
+                    ServerSpec::Url {
+                        url: url.clone(),
+                        headers: headers(spec.get("headers"), &at)?,
+                    }
                 }
                 (Some(_), Some(_)) => return Err(format!("{at}: give command or url, not both")),
                 (Some(_), None) => return Err(format!("{at}.command: must be a non-empty string")),
                 (None, Some(_)) => {
-                    return Err(format!("{at}.url: must be an http:// or https:// URL"));
+                    return Err(format!(
+                        "{at}.url: must be an http:// or https:// URL of at most {URL_BYTES_MAX} bytes"
+                    ));
                 }
                 (None, None) => return Err(format!("{at}: needs command (stdio) or url")),
             };
@@ -213,7 +325,8 @@ pub struct DownstreamError {
 struct Connection {
     client: RunningService<RoleClient, ClientConfig>,
     tools: Vec<ToolInfo>,
-    stderr: Arc<Mutex<VecDeque<String>>>,
+    /// The end of a child's stderr; none for a url server.
+    stderr: Option<Arc<Mutex<VecDeque<String>>>>,
 }
 
 /// The downstream servers of one process: connected when first needed.
@@ -287,12 +400,25 @@ impl Downstream {
         let stderr_lines = Arc::new(Mutex::new(VecDeque::new()));
         let (command, args, env) = match spec {
             ServerSpec::Stdio { command, args, env } => (command, args, env),
-            ServerSpec::Url(url) => {
-                return Err(DownstreamError {
-                    message: format!(
-                        "downstream server {name:?} ({url}): servers reached by url are not supported by this build; run it as a command (stdio)"
-                    ),
+            ServerSpec::Url { url, headers } => {
+                let failed = |detail: String| DownstreamError {
+                    message: format!("downstream server {name:?} ({url}) did not start: {detail}"),
                     class: "server_start",
+                };
+                if url.starts_with("https://") {
+                    return Err(failed(
+                        "https:// is not supported by this build (it has no TLS); reach the server over http:// on this machine, through a local proxy if it is remote".into(),
+                    ));
+                }
+                let custom = url_headers(headers).map_err(failed)?;
+                let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                    .custom_headers(custom);
+                let transport = StreamableHttpClientTransport::from_config(config);
+                let (client, tools) = self.handshake(transport).await.map_err(failed)?;
+                return Ok(Connection {
+                    client,
+                    tools: tool_infos(name, tools),
+                    stderr: None,
                 });
             }
         };
@@ -342,6 +468,37 @@ impl Downstream {
                 }
             });
         }
+        let (client, tools) = match self.handshake(transport).await {
+            Ok(found) => found,
+            Err(detail) => {
+                // Give the reader a moment to collect the last words.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                return Err(failed(detail, &stderr_lines));
+            }
+        };
+        Ok(Connection {
+            client,
+            tools: tool_infos(name, tools),
+            stderr: Some(stderr_lines),
+        })
+    }
+
+    /// Initializes a session over `transport` and lists its tools, within
+    /// the start timeout.
+    async fn handshake<T, E, A>(
+        &self,
+        transport: T,
+    ) -> Result<
+        (
+            RunningService<RoleClient, ClientConfig>,
+            Vec<rmcp::model::Tool>,
+        ),
+        String,
+    >
+    where
+        T: rmcp::transport::IntoTransport<RoleClient, E, A>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
         let info = ClientConfig::new(
             ClientCapabilities::default(),
             Implementation::new("planb-mcp", env!("CARGO_PKG_VERSION")),
@@ -352,34 +509,13 @@ impl Downstream {
             Ok::<_, String>((client, tools))
         })
         .await;
-        let (client, tools) = match started {
-            Ok(Ok(found)) => found,
-            Ok(Err(detail)) => {
-                // Give the reader a moment to collect the last words.
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                return Err(failed(detail, &stderr_lines));
-            }
-            Err(_) => {
-                return Err(failed(
-                    format!("no answer within {} s", self.start_timeout.as_secs_f64()),
-                    &stderr_lines,
-                ));
-            }
-        };
-        let tools = tools
-            .into_iter()
-            .map(|tool| ToolInfo {
-                server: name.to_owned(),
-                name: tool.name.to_string(),
-                description: tool.description.map(|d| d.to_string()).unwrap_or_default(),
-                input_schema: Value::Object((*tool.input_schema).clone()),
-            })
-            .collect();
-        Ok(Connection {
-            client,
-            tools,
-            stderr: stderr_lines,
-        })
+        match started {
+            Ok(found) => found,
+            Err(_) => Err(format!(
+                "no answer within {} s",
+                self.start_timeout.as_secs_f64()
+            )),
+        }
     }
 
     /// Every tool of every server that starts, and the failures of those
@@ -480,10 +616,15 @@ impl Downstream {
                 }
                 Err(DownstreamError {
                     message: if closed {
-                        format!(
-                            "downstream server {server:?} closed during {tool}: {e}; its stderr ends with:\n{}",
-                            tail(&connection.stderr)
-                        )
+                        match &connection.stderr {
+                            Some(stderr) => format!(
+                                "downstream server {server:?} closed during {tool}: {e}; its stderr ends with:\n{}",
+                                tail(stderr)
+                            ),
+                            None => {
+                                format!("downstream server {server:?} closed during {tool}: {e}")
+                            }
+                        }
                     } else {
                         format!("{server}__{tool}: {e}")
                     },
@@ -501,6 +642,18 @@ impl Downstream {
     }
 }
 
+fn tool_infos(server: &str, tools: Vec<rmcp::model::Tool>) -> Vec<ToolInfo> {
+    tools
+        .into_iter()
+        .map(|tool| ToolInfo {
+            server: server.to_owned(),
+            name: tool.name.to_string(),
+            description: tool.description.map(|d| d.to_string()).unwrap_or_default(),
+            input_schema: Value::Object((*tool.input_schema).clone()),
+        })
+        .collect()
+}
+
 /// The names a plan may use: every `server__tool`, and each bare name one
 /// server alone has.
 pub fn available(tools: &[ToolInfo]) -> Vec<String> {
@@ -513,4 +666,83 @@ pub fn available(tools: &[ToolInfo]) -> Vec<String> {
     names.sort();
     names.dedup();
     names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parse(servers: Value) -> Result<Servers, String> {
+        Servers::parse(&json!({ "mcpServers": servers }))
+    }
+
+    #[test]
+    fn url_entries_keep_their_headers_and_name_what_is_wrong() {
+        let parsed = parse(
+            json!({"web": {"type": "http", "url": "http://127.0.0.1:9/mcp",
+            "headers": {"Authorization": "Bearer ${TOKEN}"}}}),
+        )
+        .expect("valid");
+        assert_eq!(
+            parsed.servers["web"],
+            ServerSpec::Url {
+                url: "http://127.0.0.1:9/mcp".into(),
+                headers: BTreeMap::from([("Authorization".into(), "Bearer ${TOKEN}".into())]),
+            }
+        );
+        let cases = [
+            (
+                json!({"web": {"type": "sse", "url": "http://h/sse"}}),
+                "mcpServers.web.type: \"sse\"",
+            ),
+            (
+                json!({"web": {"type": "carrier-pigeon", "command": "x"}}),
+                "mcpServers.web.type: must be",
+            ),
+            (
+                json!({"web": {"url": "ftp://h/mcp"}}),
+                "mcpServers.web.url: must be an http:// or https:// URL",
+            ),
+            (
+                json!({"web": {"url": "http://h/mcp", "headers": {"bad name": "x"}}}),
+                "mcpServers.web.headers.bad name: not a valid HTTP header name",
+            ),
+            (
+                json!({"web": {"url": "http://h/mcp", "headers": {"X-N": 1}}}),
+                "mcpServers.web.headers.X-N: must be a string",
+            ),
+            (
+                json!({"web": {"url": "http://h/mcp", "command": "x"}}),
+                "mcpServers.web: give command or url, not both",
+            ),
+        ];
+        for (servers, expected) in cases {
+            let error = parse(servers.clone()).expect_err("refused");
+            assert!(error.starts_with(expected), "{servers}: {error}");
+        }
+    }
+
+    #[test]
+    fn header_values_read_the_environment_when_sent() {
+        // PATH is set in every test environment; the other name never is.
+        let path = std::env::var("PATH").expect("PATH");
+        assert_eq!(expand_env("a ${PATH} b"), Ok(format!("a {path} b")));
+        assert_eq!(expand_env("no variables"), Ok("no variables".into()));
+        assert_eq!(
+            expand_env("${PLANB_SURELY_UNSET_VARIABLE}"),
+            Err("the environment variable PLANB_SURELY_UNSET_VARIABLE is not set".into())
+        );
+        assert_eq!(
+            expand_env("${not-a-name}"),
+            Err("${not-a-name} does not name an environment variable".into())
+        );
+        assert!(expand_env("${OPEN").is_err());
+        let headers = BTreeMap::from([("X-Line".to_string(), "a\nb".to_string())]);
+        let error = url_headers(&headers).expect_err("a newline cannot be sent");
+        assert!(
+            error.starts_with("header X-Line: not a valid HTTP header value"),
+            "{error}"
+        );
+    }
 }
