@@ -13,6 +13,7 @@ pub mod run;
 pub mod servers;
 
 pub use run::{
-    Guards, PlanOutcome, PlanRunError, Progress, RunOptions, StepReport, dry_run, load, run_plan,
+    ForeignRun, Guards, PlanOutcome, PlanRunError, Progress, RunOptions, StepReport, dry_run, load,
+    record_foreign_run, run_plan,
 };
 pub use servers::{Downstream, DownstreamError, ServerSpec, Servers, ToolInfo, available};

@@ -242,7 +242,7 @@ pub(crate) async fn create_from_goal(
     record(store, plan, client_request_id).await
 }
 
-async fn record(
+pub(crate) async fn record(
     store: &Arc<Store>,
     plan: ExecPlan,
     client_request_id: Option<String>,

@@ -18,6 +18,7 @@ mod forms;
 mod http;
 mod opening;
 mod plan_cli;
+mod plan_import;
 mod plan_tools;
 mod plans;
 mod resources;

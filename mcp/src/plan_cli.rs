@@ -62,6 +62,13 @@ pub(crate) enum PlanCommand {
         /// The plan's id or a unique prefix.
         id: String,
     },
+    /// Import mcp-cli's saved plans and their checkpoints (a checkpoint
+    /// becomes a run that `resume` continues); importing again changes
+    /// nothing.
+    Import {
+        /// The directory of mcp-cli's plans [default: ~/.mcp-cli/plans].
+        dir: Option<PathBuf>,
+    },
     /// Delete a plan (its history stays in the log).
     Delete {
         /// The plan's id or a unique prefix.
@@ -262,6 +269,57 @@ pub(crate) fn main(
                 writeln!(out, "Plan {}: stop requested", task.id)?;
             }
             Ok(ExitCode::SUCCESS)
+        }
+        PlanCommand::Import { dir } => {
+            let dir = match dir {
+                Some(dir) => dir.clone(),
+                None => crate::plan_import::default_dir()
+                    .ok_or_else(|| anyhow::anyhow!("HOME is not set: give the directory"))?,
+            };
+            let saved = crate::plan_import::saved(&dir).map_err(|e| anyhow::anyhow!(e))?;
+            if saved.is_empty() {
+                writeln!(out, "No mcp-cli plans in {}.", dir.display())?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            let downstream = exec_plans::downstream(servers).map_err(|e| anyhow::anyhow!(e))?;
+            let runtime = runtime()?;
+            let mut failed = 0;
+            for plan in &saved {
+                let imported =
+                    runtime.block_on(crate::plan_import::import(&store, &downstream, plan));
+                match imported {
+                    Ok(crate::plan_import::Imported::New {
+                        task,
+                        title,
+                        steps,
+                        run,
+                        notes,
+                    }) => {
+                        writeln!(
+                            out,
+                            "{}: imported as {task}: {title} ({steps} steps){}",
+                            plan.id,
+                            run.map(|r| format!("; its checkpoint: {r}"))
+                                .unwrap_or_default()
+                        )?;
+                        for note in notes {
+                            writeln!(out, "  {note}")?;
+                        }
+                    }
+                    Ok(crate::plan_import::Imported::Already(task)) => {
+                        writeln!(out, "{}: imported before, as {task}", plan.id)?;
+                    }
+                    Err(error) => {
+                        failed += 1;
+                        writeln!(out, "{}: not imported: {error}", plan.id)?;
+                    }
+                }
+            }
+            Ok(if failed == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
         }
         PlanCommand::Delete { id } => {
             let task = exec_plans::find(&store, id).map_err(|e| anyhow::anyhow!(e))?;

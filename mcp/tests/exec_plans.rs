@@ -522,3 +522,68 @@ fn a_server_reached_by_url_runs_its_steps_with_its_headers() {
         "{out}"
     );
 }
+
+#[test]
+fn mcp_cli_plans_and_checkpoints_are_imported_and_resume_where_they_stopped() {
+    let setup = Setup::new();
+    // mcp-cli's plans name tools bare: one server, so each name is its own.
+    let servers = json!({"mcpServers": {
+        "alpha": {"command": support::downstream_binary(), "args": ["alpha"]},
+    }});
+    std::fs::write(setup.path("servers.json"), servers.to_string()).expect("servers");
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp-cli-plans");
+    let dir = setup.path("plans");
+    std::fs::create_dir(&dir).expect("dir");
+    for entry in std::fs::read_dir(&fixtures).expect("fixtures") {
+        let path = entry.expect("entry").path();
+        std::fs::copy(&path, dir.join(path.file_name().expect("name"))).expect("copy");
+    }
+    let dir = dir.to_str().expect("path");
+    let (code, out) = setup.run(&["import", dir]);
+    assert_eq!(code, 0, "{out}");
+    let id_of = |mcp_cli: &str| -> String {
+        out.lines()
+            .find_map(|l| l.strip_prefix(&format!("{mcp_cli}: imported as ")))
+            .and_then(|rest| rest.split(':').next())
+            .unwrap_or_else(|| panic!("{mcp_cli} not imported: {out}"))
+            .to_owned()
+    };
+    let diamond = id_of("e9b14d1f-5728-48f3-b6db-622c2a84bacf");
+    let cut = id_of("b6e656c9-bd9f-421d-a8de-3ebe91425e36");
+    let never = id_of("32593754-879c-4c65-ba69-d172c132f409");
+    assert!(
+        out.contains("Diamond demo (3 steps); its checkpoint: 3 of 3 steps done, completed"),
+        "{out}"
+    );
+    assert!(
+        out.contains("(3 steps); its checkpoint: 1 of 3 steps done"),
+        "{out}"
+    );
+
+    // Again: nothing new.
+    let (code, again) = setup.run(&["import", dir]);
+    assert_eq!(code, 0, "{again}");
+    assert_eq!(again.matches("imported before, as").count(), 3, "{again}");
+    let (_, listed) = setup.run(&["list"]);
+    assert_eq!(listed.lines().count(), 4, "{listed}");
+
+    // The plan that never ran kept its dependency-free steps and shows them.
+    let (code, shown) = setup.run(&["show", &never]);
+    assert_eq!(code, 0, "{shown}");
+    assert!(shown.contains("Raw registry plan"), "{shown}");
+
+    // The completed diamond resumes without a call.
+    let (code, out) = setup.run(&["resume", &diamond]);
+    assert_eq!(code, 0, "{out}");
+    assert!(setup.calls().is_empty(), "{:?}", setup.calls());
+
+    // The other one: its step 3 is on record; step 1 (never completed in
+    // the kept checkpoint) runs with the whole 1,500-character variable,
+    // and step 2 runs again since mcp-cli kept only a placeholder of it.
+    let (code, out) = setup.run(&["resume", &cut]);
+    assert_eq!(code, 0, "{out}");
+    let calls = setup.calls();
+    let tools: Vec<&str> = calls.iter().filter_map(|c| c["tool"].as_str()).collect();
+    assert_eq!(tools, ["echo", "big"], "{calls:?}");
+    assert_eq!(calls[0]["args"]["text"].as_str().map(str::len), Some(1500));
+}

@@ -879,3 +879,122 @@ fn guard_reason(
     }
     None
 }
+
+/// A run another program made of a plan, to be recorded as a planb run: the
+/// steps it completed with their results, and how it ended.
+#[derive(Clone, Debug)]
+pub struct ForeignRun {
+    /// The variables the run was given over the plan's.
+    pub call_variables: Map<String, Value>,
+    /// Every variable as the run last saw it (plan, call and results):
+    /// what the steps' arguments are resolved with.
+    pub variables: Map<String, Value>,
+    /// The completed steps (by index) whose results are known whole.
+    pub completed: Vec<(String, Value)>,
+    /// Whether the run finished every step.
+    pub finished: bool,
+    /// Why it did not finish, when it did not.
+    pub reason: Option<String>,
+}
+
+/// Records `foreign` as a run of the plan `task`: each completed step's
+/// call (resolved as this build would resolve it, so a resume reuses the
+/// step exactly when its call is the same) and result, then the run's end:
+/// completed only when `finished`, otherwise failed and recoverable, so
+/// `resume` runs the rest. Holds the plan's run lock meanwhile.
+pub async fn record_foreign_run(
+    store: Arc<Store>,
+    downstream: Arc<Downstream>,
+    task: TaskId,
+    foreign: ForeignRun,
+) -> Result<RunId, PlanRunError> {
+    let lock = take_run_lock(store.root(), task).await?;
+    {
+        let store = Arc::clone(&store);
+        blocking(move || store.end_lost_run(task)).await?;
+    }
+    let found = {
+        let store = Arc::clone(&store);
+        blocking(move || store.read(|s| s.task(&task).cloned())).await?
+    }
+    .ok_or_else(|| PlanRunError::NotFound(task.to_string()))?;
+    let plan = load(&found)?;
+    let tools = downstream
+        .tools_for(plan.steps.iter().map(|s| s.tool.as_str()))
+        .await
+        .map_err(|e| PlanRunError::Downstream(e.message))?;
+    plan.check_tools(|name| Downstream::resolve(&tools, name).map(|_| ()))
+        .map_err(|e| PlanRunError::Invalid(e.to_string()))?;
+    let run = RunId::from_uuid(store.env().event_id());
+    let shared = Shared {
+        store: Arc::clone(&store),
+        downstream,
+        task,
+        run,
+        timeout: Duration::ZERO,
+        progress: None,
+    };
+    shared
+        .execute(Command::StartRun {
+            task,
+            run,
+            resumed_from: None,
+            owner_pid: std::process::id(),
+            host: host(),
+            variables: Some(Value::Object(foreign.call_variables.clone()).to_string()),
+        })
+        .await?;
+    for step in &plan.steps {
+        let Some((_, result)) = foreign.completed.iter().find(|(i, _)| *i == step.index) else {
+            continue;
+        };
+        let tool = Downstream::resolve(&tools, &step.tool)
+            .map_err(|_| PlanRunError::Invalid(format!("step {}: unknown tool", step.index)))?;
+        let args = resolve_args(&step.args, &foreign.variables);
+        let call = json!({"tool": tool.qualified(), "args": args});
+        let bytes = serde_json::to_vec(&call).unwrap_or_default();
+        let input = ContentHash::of_bytes(&bytes).0;
+        let step_name = step.index.clone();
+        shared
+            .put_then(bytes, move |call_hash| Command::StartStep {
+                task,
+                run,
+                step: step_name,
+                input,
+                call: Some(call_hash),
+            })
+            .await?;
+        let result = serde_json::to_vec(result).unwrap_or_default();
+        let size = result.len() as u64;
+        let step_name = step.index.clone();
+        shared
+            .put_then(result, move |artifact| Command::SucceedStep {
+                task,
+                run,
+                step: step_name,
+                input,
+                artifact,
+                bytes: size,
+                duration_ms: 0,
+                tokens_in: 0,
+                tokens_out: 0,
+            })
+            .await?;
+    }
+    shared
+        .execute(Command::EndRun {
+            task,
+            run,
+            outcome: if foreign.finished {
+                RunOutcome::Completed
+            } else {
+                RunOutcome::Failed
+            },
+            reason: foreign.reason,
+            failed_step: None,
+            recoverable: !foreign.finished,
+        })
+        .await?;
+    drop(lock);
+    Ok(run)
+}

@@ -1,0 +1,356 @@
+//! `planb-mcp plan import [DIR]`: mcp-cli's saved plans (`<id>.json`, by
+//! default in `~/.mcp-cli/plans`) and their checkpoints (`<id>_state.json`)
+//! brought into the log.
+//!
+//! A plan keeps its title, description, variables and steps (mcp-cli writes
+//! `tool_calls[{name, args}]` and 1-based string `depends_on`, or none). It
+//! is recorded under the idempotency key `mcp-cli:<id>`, so importing the
+//! same directory again changes nothing. A checkpoint becomes a planb run of
+//! the plan: each completed step whose result mcp-cli kept whole is
+//! recorded with its call, so `plan resume` calls it no more. mcp-cli keeps
+//! results only as variables, cutting strings at 1,000 characters and
+//! replacing larger objects with a `"[dict, N chars]"` placeholder: a step
+//! whose value was cut is not recorded, and the resume calls it again
+//! (mcp-cli's own resume would pass the cut value on). A completed step
+//! without a `result_variable` has no result on record: it is recorded
+//! with `null`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use planb_core::TaskId;
+use planb_core::exec_plan::ExecPlan;
+use planb_engine::plans::{self, Downstream, ForeignRun};
+use planb_projections::Store;
+use serde_json::{Map, Value, json};
+
+/// Largest plan or checkpoint file read.
+const FILE_BYTES_MAX: u64 = 16 * 1024 * 1024;
+/// Most plans imported in one call.
+const PLANS_MAX: usize = 10_000;
+/// mcp-cli's cut: strings longer than this are cut to it plus a marker.
+const CUT_CHARS: usize = 1000;
+const CUT_MARKER: &str = "... [truncated]";
+
+/// One saved mcp-cli plan.
+#[derive(Debug)]
+pub(crate) struct Saved {
+    /// mcp-cli's id (the file's stem).
+    pub id: String,
+    /// The plan file.
+    pub path: PathBuf,
+    /// Its checkpoint, when there is one.
+    pub checkpoint: Option<PathBuf>,
+}
+
+/// The plans in `dir`, by id.
+pub(crate) fn saved(dir: &Path) -> Result<Vec<Saved>, String> {
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut found = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| format!("{}: {e}", dir.display()))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(id) = name.strip_suffix(".json") else {
+            continue;
+        };
+        if id.ends_with("_state") || id.is_empty() {
+            continue;
+        }
+        let checkpoint = dir.join(format!("{id}_state.json"));
+        found.push(Saved {
+            id: id.to_owned(),
+            path: entry.path(),
+            checkpoint: checkpoint.is_file().then_some(checkpoint),
+        });
+        if found.len() > PLANS_MAX {
+            return Err(format!(
+                "{}: more than {PLANS_MAX} plans; import them a part at a time",
+                dir.display()
+            ));
+        }
+    }
+    found.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(found)
+}
+
+fn read_json(path: &Path) -> Result<Value, String> {
+    let shown = path.display();
+    let meta = std::fs::metadata(path).map_err(|e| format!("{shown}: {e}"))?;
+    if meta.len() > FILE_BYTES_MAX {
+        return Err(format!(
+            "{shown}: {} bytes; at most {FILE_BYTES_MAX} are read",
+            meta.len()
+        ));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: {e}"))?;
+    serde_json::from_str(&text).map_err(|e| format!("{shown}: not JSON: {e}"))
+}
+
+/// mcp-cli's plan file as a plan of the seed's format.
+pub(crate) fn convert(raw: &Value) -> Result<Value, String> {
+    let Value::Object(raw) = raw else {
+        return Err("not a JSON object".into());
+    };
+    let steps = match raw.get("steps") {
+        Some(Value::Array(steps)) => steps,
+        _ => return Err("steps: missing or not an array".into()),
+    };
+    let mut converted = Vec::new();
+    for (at, step) in steps.iter().enumerate() {
+        let field = format!("steps[{at}]");
+        let Value::Object(step) = step else {
+            return Err(format!("{field}: not an object"));
+        };
+        let (tool, args) = match step.get("tool_calls") {
+            Some(Value::Array(calls)) if calls.len() == 1 => {
+                (calls[0].get("name").cloned(), calls[0].get("args").cloned())
+            }
+            Some(Value::Array(calls)) if calls.len() > 1 => {
+                return Err(format!(
+                    "{field}.tool_calls: {} calls; a step makes one",
+                    calls.len()
+                ));
+            }
+            _ => (step.get("tool").cloned(), step.get("args").cloned()),
+        };
+        let mut out = Map::new();
+        for key in ["index", "title", "result_variable"] {
+            if let Some(value) = step.get(key).filter(|v| !v.is_null()) {
+                out.insert(key.into(), value.clone());
+            }
+        }
+        out.insert("tool".into(), tool.unwrap_or(Value::Null));
+        out.insert("args".into(), args.unwrap_or_else(|| json!({})));
+        out.insert(
+            "depends_on".into(),
+            step.get("depends_on").cloned().unwrap_or_else(|| json!([])),
+        );
+        converted.push(Value::Object(out));
+    }
+    let mut plan = Map::new();
+    for key in ["title", "description", "variables"] {
+        if let Some(value) = raw.get(key).filter(|v| !v.is_null()) {
+            plan.insert(key.into(), value.clone());
+        }
+    }
+    plan.insert("steps".into(), Value::Array(converted));
+    Ok(Value::Object(plan))
+}
+
+/// Whether mcp-cli cut `value` when it saved it.
+fn was_cut(value: &Value) -> bool {
+    let Value::String(text) = value else {
+        return false;
+    };
+    if text.ends_with(CUT_MARKER) && text.chars().count() == CUT_CHARS + CUT_MARKER.len() {
+        return true;
+    }
+    // "[dict, 1901 chars]" / "[list, 52 chars]"
+    text.strip_prefix('[')
+        .and_then(|t| t.strip_suffix(" chars]"))
+        .and_then(|t| t.split_once(", "))
+        .is_some_and(|(kind, n)| {
+            (kind == "dict" || kind == "list") && n.chars().all(|c| c.is_ascii_digit())
+        })
+}
+
+/// What a checkpoint says, as a run of `plan`; and the steps left out, with
+/// why.
+pub(crate) fn foreign_run(
+    checkpoint: &Value,
+    plan: &ExecPlan,
+) -> Result<(ForeignRun, Vec<String>), String> {
+    let status = checkpoint
+        .get("status")
+        .and_then(Value::as_str)
+        .unwrap_or("unknown");
+    let completed: Vec<String> = match checkpoint.get("completed_steps") {
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| match v {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            })
+            .collect(),
+        _ => return Err("completed_steps: missing or not an array".into()),
+    };
+    let variables = match checkpoint.get("variables") {
+        Some(Value::Object(vars)) => vars.clone(),
+        None | Some(Value::Null) => Map::new(),
+        Some(_) => return Err("variables: not an object".into()),
+    };
+    let results: Vec<&str> = plan
+        .steps
+        .iter()
+        .filter_map(|s| s.result_variable.as_deref())
+        .collect();
+    // What the run was given over the plan: variables that are no step's
+    // result and differ from the plan's (or are not in it).
+    let call_variables: Map<String, Value> = variables
+        .iter()
+        .filter(|(name, value)| {
+            !results.contains(&name.as_str()) && plan.variables.get(*name) != Some(value)
+        })
+        .filter(|(_, value)| !was_cut(value))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let mut done = Vec::new();
+    let mut left = Vec::new();
+    for step in &plan.steps {
+        if !completed.contains(&step.index) {
+            continue;
+        }
+        match &step.result_variable {
+            None => done.push((step.index.clone(), Value::Null)),
+            Some(var) => match variables.get(var) {
+                Some(value) if !was_cut(value) => done.push((step.index.clone(), value.clone())),
+                Some(_) => left.push(format!(
+                    "step {}: mcp-cli cut its result ({var}); it runs again on resume",
+                    step.index
+                )),
+                None => left.push(format!(
+                    "step {}: its result ({var}) is not in the checkpoint; it runs again on resume",
+                    step.index
+                )),
+            },
+        }
+    }
+    let finished = status == "completed" && done.len() == plan.steps.len();
+    let reason = (!finished).then(|| match status {
+        "completed" => {
+            "imported from mcp-cli: completed there, but not every result was kept".to_owned()
+        }
+        "failed" => "imported from mcp-cli: the run failed there".to_owned(),
+        "running" => "imported from mcp-cli: the run was interrupted there".to_owned(),
+        other => format!("imported from mcp-cli: its status was {other:?}"),
+    });
+    Ok((
+        ForeignRun {
+            call_variables,
+            variables,
+            completed: done,
+            finished,
+            reason,
+        },
+        left,
+    ))
+}
+
+/// How one plan's import went, for people.
+pub(crate) enum Imported {
+    /// Recorded now: the new id, what its checkpoint gave, and warnings.
+    New {
+        task: TaskId,
+        title: String,
+        steps: usize,
+        run: Option<String>,
+        notes: Vec<String>,
+    },
+    /// Imported before: the id it has.
+    Already(TaskId),
+}
+
+/// Imports one saved plan (and its checkpoint).
+pub(crate) async fn import(
+    store: &Arc<Store>,
+    downstream: &Arc<Downstream>,
+    saved: &Saved,
+) -> Result<Imported, String> {
+    let key = format!("mcp-cli:{}", saved.id);
+    let existing = store
+        .read(|s| s.task_by_request(&key).map(|t| t.id))
+        .map_err(|e| e.to_string())?;
+    if let Some(task) = existing {
+        return Ok(Imported::Already(task));
+    }
+    let raw = read_json(&saved.path)?;
+    let value = convert(&raw).map_err(|e| format!("{}: {e}", saved.path.display()))?;
+    let plan = ExecPlan::from_json(&value).map_err(|e| format!("{}: {e}", saved.path.display()))?;
+    let (task, plan) = crate::exec_plans::record(store, plan, Some(key)).await?;
+    let mut notes = Vec::new();
+    let mut run = None;
+    if let Some(path) = &saved.checkpoint {
+        let recorded = match read_json(path)
+            .and_then(|checkpoint| foreign_run(&checkpoint, &plan))
+            .map_err(|e| format!("{}: {e}", path.display()))
+        {
+            Ok((foreign, left)) => {
+                notes.extend(left);
+                let summary = format!(
+                    "{} of {} steps done{}",
+                    foreign.completed.len(),
+                    plan.steps.len(),
+                    if foreign.finished { ", completed" } else { "" }
+                );
+                plans::record_foreign_run(Arc::clone(store), Arc::clone(downstream), task, foreign)
+                    .await
+                    .map(|_| summary)
+                    .map_err(|e| e.to_string())
+            }
+            Err(e) => Err(e),
+        };
+        match recorded {
+            Ok(summary) => run = Some(summary),
+            Err(e) => notes.push(format!("its checkpoint was not imported: {e}")),
+        }
+    }
+    Ok(Imported::New {
+        task,
+        title: plan.title.clone(),
+        steps: plan.steps.len(),
+        run,
+        notes,
+    })
+}
+
+/// mcp-cli's plans directory: `~/.mcp-cli/plans`.
+pub(crate) fn default_dir() -> Option<PathBuf> {
+    std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(|home| PathBuf::from(home).join(".mcp-cli").join("plans"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cut_values_are_recognised() {
+        let cut = format!("{}{CUT_MARKER}", "x".repeat(CUT_CHARS));
+        assert!(was_cut(&json!(cut)));
+        assert!(was_cut(&json!("[dict, 1901 chars]")));
+        assert!(was_cut(&json!("[list, 52 chars]")));
+        assert!(!was_cut(&json!("x".repeat(CUT_CHARS))));
+        assert!(!was_cut(&json!("[dict, many chars]")));
+        assert!(!was_cut(&json!({"a": 1})));
+    }
+
+    #[test]
+    fn tool_calls_and_missing_dependencies_are_normalised() {
+        let raw = json!({"id": "p", "title": "T", "description": "D", "tags": [], "metadata": {},
+        "variables": {"v": 1},
+        "steps": [
+            {"id": "s1", "index": "1", "title": "A",
+             "tool_calls": [{"id": "c1", "name": "echo", "args": {"text": "${v}"}}],
+             "result_variable": null},
+            {"id": "s2", "index": "2", "title": "B",
+             "tool_calls": [{"id": "c2", "name": "add", "args": {"a": 1}}],
+             "result_variable": "s", "depends_on": ["1"]}
+        ]});
+        let plan = convert(&raw).expect("converted");
+        assert_eq!(
+            plan,
+            json!({"title": "T", "description": "D", "variables": {"v": 1}, "steps": [
+                {"index": "1", "title": "A", "tool": "echo", "args": {"text": "${v}"}, "depends_on": []},
+                {"index": "2", "title": "B", "result_variable": "s", "tool": "add", "args": {"a": 1},
+                 "depends_on": ["1"]}
+            ]})
+        );
+        let two = json!({"steps": [{"index": "1", "title": "A",
+            "tool_calls": [{"name": "a", "args": {}}, {"name": "b", "args": {}}]}]});
+        assert_eq!(
+            convert(&two),
+            Err("steps[0].tool_calls: 2 calls; a step makes one".into())
+        );
+    }
+}
