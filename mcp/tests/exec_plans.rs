@@ -481,6 +481,10 @@ fn a_server_reached_by_url_runs_its_steps_with_its_headers() {
     assert_ne!(code, 0, "{out}");
     assert!(out.contains("\"web\""), "{out}");
     assert!(out.contains("401"), "{out}");
+    assert!(
+        !out.contains("] error: "),
+        "the transport's type is left out: {out}"
+    );
 
     let (code, out) = with_token(&["create", file], "sekrit");
     assert_eq!(code, 0, "{out}");

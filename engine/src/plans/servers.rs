@@ -122,6 +122,16 @@ fn headers(value: Option<&Value>, at: &str) -> Result<BTreeMap<String, String>, 
     Ok(headers)
 }
 
+/// rmcp's transport errors name the transport's Rust type
+/// (`Transport [rmcp::…<reqwest::…>] error: …`): the part after it is what a
+/// person needs.
+fn without_transport_type(detail: String) -> String {
+    match detail.split_once("] error: ") {
+        Some((_, rest)) => rest.to_owned(),
+        None => detail,
+    }
+}
+
 /// The headers of a url server as sent: each `${NAME}` in a value read from
 /// the environment now.
 fn url_headers(
@@ -414,7 +424,10 @@ impl Downstream {
                 let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                     .custom_headers(custom);
                 let transport = StreamableHttpClientTransport::from_config(config);
-                let (client, tools) = self.handshake(transport).await.map_err(failed)?;
+                let (client, tools) = self
+                    .handshake(transport)
+                    .await
+                    .map_err(|detail| failed(without_transport_type(detail)))?;
                 return Ok(Connection {
                     client,
                     tools: tool_infos(name, tools),
