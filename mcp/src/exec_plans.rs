@@ -182,7 +182,8 @@ pub(crate) async fn create(
         plan.check_tools(|name| Downstream::resolve(&tools, name).map(|_| ()))
             .map_err(|e| e.to_string())?;
     }
-    record(store, plan, client_request_id).await
+    let (task, plan, _) = record(store, plan, client_request_id).await?;
+    Ok((task, plan))
 }
 
 /// Asks the configured model (`PLANB_MODEL`) for a plan for `goal` over the
@@ -239,14 +240,18 @@ pub(crate) async fn create_from_goal(
                 .collect(),
         );
     }
-    record(store, plan, client_request_id).await
+    let (task, plan, _) = record(store, plan, client_request_id).await?;
+    Ok((task, plan))
 }
 
+/// Records `plan`; with `client_request_id` used before (by this process or
+/// another), the plan that request created instead. The flag says whether
+/// this call created it.
 pub(crate) async fn record(
     store: &Arc<Store>,
     plan: ExecPlan,
     client_request_id: Option<String>,
-) -> Result<(TaskId, ExecPlan), String> {
+) -> Result<(TaskId, ExecPlan, bool), String> {
     let task = TaskId::from_uuid(store.env().event_id());
     let command = Command::CreatePlan {
         task,
@@ -276,10 +281,10 @@ pub(crate) async fn record(
                 .transpose()
                 .map_err(|e| e.to_string())?
                 .unwrap_or(plan);
-            return Ok((existing, plan));
+            return Ok((existing, plan, false));
         }
     }
-    Ok((task, plan))
+    Ok((task, plan, true))
 }
 
 /// Each step's mark from the plan's latest run.

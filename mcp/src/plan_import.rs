@@ -266,7 +266,12 @@ pub(crate) async fn import(
     let raw = read_json(&saved.path)?;
     let value = convert(&raw).map_err(|e| format!("{}: {e}", saved.path.display()))?;
     let plan = ExecPlan::from_json(&value).map_err(|e| format!("{}: {e}", saved.path.display()))?;
-    let (task, plan) = crate::exec_plans::record(store, plan, Some(key)).await?;
+    let (task, plan, created) = crate::exec_plans::record(store, plan, Some(key)).await?;
+    if !created {
+        // Another import recorded it since the look above: its checkpoint
+        // is that import's to record.
+        return Ok(Imported::Already(task));
+    }
     let mut notes = Vec::new();
     let mut run = None;
     if let Some(path) = &saved.checkpoint {

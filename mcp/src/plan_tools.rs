@@ -325,19 +325,32 @@ impl PlanbServer {
         Ok((store, task))
     }
 
+    /// Creates the plan `source` gives (refused when there is none), on
+    /// the plan store.
     async fn create_plan(
         &self,
-        store: &Arc<Store>,
-        source: Source,
+        source: Option<Source>,
         request: Option<String>,
-    ) -> Result<(TaskId, ExecPlan), String> {
-        let downstream = self.plan_runs().downstream.get(&self.config().servers)?;
-        match source {
-            Source::Written(value) => exec_plans::create(store, &downstream, &value, request).await,
+    ) -> Result<(Arc<Store>, TaskId, ExecPlan), CallToolResult> {
+        let Some(source) = source else {
+            return Err(failure("Goal description is required."));
+        };
+        let store = self.plan_store().await.map_err(failure)?;
+        let downstream = self
+            .plan_runs()
+            .downstream
+            .get(&self.config().servers)
+            .map_err(failure)?;
+        let (id, plan) = match source {
+            Source::Written(value) => {
+                exec_plans::create(&store, &downstream, &value, request).await
+            }
             Source::Goal(goal) => {
-                exec_plans::create_from_goal(store, &downstream, &goal, request).await
+                exec_plans::create_from_goal(&store, &downstream, &goal, request).await
             }
         }
+        .map_err(failure)?;
+        Ok((store, id, plan))
     }
 
     /// Starts `task`'s run in the background, or joins the one this process
@@ -748,22 +761,15 @@ impl PlanbServer {
         if let Err(errors) = args.finish() {
             return Ok(failure(errors.to_string()));
         }
-        let Some(source) = source else {
-            return Ok(failure("Goal description is required."));
-        };
-        let store = match self.plan_store().await {
-            Ok(store) => store,
-            Err(message) => return Ok(failure(message)),
-        };
-        Ok(match self.create_plan(&store, source, request).await {
-            Ok((id, plan)) => CallToolResult::structured(json!({
+        Ok(match self.create_plan(source, request).await {
+            Ok((_, id, plan)) => CallToolResult::structured(json!({
                 "success": true,
                 "plan_id": id.to_string(),
                 "title": plan.title,
                 "steps": steps_summary(&plan),
                 "dag": render_dag(&plan, |_| StepMark::Pending),
             })),
-            Err(message) => failure(message),
+            Err(refused) => refused,
         })
     }
 
@@ -820,16 +826,9 @@ impl PlanbServer {
         if let Err(errors) = args.finish() {
             return Ok(failure(errors.to_string()));
         }
-        let Some(source) = source else {
-            return Ok(failure("Goal description is required."));
-        };
-        let store = match self.plan_store().await {
-            Ok(store) => store,
-            Err(message) => return Ok(failure(message)),
-        };
-        let (id, _) = match self.create_plan(&store, source, client_request).await {
+        let (store, id, _) = match self.create_plan(source, client_request).await {
             Ok(created) => created,
-            Err(message) => return Ok(failure(message)),
+            Err(refused) => return Ok(refused),
         };
         let created = Arc::clone(&store);
         let task = tokio::task::spawn_blocking(move || created.read(|s| s.task(&id).cloned()))

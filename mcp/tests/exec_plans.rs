@@ -4,6 +4,8 @@
 
 mod support;
 
+use support::plan_step as step;
+
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -83,15 +85,6 @@ impl Setup {
             .map(|l| serde_json::from_str(l).expect("call line"))
             .collect()
     }
-}
-
-fn step(index: &str, tool: &str, args: Value, deps: &[&str], var: Option<&str>) -> Value {
-    let mut step = json!({"index": index, "title": format!("Step {index}"), "tool": tool,
-        "args": args, "depends_on": deps});
-    if let Some(var) = var {
-        step["result_variable"] = json!(var);
-    }
-    step
 }
 
 #[test]
@@ -543,8 +536,31 @@ fn mcp_cli_plans_and_checkpoints_are_imported_and_resume_where_they_stopped() {
         std::fs::copy(&path, dir.join(path.file_name().expect("name"))).expect("copy");
     }
     let dir = dir.to_str().expect("path");
-    let (code, out) = setup.run(&["import", dir]);
-    assert_eq!(code, 0, "{out}");
+    // Two windows import the same directory at once: each plan, and each
+    // checkpoint's run, is recorded by one of them; the other says so.
+    let importers: Vec<std::process::Child> = (0..2)
+        .map(|_| {
+            setup
+                .command(&["import", dir])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("start an import")
+        })
+        .collect();
+    let mut out = String::new();
+    for importer in importers {
+        let output = importer.wait_with_output().expect("import");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(output.status.success(), "{text}");
+        out.push_str(&text);
+    }
+    assert_eq!(out.matches(": imported as ").count(), 3, "{out}");
+    assert_eq!(out.matches(": imported before, as ").count(), 3, "{out}");
     let id_of = |mcp_cli: &str| -> String {
         out.lines()
             .find_map(|l| l.strip_prefix(&format!("{mcp_cli}: imported as ")))

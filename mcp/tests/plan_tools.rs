@@ -6,6 +6,8 @@
 
 mod support;
 
+use support::plan_step as step;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -64,15 +66,6 @@ fn error(result: &CallToolResult) -> String {
     let value = json_of(result);
     assert_eq!(result.is_error, Some(true), "{value}");
     value["error"].as_str().expect("error text").to_owned()
-}
-
-fn step(index: &str, tool: &str, args: Value, deps: &[&str], var: Option<&str>) -> Value {
-    let mut step = json!({"index": index, "title": format!("Step {index}"), "tool": tool,
-        "args": args, "depends_on": deps});
-    if let Some(var) = var {
-        step["result_variable"] = json!(var);
-    }
-    step
 }
 
 fn diamond() -> Value {

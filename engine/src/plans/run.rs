@@ -468,6 +468,43 @@ async fn perform(
     })
 }
 
+/// Takes the plan `task`'s run lock, ends a run whose process died, and
+/// reads the plan as recorded.
+async fn hold(
+    store: &Arc<Store>,
+    task: TaskId,
+) -> Result<(planb_projections::RunLock, Task, ExecPlan), PlanRunError> {
+    let lock = take_run_lock(store.root(), task).await?;
+    let held = Arc::clone(store);
+    let found = blocking(move || {
+        held.end_lost_run(task)?;
+        held.read(|s| s.task(&task).cloned())
+    })
+    .await?
+    .ok_or_else(|| PlanRunError::NotFound(task.to_string()))?;
+    let plan = load(&found)?;
+    Ok((lock, found, plan))
+}
+
+/// Each step's tool, starting the servers the plan needs; a name that
+/// resolves to no tool, or to several, is an error naming the step.
+async fn step_tools(
+    downstream: &Downstream,
+    plan: &ExecPlan,
+) -> Result<Vec<ToolInfo>, PlanRunError> {
+    let tools = downstream
+        .tools_for(plan.steps.iter().map(|s| s.tool.as_str()))
+        .await
+        .map_err(|e| PlanRunError::Downstream(e.message))?;
+    plan.check_tools(|name| Downstream::resolve(&tools, name).map(|_| ()))
+        .map_err(|e| PlanRunError::Invalid(e.to_string()))?;
+    Ok(plan
+        .steps
+        .iter()
+        .filter_map(|s| Downstream::resolve(&tools, &s.tool).ok())
+        .collect())
+}
+
 /// Runs (or, with `resume`, resumes) the plan `task` to an end, holding its
 /// run lock. `variables` are the call-time variables; a resume without them
 /// uses those of the run it resumes.
@@ -481,17 +518,7 @@ pub async fn run_plan(
     progress: Option<ProgressFn>,
 ) -> Result<PlanOutcome, PlanRunError> {
     let started = Instant::now();
-    let lock = take_run_lock(store.root(), task).await?;
-    {
-        let store = Arc::clone(&store);
-        blocking(move || store.end_lost_run(task)).await?;
-    }
-    let found = {
-        let store = Arc::clone(&store);
-        blocking(move || store.read(|s| s.task(&task).cloned())).await?
-    }
-    .ok_or_else(|| PlanRunError::NotFound(task.to_string()))?;
-    let plan = load(&found)?;
+    let (lock, found, plan) = hold(&store, task).await?;
     let previous = found.runs.last();
     if resume && previous.is_none() {
         return Err(PlanRunError::Invalid(format!(
@@ -503,17 +530,7 @@ pub async fn run_plan(
         planb_core::exec_plan::check_variable_names(given, "variables")
             .map_err(|e| PlanRunError::Invalid(e.to_string()))?;
     }
-    let tools = downstream
-        .tools_for(plan.steps.iter().map(|s| s.tool.as_str()))
-        .await
-        .map_err(|e| PlanRunError::Downstream(e.message))?;
-    plan.check_tools(|name| Downstream::resolve(&tools, name).map(|_| ()))
-        .map_err(|e| PlanRunError::Invalid(e.to_string()))?;
-    let resolved: Vec<ToolInfo> = plan
-        .steps
-        .iter()
-        .filter_map(|s| Downstream::resolve(&tools, &s.tool).ok())
-        .collect();
+    let resolved = step_tools(&downstream, &plan).await?;
     // A resume keeps the variables of the run it resumes (the results it
     // reuses were made with them); variables given now override them.
     let mut call_vars: Map<String, Value> = if resume {
@@ -908,23 +925,8 @@ pub async fn record_foreign_run(
     task: TaskId,
     foreign: ForeignRun,
 ) -> Result<RunId, PlanRunError> {
-    let lock = take_run_lock(store.root(), task).await?;
-    {
-        let store = Arc::clone(&store);
-        blocking(move || store.end_lost_run(task)).await?;
-    }
-    let found = {
-        let store = Arc::clone(&store);
-        blocking(move || store.read(|s| s.task(&task).cloned())).await?
-    }
-    .ok_or_else(|| PlanRunError::NotFound(task.to_string()))?;
-    let plan = load(&found)?;
-    let tools = downstream
-        .tools_for(plan.steps.iter().map(|s| s.tool.as_str()))
-        .await
-        .map_err(|e| PlanRunError::Downstream(e.message))?;
-    plan.check_tools(|name| Downstream::resolve(&tools, name).map(|_| ()))
-        .map_err(|e| PlanRunError::Invalid(e.to_string()))?;
+    let (lock, _, plan) = hold(&store, task).await?;
+    let tools = step_tools(&downstream, &plan).await?;
     let run = RunId::from_uuid(store.env().event_id());
     let shared = Shared {
         store: Arc::clone(&store),
@@ -944,12 +946,10 @@ pub async fn record_foreign_run(
             variables: Some(Value::Object(foreign.call_variables.clone()).to_string()),
         })
         .await?;
-    for step in &plan.steps {
+    for (step, tool) in plan.steps.iter().zip(&tools) {
         let Some((_, result)) = foreign.completed.iter().find(|(i, _)| *i == step.index) else {
             continue;
         };
-        let tool = Downstream::resolve(&tools, &step.tool)
-            .map_err(|_| PlanRunError::Invalid(format!("step {}: unknown tool", step.index)))?;
         let args = resolve_args(&step.args, &foreign.variables);
         let call = json!({"tool": tool.qualified(), "args": args});
         let bytes = serde_json::to_vec(&call).unwrap_or_default();
