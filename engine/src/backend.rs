@@ -7,7 +7,7 @@
 //!   The argv is split like a shell does (quotes and backslashes), without
 //!   running a shell.
 //! - `openai:<base-url>`: an OpenAI-compatible chat completions server
-//!   over plain HTTP ([`openai`]); the model name comes from
+//!   over HTTP or HTTPS ([`openai`]); the model name comes from
 //!   `PLANB_MODEL_NAME`, the bearer key from the variable that
 //!   `PLANB_MODEL_KEY_ENV` names (default `OPENAI_API_KEY`).
 //!

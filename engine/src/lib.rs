@@ -7,7 +7,8 @@
 //!   files, and how a step's prompt is filled;
 //! - [`worker`]: runs one run of a task to its end, holding the run lock;
 //! - [`report`] and [`zip`]: the built-in renderers;
-//! - [`task_files`]: `tasks/<task>/` as files.
+//! - [`task_files`]: `tasks/<task>/` as files;
+//! - [`web`]: the process's outgoing HTTP(S) client.
 //!
 //! **Architecture invariant**: nothing here decides what a run may do; every
 //! change goes through `Store::execute`, so the core's rules refuse what
@@ -18,5 +19,6 @@ pub mod pipelines;
 pub mod plans;
 pub mod report;
 pub mod task_files;
+pub mod web;
 pub mod worker;
 pub mod zip;

@@ -236,7 +236,7 @@ fn describe(error: &anyhow::Error) -> String {
     message
 }
 
-/// What reaches stderr: warnings and errors unless `PLANB_LOG` (else
+/// What reaches stderr: planb's warnings and errors unless `PLANB_LOG` (else
 /// `RUST_LOG`) asks for more. Clients such as Claude Code show every stderr
 /// line of a server as an error, so a healthy server is silent; the one line a
 /// person needs, the URL of a form no browser was opened for, is printed
@@ -258,7 +258,9 @@ fn log_filter() -> tracing_subscriber::EnvFilter {
         }
         break;
     }
-    EnvFilter::new("warn")
+    // planb reports a server that fails (its name, the cause) itself; the
+    // libraries' own lines about it would say the same thing less clearly.
+    EnvFilter::new("warn,rustls_platform_verifier=off,rmcp::transport::worker=off")
 }
 
 fn main() -> ExitCode {

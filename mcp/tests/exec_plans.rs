@@ -6,6 +6,7 @@ mod support;
 
 use support::plan_step as step;
 
+use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -429,12 +430,23 @@ impl Drop for HttpServer {
 fn a_server_reached_by_url_runs_its_steps_with_its_headers() {
     let setup = Setup::new();
     let web = HttpServer::start(&setup, "web", "sekrit");
+    // The same server behind TLS, with a certificate only SSL_CERT_FILE
+    // makes trusted.
+    let web_port: u16 = web
+        .url
+        .rsplit(':')
+        .next()
+        .and_then(|rest| rest.split('/').next())
+        .and_then(|port| port.parse().ok())
+        .expect("the url's port");
+    let front = support::TlsFront::start(setup.dir.path(), web_port);
     let ds = support::downstream_binary();
     let servers = json!({"mcpServers": {
         "alpha": {"command": ds, "args": ["alpha"]},
         "web": {"type": "http", "url": web.url,
                 "headers": {"Authorization": "Bearer ${PLANB_TEST_WEB_TOKEN}"}},
-        "secure": {"url": "https://mcp.example.invalid/mcp"},
+        "secure": {"url": format!("https://127.0.0.1:{}/mcp", front.port),
+                   "headers": {"Authorization": "Bearer ${PLANB_TEST_WEB_TOKEN}"}},
     }});
     std::fs::write(setup.path("servers.json"), servers.to_string()).expect("servers");
     let plan = json!({"title": "Over HTTP", "steps": [
@@ -454,10 +466,10 @@ fn a_server_reached_by_url_runs_its_steps_with_its_headers() {
         out.contains("the environment variable PLANB_TEST_WEB_TOKEN is not set"),
         "{out}"
     );
-    let with_token = |args: &[&str], token: &str| {
+    let with_env = |args: &[&str], env: &[(&str, &OsStr)]| {
         let output = setup
             .command(args)
-            .env("PLANB_TEST_WEB_TOKEN", token)
+            .envs(env.iter().copied())
             .output()
             .expect("run planb-mcp");
         (
@@ -469,6 +481,8 @@ fn a_server_reached_by_url_runs_its_steps_with_its_headers() {
             ),
         )
     };
+    let with_token =
+        |args: &[&str], token: &str| with_env(args, &[("PLANB_TEST_WEB_TOKEN", OsStr::new(token))]);
     // A wrong token: the server answers 401 and the start fails naming it.
     let (code, out) = with_token(&["create", file], "wrong");
     assert_ne!(code, 0, "{out}");
@@ -506,18 +520,42 @@ fn a_server_reached_by_url_runs_its_steps_with_its_headers() {
     );
     assert_eq!(calls[2]["args"]["text"], "sum 5.0", "{calls:?}");
 
-    // An https server (no TLS in this build) fails only the plans that use it.
-    let https =
-        json!({"title": "Secure", "steps": [step("1", "secure__echo", json!({}), &[], None)]});
+    // Over https: a certificate the system does not trust fails the start,
+    // naming the server and the certificate, and no call is made.
+    let https = json!({"title": "Secure", "steps": [
+        step("1", "secure__echo", json!({"text": "over tls"}), &[], None)]});
     std::fs::write(setup.path("https.json"), https.to_string()).expect("plan file");
     let https_file = setup.path("https.json");
-    let (code, out) = with_token(&["create", https_file.to_str().expect("path")], "sekrit");
+    let https_file = https_file.to_str().expect("path");
+    let (code, out) = with_token(&["create", https_file], "sekrit");
     assert_ne!(code, 0, "{out}");
     assert!(out.contains("\"secure\""), "{out}");
-    assert!(
-        out.contains("https:// is not supported by this build"),
-        "{out}"
-    );
+    assert!(out.contains("certificate"), "{out}");
+    assert_eq!(setup.calls().len(), 3);
+    // Trusted through SSL_CERT_FILE, the same server runs the step.
+    let trusted = |args: &[&str]| {
+        with_env(
+            args,
+            &[
+                ("PLANB_TEST_WEB_TOKEN", OsStr::new("sekrit")),
+                ("SSL_CERT_FILE", front.ca.as_os_str()),
+            ],
+        )
+    };
+    let (code, out) = trusted(&["create", https_file]);
+    assert_eq!(code, 0, "{out}");
+    let id = out
+        .lines()
+        .find_map(|l| l.strip_prefix("Plan saved: "))
+        .expect("plan id")
+        .trim()
+        .to_owned();
+    let (code, out) = trusted(&["run", &id]);
+    assert_eq!(code, 0, "{out}");
+    let calls = setup.calls();
+    assert_eq!(calls.len(), 4, "{calls:?}");
+    assert_eq!(calls[3]["server"], "web", "{calls:?}");
+    assert_eq!(calls[3]["args"]["text"], "over tls", "{calls:?}");
 }
 
 #[test]

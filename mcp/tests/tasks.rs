@@ -975,3 +975,45 @@ async fn a_run_without_progress_fails_with_inactivity_timeout_and_resume_complet
     assert_eq!(done["state"], "completed", "{done}");
     server.client.cancel().await.expect("close");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_server_over_https_answers_once_its_authority_is_trusted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = ModelServer::start(Script {
+        delay: Duration::ZERO,
+        fail_first: 0,
+    })
+    .await;
+    let front = support::TlsFront::start(dir.path(), model.port);
+    let spec = format!("openai:https://127.0.0.1:{}/v1", front.port);
+
+    // The system does not trust the front's authority: the step fails at
+    // once (a certificate is not retried), saying why, and no request
+    // reaches the model.
+    let server = start_planb(dir.path(), None, &[("PLANB_MODEL", &spec)]).await;
+    let task = create(&server, "ping").await;
+    let failed = wait(&server, &task).await;
+    assert_eq!(failed["state"], "failed", "{failed}");
+    assert_eq!(failed["error"]["recoverable"], true, "{failed}");
+    let logs = ok(&call(&server, "task_logs_tail", json!({"task_id": task})).await);
+    let logs = logs.to_string();
+    assert!(logs.contains("invalid peer certificate"), "{logs}");
+    assert!(logs.contains("SSL_CERT_FILE"), "{logs}");
+    assert!(!logs.contains("retrying"), "{logs}");
+    assert_eq!(model.requests(), 0);
+    server.client.cancel().await.expect("close");
+
+    // Trusted through SSL_CERT_FILE, the resumed run asks the model once.
+    let ca = front.ca.to_str().expect("path");
+    let server = start_planb(
+        dir.path(),
+        None,
+        &[("PLANB_MODEL", &spec), ("SSL_CERT_FILE", ca)],
+    )
+    .await;
+    ok(&call(&server, "task_resume", json!({"task_id": task})).await);
+    let done = wait(&server, &task).await;
+    assert_eq!(done["state"], "completed", "{done}");
+    assert_eq!(model.requests(), 1);
+    server.client.cancel().await.expect("close");
+}

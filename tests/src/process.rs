@@ -121,3 +121,26 @@ pub async fn start_listening(
         read_log(&log_path)
     );
 }
+
+/// `cargo` (the one running this test or bench) as a child command, without
+/// the variables cargo sets for the running crate (`CARGO_PKG_*`,
+/// `CARGO_MANIFEST_*`, …). Some build scripts (ring's) are rerun when those
+/// differ from the last build, so a nested `cargo build` that kept them would
+/// rebuild them and everything above them.
+pub fn cargo(cargo: &str) -> Command {
+    let mut command = Command::new(cargo);
+    for (name, _) in std::env::vars_os() {
+        let Some(name) = name.to_str() else { continue };
+        if name.starts_with("CARGO_PKG_")
+            || name.starts_with("CARGO_MANIFEST_")
+            || name.starts_with("CARGO_BIN_")
+            || matches!(
+                name,
+                "CARGO_CRATE_NAME" | "CARGO_PRIMARY_PACKAGE" | "CARGO_TARGET_TMPDIR" | "OUT_DIR"
+            )
+        {
+            command.env_remove(name);
+        }
+    }
+    command
+}

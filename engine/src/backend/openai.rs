@@ -1,6 +1,7 @@
 //! The `openai:<base-url>` backend: an OpenAI-compatible chat completions
 //! server (Ollama, llama.cpp's server, vLLM, LM Studio, or a proxy in front
-//! of a hosted API), spoken to over plain HTTP/1.1 with hyper.
+//! hosted API such as OpenAI or OpenRouter), over HTTP or HTTPS through the
+//! process's client ([`crate::web`]).
 //!
 //! One request per prompt (`POST <base>/chat/completions`, one user
 //! message, no streaming). Connection failures, 429 and 5xx answers are
@@ -9,11 +10,6 @@
 
 use std::time::{Duration, Instant};
 
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Bytes;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 
 use super::{ANSWER_BYTES_MAX, Answer, BackendError};
@@ -26,7 +22,7 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(250);
 /// Where and how to reach the server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpenAi {
-    /// `http://host:port/v1` (no trailing slash).
+    /// `http(s)://host:port/v1` (no trailing slash).
     pub base: String,
     /// The `model` field of each request.
     pub model: String,
@@ -36,26 +32,27 @@ pub struct OpenAi {
 
 impl OpenAi {
     /// Reads `openai:<base-url>` (after the prefix), the model name and the
-    /// key. Only `http://` is spoken.
+    /// key.
     pub fn parse(base: &str, model: String, key: Option<String>) -> Result<OpenAi, String> {
         let base = base.trim().trim_end_matches('/');
-        if base.starts_with("https://") {
+        let Some(rest) = base
+            .strip_prefix("http://")
+            .or_else(|| base.strip_prefix("https://"))
+        else {
             return Err(
-                "https:// servers are not spoken yet: point planb at a local \
-                 OpenAI-compatible server or proxy over http://, or use command:<program>"
+                "the base URL must start with http:// or https:// (for example \
+                 openai:http://127.0.0.1:11434/v1 or openai:https://api.openai.com/v1)"
                     .into(),
             );
-        }
-        let Some(rest) = base.strip_prefix("http://") else {
-            return Err("the base URL must start with http:// (for example \
-                 openai:http://127.0.0.1:11434/v1)"
-                .into());
         };
         if rest.is_empty() || rest.starts_with('/') {
             return Err("the base URL names no host".into());
         }
-        base.parse::<hyper::Uri>()
-            .map_err(|e| format!("the base URL is not a URL: {e}"))?;
+        let url =
+            reqwest::Url::parse(base).map_err(|e| format!("the base URL is not a URL: {e}"))?;
+        if url.query().is_some() || url.fragment().is_some() {
+            return Err("the base URL has a query or fragment; give the path up to /v1".into());
+        }
         if model.trim().is_empty() {
             return Err("the model name is empty (set PLANB_MODEL_NAME)".into());
         }
@@ -70,8 +67,7 @@ impl OpenAi {
     pub async fn ask(&self, prompt: &str, timeout: Duration) -> Result<Answer, BackendError> {
         let started = Instant::now();
         let deadline = started + timeout;
-        let client: Client<HttpConnector, Full<Bytes>> =
-            Client::builder(TokioExecutor::new()).build_http();
+        let client = crate::web::client().map_err(|problem| http_error(&self.base, problem))?;
         let body = json!({
             "model": self.model,
             "messages": [{"role": "user", "content": prompt}],
@@ -103,37 +99,45 @@ impl OpenAi {
         }
     }
 
-    async fn once(
-        &self,
-        client: &Client<HttpConnector, Full<Bytes>>,
-        body: &str,
-    ) -> Result<Answer, Retry> {
+    async fn once(&self, client: &reqwest::Client, body: &str) -> Result<Answer, Retry> {
         let url = format!("{}/chat/completions", self.base);
-        let mut request = hyper::Request::post(url.as_str())
+        let mut request = client
+            .post(url.as_str())
             .header("content-type", "application/json")
-            .header("accept", "application/json");
+            .header("accept", "application/json")
+            .body(body.to_owned());
         if let Some(key) = &self.key {
-            request = request.header("authorization", format!("Bearer {key}"));
+            request = request.bearer_auth(key);
         }
-        let request = request
-            .body(Full::new(Bytes::from(body.to_owned())))
-            .map_err(|e| Final(http_error(&url, e.to_string())))?;
-        let response = client
-            .request(request)
-            .await
-            .map_err(|e| Transient(http_error(&url, format!("cannot reach the server: {e}"))))?;
+        let mut response = request.send().await.map_err(|e| {
+            let problem = format!("cannot reach the server: {}", crate::web::chain(&e));
+            // A certificate the system does not trust will not become
+            // trusted by asking again.
+            if e.is_connect() && problem.contains("certificate") {
+                Final(http_error(&url, problem))
+            } else {
+                Transient(http_error(&url, problem))
+            }
+        })?;
         let status = response.status();
-        let bytes = Limited::new(response.into_body(), 2 * ANSWER_BYTES_MAX)
-            .collect()
-            .await
-            .map_err(|e| {
-                if e.is::<http_body_util::LengthLimitError>() {
-                    Final(BackendError::TooLarge)
-                } else {
-                    Transient(http_error(&url, format!("reading the answer: {e}")))
+        let mut bytes = Vec::new();
+        loop {
+            match response.chunk().await {
+                Ok(Some(chunk)) => {
+                    if bytes.len() + chunk.len() > 2 * ANSWER_BYTES_MAX {
+                        return Err(Final(BackendError::TooLarge));
+                    }
+                    bytes.extend_from_slice(&chunk);
                 }
-            })?
-            .to_bytes();
+                Ok(None) => break,
+                Err(e) => {
+                    return Err(Transient(http_error(
+                        &url,
+                        format!("reading the answer: {}", crate::web::chain(&e)),
+                    )));
+                }
+            }
+        }
         if !status.is_success() {
             let text = String::from_utf8_lossy(&bytes);
             let excerpt: String = text.chars().take(500).collect();
@@ -211,11 +215,14 @@ mod tests {
     }
 
     #[test]
-    fn only_plain_http_base_urls_are_taken() {
+    fn http_and_https_base_urls_are_taken() {
         let ok = OpenAi::parse("http://127.0.0.1:8080/v1/", "m".into(), None).expect("ok");
         assert_eq!(ok.base, "http://127.0.0.1:8080/v1");
+        let ok = OpenAi::parse("https://api.openai.com/v1", "m".into(), None).expect("ok");
+        assert_eq!(ok.base, "https://api.openai.com/v1");
         for bad in [
-            "https://api.openai.com/v1",
+            "https://",
+            "http://h/v1?x=1",
             "ftp://x",
             "http://",
             "127.0.0.1:80",

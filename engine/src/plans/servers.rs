@@ -11,8 +11,9 @@
 //! A `url` server speaks streamable HTTP; `headers` go with every request,
 //! each `${NAME}` in a value replaced by that environment variable. `type`
 //! (`stdio`, `http`, `streamable-http`) may say which kind an entry is, as
-//! other clients' files do; the older SSE transport (`"type": "sse"`) and
-//! `https://` (this build has no TLS) are refused with a message.
+//! other clients' files do; the older SSE transport (`"type": "sse"`) is
+//! refused with a message. `https://` is verified against the system's
+//! roots (see [`crate::web`]).
 //!
 //! A server is started when a plan first needs it (its tools are listed
 //! then) and kept for the life of the process. Tools are addressed
@@ -415,15 +416,11 @@ impl Downstream {
                     message: format!("downstream server {name:?} ({url}) did not start: {detail}"),
                     class: "server_start",
                 };
-                if url.starts_with("https://") {
-                    return Err(failed(
-                        "https:// is not supported by this build (it has no TLS); reach the server over http:// on this machine, through a local proxy if it is remote".into(),
-                    ));
-                }
                 let custom = url_headers(headers).map_err(failed)?;
                 let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                     .custom_headers(custom);
-                let transport = StreamableHttpClientTransport::from_config(config);
+                let http = crate::web::client().map_err(failed)?;
+                let transport = StreamableHttpClientTransport::with_client(http, config);
                 let (client, tools) = self
                     .handshake(transport)
                     .await
@@ -517,8 +514,14 @@ impl Downstream {
             Implementation::new("planb-mcp", env!("CARGO_PKG_VERSION")),
         );
         let started = tokio::time::timeout(self.start_timeout, async {
-            let client = info.serve(transport).await.map_err(|e| e.to_string())?;
-            let tools = client.list_all_tools().await.map_err(|e| e.to_string())?;
+            let client = info
+                .serve(transport)
+                .await
+                .map_err(|e| crate::web::chain(&e))?;
+            let tools = client
+                .list_all_tools()
+                .await
+                .map_err(|e| crate::web::chain(&e))?;
             Ok::<_, String>((client, tools))
         })
         .await;

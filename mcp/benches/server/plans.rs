@@ -20,7 +20,7 @@ const RAW_CALLS: usize = 500;
 const SLEEP_MS: u64 = 20;
 
 fn downstream() -> PathBuf {
-    let status = Command::new(env!("CARGO"))
+    let status = planb_tests::process::cargo(env!("CARGO"))
         .args([
             "build",
             "--release",

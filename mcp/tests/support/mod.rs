@@ -442,11 +442,90 @@ pub fn downstream_binary() -> std::path::PathBuf {
         .expect("target dir");
     static BUILT: std::sync::Once = std::sync::Once::new();
     BUILT.call_once(|| {
-        let status = std::process::Command::new(env!("CARGO"))
+        let status = planb_tests::process::cargo(env!("CARGO"))
             .args(["build", "-p", "planb-mcp", "--example", "downstream"])
             .status()
             .expect("cargo build");
         assert!(status.success(), "building the downstream example failed");
     });
     path
+}
+
+/// A TLS front on a loopback port before a plain local server, as a
+/// reverse proxy would stand before it: each connection's TLS is
+/// terminated with a certificate for `127.0.0.1` and `localhost` from a
+/// certificate authority made for this front, and its bytes forwarded to
+/// the backend port. `ca` is that authority's PEM file, for
+/// `SSL_CERT_FILE`; nothing else trusts it.
+pub struct TlsFront {
+    pub port: u16,
+    pub ca: std::path::PathBuf,
+}
+
+impl TlsFront {
+    pub fn start(dir: &Path, backend: u16) -> TlsFront {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, SanType};
+        use tokio_rustls::rustls;
+
+        let ca_key = KeyPair::generate().expect("ca key");
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("ca params");
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "planb test authority");
+        let ca_cert = ca_params.self_signed(&ca_key).expect("ca");
+        let issuer = Issuer::new(ca_params, ca_key);
+        let leaf_key = KeyPair::generate().expect("leaf key");
+        let mut leaf_params = CertificateParams::new(vec!["localhost".to_owned()]).expect("leaf");
+        leaf_params
+            .subject_alt_names
+            .push(SanType::IpAddress([127, 0, 0, 1].into()));
+        let leaf = leaf_params.signed_by(&leaf_key, &issuer).expect("leaf");
+        let ca = dir.join(format!("ca-{backend}.pem"));
+        std::fs::write(&ca, ca_cert.pem()).expect("ca file");
+
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![leaf.der().clone()],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into()),
+            )
+            .expect("server config");
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let port = listener.local_addr().expect("addr").port();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            runtime.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
+                loop {
+                    let Ok((socket, _)) = listener.accept().await else {
+                        return;
+                    };
+                    let acceptor = acceptor.clone();
+                    tokio::spawn(async move {
+                        // A client that refuses the certificate ends here,
+                        // and the backend never sees it.
+                        let Ok(mut tls) = acceptor.accept(socket).await else {
+                            return;
+                        };
+                        let Ok(mut plain) =
+                            tokio::net::TcpStream::connect(("127.0.0.1", backend)).await
+                        else {
+                            return;
+                        };
+                        let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
+                    });
+                }
+            });
+        });
+        TlsFront { port, ca }
+    }
 }
