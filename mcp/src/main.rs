@@ -19,6 +19,7 @@ mod http;
 mod opening;
 mod plan_cli;
 mod plan_import;
+mod plan_progress;
 mod plan_tools;
 mod plans;
 mod resources;
@@ -283,7 +284,14 @@ fn main() -> ExitCode {
             Some(Command::Import { from }) => admin::import(&root, from, &mut out),
             Some(Command::Worker { task }) => tasks::worker_main(root.root(), task),
             Some(Command::Plan { command }) => {
-                plan_cli::main(&root, &servers_source(&root, &cli)?, command, &mut out)
+                let live = plan_progress::stdout_is_live();
+                plan_cli::main(
+                    &root,
+                    &servers_source(&root, &cli)?,
+                    command,
+                    live,
+                    &mut out,
+                )
             }
             Some(Command::Demo) => {
                 std::fs::create_dir_all(root.root())?;

@@ -18,6 +18,7 @@ use planb_projections::{DataRoot, Store, SystemEnvironment};
 use serde_json::{Map, Value};
 
 use crate::exec_plans;
+use crate::plan_progress::{Display, Live};
 
 /// What `plan` does.
 #[derive(Debug, clap::Subcommand)]
@@ -179,6 +180,7 @@ pub(crate) fn main(
     root: &DataRoot,
     servers: &exec_plans::ServersSource,
     command: &PlanCommand,
+    live: bool,
     out: &mut dyn Write,
 ) -> anyhow::Result<ExitCode> {
     let store = open(root)?;
@@ -371,11 +373,11 @@ pub(crate) fn main(
                 )?;
                 return Ok(ExitCode::SUCCESS);
             }
-            execute(&store, servers, &task, variables, false, knobs, out)
+            execute(&store, servers, &task, false, knobs, live, out)
         }
         PlanCommand::Resume { id, knobs } => {
             let task = exec_plans::find(&store, id).map_err(|e| anyhow::anyhow!(e))?;
-            execute(&store, servers, &task, knobs.variables()?, true, knobs, out)
+            execute(&store, servers, &task, true, knobs, live, out)
         }
     }
 }
@@ -384,12 +386,13 @@ fn execute(
     store: &Arc<Store>,
     servers: &exec_plans::ServersSource,
     task: &Task,
-    variables: Option<Map<String, Value>>,
     resume: bool,
     knobs: &Knobs,
+    live: bool,
     out: &mut dyn Write,
 ) -> anyhow::Result<ExitCode> {
     let plan = plans::load(task)?;
+    let variables = knobs.variables()?;
     writeln!(
         out,
         "{} plan: {} ({})",
@@ -397,50 +400,58 @@ fn execute(
         plan.title,
         task.id
     )?;
-    writeln!(out, "{}\n", render_dag(&plan, |_| StepMark::Pending))?;
-    out.flush()?;
-    let downstream = exec_plans::downstream(servers).map_err(|e| anyhow::anyhow!(e))?;
-    // Progress lines go to stdout as they happen (this is a command, not
-    // the server).
-    let progress: plans::run::ProgressFn = Arc::new(|event: &Progress| {
-        let mut stdout = std::io::stdout().lock();
-        let _ = match event {
-            Progress::Started { index } => writeln!(stdout, "  ◉ step {index} started"),
-            Progress::Ended(report) if report.reused => writeln!(
-                stdout,
-                "  ● step {} {} [{}]: recorded result reused, not called again",
-                report.index, report.title, report.tool
-            ),
-            Progress::Ended(report) if report.success => writeln!(
-                stdout,
-                "  ● step {} {} [{}] ({} ms)",
-                report.index, report.title, report.tool, report.duration_ms
-            ),
-            Progress::Ended(report) => writeln!(
-                stdout,
-                "  ✗ step {} {} [{}]: {}",
-                report.index,
-                report.title,
-                report.tool,
-                report.error.as_deref().unwrap_or("failed")
-            ),
+    let mut display = if live {
+        let marks = if resume {
+            exec_plans::marks(task, &plan)
+        } else {
+            vec![StepMark::Pending; plan.steps.len()]
         };
-        let _ = stdout.flush();
+        Display::Live(Box::new(Live::new(plan.clone(), marks)))
+    } else {
+        writeln!(out, "{}\n", render_dag(&plan, |_| StepMark::Pending))?;
+        Display::Lines
+    };
+    display.finish(out)?;
+    let downstream = exec_plans::downstream(servers).map_err(|e| anyhow::anyhow!(e))?;
+    // The run's events come here over a channel and are shown on this
+    // thread, between the run's steps, through `out`.
+    let (sender, mut events) = tokio::sync::mpsc::unbounded_channel::<Progress>();
+    let progress: plans::run::ProgressFn = Arc::new(move |event: &Progress| {
+        let _ = sender.send(event.clone());
     });
     let options = knobs.options()?;
-    let outcome: PlanOutcome = runtime()?.block_on(plans::run_plan(
-        Arc::clone(store),
-        downstream,
-        task.id,
-        variables,
-        resume,
-        options,
-        Some(progress),
-    ))?;
-    let after = store
-        .read(|s| s.task(&task.id).cloned())?
-        .unwrap_or_else(|| task.clone());
-    writeln!(out, "\n{}\n", exec_plans::rendered(&after, &plan))?;
+    let outcome: PlanOutcome = runtime()?.block_on(async {
+        let run = plans::run_plan(
+            Arc::clone(store),
+            downstream,
+            task.id,
+            variables,
+            resume,
+            options,
+            Some(progress),
+        );
+        tokio::pin!(run);
+        let mut ticks = tokio::time::interval(crate::plan_progress::FRAME_INTERVAL);
+        loop {
+            tokio::select! {
+                outcome = &mut run => {
+                    while let Ok(event) = events.try_recv() {
+                        display.show(&event, out)?;
+                    }
+                    break outcome.map_err(anyhow::Error::from);
+                }
+                Some(event) = events.recv() => display.show(&event, out)?,
+                _ = ticks.tick() => display.tick(out)?,
+            }
+        }
+    })?;
+    display.finish(out)?;
+    if !live {
+        let after = store
+            .read(|s| s.task(&task.id).cloned())?
+            .unwrap_or_else(|| task.clone());
+        writeln!(out, "\n{}\n", exec_plans::rendered(&after, &plan))?;
+    }
     let seconds = outcome.duration.as_secs_f64();
     if outcome.success {
         writeln!(

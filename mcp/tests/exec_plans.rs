@@ -645,3 +645,84 @@ fn mcp_cli_plans_and_checkpoints_are_imported_and_resume_where_they_stopped() {
     assert_eq!(tools, ["echo", "big"], "{calls:?}");
     assert_eq!(calls[0]["args"]["text"].as_str().map(str::len), Some(1500));
 }
+
+/// Runs `args` with stdout and stderr on a pseudo-terminal of 40 rows and
+/// 120 columns, and returns its exit code and everything the terminal got.
+fn on_a_terminal(setup: &Setup, args: &[&str]) -> (i32, String) {
+    use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
+    use std::io::Read;
+
+    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).expect("openpt");
+    grantpt(&master).expect("grantpt");
+    unlockpt(&master).expect("unlockpt");
+    let name = ptsname(&master, Vec::new()).expect("ptsname");
+    let slave = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(name.to_str().expect("pty name"))
+        .expect("open the pty");
+    let size = rustix::termios::Winsize {
+        ws_row: 40,
+        ws_col: 120,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    rustix::termios::tcsetwinsize(&slave, size).expect("window size");
+    let mut child = setup
+        .command(args)
+        .env("TERM", "xterm")
+        .stdout(slave.try_clone().expect("slave"))
+        .stderr(slave)
+        .spawn()
+        .expect("run planb-mcp");
+    // The child holds the only slave now: reading ends (EIO) when it exits.
+    let mut master = std::fs::File::from(master);
+    let mut seen = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        match master.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => seen.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let code = child.wait().expect("wait").code().unwrap_or(-1);
+    (code, String::from_utf8_lossy(&seen).into_owned())
+}
+
+#[test]
+fn on_a_terminal_the_dag_is_redrawn_in_place_until_it_is_done() {
+    let setup = Setup::new();
+    let id = setup.create(&json!({"title": "Live", "steps": [
+        step("1", "alpha__echo", json!({"text": "one"}), &[], None),
+        step("2", "beta__sleep", json!({"ms": 800}), &["1"], None),
+        step("3", "beta__sleep", json!({"ms": 800}), &["1"], None),
+        step("4", "alpha__echo", json!({"text": "four"}), &["2", "3"], None),
+    ]}));
+    let (code, out) = on_a_terminal(&setup, &["run", &id]);
+    assert_eq!(code, 0, "{out}");
+    // Frames replaced each other: cursor up and clear to the end.
+    assert!(out.contains("\x1b[J"), "{out:?}");
+    assert!(!out.contains("step 1 started"), "no plain lines: {out:?}");
+    // The last frame shows every step done, then the summary.
+    let last = out.rsplit("\x1b[J").next().expect("the last frame");
+    for line in [
+        "● 1. Step 1",
+        "● 2. Step 2",
+        "● 3. Step 3",
+        "● 4. Step 4",
+        "4/4 steps done",
+        "Plan completed: 4 steps",
+    ] {
+        assert!(last.contains(line), "{line:?} in {last:?}");
+    }
+    assert!(!last.contains('◉'), "{last:?}");
+    // A frame showed the two sleeps running at once (each takes 0.8 s; a
+    // change waits at most a tick, 0.1 s, to be drawn).
+    assert!(out.contains("2 running"), "{out:?}");
+
+    // Not on a terminal: one plain line per event, as before.
+    let (code, out) = setup.run(&["resume", &id]);
+    assert_eq!(code, 0, "{out}");
+    assert!(!out.contains('\x1b'), "{out:?}");
+    assert!(out.contains("recorded result reused"), "{out}");
+}
