@@ -11,6 +11,10 @@
 //!   `PLANB_MODEL_NAME`, the bearer key from the variable that
 //!   `PLANB_MODEL_KEY_ENV` names (default `OPENAI_API_KEY`).
 //!
+//! - MCP sampling ([`sampling`]): when nothing is configured and the
+//!   client of planb-mcp declares sampling, its model answers; the run then
+//!   executes in that planb-mcp process.
+//!
 //! Model profiles (`baseline`, `premium`, `frontier`) pick
 //! `PLANB_MODEL_<PROFILE>` when it is set, else `PLANB_MODEL`.
 //!
@@ -36,7 +40,8 @@ pub enum BackendError {
     #[error(
         "no model is configured: set PLANB_MODEL in planb-mcp's environment, for example \
          PLANB_MODEL='command:claude -p' (a program that reads the prompt on stdin and answers on \
-         stdout) or PLANB_MODEL='openai:http://127.0.0.1:11434/v1' (an OpenAI-compatible server)"
+         stdout) or PLANB_MODEL='openai:http://127.0.0.1:11434/v1' (an OpenAI-compatible server), \
+         or connect from a client that supports MCP sampling (its model then answers)"
     )]
     NotConfigured,
     /// The spec cannot be read.
@@ -75,6 +80,9 @@ pub enum BackendError {
     /// Reading or writing the program's pipes failed.
     #[error("talking to the model command: {0}")]
     Io(#[from] std::io::Error),
+    /// The client's model (MCP sampling) refused, failed or answered no text.
+    #[error("the client's model (MCP sampling): {0}")]
+    Sampling(String),
     /// An OpenAI-compatible server failed or answered something unusable.
     #[error("model server {url}: {problem}")]
     Server {
@@ -105,6 +113,7 @@ impl BackendError {
             BackendError::Spawn { .. }
             | BackendError::Failed { .. }
             | BackendError::Io(_)
+            | BackendError::Sampling(_)
             | BackendError::Server { .. } => "model_error",
         }
     }
@@ -120,6 +129,8 @@ pub enum Backend {
     Command(Vec<String>),
     /// An OpenAI-compatible server.
     OpenAi(openai::OpenAi),
+    /// The model of the MCP client planb-mcp serves (sampling).
+    Sampling(sampling::Sampler),
 }
 
 /// A backend's answer.
@@ -194,6 +205,7 @@ impl Backend {
         match self {
             Backend::Command(argv) => ask_command(argv, prompt, timeout).await,
             Backend::OpenAi(server) => server.ask(prompt, timeout).await,
+            Backend::Sampling(client) => client.ask(prompt, timeout).await,
         }
     }
 }
@@ -369,6 +381,7 @@ async fn ask_command(
 }
 
 pub mod openai;
+pub mod sampling;
 
 #[cfg(test)]
 mod tests;

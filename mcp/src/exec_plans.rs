@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use planb_core::exec_plan::{ExecPlan, StepMark, render_dag};
 use planb_core::{Command, Task, TaskId};
-use planb_engine::backend::Backend;
+use planb_engine::backend::sampling::Sampler;
+use planb_engine::backend::{Backend, BackendError};
 use planb_engine::plans::{Downstream, ServerSpec, Servers, generate};
 use planb_projections::Store;
 use serde_json::{Value, json};
@@ -186,20 +187,26 @@ pub(crate) async fn create(
     Ok((task, plan))
 }
 
-/// Asks the configured model (`PLANB_MODEL`) for a plan for `goal` over the
-/// servers' tools, checks it as a written plan is checked, and records it;
-/// the goal becomes the description when the model gave none.
+/// Asks the configured model (`PLANB_MODEL`), else the client's through
+/// `sampler` (MCP sampling), for a plan for `goal` over the servers' tools,
+/// checks it as a written plan is checked, and records it; the goal becomes
+/// the description when the model gave none.
 pub(crate) async fn create_from_goal(
     store: &Arc<Store>,
     downstream: &Downstream,
     goal: &str,
     client_request_id: Option<String>,
+    sampler: Option<Sampler>,
 ) -> Result<(TaskId, ExecPlan), String> {
     if goal.trim().is_empty() {
         return Err("Goal description is required.".into());
     }
-    let backend = Backend::configured(Some("planner"), &|n| std::env::var(n).ok())
-        .map_err(|e| e.to_string())?;
+    let configured = Backend::configured(Some("planner"), &|n| std::env::var(n).ok());
+    let backend = match (configured, sampler) {
+        (Ok(backend), _) => backend,
+        (Err(BackendError::NotConfigured), Some(sampler)) => Backend::Sampling(sampler),
+        (Err(e), _) => return Err(e.to_string()),
+    };
     // The model plans with the servers that start; those that do not are
     // named when none does.
     let (tools, failed) = downstream.available_tools().await;

@@ -193,6 +193,7 @@ pub(crate) fn main(
                     &downstream,
                     goal,
                     None,
+                    None,
                 ))
             } else {
                 let Some(file) = file else {

@@ -17,11 +17,12 @@ use std::time::{Duration, Instant};
 
 use planb_core::exec_plan::{ExecPlan, StepMark, render_dag};
 use planb_core::{AskId, AskSpec, Command, Rejection, SessionId, Task, TaskErrorCode, TaskId};
+use planb_engine::backend::sampling::Sampler;
 use planb_engine::plans::{self, Guards, Progress, RunOptions};
 use planb_projections::{Store, StoreError};
 use rmcp::model::{CallToolResult, JsonObject};
 use rmcp::service::RequestContext;
-use rmcp::{ErrorData, RoleServer, tool, tool_router};
+use rmcp::{ErrorData, Peer, RoleServer, tool, tool_router};
 use serde_json::{Map, Value, json};
 use tokio::sync::{broadcast, watch};
 
@@ -331,6 +332,7 @@ impl PlanbServer {
         &self,
         source: Option<Source>,
         request: Option<String>,
+        peer: &Peer<RoleServer>,
     ) -> Result<(Arc<Store>, TaskId, ExecPlan), CallToolResult> {
         let Some(source) = source else {
             return Err(failure("Goal description is required."));
@@ -346,7 +348,8 @@ impl PlanbServer {
                 exec_plans::create(&store, &downstream, &value, request).await
             }
             Source::Goal(goal) => {
-                exec_plans::create_from_goal(&store, &downstream, &goal, request).await
+                let sampler = Sampler::of(peer, Some("planner"));
+                exec_plans::create_from_goal(&store, &downstream, &goal, request, sampler).await
             }
         }
         .map_err(failure)?;
@@ -755,13 +758,17 @@ impl PlanbServer {
         output_schema = created_output(),
         annotations(title = "Create an execution plan", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = true)
     )]
-    async fn plan_create(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
+    async fn plan_create(
+        &self,
+        arguments: JsonObject,
+        peer: Peer<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
         let mut args = Args::new(&arguments);
         let (source, request) = create_args(&mut args);
         if let Err(errors) = args.finish() {
             return Ok(failure(errors.to_string()));
         }
-        Ok(match self.create_plan(source, request).await {
+        Ok(match self.create_plan(source, request, &peer).await {
             Ok((_, id, plan)) => CallToolResult::structured(json!({
                 "success": true,
                 "plan_id": id.to_string(),
@@ -826,7 +833,10 @@ impl PlanbServer {
         if let Err(errors) = args.finish() {
             return Ok(failure(errors.to_string()));
         }
-        let (store, id, _) = match self.create_plan(source, client_request).await {
+        let (store, id, _) = match self
+            .create_plan(source, client_request, &context.peer)
+            .await
+        {
             Ok(created) => created,
             Err(refused) => return Ok(refused),
         };

@@ -17,12 +17,13 @@ use std::time::{Duration, Instant};
 use planb_core::dag::{Pipeline, StepId};
 use planb_core::state::ContentHash;
 use planb_core::{Command, Rejection, RunState, Task, TaskId};
-use planb_engine::backend::{Backend, PROFILES};
+use planb_engine::backend::sampling::Sampler;
+use planb_engine::backend::{Backend, BackendError, PROFILES};
 use planb_engine::pipelines::{self, DEFAULT_TARGET, PROJECT_PLAN};
 use planb_projections::{DataRoot, StoreError};
 use rmcp::model::{CallToolResult, JsonObject};
 use rmcp::service::RequestContext;
-use rmcp::{ErrorData, RoleServer, tool, tool_router};
+use rmcp::{ErrorData, Peer, RoleServer, tool, tool_router};
 use serde_json::{Value, json};
 
 use crate::args::Args;
@@ -386,6 +387,83 @@ impl PlanbServer {
         }
     }
 
+    /// Starts the task's next run where `runner` says, and waits until the
+    /// run is recorded, or what was to run it has ended.
+    async fn start_task_run(
+        &self,
+        id: TaskId,
+        runs_before: usize,
+        runner: Runner,
+    ) -> Result<Task, Box<CallToolResult>> {
+        match runner {
+            Runner::Worker => self.start_worker(id, runs_before).await,
+            Runner::Here(backend) => self.run_here(id, runs_before, backend).await,
+        }
+    }
+
+    /// Runs the task's next run in this process, on `backend` (the client's
+    /// model): it lasts as long as this process.
+    async fn run_here(
+        &self,
+        id: TaskId,
+        runs_before: usize,
+        backend: Backend,
+    ) -> Result<Task, Box<CallToolResult>> {
+        let options = worker_options(backend)
+            .map_err(|e| boxed("INVALID_ARGUMENT", e.to_string(), json!({})))?;
+        let handle = self.store().clone();
+        let store = tokio::task::spawn_blocking(move || handle.wait())
+            .await
+            .map_err(|e| boxed("INTERNAL_ERROR", e.to_string(), json!({})))?
+            .map_err(|e| boxed("INTERNAL_ERROR", e.to_string(), json!({})))?;
+        let run = tokio::spawn(async move {
+            let ended = planb_engine::worker::run(store, id, options).await;
+            match &ended {
+                Ok(ended) => tracing::info!(
+                    "task {id}: run {} ended {:?} (in this process, on the client's model)",
+                    ended.run,
+                    ended.outcome
+                ),
+                Err(e) => tracing::warn!("task {id}: the run could not go on: {e}"),
+            }
+            ended
+        });
+        let started = Instant::now();
+        loop {
+            match self.task_now(id).await {
+                Ok(Some(task)) if task.runs.len() > runs_before => return Ok(task),
+                Ok(_) => {}
+                Err(e) => return Err(Box::new(store_failure(e))),
+            }
+            if run.is_finished() {
+                if let Ok(Some(task)) = self.task_now(id).await
+                    && task.runs.len() > runs_before
+                {
+                    return Ok(task);
+                }
+                let message = match run.await {
+                    Ok(Err(e)) => e.to_string(),
+                    Ok(Ok(_)) => "the run ended before it was recorded".to_owned(),
+                    Err(e) => e.to_string(),
+                };
+                let code = if message.starts_with("RUN_ALREADY_ACTIVE") {
+                    "RUN_ALREADY_ACTIVE"
+                } else {
+                    "INTERNAL_ERROR"
+                };
+                return Err(boxed(code, message, json!({})));
+            }
+            if started.elapsed() > WORKER_START {
+                return Err(boxed(
+                    "INTERNAL_ERROR",
+                    format!("the run did not start within {} s", WORKER_START.as_secs()),
+                    json!({}),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Starts a worker and waits until its run is recorded, or it exits.
     async fn start_worker(
         &self,
@@ -452,10 +530,25 @@ impl PlanbServer {
         }
     }
 
-    fn model_check(&self, profile: Option<&str>) -> Result<(), Box<CallToolResult>> {
-        Backend::configured(profile, &|name| std::env::var(name).ok())
-            .map(|_| ())
-            .map_err(|e| boxed(e.code(), e.to_string(), json!({})))
+    /// Where a run of a task with `profile` goes: a detached worker when a
+    /// model is configured, else this process on the client's model when
+    /// the client declared sampling, else `MODEL_NOT_CONFIGURED`.
+    fn runner(
+        &self,
+        profile: Option<&str>,
+        peer: &Peer<RoleServer>,
+    ) -> Result<Runner, Box<CallToolResult>> {
+        match Backend::configured(profile, &|name| std::env::var(name).ok()) {
+            Ok(_) => Ok(Runner::Worker),
+            Err(BackendError::NotConfigured) => match Sampler::of(peer, profile) {
+                Some(sampler) => Ok(Runner::Here(Backend::Sampling(sampler))),
+                None => {
+                    let e = BackendError::NotConfigured;
+                    Err(boxed(e.code(), e.to_string(), json!({})))
+                }
+            },
+            Err(e) => Err(boxed(e.code(), e.to_string(), json!({}))),
+        }
     }
 }
 
@@ -514,7 +607,11 @@ impl PlanbServer {
         output_schema = open_output(),
         annotations(title = "Create a plan-generation task", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = true)
     )]
-    async fn task_create(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
+    async fn task_create(
+        &self,
+        arguments: JsonObject,
+        peer: Peer<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
         let mut args = Args::new(&arguments);
         let prompt = args.string(
             "prompt",
@@ -552,9 +649,10 @@ impl PlanbServer {
         {
             return Ok(CallToolResult::structured(created(&task)));
         }
-        if let Err(result) = self.model_check(profile.as_deref()) {
-            return Ok(*result);
-        }
+        let runner = match self.runner(profile.as_deref(), &peer) {
+            Ok(runner) => runner,
+            Err(result) => return Ok(*result),
+        };
         let root = self.data_root();
         let pipeline = match pipeline_of(&root, &pipeline_name) {
             Ok(pipeline) => pipeline,
@@ -617,7 +715,7 @@ impl PlanbServer {
             },
             Err(e) => return Ok(store_failure(e)),
         };
-        Ok(match self.start_worker(id, 0).await {
+        Ok(match self.start_task_run(id, 0, runner).await {
             Ok(task) => CallToolResult::structured(created(&task)),
             Err(result) => *result,
         })
@@ -690,7 +788,11 @@ impl PlanbServer {
         output_schema = status_output(),
         annotations(title = "Resume a task", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = true)
     )]
-    async fn task_resume(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
+    async fn task_resume(
+        &self,
+        arguments: JsonObject,
+        peer: Peer<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
         let (id, ()) = match task_args(&arguments, |_| ()) {
             Ok(parsed) => parsed,
             Err(result) => return Ok(*result),
@@ -721,17 +823,20 @@ impl PlanbServer {
                 json!({}),
             ));
         }
-        if let Err(result) = self.model_check(task.model_profile.as_deref()) {
-            return Ok(*result);
-        }
-        Ok(match self.start_worker(id, task.runs.len()).await {
-            Ok(task) => CallToolResult::structured(status(
-                &self.data_root(),
-                &task,
-                self.store().env().now(),
-            )),
-            Err(result) => *result,
-        })
+        let runner = match self.runner(task.model_profile.as_deref(), &peer) {
+            Ok(runner) => runner,
+            Err(result) => return Ok(*result),
+        };
+        Ok(
+            match self.start_task_run(id, task.runs.len(), runner).await {
+                Ok(task) => CallToolResult::structured(status(
+                    &self.data_root(),
+                    &task,
+                    self.store().env().now(),
+                )),
+                Err(result) => *result,
+            },
+        )
     }
 
     #[tool(
@@ -1180,6 +1285,25 @@ pub(crate) fn worker_main(root: &Path, task: &str) -> anyhow::Result<std::proces
     };
     let backend = Backend::configured(profile.as_deref(), &|n| std::env::var(n).ok())
         .map_err(|e| anyhow::anyhow!("{}: {e}", e.code()))?;
+    let options = worker_options(backend)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let store = Arc::new(store);
+    let ended = runtime.block_on(planb_engine::worker::run(store, task, options))?;
+    eprintln!(
+        "task {task}: run {} ended {:?}{}",
+        ended.run,
+        ended.outcome,
+        ended.reason.map(|r| format!(" ({r})")).unwrap_or_default()
+    );
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// A run's options on `backend`, with the limits the environment sets
+/// (`PLANB_STEP_TIMEOUT_SEC`, `PLANB_INACTIVITY_SEC`, `PLANB_CONCURRENCY`).
+fn worker_options(backend: Backend) -> anyhow::Result<planb_engine::worker::Options> {
     let mut options = planb_engine::worker::Options::new(backend);
     if let Some(d) = env_seconds("PLANB_STEP_TIMEOUT_SEC")? {
         options.step_timeout = d;
@@ -1199,19 +1323,15 @@ pub(crate) fn worker_main(root: &Path, task: &str) -> anyhow::Result<std::proces
                 )
             })?;
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    let store = Arc::new(store);
-    let ended = runtime.block_on(planb_engine::worker::run(store, task, options))?;
-    eprintln!(
-        "task {task}: run {} ended {:?}{}",
-        ended.run,
-        ended.outcome,
-        ended.reason.map(|r| format!(" ({r})")).unwrap_or_default()
-    );
-    Ok(std::process::ExitCode::SUCCESS)
+    Ok(options)
+}
+
+/// Where a task's run goes.
+enum Runner {
+    /// A detached `planb-mcp worker` on the configured model.
+    Worker,
+    /// This process, on this backend (the client's model).
+    Here(Backend),
 }
 
 #[cfg(test)]

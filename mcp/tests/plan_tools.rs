@@ -398,6 +398,44 @@ async fn a_goal_becomes_a_checked_plan_through_the_model() {
     );
     let shown = ok(&call(&server, "plan_show", json!({"plan_id": ran["plan_id"]})).await);
     assert_eq!(shown["description"], "Say hi, then say it again");
+    drop(server);
+
+    // No model configured, but the client samples: its model plans.
+    let servers = write_servers(dir.path());
+    let calls_file = dir.path().join("calls");
+    let mut sampling = support::start_sampling(
+        dir.path(),
+        &[
+            ("PLANB_SERVERS", servers.to_str().expect("path")),
+            ("DOWNSTREAM_CALLS", calls_file.to_str().expect("path")),
+        ],
+        sampled_plan,
+        Duration::ZERO,
+    )
+    .await;
+    let ran = ok(&call(
+        &sampling,
+        "plan_create_and_execute",
+        json!({"goal": "Greet once, by sampling"}),
+    )
+    .await);
+    assert_eq!(ran["success"], true, "{ran}");
+    assert_eq!(ran["title"], "Greet by sampling");
+    let asked = sampling.seen.samples.try_recv().expect("one prompt");
+    assert!(asked.contains("Greet once, by sampling"), "{asked}");
+    assert!(asked.contains("alpha__echo"), "{asked}");
+    assert_eq!(
+        calls(dir.path()).last().expect("a call")["args"]["text"],
+        "sampled"
+    );
+}
+
+/// The client's model, asked for a plan.
+fn sampled_plan(_prompt: &str) -> String {
+    let plan = json!({"title": "Greet by sampling", "steps": [
+        {"index": "1", "title": "Greet", "tool": "alpha__echo", "args": {"text": "sampled"}}
+    ]});
+    format!("```json\n{plan}\n```")
 }
 
 #[tokio::test]

@@ -1017,3 +1017,90 @@ async fn a_model_server_over_https_answers_once_its_authority_is_trusted() {
     assert_eq!(model.requests(), 1);
     server.client.cancel().await.expect("close");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_model_configured_a_sampling_client_answers_in_process_until_its_server_dies() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = [("PLANB_CONCURRENCY", "2")];
+    // Each answer takes 100 ms, so the run is caught halfway.
+    let mut server = support::start_sampling(
+        dir.path(),
+        &env,
+        scripted_answer,
+        Duration::from_millis(100),
+    )
+    .await;
+    let task = create(&server, "fast").await;
+    until_completed(&server, &task, 3).await;
+    // The run is this server's: no worker process, no worker log.
+    let (state, _) = support::fold_log(dir.path());
+    let run = state.tasks().values().next().expect("task").runs[0].clone();
+    assert_eq!(run.owner_pid, server.pid);
+    let task_id = planb_core::TaskId::parse(&task).expect("id");
+    assert!(
+        !planb_projections::DataRoot::new(dir.path())
+            .task_dir(&task_id)
+            .join("worker.log")
+            .exists()
+    );
+    let mut asked = 0;
+    while server.seen.samples.try_recv().is_ok() {
+        asked += 1;
+    }
+    assert!(asked >= 3, "{asked} prompts reached the client");
+
+    // Its server dies: the run is a recoverable worker error.
+    server.kill_9();
+    let mut server =
+        support::start_sampling(dir.path(), &env, scripted_answer, Duration::ZERO).await;
+    let failed = until_settled(&server, &task).await;
+    assert_eq!(failed["state"], "failed", "{failed}");
+    assert_eq!(failed["error"]["failure_reason"], "worker_error");
+    assert_eq!(failed["error"]["recoverable"], true);
+    let (state, _) = support::fold_log(dir.path());
+    let done_first: BTreeSet<String> = state.tasks().values().next().expect("task").runs[0]
+        .succeeded
+        .iter()
+        .cloned()
+        .collect();
+
+    // Resumed from another window, its client's model finishes the run,
+    // asked only for the steps not done before.
+    ok(&call(&server, "task_resume", json!({"task_id": task})).await);
+    let done = wait(&server, &task).await;
+    assert_eq!(done["state"], "completed", "{done}");
+    let runs = started_by_run(dir.path());
+    let again: Vec<&String> = runs[1].iter().filter(|s| done_first.contains(*s)).collect();
+    assert!(again.is_empty(), "ran again: {again:?}");
+    let mut asked = 0;
+    while server.seen.samples.try_recv().is_ok() {
+        asked += 1;
+    }
+    let pipeline = planb_engine::pipelines::project_plan();
+    let model_steps = runs[1]
+        .iter()
+        .filter(|s| {
+            pipeline
+                .step(&StepId::parse(s).expect("id"))
+                .is_some_and(|step| matches!(step.action, planb_core::dag::Action::Model { .. }))
+        })
+        .count();
+    assert_eq!(
+        asked, model_steps,
+        "one prompt per model step of the second run"
+    );
+    let report = ok(&call(
+        &server,
+        "task_file_info",
+        json!({"task_id": task, "artifact": "report"}),
+    )
+    .await);
+    assert!(report["size"].as_u64().unwrap_or(0) > 0, "{report}");
+    server.client.cancel().await.expect("close");
+
+    // A client without sampling still gets MODEL_NOT_CONFIGURED.
+    let bare = start_planb(dir.path(), None, &[]).await;
+    let refused = call(&bare, "task_create", json!({"prompt": PROMPT})).await;
+    assert_eq!(error_code(&refused), "MODEL_NOT_CONFIGURED");
+    bare.client.cancel().await.expect("close");
+}

@@ -43,6 +43,8 @@ pub struct Seen {
     pub progress: mpsc::UnboundedReceiver<String>,
     /// URLs the server printed on stderr (`opening browser directly: <url>`).
     pub stderr_urls: mpsc::UnboundedReceiver<String>,
+    /// The prompts of `sampling/createMessage` requests, as answered.
+    pub samples: mpsc::UnboundedReceiver<String>,
 }
 
 #[derive(Debug)]
@@ -53,9 +55,42 @@ pub struct TestClient {
     urls: mpsc::UnboundedSender<(String, String)>,
     completions: mpsc::UnboundedSender<String>,
     progress: mpsc::UnboundedSender<String>,
+    /// Answers sampling requests with this (declaring the capability).
+    sampler: Option<Sampling>,
+    samples: mpsc::UnboundedSender<String>,
 }
 
 impl ClientHandler for TestClient {
+    #[allow(deprecated, reason = "sampling, as 2025-11-25 sessions carry it")]
+    async fn create_message(
+        &self,
+        params: rmcp::model::CreateMessageRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::CreateMessageResult, ErrorData> {
+        use rmcp::model::{SamplingMessage, SamplingMessageContentBlock};
+        let Some((answer, delay)) = self.sampler else {
+            return Err(ErrorData::method_not_found::<
+                rmcp::model::CreateMessageRequestMethod,
+            >());
+        };
+        let prompt: String = params
+            .messages
+            .into_iter()
+            .flat_map(|m| m.content.into_vec())
+            .filter_map(|block| match block {
+                SamplingMessageContentBlock::Text(text) => Some(text.text),
+                _ => None,
+            })
+            .collect();
+        tokio::time::sleep(delay).await;
+        let text = answer(&prompt);
+        let _ = self.samples.send(prompt);
+        Ok(rmcp::model::CreateMessageResult::new(
+            SamplingMessage::assistant_text(text),
+            "scripted".into(),
+        ))
+    }
+
     async fn create_elicitation(
         &self,
         request: ElicitRequestParams,
@@ -119,13 +154,20 @@ impl ClientHandler for TestClient {
                 .with_form(FormElicitationCapability::new())
                 .with_url(UrlElicitationCapability::new()),
         };
-        let capabilities = ClientCapabilities::builder()
+        let mut capabilities = ClientCapabilities::builder()
             .enable_elicitation_with(elicitation)
             .build();
+        if self.sampler.is_some() {
+            capabilities.sampling = Some(Default::default());
+        }
         ClientConfig::new(capabilities, Implementation::new("planb-tests", "0"))
             .with_protocol_version(ProtocolVersion::V_2025_11_25)
     }
 }
+
+/// How the test client answers sampling: the answer to a prompt, and how
+/// long it takes.
+type Sampling = (fn(&str) -> String, Duration);
 
 /// A running server and the client connected to it.
 pub struct Server {
@@ -155,11 +197,41 @@ pub async fn start(data_dir: &Path, url_answer: UrlAnswer, env: &[(&str, &str)])
     start_with(data_dir, url_answer, None, env, &[]).await
 }
 
+/// [`start`] with a client that declares sampling and answers each
+/// prompt with `answer`, `delay` after it came.
+pub async fn start_sampling(
+    data_dir: &Path,
+    env: &[(&str, &str)],
+    answer: fn(&str) -> String,
+    delay: Duration,
+) -> Server {
+    launch(
+        data_dir,
+        UrlAnswer::NotSupported,
+        None,
+        Some((answer, delay)),
+        env,
+        &[],
+    )
+    .await
+}
+
 /// [`start`] with a form-elicitation reply and extra command-line arguments.
 pub async fn start_with(
     data_dir: &Path,
     url_answer: UrlAnswer,
     form_reply: Option<(ElicitationAction, Option<Value>)>,
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> Server {
+    launch(data_dir, url_answer, form_reply, None, env, args).await
+}
+
+async fn launch(
+    data_dir: &Path,
+    url_answer: UrlAnswer,
+    form_reply: Option<(ElicitationAction, Option<Value>)>,
+    sampler: Option<Sampling>,
     env: &[(&str, &str)],
     args: &[&str],
 ) -> Server {
@@ -200,12 +272,15 @@ pub async fn start_with(
     let (urls_tx, urls) = mpsc::unbounded_channel();
     let (completions_tx, completions) = mpsc::unbounded_channel();
     let (progress_tx, progress) = mpsc::unbounded_channel();
+    let (samples_tx, samples) = mpsc::unbounded_channel();
     let handler = TestClient {
         url_answer,
         form_reply,
         urls: urls_tx,
         completions: completions_tx,
         progress: progress_tx,
+        sampler,
+        samples: samples_tx,
     };
     let client = handler.serve(transport).await.expect("initialize");
     Server {
@@ -215,6 +290,7 @@ pub async fn start_with(
             completions,
             progress,
             stderr_urls,
+            samples,
         },
         stderr: lines,
         stderr_closed,

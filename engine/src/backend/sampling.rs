@@ -1,0 +1,122 @@
+//! MCP sampling: a `model` step's prompt sent to the model of the client
+//! planb-mcp serves (`sampling/createMessage`), for clients that declare
+//! the sampling capability (VS Code does; Claude Code does not). The client
+//! chooses the model, and may show the person each request first.
+//!
+//! A run on this backend executes inside the planb-mcp process whose client
+//! answers, so it lasts as long as that session: if the process exits, the
+//! run's lock is freed and the run is reported `worker_error`, recoverable.
+//!
+//! The model profile becomes the request's model preferences: `baseline`
+//! favours cost, `premium` capability, `frontier` capability above all.
+
+#![allow(
+    deprecated,
+    reason = "rmcp marks sampling deprecated after the 2026-07-28 protocol; the 2025-06-18 and \
+              2025-11-25 sessions clients open still carry it"
+)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use rmcp::model::{
+    CreateMessageRequestParams, ModelPreferences, SamplingMessage, SamplingMessageContentBlock,
+};
+use rmcp::{Peer, RoleServer};
+
+use super::{ANSWER_BYTES_MAX, Answer, BackendError};
+
+/// The most tokens a step's answer may take, as asked of the client.
+pub const MAX_TOKENS: u32 = 8_192;
+
+/// The client of one MCP session, as a model.
+#[derive(Clone)]
+pub struct Sampler {
+    peer: Peer<RoleServer>,
+    profile: Option<String>,
+    /// Tells samplers apart (a session has no identity of its own to
+    /// compare).
+    id: u64,
+}
+
+impl std::fmt::Debug for Sampler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sampler")
+            .field("profile", &self.profile)
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for Sampler {
+    fn eq(&self, other: &Sampler) -> bool {
+        self.id == other.id
+    }
+}
+
+impl Eq for Sampler {}
+
+impl Sampler {
+    /// The client behind `peer` as a model, if it declared sampling.
+    pub fn of(peer: &Peer<RoleServer>, profile: Option<&str>) -> Option<Sampler> {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let declared = peer
+            .peer_info()
+            .is_some_and(|info| info.capabilities.sampling.is_some());
+        declared.then(|| Sampler {
+            peer: peer.clone(),
+            profile: profile.map(str::to_owned),
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
+        })
+    }
+
+    fn preferences(&self) -> Option<ModelPreferences> {
+        let (cost, intelligence) = match self.profile.as_deref()? {
+            "baseline" => (0.8, 0.3),
+            "premium" => (0.3, 0.8),
+            "frontier" => (0.0, 1.0),
+            _ => return None,
+        };
+        let mut preferences = ModelPreferences::new().with_cost_priority(cost);
+        preferences.intelligence_priority = Some(intelligence);
+        Some(preferences)
+    }
+
+    /// Asks the client's model `prompt`, within `timeout`.
+    pub async fn ask(&self, prompt: &str, timeout: Duration) -> Result<Answer, BackendError> {
+        let started = Instant::now();
+        let mut params =
+            CreateMessageRequestParams::new(vec![SamplingMessage::user_text(prompt)], MAX_TOKENS);
+        if let Some(preferences) = self.preferences() {
+            params = params.with_model_preferences(preferences);
+        }
+        let result = tokio::time::timeout(timeout, self.peer.create_message(params))
+            .await
+            .map_err(|_| BackendError::Timeout(timeout))?
+            .map_err(|e| BackendError::Sampling(e.to_string()))?;
+        let mut text = String::new();
+        for block in result.message.content.into_vec() {
+            if let SamplingMessageContentBlock::Text(part) = block {
+                if !text.is_empty() {
+                    text.push('\n');
+                }
+                text.push_str(&part.text);
+                if text.len() > ANSWER_BYTES_MAX {
+                    return Err(BackendError::TooLarge);
+                }
+            }
+        }
+        if text.trim().is_empty() {
+            return Err(BackendError::Sampling(format!(
+                "the client's model ({}) answered no text",
+                result.model
+            )));
+        }
+        Ok(Answer {
+            text,
+            duration: started.elapsed(),
+            tokens_in: None,
+            tokens_out: None,
+        })
+    }
+}
