@@ -6,6 +6,9 @@
 //! - `report.html`: the target's artifact when the target renders a report;
 //! - `run.zip`: every artifact file and the report;
 //! - `run.log`: the latest run-log lines;
+//! - `run_error.json`: when the latest run failed, why (reason, failed
+//!   step, whether a resume may succeed) and that run's last log lines;
+//!   gone once a later run is not failed;
 //! - `.written.json`: the SHA-256 of each artifact file as this projection
 //!   last wrote it, so a resume can tell a person's edit of a file from a
 //!   file the projection has not caught up on ([`hand_edits`]).
@@ -14,9 +17,9 @@ use std::path::{Path, PathBuf};
 
 use std::collections::BTreeMap;
 
-use planb_core::Task;
 use planb_core::dag::{Action, Pipeline, StepId};
 use planb_core::state::ContentHash;
+use planb_core::{RunState, Task};
 use planb_projections::{BlobHash, DataRoot};
 
 /// One file of a task's folder.
@@ -136,10 +139,40 @@ pub fn run_log(task: &Task) -> String {
         .collect()
 }
 
+/// Run-log lines `run_error.json` keeps (the failed run's latest).
+const RUN_ERROR_LINES: usize = 40;
+
+/// The bytes of `run_error.json`, when the task's latest run failed.
+pub fn run_error(task: &Task) -> Option<Vec<u8>> {
+    let run = task.runs.last().filter(|r| r.state == RunState::Failed)?;
+    let mut lines: Vec<serde_json::Value> = task
+        .log_tail
+        .iter()
+        .rev()
+        .filter(|line| line.run == run.id)
+        .take(RUN_ERROR_LINES)
+        .map(|line| serde_json::json!({"at": line.at.to_iso8601(), "text": line.text}))
+        .collect();
+    lines.reverse();
+    let value = serde_json::json!({
+        "task_id": task.id.to_string(),
+        "run_id": run.id.to_string(),
+        "state": "failed",
+        "failure_reason": run.reason,
+        "failed_step": run.failed_step,
+        "recoverable": run.recoverable,
+        "started_at": run.started_at.to_iso8601(),
+        "ended_at": run.ended_at.map(|t| t.to_iso8601()),
+        "log": lines,
+    });
+    serde_json::to_vec_pretty(&value).ok()
+}
+
 fn zip_of(
     artifacts: Vec<(TaskFile, Vec<u8>)>,
     report: Option<Vec<u8>>,
     log: String,
+    error: Option<Vec<u8>>,
 ) -> std::io::Result<Vec<u8>> {
     let mut entries: Vec<(String, Vec<u8>)> = artifacts
         .into_iter()
@@ -149,6 +182,9 @@ fn zip_of(
         entries.push(("report.html".into(), report));
     }
     entries.push(("run.log".into(), log.into_bytes()));
+    if let Some(error) = error {
+        entries.push(("run_error.json".into(), error));
+    }
     crate::zip::write(&entries).map_err(std::io::Error::other)
 }
 
@@ -159,6 +195,7 @@ pub fn zip(root: &DataRoot, pipeline: &Pipeline, task: &Task) -> std::io::Result
         artifacts(root, pipeline, task),
         report(root, pipeline, task),
         run_log(task),
+        run_error(task),
     )
 }
 
@@ -343,12 +380,20 @@ pub fn project(
     let log = run_log(task);
     write_atomic(&dir, "run.log", log.as_bytes())?;
     keep.push("run.log".into());
+    let error = run_error(task);
+    match &error {
+        Some(bytes) => write_atomic(&dir, "run_error.json", bytes)?,
+        None => match std::fs::remove_file(dir.join("run_error.json")) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        },
+    }
     if whole {
         let report = report(root, pipeline, task);
         if let Some(report) = &report {
             write_atomic(&dir, "report.html", report)?;
         }
-        let zip = zip_of(artifacts, report, log)?;
+        let zip = zip_of(artifacts, report, log, error)?;
         write_atomic(&dir, "run.zip", &zip)?;
     }
     keep.extend(["report.html".into(), "run.zip".into()]);
@@ -370,4 +415,23 @@ pub fn project(
         }
     }
     Ok(dir)
+}
+
+/// After a run's end was recorded by this process: rewrites the folder's
+/// run files (`run.log`, `run_error.json`) from `task`. A failure is logged,
+/// not returned: the end is recorded either way, and the next writer of the
+/// folder catches up.
+pub async fn project_ended(root: DataRoot, task: Task) {
+    let id = task.id;
+    let written = tokio::task::spawn_blocking(move || {
+        let pipeline =
+            crate::pipelines::resolve(&root, &task.pipeline).map_err(std::io::Error::other)?;
+        project(&root, &pipeline, &task, false)
+    })
+    .await;
+    match written {
+        Ok(Ok(_)) => {}
+        Ok(Err(error)) => tracing::warn!("task {id}: files not written: {error}"),
+        Err(error) => tracing::warn!("task {id}: files not written: {error}"),
+    }
 }

@@ -250,6 +250,13 @@ impl Runner {
             recoverable,
         })
         .await?;
+        // A failed run's folder also says why (`run_error.json`), which
+        // only the recorded end tells.
+        if outcome == RunOutcome::Failed
+            && let Ok(task) = self.task().await
+        {
+            crate::task_files::project_ended(self.store.root().clone(), task).await;
+        }
         Ok(Ended {
             run: self.run,
             outcome,

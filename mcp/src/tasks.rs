@@ -378,8 +378,12 @@ impl PlanbServer {
         }
         match crate::blocking::end_dead_run(self.store(), id).await {
             Ok(None) => Ok(task),
+            // This process recorded the end: the folder says why.
             Ok(Some(_)) => match self.task_now(id).await {
-                Ok(Some(task)) => Ok(task),
+                Ok(Some(task)) => {
+                    planb_engine::task_files::project_ended(self.data_root(), task.clone()).await;
+                    Ok(task)
+                }
                 Ok(None) => Err(not_found()),
                 Err(e) => Err(Box::new(store_failure(e))),
             },

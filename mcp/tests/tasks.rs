@@ -654,6 +654,12 @@ async fn a_killed_worker_is_a_recoverable_worker_error_and_resume_completes() {
     assert_eq!(failed["state"], "failed", "{failed}");
     assert_eq!(failed["error"]["failure_reason"], "worker_error");
     assert_eq!(failed["error"]["recoverable"], true);
+    // The process that recorded the end wrote why in the folder.
+    let recorded: Value = serde_json::from_slice(
+        &std::fs::read(run_error_file(dir.path(), &task)).expect("run_error.json"),
+    )
+    .expect("JSON");
+    assert_eq!(recorded["failure_reason"], "worker_error", "{recorded}");
     let (state, _) = support::fold_log(dir.path());
     let done_first: BTreeSet<String> = state.tasks().values().next().expect("task").runs[0]
         .succeeded
@@ -951,6 +957,21 @@ async fn a_run_without_progress_fails_with_inactivity_timeout_and_resume_complet
     assert_eq!(failed["state"], "failed", "{failed}");
     assert_eq!(failed["error"]["failure_reason"], "inactivity_timeout");
     assert_eq!(failed["error"]["recoverable"], true);
+    // The folder says why, with the run's last log lines.
+    let error_file = run_error_file(dir.path(), &task);
+    let recorded: Value =
+        serde_json::from_slice(&std::fs::read(&error_file).expect("run_error.json")).expect("JSON");
+    assert_eq!(
+        recorded["failure_reason"], "inactivity_timeout",
+        "{recorded}"
+    );
+    assert_eq!(recorded["recoverable"], true, "{recorded}");
+    assert!(
+        recorded["log"]
+            .to_string()
+            .contains("no step progressed for 1 s"),
+        "{recorded}"
+    );
     let logs = ok(&call(&server, "task_logs_tail", json!({"task_id": task})).await);
     assert!(
         logs.to_string().contains("no step progressed for 1 s"),
@@ -973,7 +994,17 @@ async fn a_run_without_progress_fails_with_inactivity_timeout_and_resume_complet
     ok(&call(&server, "task_resume", json!({"task_id": task})).await);
     let done = wait(&server, &task).await;
     assert_eq!(done["state"], "completed", "{done}");
+    assert!(
+        !error_file.exists(),
+        "a completed task has no run_error.json"
+    );
     server.client.cancel().await.expect("close");
+}
+
+fn run_error_file(dir: &Path, task: &str) -> std::path::PathBuf {
+    planb_projections::DataRoot::new(dir)
+        .task_dir(&planb_core::TaskId::parse(task).expect("id"))
+        .join("run_error.json")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
