@@ -435,3 +435,55 @@ pub async fn project_ended(root: DataRoot, task: Task) {
         Err(error) => tracing::warn!("task {id}: files not written: {error}"),
     }
 }
+
+/// What [`rewrite_all`] did.
+#[derive(Debug, Default)]
+pub struct Rewritten {
+    /// Task folders written whole.
+    pub written: usize,
+    /// Folders left as they are, and why (a live run writes its own; a
+    /// person's edits not yet recorded are never overwritten).
+    pub left: Vec<(String, String)>,
+}
+
+/// Rewrites every pipeline task's folder from `state` and the blobs (after
+/// `rebuild`, or when files were lost). A folder holding hand edits not yet
+/// recorded is left alone, as is the folder of a task whose run is active.
+pub fn rewrite_all(root: &DataRoot, state: &planb_core::State) -> Rewritten {
+    let mut done = Rewritten::default();
+    for task in state.tasks().values().filter(|t| t.plan.is_none()) {
+        let id = task.id.to_string();
+        if task.active_run().is_some() {
+            done.left.push((id, "its run is active".into()));
+            continue;
+        }
+        let pipeline = match crate::pipelines::resolve(root, &task.pipeline) {
+            Ok(pipeline) => pipeline,
+            Err(problem) => {
+                done.left.push((id, problem));
+                continue;
+            }
+        };
+        let (edits, skipped) = hand_edits(root, &pipeline, task, usize::MAX);
+        let unrecorded: Vec<&str> = edits
+            .iter()
+            .map(|e| e.name.as_str())
+            .chain(skipped.iter().map(|s| s.name.as_str()))
+            .collect();
+        if !unrecorded.is_empty() {
+            done.left.push((
+                id,
+                format!(
+                    "hand edits not yet recorded ({}); task_resume records them",
+                    unrecorded.join(", ")
+                ),
+            ));
+            continue;
+        }
+        match project(root, &pipeline, task, true) {
+            Ok(_) => done.written += 1,
+            Err(error) => done.left.push((id, error.to_string())),
+        }
+    }
+    done
+}

@@ -250,7 +250,7 @@ pub fn accept_loss(root: &DataRoot, out: &mut dyn Write) -> anyhow::Result<ExitC
 
 /// Drops and rebuilds every projection.
 pub fn rebuild(root: &DataRoot, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
-    let (_, report) = planb_projections::rebuild(root)?;
+    let (state, report) = planb_projections::rebuild(root)?;
     writeln!(
         out,
         "rebuilt from {} event(s): {} session(s) in {:.1} ms",
@@ -258,6 +258,11 @@ pub fn rebuild(root: &DataRoot, out: &mut dyn Write) -> anyhow::Result<ExitCode>
         report.sessions,
         report.elapsed.as_secs_f64() * 1e3
     )?;
+    let tasks = planb_engine::task_files::rewrite_all(root, &state);
+    writeln!(out, "task folders rewritten: {}", tasks.written)?;
+    for (task, why) in &tasks.left {
+        writeln!(out, "  tasks/{task} left as it is: {why}")?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -385,6 +385,48 @@ async fn a_fast_task_runs_to_a_report_and_a_zip() {
     let zip_bytes = std::fs::read(zip["path"].as_str().expect("path")).expect("zip");
     resources_match_the_files(&server, &task, &report, &zip_bytes, closure.len()).await;
     server.client.cancel().await.expect("close");
+    a_lost_folder_comes_back_with_rebuild(dir.path(), &task);
+}
+
+/// `rebuild` writes a task's folder again, byte for byte, from the log and
+/// the blobs; a person's edit it has not recorded is never overwritten.
+fn a_lost_folder_comes_back_with_rebuild(dir: &Path, task: &str) {
+    let folder = planb_projections::DataRoot::new(dir)
+        .task_dir(&planb_core::TaskId::parse(task).expect("id"));
+    let files = |folder: &Path| -> std::collections::BTreeMap<String, Vec<u8>> {
+        std::fs::read_dir(folder)
+            .expect("folder")
+            .map(|e| e.expect("entry"))
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|name| name != "worker.log" && name != "run.lock")
+            .map(|name| {
+                let bytes = std::fs::read(folder.join(&name)).expect("file");
+                (name, bytes)
+            })
+            .collect()
+    };
+    let before = files(&folder);
+    assert!(before.contains_key("report.html") && before.contains_key("run.zip"));
+    std::fs::remove_dir_all(&folder).expect("lose the folder");
+    let output = support::planb(dir, &["rebuild"]);
+    let said = support::all_output(&output);
+    assert!(output.status.success(), "{said}");
+    assert!(said.contains("task folders rewritten: 1"), "{said}");
+    assert_eq!(files(&folder), before);
+
+    let (name, _) = before
+        .iter()
+        .find(|(name, _)| name.ends_with(".md"))
+        .expect("an artifact file");
+    std::fs::write(folder.join(name), "edited by hand\n").expect("edit");
+    let output = support::planb(dir, &["rebuild"]);
+    let said = support::all_output(&output);
+    assert!(output.status.success(), "{said}");
+    assert!(said.contains("hand edits not yet recorded"), "{said}");
+    assert_eq!(
+        std::fs::read_to_string(folder.join(name)).expect("kept"),
+        "edited by hand\n"
+    );
 }
 
 /// The task's report, zip and artifacts as MCP resources: listed with mime
