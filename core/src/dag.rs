@@ -71,6 +71,12 @@ impl fmt::Display for StepId {
     }
 }
 
+/// What a `model` step's answer may be required to be: `json` a JSON
+/// value (a Markdown code fence around it is taken off), `schedule` the
+/// schedule the report draws as a Gantt chart (`{"tasks": [{id, name,
+/// duration_days, depends_on}]}`, every dependency known, no cycle).
+pub const MODEL_ANSWERS: [&str; 2] = ["json", "schedule"];
+
 /// What a step does. Each variant's fields are part of the step's input
 /// hash, so changing a prompt re-runs the step.
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -81,6 +87,9 @@ pub enum Action {
     Model {
         /// The template.
         prompt: String,
+        /// What the answer must be (one of [`MODEL_ANSWERS`]); `None` is
+        /// any text that is not empty.
+        answer: Option<String>,
     },
     /// A tool call on a downstream MCP server, arguments as JSON text with
     /// `${var}` bindings.
@@ -347,9 +356,15 @@ impl Pipeline {
         field(self.name.as_bytes());
         field(def.id.0.as_bytes());
         match &def.action {
-            Action::Model { prompt } => {
+            Action::Model { prompt, answer } => {
                 field(b"model");
                 field(prompt.as_bytes());
+                // Absent from the hash when unset, so steps written before
+                // answers were checked keep their hashes.
+                if let Some(answer) = answer {
+                    field(b"answer");
+                    field(answer.as_bytes());
+                }
             }
             Action::Tool { server, tool, args } => {
                 field(b"tool");

@@ -249,6 +249,7 @@ mod tests {
             needs: vec![id("a"), id("b")],
             action: Action::Model {
                 prompt: String::new(),
+                answer: None,
             },
         };
         let titles = BTreeMap::from([(id("a"), "Alpha".into()), (id("b"), "Beta".into())]);

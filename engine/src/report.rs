@@ -43,15 +43,21 @@ const GANTT_TASKS_MAX: usize = 500;
 /// Longest task in days that is drawn as given.
 const DAYS_MAX: u64 = 100_000;
 
-/// Reads a schedule artifact and places each task after its dependencies.
-/// A JSON answer wrapped in a Markdown code fence is accepted.
-pub fn schedule(text: &str) -> Result<Vec<Scheduled>, String> {
+/// `text` without a Markdown code fence around it (```` ```json ```` or
+/// ```` ``` ````), trimmed.
+pub fn unfenced(text: &str) -> &str {
     let trimmed = text.trim();
-    let body = trimmed
+    trimmed
         .strip_prefix("```json")
         .or_else(|| trimmed.strip_prefix("```"))
         .and_then(|rest| rest.strip_suffix("```"))
-        .unwrap_or(trimmed);
+        .map_or(trimmed, str::trim)
+}
+
+/// Reads a schedule artifact and places each task after its dependencies.
+/// A JSON answer wrapped in a Markdown code fence is accepted.
+pub fn schedule(text: &str) -> Result<Vec<Scheduled>, String> {
+    let body = unfenced(text);
     let value: Value =
         serde_json::from_str(body).map_err(|e| format!("the schedule is not JSON: {e}"))?;
     let tasks = value

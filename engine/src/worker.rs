@@ -111,6 +111,31 @@ struct Produced {
     duration: Duration,
     tokens_in: Option<u64>,
     tokens_out: Option<u64>,
+    /// Why earlier answers to this step were refused.
+    refusals: Vec<String>,
+}
+
+/// Answers a `model` step may have refused before the step fails.
+pub const ANSWER_ATTEMPTS: usize = 3;
+
+/// The answer as stored, or why it is refused: never empty, and for a step
+/// that requires one, the shape its `answer` names (a Markdown code fence
+/// around JSON is taken off).
+fn checked_answer(kind: Option<&str>, text: &str) -> Result<String, String> {
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        return Err("the answer is empty".into());
+    }
+    let Some(kind) = kind else {
+        return Ok(text.to_owned());
+    };
+    let body = crate::report::unfenced(trimmed);
+    serde_json::from_str::<serde_json::Value>(body)
+        .map_err(|e| format!("the answer is not JSON ({e})"))?;
+    if kind == "schedule" {
+        crate::report::schedule(body)?;
+    }
+    Ok(body.to_owned())
 }
 
 struct StepFailure {
@@ -676,6 +701,13 @@ async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<En
         last_progress = Instant::now();
         match result.outcome {
             Ok(produced) => {
+                for (n, reason) in produced.refusals.iter().enumerate() {
+                    runner.note(format!(
+                        "step {}: answer {} refused ({reason}); asked again",
+                        result.step,
+                        n + 1
+                    ));
+                }
                 // The artifact stored (synced), the success recorded and the
                 // step's file written, in one trip to the blocking pool.
                 let size = produced.bytes.len() as u64;
@@ -862,22 +894,53 @@ impl Job {
         let inputs = self.read_inputs()?;
         let started = Instant::now();
         match &def.action {
-            Action::Model { prompt } => {
-                let text = pipelines::fill(prompt, &self.task, def, &self.titles, &inputs);
-                let answer = self.backend.ask(&text, self.timeout).await?;
-                if answer.text.trim().is_empty() {
-                    return Err(StepFailure {
-                        class: "model_empty_answer".into(),
-                        message: "the model answered nothing".into(),
-                        recoverable: true,
-                    });
+            Action::Model { prompt, answer } => {
+                let first = pipelines::fill(prompt, &self.task, def, &self.titles, &inputs);
+                let deadline = started + self.timeout;
+                let mut text = first.clone();
+                let mut produced = Produced {
+                    bytes: Vec::new(),
+                    duration: Duration::ZERO,
+                    tokens_in: None,
+                    tokens_out: None,
+                    refusals: Vec::new(),
+                };
+                let add = |sum: Option<u64>, more: Option<u64>| match (sum, more) {
+                    (None, None) => None,
+                    (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
+                };
+                loop {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Err(BackendError::Timeout(self.timeout).into());
+                    }
+                    let reply = self.backend.ask(&text, left).await?;
+                    produced.duration += reply.duration;
+                    produced.tokens_in = add(produced.tokens_in, reply.tokens_in);
+                    produced.tokens_out = add(produced.tokens_out, reply.tokens_out);
+                    match checked_answer(answer.as_deref(), &reply.text) {
+                        Ok(kept) => {
+                            produced.bytes = kept.into_bytes();
+                            return Ok(produced);
+                        }
+                        Err(reason) if produced.refusals.len() + 1 >= ANSWER_ATTEMPTS => {
+                            return Err(StepFailure {
+                                class: "model_answer_invalid".into(),
+                                message: format!(
+                                    "the model's answer was refused {ANSWER_ATTEMPTS} times; the last time: {reason}"
+                                ),
+                                recoverable: true,
+                            });
+                        }
+                        Err(reason) => {
+                            text = format!(
+                                "{first}\n\nYour previous answer was refused: {reason}. \
+                                 Answer again, following the instructions exactly."
+                            );
+                            produced.refusals.push(reason);
+                        }
+                    }
                 }
-                Ok(Produced {
-                    bytes: answer.text.into_bytes(),
-                    duration: answer.duration,
-                    tokens_in: answer.tokens_in,
-                    tokens_out: answer.tokens_out,
-                })
             }
             Action::Render { what } if what == "report" => {
                 let sections: Vec<crate::report::Section<'_>> = def
@@ -903,6 +966,7 @@ impl Job {
                     duration: started.elapsed(),
                     tokens_in: None,
                     tokens_out: None,
+                    refusals: Vec::new(),
                 })
             }
             Action::Render { what } => Err(StepFailure {
@@ -935,5 +999,38 @@ fn first_line(text: &str) -> String {
         format!("{short}…")
     } else {
         short
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_are_kept_or_refused_with_the_reason() {
+        assert_eq!(
+            checked_answer(None, "## Text\n").as_deref(),
+            Ok("## Text\n")
+        );
+        assert_eq!(
+            checked_answer(None, " \n ").expect_err("refused"),
+            "the answer is empty"
+        );
+        assert_eq!(
+            checked_answer(Some("json"), "```json\n{\"a\": 1}\n```").as_deref(),
+            Ok("{\"a\": 1}")
+        );
+        assert!(
+            checked_answer(Some("json"), "Sure! Here it is.")
+                .expect_err("refused")
+                .starts_with("the answer is not JSON")
+        );
+        let schedule =
+            r#"{"tasks": [{"id": "1", "name": "A", "duration_days": 2, "depends_on": ["9"]}]}"#;
+        assert!(checked_answer(Some("json"), schedule).is_ok());
+        assert_eq!(
+            checked_answer(Some("schedule"), schedule).expect_err("refused"),
+            "tasks[0].depends_on: no task \"9\""
+        );
     }
 }

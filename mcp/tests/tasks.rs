@@ -1177,3 +1177,70 @@ async fn with_no_model_configured_a_sampling_client_answers_in_process_until_its
     assert_eq!(error_code(&refused), "MODEL_NOT_CONFIGURED");
     bare.client.cancel().await.expect("close");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_of_the_wrong_shape_is_asked_for_again_and_then_fails_its_step() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    assert!(closure_of("build_plan").contains(&"schedule".to_owned()));
+    let schedule =
+        r#"{"tasks": [{"id": "1", "name": "Do it", "duration_days": 3, "depends_on": []}]}"#;
+    // Prose where the schedule step wants JSON; JSON once told why not.
+    let learns = dir.path().join("learns.sh");
+    std::fs::write(
+        &learns,
+        format!(
+            "#!/bin/sh\np=$(cat)\ncase \"$p\" in\n  *'previous answer was refused'*) echo '{schedule}' ;;\n  *'Answer with JSON only'*) echo 'Here is the schedule you asked for.' ;;\n  *) printf '## Part\\n\\nText.\\n' ;;\nesac\n"
+        ),
+    )
+    .expect("script");
+    let spec = format!("command:sh {}", learns.display());
+    let server = start_planb(dir.path(), None, &[("PLANB_MODEL", &spec)]).await;
+    let task = create(&server, "fast").await;
+    let done = wait(&server, &task).await;
+    assert_eq!(done["state"], "completed", "{done}");
+    let logs = ok(&call(
+        &server,
+        "task_logs_tail",
+        json!({"task_id": task, "max_lines": 200}),
+    )
+    .await)
+    .to_string();
+    assert!(
+        logs.contains("step schedule: answer 1 refused (the answer is not JSON"),
+        "{logs}"
+    );
+    let (state, _) = support::fold_log(dir.path());
+    let recorded = state.tasks().values().next().expect("task");
+    let artifact = recorded.successes["schedule"].artifact;
+    let stored = planb_projections::DataRoot::new(dir.path())
+        .blobs()
+        .get(&artifact)
+        .expect("the schedule's blob");
+    assert_eq!(String::from_utf8_lossy(&stored).trim(), schedule);
+    server.client.cancel().await.expect("close");
+
+    // A model that never gives the shape fails the step after three
+    // answers, recoverably, saying why.
+    let stubborn = dir.path().join("stubborn.sh");
+    std::fs::write(
+        &stubborn,
+        "#!/bin/sh\np=$(cat)\ncase \"$p\" in\n  *'Answer with JSON only'*) echo 'A schedule in words.' ;;\n  *) printf '## Part\\n\\nText.\\n' ;;\nesac\n",
+    )
+    .expect("script");
+    let spec = format!("command:sh {}", stubborn.display());
+    let server = start_planb(dir.path(), None, &[("PLANB_MODEL", &spec)]).await;
+    let task = create(&server, "fast").await;
+    let failed = wait(&server, &task).await;
+    assert_eq!(failed["state"], "failed", "{failed}");
+    assert_eq!(failed["error"]["failed_step"], "schedule", "{failed}");
+    assert_eq!(failed["error"]["recoverable"], true, "{failed}");
+    let logs = ok(&call(
+        &server,
+        "task_logs_tail",
+        json!({"task_id": task, "max_lines": 200}),
+    )
+    .await)
+    .to_string();
+    assert!(logs.contains("refused 3 times"), "{logs}");
+    server.client.cancel().await.expect("close");
+}

@@ -64,7 +64,10 @@ pub fn prompt(
         } if started == step.id.as_str() => Some((e.cursor, *input)),
         _ => None,
     })?;
-    let Action::Model { prompt: template } = &step.action else {
+    let Action::Model {
+        prompt: template, ..
+    } = &step.action
+    else {
         return Some(Err(
             "this step calls no model: it is built from its inputs".into()
         ));

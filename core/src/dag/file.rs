@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{Action, Pipeline, STEPS_MAX, StepDef, StepId};
+use super::{Action, MODEL_ANSWERS, Pipeline, STEPS_MAX, StepDef, StepId};
 use crate::json::{echo, field_path, index_path, type_name};
 
 /// Largest pipeline file, in bytes.
@@ -56,13 +56,28 @@ fn action(step: &Map<String, Value>, path: &str) -> Result<Action, String> {
         ["model"] => {
             let at = field_path(path, "model");
             let Some(Value::Object(model)) = step.get("model") else {
-                return Err(format!("{at}: must be an object {{prompt}}"));
+                return Err(format!("{at}: must be an object {{prompt, answer?}}"));
             };
-            unknown_keys(model, &at, &["prompt"])?;
+            unknown_keys(model, &at, &["prompt", "answer"])?;
             let prompt = string(model, &at, "prompt")?;
             bounded(&field_path(&at, "prompt"), prompt, TEXT_BYTES_MAX)?;
+            let answer = match model.get("answer") {
+                None => None,
+                Some(Value::String(kind)) if MODEL_ANSWERS.contains(&kind.as_str()) => {
+                    Some(kind.clone())
+                }
+                Some(other) => {
+                    return Err(format!(
+                        "{}: must be one of {} (got {})",
+                        field_path(&at, "answer"),
+                        MODEL_ANSWERS.join(", "),
+                        echo(&other.to_string())
+                    ));
+                }
+            };
             Ok(Action::Model {
                 prompt: prompt.to_owned(),
+                answer,
             })
         }
         ["tool"] => {
@@ -228,7 +243,7 @@ mod tests {
     fn a_pipeline_file_reads_into_a_checked_pipeline() {
         let pipeline = parse_pipeline(
             r#"{"name": "small-plan", "version": 2, "steps": [
-                {"id": "intake", "title": "Intake", "model": {"prompt": "Restate: {{prompt}}"}},
+                {"id": "intake", "title": "Intake", "model": {"prompt": "Restate: {{prompt}}", "answer": "json"}},
                 {"id": "search", "needs": ["intake"], "tool": {"server": "web", "tool": "search", "args": {"q": "${intake}"}}},
                 {"id": "report", "needs": ["intake", "search"], "render": "report"}
             ]}"#,
@@ -237,6 +252,13 @@ mod tests {
         assert_eq!((pipeline.name(), pipeline.version()), ("small-plan", 2));
         let steps = pipeline.steps();
         assert_eq!(steps[1].title, "search", "the id is the default title");
+        assert_eq!(
+            steps[0].action,
+            Action::Model {
+                prompt: "Restate: {{prompt}}".into(),
+                answer: Some("json".into())
+            }
+        );
         assert_eq!(
             steps[1].action,
             Action::Tool {
@@ -289,6 +311,10 @@ mod tests {
             (
                 step_list(r#"{"id": "a", "model": {"prompt": 3}}"#),
                 "steps[0].model.prompt: must be a string (got number)",
+            ),
+            (
+                step_list(r#"{"id": "a", "model": {"prompt": "p", "answer": "yaml"}}"#),
+                "steps[0].model.answer: must be one of json, schedule (got \"yaml\")",
             ),
             (
                 step_list(r#"{"id": "a", "render": "x", "needs": ["b", 4]}"#),

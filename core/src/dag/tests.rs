@@ -15,6 +15,7 @@ fn step(name: &str, needs: &[&str]) -> StepDef {
         needs: needs.iter().map(|n| id(n)).collect(),
         action: Action::Model {
             prompt: format!("do {name}"),
+            answer: None,
         },
     }
 }
@@ -116,9 +117,18 @@ fn the_input_hash_covers_context_definition_and_inputs() {
     let mut changed = diamond().steps().to_vec();
     changed[1].action = Action::Model {
         prompt: "do risks better".into(),
+        answer: None,
     };
     let changed = Pipeline::new("project-plan", 2, changed).expect("valid");
     assert_ne!(changed.input_hash(b"prompt", &risks, &a), Some(base));
+    // Requiring an answer shape is a change of definition too.
+    let mut checked = diamond().steps().to_vec();
+    checked[1].action = Action::Model {
+        prompt: "do risks".into(),
+        answer: Some("json".into()),
+    };
+    let checked = Pipeline::new("project-plan", 2, checked).expect("valid");
+    assert_ne!(checked.input_hash(b"prompt", &risks, &a), Some(base));
     assert_eq!(p.input_hash(b"prompt", &risks, &BTreeMap::new()), None);
 }
 
