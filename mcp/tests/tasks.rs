@@ -1244,3 +1244,77 @@ async fn an_answer_of_the_wrong_shape_is_asked_for_again_and_then_fails_its_step
     assert!(logs.contains("refused 3 times"), "{logs}");
     server.client.cancel().await.expect("close");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resources_page_through_every_task_newest_first() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = ModelServer::start(Script {
+        delay: Duration::ZERO,
+        fail_first: 0,
+    })
+    .await;
+    let server = start_planb(dir.path(), Some(&model), &[]).await;
+    // Four fast tasks: a report, a zip and an artifact per step each, more
+    // than one page of 100.
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let task = create(&server, "fast").await;
+        assert_eq!(wait(&server, &task).await["state"], "completed");
+        tasks.push(task);
+    }
+    let per_task = closure_of("build_plan").len() + 2;
+    let mut pages = Vec::new();
+    let mut all: Vec<String> = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = server
+            .client
+            .list_resources(Some(
+                rmcp::model::PaginatedRequestParams::default().with_cursor(cursor.clone()),
+            ))
+            .await
+            .expect("a page");
+        assert!(page.resources.len() <= 100);
+        pages.push(page.resources.len());
+        cursor = page.next_cursor.clone();
+        all.extend(page.resources.iter().map(|r| r.uri.clone()));
+        if cursor.is_none() {
+            break;
+        }
+    }
+    assert!(pages.len() >= 2, "{pages:?}");
+    assert_eq!(all.len(), 4 * per_task, "{pages:?}");
+    let unique: BTreeSet<&String> = all.iter().collect();
+    assert_eq!(unique.len(), all.len(), "a resource listed twice");
+    // Newest task first, each task's resources together.
+    let order = tasks_order(&all);
+    let newest_first: Vec<String> = tasks.iter().rev().cloned().collect();
+    assert_eq!(order, newest_first);
+    // A cursor the server never gave is refused, naming it.
+    let refused = server
+        .client
+        .list_resources(Some(
+            rmcp::model::PaginatedRequestParams::default().with_cursor(Some("later".into())),
+        ))
+        .await
+        .expect_err("a bad cursor");
+    assert!(refused.to_string().contains("cursor"), "{refused}");
+    server.client.cancel().await.expect("close");
+}
+
+/// The task ids of `uris`, in the order they first appear, each once.
+fn tasks_order(uris: &[String]) -> Vec<String> {
+    let mut order: Vec<String> = Vec::new();
+    for uri in uris {
+        let task = uri
+            .strip_prefix("planb://task/")
+            .and_then(|rest| rest.split('/').next())
+            .expect("a task uri")
+            .to_owned();
+        if order.last() != Some(&task) {
+            assert!(!order.contains(&task), "{task} split: {uris:?}");
+            order.push(task);
+        }
+    }
+    order
+}
