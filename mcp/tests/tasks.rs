@@ -1318,3 +1318,102 @@ fn tasks_order(uris: &[String]) -> Vec<String> {
     }
     order
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_at_random_points_a_task_still_ends_as_an_uninterrupted_run_would() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = ModelServer::start(Script {
+        delay: Duration::from_millis(25),
+        fail_first: 0,
+    })
+    .await;
+    let server = start_planb(dir.path(), Some(&model), &[]).await;
+    let reference = create(&server, "fast").await;
+    assert_eq!(wait(&server, &reference).await["state"], "completed");
+
+    // Where the kills fall varies from run to run (the seed is printed);
+    // every point must be survivable, so the assertions do not depend on it.
+    let seed = std::env::var("PLANB_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+        })
+        | 1;
+    eprintln!("kill points from PLANB_TEST_SEED={seed}");
+    let mut random = seed;
+    let mut next = move |below: u64| {
+        random ^= random << 13;
+        random ^= random >> 7;
+        random ^= random << 17;
+        random % below
+    };
+    let task = create(&server, "fast").await;
+    let id = planb_core::TaskId::parse(&task).expect("id");
+    let mut kills = 0;
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(next(200))).await;
+        let (state, _) = support::fold_log(dir.path());
+        let run = state.task(&id).and_then(|t| t.runs.last()).cloned();
+        let Some(run) = run.filter(|r| r.state == RunState::Running) else {
+            break;
+        };
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &run.owner_pid.to_string()])
+            .status();
+        kills += 1;
+        let now = until_settled(&server, &task).await;
+        if now["state"] == "completed" {
+            break;
+        }
+        assert_eq!(now["error"]["failure_reason"], "worker_error", "{now}");
+        ok(&call(&server, "task_resume", json!({"task_id": task})).await);
+    }
+    let done = wait(&server, &task).await;
+    assert_eq!(done["state"], "completed", "{done} after {kills} kill(s)");
+    eprintln!("completed after {kills} kill(s)");
+
+    // No step that succeeded ran again in a later run.
+    let (state, _) = support::fold_log(dir.path());
+    let recorded = state.task(&id).expect("task");
+    let started = started_by_run(dir.path());
+    let mut succeeded_before: BTreeSet<String> = BTreeSet::new();
+    for (run, steps) in recorded
+        .runs
+        .iter()
+        .zip(started.iter().skip(started.len() - recorded.runs.len()))
+    {
+        let again: Vec<&String> = steps
+            .iter()
+            .filter(|s| succeeded_before.contains(*s))
+            .collect();
+        assert!(
+            again.is_empty(),
+            "ran again after a kill: {again:?} (seed {seed})"
+        );
+        succeeded_before.extend(run.succeeded.iter().cloned());
+    }
+    // The model's artifacts are those of the run nobody interrupted (the
+    // report also shows its own task's creation time).
+    let reference_id = planb_core::TaskId::parse(&reference).expect("id");
+    let pipeline = planb_engine::pipelines::project_plan();
+    let artifacts = |t: &planb_core::Task| -> Vec<(String, [u8; 32])> {
+        t.successes
+            .iter()
+            .filter(|(step, _)| {
+                pipeline
+                    .step(&StepId::parse(step).expect("id"))
+                    .is_some_and(|d| matches!(d.action, planb_core::dag::Action::Model { .. }))
+            })
+            .map(|(step, success)| (step.clone(), success.artifact))
+            .collect()
+    };
+    assert_eq!(
+        artifacts(recorded),
+        artifacts(state.task(&reference_id).expect("reference")),
+        "after {kills} kill(s) (seed {seed})"
+    );
+    server.client.cancel().await.expect("close");
+}
