@@ -1,13 +1,17 @@
 //! The task pages over a real data root: task events recorded through
 //! `planb_projections::Store` with the built-in pipeline's real input hashes,
-//! artifacts in the real blob store, pages requested through the router.
+//! artifacts in the real blob store, pages requested through the router; and
+//! the task scrubber driven with the keyboard in headless Chromium against
+//! the real `planb-retro` binary.
 
 mod oneshot;
+mod support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::http::StatusCode;
+use fantoccini::key::Key;
 use oneshot::{PORT, check};
 use planb_core::dag::StepId;
 use planb_core::state::ContentHash;
@@ -504,4 +508,105 @@ async fn a_plan_run_shows_its_dag_over_time_and_each_call_with_its_result() {
         &["is not in plan"],
     )
     .await;
+}
+
+#[tokio::test]
+async fn the_task_scrubber_moved_with_the_keyboard_shows_each_step_as_of_each_event() {
+    let f = fixture();
+    let task = f.task.to_string();
+    let server = support::RetroServer::start(f.root.root()).await;
+    let browser = support::Browser::start().await;
+    browser.open(&server.url(&format!("/tasks/{task}"))).await;
+    let state = |step: &str| format!("document.querySelector('[data-step=\"{step}\"]').className");
+    let context = "document.querySelector('#task-scrubber').innerText + ' | ' + \
+                   [...document.querySelectorAll('.dag-step')].slice(0, 3).map(e => e.dataset.step + ':' + e.className).join(' ')";
+    // At the latest event: intake edited, purpose failed.
+    browser
+        .wait_until(
+            "the latest state",
+            &format!("{}.includes('is-edited')", state("intake")),
+            context,
+        )
+        .await;
+    assert!(
+        browser
+            .string(&state("purpose"))
+            .await
+            .contains("is-failed")
+    );
+    let cursors: Vec<String> = browser
+        .string("document.querySelector('#task-scrubber').dataset.cursors")
+        .await
+        .split(',')
+        .map(str::to_owned)
+        .collect();
+    assert!(cursors.len() >= 6, "{cursors:?}");
+
+    // Home: the first event, the task created and nothing run.
+    browser.tab_to("task-scrub", 12).await;
+    browser.press(Key::Home).await;
+    browser
+        .wait_until(
+            "the first event",
+            &format!("location.search === '?at={}'", cursors[0]),
+            context,
+        )
+        .await;
+    browser
+        .wait_until(
+            "intake not run",
+            &format!("{}.includes('is-pending')", state("intake")),
+            context,
+        )
+        .await;
+    assert!(
+        browser
+            .string("document.querySelector('#task-scrubber').innerText")
+            .await
+            .contains(&format!("Event 1 of {}", cursors.len()))
+    );
+
+    // Right, one event at a time, until intake has succeeded: done, and
+    // purpose not failed yet.
+    let done_at = cursors
+        .iter()
+        .position(|c| *c == f.intake_done.to_string())
+        .expect("intake's success among the task's events");
+    for cursor in &cursors[1..=done_at] {
+        browser.tab_to("task-scrub", 12).await;
+        browser.press(Key::Right).await;
+        browser
+            .wait_until(
+                "the next event",
+                &format!("location.search === '?at={cursor}'"),
+                context,
+            )
+            .await;
+    }
+    assert!(browser.string(&state("intake")).await.contains("is-done"));
+    assert!(
+        !browser
+            .string(&state("purpose"))
+            .await
+            .contains("is-failed")
+    );
+
+    // End: back to the latest state.
+    browser.tab_to("task-scrub", 12).await;
+    browser.press(Key::End).await;
+    browser
+        .wait_until(
+            "the last event",
+            &format!("location.search === '?at={}'", cursors[cursors.len() - 1]),
+            context,
+        )
+        .await;
+    assert!(browser.string(&state("intake")).await.contains("is-edited"));
+    assert!(
+        browser
+            .string(&state("purpose"))
+            .await
+            .contains("is-failed")
+    );
+    browser.close().await;
 }
