@@ -25,7 +25,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, WriteTran
 use crate::StoreError;
 
 /// Bumped when the tables or their meaning change; a mismatch triggers a rebuild.
-const INDEX_SCHEMA: u64 = 2;
+const INDEX_SCHEMA: u64 = 3;
 /// Events applied per write transaction while catching up, so a long catch-up
 /// neither holds the write lock for long nor builds a huge transaction.
 const EVENTS_PER_TRANSACTION: usize = 20_000;
@@ -46,6 +46,10 @@ const PLAN_VERSIONS: TableDefinition<(Id, u32), u64> = TableDefinition::new("pla
 const NAMED_PLAN_EVENTS: TableDefinition<(&str, &str, u64), &str> =
     TableDefinition::new("named_plan_events");
 const EVENTS_BY_SESSION: TableDefinition<(Id, u64), ()> = TableDefinition::new("events_by_session");
+/// A task's (or execution plan's) state and creation time.
+const TASK_INFO: TableDefinition<Id, (u8, i64)> = TableDefinition::new("task_info");
+const TASKS_BY_STATE: TableDefinition<(u8, Id), ()> = TableDefinition::new("tasks_by_state");
+const TASKS_BY_CREATED: TableDefinition<(i64, Id), ()> = TableDefinition::new("tasks_by_created");
 
 const APPLIED_CURSOR: &str = "applied_cursor";
 const SCHEMA: &str = "schema";
@@ -66,6 +70,27 @@ pub enum IndexedAskStatus {
     Failed = 4,
 }
 
+/// A task's state as the index stores it: its latest run's, or `Created`
+/// before any run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum IndexedTaskState {
+    /// No run yet.
+    Created = 0,
+    /// A run is going on.
+    Running = 1,
+    /// A stop was asked for; the run has not ended.
+    Stopping = 2,
+    /// The latest run completed.
+    Completed = 3,
+    /// The latest run failed.
+    Failed = 4,
+    /// The latest run stopped on request.
+    Stopped = 5,
+    /// An execution plan deleted.
+    Deleted = 6,
+}
+
 /// Every table's content, in key order: for tests and `planb-mcp` debugging.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct IndexDump {
@@ -83,6 +108,10 @@ pub struct IndexDump {
     pub named_plan_events: Vec<(String, String, u64, String)>,
     /// (session, cursor).
     pub events_by_session: Vec<(Id, u64)>,
+    /// (state, task).
+    pub tasks_by_state: Vec<(u8, Id)>,
+    /// (created ms, task).
+    pub tasks_by_created: Vec<(i64, Id)>,
 }
 
 /// The redb index file and a reader positioned where the index left off.
@@ -379,6 +408,40 @@ impl Index {
         Ok(out)
     }
 
+    /// Tasks and execution plans, newest first, at most `limit`, as
+    /// (created ms, task).
+    pub fn tasks_by_created(&self, limit: usize) -> Result<Vec<(i64, uuid::Uuid)>, StoreError> {
+        let txn = self.db.begin_read().map_err(self.err("begin read"))?;
+        let table = txn
+            .open_table(TASKS_BY_CREATED)
+            .map_err(self.err("open table"))?;
+        let mut out = Vec::new();
+        for entry in table.iter().map_err(self.err("iterate"))?.rev().take(limit) {
+            let (key, _) = entry.map_err(self.err("iterate"))?;
+            let (created, id) = key.value();
+            out.push((created, uuid::Uuid::from_bytes(id)));
+        }
+        Ok(out)
+    }
+
+    /// The tasks (and execution plans) in `state`.
+    pub fn tasks_in_state(&self, state: IndexedTaskState) -> Result<Vec<uuid::Uuid>, StoreError> {
+        let txn = self.db.begin_read().map_err(self.err("begin read"))?;
+        let table = txn
+            .open_table(TASKS_BY_STATE)
+            .map_err(self.err("open table"))?;
+        let code = state as u8;
+        let mut out = Vec::new();
+        for entry in table
+            .range((code, [0u8; 16])..=(code, [0xffu8; 16]))
+            .map_err(self.err("iterate"))?
+        {
+            let (key, _) = entry.map_err(self.err("iterate"))?;
+            out.push(uuid::Uuid::from_bytes(key.value().1));
+        }
+        Ok(out)
+    }
+
     /// Every table's content.
     pub fn dump(&self) -> Result<IndexDump, StoreError> {
         let txn = self.db.begin_read().map_err(self.err("begin read"))?;
@@ -410,6 +473,8 @@ impl Index {
             dump.named_plan_events
         );
         collect!(EVENTS_BY_SESSION, |k, _v| k, dump.events_by_session);
+        collect!(TASKS_BY_STATE, |k, _v| k, dump.tasks_by_state);
+        collect!(TASKS_BY_CREATED, |k, _v| k, dump.tasks_by_created);
         Ok(dump)
     }
 }
@@ -424,6 +489,9 @@ fn create_tables(txn: &WriteTransaction) -> Result<(), redb::Error> {
     txn.open_table(PLAN_VERSIONS)?;
     txn.open_table(NAMED_PLAN_EVENTS)?;
     txn.open_table(EVENTS_BY_SESSION)?;
+    txn.open_table(TASK_INFO)?;
+    txn.open_table(TASKS_BY_STATE)?;
+    txn.open_table(TASKS_BY_CREATED)?;
     Ok(())
 }
 
@@ -443,7 +511,10 @@ fn clear(txn: &WriteTransaction) -> Result<(), redb::Error> {
         ASKS_BY_STATUS,
         PLAN_VERSIONS,
         NAMED_PLAN_EVENTS,
-        EVENTS_BY_SESSION
+        EVENTS_BY_SESSION,
+        TASK_INFO,
+        TASKS_BY_STATE,
+        TASKS_BY_CREATED
     );
     Ok(())
 }
@@ -458,6 +529,9 @@ struct Tables<'txn> {
     plan_versions: redb::Table<'txn, (Id, u32), u64>,
     named_plan_events: redb::Table<'txn, (&'static str, &'static str, u64), &'static str>,
     events_by_session: redb::Table<'txn, (Id, u64), ()>,
+    task_info: redb::Table<'txn, Id, (u8, i64)>,
+    tasks_by_state: redb::Table<'txn, (u8, Id), ()>,
+    tasks_by_created: redb::Table<'txn, (i64, Id), ()>,
 }
 
 impl<'txn> Tables<'txn> {
@@ -471,6 +545,9 @@ impl<'txn> Tables<'txn> {
             plan_versions: txn.open_table(PLAN_VERSIONS)?,
             named_plan_events: txn.open_table(NAMED_PLAN_EVENTS)?,
             events_by_session: txn.open_table(EVENTS_BY_SESSION)?,
+            task_info: txn.open_table(TASK_INFO)?,
+            tasks_by_state: txn.open_table(TASKS_BY_STATE)?,
+            tasks_by_created: txn.open_table(TASKS_BY_CREATED)?,
         })
     }
 }
@@ -533,6 +610,38 @@ fn apply(t: &mut Tables<'_>, envelope: &Envelope) -> Result<(), redb::Error> {
             }
             session.map(|s| bytes(s.as_uuid()))
         }
+        EventBody::TaskCreated { task, .. } | EventBody::PlanCreated { task, .. } => {
+            let task = bytes(task.as_uuid());
+            if t.task_info.get(task)?.is_none() {
+                t.task_info
+                    .insert(task, (IndexedTaskState::Created as u8, at))?;
+                t.tasks_by_state
+                    .insert((IndexedTaskState::Created as u8, task), ())?;
+                t.tasks_by_created.insert((at, task), ())?;
+            }
+            None
+        }
+        EventBody::RunStarted { task, .. } => {
+            set_task_state(t, bytes(task.as_uuid()), IndexedTaskState::Running)?;
+            None
+        }
+        EventBody::StopRequested { task, .. } => {
+            set_task_state(t, bytes(task.as_uuid()), IndexedTaskState::Stopping)?;
+            None
+        }
+        EventBody::RunEnded { task, outcome, .. } => {
+            let state = match outcome {
+                planb_core::RunOutcome::Completed => IndexedTaskState::Completed,
+                planb_core::RunOutcome::Failed => IndexedTaskState::Failed,
+                planb_core::RunOutcome::Stopped => IndexedTaskState::Stopped,
+            };
+            set_task_state(t, bytes(task.as_uuid()), state)?;
+            None
+        }
+        EventBody::PlanDeleted { task } => {
+            set_task_state(t, bytes(task.as_uuid()), IndexedTaskState::Deleted)?;
+            None
+        }
         other => {
             if let Some(plan) = other.plan_key() {
                 t.named_plan_events.insert(
@@ -571,6 +680,22 @@ fn set_ask_status(
     t.ask_info.insert(ask, (status as u8, session))?;
     t.asks_by_status.insert((status as u8, ask), session)?;
     Ok(Some(session))
+}
+
+/// Moves a task to `state`; an event for a task the index never saw created
+/// is left out, like an ask's.
+fn set_task_state(
+    t: &mut Tables<'_>,
+    task: Id,
+    state: IndexedTaskState,
+) -> Result<(), redb::Error> {
+    let Some((old, created)) = t.task_info.get(task)?.map(|v| v.value()) else {
+        return Ok(());
+    };
+    t.tasks_by_state.remove((old, task))?;
+    t.task_info.insert(task, (state as u8, created))?;
+    t.tasks_by_state.insert((state as u8, task), ())?;
+    Ok(())
 }
 
 fn touch_session(t: &mut Tables<'_>, session: Id, at: i64) -> Result<(), redb::Error> {

@@ -37,7 +37,7 @@ pub use error::StoreError;
 pub use files::{ExportReport, export};
 pub use health::{AcceptedLoss, LostTail, TreeCheck, accept_loss, check_tree};
 pub use import::{IMPORTED_ASK_URL, ImportProblem, ImportReport, Imported, Skipped, import};
-pub use index::{Index, IndexDump, IndexedAskStatus};
+pub use index::{Index, IndexDump, IndexedAskStatus, IndexedTaskState};
 pub use plan_file::{PLAN_FILE_BYTES_MAX, PlanFileChange, PlanFileError};
 pub use rebuild::{RebuildReport, rebuild};
 pub use runs::{RunLock, RunLockError, worker_alive};

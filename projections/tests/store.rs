@@ -393,3 +393,135 @@ fn plan_texts_stay_in_the_log_and_every_tree_write_finds_them() {
     rebuild(&root).expect("rebuild");
     files_hold_every_text();
 }
+
+/// The index keeps tasks (and execution plans) by creation time and by their
+/// latest run's state, across two processes, equal after a rebuild.
+#[test]
+fn the_index_keeps_tasks_by_state_and_by_creation_time() {
+    use planb_core::{RunId, RunOutcome, TaskId};
+    use planb_projections::IndexedTaskState;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let first = open(dir.path());
+    let second = open(dir.path());
+    let tasks: Vec<TaskId> = (1..=4)
+        .map(|n| TaskId::from_uuid(uuid::Uuid::from_u128(0x7000 + n)))
+        .collect();
+    for (n, task) in tasks.iter().enumerate() {
+        let store = if n % 2 == 0 { &first } else { &second };
+        store
+            .execute(Command::CreateTask {
+                task: *task,
+                pipeline: "project-plan".into(),
+                pipeline_version: 2,
+                prompt: format!("plan number {n}"),
+                speed: "fast".into(),
+                target: "build_plan".into(),
+                model_profile: None,
+                client_request_id: None,
+            })
+            .expect("create");
+    }
+    let start = |store: &Store, task: TaskId, n: u128| {
+        let run = RunId::from_uuid(uuid::Uuid::from_u128(0x8000 + n));
+        store
+            .execute(Command::StartRun {
+                task,
+                run,
+                resumed_from: None,
+                owner_pid: 1,
+                host: "test".into(),
+                variables: None,
+            })
+            .expect("start");
+        run
+    };
+    // Task 0 completes, task 1 is asked to stop, task 2 fails, task 3 waits.
+    let run = start(&first, tasks[0], 0);
+    first
+        .execute(Command::EndRun {
+            task: tasks[0],
+            run,
+            outcome: RunOutcome::Completed,
+            reason: None,
+            failed_step: None,
+            recoverable: false,
+        })
+        .expect("end");
+    start(&second, tasks[1], 1);
+    second
+        .execute(Command::RequestStop { task: tasks[1] })
+        .expect("stop");
+    let run = start(&second, tasks[2], 2);
+    second
+        .execute(Command::EndRun {
+            task: tasks[2],
+            run,
+            outcome: RunOutcome::Failed,
+            reason: Some("worker_error".into()),
+            failed_step: None,
+            recoverable: true,
+        })
+        .expect("end");
+    let owner = if first.with_index(|_| ()).expect("index").is_some() {
+        &first
+    } else {
+        &second
+    };
+    let (newest, by_state) = owner
+        .with_index(|index| {
+            index.catch_up().expect("catch up");
+            let newest = index.tasks_by_created(3).expect("by time");
+            let by_state: Vec<(IndexedTaskState, Vec<uuid::Uuid>)> = [
+                IndexedTaskState::Created,
+                IndexedTaskState::Stopping,
+                IndexedTaskState::Completed,
+                IndexedTaskState::Failed,
+                IndexedTaskState::Running,
+            ]
+            .into_iter()
+            .map(|state| (state, index.tasks_in_state(state).expect("by state")))
+            .collect();
+            (newest, by_state)
+        })
+        .expect("index")
+        .expect("an owner");
+    let ids: Vec<uuid::Uuid> = newest.iter().map(|(_, id)| *id).collect();
+    assert_eq!(
+        ids,
+        [tasks[3], tasks[2], tasks[1]].map(|t| t.as_uuid()),
+        "newest first"
+    );
+    assert!(newest.windows(2).all(|w| w[0].0 >= w[1].0), "{newest:?}");
+    let expect = |state: IndexedTaskState| -> Vec<uuid::Uuid> {
+        by_state
+            .iter()
+            .find(|(s, _)| *s == state)
+            .map(|(_, ids)| ids.clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(expect(IndexedTaskState::Created), vec![tasks[3].as_uuid()]);
+    assert_eq!(expect(IndexedTaskState::Stopping), vec![tasks[1].as_uuid()]);
+    assert_eq!(
+        expect(IndexedTaskState::Completed),
+        vec![tasks[0].as_uuid()]
+    );
+    assert_eq!(expect(IndexedTaskState::Failed), vec![tasks[2].as_uuid()]);
+    assert!(expect(IndexedTaskState::Running).is_empty());
+
+    // A rebuild from the log gives the same tables.
+    let before = owner
+        .with_index(|index| index.dump().expect("dump"))
+        .expect("index")
+        .expect("owner");
+    drop((first, second));
+    rebuild(&DataRoot::new(dir.path())).expect("rebuild");
+    let fresh = open(dir.path());
+    let after = fresh
+        .with_index(|index| index.dump().expect("dump"))
+        .expect("index")
+        .expect("owner");
+    assert_eq!(after.tasks_by_state, before.tasks_by_state);
+    assert_eq!(after.tasks_by_created, before.tasks_by_created);
+    assert_eq!(after.tasks_by_state.len(), 4);
+}
