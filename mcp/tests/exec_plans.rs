@@ -726,3 +726,49 @@ fn on_a_terminal_the_dag_is_redrawn_in_place_until_it_is_done() {
     assert!(!out.contains('\x1b'), "{out:?}");
     assert!(out.contains("recorded result reused"), "{out}");
 }
+
+#[test]
+fn a_plans_servers_start_at_once_not_one_after_another() {
+    let setup = Setup::new();
+    // `waits` starts only once `signals` has begun starting: started one
+    // after the other in name order, `waits` would never answer.
+    let ds = support::downstream_binary();
+    let flag = setup.path("signals-started");
+    let waits = setup.path("waits.sh");
+    std::fs::write(
+        &waits,
+        format!(
+            "#!/bin/sh\nwhile [ ! -f '{}' ]; do sleep 0.05; done\nexec '{}' waits\n",
+            flag.display(),
+            ds.display()
+        ),
+    )
+    .expect("script");
+    let signals = setup.path("signals.sh");
+    std::fs::write(
+        &signals,
+        format!(
+            "#!/bin/sh\ntouch '{}'\nexec '{}' signals\n",
+            flag.display(),
+            ds.display()
+        ),
+    )
+    .expect("script");
+    let servers = json!({"mcpServers": {
+        "a_waits": {"command": "sh", "args": [waits]},
+        "b_signals": {"command": "sh", "args": [signals]},
+    }});
+    std::fs::write(setup.path("servers.json"), servers.to_string()).expect("servers");
+    let id = setup.create(&json!({"title": "Both", "steps": [
+        step("1", "a_waits__echo", json!({"text": "one"}), &[], None),
+        step("2", "b_signals__echo", json!({"text": "two"}), &["1"], None),
+    ]}));
+    let (code, out) = setup.run(&["run", &id]);
+    assert_eq!(code, 0, "{out}");
+    let servers: Vec<String> = setup
+        .calls()
+        .iter()
+        .map(|c| c["server"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(servers, ["waits", "signals"]);
+}

@@ -344,8 +344,13 @@ struct Connection {
 pub struct Downstream {
     servers: Servers,
     start_timeout: Duration,
-    connections: tokio::sync::Mutex<BTreeMap<String, Arc<Connection>>>,
+    /// One slot per server, locked only while that server starts: a slow
+    /// start holds up the calls to that server alone.
+    connections: Mutex<BTreeMap<String, Slot>>,
 }
+
+/// A server's connection, once started.
+type Slot = Arc<tokio::sync::Mutex<Option<Arc<Connection>>>>;
 
 impl std::fmt::Debug for Downstream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -373,7 +378,7 @@ impl Downstream {
         Downstream {
             servers,
             start_timeout,
-            connections: tokio::sync::Mutex::new(BTreeMap::new()),
+            connections: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -383,21 +388,37 @@ impl Downstream {
     }
 
     async fn connection(&self, name: &str) -> Result<Arc<Connection>, DownstreamError> {
-        let mut connections = self.connections.lock().await;
-        if let Some(found) = connections.get(name)
-            && !found.client.is_closed()
-        {
-            return Ok(Arc::clone(found));
-        }
         let Some(spec) = self.servers.servers.get(name) else {
             return Err(DownstreamError {
                 message: format!("no downstream server {name:?} is configured"),
                 class: "server_start",
             });
         };
+        let slot: Slot = {
+            let mut slots = self
+                .connections
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            Arc::clone(slots.entry(name.to_owned()).or_default())
+        };
+        let mut slot = slot.lock().await;
+        if let Some(found) = slot.as_ref()
+            && !found.client.is_closed()
+        {
+            return Ok(Arc::clone(found));
+        }
         let connection = Arc::new(self.start(name, spec).await?);
-        connections.insert(name.to_owned(), Arc::clone(&connection));
+        *slot = Some(Arc::clone(&connection));
         Ok(connection)
+    }
+
+    /// The connections to `names`, started at once rather than one after
+    /// another, in the order given.
+    async fn connections<'n>(
+        &self,
+        names: impl IntoIterator<Item = &'n str>,
+    ) -> Vec<Result<Arc<Connection>, DownstreamError>> {
+        futures_util::future::join_all(names.into_iter().map(|name| self.connection(name))).await
     }
 
     async fn start(&self, name: &str, spec: &ServerSpec) -> Result<Connection, DownstreamError> {
@@ -539,8 +560,9 @@ impl Downstream {
     pub async fn available_tools(&self) -> (Vec<ToolInfo>, Vec<DownstreamError>) {
         let mut all = Vec::new();
         let mut failed = Vec::new();
-        for name in self.names() {
-            match self.connection(&name).await {
+        let names = self.names();
+        for started in self.connections(names.iter().map(String::as_str)).await {
+            match started {
                 Ok(connection) => all.extend(connection.tools.iter().cloned()),
                 Err(error) => failed.push(error),
             }
@@ -570,15 +592,19 @@ impl Downstream {
             }
         }
         let mut all = Vec::new();
-        for server in &needed {
-            all.extend(self.connection(server).await?.tools.iter().cloned());
+        for started in self.connections(needed.iter().copied()).await {
+            all.extend(started?.tools.iter().cloned());
         }
         if bare.is_empty() {
             return Ok(all);
         }
         let mut failed = Vec::new();
-        for server in servers.iter().filter(|s| !needed.contains(s.as_str())) {
-            match self.connection(server).await {
+        let others = servers
+            .iter()
+            .map(String::as_str)
+            .filter(|s| !needed.contains(s));
+        for started in self.connections(others).await {
+            match started {
                 Ok(connection) => all.extend(connection.tools.iter().cloned()),
                 Err(error) => failed.push(error.message),
             }
