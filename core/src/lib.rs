@@ -33,6 +33,7 @@ mod json;
 pub mod plan_edit;
 pub mod question;
 pub mod state;
+pub mod text;
 pub mod time;
 
 #[cfg(test)]

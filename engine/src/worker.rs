@@ -994,12 +994,7 @@ fn first_line(text: &str) -> String {
         .map(str::trim)
         .find(|l| !l.is_empty())
         .unwrap_or("");
-    let short: String = line.chars().take(80).collect();
-    if short.len() < line.len() {
-        format!("{short}…")
-    } else {
-        short
-    }
+    planb_core::text::clip(line, 81)
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ use std::io::{self, Write};
 use std::time::{Duration, Instant};
 
 use planb_core::exec_plan::{ExecPlan, StepMark, render_dag};
+use planb_core::text::clip;
 use planb_engine::plans::Progress;
 
 /// The shortest time between two frames, and how often to [`Display::tick`].
@@ -187,15 +188,7 @@ impl Live {
     /// The frame's lines for a terminal of `rows` × `columns`.
     fn frame(&self, rows: usize, columns: usize) -> Vec<String> {
         let width = columns.saturating_sub(1).max(1);
-        let cut = |text: &str| -> String {
-            if text.chars().count() <= width {
-                text.to_owned()
-            } else {
-                let mut kept: String = text.chars().take(width.saturating_sub(1)).collect();
-                kept.push('…');
-                kept
-            }
-        };
+        let cut = |text: &str| clip(text, width);
         let dag = render_dag(&self.plan, |at| self.marks[at]);
         let mut lines: Vec<String> = dag.lines().map(cut).collect();
         lines.push(String::new());

@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use planb_core::exec_plan::{ExecPlan, StepMark, render_dag};
+use planb_core::text::clip;
 use planb_core::{AskId, AskSpec, Command, Rejection, SessionId, Task, TaskErrorCode, TaskId};
 use planb_engine::backend::sampling::Sampler;
 use planb_engine::plans::{self, Guards, Progress, RunOptions};
@@ -678,19 +679,6 @@ impl PlanbServer {
                 }))))
             }
         }
-    }
-}
-
-fn clip(text: &str, chars: usize) -> String {
-    if text.chars().count() <= chars {
-        text.to_owned()
-    } else {
-        format!(
-            "{}…",
-            text.chars()
-                .take(chars.saturating_sub(1))
-                .collect::<String>()
-        )
     }
 }
 

@@ -122,11 +122,7 @@ fn state_name(task: &Task) -> &'static str {
 
 fn prompt_summary(prompt: &str) -> String {
     let flat: String = prompt.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.chars().count() > 120 {
-        format!("{}…", flat.chars().take(119).collect::<String>())
-    } else {
-        flat
-    }
+    planb_core::text::clip(&flat, 120)
 }
 
 /// The steps of the latest run's closure that are done: succeeded in the

@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use planb_core::exec_plan::ExecPlan;
+use planb_core::text::clip;
 use serde_json::Value;
 
 use super::servers::{Downstream, ToolInfo, available};
@@ -37,14 +38,6 @@ pub enum GenerateError {
     Invalid(String),
 }
 
-fn clipped(text: &str, chars: usize) -> String {
-    if text.chars().count() <= chars {
-        text.to_owned()
-    } else {
-        format!("{}…", text.chars().take(chars).collect::<String>())
-    }
-}
-
 /// The prompt for `goal` over `tools`.
 pub fn prompt(goal: &str, tools: &[ToolInfo]) -> String {
     let names = available(tools);
@@ -55,10 +48,10 @@ pub fn prompt(goal: &str, tools: &[ToolInfo]) -> String {
         } else {
             tool.qualified()
         };
-        let schema = clipped(&tool.input_schema.to_string(), SCHEMA_CHARS_MAX);
+        let schema = clip(&tool.input_schema.to_string(), SCHEMA_CHARS_MAX);
         listing.push_str(&format!(
             "- {name}: {}\n  arguments schema: {schema}\n",
-            clipped(tool.description.trim(), DESCRIPTION_CHARS_MAX)
+            clip(tool.description.trim(), DESCRIPTION_CHARS_MAX)
         ));
     }
     if tools.len() > TOOLS_SHOWN_MAX {
