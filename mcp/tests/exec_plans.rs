@@ -71,11 +71,7 @@ impl Setup {
         std::fs::write(&file, plan.to_string()).expect("plan file");
         let (code, out) = self.run(&["create", file.to_str().expect("path")]);
         assert_eq!(code, 0, "{out}");
-        out.lines()
-            .find_map(|l| l.strip_prefix("Plan saved: "))
-            .expect("plan id")
-            .trim()
-            .to_owned()
+        saved_id(&out)
     }
 
     /// The calls the servers received, in order.
@@ -86,6 +82,15 @@ impl Setup {
             .map(|l| serde_json::from_str(l).expect("call line"))
             .collect()
     }
+}
+
+/// The plan id `plan create` printed.
+fn saved_id(out: &str) -> String {
+    out.lines()
+        .find_map(|l| l.strip_prefix("Plan saved: "))
+        .expect("plan id")
+        .trim()
+        .to_owned()
 }
 
 #[test]
@@ -495,12 +500,7 @@ fn a_server_reached_by_url_runs_its_steps_with_its_headers() {
 
     let (code, out) = with_token(&["create", file], "sekrit");
     assert_eq!(code, 0, "{out}");
-    let id = out
-        .lines()
-        .find_map(|l| l.strip_prefix("Plan saved: "))
-        .expect("plan id")
-        .trim()
-        .to_owned();
+    let id = saved_id(&out);
     let (code, out) = with_token(&["run", &id], "sekrit");
     assert_eq!(code, 0, "{out}");
     let calls = setup.calls();
@@ -544,12 +544,7 @@ fn a_server_reached_by_url_runs_its_steps_with_its_headers() {
     };
     let (code, out) = trusted(&["create", https_file]);
     assert_eq!(code, 0, "{out}");
-    let id = out
-        .lines()
-        .find_map(|l| l.strip_prefix("Plan saved: "))
-        .expect("plan id")
-        .trim()
-        .to_owned();
+    let id = saved_id(&out);
     let (code, out) = trusted(&["run", &id]);
     assert_eq!(code, 0, "{out}");
     let calls = setup.calls();

@@ -270,6 +270,27 @@ fn edits_in_log(dir: &Path) -> Vec<(String, String)> {
     edits
 }
 
+/// Resumes `task` (one run so far, ended) and checks it completes without
+/// running again a step that run finished; returns each run's started steps.
+async fn resume_reruns_nothing_done(server: &Server, dir: &Path, task: &str) -> Vec<Vec<String>> {
+    let (state, _) = support::fold_log(dir);
+    let done_first: BTreeSet<String> = state.tasks().values().next().expect("task").runs[0]
+        .succeeded
+        .iter()
+        .cloned()
+        .collect();
+    ok(&call(server, "task_resume", json!({"task_id": task})).await);
+    let done = wait(server, task).await;
+    assert_eq!(done["state"], "completed", "{done}");
+    let runs = started_by_run(dir);
+    let again: Vec<&String> = runs[1].iter().filter(|s| done_first.contains(*s)).collect();
+    assert!(
+        again.is_empty(),
+        "steps the first run finished ran again: {again:?}"
+    );
+    runs
+}
+
 fn closure_of(target: &str) -> Vec<String> {
     let pipeline = planb_engine::pipelines::project_plan();
     pipeline
@@ -702,21 +723,7 @@ async fn a_killed_worker_is_a_recoverable_worker_error_and_resume_completes() {
     )
     .expect("JSON");
     assert_eq!(recorded["failure_reason"], "worker_error", "{recorded}");
-    let (state, _) = support::fold_log(dir.path());
-    let done_first: BTreeSet<String> = state.tasks().values().next().expect("task").runs[0]
-        .succeeded
-        .iter()
-        .cloned()
-        .collect();
-    ok(&call(&server, "task_resume", json!({"task_id": task})).await);
-    let done = wait(&server, &task).await;
-    assert_eq!(done["state"], "completed", "{done}");
-    let runs = started_by_run(dir.path());
-    let again: Vec<&String> = runs[1].iter().filter(|s| done_first.contains(*s)).collect();
-    assert!(
-        again.is_empty(),
-        "steps that succeeded before the kill ran again: {again:?}"
-    );
+    resume_reruns_nothing_done(&server, dir.path(), &task).await;
     // Files the killed worker had not written yet are not taken for edits.
     assert_eq!(edits_in_log(dir.path()), Vec::<(String, String)>::new());
     server.client.cancel().await.expect("close");
@@ -1130,21 +1137,9 @@ async fn with_no_model_configured_a_sampling_client_answers_in_process_until_its
     assert_eq!(failed["state"], "failed", "{failed}");
     assert_eq!(failed["error"]["failure_reason"], "worker_error");
     assert_eq!(failed["error"]["recoverable"], true);
-    let (state, _) = support::fold_log(dir.path());
-    let done_first: BTreeSet<String> = state.tasks().values().next().expect("task").runs[0]
-        .succeeded
-        .iter()
-        .cloned()
-        .collect();
-
     // Resumed from another window, its client's model finishes the run,
     // asked only for the steps not done before.
-    ok(&call(&server, "task_resume", json!({"task_id": task})).await);
-    let done = wait(&server, &task).await;
-    assert_eq!(done["state"], "completed", "{done}");
-    let runs = started_by_run(dir.path());
-    let again: Vec<&String> = runs[1].iter().filter(|s| done_first.contains(*s)).collect();
-    assert!(again.is_empty(), "ran again: {again:?}");
+    let runs = resume_reruns_nothing_done(&server, dir.path(), &task).await;
     let mut asked = 0;
     while server.seen.samples.try_recv().is_ok() {
         asked += 1;
