@@ -51,6 +51,14 @@ fn scripted_answer(prompt: &str) -> String {
     format!("## Draft\n\nAnswer {hash:016x} to: {first}\n\n- point one\n- point two\n")
 }
 
+impl Script {
+    /// Every answer at once, none failed.
+    const INSTANT: Script = Script {
+        delay: Duration::ZERO,
+        fail_first: 0,
+    };
+}
+
 impl ModelServer {
     async fn start(script: Script) -> ModelServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -932,11 +940,7 @@ async fn a_command_backend_answers_a_ping_and_bad_input_gets_the_seed_codes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_report_opens_from_disk_in_chromium_with_every_section() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let model = ModelServer::start(Script {
-        delay: Duration::ZERO,
-        fail_first: 0,
-    })
-    .await;
+    let model = ModelServer::start(Script::INSTANT).await;
     let server = start_planb(dir.path(), Some(&model), &[]).await;
     let task = ok(&call(
         &server,
@@ -1034,11 +1038,7 @@ async fn a_run_without_progress_fails_with_inactivity_timeout_and_resume_complet
     server.client.cancel().await.expect("close");
 
     // With a model that answers in time, a resume completes.
-    let quick = ModelServer::start(Script {
-        delay: Duration::ZERO,
-        fail_first: 0,
-    })
-    .await;
+    let quick = ModelServer::start(Script::INSTANT).await;
     let server = start_planb(dir.path(), Some(&quick), &[("PLANB_INACTIVITY_SEC", "1")]).await;
     ok(&call(&server, "task_resume", json!({"task_id": task})).await);
     let done = wait(&server, &task).await;
@@ -1059,11 +1059,7 @@ fn run_error_file(dir: &Path, task: &str) -> std::path::PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_model_server_over_https_answers_once_its_authority_is_trusted() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let model = ModelServer::start(Script {
-        delay: Duration::ZERO,
-        fail_first: 0,
-    })
-    .await;
+    let model = ModelServer::start(Script::INSTANT).await;
     let front = support::TlsFront::start(dir.path(), model.port);
     let spec = format!("openai:https://127.0.0.1:{}/v1", front.port);
 
@@ -1243,11 +1239,7 @@ async fn an_answer_of_the_wrong_shape_is_asked_for_again_and_then_fails_its_step
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resources_page_through_every_task_newest_first() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let model = ModelServer::start(Script {
-        delay: Duration::ZERO,
-        fail_first: 0,
-    })
-    .await;
+    let model = ModelServer::start(Script::INSTANT).await;
     let server = start_planb(dir.path(), Some(&model), &[]).await;
     // Four fast tasks: a report, a zip and an artifact per step each, more
     // than one page of 100.
