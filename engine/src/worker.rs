@@ -23,7 +23,9 @@ use std::time::{Duration, Instant};
 
 use planb_core::dag::{Action, Decision, Pipeline, Schedule, StepId, Success};
 use planb_core::state::ContentHash;
-use planb_core::{Command, Rejection, RunId, RunOutcome, RunState, Task, TaskErrorCode, TaskId};
+use planb_core::{
+    Command, EventBody, Rejection, RunId, RunOutcome, RunState, Task, TaskErrorCode, TaskId,
+};
 use planb_projections::{DataRoot, RunLock, RunLockError, Store, StoreError};
 use tokio::task::JoinSet;
 
@@ -177,8 +179,9 @@ pub(crate) async fn blocking<R: Send + 'static>(
 
 /// How storing a step's artifact and recording its success went.
 enum Stored {
-    /// Both done; the artifact's hash.
-    Recorded([u8; 32]),
+    /// Both done; how many of the steps asked to start did (fewer when the
+    /// run is stopping).
+    Recorded(usize),
     /// The blob could not be stored: the step fails, the run goes on.
     BlobFailed(String),
     /// The success could not be recorded: the run cannot go on.
@@ -516,6 +519,14 @@ async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<En
     ));
     runner.flush_log().await?;
 
+    let launcher = Launcher {
+        root: runner.store.root().clone(),
+        pipeline: Arc::clone(&pipeline),
+        task: Arc::clone(&task),
+        titles: Arc::clone(&titles),
+        backend: options.backend.clone(),
+        timeout: options.step_timeout,
+    };
     let mut settled: BTreeMap<StepId, ContentHash> = BTreeMap::new();
     let mut running: BTreeSet<StepId> = BTreeSet::new();
     let mut in_flight: JoinSet<StepResult> = JoinSet::new();
@@ -588,70 +599,31 @@ async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<En
         }
         // Start what is ready, unless a step failed.
         if failed.is_none() {
-            'starts: loop {
-                let decisions = schedule.next(&settled, &recorded, &running);
-                let mut kept_any = false;
-                for decision in decisions {
-                    match decision {
-                        Decision::Fresh(step) => {
-                            if let Some(success) = recorded.get(&step) {
-                                settled.insert(step, success.artifact);
-                                kept_any = true;
-                            }
-                        }
-                        Decision::Run(step, input) => {
-                            if running.len() >= options.concurrency.max(1) {
-                                continue;
-                            }
-                            let started = runner
-                                .execute(Command::StartStep {
-                                    task: runner.task,
-                                    run: runner.run,
-                                    step: step.as_str().to_owned(),
-                                    input: input.0,
-                                    call: None,
-                                })
-                                .await;
-                            match started {
-                                Ok(()) => {}
-                                Err(StoreError::Rejected(Rejection::Task {
-                                    code: TaskErrorCode::RunNotActive,
-                                    ..
-                                })) => {
-                                    stop_seen = true;
-                                    break 'starts;
-                                }
-                                Err(error) => return Err(error),
-                            }
-                            last_progress = Instant::now();
-                            running.insert(step.clone());
-                            let inputs: BTreeMap<StepId, ContentHash> = pipeline
-                                .step(&step)
-                                .map(|def| {
-                                    def.needs
-                                        .iter()
-                                        .filter_map(|n| Some((n.clone(), *settled.get(n)?)))
-                                        .collect()
-                                })
-                                .unwrap_or_default();
-                            let job = Job {
-                                root: runner.store.root().clone(),
-                                pipeline: Arc::clone(&pipeline),
-                                task: Arc::clone(&task),
-                                titles: Arc::clone(&titles),
-                                backend: options.backend.clone(),
-                                timeout: options.step_timeout,
-                                step: step.clone(),
-                                input,
-                                inputs,
-                            };
-                            in_flight.spawn(job.perform());
-                        }
+            let limit = options.concurrency.max(1).saturating_sub(running.len());
+            for (step, input) in ready(&schedule, &mut settled, &recorded, &running, limit) {
+                let started = runner
+                    .execute(Command::StartStep {
+                        task: runner.task,
+                        run: runner.run,
+                        step: step.as_str().to_owned(),
+                        input: input.0,
+                        call: None,
+                    })
+                    .await;
+                match started {
+                    Ok(()) => {}
+                    Err(StoreError::Rejected(Rejection::Task {
+                        code: TaskErrorCode::RunNotActive,
+                        ..
+                    })) => {
+                        stop_seen = true;
+                        break;
                     }
+                    Err(error) => return Err(error),
                 }
-                if !kept_any {
-                    break;
-                }
+                last_progress = Instant::now();
+                running.insert(step.clone());
+                in_flight.spawn(launcher.job(step, input, &settled).perform());
             }
         }
         if stop_seen {
@@ -708,33 +680,35 @@ async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<En
                         n + 1
                     ));
                 }
-                // The artifact stored (synced), the success recorded and the
-                // step's file written, in one trip to the blocking pool.
-                let size = produced.bytes.len() as u64;
-                let command = {
-                    let (task, run, step, input) = (
-                        runner.task,
-                        runner.run,
-                        result.step.as_str().to_owned(),
-                        result.input.0,
-                    );
-                    let duration_ms =
-                        u64::try_from(produced.duration.as_millis()).unwrap_or(u64::MAX);
-                    let (tokens_in, tokens_out) = (
-                        produced.tokens_in.unwrap_or(0),
-                        produced.tokens_out.unwrap_or(0),
-                    );
-                    move |artifact| Command::SucceedStep {
-                        task,
-                        run,
-                        step,
-                        input,
-                        artifact,
-                        bytes: size,
-                        duration_ms,
-                        tokens_in,
-                        tokens_out,
-                    }
+                // The steps this success lets start are recorded with it, in
+                // one append; the artifact is stored (synced) first and the
+                // step's file written after, all in one trip to the blocking
+                // pool.
+                let artifact = ContentHash::of_bytes(&produced.bytes);
+                settled.insert(result.step.clone(), artifact);
+                let starts = if failed.is_none() {
+                    let limit = options.concurrency.max(1).saturating_sub(running.len());
+                    ready(&schedule, &mut settled, &recorded, &running, limit)
+                } else {
+                    Vec::new()
+                };
+                let command = Command::SucceedAndStart {
+                    success: Box::new(Command::SucceedStep {
+                        task: runner.task,
+                        run: runner.run,
+                        step: result.step.as_str().to_owned(),
+                        input: result.input.0,
+                        artifact: artifact.0,
+                        bytes: produced.bytes.len() as u64,
+                        duration_ms: u64::try_from(produced.duration.as_millis())
+                            .unwrap_or(u64::MAX),
+                        tokens_in: produced.tokens_in.unwrap_or(0),
+                        tokens_out: produced.tokens_out.unwrap_or(0),
+                    }),
+                    starts: starts
+                        .iter()
+                        .map(|(step, input)| (step.as_str().to_owned(), input.0))
+                        .collect(),
                 };
                 let (store, pipeline, task, step, bytes) = (
                     Arc::clone(&runner.store),
@@ -744,13 +718,20 @@ async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<En
                     produced.bytes,
                 );
                 let settled_step = tokio::task::spawn_blocking(move || {
-                    let artifact = match store.root().blobs().put(&bytes) {
-                        Ok(hash) => hash,
+                    match store.root().blobs().put(&bytes) {
+                        Ok(hash) if hash == artifact.0 => {}
+                        Ok(_) => {
+                            return Stored::BlobFailed("the blob store named it otherwise".into());
+                        }
                         Err(error) => return Stored::BlobFailed(error.to_string()),
-                    };
-                    if let Err(error) = store.execute(command(artifact)) {
-                        return Stored::Failed(error);
                     }
+                    let started = match store.execute(command) {
+                        Ok(events) => events
+                            .iter()
+                            .filter(|e| matches!(e.event.body, EventBody::StepStarted { .. }))
+                            .count(),
+                        Err(error) => return Stored::Failed(error),
+                    };
                     // Only the new file: the whole folder is written when the run ends.
                     let root = store.root().clone();
                     if let Err(error) =
@@ -758,7 +739,7 @@ async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<En
                     {
                         tracing::warn!("task {task}: files not written: {error}");
                     }
-                    Stored::Recorded(artifact)
+                    Stored::Recorded(started)
                 })
                 .await
                 .map_err(|error| StoreError::Io {
@@ -767,11 +748,20 @@ async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<En
                     source: std::io::Error::other(error.to_string()),
                 })?;
                 match settled_step {
-                    Stored::Recorded(artifact) => {
-                        settled.insert(result.step.clone(), ContentHash(artifact));
+                    Stored::Recorded(started) => {
+                        if started < starts.len() {
+                            // The run is stopping: the starts were left out.
+                            stop_seen = true;
+                        } else {
+                            for (step, input) in starts {
+                                running.insert(step.clone());
+                                in_flight.spawn(launcher.job(step, input, &settled).perform());
+                            }
+                        }
                     }
                     Stored::Failed(error) => return Err(error),
                     Stored::BlobFailed(error) => {
+                        settled.remove(&result.step);
                         let message = format!("the artifact could not be stored: {error}");
                         record_failure(runner, &result.step, "storage_error", &message, true)
                             .await?;
@@ -846,6 +836,81 @@ async fn cancel(
 }
 
 /// One step's work, away from the run loop.
+/// The steps ready to start now, at most `limit`, in the schedule's order;
+/// steps whose recorded artifact still holds are settled on the way.
+fn ready(
+    schedule: &Schedule,
+    settled: &mut BTreeMap<StepId, ContentHash>,
+    recorded: &BTreeMap<StepId, Success>,
+    running: &BTreeSet<StepId>,
+    limit: usize,
+) -> Vec<(StepId, ContentHash)> {
+    let mut starts = Vec::new();
+    loop {
+        let mut kept_any = false;
+        for decision in schedule.next(settled, recorded, running) {
+            match decision {
+                Decision::Fresh(step) => {
+                    if let Some(success) = recorded.get(&step) {
+                        settled.insert(step, success.artifact);
+                        kept_any = true;
+                    }
+                }
+                Decision::Run(step, input) => {
+                    if starts.len() < limit && !starts.iter().any(|(s, _)| *s == step) {
+                        starts.push((step, input));
+                    }
+                }
+            }
+        }
+        if !kept_any {
+            return starts;
+        }
+    }
+}
+
+/// What every step's job shares.
+struct Launcher {
+    root: DataRoot,
+    pipeline: Arc<Pipeline>,
+    task: Arc<Task>,
+    titles: Arc<BTreeMap<StepId, String>>,
+    backend: Backend,
+    timeout: Duration,
+}
+
+impl Launcher {
+    /// The job of `step`, reading its needs' artifacts as `settled` has them.
+    fn job(
+        &self,
+        step: StepId,
+        input: ContentHash,
+        settled: &BTreeMap<StepId, ContentHash>,
+    ) -> Job {
+        let inputs: BTreeMap<StepId, ContentHash> = self
+            .pipeline
+            .step(&step)
+            .map(|def| {
+                def.needs
+                    .iter()
+                    .filter_map(|n| Some((n.clone(), *settled.get(n)?)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Job {
+            root: self.root.clone(),
+            pipeline: Arc::clone(&self.pipeline),
+            task: Arc::clone(&self.task),
+            titles: Arc::clone(&self.titles),
+            backend: self.backend.clone(),
+            timeout: self.timeout,
+            step,
+            input,
+            inputs,
+        }
+    }
+}
+
 struct Job {
     root: DataRoot,
     pipeline: Arc<Pipeline>,

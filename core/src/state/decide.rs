@@ -215,6 +215,18 @@ pub enum Command {
         /// Model tokens written.
         tokens_out: u64,
     },
+    /// A step's success and the steps it lets start, recorded in one
+    /// append (one durable write instead of one each): the success is
+    /// checked as a [`Command::SucceedStep`] (it must be one), each start as
+    /// a [`Command::StartStep`] once the succeeded step no longer runs.
+    /// While the run is stopping the starts are left out and the success
+    /// alone is recorded.
+    SucceedAndStart {
+        /// A `SucceedStep`.
+        success: Box<Command>,
+        /// The steps to start and the input hash of each.
+        starts: Vec<(String, [u8; 32])>,
+    },
     /// A running step failed.
     FailStep {
         /// The task.
@@ -556,6 +568,9 @@ impl State {
                 Some(body) => body,
                 None => return Ok(Vec::new()),
             },
+            Command::SucceedAndStart { success, starts } => {
+                return self.decide_succeed_and_start(*success, starts);
+            }
             Command::SavePlan {
                 session,
                 title,

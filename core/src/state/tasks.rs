@@ -196,6 +196,29 @@ pub struct Run {
     pub calls: BTreeMap<String, [u8; 32]>,
 }
 
+/// The attempt number of `step` starting in `active`, once its name is
+/// checked and `running` says it does not run already.
+fn start_attempt(
+    found: &Task,
+    active: &Run,
+    step: &String,
+    running: impl Fn(&String) -> bool,
+) -> Result<u32, Rejection> {
+    if found.plan.is_some() {
+        crate::exec_plan::check_step_index(step)
+            .map_err(|e| refuse(TaskErrorCode::InvalidTarget, format!("step: {e}")))?;
+    } else {
+        step_name("step", step)?;
+    }
+    if running(step) {
+        return Err(refuse(
+            TaskErrorCode::Conflict,
+            format!("step {step} is running already"),
+        ));
+    }
+    Ok(active.attempts.get(step).map_or(1, |a| a.saturating_add(1)))
+}
+
 /// The error codes of seed 001 that the task rules produce.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum TaskErrorCode {
@@ -368,6 +391,48 @@ impl State {
 
     /// Decides a task command: the event, none (a repeat that changes
     /// nothing), or a rejection with the seed's code.
+    /// [`Command::SucceedAndStart`]: the success, then each start.
+    pub(super) fn decide_succeed_and_start(
+        &self,
+        success: Command,
+        starts: Vec<(String, [u8; 32])>,
+    ) -> Result<Vec<EventBody>, Rejection> {
+        let (task, run, succeeded) = match &success {
+            Command::SucceedStep {
+                task, run, step, ..
+            } => (*task, *run, step.clone()),
+            _ => {
+                return Err(refuse(
+                    TaskErrorCode::Conflict,
+                    "success: must be a step's success".to_owned(),
+                ));
+            }
+        };
+        let mut bodies: Vec<EventBody> = self.decide_task(success)?.into_iter().collect();
+        let found = self.known_task(task)?;
+        let active = found.active(run)?;
+        if active.state != RunState::Running {
+            return Ok(bodies);
+        }
+        let mut starting: BTreeSet<String> = BTreeSet::new();
+        for (step, input) in starts {
+            let busy = |s: &String| {
+                (active.running.contains(s) && *s != succeeded) || starting.contains(s)
+            };
+            let attempt = start_attempt(found, active, &step, busy)?;
+            starting.insert(step.clone());
+            bodies.push(EventBody::StepStarted {
+                task,
+                run,
+                step,
+                attempt,
+                input,
+                call: None,
+            });
+        }
+        Ok(bodies)
+    }
+
     pub(super) fn decide_task(&self, command: Command) -> Result<Option<EventBody>, Rejection> {
         Ok(Some(match command {
             Command::CreateTask {
@@ -543,22 +608,7 @@ impl State {
                         format!("run {run} is stopping: no new step starts"),
                     ));
                 }
-                if found.plan.is_some() {
-                    crate::exec_plan::check_step_index(&step)
-                        .map_err(|e| refuse(TaskErrorCode::InvalidTarget, format!("step: {e}")))?;
-                } else {
-                    step_name("step", &step)?;
-                }
-                if active.running.contains(&step) {
-                    return Err(refuse(
-                        TaskErrorCode::Conflict,
-                        format!("step {step} is running already"),
-                    ));
-                }
-                let attempt = active
-                    .attempts
-                    .get(&step)
-                    .map_or(1, |a| a.saturating_add(1));
+                let attempt = start_attempt(found, active, &step, |s| active.running.contains(s))?;
                 EventBody::StepStarted {
                     task,
                     run,

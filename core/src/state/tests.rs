@@ -1043,6 +1043,49 @@ mod tasks {
     }
 
     #[test]
+    fn a_success_and_the_starts_it_allows_are_one_decision() {
+        let mut h = Harness::new();
+        h.run(create(None)).expect("create");
+        h.run(start(1, None)).expect("run");
+        h.run(step(1, "intake")).expect("intake starts");
+        h.run(step(1, "risks")).expect("risks starts");
+        let then = |success: Command, starts: &[&str]| Command::SucceedAndStart {
+            success: Box::new(success),
+            starts: starts.iter().map(|s| ((*s).to_owned(), [2; 32])).collect(),
+        };
+        // A start of a step still running, or twice in one list, is refused,
+        // and nothing is recorded.
+        assert_eq!(
+            code(&mut h, then(succeed(1, "intake", 9), &["risks"])),
+            TaskErrorCode::Conflict
+        );
+        assert_eq!(
+            code(&mut h, then(succeed(1, "intake", 9), &["team", "team"])),
+            TaskErrorCode::Conflict
+        );
+        assert_eq!(
+            code(&mut h, then(step(1, "team"), &[])),
+            TaskErrorCode::Conflict
+        );
+        assert_eq!(
+            h.run(then(succeed(1, "intake", 9), &["team", "scenarios"])),
+            Ok(vec!["step_succeeded", "step_started", "step_started"])
+        );
+        let run = &h.state.task(&task_id()).expect("task").runs[0];
+        assert_eq!(
+            run.running.iter().map(String::as_str).collect::<Vec<_>>(),
+            ["risks", "scenarios", "team"]
+        );
+        // Stopping: the success is kept, the starts are left out.
+        h.run(Command::RequestStop { task: task_id() })
+            .expect("stop");
+        assert_eq!(
+            h.run(then(succeed(1, "risks", 8), &["swot"])),
+            Ok(vec!["step_succeeded"])
+        );
+    }
+
+    #[test]
     fn a_plan_is_recorded_only_as_a_valid_definition_and_runs_again_but_not_once_deleted() {
         let mut h = Harness::new();
         let definition = serde_json::json!({"title": "Diamond", "steps": [
