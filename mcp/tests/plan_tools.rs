@@ -508,6 +508,55 @@ async fn review_runs_the_plan_only_once_the_person_approves() {
 }
 
 #[tokio::test]
+async fn in_chromium_the_review_shows_the_dag_and_the_first_call_and_runs_once_approved() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut server = planb(dir.path(), &[]).await;
+    let created = ok(&call(&server, "plan_create", diamond()).await);
+    let id = created["plan_id"].as_str().expect("id").to_owned();
+    let peer = server.client.peer().clone();
+    let Value::Object(arguments) =
+        json!({"plan_id": id, "review": true, "variables": {"who": "Grace"}})
+    else {
+        unreachable!()
+    };
+    let pending = tokio::spawn(async move {
+        peer.call_tool(CallToolRequestParams::new("plan_execute").with_arguments(arguments))
+            .await
+            .expect("tools/call")
+    });
+    let url = tokio::time::timeout(Duration::from_secs(30), server.seen.stderr_urls.recv())
+        .await
+        .expect("a form in time")
+        .expect("stderr open");
+    let browser = support::browser::Browser::start().await;
+    browser.open(&url).await;
+    browser
+        .wait_until("the form", "!!document.getElementById('ask-form')")
+        .await;
+    // The person sees the DAG and the first call as it will be made.
+    let shown = browser.string("document.body.innerText").await;
+    assert!(shown.contains("← after: 1 ∥"), "{shown}");
+    assert!(shown.contains("hello Grace"), "{shown}");
+    assert!(calls(dir.path()).is_empty(), "a call before the verdict");
+    // The question is on the second tab: "Run it", then Submit.
+    browser.click("#tab-1").await;
+    browser.click_option("decision", 0).await;
+    browser.click("#submit").await;
+    browser
+        .wait_until(
+            "the thanks state",
+            "!document.getElementById('done').hidden && document.getElementById('ask-form').hidden",
+        )
+        .await;
+    let result = ok(&pending.await.expect("call"));
+    assert_eq!(result["success"], true, "{result}");
+    let made = calls(dir.path());
+    assert_eq!(made.len(), 4, "{made:?}");
+    assert_eq!(made[0]["args"]["text"], "hello Grace");
+    browser.close().await;
+}
+
+#[tokio::test]
 async fn a_server_s_last_words_are_kept_after_stderr_that_is_not_text() {
     let dir = tempfile::tempdir().expect("tempdir");
     let server = planb(dir.path(), &[]).await;
