@@ -767,3 +767,58 @@ fn a_plans_servers_start_at_once_not_one_after_another() {
         .collect();
     assert_eq!(servers, ["waits", "signals"]);
 }
+
+#[test]
+fn a_run_another_process_ends_is_left_as_it_was_ended_not_taken_for_a_stop() {
+    let setup = Setup::new();
+    let id = setup.create(&json!({"title": "Ended elsewhere", "steps": [
+        step("1", "beta__sleep", json!({"ms": 60_000}), &[], None),
+    ]}));
+    let child = setup
+        .command(&["run", &id])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    wait_for("the sleep call", || {
+        setup.calls().iter().any(|c| c["tool"] == "sleep")
+    });
+    // Another writer (an admin's tool, say) records the run's end.
+    let root = planb_projections::DataRoot::new(setup.path("root"));
+    let (store, _) = planb_projections::Store::open(
+        root,
+        std::sync::Arc::new(planb_projections::SystemEnvironment),
+    )
+    .expect("open the store");
+    let task = planb_core::TaskId::parse(&id).expect("id");
+    let run = store
+        .read(|s| s.task(&task).and_then(|t| t.runs.last()).map(|r| r.id))
+        .expect("read")
+        .expect("a run");
+    store
+        .execute(planb_core::Command::EndRun {
+            task,
+            run,
+            outcome: planb_core::RunOutcome::Failed,
+            reason: Some("ended by hand".into()),
+            failed_step: None,
+            recoverable: true,
+        })
+        .expect("end the run");
+    let output = child.wait_with_output().expect("the run returns");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(output.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("the run was ended by another process (it is failed)"),
+        "{said}"
+    );
+    assert!(!said.contains("stopped"), "{said}");
+    // The end recorded is the other writer's, and nothing after it.
+    let (state, _) = support::fold_log(&setup.path("root"));
+    let recorded = &state.task(&task).expect("task").runs[0];
+    assert_eq!(recorded.reason.as_deref(), Some("ended by hand"));
+}

@@ -600,6 +600,14 @@ pub async fn run_plan(
             outcome.error = Some("the run stopped on request; resume it to go on".into());
             (RunOutcome::Stopped, None, None)
         }
+        Ok(Settled::EndedElsewhere(state)) => {
+            outcome.error = Some(format!(
+                "the run was ended by another process (it is {state}); resume it to go on"
+            ));
+            drop(lock);
+            outcome.duration = started.elapsed();
+            return Ok(outcome);
+        }
         Ok(Settled::Failed { message, step }) => {
             outcome.error = Some(message);
             (
@@ -642,20 +650,34 @@ pub async fn run_plan(
 enum Settled {
     Completed,
     Stopped,
-    Failed { message: String, step: String },
+    Failed {
+        message: String,
+        step: String,
+    },
+    /// Another process recorded the run's end (it should not: this process
+    /// holds the run lock); there is nothing left to record.
+    EndedElsewhere(String),
 }
 
-async fn stop_requested(shared: &Shared) -> Result<bool, StoreError> {
+/// Whether the run goes on: `None` while it runs, else how it settles (a
+/// stop asked for, or an end recorded by someone else).
+async fn look(shared: &Shared) -> Result<Option<Settled>, StoreError> {
     let store = Arc::clone(&shared.store);
     let (task, run) = (shared.task, shared.run);
-    blocking(move || {
+    let state = blocking(move || {
         store.read(|s| {
             s.task(&task)
                 .and_then(|t| t.runs.iter().find(|r| r.id == run))
-                .is_none_or(|r| r.state != RunState::Running)
+                .map(|r| r.state)
         })
     })
-    .await
+    .await?;
+    Ok(match state {
+        Some(RunState::Running) => None,
+        Some(RunState::Stopping) => Some(Settled::Stopped),
+        Some(other) => Some(Settled::EndedElsewhere(other.as_str().to_owned())),
+        None => Some(Settled::EndedElsewhere("gone".to_owned())),
+    })
 }
 
 async fn drive(
@@ -676,8 +698,8 @@ async fn drive(
     for (number, batch) in plan.batches().iter().enumerate() {
         if last_look.is_none_or(|at| at.elapsed() >= options.poll) {
             last_look = Some(Instant::now());
-            if stop_requested(shared).await? {
-                return Ok(Settled::Stopped);
+            if let Some(settled) = look(shared).await? {
+                return Ok(settled);
             }
         }
         let mut pending = Vec::new();
@@ -803,10 +825,18 @@ async fn drive(
             if due {
                 last_look = Some(Instant::now());
             }
-            if stopped || (due && stop_requested(shared).await?) {
-                cancel(shared, &mut in_flight, running).await;
-                outcome.steps.extend(reports.into_values());
-                return Ok(Settled::Stopped);
+            if stopped || due {
+                // A refused start means the run no longer runs; which way, the
+                // state says.
+                let settled = match look(shared).await? {
+                    None if stopped => Some(Settled::Stopped),
+                    other => other,
+                };
+                if let Some(settled) = settled {
+                    cancel(shared, &mut in_flight, running).await;
+                    outcome.steps.extend(reports.into_values());
+                    return Ok(settled);
+                }
             }
         }
         // Bind in index order, only what succeeded.
