@@ -27,8 +27,9 @@ const MAGIC: [u8; 4] = *b"PBST";
 /// [`State::encode_snapshot`] writes and [`State::decode_snapshot`] accepts.
 /// Version 2 added the DAG engine's tasks; version 3 their run-log tails
 /// and when each artifact last changed; version 4 keeps a session plan
-/// version's length and hash instead of its text.
-pub const SNAPSHOT_VERSION: u32 = 5;
+/// version's length and hash instead of its text; version 6 no longer
+/// keeps each run's tool calls (the log and the retro timeline have them).
+pub const SNAPSHOT_VERSION: u32 = 6;
 
 const HEADER_LEN: usize = 8;
 

@@ -191,9 +191,6 @@ pub struct Run {
     pub log_lines: u64,
     /// An execution plan's call-time variables (a JSON object).
     pub variables: Option<String>,
-    /// Each tool step's latest call in this run (the blob of the call as
-    /// made).
-    pub calls: BTreeMap<String, [u8; 32]>,
 }
 
 /// The attempt number of `step` starting in `active`, once its name is
@@ -874,7 +871,6 @@ impl State {
                     failures: 0,
                     log_lines: 0,
                     variables: variables.clone(),
-                    calls: BTreeMap::new(),
                 });
             }
             EventBody::StepStarted {
@@ -882,13 +878,9 @@ impl State {
                 run,
                 step,
                 attempt,
-                call,
                 ..
             } => {
                 if let Some(found) = self.run_mut(*task, *run) {
-                    if let Some(call) = call {
-                        found.calls.insert(step.clone(), *call);
-                    }
                     found.running.insert(step.clone());
                     found.attempts.insert(step.clone(), *attempt);
                     found.last_progress_at = at;
