@@ -262,7 +262,6 @@ pub(crate) async fn record(
     let task = TaskId::from_uuid(store.env().event_id());
     let command = Command::CreatePlan {
         task,
-        title: plan.title.clone(),
         definition: plan.to_json().to_string(),
         client_request_id: client_request_id.clone(),
     };

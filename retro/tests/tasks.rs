@@ -328,7 +328,6 @@ async fn a_plan_run_shows_its_dag_over_time_and_each_call_with_its_result() {
     store
         .execute(Command::CreatePlan {
             task,
-            title: plan.title.clone(),
             definition: plan.to_json().to_string(),
             client_request_id: None,
         })

@@ -260,9 +260,7 @@ pub enum Command {
     CreatePlan {
         /// The freshly minted id.
         task: crate::id::TaskId,
-        /// Its title.
-        title: String,
-        /// The checked plan as compact JSON.
+        /// The checked plan as compact JSON (its title is the plan's).
         definition: String,
         /// The caller's idempotency key.
         client_request_id: Option<String>,

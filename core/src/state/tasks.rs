@@ -469,7 +469,6 @@ impl State {
             }
             Command::CreatePlan {
                 task,
-                title,
                 definition,
                 client_request_id,
             } => {
@@ -488,15 +487,7 @@ impl State {
                 // What is recorded must read back as the plan it claims to be.
                 let plan = crate::exec_plan::ExecPlan::from_definition(&definition)
                     .map_err(|e| refuse(TaskErrorCode::Conflict, format!("definition: {e}")))?;
-                if plan.title != title {
-                    return Err(refuse(
-                        TaskErrorCode::Conflict,
-                        format!(
-                            "title: {title:?} is not the definition's title {:?}",
-                            plan.title
-                        ),
-                    ));
-                }
+                let title = plan.title;
                 EventBody::PlanCreated {
                     task,
                     title,
