@@ -413,7 +413,7 @@ fn topological_order(
 /// One cycle among `stuck` (steps Kahn could not order), as indexes with
 /// the first repeated at the end. Every stuck step has a stuck need, so
 /// following needs from any of them must come back around.
-fn find_cycle(needs: &[Vec<usize>], stuck: &[usize]) -> Vec<usize> {
+pub(crate) fn find_cycle(needs: &[Vec<usize>], stuck: &[usize]) -> Vec<usize> {
     let stuck_set: BTreeSet<usize> = stuck.iter().copied().collect();
     let mut path = Vec::new();
     let mut seen = BTreeMap::new();

@@ -21,7 +21,7 @@ pub use render::{StepMark, render_dag};
 pub use vars::{referenced_names, resolve, resolve_args};
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt;
 
 use serde_json::{Map, Value};
@@ -661,24 +661,9 @@ fn layers(steps: &[PlanStep], needs: &[Vec<usize>]) -> Result<Vec<Vec<usize>>, V
     if placed == steps.len() {
         return Ok(out);
     }
-    // Every step left waits for another step left: walk until one repeats.
-    let stuck: BTreeSet<usize> = (0..steps.len()).filter(|&i| waiting[i] > 0).collect();
-    let mut path = Vec::new();
-    let mut seen = BTreeMap::new();
-    let mut at = stuck.first().copied().unwrap_or(0);
-    loop {
-        if let Some(&from) = seen.get(&at) {
-            let mut cycle: Vec<usize> = path[from..].to_vec();
-            cycle.push(at);
-            return Err(cycle);
-        }
-        seen.insert(at, path.len());
-        path.push(at);
-        match needs[at].iter().find(|n| stuck.contains(n)) {
-            Some(&n) => at = n,
-            None => return Err(vec![at, at]),
-        }
-    }
+    // Every step left waits for another step left.
+    let stuck: Vec<usize> = (0..steps.len()).filter(|&i| waiting[i] > 0).collect();
+    Err(crate::dag::find_cycle(needs, &stuck))
 }
 
 #[cfg(test)]
