@@ -45,6 +45,9 @@ pub struct Options {
     pub concurrency: usize,
     /// How often the log is checked for a stop request.
     pub poll: Duration,
+    /// The downstream MCP servers `tool` steps call; `None` when none are
+    /// configured (a tool step then fails saying so).
+    pub servers: Option<Arc<crate::plans::Downstream>>,
 }
 
 impl Options {
@@ -57,6 +60,7 @@ impl Options {
             inactivity: Duration::from_secs(1800),
             concurrency: 4,
             poll: Duration::from_millis(250),
+            servers: None,
         }
     }
 }
@@ -526,6 +530,7 @@ async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<En
         titles: Arc::clone(&titles),
         backend: options.backend.clone(),
         timeout: options.step_timeout,
+        servers: options.servers.clone(),
     };
     let mut settled: BTreeMap<StepId, ContentHash> = BTreeMap::new();
     let mut running: BTreeSet<StepId> = BTreeSet::new();
@@ -877,6 +882,7 @@ struct Launcher {
     titles: Arc<BTreeMap<StepId, String>>,
     backend: Backend,
     timeout: Duration,
+    servers: Option<Arc<crate::plans::Downstream>>,
 }
 
 impl Launcher {
@@ -904,6 +910,7 @@ impl Launcher {
             titles: Arc::clone(&self.titles),
             backend: self.backend.clone(),
             timeout: self.timeout,
+            servers: self.servers.clone(),
             step,
             input,
             inputs,
@@ -918,6 +925,7 @@ struct Job {
     titles: Arc<BTreeMap<StepId, String>>,
     backend: Backend,
     timeout: Duration,
+    servers: Option<Arc<crate::plans::Downstream>>,
     step: StepId,
     input: ContentHash,
     inputs: BTreeMap<StepId, ContentHash>,
@@ -1039,11 +1047,63 @@ impl Job {
                 message: format!("no renderer {what:?}"),
                 recoverable: false,
             }),
-            Action::Tool { server, tool, .. } => Err(StepFailure {
-                class: "unsupported".into(),
-                message: format!("tool steps ({server}__{tool}) are not run by task pipelines yet"),
-                recoverable: false,
-            }),
+            Action::Tool { server, tool, args } => {
+                let Some(servers) = &self.servers else {
+                    return Err(StepFailure {
+                        class: "server_start".into(),
+                        message: format!(
+                            "step {} calls {server}__{tool}, but no downstream servers are configured (the servers file, PLANB_SERVERS)",
+                            self.step
+                        ),
+                        recoverable: true,
+                    });
+                };
+                let args: serde_json::Map<String, serde_json::Value> =
+                    serde_json::from_str(args).unwrap_or_default();
+                // `${need}` is that need's artifact: its JSON when it is
+                // JSON, else its text.
+                let variables: serde_json::Map<String, serde_json::Value> = inputs
+                    .iter()
+                    .map(|(id, text)| {
+                        let value = serde_json::from_str(text)
+                            .unwrap_or_else(|_| serde_json::Value::String(text.clone()));
+                        (id.as_str().to_owned(), value)
+                    })
+                    .collect();
+                let args = planb_core::exec_plan::resolve_args(&args, &variables);
+                let result = servers
+                    .call(server, tool, args, self.timeout)
+                    .await
+                    .map_err(|e| StepFailure {
+                        class: e.class.into(),
+                        message: e.message,
+                        recoverable: true,
+                    })?;
+                let value =
+                    crate::plans::run::result_value(&result).map_err(|message| StepFailure {
+                        class: "tool_error".into(),
+                        message: format!("{server}__{tool}: {message}"),
+                        recoverable: true,
+                    })?;
+                let bytes = match value {
+                    serde_json::Value::String(text) => text.into_bytes(),
+                    other => serde_json::to_vec_pretty(&other).unwrap_or_default(),
+                };
+                if bytes.is_empty() {
+                    return Err(StepFailure {
+                        class: "tool_error".into(),
+                        message: format!("{server}__{tool} returned nothing"),
+                        recoverable: true,
+                    });
+                }
+                Ok(Produced {
+                    bytes,
+                    duration: started.elapsed(),
+                    tokens_in: None,
+                    tokens_out: None,
+                    refusals: Vec::new(),
+                })
+            }
             _ => Err(StepFailure {
                 class: "unsupported".into(),
                 message: "this kind of step is not run yet".into(),

@@ -282,7 +282,9 @@ fn main() -> ExitCode {
             Some(Command::AcceptLoss) => admin::accept_loss(&root, &mut out),
             Some(Command::Export { to }) => admin::export(&root, to, &mut out),
             Some(Command::Import { from }) => admin::import(&root, from, &mut out),
-            Some(Command::Worker { task }) => tasks::worker_main(root.root(), task),
+            Some(Command::Worker { task }) => {
+                tasks::worker_main(root.root(), &servers_source(&root, &cli)?, task)
+            }
             Some(Command::Plan { command }) => {
                 let live = plan_progress::stdout_is_live();
                 plan_cli::main(

@@ -61,7 +61,7 @@ struct Attached {
 /// The plan runs of one server process and its downstream connections.
 #[derive(Debug, Default)]
 pub(crate) struct PlanRuns {
-    downstream: DownstreamCache,
+    pub(crate) downstream: DownstreamCache,
     active: Mutex<HashMap<TaskId, Attached>>,
     /// Results of runs that ended after their call handed back, until the
     /// next `plan_execute` of the plan collects them.

@@ -321,7 +321,13 @@ fn tail_of(path: &Path, from: u64, chars: usize) -> String {
 
 /// Starts `planb-mcp worker <task>` detached: its own process group, no
 /// stdin, stdout discarded, stderr appended to `tasks/<task>/worker.log`.
-fn spawn_worker(root: &DataRoot, task: TaskId) -> std::io::Result<std::process::Child> {
+/// Starts `planb-mcp worker <task>` detached, its stderr the task's
+/// worker log; `servers` is the servers file its tool steps use.
+fn spawn_worker(
+    root: &DataRoot,
+    task: TaskId,
+    servers: &Path,
+) -> std::io::Result<std::process::Child> {
     use std::os::unix::process::CommandExt;
     let log_path = worker_log(root, &task);
     if let Some(dir) = log_path.parent() {
@@ -335,6 +341,8 @@ fn spawn_worker(root: &DataRoot, task: TaskId) -> std::io::Result<std::process::
     std::process::Command::new(exe)
         .arg("--data-dir")
         .arg(root.root())
+        .arg("--servers")
+        .arg(servers)
         .arg("worker")
         .arg(task.to_string())
         .stdin(std::process::Stdio::null())
@@ -409,8 +417,10 @@ impl PlanbServer {
         runs_before: usize,
         backend: Backend,
     ) -> Result<Task, Box<CallToolResult>> {
-        let options = worker_options(backend)
+        let mut options = worker_options(backend)
             .map_err(|e| boxed("INVALID_ARGUMENT", e.to_string(), json!({})))?;
+        // Tool steps use this server's downstream connections.
+        options.servers = self.plan_runs().downstream.get(&self.config().servers).ok();
         let handle = self.store().clone();
         let store = tokio::task::spawn_blocking(move || handle.wait())
             .await
@@ -473,7 +483,7 @@ impl PlanbServer {
         let root = self.data_root();
         // The log keeps earlier workers' lines: only this one's say why it exited.
         let log_from = std::fs::metadata(worker_log(&root, &id)).map_or(0, |m| m.len());
-        let mut child = match spawn_worker(&root, id) {
+        let mut child = match spawn_worker(&root, id, &self.config().servers.file) {
             Ok(child) => child,
             Err(e) => {
                 return Err(boxed(
@@ -1272,7 +1282,11 @@ pub(crate) fn env_seconds(name: &str) -> anyhow::Result<Option<Duration>> {
 
 /// `planb-mcp worker <task>`: runs one run of the task, then exits. Its
 /// stderr is the task's `worker.log`.
-pub(crate) fn worker_main(root: &Path, task: &str) -> anyhow::Result<std::process::ExitCode> {
+pub(crate) fn worker_main(
+    root: &Path,
+    servers: &crate::exec_plans::ServersSource,
+    task: &str,
+) -> anyhow::Result<std::process::ExitCode> {
     let task = TaskId::parse(task.trim()).map_err(|e| anyhow::anyhow!("task: {e}"))?;
     let root = DataRoot::new(root);
     let (store, _) = planb_projections::Store::open(
@@ -1285,7 +1299,15 @@ pub(crate) fn worker_main(root: &Path, task: &str) -> anyhow::Result<std::proces
     };
     let backend = Backend::configured(profile.as_deref(), &|n| std::env::var(n).ok())
         .map_err(|e| anyhow::anyhow!("{}: {e}", e.code()))?;
-    let options = worker_options(backend)?;
+    let mut options = worker_options(backend)?;
+    // Tool steps call the servers of the servers file; without one (or with
+    // one that cannot be read) they fail saying so, and model steps run on.
+    if servers.file.exists() {
+        match crate::exec_plans::downstream(servers) {
+            Ok(downstream) => options.servers = Some(downstream),
+            Err(problem) => eprintln!("task {task}: no downstream servers: {problem}"),
+        }
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

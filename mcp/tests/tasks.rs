@@ -1404,3 +1404,68 @@ async fn killed_at_random_points_a_task_still_ends_as_an_uninterrupted_run_would
     );
     server.client.cancel().await.expect("close");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipeline_tool_step_calls_a_downstream_server_with_the_artifact_it_needs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pipelines = dir.path().join("pipelines");
+    std::fs::create_dir_all(&pipelines).expect("pipelines");
+    std::fs::write(
+        pipelines.join("scout.json"),
+        json!({"name": "scout", "version": 1, "steps": [
+            {"id": "intake", "title": "Intake", "model": {"prompt": "Restate the goal: {{prompt}}"}},
+            {"id": "lookup", "title": "Look it up", "needs": ["intake"],
+             "tool": {"server": "alpha", "tool": "echo", "args": {"text": "${intake}"}}},
+            {"id": "report", "title": "Report", "needs": ["intake", "lookup"], "render": "report"}
+        ]})
+        .to_string(),
+    )
+    .expect("pipeline");
+    let servers = dir.path().join("servers.json");
+    std::fs::write(
+        &servers,
+        json!({"mcpServers": {"alpha": {"command": support::downstream_binary(), "args": ["alpha"]}}})
+            .to_string(),
+    )
+    .expect("servers");
+    let calls = dir.path().join("calls");
+    let model = ModelServer::start(Script::INSTANT).await;
+    let server = start_planb(
+        dir.path(),
+        Some(&model),
+        &[
+            ("PLANB_SERVERS", servers.to_str().expect("path")),
+            ("DOWNSTREAM_CALLS", calls.to_str().expect("path")),
+        ],
+    )
+    .await;
+    let created = ok(&call(
+        &server,
+        "task_create",
+        json!({"prompt": PROMPT, "pipeline": "scout", "target": "report", "speed_vs_detail": "fast"}),
+    )
+    .await);
+    let task = created["task_id"].as_str().expect("id").to_owned();
+    let done = wait(&server, &task).await;
+    assert_eq!(done["state"], "completed", "{done}");
+
+    // The tool got the intake's artifact, and its answer is the lookup's.
+    let (state, _) = support::fold_log(dir.path());
+    let recorded = state.tasks().values().next().expect("task");
+    let blobs = planb_projections::DataRoot::new(dir.path()).blobs();
+    let artifact = |step: &str| {
+        String::from_utf8(blobs.get(&recorded.successes[step].artifact).expect("blob"))
+            .expect("text")
+    };
+    let made: Vec<Value> = std::fs::read_to_string(&calls)
+        .expect("calls")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("call"))
+        .collect();
+    assert_eq!(made.len(), 1, "{made:?}");
+    assert_eq!(made[0]["tool"], "echo");
+    assert_eq!(made[0]["args"]["text"], artifact("intake"));
+    assert_eq!(artifact("lookup"), artifact("intake"));
+    assert!(artifact("report").contains("Look it up"));
+    server.client.cancel().await.expect("close");
+}
