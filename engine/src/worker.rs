@@ -523,7 +523,7 @@ async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<En
     ));
     runner.flush_log().await?;
 
-    let launcher = Launcher {
+    let launcher = Arc::new(Launcher {
         root: runner.store.root().clone(),
         pipeline: Arc::clone(&pipeline),
         task: Arc::clone(&task),
@@ -531,7 +531,7 @@ async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<En
         backend: options.backend.clone(),
         timeout: options.step_timeout,
         servers: options.servers.clone(),
-    };
+    });
     let mut settled: BTreeMap<StepId, ContentHash> = BTreeMap::new();
     let mut running: BTreeSet<StepId> = BTreeSet::new();
     let mut in_flight: JoinSet<StepResult> = JoinSet::new();
@@ -888,7 +888,7 @@ struct Launcher {
 impl Launcher {
     /// The job of `step`, reading its needs' artifacts as `settled` has them.
     fn job(
-        &self,
+        self: &Arc<Self>,
         step: StepId,
         input: ContentHash,
         settled: &BTreeMap<StepId, ContentHash>,
@@ -904,13 +904,7 @@ impl Launcher {
             })
             .unwrap_or_default();
         Job {
-            root: self.root.clone(),
-            pipeline: Arc::clone(&self.pipeline),
-            task: Arc::clone(&self.task),
-            titles: Arc::clone(&self.titles),
-            backend: self.backend.clone(),
-            timeout: self.timeout,
-            servers: self.servers.clone(),
+            shared: Arc::clone(self),
             step,
             input,
             inputs,
@@ -918,14 +912,9 @@ impl Launcher {
     }
 }
 
+/// One step to run.
 struct Job {
-    root: DataRoot,
-    pipeline: Arc<Pipeline>,
-    task: Arc<Task>,
-    titles: Arc<BTreeMap<StepId, String>>,
-    backend: Backend,
-    timeout: Duration,
-    servers: Option<Arc<crate::plans::Downstream>>,
+    shared: Arc<Launcher>,
     step: StepId,
     input: ContentHash,
     inputs: BTreeMap<StepId, ContentHash>,
@@ -942,7 +931,7 @@ impl Job {
     }
 
     fn read_inputs(&self) -> Result<BTreeMap<StepId, String>, StepFailure> {
-        let blobs = self.root.blobs();
+        let blobs = self.shared.root.blobs();
         self.inputs
             .iter()
             .map(|(id, hash)| {
@@ -957,7 +946,7 @@ impl Job {
     }
 
     async fn outcome(&self) -> Result<Produced, StepFailure> {
-        let Some(def) = self.pipeline.step(&self.step) else {
+        let Some(def) = self.shared.pipeline.step(&self.step) else {
             return Err(StepFailure {
                 class: "worker_error".into(),
                 message: format!("step {} is not in the pipeline", self.step),
@@ -968,8 +957,9 @@ impl Job {
         let started = Instant::now();
         match &def.action {
             Action::Model { prompt, answer } => {
-                let first = pipelines::fill(prompt, &self.task, def, &self.titles, &inputs);
-                let deadline = started + self.timeout;
+                let first =
+                    pipelines::fill(prompt, &self.shared.task, def, &self.shared.titles, &inputs);
+                let deadline = started + self.shared.timeout;
                 let mut text = first.clone();
                 let mut produced = Produced {
                     bytes: Vec::new(),
@@ -985,9 +975,9 @@ impl Job {
                 loop {
                     let left = deadline.saturating_duration_since(Instant::now());
                     if left.is_zero() {
-                        return Err(BackendError::Timeout(self.timeout).into());
+                        return Err(BackendError::Timeout(self.shared.timeout).into());
                     }
-                    let reply = self.backend.ask(&text, left).await?;
+                    let reply = self.shared.backend.ask(&text, left).await?;
                     produced.duration += reply.duration;
                     produced.tokens_in = add(produced.tokens_in, reply.tokens_in);
                     produced.tokens_out = add(produced.tokens_out, reply.tokens_out);
@@ -1022,16 +1012,20 @@ impl Job {
                     .filter_map(|need| {
                         Some(crate::report::Section {
                             id: need.as_str(),
-                            title: self.titles.get(need).map_or(need.as_str(), String::as_str),
+                            title: self
+                                .shared
+                                .titles
+                                .get(need)
+                                .map_or(need.as_str(), String::as_str),
                             text: inputs.get(need)?,
                         })
                     })
                     .collect();
-                let title = format!("Plan: {}", first_line(&self.task.prompt));
+                let title = format!("Plan: {}", first_line(&self.shared.task.prompt));
                 let html = crate::report::render(
                     &title,
-                    &self.task.prompt,
-                    &self.task.created_at.to_iso8601(),
+                    &self.shared.task.prompt,
+                    &self.shared.task.created_at.to_iso8601(),
                     &sections,
                 );
                 Ok(Produced {
@@ -1048,7 +1042,7 @@ impl Job {
                 recoverable: false,
             }),
             Action::Tool { server, tool, args } => {
-                let Some(servers) = &self.servers else {
+                let Some(servers) = &self.shared.servers else {
                     return Err(StepFailure {
                         class: "server_start".into(),
                         message: format!(
@@ -1072,7 +1066,7 @@ impl Job {
                     .collect();
                 let args = planb_core::exec_plan::resolve_args(&args, &variables);
                 let result = servers
-                    .call(server, tool, args, self.timeout)
+                    .call(server, tool, args, self.shared.timeout)
                     .await
                     .map_err(|e| StepFailure {
                         class: e.class.into(),
