@@ -1421,7 +1421,8 @@ async fn a_pipeline_tool_step_calls_a_downstream_server_with_the_artifact_it_nee
         .to_string(),
     )
     .expect("pipeline");
-    let servers = dir.path().join("servers.json");
+    // Not the data root's own servers.json: the second part runs without it.
+    let servers = dir.path().join("elsewhere-servers.json");
     std::fs::write(
         &servers,
         json!({"mcpServers": {"alpha": {"command": support::downstream_binary(), "args": ["alpha"]}}})
@@ -1467,5 +1468,25 @@ async fn a_pipeline_tool_step_calls_a_downstream_server_with_the_artifact_it_nee
     assert_eq!(made[0]["args"]["text"], artifact("intake"));
     assert_eq!(artifact("lookup"), artifact("intake"));
     assert!(artifact("report").contains("Look it up"));
+    server.client.cancel().await.expect("close");
+
+    // With no servers file, the tool step fails saying so; the model step
+    // before it ran.
+    let server = start_planb(dir.path(), Some(&model), &[]).await;
+    let created = ok(&call(
+        &server,
+        "task_create",
+        json!({"prompt": "Another goal entirely, to plan from scratch.", "pipeline": "scout", "target": "report", "speed_vs_detail": "fast"}),
+    )
+    .await);
+    let task = created["task_id"].as_str().expect("id").to_owned();
+    let failed = wait(&server, &task).await;
+    assert_eq!(failed["state"], "failed", "{failed}");
+    assert_eq!(failed["error"]["failed_step"], "lookup", "{failed}");
+    let logs = ok(&call(&server, "task_logs_tail", json!({"task_id": task})).await).to_string();
+    assert!(
+        logs.contains("no downstream servers are configured"),
+        "{logs}"
+    );
     server.client.cancel().await.expect("close");
 }
