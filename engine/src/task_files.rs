@@ -464,7 +464,9 @@ pub fn rewrite_all(root: &DataRoot, state: &planb_core::State) -> Rewritten {
                 continue;
             }
         };
-        let (edits, skipped) = hand_edits(root, &pipeline, task, usize::MAX);
+        // The same bound as a resume's: a file past it is never read, and
+        // its folder is left for the person to sort out.
+        let (edits, skipped) = hand_edits(root, &pipeline, task, crate::backend::ANSWER_BYTES_MAX);
         let unrecorded: Vec<&str> = edits
             .iter()
             .map(|e| e.name.as_str())
