@@ -123,7 +123,7 @@ impl BackendError {
 pub const PROFILES: [&str; 3] = ["baseline", "premium", "frontier"];
 
 /// A configured backend.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Backend {
     /// A program: argv, prompt on stdin, answer on stdout.
     Command(Vec<String>),

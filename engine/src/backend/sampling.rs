@@ -16,7 +16,6 @@
               2025-11-25 sessions clients open still carry it"
 )]
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use rmcp::model::{
@@ -34,39 +33,25 @@ pub const MAX_TOKENS: u32 = 8_192;
 pub struct Sampler {
     peer: Peer<RoleServer>,
     profile: Option<String>,
-    /// Tells samplers apart (a session has no identity of its own to
-    /// compare).
-    id: u64,
 }
 
 impl std::fmt::Debug for Sampler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sampler")
             .field("profile", &self.profile)
-            .field("id", &self.id)
             .finish_non_exhaustive()
     }
 }
 
-impl PartialEq for Sampler {
-    fn eq(&self, other: &Sampler) -> bool {
-        self.id == other.id
-    }
-}
-
-impl Eq for Sampler {}
-
 impl Sampler {
     /// The client behind `peer` as a model, if it declared sampling.
     pub fn of(peer: &Peer<RoleServer>, profile: Option<&str>) -> Option<Sampler> {
-        static NEXT: AtomicU64 = AtomicU64::new(1);
         let declared = peer
             .peer_info()
             .is_some_and(|info| info.capabilities.sampling.is_some());
         declared.then(|| Sampler {
             peer: peer.clone(),
             profile: profile.map(str::to_owned),
-            id: NEXT.fetch_add(1, Ordering::Relaxed),
         })
     }
 

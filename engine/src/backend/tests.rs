@@ -4,6 +4,14 @@ use super::*;
 
 const LONG: Duration = Duration::from_secs(30);
 
+/// The argv of a `command:` backend.
+fn argv(backend: Backend) -> Vec<String> {
+    match backend {
+        Backend::Command(argv) => argv,
+        other => panic!("not a command backend: {other:?}"),
+    }
+}
+
 /// A shell script as a backend: `command:sh -c <script>`.
 fn script(body: &str) -> Backend {
     Backend::Command(vec!["sh".into(), "-c".into(), body.into()])
@@ -24,14 +32,10 @@ fn specs_name_a_backend_or_say_how_to_configure_one() {
         Err(BackendError::NotConfigured)
     ));
     assert_eq!(
-        Backend::from_spec(Some("command:llm -m 'gpt 4o' --system \"be brief\"")).expect("ok"),
-        Backend::Command(vec![
-            "llm".into(),
-            "-m".into(),
-            "gpt 4o".into(),
-            "--system".into(),
-            "be brief".into()
-        ])
+        argv(
+            Backend::from_spec(Some("command:llm -m 'gpt 4o' --system \"be brief\"")).expect("ok")
+        ),
+        ["llm", "-m", "gpt 4o", "--system", "be brief"]
     );
     for (spec, problem) in [
         ("command:", "names no program after command:"),
@@ -66,12 +70,12 @@ fn profiles_and_the_openai_settings_come_from_the_environment() {
         ("MY_KEY", "sekrit"),
     ]);
     assert_eq!(
-        Backend::configured(None, &vars).expect("default"),
-        Backend::Command(vec!["cheap".into()])
+        argv(Backend::configured(None, &vars).expect("default")),
+        ["cheap"]
     );
     assert_eq!(
-        Backend::configured(Some("baseline"), &vars).expect("falls back"),
-        Backend::Command(vec!["cheap".into()])
+        argv(Backend::configured(Some("baseline"), &vars).expect("falls back")),
+        ["cheap"]
     );
     let Backend::OpenAi(server) = Backend::configured(Some("premium"), &vars).expect("premium")
     else {
