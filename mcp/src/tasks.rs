@@ -426,52 +426,39 @@ impl PlanbServer {
             .await
             .map_err(|e| boxed("INTERNAL_ERROR", e.to_string(), json!({})))?
             .map_err(|e| boxed("INTERNAL_ERROR", e.to_string(), json!({})))?;
-        let run = tokio::spawn(async move {
-            let ended = planb_engine::worker::run(store, id, options).await;
-            match &ended {
+        // Says why the run could not go on; closed without a word when it
+        // ran to its end.
+        let (failed, mut failure) = tokio::sync::oneshot::channel::<String>();
+        tokio::spawn(async move {
+            match planb_engine::worker::run(store, id, options).await {
                 Ok(ended) => tracing::info!(
                     "task {id}: run {} ended {:?} (in this process, on the client's model)",
                     ended.run,
                     ended.outcome
                 ),
-                Err(e) => tracing::warn!("task {id}: the run could not go on: {e}"),
-            }
-            ended
-        });
-        let started = Instant::now();
-        loop {
-            match self.task_now(id).await {
-                Ok(Some(task)) if task.runs.len() > runs_before => return Ok(task),
-                Ok(_) => {}
-                Err(e) => return Err(Box::new(store_failure(e))),
-            }
-            if run.is_finished() {
-                if let Ok(Some(task)) = self.task_now(id).await
-                    && task.runs.len() > runs_before
-                {
-                    return Ok(task);
+                Err(e) => {
+                    tracing::warn!("task {id}: the run could not go on: {e}");
+                    let _ = failed.send(e.to_string());
                 }
-                let message = match run.await {
-                    Ok(Err(e)) => e.to_string(),
-                    Ok(Ok(_)) => "the run ended before it was recorded".to_owned(),
-                    Err(e) => e.to_string(),
-                };
-                let code = if message.starts_with("RUN_ALREADY_ACTIVE") {
-                    "RUN_ALREADY_ACTIVE"
-                } else {
-                    "INTERNAL_ERROR"
-                };
-                return Err(boxed(code, message, json!({})));
             }
-            if started.elapsed() > WORKER_START {
-                return Err(boxed(
-                    "INTERNAL_ERROR",
-                    format!("the run did not start within {} s", WORKER_START.as_secs()),
-                    json!({}),
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        });
+        let mut ended = || {
+            let message = match failure.try_recv() {
+                Err(tokio::sync::oneshot::error::TryRecvError::Empty) => return None,
+                Ok(message) => message,
+                Err(tokio::sync::oneshot::error::TryRecvError::Closed) => {
+                    "the run ended before it was recorded".to_owned()
+                }
+            };
+            let code = if message.starts_with("RUN_ALREADY_ACTIVE") {
+                "RUN_ALREADY_ACTIVE"
+            } else {
+                "INTERNAL_ERROR"
+            };
+            Some(boxed(code, message, json!({})))
+        };
+        self.until_run_recorded(id, runs_before, "the run", json!({}), &mut ended)
+            .await
     }
 
     /// Starts a worker and waits until its run is recorded, or it exits.
@@ -493,50 +480,70 @@ impl PlanbServer {
                 ));
             }
         };
+        let log_path = worker_log(&root, &id);
+        let details = json!({"worker_log": log_path.display().to_string()});
+        let mut exited = || {
+            let status = child.try_wait().ok().flatten()?;
+            let tail = tail_of(&log_path, log_from, 2000);
+            let code = if tail.contains("MODEL_NOT_CONFIGURED") {
+                "MODEL_NOT_CONFIGURED"
+            } else if tail.contains("RUN_ALREADY_ACTIVE") {
+                "RUN_ALREADY_ACTIVE"
+            } else {
+                "INTERNAL_ERROR"
+            };
+            Some(boxed(
+                code,
+                format!("the worker exited ({status}) before starting a run: {tail}"),
+                details.clone(),
+            ))
+        };
+        let recorded = self
+            .until_run_recorded(id, runs_before, "the worker", details.clone(), &mut exited)
+            .await;
+        // Reap it whenever it exits; the run does not depend on us.
+        std::thread::spawn(move || child.wait());
+        recorded
+    }
+
+    /// Waits until the task has more than `runs_before` runs. `ended` says
+    /// why `what` (the worker, the run) has ended without recording one, if
+    /// it has; past [`WORKER_START`] the wait fails with `details`.
+    async fn until_run_recorded(
+        &self,
+        id: TaskId,
+        runs_before: usize,
+        what: &str,
+        details: Value,
+        ended: &mut (dyn FnMut() -> Option<Box<CallToolResult>> + Send),
+    ) -> Result<Task, Box<CallToolResult>> {
         let started = Instant::now();
         loop {
             match self.task_now(id).await {
-                Ok(Some(task)) if task.runs.len() > runs_before => {
-                    // Reap it whenever it exits; the run does not depend on us.
-                    std::thread::spawn(move || child.wait());
-                    return Ok(task);
-                }
+                Ok(Some(task)) if task.runs.len() > runs_before => return Ok(task),
                 Ok(_) => {}
                 Err(e) => return Err(Box::new(store_failure(e))),
             }
-            if let Ok(Some(status)) = child.try_wait() {
-                // It may have recorded its run just before exiting.
+            if let Some(failure) = ended() {
+                // It may have recorded its run just before it ended.
                 if let Ok(Some(task)) = self.task_now(id).await
                     && task.runs.len() > runs_before
                 {
                     return Ok(task);
                 }
-                let tail = tail_of(&worker_log(&root, &id), log_from, 2000);
-                let code = if tail.contains("MODEL_NOT_CONFIGURED") {
-                    "MODEL_NOT_CONFIGURED"
-                } else if tail.contains("RUN_ALREADY_ACTIVE") {
-                    "RUN_ALREADY_ACTIVE"
-                } else {
-                    "INTERNAL_ERROR"
-                };
-                return Err(boxed(
-                    code,
-                    format!("the worker exited ({status}) before starting a run: {tail}"),
-                    json!({"worker_log": worker_log(&root, &id).display().to_string()}),
-                ));
+                return Err(failure);
             }
             if started.elapsed() > WORKER_START {
-                std::thread::spawn(move || child.wait());
                 return Err(boxed(
                     "INTERNAL_ERROR",
                     format!(
-                        "the worker did not start a run within {} s",
+                        "{what} did not start a run within {} s",
                         WORKER_START.as_secs()
                     ),
-                    json!({"worker_log": worker_log(&root, &id).display().to_string()}),
+                    details,
                 ));
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
