@@ -74,6 +74,21 @@ impl Setup {
         saved_id(&out)
     }
 
+    /// Starts `plan run ID` in the background, its output piped, and
+    /// returns once the plan's sleep step has been called.
+    fn run_until_sleeping(&self, id: &str) -> std::process::Child {
+        let child = self
+            .command(&["run", id])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        wait_for("the sleep call", || {
+            self.calls().iter().any(|c| c["tool"] == "sleep")
+        });
+        child
+    }
+
     /// The calls the servers received, in order.
     fn calls(&self) -> Vec<Value> {
         std::fs::read_to_string(self.path("calls"))
@@ -290,15 +305,7 @@ fn killed_mid_plan_a_resume_calls_no_completed_step_again_and_keeps_a_large_resu
             step("3", "alpha__echo", json!({"text": "${blob}"}), &["2"], None),
         ]}),
     );
-    let mut child = setup
-        .command(&["run", &id])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
-    wait_for("the sleep call", || {
-        setup.calls().iter().any(|c| c["tool"] == "sleep")
-    });
+    let mut child = setup.run_until_sleeping(&id);
     // SIGKILL: no chance to record anything more.
     child.kill().expect("kill");
     let _ = child.wait();
@@ -365,15 +372,7 @@ fn another_process_stops_a_running_plan_and_a_second_run_is_refused_meanwhile() 
         step("2", "beta__sleep", json!({"ms": 60_000}), &["1"], None),
         step("3", "beta__echo", json!({"text": "never"}), &["2"], None),
     ]}));
-    let runner = setup
-        .command(&["run", &id])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    wait_for("the sleep call", || {
-        setup.calls().iter().any(|c| c["tool"] == "sleep")
-    });
+    let runner = setup.run_until_sleeping(&id);
     // One run at a time, whichever process asks.
     let (code, out) = setup.run(&["run", &id]);
     assert_eq!(code, 2, "{out}");
@@ -774,15 +773,7 @@ fn a_run_another_process_ends_is_left_as_it_was_ended_not_taken_for_a_stop() {
     let id = setup.create(&json!({"title": "Ended elsewhere", "steps": [
         step("1", "beta__sleep", json!({"ms": 60_000}), &[], None),
     ]}));
-    let child = setup
-        .command(&["run", &id])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    wait_for("the sleep call", || {
-        setup.calls().iter().any(|c| c["tool"] == "sleep")
-    });
+    let child = setup.run_until_sleeping(&id);
     // Another writer (an admin's tool, say) records the run's end.
     let root = planb_projections::DataRoot::new(setup.path("root"));
     let (store, _) = planb_projections::Store::open(

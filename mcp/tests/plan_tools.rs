@@ -438,6 +438,22 @@ fn sampled_plan(_prompt: &str) -> String {
     format!("```json\n{plan}\n```")
 }
 
+/// `plan_execute` of plan `id` with a review (and `who` set to Grace),
+/// waiting in the background for the person's verdict.
+fn execute_with_review(server: &Server, id: &str) -> tokio::task::JoinHandle<CallToolResult> {
+    let peer = server.client.peer().clone();
+    let Value::Object(arguments) =
+        json!({"plan_id": id, "review": true, "variables": {"who": "Grace"}})
+    else {
+        unreachable!()
+    };
+    tokio::spawn(async move {
+        peer.call_tool(CallToolRequestParams::new("plan_execute").with_arguments(arguments))
+            .await
+            .expect("tools/call")
+    })
+}
+
 #[tokio::test]
 async fn review_runs_the_plan_only_once_the_person_approves() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -447,17 +463,7 @@ async fn review_runs_the_plan_only_once_the_person_approves() {
 
     let mut seen_urls: Vec<String> = Vec::new();
     for (decision, runs) in [("Do not run it", false), ("Run it", true)] {
-        let peer = server.client.peer().clone();
-        let Value::Object(arguments) =
-            json!({"plan_id": id, "review": true, "variables": {"who": "Grace"}})
-        else {
-            unreachable!()
-        };
-        let pending = tokio::spawn(async move {
-            peer.call_tool(CallToolRequestParams::new("plan_execute").with_arguments(arguments))
-                .await
-                .expect("tools/call")
-        });
+        let pending = execute_with_review(&server, &id);
         // Each review is a new form with a new link.
         let url = loop {
             let url = tokio::time::timeout(Duration::from_secs(30), server.seen.stderr_urls.recv())
@@ -513,17 +519,7 @@ async fn in_chromium_the_review_shows_the_dag_and_the_first_call_and_runs_once_a
     let mut server = planb(dir.path(), &[]).await;
     let created = ok(&call(&server, "plan_create", diamond()).await);
     let id = created["plan_id"].as_str().expect("id").to_owned();
-    let peer = server.client.peer().clone();
-    let Value::Object(arguments) =
-        json!({"plan_id": id, "review": true, "variables": {"who": "Grace"}})
-    else {
-        unreachable!()
-    };
-    let pending = tokio::spawn(async move {
-        peer.call_tool(CallToolRequestParams::new("plan_execute").with_arguments(arguments))
-            .await
-            .expect("tools/call")
-    });
+    let pending = execute_with_review(&server, &id);
     let url = tokio::time::timeout(Duration::from_secs(30), server.seen.stderr_urls.recv())
         .await
         .expect("a form in time")
