@@ -156,6 +156,14 @@ async fn start_planb(dir: &Path, model: Option<&ModelServer>, extra: &[(&str, &s
     start(dir, UrlAnswer::NotSupported, &env).await
 }
 
+/// planb with `command:sh <dir>/<name>` as its model, the script `body`.
+async fn start_with_script(dir: &Path, name: &str, body: &str) -> Server {
+    let script = dir.join(name);
+    std::fs::write(&script, body).expect("script");
+    let spec = format!("command:sh {}", script.display());
+    start_planb(dir, None, &[("PLANB_MODEL", &spec)]).await
+}
+
 fn structured(result: &CallToolResult) -> Value {
     result
         .structured_content
@@ -822,14 +830,13 @@ async fn a_command_backend_answers_a_ping_and_bad_input_gets_the_seed_codes() {
     bare.client.cancel().await.expect("close");
     assert!(!support::fold_log(dir.path()).1.contains(&"task_created"));
 
-    let script = dir.path().join("model.sh");
-    std::fs::write(
-        &script,
+    let server = start_with_script(
+        dir.path(),
+        "model.sh",
         "#!/bin/sh\ncat > /dev/null\necho '## Intake'\necho 'The goal, restated.'\n",
     )
-    .expect("script");
-    let spec = format!("command:sh {}", script.display());
-    let server = start_planb(dir.path(), None, &[("PLANB_MODEL", &spec)]).await;
+    .await;
+    let spec = format!("command:sh {}", dir.path().join("model.sh").display());
     let bad_target = call(
         &server,
         "task_create",
@@ -1176,16 +1183,14 @@ async fn an_answer_of_the_wrong_shape_is_asked_for_again_and_then_fails_its_step
     let schedule =
         r#"{"tasks": [{"id": "1", "name": "Do it", "duration_days": 3, "depends_on": []}]}"#;
     // Prose where the schedule step wants JSON; JSON once told why not.
-    let learns = dir.path().join("learns.sh");
-    std::fs::write(
-        &learns,
-        format!(
+    let server = start_with_script(
+        dir.path(),
+        "learns.sh",
+        &format!(
             "#!/bin/sh\np=$(cat)\ncase \"$p\" in\n  *'previous answer was refused'*) echo '{schedule}' ;;\n  *'Answer with JSON only'*) echo 'Here is the schedule you asked for.' ;;\n  *) printf '## Part\\n\\nText.\\n' ;;\nesac\n"
         ),
     )
-    .expect("script");
-    let spec = format!("command:sh {}", learns.display());
-    let server = start_planb(dir.path(), None, &[("PLANB_MODEL", &spec)]).await;
+    .await;
     let task = create(&server, "fast").await;
     let done = wait(&server, &task).await;
     assert_eq!(done["state"], "completed", "{done}");
@@ -1212,14 +1217,12 @@ async fn an_answer_of_the_wrong_shape_is_asked_for_again_and_then_fails_its_step
 
     // A model that never gives the shape fails the step after three
     // answers, recoverably, saying why.
-    let stubborn = dir.path().join("stubborn.sh");
-    std::fs::write(
-        &stubborn,
+    let server = start_with_script(
+        dir.path(),
+        "stubborn.sh",
         "#!/bin/sh\np=$(cat)\ncase \"$p\" in\n  *'Answer with JSON only'*) echo 'A schedule in words.' ;;\n  *) printf '## Part\\n\\nText.\\n' ;;\nesac\n",
     )
-    .expect("script");
-    let spec = format!("command:sh {}", stubborn.display());
-    let server = start_planb(dir.path(), None, &[("PLANB_MODEL", &spec)]).await;
+    .await;
     let task = create(&server, "fast").await;
     let failed = wait(&server, &task).await;
     assert_eq!(failed["state"], "failed", "{failed}");
