@@ -339,6 +339,34 @@ mod tests {
     }
 
     #[test]
+    fn a_change_too_soon_for_a_frame_is_drawn_at_the_next_tick() {
+        let mut live = Live::new(plan(), vec![StepMark::Pending; 3]);
+        live.size = || Some((40, 100));
+        let mut display = Display::Live(Box::new(live));
+        let mut out = Vec::new();
+        display
+            .show(&Progress::Started { index: "1".into() }, &mut out)
+            .expect("first frame");
+        // Right after a frame: recorded, not drawn.
+        display
+            .show(&Progress::Started { index: "2".into() }, &mut out)
+            .expect("shown");
+        assert!(!screen(&out).join("\n").contains("◉ 2."));
+        // A frame interval later, the tick draws it.
+        if let Display::Live(live) = &mut display {
+            live.last_frame = live.last_frame.map(|at| at - FRAME_INTERVAL);
+        }
+        display.tick(&mut out).expect("tick");
+        let shown = screen(&out).join("\n");
+        assert!(shown.contains("◉ 2. Second"), "{shown}");
+        assert!(shown.contains("2 running"), "{shown}");
+        // Nothing new: a tick draws nothing.
+        let before = out.len();
+        display.tick(&mut out).expect("tick");
+        assert_eq!(out.len(), before);
+    }
+
+    #[test]
     fn a_dag_taller_than_the_terminal_shows_the_active_steps_and_narrow_lines_are_cut() {
         let mut live = Live::new(plan(), vec![StepMark::Pending; 3]);
         live.apply(&Progress::Started { index: "2".into() });
