@@ -50,6 +50,6 @@ pub use question::{AskSpec, Choice, FieldError, Question, QuestionKind, SpecErro
 pub use state::tasks::{LogLine, Run, RunState, StepSuccess, Task, TaskErrorCode};
 pub use state::{
     Ask, AskStatus, Command, ContentHash, NamedPlan, NamedPlanVersion, PlanKey, PlanSource,
-    PlanVersion, Rejection, ReviewRound, Session, State,
+    PlanVersion, Rejection, ReviewRound, Session, State, StepStart,
 };
 pub use time::{Cursor, TimeError, Timestamp};

@@ -37,7 +37,7 @@ use crate::time::{Cursor, Timestamp};
 
 pub use decide::{
     Command, EVENT_ROOM_BYTES, INTENT_CHARS_MAX, PLAN_CONTENT_BYTES_MAX, PROJECT_PATH_BYTES_MAX,
-    Rejection, SESSION_TITLE_CHARS_MAX,
+    Rejection, SESSION_TITLE_CHARS_MAX, StepStart,
 };
 pub use snapshot::{SNAPSHOT_VERSION, SnapshotError};
 

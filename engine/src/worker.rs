@@ -24,7 +24,8 @@ use std::time::{Duration, Instant};
 use planb_core::dag::{Action, Decision, Pipeline, Schedule, StepId, Success};
 use planb_core::state::ContentHash;
 use planb_core::{
-    Command, EventBody, Rejection, RunId, RunOutcome, RunState, Task, TaskErrorCode, TaskId,
+    Command, EventBody, Rejection, RunId, RunOutcome, RunState, StepStart, Task, TaskErrorCode,
+    TaskId,
 };
 use planb_projections::{DataRoot, RunLock, RunLockError, Store, StoreError};
 use tokio::task::JoinSet;
@@ -697,8 +698,10 @@ async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<En
                 } else {
                     Vec::new()
                 };
-                let command = Command::SucceedAndStart {
-                    success: Box::new(Command::SucceedStep {
+                let command = Command::SettleAndStart {
+                    task: runner.task,
+                    run: runner.run,
+                    ends: vec![Command::SucceedStep {
                         task: runner.task,
                         run: runner.run,
                         step: result.step.as_str().to_owned(),
@@ -709,10 +712,14 @@ async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<En
                             .unwrap_or(u64::MAX),
                         tokens_in: produced.tokens_in.unwrap_or(0),
                         tokens_out: produced.tokens_out.unwrap_or(0),
-                    }),
+                    }],
                     starts: starts
                         .iter()
-                        .map(|(step, input)| (step.as_str().to_owned(), input.0))
+                        .map(|(step, input)| StepStart {
+                            step: step.as_str().to_owned(),
+                            input: input.0,
+                            call: None,
+                        })
                         .collect(),
                 };
                 let (store, pipeline, task, step, bytes) = (

@@ -28,6 +28,17 @@ pub const EVENT_ROOM_BYTES: usize = 64 * 1024;
 /// refused by name, never by the log.
 pub const PLAN_CONTENT_BYTES_MAX: usize = 4 * 1024 * 1024 - EVENT_ROOM_BYTES;
 
+/// A step to start in a [`Command::SettleAndStart`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepStart {
+    /// The step's id.
+    pub step: String,
+    /// The hash of what it reads.
+    pub input: [u8; 32],
+    /// For a tool step: the SHA-256 of its call in the blob store.
+    pub call: Option<[u8; 32]>,
+}
+
 /// A request to change the state. Ids are minted by the caller; specs and
 /// answers are already validated ([`AskSpec::from_json`],
 /// [`AskSpec::validate_answers`]).
@@ -215,17 +226,21 @@ pub enum Command {
         /// Model tokens written.
         tokens_out: u64,
     },
-    /// A step's success and the steps it lets start, recorded in one
-    /// append (one durable write instead of one each): the success is
-    /// checked as a [`Command::SucceedStep`] (it must be one), each start as
-    /// a [`Command::StartStep`] once the succeeded step no longer runs.
-    /// While the run is stopping the starts are left out and the success
-    /// alone is recorded.
-    SucceedAndStart {
-        /// A `SucceedStep`.
-        success: Box<Command>,
-        /// The steps to start and the input hash of each.
-        starts: Vec<(String, [u8; 32])>,
+    /// Steps of one run ended and started in one append (one durable write
+    /// where each took one): each end is checked as the
+    /// [`Command::SucceedStep`] or [`Command::FailStep`] it must be, each
+    /// start as a [`Command::StartStep`] once the ended steps no longer run.
+    /// While the run is stopping the starts are left out and the ends alone
+    /// are recorded.
+    SettleAndStart {
+        /// The task.
+        task: crate::id::TaskId,
+        /// The run.
+        run: crate::id::RunId,
+        /// `SucceedStep`s and `FailStep`s of this run, one per step.
+        ends: Vec<Command>,
+        /// The steps to start.
+        starts: Vec<StepStart>,
     },
     /// A running step failed.
     FailStep {
@@ -566,8 +581,13 @@ impl State {
                 Some(body) => body,
                 None => return Ok(Vec::new()),
             },
-            Command::SucceedAndStart { success, starts } => {
-                return self.decide_succeed_and_start(*success, starts);
+            Command::SettleAndStart {
+                task,
+                run,
+                ends,
+                starts,
+            } => {
+                return self.decide_settle_and_start(task, run, ends, starts);
             }
             Command::SavePlan {
                 session,

@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::State;
-use super::decide::{Command, Rejection};
+use super::decide::{Command, Rejection, StepStart};
 use crate::dag::StepId;
 use crate::event::{EventBody, RunOutcome};
 use crate::id::{RunId, TaskId};
@@ -388,33 +388,54 @@ impl State {
 
     /// Decides a task command: the event, none (a repeat that changes
     /// nothing), or a rejection with the seed's code.
-    /// [`Command::SucceedAndStart`]: the success, then each start.
-    pub(super) fn decide_succeed_and_start(
+    /// [`Command::SettleAndStart`]: the ends, then each start.
+    pub(super) fn decide_settle_and_start(
         &self,
-        success: Command,
-        starts: Vec<(String, [u8; 32])>,
+        task: TaskId,
+        run: RunId,
+        ends: Vec<Command>,
+        starts: Vec<StepStart>,
     ) -> Result<Vec<EventBody>, Rejection> {
-        let (task, run, succeeded) = match &success {
-            Command::SucceedStep {
-                task, run, step, ..
-            } => (*task, *run, step.clone()),
-            _ => {
+        let mut ended: BTreeSet<String> = BTreeSet::new();
+        let mut bodies: Vec<EventBody> = Vec::new();
+        for end in ends {
+            let step = match &end {
+                Command::SucceedStep {
+                    task: t,
+                    run: r,
+                    step,
+                    ..
+                }
+                | Command::FailStep {
+                    task: t,
+                    run: r,
+                    step,
+                    ..
+                } if *t == task && *r == run => step.clone(),
+                _ => {
+                    return Err(refuse(
+                        TaskErrorCode::Conflict,
+                        "ends: each must be a step's success or failure in this run".to_owned(),
+                    ));
+                }
+            };
+            if !ended.insert(step.clone()) {
                 return Err(refuse(
                     TaskErrorCode::Conflict,
-                    "success: must be a step's success".to_owned(),
+                    format!("ends: step {step} ends twice"),
                 ));
             }
-        };
-        let mut bodies: Vec<EventBody> = self.decide_task(success)?.into_iter().collect();
+            bodies.extend(self.decide_task(end)?);
+        }
         let found = self.known_task(task)?;
         let active = found.active(run)?;
         if active.state != RunState::Running {
             return Ok(bodies);
         }
         let mut starting: BTreeSet<String> = BTreeSet::new();
-        for (step, input) in starts {
+        for StepStart { step, input, call } in starts {
             let busy = |s: &String| {
-                (active.running.contains(s) && *s != succeeded) || starting.contains(s)
+                (active.running.contains(s) && !ended.contains(s)) || starting.contains(s)
             };
             let attempt = start_attempt(found, active, &step, busy)?;
             starting.insert(step.clone());
@@ -424,7 +445,7 @@ impl State {
                 step,
                 attempt,
                 input,
-                call: None,
+                call,
             });
         }
         Ok(bodies)

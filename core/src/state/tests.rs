@@ -1043,15 +1043,24 @@ mod tasks {
     }
 
     #[test]
-    fn a_success_and_the_starts_it_allows_are_one_decision() {
+    fn step_ends_and_the_starts_they_allow_are_one_decision() {
         let mut h = Harness::new();
         h.run(create(None)).expect("create");
         h.run(start(1, None)).expect("run");
         h.run(step(1, "intake")).expect("intake starts");
         h.run(step(1, "risks")).expect("risks starts");
-        let then = |success: Command, starts: &[&str]| Command::SucceedAndStart {
-            success: Box::new(success),
-            starts: starts.iter().map(|s| ((*s).to_owned(), [2; 32])).collect(),
+        let then = |end: Command, starts: &[&str]| Command::SettleAndStart {
+            task: task_id(),
+            run: run_id(1),
+            ends: vec![end],
+            starts: starts
+                .iter()
+                .map(|s| StepStart {
+                    step: (*s).to_owned(),
+                    input: [2; 32],
+                    call: None,
+                })
+                .collect(),
         };
         // A start of a step still running, or twice in one list, is refused,
         // and nothing is recorded.
@@ -1076,6 +1085,39 @@ mod tasks {
             run.running.iter().map(String::as_str).collect::<Vec<_>>(),
             ["risks", "scenarios", "team"]
         );
+        // Several ends (a success, a failure) and a retry of the failed step
+        // in one decision; an end of another run, or one step ending twice,
+        // is refused.
+        let fail = |name: &str| Command::FailStep {
+            task: task_id(),
+            run: run_id(1),
+            step: name.into(),
+            class: "tool_error".into(),
+            message: "no".into(),
+            recoverable: true,
+        };
+        let mut two = then(succeed(1, "scenarios", 7), &["team"]);
+        if let Command::SettleAndStart { ends, .. } = &mut two {
+            ends.push(fail("team"));
+        }
+        assert_eq!(
+            h.run(two),
+            Ok(vec!["step_succeeded", "step_failed", "step_started"])
+        );
+        let run = &h.state.task(&task_id()).expect("task").runs[0];
+        assert_eq!(
+            run.running.iter().map(String::as_str).collect::<Vec<_>>(),
+            ["risks", "team"]
+        );
+        assert_eq!(
+            code(&mut h, then(succeed(2, "team", 9), &[])),
+            TaskErrorCode::Conflict
+        );
+        let mut twice = then(succeed(1, "team", 9), &[]);
+        if let Command::SettleAndStart { ends, .. } = &mut twice {
+            ends.push(fail("team"));
+        }
+        assert_eq!(code(&mut h, twice), TaskErrorCode::Conflict);
         // Stopping: the success is kept, the starts are left out.
         h.run(Command::RequestStop { task: task_id() })
             .expect("stop");

@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use planb_core::exec_plan::{ExecPlan, resolve_args};
 use planb_core::{
-    Command, ContentHash, Rejection, RunId, RunOutcome, RunState, Task, TaskErrorCode, TaskId,
+    Command, ContentHash, EventBody, Rejection, RunId, RunOutcome, RunState, StepStart, Task,
+    TaskErrorCode, TaskId,
 };
 use planb_projections::{Store, StoreError};
 use rmcp::model::CallToolResult;
@@ -308,9 +309,29 @@ struct Call {
     input: ContentHash,
 }
 
-struct Ended {
+/// A step whose call ended, as it will be recorded.
+struct Finished {
     at: usize,
     report: StepReport,
+    input: [u8; 32],
+    /// The result's JSON and its SHA-256, or the failure's class.
+    outcome: Result<(Vec<u8>, [u8; 32]), &'static str>,
+}
+
+/// A step's end not recorded yet, and the blob it needs stored first.
+struct Unrecorded {
+    end: Command,
+    blob: Option<Vec<u8>>,
+    /// The report to tell once it is recorded (kept only when someone
+    /// listens).
+    tell: Option<StepReport>,
+}
+
+/// A step about to start: its start is recorded before its call is made.
+struct Starting {
+    call: Call,
+    report: StepReport,
+    guard: Option<String>,
 }
 
 struct Shared {
@@ -322,34 +343,87 @@ struct Shared {
     progress: Option<ProgressFn>,
 }
 
+fn blob_error(error: impl std::fmt::Display) -> StoreError {
+    StoreError::Io {
+        op: "store a blob",
+        path: String::new(),
+        source: std::io::Error::other(error.to_string()),
+    }
+}
+
 impl Shared {
     async fn execute(&self, command: Command) -> Result<(), StoreError> {
         let store = Arc::clone(&self.store);
         blocking(move || store.execute(command).map(|_| ())).await
     }
 
-    /// Stores `bytes` as a blob, then executes the command `then` makes of
-    /// its hash: one trip to the blocking pool, the blob synced before the
-    /// event that names it.
-    async fn put_then(
+    /// Stores `blobs` (each synced), then records `ends` and `starts` in one
+    /// append: one durable write and one trip to the blocking pool. Returns
+    /// the steps whose start was recorded: none of them while the run is
+    /// stopping.
+    async fn record(
         &self,
-        bytes: Vec<u8>,
-        then: impl FnOnce([u8; 32]) -> Command + Send + 'static,
-    ) -> Result<(), StoreError> {
+        blobs: Vec<Vec<u8>>,
+        ends: Vec<Command>,
+        starts: Vec<StepStart>,
+    ) -> Result<Vec<String>, StoreError> {
+        if ends.is_empty() && starts.is_empty() {
+            return Ok(Vec::new());
+        }
         let store = Arc::clone(&self.store);
+        let (task, run) = (self.task, self.run);
         blocking(move || {
-            let hash = store
-                .root()
-                .blobs()
-                .put(&bytes)
-                .map_err(|e| StoreError::Io {
-                    op: "store a blob",
-                    path: String::new(),
-                    source: std::io::Error::other(e.to_string()),
-                })?;
-            store.execute(then(hash)).map(|_| ())
+            for bytes in &blobs {
+                store.root().blobs().put(bytes).map_err(blob_error)?;
+            }
+            let envelopes = store.execute(Command::SettleAndStart {
+                task,
+                run,
+                ends,
+                starts,
+            })?;
+            Ok(envelopes
+                .into_iter()
+                .filter_map(|e| match e.event.body {
+                    EventBody::StepStarted { step, .. } => Some(step),
+                    _ => None,
+                })
+                .collect())
         })
         .await
+    }
+
+    /// Records the ends in `unrecorded`, with `starting`'s starts after
+    /// them; tells each end recorded. Returns the starts recorded.
+    async fn settle(
+        &self,
+        unrecorded: &mut Vec<Unrecorded>,
+        starting: &mut [Starting],
+    ) -> Result<Vec<String>, StoreError> {
+        let mut blobs = Vec::new();
+        let mut ends = Vec::new();
+        let mut tell = Vec::new();
+        for one in unrecorded.drain(..) {
+            blobs.extend(one.blob);
+            ends.push(one.end);
+            tell.extend(one.tell);
+        }
+        let starts = starting
+            .iter_mut()
+            .map(|s| {
+                blobs.push(std::mem::take(&mut s.call.bytes));
+                StepStart {
+                    step: s.report.index.clone(),
+                    input: s.call.input.0,
+                    call: Some(s.call.input.0),
+                }
+            })
+            .collect();
+        let started = self.record(blobs, ends, starts).await?;
+        for report in &tell {
+            self.tell(Progress::Ended(Box::new(report.clone())));
+        }
+        Ok(started)
     }
 
     fn tell(&self, progress: Progress) {
@@ -365,46 +439,66 @@ impl Shared {
         }
     }
 
-    async fn fail(&self, index: &str, class: &str, message: &str) -> Result<(), StoreError> {
-        let message: String = message
-            .chars()
-            .take(planb_core::state::tasks::STEP_MESSAGE_CHARS_MAX)
-            .collect();
-        self.execute(Command::FailStep {
+    /// The end of `finished` as it will be recorded, and its report.
+    fn unrecorded(&self, finished: Finished) -> (Unrecorded, StepReport) {
+        let Finished {
+            report,
+            input,
+            outcome,
+            ..
+        } = finished;
+        let (end, blob) = match outcome {
+            Ok((bytes, artifact)) => (
+                Command::SucceedStep {
+                    task: self.task,
+                    run: self.run,
+                    step: report.index.clone(),
+                    input,
+                    artifact,
+                    bytes: bytes.len() as u64,
+                    duration_ms: report.duration_ms,
+                    tokens_in: 0,
+                    tokens_out: 0,
+                },
+                Some(bytes),
+            ),
+            Err(class) => (
+                self.failure(
+                    &report.index,
+                    class,
+                    report.error.as_deref().unwrap_or_default(),
+                ),
+                None,
+            ),
+        };
+        let tell = self.progress.is_some().then(|| report.clone());
+        (Unrecorded { end, blob, tell }, report)
+    }
+
+    fn failure(&self, index: &str, class: &str, message: &str) -> Command {
+        Command::FailStep {
             task: self.task,
             run: self.run,
             step: index.to_owned(),
             class: class.to_owned(),
-            message,
+            message: planb_core::text::clip(
+                message,
+                planb_core::state::tasks::STEP_MESSAGE_CHARS_MAX,
+            ),
             recoverable: true,
-        })
-        .await
+        }
     }
 }
 
-/// Starts the step (its call stored first), blocked by `guard` or calling
-/// the tool, and records the outcome.
-async fn perform(
-    shared: Arc<Shared>,
-    call: Call,
-    report: StepReport,
-    guard: Option<String>,
-) -> Result<Ended, StoreError> {
+/// Calls the step's tool (or not, when `guard` blocks it); its start is
+/// recorded already, its end is recorded by the caller.
+async fn perform(shared: Arc<Shared>, starting: Starting) -> Finished {
+    let Starting {
+        call,
+        mut report,
+        guard,
+    } = starting;
     let started = Instant::now();
-    let (task, run, step, input) = (shared.task, shared.run, report.index.clone(), call.input.0);
-    shared
-        .put_then(call.bytes, move |call_hash| Command::StartStep {
-            task,
-            run,
-            step,
-            input,
-            call: Some(call_hash),
-        })
-        .await?;
-    shared.tell(Progress::Started {
-        index: report.index.clone(),
-    });
-    let mut report = report;
     let outcome = match guard {
         Some(reason) => Err(("guard_blocked", format!("Guard blocked: {reason}"))),
         None => match shared
@@ -436,36 +530,24 @@ async fn perform(
             Ok((value, bytes))
         }
     });
-    match outcome {
+    let outcome = match outcome {
         Ok((value, bytes)) => {
-            let size = bytes.len() as u64;
-            let (step, duration_ms) = (report.index.clone(), report.duration_ms);
-            shared
-                .put_then(bytes, move |artifact| Command::SucceedStep {
-                    task,
-                    run,
-                    step,
-                    input,
-                    artifact,
-                    bytes: size,
-                    duration_ms,
-                    tokens_in: 0,
-                    tokens_out: 0,
-                })
-                .await?;
             report.success = true;
             report.result = Some(value);
+            let artifact = ContentHash::of_bytes(&bytes).0;
+            Ok((bytes, artifact))
         }
         Err((class, message)) => {
-            shared.fail(&report.index, class, &message).await?;
             report.error = Some(message);
+            Err(class)
         }
-    }
-    shared.tell_ended(&report);
-    Ok(Ended {
+    };
+    Finished {
         at: call.at,
         report,
-    })
+        input: call.input.0,
+        outcome,
+    }
 }
 
 /// Takes the plan `task`'s run lock, ends a run whose process died, and
@@ -695,14 +777,20 @@ async fn drive(
     // `poll` (not before every batch: a chain of fast steps would pay a
     // read of the store per step).
     let mut last_look: Option<Instant> = None;
+    // Ends not recorded yet. They go with the next starts, in one append;
+    // when a batch ends, with the next batch's first starts. They wait for
+    // nothing else: with calls still in flight and none to start, they are
+    // recorded alone.
+    let mut unrecorded: Vec<Unrecorded> = Vec::new();
     for (number, batch) in plan.batches().iter().enumerate() {
         if last_look.is_none_or(|at| at.elapsed() >= options.poll) {
             last_look = Some(Instant::now());
             if let Some(settled) = look(shared).await? {
+                let _ = shared.settle(&mut unrecorded, &mut []).await;
                 return Ok(settled);
             }
         }
-        let mut pending = Vec::new();
+        let mut queue = Vec::new();
         for &at in batch {
             let step = &plan.steps[at];
             let args = resolve_args(&step.args, &outcome.variables);
@@ -722,38 +810,19 @@ async fn drive(
             };
             if let Some(success) = recorded.get(&step.index)
                 && success.input == input.0
+                && let Some(value) = restore(shared, success.artifact, &step.index).await
             {
-                let blobs = shared.store.root().blobs();
-                let artifact = success.artifact;
-                let restored = blocking(move || {
-                    blobs.get(&artifact).map_err(|e| StoreError::Io {
-                        op: "read a recorded result",
-                        path: String::new(),
-                        source: std::io::Error::other(e.to_string()),
-                    })
-                })
-                .await
-                .ok()
-                .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok());
-                if restored.is_none() {
-                    tracing::warn!(
-                        "step {}: its recorded result cannot be read back; calling it again",
-                        step.index
-                    );
-                }
-                if let Some(value) = restored {
-                    let report = StepReport {
-                        success: true,
-                        result: Some(value),
-                        reused: true,
-                        ..report
-                    };
-                    shared.tell_ended(&report);
-                    pending.push((at, None, report));
-                    continue;
-                }
+                let report = StepReport {
+                    success: true,
+                    result: Some(value),
+                    reused: true,
+                    ..report
+                };
+                shared.tell_ended(&report);
+                queue.push((at, None, report));
+                continue;
             }
-            pending.push((
+            queue.push((
                 at,
                 Some(Call {
                     at,
@@ -766,11 +835,12 @@ async fn drive(
             ));
         }
         let mut reports: BTreeMap<usize, StepReport> = BTreeMap::new();
-        let mut in_flight: JoinSet<Result<Ended, StoreError>> = JoinSet::new();
+        let mut in_flight: JoinSet<Finished> = JoinSet::new();
         let mut running: Vec<String> = Vec::new();
-        let mut queue = pending.into_iter();
+        let mut queue = queue.into_iter();
         loop {
-            while in_flight.len() < options.concurrency.max(1) {
+            let mut starting: Vec<Starting> = Vec::new();
+            while in_flight.len() + starting.len() < options.concurrency.max(1) {
                 let Some((at, call, report)) = queue.next() else {
                     break;
                 };
@@ -789,51 +859,82 @@ async fn drive(
                     calls_made = calls_made.saturating_add(1);
                     *per_tool.entry(report.tool.clone()).or_default() += 1;
                 }
-                running.push(report.index.clone());
-                in_flight.spawn(perform(Arc::clone(shared), call, report, guard));
+                starting.push(Starting {
+                    call,
+                    report,
+                    guard,
+                });
             }
-            if in_flight.is_empty() {
+            if starting.is_empty() && in_flight.is_empty() {
                 break;
             }
-            let joined = tokio::select! {
-                joined = in_flight.join_next() => joined,
-                () = tokio::time::sleep(options.poll) => None,
-            };
-            let stopped = match joined {
-                Some(Ok(Ok(ended))) => {
-                    running.retain(|i| *i != ended.report.index);
-                    reports.insert(ended.at, ended.report);
-                    false
+            // A refused start means the run no longer runs (which way, the
+            // state says).
+            let mut refused = false;
+            if !starting.is_empty() || !unrecorded.is_empty() {
+                match shared.settle(&mut unrecorded, &mut starting).await {
+                    Ok(started) => {
+                        for one in starting {
+                            if started.contains(&one.report.index) {
+                                shared.tell(Progress::Started {
+                                    index: one.report.index.clone(),
+                                });
+                                running.push(one.report.index.clone());
+                                in_flight.spawn(perform(Arc::clone(shared), one));
+                            } else {
+                                refused = true;
+                            }
+                        }
+                    }
+                    Err(StoreError::Rejected(Rejection::Task {
+                        code: TaskErrorCode::RunNotActive,
+                        ..
+                    })) => refused = true,
+                    Err(error) => return Err(error),
                 }
-                // A step refused its start: the run is stopping.
-                Some(Ok(Err(StoreError::Rejected(Rejection::Task {
-                    code: TaskErrorCode::RunNotActive,
-                    ..
-                })))) => true,
-                Some(Ok(Err(error))) => return Err(error),
-                Some(Err(error)) => {
-                    return Err(StoreError::Io {
-                        op: "run a step",
-                        path: String::new(),
-                        source: std::io::Error::other(error.to_string()),
-                    });
+            }
+            if !refused && !in_flight.is_empty() {
+                let joined = tokio::select! {
+                    joined = in_flight.join_next() => joined,
+                    () = tokio::time::sleep(options.poll) => None,
+                };
+                match joined {
+                    Some(Ok(finished)) => {
+                        running.retain(|i| *i != finished.report.index);
+                        let at = finished.at;
+                        let (end, report) = shared.unrecorded(finished);
+                        unrecorded.push(end);
+                        reports.insert(at, report);
+                    }
+                    Some(Err(error)) => {
+                        return Err(StoreError::Io {
+                            op: "run a step",
+                            path: String::new(),
+                            source: std::io::Error::other(error.to_string()),
+                        });
+                    }
+                    None => {}
                 }
-                None => false,
-            };
+            }
             // Look for a stop at least every `poll`, however fast calls end.
             let due = last_look.is_none_or(|at| at.elapsed() >= options.poll);
             if due {
                 last_look = Some(Instant::now());
             }
-            if stopped || due {
-                // A refused start means the run no longer runs; which way, the
-                // state says.
+            if refused || due {
                 let settled = match look(shared).await? {
-                    None if stopped => Some(Settled::Stopped),
+                    None if refused => Some(Settled::Stopped),
                     other => other,
                 };
                 if let Some(settled) = settled {
-                    cancel(shared, &mut in_flight, running).await;
+                    cancel(
+                        shared,
+                        &mut in_flight,
+                        running,
+                        &mut unrecorded,
+                        &mut reports,
+                    )
+                    .await;
                     outcome.steps.extend(reports.into_values());
                     return Ok(settled);
                 }
@@ -876,27 +977,59 @@ async fn drive(
             };
             let step = failed[0].index.clone();
             outcome.steps.extend(reports.into_values());
+            shared.settle(&mut unrecorded, &mut []).await?;
             return Ok(Settled::Failed { message, step });
         }
         outcome.steps.extend(reports.into_values());
     }
+    shared.settle(&mut unrecorded, &mut []).await?;
     Ok(Settled::Completed)
 }
 
-/// Cancels the calls in flight and records each started step failed.
+/// The result recorded for a step before, read back whole; `None` (and the
+/// step is called again) when it cannot be.
+async fn restore(shared: &Shared, artifact: [u8; 32], index: &str) -> Option<Value> {
+    let blobs = shared.store.root().blobs();
+    let restored = blocking(move || blobs.get(&artifact).map_err(blob_error))
+        .await
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok());
+    if restored.is_none() {
+        tracing::warn!("step {index}: its recorded result cannot be read back; calling it again");
+    }
+    restored
+}
+
+/// Cancels the calls in flight, then records in one append the ends of the
+/// steps that finished (a call that ended before it could be cancelled
+/// keeps its outcome) and each other started step failed `cancelled`.
+/// When the run was ended elsewhere nothing more is accepted, and nothing
+/// is.
 async fn cancel(
     shared: &Shared,
-    in_flight: &mut JoinSet<Result<Ended, StoreError>>,
-    running: Vec<String>,
+    in_flight: &mut JoinSet<Finished>,
+    mut running: Vec<String>,
+    unrecorded: &mut Vec<Unrecorded>,
+    reports: &mut BTreeMap<usize, StepReport>,
 ) {
     in_flight.abort_all();
-    while in_flight.join_next().await.is_some() {}
-    for index in running {
-        // A step whose start was not recorded is refused: nothing to end.
-        let _ = shared
-            .fail(&index, "cancelled", "the run was stopped during the call")
-            .await;
+    while let Some(joined) = in_flight.join_next().await {
+        if let Ok(finished) = joined {
+            running.retain(|i| *i != finished.report.index);
+            let at = finished.at;
+            let (end, report) = shared.unrecorded(finished);
+            unrecorded.push(end);
+            reports.insert(at, report);
+        }
     }
+    for index in running {
+        unrecorded.push(Unrecorded {
+            end: shared.failure(&index, "cancelled", "the run was stopped during the call"),
+            blob: None,
+            tell: None,
+        });
+    }
+    let _ = shared.settle(unrecorded, &mut []).await;
 }
 
 fn guard_reason(
@@ -984,31 +1117,26 @@ pub async fn record_foreign_run(
         let call = json!({"tool": tool.qualified(), "args": args});
         let bytes = serde_json::to_vec(&call).unwrap_or_default();
         let input = ContentHash::of_bytes(&bytes).0;
-        let step_name = step.index.clone();
-        shared
-            .put_then(bytes, move |call_hash| Command::StartStep {
-                task,
-                run,
-                step: step_name,
-                input,
-                call: Some(call_hash),
-            })
-            .await?;
         let result = serde_json::to_vec(result).unwrap_or_default();
-        let size = result.len() as u64;
-        let step_name = step.index.clone();
+        let success = Command::SucceedStep {
+            task,
+            run,
+            step: step.index.clone(),
+            input,
+            artifact: ContentHash::of_bytes(&result).0,
+            bytes: result.len() as u64,
+            duration_ms: 0,
+            tokens_in: 0,
+            tokens_out: 0,
+        };
+        let start = StepStart {
+            step: step.index.clone(),
+            input,
+            call: Some(input),
+        };
+        shared.record(vec![bytes], Vec::new(), vec![start]).await?;
         shared
-            .put_then(result, move |artifact| Command::SucceedStep {
-                task,
-                run,
-                step: step_name,
-                input,
-                artifact,
-                bytes: size,
-                duration_ms: 0,
-                tokens_in: 0,
-                tokens_out: 0,
-            })
+            .record(vec![result], vec![success], Vec::new())
             .await?;
     }
     shared

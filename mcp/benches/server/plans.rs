@@ -133,7 +133,7 @@ pub fn run(raw_fsync: f64) {
         "plan: 50-step chain of echo: median {chain_wall:.1} ms = {per_step:.3} ms per step; raw echo call {raw_call:.3} ms, raw write+fdatasync {raw_fsync:.3} ms"
     );
     println!(
-        "plan: engine overhead per step (per step - raw call) {overhead:.3} ms = {:.2}x one fdatasync; a step records 2 durable events (start with its call, result); budget <= 1 ms + one durable append = {:.3} ms",
+        "plan: engine overhead per step (per step - raw call) {overhead:.3} ms = {:.2}x one fdatasync; a chain step records its result and the next step's start in one durable append; budget <= 1 ms + one durable append = {:.3} ms",
         overhead / raw_fsync,
         1.0 + raw_fsync
     );
