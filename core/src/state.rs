@@ -49,6 +49,8 @@ pub struct State {
     named_plans: BTreeMap<PlanKey, NamedPlan>,
     tasks: BTreeMap<crate::id::TaskId, tasks::Task>,
     last_cursor: Cursor,
+    /// The cursor of the newest event that is not a task's.
+    last_session_cursor: Cursor,
 }
 
 /// A planning session and what happened in it.
@@ -268,6 +270,14 @@ impl State {
         self.last_cursor
     }
 
+    /// The cursor of the newest event that is not a task's (sessions, asks,
+    /// plan versions, named plans): events after it changed no session, so
+    /// a projection of the sessions current at this cursor is current at
+    /// [`last_cursor`](Self::last_cursor).
+    pub fn last_session_cursor(&self) -> Cursor {
+        self.last_session_cursor
+    }
+
     /// All sessions, by id.
     pub fn sessions(&self) -> &BTreeMap<SessionId, Session> {
         &self.sessions
@@ -340,6 +350,9 @@ impl State {
             return;
         }
         self.last_cursor = cursor;
+        if envelope.event.body.task().is_none() {
+            self.last_session_cursor = cursor;
+        }
         let at = envelope.event.at;
         match &envelope.event.body {
             EventBody::SessionCreated {

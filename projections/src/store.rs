@@ -250,10 +250,11 @@ impl Store {
             }
         };
         let start = state.last_cursor();
+        let pending = Pending::at_open(&root, &state);
         let mut folded = Folded {
             state,
             reader,
-            pending: Pending::at_open(&root, start),
+            pending,
             anchor,
             snapshot_cursor: start,
         };
@@ -454,7 +455,7 @@ impl Store {
             return true;
         }
         let cursor = folded.state.last_cursor();
-        let current = files::is_current(&self.root, cursor);
+        let current = files::is_current(&self.root, &folded.state);
         if current {
             folded.pending.clear(cursor);
         }

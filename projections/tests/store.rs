@@ -525,3 +525,59 @@ fn the_index_keeps_tasks_by_state_and_by_creation_time() {
     assert_eq!(after.tasks_by_created, before.tasks_by_created);
     assert_eq!(after.tasks_by_state.len(), 4);
 }
+
+/// Task events change no session file, so they leave the session files'
+/// checkpoint where it was: a store opened after them (from a state
+/// snapshot taken past the checkpoint, or from the start) takes the files
+/// as current and writes nothing, and the next session event moves the
+/// checkpoint to the end of the log.
+#[test]
+fn task_events_leave_the_session_files_and_their_checkpoint_alone() {
+    use planb_core::TaskId;
+    use planb_projections::{TreeCheck, check_tree};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let checkpoint = || std::fs::read_to_string(dir.path().join("sessions.cursor")).expect("read");
+    let first = open(dir.path());
+    let session = create_session(&first, 1);
+    save_plan(&first, session, "# one\n");
+    let before = checkpoint();
+    assert!(before.starts_with("2 "), "{before}");
+    for n in 1..=3 {
+        first
+            .execute(Command::CreateTask {
+                task: TaskId::from_uuid(uuid::Uuid::from_u128(0x7100 + n)),
+                pipeline: "project-plan".into(),
+                pipeline_version: 2,
+                prompt: format!("plan number {n}"),
+                speed: "fast".into(),
+                target: "build_plan".into(),
+                model_profile: None,
+                client_request_id: None,
+            })
+            .expect("create task");
+    }
+    assert_eq!(checkpoint(), before, "task events wrote the checkpoint");
+    first.save_snapshot();
+    drop(first);
+    for from_snapshot in [true, false] {
+        if !from_snapshot {
+            std::fs::remove_file(dir.path().join("state.snapshot")).expect("remove snapshot");
+        }
+        let second = open(dir.path());
+        let tasks = second.read(|s| s.tasks().len()).expect("read");
+        assert_eq!(tasks, 3);
+        assert_eq!(checkpoint(), before, "a reader rewrote the session files");
+        assert!(matches!(
+            check_tree(&DataRoot::new(dir.path())).expect("check"),
+            TreeCheck::Holds { .. }
+        ));
+    }
+    let third = open(dir.path());
+    assert_eq!(save_plan(&third, session, "# two\n"), 2);
+    assert!(checkpoint().starts_with("6 "), "{}", checkpoint());
+    assert!(matches!(
+        check_tree(&DataRoot::new(dir.path())).expect("check"),
+        TreeCheck::Holds { .. }
+    ));
+}

@@ -28,8 +28,9 @@ const MAGIC: [u8; 4] = *b"PBST";
 /// Version 2 added the DAG engine's tasks; version 3 their run-log tails
 /// and when each artifact last changed; version 4 keeps a session plan
 /// version's length and hash instead of its text; version 6 no longer
-/// keeps each run's tool calls (the log and the retro timeline have them).
-pub const SNAPSHOT_VERSION: u32 = 6;
+/// keeps each run's tool calls (the log and the retro timeline have them);
+/// version 7 keeps the cursor of the newest event that is not a task's.
+pub const SNAPSHOT_VERSION: u32 = 7;
 
 const HEADER_LEN: usize = 8;
 

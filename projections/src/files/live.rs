@@ -89,11 +89,20 @@ impl Pending {
     /// snapshot, or from the beginning): events the checkpoint vouches for
     /// are not noted. Should the checkpoint lag behind `start`, the events in
     /// between were never noted, so the next projection rewrites everything.
-    pub(crate) fn at_open(root: &DataRoot, start: Cursor) -> Pending {
-        let checkpoint = read_checkpoint(root).filter(|c| *c >= start);
+    /// A checkpoint behind `start` still vouches for it when no event in
+    /// between changed a session.
+    pub(crate) fn at_open(root: &DataRoot, state: &State) -> Pending {
+        let start = state.last_cursor();
+        let after = read_checkpoint(root).and_then(|c| {
+            if c >= start {
+                Some(c)
+            } else {
+                (c >= state.last_session_cursor()).then_some(start)
+            }
+        });
         Pending {
-            after: checkpoint.unwrap_or(Cursor::ZERO),
-            full: checkpoint.is_none(),
+            after: after.unwrap_or(Cursor::ZERO),
+            full: after.is_none(),
             sessions: BTreeMap::new(),
             lagging: BTreeMap::new(),
             rewritten: HashMap::new(),
@@ -183,11 +192,18 @@ impl Pending {
     }
 }
 
-/// Whether the checkpoint vouches for every event up to `cursor`. Read
+/// Whether the checkpoint vouches for every event up to `state`'s last. Read
 /// without the lock: a stale answer only costs a projection that finds
 /// nothing to do.
-pub(crate) fn is_current(root: &DataRoot, cursor: Cursor) -> bool {
-    read_checkpoint(root).is_some_and(|c| c >= cursor)
+pub(crate) fn is_current(root: &DataRoot, state: &State) -> bool {
+    read_checkpoint(root).is_some_and(|c| covers(c, state))
+}
+
+/// Whether a checkpoint at `c` vouches for every event up to `state`'s
+/// last: it is there already, or every event after it is a task's (task
+/// events change no session file, so they move no checkpoint).
+fn covers(c: Cursor, state: &State) -> bool {
+    c >= state.last_cursor() || c >= state.last_session_cursor()
 }
 
 /// Brings the live tree up to `state` and empties `pending`. Call under the
@@ -208,7 +224,8 @@ pub(crate) fn project_locked(
     let checkpoint = read_full_checkpoint(root);
     let now = Instant::now();
     if let Some((cursor, lagging)) = &checkpoint
-        && *cursor == end
+        && *cursor <= end
+        && covers(*cursor, state)
         && lagging.iter().all(|s| pending.lagging.contains_key(s))
         && (!flush || lagging.is_empty())
         && pending.next_due().is_none_or(|due| due > now)
