@@ -36,8 +36,8 @@ use crate::question::AskSpec;
 use crate::time::{Cursor, Timestamp};
 
 pub use decide::{
-    Command, EVENT_ROOM_BYTES, INTENT_CHARS_MAX, PLAN_CONTENT_BYTES_MAX, PROJECT_PATH_BYTES_MAX,
-    Rejection, SESSION_TITLE_CHARS_MAX, StepStart,
+    Command, EVENT_ROOM_BYTES, INLINE_BLOB_BYTES_MAX, INLINE_BLOBS_BYTES_MAX, INTENT_CHARS_MAX,
+    PLAN_CONTENT_BYTES_MAX, PROJECT_PATH_BYTES_MAX, Rejection, SESSION_TITLE_CHARS_MAX, StepStart,
 };
 pub use snapshot::{SNAPSHOT_VERSION, SnapshotError};
 

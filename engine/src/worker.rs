@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 use planb_core::dag::{Action, Decision, Pipeline, Schedule, StepId, Success};
 use planb_core::state::ContentHash;
 use planb_core::{
-    Command, EventBody, Rejection, RunId, RunOutcome, RunState, StepStart, Task, TaskErrorCode,
-    TaskId,
+    Command, EventBody, INLINE_BLOB_BYTES_MAX, Rejection, RunId, RunOutcome, RunState, StepStart,
+    Task, TaskErrorCode, TaskId,
 };
 use planb_projections::{DataRoot, RunLock, RunLockError, Store, StoreError};
 use tokio::task::JoinSet;
@@ -721,6 +721,7 @@ async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<En
                             call: None,
                         })
                         .collect(),
+                    inline: Vec::new(),
                 };
                 let (store, pipeline, task, step, bytes) = (
                     Arc::clone(&runner.store),
@@ -730,7 +731,19 @@ async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<En
                     produced.bytes,
                 );
                 let settled_step = tokio::task::spawn_blocking(move || {
-                    match store.root().blobs().put(&bytes) {
+                    // A small artifact goes in the log with the success (the
+                    // store writes its file later); a large one is synced in
+                    // the blob store first.
+                    let mut command = command;
+                    let put = if bytes.len() <= INLINE_BLOB_BYTES_MAX {
+                        if let Command::SettleAndStart { inline, .. } = &mut command {
+                            inline.push(bytes.clone());
+                        }
+                        Ok(artifact.0)
+                    } else {
+                        store.root().blobs().put(&bytes)
+                    };
+                    match put {
                         Ok(hash) if hash == artifact.0 => {}
                         Ok(_) => {
                             return Stored::BlobFailed("the blob store named it otherwise".into());

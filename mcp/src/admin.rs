@@ -258,6 +258,13 @@ pub fn rebuild(root: &DataRoot, out: &mut dyn Write) -> anyhow::Result<ExitCode>
         report.sessions,
         report.elapsed.as_secs_f64() * 1e3
     )?;
+    if report.blobs_restored > 0 {
+        writeln!(
+            out,
+            "blob files restored from the log: {}",
+            report.blobs_restored
+        )?;
+    }
     let tasks = planb_engine::task_files::rewrite_all(root, &state);
     writeln!(out, "task folders rewritten: {}", tasks.written)?;
     for (task, why) in &tasks.left {

@@ -335,6 +335,91 @@ fn killed_mid_plan_a_resume_calls_no_completed_step_again_and_keeps_a_large_resu
     assert!(shown.contains("completed"), "{shown}");
 }
 
+/// Small calls and results are in the log itself: with every blob file
+/// gone after a kill, a resume still reuses what completed, and the files
+/// come back.
+#[test]
+fn small_results_live_in_the_log_and_outlast_the_blob_files() {
+    let setup = Setup::new();
+    let id = setup.create(
+        &json!({"title": "Small results", "variables": {"nap": 60_000},
+        "steps": [
+            step("1", "alpha__echo", json!({"text": "kept in the log"}), &[], Some("said")),
+            step("2", "beta__sleep", json!({"ms": "${nap}"}), &["1"], None),
+            step("3", "alpha__echo", json!({"text": "again: ${said}"}), &["2"], None),
+        ]}),
+    );
+    let mut child = setup.run_until_sleeping(&id);
+    child.kill().expect("kill");
+    let _ = child.wait();
+    let blobs = setup.path("root").join("blobs");
+    if blobs.exists() {
+        std::fs::remove_dir_all(&blobs).expect("remove the blob files");
+    }
+    let dump = Command::new(planb())
+        .arg("--data-dir")
+        .arg(setup.path("root"))
+        .args(["log", "dump"])
+        .output()
+        .expect("log dump");
+    let dump = String::from_utf8_lossy(&dump.stdout);
+    assert!(
+        dump.lines().filter(|l| l.contains("blob_stored")).count() >= 2,
+        "{dump}"
+    );
+    let (code, out) = setup.run(&["resume", &id, "--var", "nap=5"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("recorded result reused, not called again"),
+        "{out}"
+    );
+    let calls = setup.calls();
+    let texts: Vec<&str> = calls
+        .iter()
+        .filter(|c| c["tool"] == "echo")
+        .filter_map(|c| c["args"]["text"].as_str())
+        .collect();
+    assert_eq!(
+        texts,
+        ["kept in the log", "again: kept in the log"],
+        "{calls:?}"
+    );
+    let files = walk(&blobs);
+    assert!(files >= 2, "the blob files were not restored ({files})");
+    // `rebuild` writes every one of them again.
+    std::fs::remove_dir_all(&blobs).expect("remove the blob files again");
+    let rebuilt = Command::new(planb())
+        .arg("--data-dir")
+        .arg(setup.path("root"))
+        .arg("rebuild")
+        .output()
+        .expect("rebuild");
+    let said = String::from_utf8_lossy(&rebuilt.stdout);
+    assert!(rebuilt.status.success(), "{said}");
+    let restored = said
+        .lines()
+        .find_map(|l| l.strip_prefix("blob files restored from the log: "))
+        .and_then(|n| n.trim().parse::<usize>().ok())
+        .unwrap_or_else(|| panic!("{said}"));
+    assert_eq!(restored, walk(&blobs));
+    assert!(restored >= files, "{said}");
+}
+
+fn walk(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir).map_or(0, |entries| {
+        entries
+            .flatten()
+            .map(|e| {
+                if e.path().is_dir() {
+                    walk(&e.path())
+                } else {
+                    1
+                }
+            })
+            .sum()
+    })
+}
+
 #[test]
 fn a_server_that_crashes_mid_call_fails_its_step_with_its_last_words() {
     let setup = Setup::new();

@@ -1,20 +1,29 @@
 //! The blob store: the DAG engine's artifact bytes, content-addressed by
 //! SHA-256 under `<root>/blobs/<first two hex digits>/<all 64>`.
 //!
-//! Blobs are ground truth next to the log (the log names them by hash and
-//! never holds their bytes), so unlike the projections they are durable
-//! before they are named: [`Blobs::put`] syncs the file, renames it into
-//! place and syncs the directory, and only then may the caller append the
-//! event that names the hash. A writer killed before its event leaves a blob
+//! A large blob is ground truth next to the log (the log names it by hash
+//! and never holds its bytes), so unlike the projections it is durable
+//! before it is named: [`Blobs::put`] syncs the file, renames it into place
+//! and syncs the directory, and only then may the caller append the event
+//! that names the hash. A writer killed before its event leaves a blob
 //! nothing names, which costs space and nothing else; one killed before the
 //! rename leaves a temp file that a later `put` of the same bytes replaces.
+//!
+//! A small blob (at most `planb_core::INLINE_BLOB_BYTES_MAX` bytes) is
+//! recorded in the log itself, in an `EventBody::BlobStored` ahead of the
+//! event that names it, in the same append: one sync covers both. Its file
+//! is a copy ([`Blobs::put_copy`], not synced), written after the append by
+//! the store's copier thread; until it is there, or should it be lost (a
+//! crash before the page cache reached the disk) or damaged, [`Blobs::get`]
+//! restores such files from the log and reads it again.
+//!
 //! Every read checks the bytes against their name, so a damaged blob is an
 //! error, never wrong content.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use planb_core::ContentHash;
+use planb_core::{ContentHash, Cursor};
 
 use crate::StoreError;
 
@@ -28,6 +37,8 @@ pub type BlobHash = [u8; 32];
 #[derive(Debug, Clone)]
 pub struct Blobs {
     dir: PathBuf,
+    /// The log whose `BlobStored` events small blobs are restored from.
+    log: Option<PathBuf>,
 }
 
 fn hex(hash: &BlobHash) -> String {
@@ -70,7 +81,18 @@ pub enum BlobError {
 impl Blobs {
     /// The store under `dir` (normally `DataRoot::blobs_dir`).
     pub fn new(dir: impl Into<PathBuf>) -> Blobs {
-        Blobs { dir: dir.into() }
+        Blobs {
+            dir: dir.into(),
+            log: None,
+        }
+    }
+
+    /// The store under `dir` whose small blobs the log in `log` holds.
+    pub fn with_log(dir: impl Into<PathBuf>, log: impl Into<PathBuf>) -> Blobs {
+        Blobs {
+            dir: dir.into(),
+            log: Some(log.into()),
+        }
     }
 
     /// Where the blob of `hash` lives.
@@ -83,6 +105,16 @@ impl Blobs {
     /// an event may name the blob. Storing bytes already there changes
     /// nothing.
     pub fn put(&self, bytes: &[u8]) -> Result<BlobHash, BlobError> {
+        self.write(bytes, true)
+    }
+
+    /// Writes a copy of `bytes`, which the log holds (or is about to, in
+    /// the append this precedes): not synced, since the log is what lasts.
+    pub fn put_copy(&self, bytes: &[u8]) -> Result<BlobHash, BlobError> {
+        self.write(bytes, false)
+    }
+
+    fn write(&self, bytes: &[u8], sync: bool) -> Result<BlobHash, BlobError> {
         let hash: BlobHash = ContentHash::of_bytes(bytes).0;
         let name = hex(&hash);
         if bytes.len() as u64 > BLOB_BYTES_MAX {
@@ -92,13 +124,15 @@ impl Blobs {
             });
         }
         let path = self.path(&hash);
-        if self.get(&hash).is_ok() {
+        if self.read(&hash).is_ok() {
             return Ok(hash);
         }
         let shard = path.parent().unwrap_or(&self.dir).to_path_buf();
         if !shard.is_dir() {
             std::fs::create_dir_all(&shard).map_err(io("create directory", &shard))?;
-            sync_dir(&self.dir)?;
+            if sync {
+                sync_dir(&self.dir)?;
+            }
         }
         // Unique per call: two threads may put the same bytes at once.
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -106,7 +140,7 @@ impl Blobs {
         let tmp = shard.join(format!(".{name}.{}.{seq}.tmp", std::process::id()));
         let written = std::fs::File::create(&tmp).and_then(|mut file| {
             file.write_all(bytes)?;
-            file.sync_all()
+            if sync { file.sync_all() } else { Ok(()) }
         });
         if let Err(source) = written {
             let _ = std::fs::remove_file(&tmp);
@@ -116,12 +150,94 @@ impl Blobs {
             let _ = std::fs::remove_file(&tmp);
             return Err(io("rename into", &path)(source).into());
         }
-        sync_dir(&shard)?;
+        if sync {
+            sync_dir(&shard)?;
+        }
         Ok(hash)
     }
 
-    /// The bytes of blob `hash`, checked against it.
+    /// The bytes of blob `hash`, checked against it. A file missing or
+    /// damaged is restored from the log when the log holds the blob: the
+    /// part of the log this process has not looked through yet first, then,
+    /// if that did not hold it, the whole log.
     pub fn get(&self, hash: &BlobHash) -> Result<Vec<u8>, BlobError> {
+        match self.read(hash) {
+            Err(error @ (BlobError::Missing(_) | BlobError::Damaged { .. }))
+                if self.log.is_some() =>
+            {
+                let from = self.scanned_to();
+                if self.restore_from_log(from)?.contains(hash)
+                    || (from > Cursor(1) && self.restore_from_log(Cursor(1))?.contains(hash))
+                {
+                    self.read(hash)
+                } else {
+                    Err(error)
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// Writes the copy of `bytes` (a blob the log holds) when its file is
+    /// missing or damaged; returns whether it did.
+    pub fn restore_copy(&self, bytes: &[u8]) -> Result<bool, BlobError> {
+        let hash = ContentHash::of_bytes(bytes).0;
+        if self.read(&hash).is_ok() {
+            return Ok(false);
+        }
+        self.put_copy(bytes)?;
+        Ok(true)
+    }
+
+    /// Where this process's last look through the log for blobs ended.
+    fn scanned_to(&self) -> Cursor {
+        let Some(log) = &self.log else {
+            return Cursor(1);
+        };
+        lock(scanned()).get(log).copied().unwrap_or(Cursor(1))
+    }
+
+    /// Rewrites the file of every blob the log holds from cursor `from` on
+    /// whose file is missing or damaged; returns the blobs found there.
+    pub fn restore_from_log(
+        &self,
+        from: Cursor,
+    ) -> Result<std::collections::BTreeSet<BlobHash>, BlobError> {
+        let mut held = std::collections::BTreeSet::new();
+        let Some(log) = &self.log else {
+            return Ok(held);
+        };
+        let failed = |detail: String| {
+            BlobError::Store(StoreError::Io {
+                op: "read the log for blobs",
+                path: log.display().to_string(),
+                source: std::io::Error::other(detail),
+            })
+        };
+        let mut reader = planb_log::read_dir(
+            log,
+            planb_log::LogOptions::default(),
+            planb_log::Cursor(from.0),
+        )
+        .map_err(|e| failed(e.to_string()))?;
+        while let Some(record) = reader.next().map_err(|e| failed(e.to_string()))? {
+            let Ok(envelope) = planb_core::decode(&record.payload, Cursor(record.cursor.0)) else {
+                continue;
+            };
+            if let planb_core::EventBody::BlobStored { bytes, .. } = envelope.event.body {
+                self.restore_copy(&bytes)?;
+                held.insert(ContentHash::of_bytes(&bytes).0);
+            }
+        }
+        let mut scanned = lock(scanned());
+        let end = Cursor(reader.next_cursor().0);
+        let at = scanned.entry(log.clone()).or_insert(end);
+        *at = (*at).max(end);
+        Ok(held)
+    }
+
+    /// The bytes of blob `hash` as its file holds them, checked against it.
+    fn read(&self, hash: &BlobHash) -> Result<Vec<u8>, BlobError> {
         let path = self.path(hash);
         let name = hex(hash);
         let size = match std::fs::metadata(&path) {
@@ -144,6 +260,18 @@ impl Blobs {
         }
         Ok(bytes)
     }
+}
+
+/// How far this process has looked through each log for blobs.
+fn scanned() -> &'static std::sync::Mutex<std::collections::HashMap<PathBuf, Cursor>> {
+    static SCANNED: std::sync::OnceLock<
+        std::sync::Mutex<std::collections::HashMap<PathBuf, Cursor>>,
+    > = std::sync::OnceLock::new();
+    SCANNED.get_or_init(Default::default)
+}
+
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn sync_dir(dir: &Path) -> Result<(), StoreError> {

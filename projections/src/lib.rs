@@ -15,6 +15,7 @@
 //! no HTML: the pages live in `planb-ui`.
 
 mod blobs;
+mod copier;
 mod env;
 mod error;
 pub mod files;

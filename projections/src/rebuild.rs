@@ -40,6 +40,9 @@ pub struct RebuildReport {
     pub sessions: usize,
     /// Session directories the log does not know, carried over untouched.
     pub kept_unknown: Vec<String>,
+    /// Files of small blobs (held by the log) written again because they
+    /// were missing or damaged.
+    pub blobs_restored: usize,
     /// Time the rebuild took.
     pub elapsed: Duration,
 }
@@ -86,9 +89,18 @@ pub(crate) fn rebuild_locked(
     )?;
     let mut state = State::default();
     let mut anchor = None;
+    let blobs = root.blobs();
+    let mut blobs_restored = 0;
     let events = index.catch_up_observing(|envelope, at| {
         state.apply(envelope);
         anchor = Some(at);
+        if let planb_core::EventBody::BlobStored { bytes, .. } = &envelope.event.body {
+            match blobs.restore_copy(bytes) {
+                Ok(true) => blobs_restored += 1,
+                Ok(false) => {}
+                Err(error) => tracing::warn!("rebuild could not restore a blob's file: {error}"),
+            }
+        }
     })?;
     drop(index);
     let mut writer = Writer::default();
@@ -129,6 +141,7 @@ pub(crate) fn rebuild_locked(
             events,
             sessions,
             kept_unknown,
+            blobs_restored,
             elapsed: start.elapsed(),
         },
     ))

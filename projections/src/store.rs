@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use planb_core::{
-    Command, Cursor, Envelope, Event, EventId, SessionId, State, Timestamp, decode, encode,
+    Command, Cursor, Envelope, Event, EventBody, EventId, SessionId, State, Timestamp, decode,
+    encode,
 };
 use planb_log::{Log, LogOptions, LogReader, RecoveryReport};
 
@@ -74,14 +75,14 @@ impl DataRoot {
     }
 
     /// The blob store: artifact bytes the log names by hash. Ground truth,
-    /// like the log.
+    /// like the log, for blobs too large to be in the log.
     pub fn blobs_dir(&self) -> PathBuf {
         self.root.join("blobs")
     }
 
-    /// The blob store of this root.
+    /// The blob store of this root (small blobs restored from its log).
     pub fn blobs(&self) -> crate::Blobs {
-        crate::Blobs::new(self.blobs_dir())
+        crate::Blobs::with_log(self.blobs_dir(), self.log_dir())
     }
 }
 
@@ -217,6 +218,8 @@ pub struct Store {
     indexer: Indexer,
     /// Rewrites large manifests left behind once they are due.
     flusher: Flusher,
+    /// Writes the files of the small blobs this process recorded in the log.
+    copier: crate::copier::Copier,
     /// Set at open when a projection has seen cursors the log no longer
     /// holds: then nothing is appended or projected (see `health.rs`).
     lost_tail: Option<Box<LostTail>>,
@@ -315,6 +318,7 @@ impl Store {
             let (root, log, folded) = (root.clone(), Arc::clone(&log), Arc::clone(&folded));
             move || flush_manifests(&root, &log, &folded, false)
         });
+        let copier = crate::copier::Copier::start(root.blobs());
         let store = Store {
             root,
             log,
@@ -322,6 +326,7 @@ impl Store {
             folded,
             indexer: Indexer::start(slot),
             flusher,
+            copier,
             lost_tail,
         };
         store.indexer.wake();
@@ -399,6 +404,11 @@ impl Store {
             locked.project();
             Ok(envelopes)
         })?;
+        for envelope in &envelopes {
+            if let EventBody::BlobStored { bytes, .. } = &envelope.event.body {
+                self.copier.copy(bytes.clone());
+            }
+        }
         Ok(envelopes)
     }
 

@@ -581,3 +581,90 @@ fn task_events_leave_the_session_files_and_their_checkpoint_alone() {
         TreeCheck::Holds { .. }
     ));
 }
+
+/// A small blob is recorded in the log with the step that names it; its
+/// file is a copy the store writes later, and a copy lost or damaged is
+/// restored from the log when read.
+#[test]
+fn a_small_blob_is_in_the_log_and_its_file_is_restored_from_it() {
+    use planb_core::{ContentHash, RunId, StepStart, TaskId};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open(dir.path());
+    let task = TaskId::from_uuid(uuid::Uuid::from_u128(0x7200));
+    let run = RunId::from_uuid(uuid::Uuid::from_u128(0x8200));
+    store
+        .execute(Command::CreateTask {
+            task,
+            pipeline: "project-plan".into(),
+            pipeline_version: 2,
+            prompt: "a plan".into(),
+            speed: "fast".into(),
+            target: "build_plan".into(),
+            model_profile: None,
+            client_request_id: None,
+        })
+        .expect("create");
+    store
+        .execute(Command::StartRun {
+            task,
+            run,
+            resumed_from: None,
+            owner_pid: 1,
+            host: "test".into(),
+            variables: None,
+        })
+        .expect("run");
+    let call = br#"{"tool":"a__echo","args":{"text":"hi"}}"#.to_vec();
+    let result = br#""hi""#.to_vec();
+    let input = ContentHash::of_bytes(&call).0;
+    let artifact = ContentHash::of_bytes(&result).0;
+    let started = store
+        .execute(Command::SettleAndStart {
+            task,
+            run,
+            ends: Vec::new(),
+            starts: vec![StepStart {
+                step: "intake".into(),
+                input,
+                call: Some(input),
+            }],
+            inline: vec![call.clone()],
+        })
+        .expect("start");
+    let kinds: Vec<&str> = started.iter().map(|e| e.event.body.kind_name()).collect();
+    assert_eq!(kinds, ["blob_stored", "step_started"]);
+    store
+        .execute(Command::SettleAndStart {
+            task,
+            run,
+            ends: vec![Command::SucceedStep {
+                task,
+                run,
+                step: "intake".into(),
+                input,
+                artifact,
+                bytes: result.len() as u64,
+                duration_ms: 1,
+                tokens_in: 0,
+                tokens_out: 0,
+            }],
+            starts: Vec::new(),
+            inline: vec![result.clone()],
+        })
+        .expect("succeed");
+    // Closing the store writes the copies it has pending.
+    drop(store);
+    let blobs = DataRoot::new(dir.path()).blobs();
+    let path = blobs.path(&artifact);
+    assert_eq!(std::fs::read(&path).expect("copy written"), result);
+    std::fs::remove_dir_all(dir.path().join("blobs")).expect("remove");
+    assert_eq!(blobs.get(&input).expect("restored"), call);
+    assert_eq!(std::fs::read(&path).expect("restored too"), result);
+    std::fs::write(&path, b"damaged").expect("damage");
+    assert_eq!(blobs.get(&artifact).expect("restored again"), result);
+    assert!(matches!(
+        blobs.get(&[9; 32]),
+        Err(planb_projections::BlobError::Missing(_))
+    ));
+}

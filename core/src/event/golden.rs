@@ -1,5 +1,5 @@
 //! The golden logs of every released event schema:
-//! `fixtures/golden/events-v1.bin`, `events-v2.bin` and `events-v3.bin` each
+//! `fixtures/golden/events-v1.bin` to `events-v5.bin` each
 //! hold one fixed event of every variant. The tests prove the current code decodes each file
 //! to exactly those events (older versions upcast to the current one), and that each
 //! version's types still encode to exactly those bytes. Run with
@@ -366,7 +366,8 @@ pub(crate) fn fixed_events_v3() -> Vec<v3::Event> {
 /// an execution plan's life: created, a run with call-time variables, a
 /// tool step started with its call, succeeded, the run ended, the plan
 /// deleted.
-pub(crate) fn fixed_events() -> Vec<Event> {
+pub(crate) fn fixed_events_v4() -> Vec<v4::Event> {
+    use v4::{Event, EventBody};
     let at = |n: i64| Timestamp(1_780_856_600_000 + n);
     let id = |n: u128| {
         EventId::from_uuid(Uuid::from_u128(
@@ -424,6 +425,22 @@ pub(crate) fn fixed_events() -> Vec<Event> {
         at: at(n as i64),
         body,
     }));
+    events
+}
+
+/// One event of every version 5 variant: the version 4 events, upcast,
+/// then a small blob recorded in the log.
+pub(crate) fn fixed_events() -> Vec<Event> {
+    let plan = TaskId::from_uuid(Uuid::from_u128(0x0190_f5a2_9200_7000_8000_0000_0000_0fff));
+    let mut events: Vec<Event> = fixed_events_v4().into_iter().map(Event::from).collect();
+    events.push(Event {
+        id: EventId::from_uuid(Uuid::from_u128(0x0190_f5a2_9300_7000_8000_0000_0000_0001)),
+        at: Timestamp(1_780_856_700_000),
+        body: EventBody::BlobStored {
+            task: plan,
+            bytes: br#"{"tool":"fs__read_file","args":{"path":"a.py"}}"#.to_vec(),
+        },
+    });
     events
 }
 
@@ -524,9 +541,17 @@ fn golden_log_v3_still_decodes_and_encodes_byte_for_byte() {
 
 #[test]
 fn golden_log_v4_still_decodes_and_encodes_byte_for_byte() {
+    let events = fixed_events_v4();
+    let payloads: Vec<Vec<u8>> = events.iter().map(|e| encode_old(e, 4)).collect();
+    let upcast: Vec<Event> = events.into_iter().map(Event::from).collect();
+    check_golden(4, &payloads, &upcast);
+}
+
+#[test]
+fn golden_log_v5_still_decodes_and_encodes_byte_for_byte() {
     let events = fixed_events();
     let payloads: Vec<Vec<u8>> = events.iter().map(|e| encode(e).unwrap()).collect();
-    check_golden(4, &payloads, &events);
+    check_golden(5, &payloads, &events);
 }
 
 /// The golden edit applies to the golden plan's content and gives the

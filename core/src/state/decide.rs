@@ -23,6 +23,11 @@ pub const PROJECT_PATH_BYTES_MAX: usize = 4_096;
 /// Room kept in a log record (at most 4 MiB) for everything of an event
 /// besides its plan text: ids, titles, the plans directory.
 pub const EVENT_ROOM_BYTES: usize = 64 * 1024;
+/// Largest blob recorded in the log itself (see [`Command::SettleAndStart`]);
+/// a larger one is only in the blob store.
+pub const INLINE_BLOB_BYTES_MAX: usize = 32 * 1024;
+/// Most bytes of blobs one [`Command::SettleAndStart`] records in the log.
+pub const INLINE_BLOBS_BYTES_MAX: usize = 1024 * 1024;
 /// Largest saved plan, in bytes: 4 MiB less [`EVENT_ROOM_BYTES`], so a plan
 /// within it always fits its event in one log record and a larger one is
 /// refused by name, never by the log.
@@ -241,6 +246,11 @@ pub enum Command {
         ends: Vec<Command>,
         /// The steps to start.
         starts: Vec<StepStart>,
+        /// Blobs the ends and starts name that are small enough to be
+        /// recorded in the log, ahead of them (`EventBody::BlobStored`):
+        /// each at most [`INLINE_BLOB_BYTES_MAX`], at most
+        /// [`INLINE_BLOBS_BYTES_MAX`] in all.
+        inline: Vec<Vec<u8>>,
     },
     /// A running step failed.
     FailStep {
@@ -586,8 +596,9 @@ impl State {
                 run,
                 ends,
                 starts,
+                inline,
             } => {
-                return self.decide_settle_and_start(task, run, ends, starts);
+                return self.decide_settle_and_start(task, run, ends, starts, inline);
             }
             Command::SavePlan {
                 session,

@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::State;
-use super::decide::{Command, Rejection, StepStart};
+use super::decide::{Command, INLINE_BLOB_BYTES_MAX, INLINE_BLOBS_BYTES_MAX, Rejection, StepStart};
 use crate::dag::StepId;
 use crate::event::{EventBody, RunOutcome};
 use crate::id::{RunId, TaskId};
@@ -395,9 +395,31 @@ impl State {
         run: RunId,
         ends: Vec<Command>,
         starts: Vec<StepStart>,
+        inline: Vec<Vec<u8>>,
     ) -> Result<Vec<EventBody>, Rejection> {
         let mut ended: BTreeSet<String> = BTreeSet::new();
-        let mut bodies: Vec<EventBody> = Vec::new();
+        let total: usize = inline.iter().map(Vec::len).sum();
+        if let Some(big) = inline.iter().find(|b| b.len() > INLINE_BLOB_BYTES_MAX) {
+            return Err(refuse(
+                TaskErrorCode::Conflict,
+                format!(
+                    "inline: a blob of {} bytes is over the {INLINE_BLOB_BYTES_MAX}-byte limit of the log",
+                    big.len()
+                ),
+            ));
+        }
+        if total > INLINE_BLOBS_BYTES_MAX {
+            return Err(refuse(
+                TaskErrorCode::Conflict,
+                format!(
+                    "inline: {total} bytes of blobs is over the {INLINE_BLOBS_BYTES_MAX}-byte limit of one append"
+                ),
+            ));
+        }
+        let mut bodies: Vec<EventBody> = inline
+            .into_iter()
+            .map(|bytes| EventBody::BlobStored { task, bytes })
+            .collect();
         for end in ends {
             let step = match &end {
                 Command::SucceedStep {

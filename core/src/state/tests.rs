@@ -1052,6 +1052,7 @@ mod tasks {
         let then = |end: Command, starts: &[&str]| Command::SettleAndStart {
             task: task_id(),
             run: run_id(1),
+            inline: Vec::new(),
             ends: vec![end],
             starts: starts
                 .iter()
@@ -1118,6 +1119,18 @@ mod tasks {
             ends.push(fail("team"));
         }
         assert_eq!(code(&mut h, twice), TaskErrorCode::Conflict);
+        // Small blobs go in the log ahead of what names them; a blob over
+        // the limit is refused.
+        let mut with_blob = then(succeed(1, "team", 6), &[]);
+        if let Command::SettleAndStart { inline, .. } = &mut with_blob {
+            inline.push(b"{\"ok\":true}".to_vec());
+        }
+        assert_eq!(h.run(with_blob), Ok(vec!["blob_stored", "step_succeeded"]));
+        let mut too_big = then(succeed(1, "risks", 6), &[]);
+        if let Command::SettleAndStart { inline, .. } = &mut too_big {
+            inline.push(vec![b'x'; INLINE_BLOB_BYTES_MAX + 1]);
+        }
+        assert_eq!(code(&mut h, too_big), TaskErrorCode::Conflict);
         // Stopping: the success is kept, the starts are left out.
         h.run(Command::RequestStop { task: task_id() })
             .expect("stop");

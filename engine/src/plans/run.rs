@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use planb_core::exec_plan::{ExecPlan, resolve_args};
 use planb_core::{
-    Command, ContentHash, EventBody, Rejection, RunId, RunOutcome, RunState, StepStart, Task,
-    TaskErrorCode, TaskId,
+    Command, ContentHash, EventBody, INLINE_BLOB_BYTES_MAX, Rejection, RunId, RunOutcome, RunState,
+    StepStart, Task, TaskErrorCode, TaskId,
 };
 use planb_projections::{Store, StoreError};
 use rmcp::model::CallToolResult;
@@ -357,10 +357,11 @@ impl Shared {
         blocking(move || store.execute(command).map(|_| ())).await
     }
 
-    /// Stores `blobs` (each synced), then records `ends` and `starts` in one
-    /// append: one durable write and one trip to the blocking pool. Returns
-    /// the steps whose start was recorded: none of them while the run is
-    /// stopping.
+    /// Records `ends` and `starts` in one append, with the blobs they name:
+    /// one durable write and one trip to the blocking pool. A small blob
+    /// goes in the log ahead of them (the store writes its file later); a
+    /// large one is synced in the blob store first. Returns the steps whose
+    /// start was recorded: none of them while the run is stopping.
     async fn record(
         &self,
         blobs: Vec<Vec<u8>>,
@@ -373,14 +374,20 @@ impl Shared {
         let store = Arc::clone(&self.store);
         let (task, run) = (self.task, self.run);
         blocking(move || {
-            for bytes in &blobs {
-                store.root().blobs().put(bytes).map_err(blob_error)?;
+            let mut inline = Vec::new();
+            for bytes in blobs {
+                if bytes.len() <= INLINE_BLOB_BYTES_MAX {
+                    inline.push(bytes);
+                } else {
+                    store.root().blobs().put(&bytes).map_err(blob_error)?;
+                }
             }
             let envelopes = store.execute(Command::SettleAndStart {
                 task,
                 run,
                 ends,
                 starts,
+                inline,
             })?;
             Ok(envelopes
                 .into_iter()

@@ -67,7 +67,7 @@ fn chain() -> Value {
                 vec![(n - 1).to_string()]
             };
             json!({"index": n.to_string(), "title": format!("Echo {n}"), "tool": "echo",
-                "args": {"text": format!("step {n}")}, "depends_on": depends})
+                "args": {"text": format!("step {n} of run ${{run}}")}, "depends_on": depends})
         })
         .collect();
     json!({"title": "Chain of 50", "steps": steps})
@@ -95,9 +95,14 @@ fn runs(server: &mut Server, plan: &Value) -> f64 {
     let created = server.call_json("plan_create", plan.clone());
     let id = created["plan_id"].as_str().expect("plan id").to_owned();
     let mut samples: Vec<Duration> = (0..=RUNS)
-        .map(|_| {
+        .map(|n| {
             let start = Instant::now();
-            let outcome = server.call_json("plan_execute", json!({"plan_id": id}));
+            // Each run's calls differ (`${run}`), so none reuses the blobs
+            // of the one before.
+            let outcome = server.call_json(
+                "plan_execute",
+                json!({"plan_id": id, "variables": {"run": n}}),
+            );
             let elapsed = start.elapsed();
             assert_eq!(outcome["success"], true, "{outcome}");
             elapsed

@@ -144,7 +144,11 @@ impl Timeline {
             }
             self.by_plan.entry(plan).or_default().push(index);
         }
-        if let Some(task) = envelope.event.body.task() {
+        // A blob's bytes are not a step of a task's history: the event that
+        // names them is.
+        if let Some(task) = envelope.event.body.task()
+            && !matches!(envelope.event.body, EventBody::BlobStored { .. })
+        {
             self.by_task.entry(task).or_default().push(index);
         }
         self.take_held_body(&mut envelope);

@@ -312,7 +312,8 @@ fn entry_body(timeline: &Timeline, envelope: &Envelope) -> Markup {
         | EventBody::RunEnded { .. }
         | EventBody::RunLog { .. }
         | EventBody::PlanCreated { .. }
-        | EventBody::PlanDeleted { .. } => html! {
+        | EventBody::PlanDeleted { .. }
+        | EventBody::BlobStored { .. } => html! {
             p { "Task event (" (body.kind_name().replace('_', " ")) ")" }
         },
     }
