@@ -325,18 +325,47 @@ pub(crate) async fn take_run_lock(root: &DataRoot, task: TaskId) -> Result<RunLo
 
 /// Runs task `task` once, from its recorded state to an end. The run lock is
 /// held until this returns.
-pub async fn run(store: Arc<Store>, task: TaskId, options: Options) -> Result<Ended, WorkerError> {
+/// Takes `task`'s run lock, ends the run still active (it lost its process:
+/// this one holds the lock now) and reads the task as recorded: how a task
+/// worker and a plan's runner begin.
+pub(crate) async fn hold_task(
+    store: &Arc<Store>,
+    task: TaskId,
+) -> Result<(RunLock, Option<Task>), WorkerError> {
     let lock = take_run_lock(store.root(), task).await?;
-    // A run still active now lost its worker: this process holds the lock.
-    {
-        let store = Arc::clone(&store);
-        blocking(move || store.end_lost_run(task)).await?;
-    }
-    let found = {
-        let store = Arc::clone(&store);
-        blocking(move || store.read(|s| s.task(&task).cloned())).await?
-    }
-    .ok_or(WorkerError::NoTask(task))?;
+    let held = Arc::clone(store);
+    let found = blocking(move || {
+        held.end_lost_run(task)?;
+        held.read(|s| s.task(&task).cloned())
+    })
+    .await?;
+    Ok((lock, found))
+}
+
+/// Records a new run of `task`, owned by this process (under its run lock).
+pub(crate) async fn start_run(
+    store: &Arc<Store>,
+    task: TaskId,
+    resumed_from: Option<RunId>,
+    variables: Option<String>,
+) -> Result<RunId, StoreError> {
+    let run = RunId::from_uuid(store.env().event_id());
+    let start = Command::StartRun {
+        task,
+        run,
+        resumed_from,
+        owner_pid: std::process::id(),
+        host: host(),
+        variables,
+    };
+    let store = Arc::clone(store);
+    blocking(move || store.execute(start).map(|_| ())).await?;
+    Ok(run)
+}
+
+pub async fn run(store: Arc<Store>, task: TaskId, options: Options) -> Result<Ended, WorkerError> {
+    let (lock, found) = hold_task(&store, task).await?;
+    let found = found.ok_or(WorkerError::NoTask(task))?;
     let edit_notes = record_hand_edits(&store, &found).await?;
     let found = if edit_notes.is_empty() {
         found
@@ -346,19 +375,7 @@ pub async fn run(store: Arc<Store>, task: TaskId, options: Options) -> Result<En
             .await?
             .ok_or(WorkerError::NoTask(task))?
     };
-    let run_id = RunId::from_uuid(store.env().event_id());
-    let start = Command::StartRun {
-        task,
-        run: run_id,
-        resumed_from: found.runs.last().map(|r| r.id),
-        owner_pid: std::process::id(),
-        host: host(),
-        variables: None,
-    };
-    {
-        let store = Arc::clone(&store);
-        blocking(move || store.execute(start).map(|_| ())).await?;
-    }
+    let run_id = start_run(&store, task, found.runs.last().map(|r| r.id), None).await?;
     let mut runner = Runner {
         store: Arc::clone(&store),
         task,

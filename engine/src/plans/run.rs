@@ -25,7 +25,7 @@ use serde_json::{Map, Value, json};
 use tokio::task::JoinSet;
 
 use super::servers::{Downstream, ToolInfo};
-use crate::worker::{WorkerError, blocking, host, take_run_lock};
+use crate::worker::{WorkerError, blocking, hold_task, start_run};
 
 /// Largest tool result kept, in bytes of JSON.
 pub const RESULT_BYTES_MAX: usize = 64 * 1024 * 1024;
@@ -563,14 +563,8 @@ async fn hold(
     store: &Arc<Store>,
     task: TaskId,
 ) -> Result<(planb_projections::RunLock, Task, ExecPlan), PlanRunError> {
-    let lock = take_run_lock(store.root(), task).await?;
-    let held = Arc::clone(store);
-    let found = blocking(move || {
-        held.end_lost_run(task)?;
-        held.read(|s| s.task(&task).cloned())
-    })
-    .await?
-    .ok_or_else(|| PlanRunError::NotFound(task.to_string()))?;
+    let (lock, found) = hold_task(store, task).await?;
+    let found = found.ok_or_else(|| PlanRunError::NotFound(task.to_string()))?;
     let plan = load(&found)?;
     Ok((lock, found, plan))
 }
@@ -636,19 +630,13 @@ pub async fn run_plan(
     } else {
         BTreeMap::new()
     };
-    let run = RunId::from_uuid(store.env().event_id());
-    let start = Command::StartRun {
+    let run = start_run(
+        &store,
         task,
-        run,
-        resumed_from: if resume { previous.map(|r| r.id) } else { None },
-        owner_pid: std::process::id(),
-        host: host(),
-        variables: Some(Value::Object(call_vars.clone()).to_string()),
-    };
-    {
-        let store = Arc::clone(&store);
-        blocking(move || store.execute(start).map(|_| ())).await?;
-    }
+        if resume { previous.map(|r| r.id) } else { None },
+        Some(Value::Object(call_vars.clone()).to_string()),
+    )
+    .await?;
     let shared = Arc::new(Shared {
         store: Arc::clone(&store),
         downstream,
@@ -1097,7 +1085,13 @@ pub async fn record_foreign_run(
 ) -> Result<RunId, PlanRunError> {
     let (lock, _, plan) = hold(&store, task).await?;
     let tools = step_tools(&downstream, &plan).await?;
-    let run = RunId::from_uuid(store.env().event_id());
+    let run = start_run(
+        &store,
+        task,
+        None,
+        Some(Value::Object(foreign.call_variables.clone()).to_string()),
+    )
+    .await?;
     let shared = Shared {
         store: Arc::clone(&store),
         downstream,
@@ -1106,16 +1100,6 @@ pub async fn record_foreign_run(
         timeout: Duration::ZERO,
         progress: None,
     };
-    shared
-        .execute(Command::StartRun {
-            task,
-            run,
-            resumed_from: None,
-            owner_pid: std::process::id(),
-            host: host(),
-            variables: Some(Value::Object(foreign.call_variables.clone()).to_string()),
-        })
-        .await?;
     for (step, tool) in plan.steps.iter().zip(&tools) {
         let Some((_, result)) = foreign.completed.iter().find(|(i, _)| *i == step.index) else {
             continue;
