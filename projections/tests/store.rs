@@ -67,6 +67,36 @@ fn save_plan(store: &Store, session: SessionId, content: &str) -> u32 {
     }
 }
 
+/// Records a project-plan task.
+fn create_task(store: &Store, task: planb_core::TaskId, prompt: &str) {
+    store
+        .execute(Command::CreateTask {
+            task,
+            pipeline: "project-plan".into(),
+            pipeline_version: 2,
+            prompt: prompt.into(),
+            speed: "fast".into(),
+            target: "build_plan".into(),
+            model_profile: None,
+            client_request_id: None,
+        })
+        .expect("create task");
+}
+
+/// Records a run of `task` started.
+fn start_run(store: &Store, task: planb_core::TaskId, run: planb_core::RunId) {
+    store
+        .execute(Command::StartRun {
+            task,
+            run,
+            resumed_from: None,
+            owner_pid: 1,
+            host: "test".into(),
+            variables: None,
+        })
+        .expect("start run");
+}
+
 #[test]
 fn plan_versions_count_up_across_two_processes_sharing_a_root() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -409,31 +439,11 @@ fn the_index_keeps_tasks_by_state_and_by_creation_time() {
         .collect();
     for (n, task) in tasks.iter().enumerate() {
         let store = if n % 2 == 0 { &first } else { &second };
-        store
-            .execute(Command::CreateTask {
-                task: *task,
-                pipeline: "project-plan".into(),
-                pipeline_version: 2,
-                prompt: format!("plan number {n}"),
-                speed: "fast".into(),
-                target: "build_plan".into(),
-                model_profile: None,
-                client_request_id: None,
-            })
-            .expect("create");
+        create_task(store, *task, &format!("plan number {n}"));
     }
     let start = |store: &Store, task: TaskId, n: u128| {
         let run = RunId::from_uuid(uuid::Uuid::from_u128(0x8000 + n));
-        store
-            .execute(Command::StartRun {
-                task,
-                run,
-                resumed_from: None,
-                owner_pid: 1,
-                host: "test".into(),
-                variables: None,
-            })
-            .expect("start");
+        start_run(store, task, run);
         run
     };
     // Task 0 completes, task 1 is asked to stop, task 2 fails, task 3 waits.
@@ -544,18 +554,8 @@ fn task_events_leave_the_session_files_and_their_checkpoint_alone() {
     let before = checkpoint();
     assert!(before.starts_with("2 "), "{before}");
     for n in 1..=3 {
-        first
-            .execute(Command::CreateTask {
-                task: TaskId::from_uuid(uuid::Uuid::from_u128(0x7100 + n)),
-                pipeline: "project-plan".into(),
-                pipeline_version: 2,
-                prompt: format!("plan number {n}"),
-                speed: "fast".into(),
-                target: "build_plan".into(),
-                model_profile: None,
-                client_request_id: None,
-            })
-            .expect("create task");
+        let task = TaskId::from_uuid(uuid::Uuid::from_u128(0x7100 + n));
+        create_task(&first, task, &format!("plan number {n}"));
     }
     assert_eq!(checkpoint(), before, "task events wrote the checkpoint");
     first.save_snapshot();
@@ -593,28 +593,8 @@ fn a_small_blob_is_in_the_log_and_its_file_is_restored_from_it() {
     let store = open(dir.path());
     let task = TaskId::from_uuid(uuid::Uuid::from_u128(0x7200));
     let run = RunId::from_uuid(uuid::Uuid::from_u128(0x8200));
-    store
-        .execute(Command::CreateTask {
-            task,
-            pipeline: "project-plan".into(),
-            pipeline_version: 2,
-            prompt: "a plan".into(),
-            speed: "fast".into(),
-            target: "build_plan".into(),
-            model_profile: None,
-            client_request_id: None,
-        })
-        .expect("create");
-    store
-        .execute(Command::StartRun {
-            task,
-            run,
-            resumed_from: None,
-            owner_pid: 1,
-            host: "test".into(),
-            variables: None,
-        })
-        .expect("run");
+    create_task(&store, task, "a plan");
+    start_run(&store, task, run);
     let call = br#"{"tool":"a__echo","args":{"text":"hi"}}"#.to_vec();
     let result = br#""hi""#.to_vec();
     let input = ContentHash::of_bytes(&call).0;
