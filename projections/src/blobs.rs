@@ -124,7 +124,15 @@ impl Blobs {
             });
         }
         let path = self.path(&hash);
-        if self.read(&hash).is_ok() {
+        // A copy is taken as there when its file has the right length (a
+        // damaged one is found, and restored, when read); a synced blob only
+        // when its bytes are right.
+        let there = if sync {
+            self.read(&hash).is_ok()
+        } else {
+            std::fs::metadata(&path).is_ok_and(|m| m.len() == bytes.len() as u64)
+        };
+        if there {
             return Ok(hash);
         }
         let shard = path.parent().unwrap_or(&self.dir).to_path_buf();
@@ -185,6 +193,8 @@ impl Blobs {
         if self.read(&hash).is_ok() {
             return Ok(false);
         }
+        // A damaged file may have the right length: out of the way first.
+        let _ = std::fs::remove_file(self.path(&hash));
         self.put_copy(bytes)?;
         Ok(true)
     }

@@ -6,7 +6,7 @@
 //! read from the log ([`Blobs::get`]); a process killed before writing them
 //! loses only copies.
 
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -18,38 +18,59 @@ const BATCH: Duration = Duration::from_millis(100);
 /// The copier thread.
 #[derive(Debug)]
 pub(crate) struct Copier {
-    send: Option<Sender<Vec<u8>>>,
+    shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    queue: Mutex<Queue>,
+    /// Signalled when the queue stops being empty, and at close.
+    wake: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    blobs: Vec<Vec<u8>>,
+    closed: bool,
+}
+
+fn lock(shared: &Shared) -> MutexGuard<'_, Queue> {
+    shared.queue.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Copier {
     /// Starts the thread writing into `blobs`.
     pub(crate) fn start(blobs: Blobs) -> Copier {
-        let (send, receive) = channel::<Vec<u8>>();
+        let shared = Arc::new(Shared::default());
         let thread = std::thread::Builder::new()
             .name("planb-blob-copies".into())
-            .spawn(move || copy_until_closed(&blobs, &receive));
-        match thread {
-            Ok(thread) => Copier {
-                send: Some(send),
-                thread: Some(thread),
-            },
+            .spawn({
+                let shared = Arc::clone(&shared);
+                move || copy_until_closed(&blobs, &shared)
+            });
+        let thread = match thread {
+            Ok(thread) => Some(thread),
             Err(error) => {
                 // The blobs are then read from the log until a reader
                 // restores their files.
                 tracing::warn!("cannot start the blob copier: {error}");
-                Copier {
-                    send: None,
-                    thread: None,
-                }
+                None
             }
-        }
+        };
+        Copier { shared, thread }
     }
 
-    /// Has a copy of `bytes` written soon.
+    /// Has a copy of `bytes` written within about [`BATCH`]. Only the first
+    /// blob of a batch wakes the thread.
     pub(crate) fn copy(&self, bytes: Vec<u8>) {
-        if let Some(send) = &self.send {
-            let _ = send.send(bytes);
+        if self.thread.is_none() {
+            return;
+        }
+        let mut queue = lock(&self.shared);
+        queue.blobs.push(bytes);
+        if queue.blobs.len() == 1 {
+            self.shared.wake.notify_one();
         }
     }
 }
@@ -57,28 +78,36 @@ impl Copier {
 impl Drop for Copier {
     /// Writes what is pending, then ends the thread.
     fn drop(&mut self) {
-        self.send = None;
+        lock(&self.shared).closed = true;
+        self.shared.wake.notify_one();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
     }
 }
 
-fn copy_until_closed(blobs: &Blobs, receive: &Receiver<Vec<u8>>) {
-    while let Ok(first) = receive.recv() {
-        let mut batch = vec![first];
-        let until = Instant::now() + BATCH;
-        let mut closed = false;
-        loop {
-            match receive.recv_timeout(until.saturating_duration_since(Instant::now())) {
-                Ok(bytes) => batch.push(bytes),
-                Err(RecvTimeoutError::Timeout) => break,
-                Err(RecvTimeoutError::Disconnected) => {
-                    closed = true;
-                    break;
-                }
-            }
+fn copy_until_closed(blobs: &Blobs, shared: &Shared) {
+    let mut queue = lock(shared);
+    loop {
+        while queue.blobs.is_empty() && !queue.closed {
+            queue = shared.wake.wait(queue).unwrap_or_else(|p| p.into_inner());
         }
+        // Gather for a while (a close cuts it short).
+        let until = Instant::now() + BATCH;
+        while !queue.closed {
+            let now = Instant::now();
+            if now >= until {
+                break;
+            }
+            queue = shared
+                .wake
+                .wait_timeout(queue, until - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        let batch = std::mem::take(&mut queue.blobs);
+        let closed = queue.closed;
+        drop(queue);
         for bytes in &batch {
             if let Err(error) = blobs.put_copy(bytes) {
                 tracing::warn!("a blob's file was not written (the log holds it): {error}");
@@ -87,5 +116,6 @@ fn copy_until_closed(blobs: &Blobs, receive: &Receiver<Vec<u8>>) {
         if closed {
             return;
         }
+        queue = lock(shared);
     }
 }

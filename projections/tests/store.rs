@@ -641,7 +641,10 @@ fn a_small_blob_is_in_the_log_and_its_file_is_restored_from_it() {
     std::fs::remove_dir_all(dir.path().join("blobs")).expect("remove");
     assert_eq!(blobs.get(&input).expect("restored"), call);
     assert_eq!(std::fs::read(&path).expect("restored too"), result);
-    std::fs::write(&path, b"damaged").expect("damage");
+    // Damaged, at the same length.
+    let mut damaged = result.clone();
+    damaged[1] ^= 0x20;
+    std::fs::write(&path, &damaged).expect("damage");
     assert_eq!(blobs.get(&artifact).expect("restored again"), result);
     assert!(matches!(
         blobs.get(&[9; 32]),
