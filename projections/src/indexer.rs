@@ -2,9 +2,10 @@
 //!
 //! redb keeps a database to one process, so the processes on a data root
 //! take turns: whoever holds an `flock` on `<root>/index.lock` owns the index.
-//! The owner catches it up on a background thread after each change, off the
-//! write path, with non-durable commits made durable about once a second and
-//! when the owner closes. Every other process tries to take the lock when it
+//! The owner catches it up on a background thread after each change (20 ms
+//! after, so that a burst of changes costs one transaction), off the write
+//! path, with non-durable commits made durable about once a second and when
+//! the owner closes. Every other process tries to take the lock when it
 //! wakes its thread, so when the owner exits (or is killed, which releases the
 //! lock) the next one carries on from the index's applied cursor.
 //!
@@ -24,6 +25,9 @@ use crate::store::DataRoot;
 
 /// How long index commits may stay non-durable.
 const DURABLE_EVERY: Duration = Duration::from_secs(1);
+
+/// How long the indexer waits after a wake before it catches up.
+const SETTLE: Duration = Duration::from_millis(20);
 
 /// The index, when this process owns it.
 #[derive(Debug)]
@@ -132,6 +136,10 @@ impl Indexer {
                     loop {
                         match woken.recv_timeout(DURABLE_EVERY) {
                             Ok(()) => {
+                                // Let a burst of appends (a plan's steps) come in
+                                // and be indexed in one transaction; meanwhile their
+                                // wakes find this thread asleep, not waiting.
+                                std::thread::sleep(SETTLE);
                                 // Many changes may have queued up: one catch-up covers them all.
                                 while woken.try_recv().is_ok() {}
                             }
