@@ -225,3 +225,38 @@ pub struct ReviewOutcome {
 
 /// Open review pages by rid.
 pub type Reviews = Registry<ReviewInfo, ReviewOutcome>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A page answered while nobody waited is not waited on again: its
+    /// answer is claimed, once (what `submit_plan` relies on when a verdict
+    /// comes between its look at the log and its wait).
+    #[test]
+    fn an_answer_that_came_with_nobody_waiting_is_claimed_not_waited_for() {
+        let pages: Registry<u32, &'static str> = Registry::default();
+        let (waiter, _gone) = oneshot::channel();
+        pages.register("r1".into(), 1, waiter).expect("register");
+        pages.detach("r1");
+        pages.finish("r1", "approved");
+        assert!(pages.knows(|round| *round == 1));
+        assert!(pages.rewait(|round| *round == 1).is_none());
+        assert_eq!(pages.claim(|round| *round == 1), Some("approved"));
+        assert_eq!(pages.claim(|round| *round == 1), None);
+    }
+
+    /// A page still open gets a new waiter, who receives the answer.
+    #[test]
+    fn an_open_page_is_waited_on_again_and_the_answer_reaches_the_new_waiter() {
+        let pages: Registry<u32, &'static str> = Registry::default();
+        let (waiter, _gone) = oneshot::channel();
+        pages.register("r1".into(), 1, waiter).expect("register");
+        pages.detach("r1");
+        let (id, round, mut answered) = pages.rewait(|round| *round == 1).expect("open");
+        assert_eq!((id.as_str(), round), ("r1", 1));
+        pages.finish("r1", "changes");
+        assert_eq!(answered.try_recv(), Ok("changes"));
+        assert_eq!(pages.claim(|round| *round == 1), None);
+    }
+}

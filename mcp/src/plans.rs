@@ -567,7 +567,16 @@ impl PlanbServer {
             // about to hand it over: an unfinished page is waited on below,
             // and a verdict already handed to another call is not rejoined.
         }
-        let (rid, _, answered) = self.reviews().rewait(this_round)?;
+        let Some((rid, _, answered)) = self.reviews().rewait(this_round) else {
+            // The verdict may have come since the state was read: the page
+            // is then answered, and its outcome waits to be claimed.
+            return self.reviews().claim(this_round).map(|outcome| {
+                verdict_result(
+                    outcome.verdict == Verdict::Approved,
+                    feedback_text(&outcome),
+                )
+            });
+        };
         let address = match self.callback_address().await {
             Ok(address) => address,
             Err(error) => {
