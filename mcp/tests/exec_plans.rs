@@ -356,6 +356,20 @@ fn small_results_live_in_the_log_and_outlast_the_blob_files() {
     if blobs.exists() {
         std::fs::remove_dir_all(&blobs).expect("remove the blob files");
     }
+    // `check` finds the log whole and writes nothing.
+    let checked = Command::new(planb())
+        .arg("--data-dir")
+        .arg(setup.path("root"))
+        .arg("check")
+        .output()
+        .expect("check");
+    let said = String::from_utf8_lossy(&checked.stdout);
+    assert!(checked.status.success(), "{said}");
+    assert!(
+        said.contains("held by the log have no intact file yet"),
+        "{said}"
+    );
+    assert!(!blobs.exists(), "check wrote blob files");
     let dump = Command::new(planb())
         .arg("--data-dir")
         .arg(setup.path("root"))

@@ -213,6 +213,25 @@ impl Blobs {
         &self,
         from: Cursor,
     ) -> Result<std::collections::BTreeSet<BlobHash>, BlobError> {
+        self.look_through_log(from, true)
+    }
+
+    /// The blobs the log holds, writing nothing (for `check`).
+    pub fn held_in_log(&self) -> Result<std::collections::BTreeSet<BlobHash>, BlobError> {
+        self.look_through_log(Cursor(1), false)
+    }
+
+    /// The bytes of blob `hash` as its file holds them, checked against it,
+    /// with no look at the log.
+    pub fn read_file(&self, hash: &BlobHash) -> Result<Vec<u8>, BlobError> {
+        self.read(hash)
+    }
+
+    fn look_through_log(
+        &self,
+        from: Cursor,
+        restore: bool,
+    ) -> Result<std::collections::BTreeSet<BlobHash>, BlobError> {
         let mut held = std::collections::BTreeSet::new();
         let Some(log) = &self.log else {
             return Ok(held);
@@ -235,9 +254,14 @@ impl Blobs {
                 continue;
             };
             if let planb_core::EventBody::BlobStored { bytes, .. } = envelope.event.body {
-                self.restore_copy(&bytes)?;
+                if restore {
+                    self.restore_copy(&bytes)?;
+                }
                 held.insert(ContentHash::of_bytes(&bytes).0);
             }
+        }
+        if !restore {
+            return Ok(held);
         }
         let mut scanned = lock(scanned());
         let end = Cursor(reader.next_cursor().0);
