@@ -76,6 +76,21 @@ impl Setup {
 
     /// Starts `plan run ID` in the background, its output piped, and
     /// returns once the plan's sleep step has been called.
+    /// Runs a `planb-mcp` command other than `plan` on the data root:
+    /// whether it succeeded, and its stdout.
+    fn admin(&self, args: &[&str]) -> (bool, String) {
+        let output = Command::new(planb())
+            .arg("--data-dir")
+            .arg(self.path("root"))
+            .args(args)
+            .output()
+            .expect("run planb-mcp");
+        (
+            output.status.success(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+        )
+    }
+
     fn run_until_sleeping(&self, id: &str) -> std::process::Child {
         let child = self
             .command(&["run", id])
@@ -357,26 +372,14 @@ fn small_results_live_in_the_log_and_outlast_the_blob_files() {
         std::fs::remove_dir_all(&blobs).expect("remove the blob files");
     }
     // `check` finds the log whole and writes nothing.
-    let checked = Command::new(planb())
-        .arg("--data-dir")
-        .arg(setup.path("root"))
-        .arg("check")
-        .output()
-        .expect("check");
-    let said = String::from_utf8_lossy(&checked.stdout);
-    assert!(checked.status.success(), "{said}");
+    let (ok, said) = setup.admin(&["check"]);
+    assert!(ok, "{said}");
     assert!(
         said.contains("held by the log have no intact file yet"),
         "{said}"
     );
     assert!(!blobs.exists(), "check wrote blob files");
-    let dump = Command::new(planb())
-        .arg("--data-dir")
-        .arg(setup.path("root"))
-        .args(["log", "dump"])
-        .output()
-        .expect("log dump");
-    let dump = String::from_utf8_lossy(&dump.stdout);
+    let (_, dump) = setup.admin(&["log", "dump"]);
     assert!(
         dump.lines().filter(|l| l.contains("blob_stored")).count() >= 2,
         "{dump}"
@@ -402,14 +405,8 @@ fn small_results_live_in_the_log_and_outlast_the_blob_files() {
     assert!(files >= 2, "the blob files were not restored ({files})");
     // `rebuild` writes every one of them again.
     std::fs::remove_dir_all(&blobs).expect("remove the blob files again");
-    let rebuilt = Command::new(planb())
-        .arg("--data-dir")
-        .arg(setup.path("root"))
-        .arg("rebuild")
-        .output()
-        .expect("rebuild");
-    let said = String::from_utf8_lossy(&rebuilt.stdout);
-    assert!(rebuilt.status.success(), "{said}");
+    let (ok, said) = setup.admin(&["rebuild"]);
+    assert!(ok, "{said}");
     let restored = said
         .lines()
         .find_map(|l| l.strip_prefix("blob files restored from the log: "))

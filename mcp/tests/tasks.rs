@@ -210,6 +210,19 @@ async fn wait(server: &Server, task: &str) -> Value {
     .await)
 }
 
+/// Waits for the task's run to end and requires it completed; otherwise
+/// fails with the status and the run's error as the task folder holds it.
+async fn completed(server: &Server, dir: &std::path::Path, task: &str) -> Value {
+    let ended = wait(server, task).await;
+    if ended["state"] != "completed" {
+        let folder = dir.join("tasks").join(task);
+        let error = std::fs::read_to_string(folder.join("run_error.json")).unwrap_or_default();
+        let log = std::fs::read_to_string(folder.join("worker.log")).unwrap_or_default();
+        panic!("task {task} did not complete: {ended}\nrun_error.json: {error}\nworker.log: {log}");
+    }
+    ended
+}
+
 async fn status(server: &Server, task: &str) -> Value {
     ok(&call(server, "task_status", json!({"task_id": task})).await)
 }
@@ -956,7 +969,7 @@ async fn the_report_opens_from_disk_in_chromium_with_every_section() {
     )
     .await);
     let task = task["task_id"].as_str().expect("id").to_owned();
-    assert_eq!(wait(&server, &task).await["state"], "completed");
+    completed(&server, dir.path(), &task).await;
     let report = ok(&call(
         &server,
         "task_file_info",
@@ -1249,7 +1262,7 @@ async fn resources_page_through_every_task_newest_first() {
     let mut tasks = Vec::new();
     for _ in 0..4 {
         let task = create(&server, "fast").await;
-        assert_eq!(wait(&server, &task).await["state"], "completed");
+        completed(&server, dir.path(), &task).await;
         tasks.push(task);
     }
     let per_task = closure_of("build_plan").len() + 2;

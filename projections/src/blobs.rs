@@ -105,16 +105,17 @@ impl Blobs {
     /// an event may name the blob. Storing bytes already there changes
     /// nothing.
     pub fn put(&self, bytes: &[u8]) -> Result<BlobHash, BlobError> {
-        self.write(bytes, true)
+        self.write(bytes, Writing::Synced)
     }
 
     /// Writes a copy of `bytes`, which the log holds (or is about to, in
     /// the append this precedes): not synced, since the log is what lasts.
     pub fn put_copy(&self, bytes: &[u8]) -> Result<BlobHash, BlobError> {
-        self.write(bytes, false)
+        self.write(bytes, Writing::Copy)
     }
 
-    fn write(&self, bytes: &[u8], sync: bool) -> Result<BlobHash, BlobError> {
+    fn write(&self, bytes: &[u8], how: Writing) -> Result<BlobHash, BlobError> {
+        let sync = how == Writing::Synced;
         let hash: BlobHash = ContentHash::of_bytes(bytes).0;
         let name = hex(&hash);
         if bytes.len() as u64 > BLOB_BYTES_MAX {
@@ -127,10 +128,10 @@ impl Blobs {
         // A copy is taken as there when its file has the right length (a
         // damaged one is found, and restored, when read); a synced blob only
         // when its bytes are right.
-        let there = if sync {
-            self.read(&hash).is_ok()
-        } else {
-            std::fs::metadata(&path).is_ok_and(|m| m.len() == bytes.len() as u64)
+        let there = match how {
+            Writing::Synced => self.read(&hash).is_ok(),
+            Writing::Copy => std::fs::metadata(&path).is_ok_and(|m| m.len() == bytes.len() as u64),
+            Writing::Replace => false,
         };
         if there {
             return Ok(hash);
@@ -174,13 +175,13 @@ impl Blobs {
                 if self.log.is_some() =>
             {
                 let from = self.scanned_to();
-                if self.restore_from_log(from)?.contains(hash)
-                    || (from > Cursor(1) && self.restore_from_log(Cursor(1))?.contains(hash))
-                {
-                    self.read(hash)
-                } else {
-                    Err(error)
+                let mut found = self.look_through_log(from, true, Some(hash))?.1;
+                if found.is_none() && from > Cursor(1) {
+                    found = self.look_through_log(Cursor(1), true, Some(hash))?.1;
                 }
+                // The bytes as the log holds them: the file was restored
+                // too, but need not be read back.
+                found.ok_or(error)
             }
             other => other,
         }
@@ -193,9 +194,9 @@ impl Blobs {
         if self.read(&hash).is_ok() {
             return Ok(false);
         }
-        // A damaged file may have the right length: out of the way first.
-        let _ = std::fs::remove_file(self.path(&hash));
-        self.put_copy(bytes)?;
+        // Replaced by a rename whatever is there (a damaged file may have
+        // the right length), so a reader never finds the file gone.
+        self.write(bytes, Writing::Replace)?;
         Ok(true)
     }
 
@@ -213,12 +214,12 @@ impl Blobs {
         &self,
         from: Cursor,
     ) -> Result<std::collections::BTreeSet<BlobHash>, BlobError> {
-        self.look_through_log(from, true)
+        Ok(self.look_through_log(from, true, None)?.0)
     }
 
     /// The blobs the log holds, writing nothing (for `check`).
     pub fn held_in_log(&self) -> Result<std::collections::BTreeSet<BlobHash>, BlobError> {
-        self.look_through_log(Cursor(1), false)
+        Ok(self.look_through_log(Cursor(1), false, None)?.0)
     }
 
     /// The bytes of blob `hash` as its file holds them, checked against it,
@@ -227,14 +228,18 @@ impl Blobs {
         self.read(hash)
     }
 
+    /// Looks through the log from `from` on: the blobs it holds (each
+    /// file restored when `restore`) and the bytes of `want`, if there.
     fn look_through_log(
         &self,
         from: Cursor,
         restore: bool,
-    ) -> Result<std::collections::BTreeSet<BlobHash>, BlobError> {
+        want: Option<&BlobHash>,
+    ) -> Result<(std::collections::BTreeSet<BlobHash>, Option<Vec<u8>>), BlobError> {
         let mut held = std::collections::BTreeSet::new();
+        let mut found = None;
         let Some(log) = &self.log else {
-            return Ok(held);
+            return Ok((held, found));
         };
         let failed = |detail: String| {
             BlobError::Store(StoreError::Io {
@@ -257,17 +262,21 @@ impl Blobs {
                 if restore {
                     self.restore_copy(&bytes)?;
                 }
-                held.insert(ContentHash::of_bytes(&bytes).0);
+                let hash = ContentHash::of_bytes(&bytes).0;
+                if want == Some(&hash) {
+                    found = Some(bytes);
+                }
+                held.insert(hash);
             }
         }
         if !restore {
-            return Ok(held);
+            return Ok((held, found));
         }
         let mut scanned = lock(scanned());
         let end = Cursor(reader.next_cursor().0);
         let at = scanned.entry(log.clone()).or_insert(end);
         *at = (*at).max(end);
-        Ok(held)
+        Ok((held, found))
     }
 
     /// The bytes of blob `hash` as its file holds them, checked against it.
@@ -284,7 +293,13 @@ impl Blobs {
         if size > BLOB_BYTES_MAX {
             return Err(BlobError::TooLarge { name, bytes: size });
         }
-        let bytes = std::fs::read(&path).map_err(io("read", &path))?;
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(BlobError::Missing(name));
+            }
+            Err(source) => return Err(io("read", &path)(source).into()),
+        };
         let actual: BlobHash = ContentHash::of_bytes(&bytes).0;
         if actual != *hash {
             return Err(BlobError::Damaged {
@@ -294,6 +309,18 @@ impl Blobs {
         }
         Ok(bytes)
     }
+}
+
+/// How a blob's file is written.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Writing {
+    /// Synced with its directory, unless a file with the right bytes is
+    /// there.
+    Synced,
+    /// Not synced, unless a file of the right length is there.
+    Copy,
+    /// Not synced, replacing whatever is there.
+    Replace,
 }
 
 /// How far this process has looked through each log for blobs.

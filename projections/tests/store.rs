@@ -650,4 +650,25 @@ fn a_small_blob_is_in_the_log_and_its_file_is_restored_from_it() {
         blobs.get(&[9; 32]),
         Err(planb_projections::BlobError::Missing(_))
     ));
+    // Readers at once, while copies go missing and get damaged: each read
+    // gets the bytes (a restore replaces a file by a rename, so no reader
+    // ever finds it gone).
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            for n in 0..50u8 {
+                let mut damaged = result.clone();
+                damaged[1] ^= n | 1;
+                let _ = std::fs::write(&path, &damaged);
+                let _ = std::fs::remove_file(blobs.path(&input));
+            }
+        });
+        for _ in 0..4 {
+            scope.spawn(|| {
+                for _ in 0..50 {
+                    assert_eq!(blobs.get(&artifact).expect("result"), result);
+                    assert_eq!(blobs.get(&input).expect("call"), call);
+                }
+            });
+        }
+    });
 }
