@@ -17,8 +17,8 @@
 //! backend's program is killed), their steps recorded failed, and the run
 //! ended `stopped` or `failed` (`inactivity_timeout`).
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use planb_core::dag::{Action, Decision, Pipeline, Schedule, StepId, Success};
@@ -549,6 +549,7 @@ async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<En
         backend: options.backend.clone(),
         timeout: options.step_timeout,
         servers: options.servers.clone(),
+        made: Mutex::default(),
     });
     let mut settled: BTreeMap<StepId, ContentHash> = BTreeMap::new();
     let mut running: BTreeSet<StepId> = BTreeSet::new();
@@ -740,6 +741,9 @@ async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<En
                         .collect(),
                     inline: Vec::new(),
                 };
+                if produced.bytes.len() <= INLINE_BLOB_BYTES_MAX {
+                    launcher.remember(artifact.0, produced.bytes.clone());
+                }
                 let (store, pipeline, task, step, bytes) = (
                     Arc::clone(&runner.store),
                     Arc::clone(&pipeline),
@@ -920,9 +924,28 @@ struct Launcher {
     backend: Backend,
     timeout: Duration,
     servers: Option<Arc<crate::plans::Downstream>>,
+    /// The small artifacts this run made, by hash: the steps that need them
+    /// read them here, not from the blob store (whose copies of small blobs
+    /// are written a little later).
+    made: Mutex<HashMap<[u8; 32], Arc<Vec<u8>>>>,
 }
 
 impl Launcher {
+    fn remember(&self, hash: [u8; 32], bytes: Vec<u8>) {
+        self.made
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(hash, Arc::new(bytes));
+    }
+
+    fn made(&self, hash: &[u8; 32]) -> Option<Arc<Vec<u8>>> {
+        self.made
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(hash)
+            .cloned()
+    }
+
     /// The job of `step`, reading its needs' artifacts as `settled` has them.
     fn job(
         self: &Arc<Self>,
@@ -972,6 +995,9 @@ impl Job {
         self.inputs
             .iter()
             .map(|(id, hash)| {
+                if let Some(bytes) = self.shared.made(&hash.0) {
+                    return Ok((id.clone(), String::from_utf8_lossy(&bytes).into_owned()));
+                }
                 let bytes = blobs.get(&hash.0).map_err(|e| StepFailure {
                     class: "storage_error".into(),
                     message: format!("the artifact of {id} cannot be read: {e}"),
