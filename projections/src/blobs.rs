@@ -174,6 +174,9 @@ impl Blobs {
             Err(error @ (BlobError::Missing(_) | BlobError::Damaged { .. }))
                 if self.log.is_some() =>
             {
+                // A missing copy is nearly always of a recent blob: the part
+                // of the log not looked through yet (at first, the last
+                // segment), then the whole log.
                 let from = self.scanned_to();
                 let mut found = self.look_through_log(from, true, Some(hash))?.1;
                 if found.is_none() && from > Cursor(1) {
@@ -188,24 +191,34 @@ impl Blobs {
     }
 
     /// Writes the copy of `bytes` (a blob the log holds) when its file is
-    /// missing or damaged; returns whether it did.
-    pub fn restore_copy(&self, bytes: &[u8]) -> Result<bool, BlobError> {
-        let hash = ContentHash::of_bytes(bytes).0;
-        if self.read(&hash).is_ok() {
+    /// missing or of another length; returns whether it did.
+    pub fn ensure_copy(&self, bytes: &[u8]) -> Result<bool, BlobError> {
+        let path = self.path(&ContentHash::of_bytes(bytes).0);
+        if std::fs::metadata(&path).is_ok_and(|m| m.len() == bytes.len() as u64) {
             return Ok(false);
         }
-        // Replaced by a rename whatever is there (a damaged file may have
-        // the right length), so a reader never finds the file gone.
         self.write(bytes, Writing::Replace)?;
         Ok(true)
     }
 
-    /// Where this process's last look through the log for blobs ended.
+    /// Where this process's last look through the log for blobs ended; at
+    /// first, where the log's last segment begins.
     fn scanned_to(&self) -> Cursor {
         let Some(log) = &self.log else {
             return Cursor(1);
         };
-        lock(scanned()).get(log).copied().unwrap_or(Cursor(1))
+        if let Some(at) = lock(scanned()).get(log) {
+            return *at;
+        }
+        std::fs::read_dir(log)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|entry| {
+                planb_log::format::parse_segment_name(&entry.file_name().to_string_lossy())
+            })
+            .max()
+            .map_or(Cursor(1), Cursor)
     }
 
     /// Rewrites the file of every blob the log holds from cursor `from` on
@@ -259,12 +272,16 @@ impl Blobs {
                 continue;
             };
             if let planb_core::EventBody::BlobStored { bytes, .. } = envelope.event.body {
-                if restore {
-                    self.restore_copy(&bytes)?;
-                }
                 let hash = ContentHash::of_bytes(&bytes).0;
+                // The wanted blob's file was found missing or damaged: it is
+                // replaced. Any other is written when missing or cut short
+                // (reading each back to check it would make a scan cost the
+                // bytes of every copy; a damaged one is found when read).
                 if want == Some(&hash) {
+                    self.write(&bytes, Writing::Replace)?;
                     found = Some(bytes);
+                } else if restore {
+                    self.ensure_copy(&bytes)?;
                 }
                 held.insert(hash);
             }

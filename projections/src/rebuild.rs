@@ -41,7 +41,7 @@ pub struct RebuildReport {
     /// Session directories the log does not know, carried over untouched.
     pub kept_unknown: Vec<String>,
     /// Files of small blobs (held by the log) written again because they
-    /// were missing or damaged.
+    /// were missing or cut short.
     pub blobs_restored: usize,
     /// Time the rebuild took.
     pub elapsed: Duration,
@@ -95,7 +95,7 @@ pub(crate) fn rebuild_locked(
         state.apply(envelope);
         anchor = Some(at);
         if let planb_core::EventBody::BlobStored { bytes, .. } = &envelope.event.body {
-            match blobs.restore_copy(bytes) {
+            match blobs.ensure_copy(bytes) {
                 Ok(true) => blobs_restored += 1,
                 Ok(false) => {}
                 Err(error) => tracing::warn!("rebuild could not restore a blob's file: {error}"),
