@@ -8,7 +8,8 @@
 //! - [`worker`]: runs one run of a task to its end, holding the run lock;
 //! - [`report`] and [`zip`]: the built-in renderers;
 //! - [`task_files`]: `tasks/<task>/` as files;
-//! - [`web`]: the process's outgoing HTTP(S) client.
+//! - [`web`]: the process's outgoing HTTP(S) client;
+//! - [`runtime`]: the engine thread where a server process runs plans.
 //!
 //! **Architecture invariant**: nothing here decides what a run may do; every
 //! change goes through `Store::execute`, so the core's rules refuse what
@@ -18,6 +19,7 @@ pub mod backend;
 pub mod pipelines;
 pub mod plans;
 pub mod report;
+pub mod runtime;
 pub mod task_files;
 pub mod web;
 pub mod worker;

@@ -169,10 +169,19 @@ pub(crate) fn host() -> String {
         .unwrap_or_else(|| "localhost".into())
 }
 
-/// Runs `f` on the blocking pool (the store syncs to disk).
+/// Runs the store call `f` (which may sync to disk) off the async workers:
+/// on the blocking pool under a multi-thread runtime (whose workers serve
+/// other requests), inline on a current-thread one (the engine thread, a
+/// worker process, a command-line run), where the hand-off to the pool and
+/// back would cost more than the call and the caller waits for it anyway.
 pub(crate) async fn blocking<R: Send + 'static>(
     f: impl FnOnce() -> Result<R, StoreError> + Send + 'static,
 ) -> Result<R, StoreError> {
+    if tokio::runtime::Handle::current().runtime_flavor()
+        == tokio::runtime::RuntimeFlavor::CurrentThread
+    {
+        return f();
+    }
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| StoreError::Io {

@@ -36,7 +36,7 @@ pub use error::{Damage, LogError};
 pub use reader::{LogReader, ReadPosition, Record};
 pub use storage::{FsStorage, LOCK_FILE, Storage, StorageFile, StorageLock};
 pub use verify::{VerifyReport, verify};
-pub use writer::{AppendGuard, Log};
+pub use writer::{AppendGuard, Log, Placed};
 
 /// The position of a record: 1 for the first record, then one more per record, in
 /// one total order across all processes appending to the log.

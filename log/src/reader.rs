@@ -63,7 +63,7 @@ pub struct LogReader {
 /// How long a reader at the end of a segment trusts that no other segment
 /// but the one named after its next cursor can follow (see
 /// [`LogReader::enter_next_segment`]).
-const RELIST_AFTER: Duration = Duration::from_secs(1);
+pub(crate) const RELIST_AFTER: Duration = Duration::from_secs(1);
 
 impl LogReader {
     /// A reader that returns records from cursor `from` on (cursor 1 is the first record).
@@ -124,6 +124,33 @@ impl LogReader {
         reader.next_cursor = position.cursor.0;
         reader.prev_checksum = position.prev_checksum;
         Ok(reader)
+    }
+
+    /// Whether the next record this reader reads begins at `position` (in a
+    /// segment it has entered).
+    pub fn stands_at(&self, position: ReadPosition) -> bool {
+        self.segment.as_ref().is_some_and(|segment| {
+            segment.first_cursor == position.segment
+                && self.offset == position.offset
+                && self.next_cursor == position.cursor.0
+                && self.prev_checksum == position.prev_checksum
+        })
+    }
+
+    /// Moves past the records of `placed`, an append this process just made,
+    /// without reading them back: only when this reader stands where they
+    /// begin and they all lie in that one segment. Says whether it moved.
+    pub fn pass(&mut self, placed: &crate::Placed) -> bool {
+        let (Some(from), Some(end)) = (placed.from, placed.end) else {
+            return false;
+        };
+        if !self.stands_at(from) || end.segment != from.segment {
+            return false;
+        }
+        self.offset = end.offset;
+        self.next_cursor = end.cursor.0;
+        self.prev_checksum = end.prev_checksum;
+        true
     }
 
     /// The cursor of the record the next successful [`LogReader::next`] returns.

@@ -8,9 +8,11 @@
 //! their records with one write and one sync.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Instant;
 
 use crate::error::LogError;
 use crate::format::{SEGMENT_HEADER_LEN, SegmentHeader, frame, segment_name};
+use crate::reader::{RELIST_AFTER, ReadPosition};
 use crate::scan::{Parsed, SegmentFile, Verdict, classify, list_segments, open_segment};
 use crate::storage::{Storage, StorageLock};
 use crate::{Cursor, CursorRange, LogOptions, RecoveryReport, Truncation};
@@ -29,6 +31,12 @@ pub(crate) struct Tail {
     last_checksum: u32,
     /// Set when a write or sync failed; no append is attempted after that.
     poisoned: Option<String>,
+    /// The last record written through this tail: where it begins, and its
+    /// checksum.
+    last_written: Option<(ReadPosition, u32)>,
+    /// When the log's segments were last listed and none followed
+    /// `segment`.
+    listed_at: Option<Instant>,
 }
 
 impl Tail {
@@ -39,7 +47,46 @@ impl Tail {
             next_cursor: 1,
             last_checksum: 0,
             poisoned: None,
+            last_written: None,
+            listed_at: None,
         }
+    }
+
+    /// Where the next record will begin; `None` before the first segment.
+    fn position(&self) -> Option<ReadPosition> {
+        self.segment.as_ref().map(|segment| ReadPosition {
+            segment: segment.first_cursor,
+            offset: self.len,
+            cursor: Cursor(self.next_cursor),
+            prev_checksum: self.last_checksum,
+        })
+    }
+
+    /// The segment a roll-over after `segment` would have made, if there is
+    /// one. Another writer rolls over only once it is at the end of
+    /// `segment`, which this tail has caught up on, so only the segment
+    /// named after the next cursor can follow; a full listing, at most every
+    /// [`RELIST_AFTER`], also finds one that breaks the chain (damage).
+    fn following(&mut self, storage: &dyn Storage) -> Result<Option<(u64, String)>, LogError> {
+        let current_first = self.segment.as_ref().map(|s| s.first_cursor);
+        if let Some(current) = current_first
+            && self.listed_at.is_some_and(|at| at.elapsed() < RELIST_AFTER)
+        {
+            if self.next_cursor <= current {
+                return Ok(None);
+            }
+            let name = segment_name(self.next_cursor);
+            return match storage.open(&name, false) {
+                Ok(_) => Ok(Some((self.next_cursor, name))),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(LogError::io("open", storage.describe(&name), e)),
+            };
+        }
+        let next = list_segments(storage)?
+            .into_iter()
+            .find(|(first, _)| current_first.is_none_or(|c| *first > c));
+        self.listed_at = next.is_none().then(Instant::now);
+        Ok(next)
     }
 
     /// Reads everything appended since this tail was last current, validating each
@@ -123,11 +170,7 @@ impl Tail {
                 }
             }
             // A newer segment means another process rolled over; continue there.
-            let current_first = self.segment.as_ref().map(|s| s.first_cursor);
-            let next = list_segments(storage)?
-                .into_iter()
-                .find(|(first, _)| current_first.is_none_or(|c| *first > c));
-            let Some((first, name)) = next else {
+            let Some((first, name)) = self.following(storage)? else {
                 return Ok(());
             };
             let mut segment = open_segment(storage, first, true)?;
@@ -245,7 +288,14 @@ impl Tail {
                     self.roll(storage)?;
                     buf_start = self.len;
                 }
+                let at = ReadPosition {
+                    segment: self.segment.as_ref().map_or(0, |s| s.first_cursor),
+                    offset: buf_start + buf.len() as u64,
+                    cursor: Cursor(self.next_cursor),
+                    prev_checksum: self.last_checksum,
+                };
                 self.last_checksum = frame(&mut buf, payload, self.next_cursor, self.last_checksum);
+                self.last_written = Some((at, self.last_checksum));
                 self.next_cursor = self.next_cursor.saturating_add(1);
             }
             ranges.push(CursorRange {
@@ -622,6 +672,19 @@ impl Log {
     }
 }
 
+/// Where an append's records went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placed {
+    /// Their cursors.
+    pub range: CursorRange,
+    /// Where the first began (`None` when the log had no segment yet).
+    pub from: Option<ReadPosition>,
+    /// Where the last began, and its checksum.
+    pub last: Option<(ReadPosition, u32)>,
+    /// Where the next record will begin.
+    pub end: Option<ReadPosition>,
+}
+
 /// Exclusive, caught-up access to the end of the log; see [`Log::lock`].
 #[derive(Debug)]
 pub struct AppendGuard<'a> {
@@ -636,15 +699,35 @@ impl AppendGuard<'_> {
         Cursor(self.tail.next_cursor)
     }
 
+    /// Where the next record will begin (`None` before the first segment):
+    /// a reader that [stands there](crate::LogReader::stands_at) has read
+    /// the whole log.
+    pub fn position(&self) -> Option<ReadPosition> {
+        self.tail.position()
+    }
+
     /// Appends `payloads` durably while holding the lock.
     pub fn append(&mut self, payloads: &[&[u8]]) -> Result<CursorRange, LogError> {
+        self.append_placed(payloads).map(|placed| placed.range)
+    }
+
+    /// [`append`](Self::append), saying where the records went, so that a
+    /// reader of this process at the end of the log can move past them
+    /// without reading them back ([`crate::LogReader::pass`]).
+    pub fn append_placed(&mut self, payloads: &[&[u8]]) -> Result<Placed, LogError> {
         self.log.check_sizes(payloads)?;
         let batch = vec![payloads.iter().map(|p| p.to_vec()).collect()];
         let inner = &self.log.inner;
+        let from = self.tail.position();
         let ranges = self
             .tail
             .write(inner.storage.as_ref(), &inner.options, &batch)?;
-        Ok(ranges[0])
+        Ok(Placed {
+            range: ranges[0],
+            from,
+            last: self.tail.last_written,
+            end: self.tail.position(),
+        })
     }
 }
 

@@ -116,6 +116,81 @@ fn two_logs_on_one_directory_interleave_in_one_gapless_order() {
 }
 
 #[test]
+fn a_reader_passes_its_own_append_and_still_reads_what_another_writer_rolls_on_to() {
+    // `mine` and `other` stand for two processes; `reader` is `mine`'s.
+    let storage = SimStorage::new();
+    let mine = open(&storage, small());
+    let other = open(&storage, small());
+    let mut reader = LogReader::new(Arc::new(storage.clone()), small(), Cursor(1));
+    mine.append(&[&payload(1), &payload(2)]).expect("append");
+    while reader.next().expect("read").is_some() {}
+    let mut cursor = 3;
+    let (mut passed, mut refused) = (0, 0);
+    for round in 0..40 {
+        let mut guard = mine.lock().expect("lock");
+        if !guard.position().is_some_and(|p| reader.stands_at(p)) {
+            // Another writer appended: read it, in order, before appending.
+            while let Some(record) = reader.next().expect("read") {
+                assert_eq!(record.cursor, Cursor(cursor));
+                assert_eq!(record.payload, payload(cursor));
+                cursor += 1;
+            }
+            assert!(reader.stands_at(guard.position().expect("a segment")));
+        }
+        let placed = guard.append_placed(&[&payload(cursor)]).expect("append");
+        assert_eq!(placed.range.first, Cursor(cursor));
+        let (last, _) = placed.last.expect("a record written");
+        assert_eq!(last.cursor, Cursor(cursor));
+        let rolled = placed.from.map(|p| p.segment) != placed.end.map(|p| p.segment);
+        drop(guard);
+        if reader.pass(&placed) {
+            assert!(!rolled, "passed an append that rolled over");
+            passed += 1;
+            cursor += 1;
+        } else {
+            assert!(
+                rolled,
+                "round {round}: refused to pass an append in one segment"
+            );
+            let record = reader
+                .next()
+                .expect("read")
+                .expect("the record just written");
+            assert_eq!(record.cursor, Cursor(cursor));
+            refused += 1;
+            cursor += 1;
+        }
+        assert!(
+            reader.next().expect("read").is_none(),
+            "nothing after the pass"
+        );
+        if round % 3 == 0 {
+            // The other writer appends enough to roll over, more than once.
+            for _ in 0..(round % 4 + 1) {
+                let mut guard = other.lock().expect("lock");
+                let next = guard.next_cursor();
+                guard.append(&[&payload(next.0)]).expect("append");
+            }
+        }
+    }
+    assert!(
+        passed > 0 && refused > 0,
+        "passed {passed}, refused {refused}"
+    );
+    let report = verify(Arc::new(storage.clone()), small()).expect("verify");
+    assert_eq!(report.torn_tail, None);
+    assert_eq!(
+        report.last_cursor,
+        Cursor(cursor - 1 + stray(&storage, cursor))
+    );
+}
+
+/// How many records from `cursor` on the log holds.
+fn stray(storage: &SimStorage, cursor: u64) -> u64 {
+    read_all(storage, small(), cursor).len() as u64
+}
+
+#[test]
 fn concurrent_appenders_lose_nothing_and_keep_their_own_order() {
     let storage = SimStorage::new();
     let log = open(&storage, LogOptions::default());

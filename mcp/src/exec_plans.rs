@@ -84,14 +84,18 @@ impl ServersSource {
 /// The downstream servers of `source`, none started; each may take
 /// `PLANB_SERVER_START_SEC` (default 30) to start and list its tools.
 pub(crate) fn downstream(source: &ServersSource) -> Result<Arc<Downstream>, String> {
+    configured(source).map(Arc::new)
+}
+
+fn configured(source: &ServersSource) -> Result<Downstream, String> {
     let start = crate::tasks::env_seconds("PLANB_SERVER_START_SEC")
         .map_err(|e| e.to_string())?
         .unwrap_or(std::time::Duration::from_secs(30));
-    Ok(Arc::new(Downstream::new(source.load()?, start)))
+    Ok(Downstream::new(source.load()?, start))
 }
 
-/// A server process's downstream connections, kept between tool calls and
-/// replaced (new connections; runs under way keep theirs) when a servers
+/// A server process's downstream connections, made on the engine thread,
+/// kept between tool calls and replaced (new connections; runs under way keep theirs) when a servers
 /// file changes.
 #[derive(Debug, Default)]
 pub(crate) struct DownstreamCache {
@@ -111,7 +115,12 @@ impl DownstreamCache {
         {
             return Ok(Arc::clone(downstream));
         }
-        let fresh = downstream(source)?;
+        // Connected on the engine thread, where this process runs plans.
+        let fresh = configured(source)?;
+        let fresh = Arc::new(match planb_engine::runtime::handle() {
+            Some(home) => fresh.homed(home),
+            None => fresh,
+        });
         *current = Some((stamp, Arc::clone(&fresh)));
         Ok(fresh)
     }

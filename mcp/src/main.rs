@@ -214,6 +214,8 @@ fn serve(root: PathBuf, cli: &Cli) -> anyhow::Result<ExitCode> {
     // Waits that outlived the connection have recorded how they ended; what
     // is left (idle blocking threads, the callback server) may just stop.
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    // Plan runs still under way end with their downstream servers.
+    planb_engine::runtime::shutdown();
     // The next process on this root starts from where this one stands.
     if let Some(store) = store.get() {
         store.save_snapshot_if_behind();

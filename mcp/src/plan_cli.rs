@@ -164,9 +164,10 @@ fn read_plan_file(file: &Path) -> anyhow::Result<Value> {
     serde_json::from_str(&text).with_context(|| format!("{}: not JSON", file.display()))
 }
 
+/// One thread: a run's calls, its appends (made inline) and its display
+/// take turns on it, with no hand-off between threads.
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    Ok(tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?)
 }

@@ -52,6 +52,8 @@ struct Attached {
     done: watch::Receiver<Option<Value>>,
     /// Steps settled so far and a line saying what happened.
     progress: broadcast::Sender<(usize, String)>,
+    /// Steps settled so far, for a call that does not follow `progress`.
+    settled: Arc<std::sync::atomic::AtomicUsize>,
     steps_total: usize,
     /// Set when a call handed back before the run ended: its result is then
     /// kept for the next `plan_execute` of the plan.
@@ -377,9 +379,11 @@ impl PlanbServer {
         let downstream = runs.downstream.get(&self.config().servers)?;
         let (done_tx, done) = watch::channel(None);
         let (progress, _) = broadcast::channel(1024);
+        let settled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let attached = Attached {
             done,
             progress: progress.clone(),
+            settled: Arc::clone(&settled),
             steps_total: plan.steps.len(),
             handed_back: Arc::default(),
         };
@@ -387,7 +391,6 @@ impl PlanbServer {
         active.insert(task.id, attached.clone());
         drop(active);
         let total = plan.steps.len();
-        let settled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let tell: plans::run::ProgressFn = Arc::new(move |event: &Progress| {
             let (n, message) = match event {
                 Progress::Started { index } => (
@@ -424,19 +427,21 @@ impl PlanbServer {
         let id = task.id;
         let plan = plan.clone();
         let server = self.clone();
+        let run = planb_engine::runtime::spawn(plans::run_plan(
+            Arc::clone(&store),
+            downstream,
+            id,
+            request.variables,
+            request.resume,
+            request.options,
+            Some(tell),
+        ));
         tokio::spawn(async move {
-            let outcome = plans::run_plan(
-                Arc::clone(&store),
-                downstream,
-                id,
-                request.variables,
-                request.resume,
-                request.options,
-                Some(tell),
-            )
-            .await;
-            let value = match outcome {
-                Ok(outcome) => {
+            let value = match run.await {
+                Err(stopped) => json!({ "error": format!(
+                    "the plan's run ended without a result ({stopped}); resume it with plan_execute and resume: true"
+                ) }),
+                Ok(Ok(outcome)) => {
                     let mut value = outcome.to_json();
                     let after = store.read(|s| s.task(&id).cloned()).ok().flatten();
                     if let (Value::Object(map), Some(after)) = (&mut value, after) {
@@ -444,12 +449,14 @@ impl PlanbServer {
                     }
                     value
                 }
-                Err(plans::PlanRunError::Worker(planb_engine::worker::WorkerError::Busy(_))) => {
+                Ok(Err(plans::PlanRunError::Worker(planb_engine::worker::WorkerError::Busy(
+                    _,
+                )))) => {
                     json!({ "error": format!(
                         "Plan {id} is running in another planb process: see it with plan_show, or stop it with `planb-mcp plan stop {id}`"
                     ) })
                 }
-                Err(error) => json!({ "error": error.to_string() }),
+                Ok(Err(error)) => json!({ "error": error.to_string() }),
             };
             let runs = server.plan_runs();
             // Removed from `active` and kept for collection under one
@@ -476,14 +483,15 @@ impl PlanbServer {
         context: &RequestContext<RoleServer>,
     ) -> CallToolResult {
         let token = context.meta.get_progress_token();
-        let mut progress = attached.progress.subscribe();
+        // Followed only to be told on: a call without a token is not woken
+        // by every step.
+        let mut progress = token.as_ref().map(|_| attached.progress.subscribe());
         let limit = if token.is_none() {
             Some(self.config().hand_back)
         } else {
             None
         };
         let started = Instant::now();
-        let mut settled = 0usize;
         loop {
             if let Some(value) = attached.done.borrow().clone() {
                 return finished(value);
@@ -505,7 +513,7 @@ impl PlanbServer {
                     "running": true,
                     "plan_id": task.to_string(),
                     "title": title,
-                    "steps_settled": settled,
+                    "steps_settled": attached.settled.load(std::sync::atomic::Ordering::Relaxed),
                     "steps_total": attached.steps_total,
                     "message": "The plan is still running in planb. Call plan_execute again with the same plan_id to wait for this run and get its result (it is not started twice), or plan_show to see its DAG.",
                 }));
@@ -517,13 +525,14 @@ impl PlanbServer {
                         return failure("the plan's run ended without a result (the server is shutting down); resume it with plan_execute and resume: true");
                     }
                 }
-                told = progress.recv() => {
-                    if let Ok((n, message)) = told {
-                        settled = n;
-                        if let Some(token) = &token {
-                            PlanbServer::notify_progress(context, token, settled as f64, message)
-                                .await;
-                        }
+                told = async {
+                    match progress.as_mut() {
+                        Some(progress) => progress.recv().await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    if let (Ok((n, message)), Some(token)) = (told, &token) {
+                        PlanbServer::notify_progress(context, token, n as f64, message).await;
                     }
                 }
                 () = sleep => {}

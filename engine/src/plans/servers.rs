@@ -347,6 +347,9 @@ pub struct Downstream {
     /// One slot per server, locked only while that server starts: a slow
     /// start holds up the calls to that server alone.
     connections: Mutex<BTreeMap<String, Slot>>,
+    /// Where connections are made, so that their tasks live there: the
+    /// engine thread of a server process; `None`, the caller's runtime.
+    home: Option<tokio::runtime::Handle>,
 }
 
 /// A server's connection, once started.
@@ -379,6 +382,16 @@ impl Downstream {
             servers,
             start_timeout,
             connections: Mutex::new(BTreeMap::new()),
+            home: None,
+        }
+    }
+
+    /// These servers, each connected on `home` (its reader and writer tasks
+    /// run there), whichever runtime first needs it.
+    pub fn homed(self, home: tokio::runtime::Handle) -> Downstream {
+        Downstream {
+            home: Some(home),
+            ..self
         }
     }
 
@@ -407,7 +420,20 @@ impl Downstream {
         {
             return Ok(Arc::clone(found));
         }
-        let connection = Arc::new(self.start(name, spec).await?);
+        let started = match &self.home {
+            Some(home) => {
+                let (owned, spec) = (name.to_owned(), spec.clone());
+                let timeout = self.start_timeout;
+                home.spawn(async move { Downstream::start(&owned, &spec, timeout).await })
+                    .await
+                    .map_err(|e| DownstreamError {
+                        message: format!("downstream server {name:?} did not start: {e}"),
+                        class: "server_start",
+                    })?
+            }
+            None => Downstream::start(name, spec, self.start_timeout).await,
+        };
+        let connection = Arc::new(started?);
         *slot = Some(Arc::clone(&connection));
         Ok(connection)
     }
@@ -421,7 +447,11 @@ impl Downstream {
         futures_util::future::join_all(names.into_iter().map(|name| self.connection(name))).await
     }
 
-    async fn start(&self, name: &str, spec: &ServerSpec) -> Result<Connection, DownstreamError> {
+    async fn start(
+        name: &str,
+        spec: &ServerSpec,
+        start_timeout: Duration,
+    ) -> Result<Connection, DownstreamError> {
         let failed = |detail: String, stderr: &Mutex<VecDeque<String>>| DownstreamError {
             message: format!(
                 "downstream server {name:?} did not start: {detail}; its stderr ends with:\n{}",
@@ -442,8 +472,7 @@ impl Downstream {
                     .custom_headers(custom);
                 let http = crate::web::client().map_err(failed)?;
                 let transport = StreamableHttpClientTransport::with_client(http, config);
-                let (client, tools) = self
-                    .handshake(transport)
+                let (client, tools) = Downstream::handshake(transport, start_timeout)
                     .await
                     .map_err(|detail| failed(without_transport_type(detail)))?;
                 return Ok(Connection {
@@ -499,7 +528,7 @@ impl Downstream {
                 }
             });
         }
-        let (client, tools) = match self.handshake(transport).await {
+        let (client, tools) = match Downstream::handshake(transport, start_timeout).await {
             Ok(found) => found,
             Err(detail) => {
                 // Give the reader a moment to collect the last words.
@@ -517,8 +546,8 @@ impl Downstream {
     /// Initializes a session over `transport` and lists its tools, within
     /// the start timeout.
     async fn handshake<T, E, A>(
-        &self,
         transport: T,
+        start_timeout: Duration,
     ) -> Result<
         (
             RunningService<RoleClient, ClientConfig>,
@@ -534,7 +563,7 @@ impl Downstream {
             ClientCapabilities::default(),
             Implementation::new("planb-mcp", env!("CARGO_PKG_VERSION")),
         );
-        let started = tokio::time::timeout(self.start_timeout, async {
+        let started = tokio::time::timeout(start_timeout, async {
             let client = info
                 .serve(transport)
                 .await
@@ -550,7 +579,7 @@ impl Downstream {
             Ok(found) => found,
             Err(_) => Err(format!(
                 "no answer within {} s",
-                self.start_timeout.as_secs_f64()
+                start_timeout.as_secs_f64()
             )),
         }
     }

@@ -59,6 +59,9 @@ pub(crate) struct Pending {
     after: Cursor,
     /// The next projection rewrites every session, so nothing is noted.
     full: bool,
+    /// A projection of this process failed: the tree may lack events up to
+    /// `after`, so the next one rewrites every session.
+    failed: bool,
     /// Changed sessions, with the asks and plan versions whose files changed.
     sessions: BTreeMap<SessionId, (BTreeSet<AskId>, BTreeSet<u32>)>,
     /// Large manifests this process left behind, and since when.
@@ -103,6 +106,7 @@ impl Pending {
         Pending {
             after: after.unwrap_or(Cursor::ZERO),
             full: after.is_none(),
+            failed: false,
             sessions: BTreeMap::new(),
             lagging: BTreeMap::new(),
             rewritten: HashMap::new(),
@@ -173,8 +177,8 @@ impl Pending {
     }
 
     /// Forgets everything up to `end`: it is in the tree, or a failed
-    /// projection left the checkpoint behind so that the next one rewrites
-    /// every session. Lagging manifests stay noted.
+    /// projection set `failed` so that the next one rewrites every
+    /// session. Lagging manifests stay noted.
     pub(crate) fn clear(&mut self, end: Cursor) {
         self.after = end;
         self.full = false;
@@ -221,6 +225,18 @@ pub(crate) fn project_locked(
     flush: bool,
 ) -> Option<Instant> {
     let end = state.last_cursor();
+    // Only task events since the tree was last brought up to date (they
+    // change no session file): nothing to write, and nothing to read.
+    if !pending.full
+        && !pending.failed
+        && !flush
+        && pending.sessions.is_empty()
+        && pending.lagging.is_empty()
+        && state.last_session_cursor() <= pending.after
+    {
+        pending.clear(end);
+        return None;
+    }
     let checkpoint = read_full_checkpoint(root);
     let now = Instant::now();
     if let Some((cursor, lagging)) = &checkpoint
@@ -233,9 +249,13 @@ pub(crate) fn project_locked(
         pending.clear(end);
         return pending.next_due();
     }
+    // Every session event up to `pending.after` is in the tree (this
+    // process wrote it, or a checkpoint vouched for it) and every later one
+    // is noted, so the noted files are all a checkpoint needs, wherever it
+    // stands. A failed projection leaves `failed` set instead.
     let partial = checkpoint
         .as_ref()
-        .filter(|(c, _)| !pending.full && pending.after <= *c && *c <= end);
+        .filter(|(c, _)| !pending.full && !pending.failed && *c <= end);
     let mut writer = Writer {
         texts: std::mem::take(&mut pending.texts),
         ..Writer::default()
@@ -251,6 +271,7 @@ pub(crate) fn project_locked(
     let lagging: BTreeSet<SessionId> = pending.lagging.keys().copied().collect();
     let result = result.and_then(|()| write_checkpoint(root, end, &lagging));
     pending.clear(end);
+    pending.failed = result.is_err();
     match result {
         Ok(()) => tracing::debug!(
             cursor = end.0,
