@@ -582,6 +582,59 @@ fn task_events_leave_the_session_files_and_their_checkpoint_alone() {
     ));
 }
 
+/// After task events, the next session event rewrites only the files it
+/// touches: a checkpoint that vouched for the task events is as good as one
+/// at the end of the log. (A full rewrite would have put back the other
+/// session's file, which a person changed here.)
+#[test]
+fn a_session_event_after_task_events_writes_only_its_own_files() {
+    use planb_core::TaskId;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let first = open(dir.path());
+    let changed = create_session(&first, 1);
+    let other = create_session(&first, 2);
+    save_plan(&first, changed, "# changed, version one\n");
+    save_plan(&first, other, "# other\n");
+    let other_file = dir
+        .path()
+        .join("sessions")
+        .join(other.to_string())
+        .join("plans/v1.md");
+    assert_eq!(
+        std::fs::read_to_string(&other_file).expect("read"),
+        "# other\n"
+    );
+    std::fs::write(&other_file, "changed by hand\n").expect("write");
+    // Task events from this process and from another one.
+    let second = open(dir.path());
+    for n in 1..=4 {
+        let task = TaskId::from_uuid(uuid::Uuid::from_u128(0x7300 + n));
+        let by = if n % 2 == 0 { &first } else { &second };
+        create_task(by, task, &format!("plan number {n}"));
+    }
+    for store in [&first, &second] {
+        assert!(save_plan(store, changed, "# changed, again\n") > 1);
+        let end = store.read(|s| s.last_cursor().0).expect("read");
+        let checkpoint = std::fs::read_to_string(dir.path().join("sessions.cursor")).expect("read");
+        assert!(checkpoint.starts_with(&format!("{end} ")), "{checkpoint}");
+        assert_eq!(
+            std::fs::read_to_string(&other_file).expect("read"),
+            "changed by hand\n",
+            "the other session's files were rewritten"
+        );
+    }
+    let latest = dir
+        .path()
+        .join("sessions")
+        .join(changed.to_string())
+        .join("plans/v3.md");
+    assert_eq!(
+        std::fs::read_to_string(latest).expect("read"),
+        "# changed, again\n"
+    );
+}
+
 /// A small blob is recorded in the log with the step that names it; its
 /// file is a copy the store writes later, and a copy lost or damaged is
 /// restored from the log when read.
