@@ -169,6 +169,20 @@ pub(crate) fn host() -> String {
         .unwrap_or_else(|| "localhost".into())
 }
 
+/// Runs `f`, which may wait on the disk, off the async workers: on the
+/// blocking pool under a multi-thread runtime, inline on a current-thread
+/// one (see [`blocking`]).
+pub(crate) async fn off_workers<R: Send + 'static>(
+    f: impl FnOnce() -> R + Send + 'static,
+) -> Result<R, tokio::task::JoinError> {
+    if tokio::runtime::Handle::current().runtime_flavor()
+        == tokio::runtime::RuntimeFlavor::CurrentThread
+    {
+        return Ok(f());
+    }
+    tokio::task::spawn_blocking(f).await
+}
+
 /// Runs the store call `f` (which may sync to disk) off the async workers:
 /// on the blocking pool under a multi-thread runtime (whose workers serve
 /// other requests), inline on a current-thread one (the engine thread, a
@@ -177,18 +191,11 @@ pub(crate) fn host() -> String {
 pub(crate) async fn blocking<R: Send + 'static>(
     f: impl FnOnce() -> Result<R, StoreError> + Send + 'static,
 ) -> Result<R, StoreError> {
-    if tokio::runtime::Handle::current().runtime_flavor()
-        == tokio::runtime::RuntimeFlavor::CurrentThread
-    {
-        return f();
-    }
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| StoreError::Io {
-            op: "run a store call",
-            path: String::new(),
-            source: std::io::Error::other(e.to_string()),
-        })?
+    off_workers(f).await.map_err(|e| StoreError::Io {
+        op: "run a store call",
+        path: String::new(),
+        source: std::io::Error::other(e.to_string()),
+    })?
 }
 
 /// How storing a step's artifact and recording its success went.
@@ -275,10 +282,9 @@ impl Runner {
             && let Ok(pipeline) = pipelines::resolve(self.store.root(), &task.pipeline)
         {
             let root = self.store.root().clone();
-            let written = tokio::task::spawn_blocking(move || {
-                crate::task_files::project(&root, &pipeline, &task, true)
-            })
-            .await;
+            let written =
+                off_workers(move || crate::task_files::project(&root, &pipeline, &task, true))
+                    .await;
             if let Ok(Err(error)) = written {
                 tracing::warn!("task {}: files not written: {error}", self.task);
             }
@@ -315,7 +321,8 @@ pub(crate) async fn take_run_lock(root: &DataRoot, task: TaskId) -> Result<RunLo
     let started = Instant::now();
     loop {
         let root = root.clone();
-        let taken = tokio::task::spawn_blocking(move || RunLock::acquire(&root, &task))
+        // A try: a lock held elsewhere is `Held` at once.
+        let taken = off_workers(move || RunLock::acquire(&root, &task))
             .await
             .map_err(|e| StoreError::Io {
                 op: "take the run lock",
@@ -760,7 +767,7 @@ async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<En
                     result.step.clone(),
                     produced.bytes,
                 );
-                let settled_step = tokio::task::spawn_blocking(move || {
+                let settled_step = off_workers(move || {
                     // A small artifact goes in the log with the success (the
                     // store writes its file later); a large one is synced in
                     // the blob store first.

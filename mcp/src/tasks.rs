@@ -1315,8 +1315,9 @@ pub(crate) fn worker_main(
             Err(problem) => eprintln!("task {task}: no downstream servers: {problem}"),
         }
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    // One thread: the run's model calls, tool calls and appends (made
+    // inline) take turns on it, with no hand-off between threads.
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let store = Arc::new(store);

@@ -152,4 +152,17 @@ pub fn run(raw_fsync: f64) {
     println!(
         "plan: one-step plan (plan_execute to result, connection warm): median {one_wall:.2} ms; of which the call itself ~{raw_call:.3} ms"
     );
+    // For bench/mcp-cli/compare.py, which sets these beside the peer's.
+    println!(
+        "plan-figures {}",
+        json!({
+            "chain_ms_per_step": per_step,
+            "raw_call_ms": raw_call,
+            "overhead_ms": overhead,
+            "raw_fsync_ms": raw_fsync,
+            "wide_ms": wide_wall,
+            "wide_ideal_ms": ideal,
+            "one_step_ms": one_wall,
+        })
+    );
 }

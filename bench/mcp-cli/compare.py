@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""planb's execution plans and mcp-cli's PlanRunner side by side, in one run.
+
+Each round runs, one after another on the same machine and the same
+downstream server binary (the `downstream` example, release build):
+
+- planb's plan benchmark (`cargo bench -p planb-mcp --bench server -- plans`)
+  with its data root on the disk (every append synced);
+- the same with its data root on tmpfs (`PLANB_BENCH_DIR`, syncs almost free:
+  what is left is the engine itself);
+- `plans_bench.py` (mcp-cli 0.20.1 / chuk-ai-planner 0.5.1, its defaults).
+
+It prints every round and the medians, and the ratios of mcp-cli's per-step
+overhead to planb's. Run from the repository root or from here:
+
+    /work/mcpcli-venv/bin/python bench/mcp-cli/compare.py --rounds 3
+
+The planb figures come from the bench's `plan-figures` line; mcp-cli's from
+the JSON `plans_bench.py` prints. Overheads are wall time per step minus a
+raw call of `echo` on each one's own client (planb: a synchronous JSON-RPC
+round trip; mcp-cli: its `StdioTransport.call_tool`).
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+
+def planb(tmpfs):
+    env = dict(os.environ)
+    if tmpfs:
+        env["PLANB_BENCH_DIR"] = tmpfs
+    else:
+        env.pop("PLANB_BENCH_DIR", None)
+    out = subprocess.run(
+        ["cargo", "bench", "-q", "-p", "planb-mcp", "--bench", "server", "--", "plans"],
+        cwd=REPO, env=env, check=True, capture_output=True, text=True,
+    ).stdout
+    for line in out.splitlines():
+        if line.startswith("plan-figures "):
+            return json.loads(line[len("plan-figures "):])
+    raise SystemExit("the planb bench printed no plan-figures line:\n" + out)
+
+
+def peer(python, server):
+    out = subprocess.run(
+        [python, os.path.join(HERE, "plans_bench.py"), "--server", server,
+         "--server-args", "bench", "echo", "sleep"],
+        check=True, capture_output=True, text=True,
+    ).stdout
+    found = json.loads(out)
+    return {
+        "chain_ms_per_step": found["derived"]["chain_ms_per_step"],
+        "raw_call_ms": found["raw_echo"]["transport_call_tool_ms_median"],
+        "overhead_ms": found["derived"]["per_step_overhead_ms_vs_transport"],
+        "wide_ms": found["plans"]["wide"]["wall_ms_median"],
+        "one_step_ms": found["plans"]["first_call"]["wall_ms_median"],
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--python", default="/work/mcpcli-venv/bin/python",
+                        help="a Python with mcp-cli 0.20.1 installed (see README.md)")
+    args = parser.parse_args()
+    if not os.path.exists(args.python):
+        raise SystemExit(f"{args.python}: no such Python; install mcp-cli as README.md says")
+    subprocess.run(["cargo", "build", "-q", "--release", "-p", "planb-mcp",
+                    "--example", "downstream"], cwd=REPO, check=True)
+    server = os.path.join(REPO, "target", "release", "examples", "downstream")
+    tmpfs = tempfile.mkdtemp(prefix="planb-bench-", dir="/dev/shm")
+    rounds = []
+    try:
+        for n in range(args.rounds):
+            row = {"disk": planb(None), "tmpfs": planb(tmpfs), "mcp-cli": peer(args.python, server)}
+            rounds.append(row)
+            print(f"round {n + 1}: " + json.dumps(row), file=sys.stderr)
+    finally:
+        shutil.rmtree(tmpfs, ignore_errors=True)
+
+    def median(who, key):
+        return statistics.median(r[who][key] for r in rounds)
+
+    print(f"{'':34} {'planb (disk)':>14} {'planb (tmpfs)':>14} {'mcp-cli':>10}")
+    for key, label in [("chain_ms_per_step", "50-step echo chain, ms a step"),
+                       ("raw_call_ms", "raw echo call, ms"),
+                       ("overhead_ms", "overhead a step, ms"),
+                       ("wide_ms", "50 wide x 20 ms sleep, ms"),
+                       ("one_step_ms", "one-step plan, ms")]:
+        print(f"{label:34} {median('disk', key):14.3f} {median('tmpfs', key):14.3f} "
+              f"{median('mcp-cli', key):10.3f}")
+    print("(planb's one-step plan is timed through JSON-RPC plan_execute from another process; mcp-cli's in its own)")
+    fsync = median("disk", "raw_fsync_ms")
+    peer_overhead = median("mcp-cli", "overhead_ms")
+    print(f"raw write+fdatasync on the disk: {fsync:.3f} ms (planb makes one durable append a step; mcp-cli syncs nothing)")
+    print(f"mcp-cli's overhead / planb's: {peer_overhead / median('disk', 'overhead_ms'):.2f}x on the disk, "
+          f"{peer_overhead / median('tmpfs', 'overhead_ms'):.2f}x with syncs almost free (tmpfs)")
+
+
+if __name__ == "__main__":
+    main()
