@@ -101,6 +101,7 @@ def main():
     print("(planb's one-step plan is timed through JSON-RPC plan_execute from another process; mcp-cli's in its own)")
     fsync = median("disk", "raw_fsync_ms")
     peer_overhead = median("mcp-cli", "overhead_ms")
+    print(f"the wide plan's floor (13 x planb's raw sleep call): {median('disk', 'wide_floor_ms'):.1f} ms; the ideal 13 x 20 ms: 260 ms")
     print(f"raw write+fdatasync on the disk: {fsync:.3f} ms (planb makes one durable append a step; mcp-cli syncs nothing)")
     print(f"mcp-cli's overhead / planb's: {peer_overhead / median('disk', 'overhead_ms'):.2f}x on the disk, "
           f"{peer_overhead / median('tmpfs', 'overhead_ms'):.2f}x with syncs almost free (tmpfs)")

@@ -307,6 +307,10 @@ fn steps_summary(plan: &ExecPlan) -> Value {
 
 impl PlanbServer {
     async fn plan_store(&self) -> Result<Arc<Store>, String> {
+        // Open long since, but for the first calls: no trip to the pool.
+        if let Some(store) = self.store().get() {
+            return Ok(store);
+        }
         let handle = self.store().clone();
         tokio::task::spawn_blocking(move || handle.wait())
             .await
@@ -392,6 +396,13 @@ impl PlanbServer {
         drop(active);
         let total = plan.steps.len();
         let tell: plans::run::ProgressFn = Arc::new(move |event: &Progress| {
+            if progress.receiver_count() == 0 {
+                // Nobody follows the lines: only the count is kept.
+                if matches!(event, Progress::Ended(_)) {
+                    settled.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                return;
+            }
             let (n, message) = match event {
                 Progress::Started { index } => (
                     settled.load(std::sync::atomic::Ordering::Relaxed),
