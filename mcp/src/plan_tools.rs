@@ -531,6 +531,10 @@ impl PlanbServer {
             }
             let sleep = tokio::time::sleep(left.unwrap_or(Duration::from_secs(3600)));
             tokio::select! {
+                // Nobody is left to answer: the server is about to exit.
+                () = self.config().disconnect.closed() => {
+                    return failure("the connection closed while the plan ran; it ends with this server (resume it with plan_execute and resume: true)");
+                }
                 changed = attached.done.changed() => {
                     if changed.is_err() && attached.done.borrow().is_none() {
                         return failure("the plan's run ended without a result (the server is shutting down); resume it with plan_execute and resume: true");

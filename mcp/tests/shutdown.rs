@@ -98,3 +98,142 @@ fn issue_8_closing_stdin_while_ask_user_waits_closes_the_ask_and_exits_cleanly()
     let detail = ask.failure_detail.as_deref().unwrap_or_default();
     assert!(detail.contains("connection closed"), "{detail}");
 }
+
+/// The processes whose parent is `pid`.
+fn children_of(pid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
+            continue;
+        };
+        // After "(comm)": state, then the parent's pid.
+        let parent = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if parent == Some(pid) {
+            found.push(child);
+        }
+    }
+    found
+}
+
+/// Whether `pid` is a process that has not exited (a zombie has).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X")
+    })
+}
+
+/// Closing the connection while `plan_execute` waits on a downstream call
+/// (a minute's sleep): the server exits by itself, the downstream server
+/// it started (whose connection lives on its engine thread) is gone with
+/// it, and the run it left is ended by the next process.
+#[test]
+fn closing_stdin_mid_run_ends_the_server_and_the_downstream_servers_it_started() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ds = support::downstream_binary();
+    let servers = dir.path().join("servers.json");
+    std::fs::write(
+        &servers,
+        json!({"mcpServers": {"beta": {"command": ds, "args": ["beta", "echo", "sleep"]}}})
+            .to_string(),
+    )
+    .expect("servers");
+    let calls = dir.path().join("calls");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_planb-mcp"))
+        .env("PLANB_MCP_DATA_DIR", dir.path())
+        .env("PLANB_SERVERS", &servers)
+        .env("DOWNSTREAM_CALLS", &calls)
+        .env_remove("PLANB_LOG")
+        .current_dir(dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let stderr = child.stderr.take().expect("stderr");
+    let stderr_thread = std::thread::spawn(move || {
+        BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+    let mut send = |value: Value| {
+        writeln!(stdin, "{value}").expect("write");
+        stdin.flush().expect("flush");
+    };
+    send(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}),
+    );
+    stdout.next().expect("initialize result").expect("read");
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    send(
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "plan_create", "arguments": {
+        "title": "Long", "steps": [
+            {"index": "1", "title": "Hello", "tool": "echo", "args": {"text": "hi"}},
+            {"index": "2", "title": "Wait", "tool": "sleep", "args": {"ms": 60000}, "depends_on": ["1"]}
+        ]}}}),
+    );
+    let created: Value =
+        serde_json::from_str(&stdout.next().expect("created").expect("read")).expect("json");
+    let id = created["result"]["structuredContent"]["plan_id"]
+        .as_str()
+        .expect("plan id")
+        .to_owned();
+    send(
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "plan_execute", "arguments": {"plan_id": id}}}),
+    );
+    let deadline = Instant::now() + WAIT;
+    while !std::fs::read_to_string(&calls).is_ok_and(|c| c.contains("\"sleep\"")) {
+        assert!(Instant::now() < deadline, "the sleep call never came");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let downstream = children_of(child.id());
+    assert_eq!(downstream.len(), 1, "one downstream server: {downstream:?}");
+
+    drop(send);
+    drop(stdin);
+    let closed_at = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(closed_at.elapsed() < WAIT, "the server did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stderr = stderr_thread.join().expect("stderr reader");
+    assert!(status.success(), "{status:?}\n{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    while downstream.iter().any(|pid| alive(*pid)) {
+        assert!(
+            closed_at.elapsed() < WAIT,
+            "the downstream server outlived planb-mcp"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // The next process finds the run's owner gone and ends it, resumable.
+    let output = Command::new(env!("CARGO_BIN_EXE_planb-mcp"))
+        .args(["--data-dir"])
+        .arg(dir.path())
+        .args(["plan", "show", &id])
+        .env("PLANB_SERVERS", &servers)
+        .output()
+        .expect("plan show");
+    let shown = String::from_utf8_lossy(&output.stdout);
+    eprintln!(
+        "exited {:?} after stdin closed\n{shown}",
+        closed_at.elapsed()
+    );
+    assert!(output.status.success(), "{shown}");
+    assert!(shown.contains("failed"), "{shown}");
+}
