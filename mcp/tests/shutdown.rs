@@ -200,7 +200,6 @@ fn closing_stdin_mid_run_ends_the_server_and_the_downstream_servers_it_started()
     let downstream = children_of(child.id());
     assert_eq!(downstream.len(), 1, "one downstream server: {downstream:?}");
 
-    drop(send);
     drop(stdin);
     let closed_at = Instant::now();
     let status = loop {
