@@ -14,19 +14,49 @@ use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(30);
 
+/// `planb-mcp` on the data root `dir` with `env`, its stdio piped.
+fn spawn_server(dir: &std::path::Path, env: &[(&str, &str)]) -> std::process::Child {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_planb-mcp"));
+    command
+        .env("PLANB_MCP_DATA_DIR", dir)
+        .env_remove("PLANB_LOG")
+        .current_dir(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    command.spawn().expect("spawn")
+}
+
+/// Writes `value` as one JSON-RPC line.
+fn send(stdin: &mut std::process::ChildStdin, value: Value) {
+    writeln!(stdin, "{value}").expect("write");
+    stdin.flush().expect("flush");
+}
+
+/// The MCP handshake over raw stdio, with the client's `capabilities`.
+fn initialize(
+    stdin: &mut std::process::ChildStdin,
+    stdout: &mut std::io::Lines<BufReader<std::process::ChildStdout>>,
+    capabilities: Value,
+) {
+    send(
+        stdin,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": capabilities, "clientInfo": {"name": "raw", "version": "0"}}}),
+    );
+    stdout.next().expect("initialize result").expect("read");
+    send(
+        stdin,
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+}
+
 #[test]
 fn issue_8_closing_stdin_while_ask_user_waits_closes_the_ask_and_exits_cleanly() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_planb-mcp"))
-        .env("PLANB_MCP_DATA_DIR", dir.path())
-        .env("ASK_NO_OPEN", "1")
-        .env("RUST_LOG", "info")
-        .current_dir(dir.path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+    let mut child = spawn_server(dir.path(), &[("ASK_NO_OPEN", "1"), ("RUST_LOG", "info")]);
     let mut stdin = child.stdin.take().expect("stdin");
     let mut stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
     let (stderr_tx, stderr_lines) = mpsc::channel::<String>();
@@ -36,16 +66,9 @@ fn issue_8_closing_stdin_while_ask_user_waits_closes_the_ask_and_exits_cleanly()
             let _ = stderr_tx.send(line);
         }
     });
-    let mut send = |value: Value| {
-        writeln!(stdin, "{value}").expect("write");
-        stdin.flush().expect("flush");
-    };
+    initialize(&mut stdin, &mut stdout, json!({"elicitation": {}}));
     send(
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {"elicitation": {}}, "clientInfo": {"name": "raw", "version": "0"}}}),
-    );
-    stdout.next().expect("initialize result").expect("read");
-    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-    send(
+        &mut stdin,
         json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "init_planb_session", "arguments": {"title": "t"}}}),
     );
     let created: Value =
@@ -59,6 +82,7 @@ fn issue_8_closing_stdin_while_ask_user_waits_closes_the_ask_and_exits_cleanly()
         .and_then(|l| l.strip_prefix("sessionId: "))
         .expect("session id");
     send(
+        &mut stdin,
         json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "ask_user", "arguments": {
         "sessionId": session, "title": "Waiting", "questions": [{"id": "a", "kind": "text", "label": "A"}]}}}),
     );
@@ -146,17 +170,13 @@ fn closing_stdin_mid_run_ends_the_server_and_the_downstream_servers_it_started()
     )
     .expect("servers");
     let calls = dir.path().join("calls");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_planb-mcp"))
-        .env("PLANB_MCP_DATA_DIR", dir.path())
-        .env("PLANB_SERVERS", &servers)
-        .env("DOWNSTREAM_CALLS", &calls)
-        .env_remove("PLANB_LOG")
-        .current_dir(dir.path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+    let mut child = spawn_server(
+        dir.path(),
+        &[
+            ("PLANB_SERVERS", servers.to_str().expect("path")),
+            ("DOWNSTREAM_CALLS", calls.to_str().expect("path")),
+        ],
+    );
     let mut stdin = child.stdin.take().expect("stdin");
     let mut stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
     let stderr = child.stderr.take().expect("stderr");
@@ -167,16 +187,9 @@ fn closing_stdin_mid_run_ends_the_server_and_the_downstream_servers_it_started()
             .collect::<Vec<_>>()
             .join("\n")
     });
-    let mut send = |value: Value| {
-        writeln!(stdin, "{value}").expect("write");
-        stdin.flush().expect("flush");
-    };
+    initialize(&mut stdin, &mut stdout, json!({}));
     send(
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}),
-    );
-    stdout.next().expect("initialize result").expect("read");
-    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-    send(
+        &mut stdin,
         json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "plan_create", "arguments": {
         "title": "Long", "steps": [
             {"index": "1", "title": "Hello", "tool": "echo", "args": {"text": "hi"}},
@@ -190,6 +203,7 @@ fn closing_stdin_mid_run_ends_the_server_and_the_downstream_servers_it_started()
         .expect("plan id")
         .to_owned();
     send(
+        &mut stdin,
         json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "plan_execute", "arguments": {"plan_id": id}}}),
     );
     let deadline = Instant::now() + WAIT;
