@@ -30,6 +30,22 @@ fn spawn_server(dir: &std::path::Path, env: &[(&str, &str)]) -> std::process::Ch
     command.spawn().expect("spawn")
 }
 
+/// Closes the server's stdin and waits for it to exit by itself.
+fn close_and_wait(
+    stdin: std::process::ChildStdin,
+    child: &mut std::process::Child,
+) -> std::process::ExitStatus {
+    drop(stdin);
+    let closed_at = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return status;
+        }
+        assert!(closed_at.elapsed() < WAIT, "the server did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Writes `value` as one JSON-RPC line.
 fn send(stdin: &mut std::process::ChildStdin, value: Value) {
     writeln!(stdin, "{value}").expect("write");
@@ -100,15 +116,8 @@ fn issue_8_closing_stdin_while_ask_user_waits_closes_the_ask_and_exits_cleanly()
         }
     }
 
-    drop(stdin);
     let closed_at = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        assert!(closed_at.elapsed() < WAIT, "the server did not exit");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = close_and_wait(stdin, &mut child);
     eprintln!("exited {:?} after stdin closed", closed_at.elapsed());
     stderr_thread.join().expect("stderr reader");
     seen.extend(stderr_lines.try_iter());
@@ -214,15 +223,8 @@ fn closing_stdin_mid_run_ends_the_server_and_the_downstream_servers_it_started()
     let downstream = children_of(child.id());
     assert_eq!(downstream.len(), 1, "one downstream server: {downstream:?}");
 
-    drop(stdin);
     let closed_at = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        assert!(closed_at.elapsed() < WAIT, "the server did not exit");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = close_and_wait(stdin, &mut child);
     let stderr = stderr_thread.join().expect("stderr reader");
     assert!(status.success(), "{status:?}\n{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
