@@ -14,6 +14,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::FutureExt;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use planb_core::exec_plan::{ExecPlan, resolve_args};
 use planb_core::{
     Command, ContentHash, EventBody, INLINE_BLOB_BYTES_MAX, Rejection, RunId, RunOutcome, RunState,
@@ -22,7 +24,6 @@ use planb_core::{
 use planb_projections::{Store, StoreError};
 use rmcp::model::CallToolResult;
 use serde_json::{Map, Value, json};
-use tokio::task::JoinSet;
 
 use super::servers::{Downstream, ToolInfo};
 use crate::worker::{WorkerError, blocking, hold_task, start_run};
@@ -830,7 +831,9 @@ async fn drive(
             ));
         }
         let mut reports: BTreeMap<usize, StepReport> = BTreeMap::new();
-        let mut in_flight: JoinSet<Finished> = JoinSet::new();
+        // Polled by this task, not spawned: a call's answer wakes the run
+        // itself, with no task in between.
+        let mut in_flight = FuturesUnordered::new();
         let mut running: Vec<String> = Vec::new();
         let mut queue = queue.into_iter();
         loop {
@@ -875,7 +878,10 @@ async fn drive(
                                     index: one.report.index.clone(),
                                 });
                                 running.push(one.report.index.clone());
-                                in_flight.spawn(perform(Arc::clone(shared), one));
+                                in_flight.push(
+                                    std::panic::AssertUnwindSafe(perform(Arc::clone(shared), one))
+                                        .catch_unwind(),
+                                );
                             } else {
                                 refused = true;
                             }
@@ -890,7 +896,7 @@ async fn drive(
             }
             if !refused && !in_flight.is_empty() {
                 let joined = tokio::select! {
-                    joined = in_flight.join_next() => joined,
+                    joined = in_flight.next() => joined,
                     () = tokio::time::sleep(options.poll) => None,
                 };
                 match joined {
@@ -901,11 +907,11 @@ async fn drive(
                         unrecorded.push(end);
                         reports.insert(at, report);
                     }
-                    Some(Err(error)) => {
+                    Some(Err(_panicked)) => {
                         return Err(StoreError::Io {
                             op: "run a step",
                             path: String::new(),
-                            source: std::io::Error::other(error.to_string()),
+                            source: std::io::Error::other("a step's call panicked"),
                         });
                     }
                     None => {}
@@ -1000,15 +1006,16 @@ async fn restore(shared: &Shared, artifact: [u8; 32], index: &str) -> Option<Val
 /// keeps its outcome) and each other started step failed `cancelled`.
 /// When the run was ended elsewhere nothing more is accepted, and nothing
 /// is.
-async fn cancel(
+async fn cancel<F: Future<Output = std::thread::Result<Finished>>>(
     shared: &Shared,
-    in_flight: &mut JoinSet<Finished>,
+    in_flight: &mut FuturesUnordered<F>,
     mut running: Vec<String>,
     unrecorded: &mut Vec<Unrecorded>,
     reports: &mut BTreeMap<usize, StepReport>,
 ) {
-    in_flight.abort_all();
-    while let Some(joined) = in_flight.join_next().await {
+    // The calls whose answers are in are taken; the others are dropped,
+    // which cancels them.
+    while let Some(Some(joined)) = in_flight.next().now_or_never() {
         if let Ok(finished) = joined {
             running.retain(|i| *i != finished.report.index);
             let at = finished.at;
@@ -1017,6 +1024,7 @@ async fn cancel(
             reports.insert(at, report);
         }
     }
+    in_flight.clear();
     for index in running {
         unrecorded.push(Unrecorded {
             end: shared.failure(&index, "cancelled", "the run was stopped during the call"),
