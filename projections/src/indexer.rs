@@ -2,9 +2,9 @@
 //!
 //! redb keeps a database to one process, so the processes on a data root
 //! take turns: whoever holds an `flock` on `<root>/index.lock` owns the index.
-//! The owner catches it up on a background thread after each change (20 ms
-//! after, so that a burst of changes costs one transaction), off the write
-//! path, with non-durable commits made durable about once a second and when
+//! The owner catches it up on a background thread after each change (once
+//! no change came for 20 ms, at most 500 ms after the first, so that a
+//! burst of changes costs one transaction), off the write path, with non-durable commits made durable about once a second and when
 //! the owner closes. Every other process tries to take the lock when it
 //! wakes its thread, so when the owner exits (or is killed, which releases the
 //! lock) the next one carries on from the index's applied cursor.
@@ -15,7 +15,7 @@
 use std::fs::File;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use planb_log::{LogOptions, Storage};
 
@@ -26,8 +26,14 @@ use crate::store::DataRoot;
 /// How long index commits may stay non-durable.
 const DURABLE_EVERY: Duration = Duration::from_secs(1);
 
-/// How long the indexer waits after a wake before it catches up.
+/// How long the log must be quiet after a wake before the indexer catches up.
 const SETTLE: Duration = Duration::from_millis(20);
+
+/// The longest a catch-up waits for a busy log to be quiet (a plan's steps
+/// append every fraction of a millisecond): its appends are then indexed in
+/// a transaction or two a second, not one every [`SETTLE`], and the
+/// indexer's work stays off the cores the run needs.
+const SETTLE_MAX: Duration = Duration::from_millis(500);
 
 /// The index, when this process owns it.
 #[derive(Debug)]
@@ -139,9 +145,18 @@ impl Indexer {
                                 // Let a burst of appends (a plan's steps) come in
                                 // and be indexed in one transaction; meanwhile their
                                 // wakes find this thread asleep, not waiting.
-                                std::thread::sleep(SETTLE);
-                                // Many changes may have queued up: one catch-up covers them all.
-                                while woken.try_recv().is_ok() {}
+                                let first = Instant::now();
+                                loop {
+                                    std::thread::sleep(SETTLE);
+                                    // Many changes may have queued up: one catch-up covers them all.
+                                    let mut more = false;
+                                    while woken.try_recv().is_ok() {
+                                        more = true;
+                                    }
+                                    if !more || first.elapsed() >= SETTLE_MAX {
+                                        break;
+                                    }
+                                }
                             }
                             Err(RecvTimeoutError::Timeout) => {}
                             Err(RecvTimeoutError::Disconnected) => break,
