@@ -216,12 +216,35 @@ fn serve(root: PathBuf, cli: &Cli) -> anyhow::Result<ExitCode> {
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));
     // Plan runs still under way end with their downstream servers.
     planb_engine::runtime::shutdown();
-    // The next process on this root starts from where this one stands.
     if let Some(store) = store.get() {
+        // The runs this process was running are dropped, their locks free:
+        // recorded ended now (failed, recoverable), not left for the next
+        // process on the root to find.
+        end_own_runs(&store);
+        // The next process on this root starts from where this one stands.
         store.save_snapshot_if_behind();
     }
     served?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Ends the active runs this process owned (whose run locks are free now)
+/// as a dead worker's: `failed`, `worker_error`, recoverable.
+fn end_own_runs(store: &planb_projections::Store) {
+    let me = std::process::id();
+    let own = store.read(|state| {
+        state
+            .tasks()
+            .values()
+            .filter(|task| task.active_run().is_some_and(|run| run.owner_pid == me))
+            .map(|task| task.id)
+            .collect::<Vec<_>>()
+    });
+    for task in own.unwrap_or_default() {
+        if let Err(error) = store.end_dead_run(task) {
+            tracing::warn!("the run of {task} was not ended: {error}");
+        }
+    }
 }
 
 /// `error` and its causes in one line. Many errors print their cause as part

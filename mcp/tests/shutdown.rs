@@ -166,7 +166,7 @@ fn alive(pid: u32) -> bool {
 /// Closing the connection while `plan_execute` waits on a downstream call
 /// (a minute's sleep): the server exits by itself, the downstream server
 /// it started (whose connection lives on its engine thread) is gone with
-/// it, and the run it left is ended by the next process.
+/// it, and the run is recorded ended (failed, resumable) before it exits.
 #[test]
 fn closing_stdin_mid_run_ends_the_server_and_the_downstream_servers_it_started() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -236,7 +236,16 @@ fn closing_stdin_mid_run_ends_the_server_and_the_downstream_servers_it_started()
         std::thread::sleep(Duration::from_millis(20));
     }
 
-    // The next process finds the run's owner gone and ends it, resumable.
+    // The server ended its run before it exited: failed, resumable.
+    let (state, _) = support::fold_log(dir.path());
+    let run = state
+        .tasks()
+        .values()
+        .find_map(|t| t.runs.last())
+        .expect("the run");
+    assert_eq!(run.state, planb_core::RunState::Failed, "{run:?}");
+    assert_eq!(run.reason.as_deref(), Some("worker_error"), "{run:?}");
+    assert!(run.recoverable, "{run:?}");
     let output = Command::new(env!("CARGO_BIN_EXE_planb-mcp"))
         .args(["--data-dir"])
         .arg(dir.path())
