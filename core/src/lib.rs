@@ -49,7 +49,8 @@ pub use plan_edit::{EditError, PlanEdit, apply_edits};
 pub use question::{AskSpec, Choice, FieldError, Question, QuestionKind, SpecError};
 pub use state::tasks::{LogLine, Run, RunState, StepSuccess, Task, TaskErrorCode};
 pub use state::{
-    Ask, AskStatus, Command, ContentHash, INLINE_BLOB_BYTES_MAX, NamedPlan, NamedPlanVersion,
-    PlanKey, PlanSource, PlanVersion, Rejection, ReviewRound, Session, State, StepStart,
+    Ask, AskStatus, Command, ContentHash, INLINE_BLOB_BYTES_MAX, INLINE_BLOBS_BYTES_MAX, NamedPlan,
+    NamedPlanVersion, PlanKey, PlanSource, PlanVersion, Rejection, ReviewRound, Session, State,
+    StepStart,
 };
 pub use time::{Cursor, TimeError, Timestamp};

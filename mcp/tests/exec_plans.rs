@@ -253,6 +253,52 @@ fn a_failing_batch_stops_the_run_and_a_guard_blocks_without_calling() {
     );
 }
 
+/// 40 calls of 30 KB started at once are more than one append may hold in
+/// the log (1 MiB of blobs): those past it go to the blob store, and the
+/// run completes with every result whole.
+#[test]
+fn a_wide_batch_of_large_calls_spills_past_one_append_into_the_blob_store() {
+    let setup = Setup::new();
+    let steps: Vec<Value> = (1..=40)
+        .map(|i| {
+            step(
+                &i.to_string(),
+                "beta__echo",
+                json!({"text": format!("${{blob}} {i}")}),
+                &[],
+                Some(&format!("r{i}")),
+            )
+        })
+        .collect();
+    let id = setup.create(&json!({"title": "Heavy", "steps": steps}));
+    let blob = "x".repeat(30_000);
+    let (code, out) = setup.run(&[
+        "run",
+        &id,
+        "--concurrency",
+        "64",
+        "--var",
+        &format!("blob={blob}"),
+    ]);
+    assert_eq!(code, 0, "{}", out.chars().take(2000).collect::<String>());
+    assert!(
+        out.contains("Plan completed: 40 steps"),
+        "{}",
+        &out[out.len().saturating_sub(2000)..]
+    );
+    let calls = setup.calls();
+    assert_eq!(calls.len(), 40);
+    assert!(
+        calls
+            .iter()
+            .all(|c| c["args"]["text"].as_str().is_some_and(|t| t.len() > 30_000))
+    );
+    // Resumed, nothing is called again: every call and result reads back.
+    let (code, out) = setup.run(&["resume", &id]);
+    assert_eq!(code, 0, "{}", &out[out.len().saturating_sub(2000)..]);
+    assert_eq!(setup.calls().len(), 40, "a step was called again");
+}
+
 #[test]
 fn a_wide_plan_runs_every_step() {
     let setup = Setup::new();

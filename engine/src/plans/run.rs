@@ -18,8 +18,8 @@ use futures_util::FutureExt;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use planb_core::exec_plan::{ExecPlan, resolve_args};
 use planb_core::{
-    Command, ContentHash, EventBody, INLINE_BLOB_BYTES_MAX, Rejection, RunId, RunOutcome, RunState,
-    StepStart, Task, TaskErrorCode, TaskId,
+    Command, ContentHash, EventBody, INLINE_BLOB_BYTES_MAX, INLINE_BLOBS_BYTES_MAX, Rejection,
+    RunId, RunOutcome, RunState, StepStart, Task, TaskErrorCode, TaskId,
 };
 use planb_projections::{Store, StoreError};
 use rmcp::model::CallToolResult;
@@ -375,9 +375,16 @@ impl Shared {
         let store = Arc::clone(&self.store);
         let (task, run) = (self.task, self.run);
         blocking(move || {
+            // Small blobs go in the log while one append can hold them (a
+            // wide batch's calls and results can add up to more): the rest
+            // are synced in the blob store first.
             let mut inline = Vec::new();
+            let mut inlined = 0;
             for bytes in blobs {
-                if bytes.len() <= INLINE_BLOB_BYTES_MAX {
+                if bytes.len() <= INLINE_BLOB_BYTES_MAX
+                    && inlined + bytes.len() <= INLINE_BLOBS_BYTES_MAX
+                {
+                    inlined += bytes.len();
                     inline.push(bytes);
                 } else {
                     store.root().blobs().put(&bytes).map_err(blob_error)?;
