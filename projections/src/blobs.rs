@@ -37,8 +37,11 @@ pub type BlobHash = [u8; 32];
 #[derive(Debug, Clone)]
 pub struct Blobs {
     dir: PathBuf,
-    /// The log whose `BlobStored` events small blobs are restored from.
+    /// The log whose `BlobStored` events small blobs are read from.
     log: Option<PathBuf>,
+    /// Whether a read that finds a small blob's file missing or damaged
+    /// writes it again (a reader that must not write, planb-retro, does not).
+    restore: bool,
 }
 
 fn hex(hash: &BlobHash) -> String {
@@ -84,6 +87,7 @@ impl Blobs {
         Blobs {
             dir: dir.into(),
             log: None,
+            restore: false,
         }
     }
 
@@ -92,6 +96,17 @@ impl Blobs {
         Blobs {
             dir: dir.into(),
             log: Some(log.into()),
+            restore: true,
+        }
+    }
+
+    /// The same store for a reader that writes nothing: a small blob whose
+    /// file is missing or damaged is still read from the log, and its file
+    /// is left as it is.
+    pub fn reading_only(self) -> Blobs {
+        Blobs {
+            restore: false,
+            ..self
         }
     }
 
@@ -166,9 +181,10 @@ impl Blobs {
     }
 
     /// The bytes of blob `hash`, checked against it. A file missing or
-    /// damaged is restored from the log when the log holds the blob: the
-    /// part of the log this process has not looked through yet first, then,
-    /// if that did not hold it, the whole log.
+    /// damaged is read from the log when the log holds the blob (the part of
+    /// the log this process has not looked through yet first, then, if that
+    /// did not hold it, the whole log), and restored on the way, as far as
+    /// it can be: a file that cannot be written is not the read's failure.
     pub fn get(&self, hash: &BlobHash) -> Result<Vec<u8>, BlobError> {
         match self.read(hash) {
             Err(error @ (BlobError::Missing(_) | BlobError::Damaged { .. }))
@@ -178,9 +194,11 @@ impl Blobs {
                 // of the log not looked through yet (at first, the last
                 // segment), then the whole log.
                 let from = self.scanned_to();
-                let mut found = self.look_through_log(from, true, Some(hash))?.1;
+                let mut found = self.look_through_log(from, self.restore, Some(hash))?.1;
                 if found.is_none() && from > Cursor(1) {
-                    found = self.look_through_log(Cursor(1), true, Some(hash))?.1;
+                    found = self
+                        .look_through_log(Cursor(1), self.restore, Some(hash))?
+                        .1;
                 }
                 // The bytes as the log holds them: the file was restored
                 // too, but need not be read back.
@@ -221,15 +239,6 @@ impl Blobs {
             .map_or(Cursor(1), Cursor)
     }
 
-    /// Rewrites the file of every blob the log holds from cursor `from` on
-    /// whose file is missing or damaged; returns the blobs found there.
-    pub fn restore_from_log(
-        &self,
-        from: Cursor,
-    ) -> Result<std::collections::BTreeSet<BlobHash>, BlobError> {
-        Ok(self.look_through_log(from, true, None)?.0)
-    }
-
     /// The blobs the log holds, writing nothing (for `check`).
     pub fn held_in_log(&self) -> Result<std::collections::BTreeSet<BlobHash>, BlobError> {
         Ok(self.look_through_log(Cursor(1), false, None)?.0)
@@ -242,7 +251,8 @@ impl Blobs {
     }
 
     /// Looks through the log from `from` on: the blobs it holds (each
-    /// file restored when `restore`) and the bytes of `want`, if there.
+    /// file restored when `restore`, as far as it can be) and the bytes of
+    /// `want`, if there.
     fn look_through_log(
         &self,
         from: Cursor,
@@ -277,11 +287,21 @@ impl Blobs {
                 // replaced. Any other is written when missing or cut short
                 // (reading each back to check it would make a scan cost the
                 // bytes of every copy; a damaged one is found when read).
-                if want == Some(&hash) {
-                    self.write(&bytes, Writing::Replace)?;
+                let written = if want == Some(&hash) && found.is_none() {
+                    let written = if restore {
+                        self.write(&bytes, Writing::Replace).map(|_| ())
+                    } else {
+                        Ok(())
+                    };
                     found = Some(bytes);
+                    written
                 } else if restore {
-                    self.ensure_copy(&bytes)?;
+                    self.ensure_copy(&bytes).map(|_| ())
+                } else {
+                    Ok(())
+                };
+                if let Err(error) = written {
+                    tracing::warn!("a blob's file was not restored (the log holds it): {error}");
                 }
                 held.insert(hash);
             }
@@ -302,7 +322,14 @@ impl Blobs {
         let name = hex(hash);
         let size = match std::fs::metadata(&path) {
             Ok(meta) => meta.len(),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            // No such file, or something other than a directory where its
+            // directory should be: not there either way.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) =>
+            {
                 return Err(BlobError::Missing(name));
             }
             Err(source) => return Err(io("stat", &path)(source).into()),

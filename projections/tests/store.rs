@@ -692,6 +692,18 @@ fn a_small_blob_is_in_the_log_and_its_file_is_restored_from_it() {
     let path = blobs.path(&artifact);
     assert_eq!(std::fs::read(&path).expect("copy written"), result);
     std::fs::remove_dir_all(dir.path().join("blobs")).expect("remove");
+    // A reader that writes nothing (planb-retro) reads the log and leaves
+    // the files as they are.
+    let reading_only = DataRoot::new(dir.path()).blobs().reading_only();
+    assert_eq!(reading_only.get(&input).expect("from the log"), call);
+    assert!(
+        !dir.path().join("blobs").exists(),
+        "a read-only reader wrote"
+    );
+    // A file that cannot be written does not fail the read.
+    std::fs::write(dir.path().join("blobs"), b"not a directory").expect("block");
+    assert_eq!(blobs.get(&input).expect("read though not restored"), call);
+    std::fs::remove_file(dir.path().join("blobs")).expect("unblock");
     assert_eq!(blobs.get(&input).expect("restored"), call);
     assert_eq!(std::fs::read(&path).expect("restored too"), result);
     // Damaged, at the same length.

@@ -40,6 +40,7 @@ pub fn out_of_date(pipeline: &Pipeline, task: &Task) -> BTreeSet<String> {
 
 fn read_text(root: &DataRoot, hash: &[u8; 32]) -> Result<String, String> {
     root.blobs()
+        .reading_only()
         .get(hash)
         .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
         .map_err(|e| format!("the artifact cannot be read: {e}"))
@@ -144,6 +145,7 @@ const SHOWN_CHARS_MAX: usize = 200_000;
 fn pretty_blob(root: &DataRoot, hash: &[u8; 32], what: &str) -> Result<String, String> {
     let bytes = root
         .blobs()
+        .reading_only()
         .get(hash)
         .map_err(|e| format!("the {what} cannot be read: {e}"))?;
     let text = match serde_json::from_slice::<serde_json::Value>(&bytes) {
