@@ -23,14 +23,17 @@ use tokio::task::JoinHandle;
 
 struct Engine {
     handle: Handle,
-    /// Ends the thread's loop, once.
-    stop: Mutex<Option<(oneshot::Sender<()>, std::thread::JoinHandle<()>)>>,
+    /// Ends the thread's loop, once; the receiver hears when it has ended.
+    stop: Mutex<Option<(oneshot::Sender<()>, std::sync::mpsc::Receiver<()>)>>,
 }
 
 static ENGINE: OnceLock<Option<Engine>> = OnceLock::new();
 
-/// How long the tasks left at [`shutdown`] get before they are dropped.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+/// How long [`shutdown`] waits for the thread to end. Its tasks are dropped
+/// as soon as it sees the stop; it may not see it sooner than a store call
+/// it is making returns (one waiting on the log's lock while another
+/// process rebuilds), and the process does not wait for that.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(3);
 
 fn start() -> Option<Engine> {
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -47,17 +50,21 @@ fn start() -> Option<Engine> {
     };
     let handle = runtime.handle().clone();
     let (stop, stopped) = oneshot::channel::<()>();
+    let (ended_tx, ended) = std::sync::mpsc::channel::<()>();
     let thread = std::thread::Builder::new()
         .name("planb-engine".into())
         .spawn(move || {
             // A dropped sender (the process ending) stops it too.
             let _ = runtime.block_on(stopped);
-            runtime.shutdown_timeout(SHUTDOWN_GRACE);
+            // Drops every task (and a downstream server's child with its
+            // connection); blocking-pool threads are not waited for.
+            runtime.shutdown_background();
+            let _ = ended_tx.send(());
         });
     match thread {
-        Ok(thread) => Some(Engine {
+        Ok(_) => Some(Engine {
             handle,
-            stop: Mutex::new(Some((stop, thread))),
+            stop: Mutex::new(Some((stop, ended))),
         }),
         Err(error) => {
             tracing::warn!(
@@ -90,9 +97,10 @@ where
     }
 }
 
-/// Stops the engine thread, if it was started: what still runs there gets
-/// [`SHUTDOWN_GRACE`], then is dropped (a downstream server's child process
-/// with it). Later calls to [`spawn`] run nowhere; call it once, last.
+/// Stops the engine thread, if it was started: what still runs there is
+/// dropped (a downstream server's child process with it), waiting at most
+/// [`SHUTDOWN_WAIT`]. Later calls to [`spawn`] run nowhere; call it once,
+/// last.
 pub fn shutdown() {
     let Some(Some(engine)) = ENGINE.get() else {
         return;
@@ -102,9 +110,14 @@ pub fn shutdown() {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .take();
-    if let Some((stop, thread)) = taken {
+    if let Some((stop, ended)) = taken {
         let _ = stop.send(());
-        let _ = thread.join();
+        if ended.recv_timeout(SHUTDOWN_WAIT).is_err() {
+            tracing::warn!(
+                "the engine thread did not stop within {} s; its runs end with the process",
+                SHUTDOWN_WAIT.as_secs()
+            );
+        }
     }
 }
 

@@ -339,8 +339,6 @@ pub(crate) async fn take_run_lock(root: &DataRoot, task: TaskId) -> Result<RunLo
     }
 }
 
-/// Runs task `task` once, from its recorded state to an end. The run lock is
-/// held until this returns.
 /// Takes `task`'s run lock, ends the run still active (it lost its process:
 /// this one holds the lock now) and reads the task as recorded: how a task
 /// worker and a plan's runner begin.
@@ -379,6 +377,8 @@ pub(crate) async fn start_run(
     Ok(run)
 }
 
+/// Runs task `task` once, from its recorded state to an end. The run lock is
+/// held until this returns.
 pub async fn run(store: Arc<Store>, task: TaskId, options: Options) -> Result<Ended, WorkerError> {
     let (lock, found) = hold_task(&store, task).await?;
     let found = found.ok_or(WorkerError::NoTask(task))?;

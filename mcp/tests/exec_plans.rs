@@ -74,8 +74,6 @@ impl Setup {
         saved_id(&out)
     }
 
-    /// Starts `plan run ID` in the background, its output piped, and
-    /// returns once the plan's sleep step has been called.
     /// Runs a `planb-mcp` command other than `plan` on the data root:
     /// whether it succeeded, and its stdout.
     fn admin(&self, args: &[&str]) -> (bool, String) {
@@ -91,6 +89,8 @@ impl Setup {
         )
     }
 
+    /// Starts `plan run ID` in the background, its output piped, and
+    /// returns once the plan's sleep step has been called.
     fn run_until_sleeping(&self, id: &str) -> std::process::Child {
         let child = self
             .command(&["run", id])

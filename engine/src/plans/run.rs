@@ -359,7 +359,8 @@ impl Shared {
     }
 
     /// Records `ends` and `starts` in one append, with the blobs they name:
-    /// one durable write and one trip to the blocking pool. A small blob
+    /// one durable write (and, off the engine thread, one trip to the
+    /// blocking pool). A small blob
     /// goes in the log ahead of them (the store writes its file later); a
     /// large one is synced in the blob store first. Returns the steps whose
     /// start was recorded: none of them while the run is stopping.
@@ -914,11 +915,19 @@ async fn drive(
                         unrecorded.push(end);
                         reports.insert(at, report);
                     }
-                    Some(Err(_panicked)) => {
+                    Some(Err(panicked)) => {
+                        let said = panicked
+                            .downcast_ref::<&str>()
+                            .map(|s| (*s).to_owned())
+                            .or_else(|| panicked.downcast_ref::<String>().cloned())
+                            .unwrap_or_default();
                         return Err(StoreError::Io {
                             op: "run a step",
                             path: String::new(),
-                            source: std::io::Error::other("a step's call panicked"),
+                            source: std::io::Error::other(format!(
+                                "a call of one of steps {} panicked: {said}",
+                                running.join(", ")
+                            )),
                         });
                     }
                     None => {}
@@ -1021,8 +1030,14 @@ async fn cancel<F: Future<Output = std::thread::Result<Finished>>>(
     reports: &mut BTreeMap<usize, StepReport>,
 ) {
     // The calls whose answers are in are taken; the others are dropped,
-    // which cancels them.
-    while let Some(Some(joined)) = in_flight.next().now_or_never() {
+    // which cancels them. A look may end before it has polled every call
+    // (the set yields after a round), so there are as many looks as calls.
+    for _ in 0..=in_flight.len() {
+        let joined = match in_flight.next().now_or_never() {
+            Some(Some(joined)) => joined,
+            Some(None) => break,
+            None => continue,
+        };
         if let Ok(finished) = joined {
             running.retain(|i| *i != finished.report.index);
             let at = finished.at;
