@@ -436,8 +436,8 @@ impl Shared {
             })
             .collect();
         let started = self.record(blobs, ends, starts).await?;
-        for report in &tell {
-            self.tell(Progress::Ended(Box::new(report.clone())));
+        for report in tell {
+            self.tell(Progress::Ended(Box::new(report)));
         }
         Ok(started)
     }
