@@ -10,6 +10,7 @@
 //! success's artifact, so the steps that read it run again.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use super::State;
 use super::decide::{Command, INLINE_BLOB_BYTES_MAX, INLINE_BLOBS_BYTES_MAX, Rejection, StepStart};
@@ -54,8 +55,11 @@ pub struct Task {
     pub model_profile: Option<String>,
     /// The caller's idempotency key.
     pub client_request_id: Option<String>,
-    /// Every run, oldest first.
-    pub runs: Vec<Run>,
+    /// Every run, oldest first. Shared, so a copy of a task with a long
+    /// history costs a pointer a run (a change copies the one run it
+    /// touches); archived as plain runs.
+    #[rkyv(with = rkyv::with::Map<rkyv::with::Unshare>)]
+    pub runs: Vec<Arc<Run>>,
     /// Each step's latest success in any run, with an edit's artifact in
     /// place of the one it produced.
     pub successes: BTreeMap<String, StepSuccess>,
@@ -286,16 +290,25 @@ fn chars_at_most(field: &str, text: &str, max: usize) -> Result<(), Rejection> {
 impl Task {
     /// The active run (`running` or `stopping`), if any.
     pub fn active_run(&self) -> Option<&Run> {
-        self.runs.last().filter(|run| run.state.is_active())
+        self.runs
+            .last()
+            .map(|run| &**run)
+            .filter(|run| run.state.is_active())
     }
 
     fn run(&self, run: RunId) -> Result<&Run, Rejection> {
-        self.runs.iter().find(|r| r.id == run).ok_or_else(|| {
-            refuse(
-                TaskErrorCode::RunNotFound,
-                format!("run {run} is not a run of task {}", self.id),
-            )
-        })
+        // Newest first: the run asked for is nearly always the last.
+        self.runs
+            .iter()
+            .rev()
+            .find(|r| r.id == run)
+            .map(|r| &**r)
+            .ok_or_else(|| {
+                refuse(
+                    TaskErrorCode::RunNotFound,
+                    format!("run {run} is not a run of task {}", self.id),
+                )
+            })
     }
 
     fn active(&self, run: RunId) -> Result<&Run, Rejection> {
@@ -310,7 +323,11 @@ impl Task {
     }
 
     fn run_mut(&mut self, run: RunId) -> Option<&mut Run> {
-        self.runs.iter_mut().find(|r| r.id == run)
+        self.runs
+            .iter_mut()
+            .rev()
+            .find(|r| r.id == run)
+            .map(Arc::make_mut)
     }
 }
 
@@ -887,7 +904,7 @@ impl State {
                 if found.runs.iter().any(|r| r.id == *run) {
                     return;
                 }
-                found.runs.push(Run {
+                found.runs.push(Arc::new(Run {
                     id: *run,
                     resumed_from: *resumed_from,
                     owner_pid: *owner_pid,
@@ -905,7 +922,7 @@ impl State {
                     failures: 0,
                     log_lines: 0,
                     variables: variables.clone(),
-                });
+                }));
             }
             EventBody::StepStarted {
                 task,

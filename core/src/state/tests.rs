@@ -1293,6 +1293,42 @@ mod tasks {
     }
 
     #[test]
+    fn a_copy_of_a_task_keeps_its_runs_as_they_were_while_the_state_moves_on() {
+        let mut h = Harness::new();
+        h.run(create(None)).expect("create");
+        h.run(start(1, None)).expect("start");
+        h.run(step(1, "intake")).expect("step");
+        let copy = h.state.task(&task_id()).expect("task").clone();
+        h.run(succeed(1, "intake", 4)).expect("succeed");
+        h.run(end(1, RunOutcome::Stopped)).expect("end");
+        h.run(start(2, Some(1))).expect("resume");
+
+        // The copy still sees the run as it was when copied.
+        assert_eq!(copy.runs.len(), 1);
+        assert_eq!(copy.runs[0].state, RunState::Running);
+        assert!(copy.runs[0].running.contains("intake"));
+        assert!(copy.runs[0].succeeded.is_empty());
+        // The state has the change, in the run it touched only.
+        let task = h.state.task(&task_id()).expect("task");
+        assert_eq!(task.runs.len(), 2);
+        assert_eq!(task.runs[0].state, RunState::Stopped);
+        assert!(task.runs[0].succeeded.contains("intake"));
+        assert!(task.runs[0].running.is_empty());
+        // A run nothing touched since the copy is shared, not copied.
+        let again = task.clone();
+        h.run(step(2, "risks")).expect("step");
+        assert!(std::sync::Arc::ptr_eq(
+            &again.runs[0],
+            &h.state.task(&task_id()).expect("task").runs[0]
+        ));
+        assert!(!std::sync::Arc::ptr_eq(
+            &again.runs[1],
+            &h.state.task(&task_id()).expect("task").runs[1]
+        ));
+        assert!(again.runs[1].running.is_empty());
+    }
+
+    #[test]
     fn a_retried_step_counts_its_attempts_and_bad_settings_are_refused() {
         let mut h = Harness::new();
         h.run(create(None)).expect("create");

@@ -2,7 +2,8 @@
 //! server (the `downstream` example, release build): a 50-step chain of
 //! `echo` (per-step overhead over a raw call), 50 independent 20 ms
 //! `sleep`s at concurrency 4 (wall time against ⌈50/4⌉ × 20 ms), and a
-//! one-step plan (time to the first call). The floors, measured in the same
+//! one-step plan (time to the first call); the chain again after 500 runs
+//! of it (a long history). The floors, measured in the same
 //! run: a raw JSON-RPC `tools/call` of `echo` to the same server binary, and
 //! a raw write + fdatasync.
 
@@ -19,6 +20,8 @@ const RUNS: usize = 7;
 const RAW_CALLS: usize = 500;
 const SLEEP_MS: u64 = 20;
 const RAW_SLEEPS: usize = 20;
+/// Runs of the chain between its first and its late measurement.
+const HISTORY: usize = 500;
 
 fn downstream() -> PathBuf {
     let status = planb_tests::process::cargo(env!("CARGO"))
@@ -98,11 +101,23 @@ fn one() -> Value {
 }
 
 /// Median wall time of `plan_execute` of `plan` (created once) over RUNS
-/// runs after a warm-up run.
-fn runs(server: &mut Server, plan: &Value) -> f64 {
+/// runs after a warm-up run; and the plan's id.
+fn runs(server: &mut Server, plan: &Value) -> (f64, String) {
     let created = server.call_json("plan_create", plan.clone());
     let id = created["plan_id"].as_str().expect("plan id").to_owned();
-    let mut samples: Vec<Duration> = (0..=RUNS)
+    let mut samples = run_times(server, &id, 0..=RUNS);
+    samples.remove(0);
+    (stats(&mut samples).0, id)
+}
+
+/// The wall time of each `plan_execute` of the plan `id`, the run numbers
+/// (`${run}`) taken from `numbers`.
+fn run_times(
+    server: &mut Server,
+    id: &str,
+    numbers: std::ops::RangeInclusive<usize>,
+) -> Vec<Duration> {
+    numbers
         .map(|n| {
             let start = Instant::now();
             // Each run's calls differ (`${run}`), so none reuses the blobs
@@ -115,9 +130,7 @@ fn runs(server: &mut Server, plan: &Value) -> f64 {
             assert_eq!(outcome["success"], true, "{outcome}");
             elapsed
         })
-        .collect();
-    samples.remove(0);
-    stats(&mut samples).0
+        .collect()
 }
 
 pub fn run(raw_fsync: f64) {
@@ -139,7 +152,7 @@ pub fn run(raw_fsync: f64) {
         ],
     );
     server.initialize();
-    let chain_wall = runs(&mut server, &chain());
+    let (chain_wall, chain_id) = runs(&mut server, &chain());
     let per_step = chain_wall / STEPS as f64;
     let overhead = per_step - raw_call;
     println!(
@@ -150,7 +163,21 @@ pub fn run(raw_fsync: f64) {
         overhead / raw_fsync,
         1.0 + raw_fsync
     );
-    let wide_wall = runs(&mut server, &wide());
+    // The same plan again after HISTORY runs of it: every run stays in
+    // its task, so whatever copies or scans a plan's runs shows here.
+    run_times(&mut server, &chain_id, RUNS + 1..=RUNS + HISTORY);
+    let mut late = run_times(
+        &mut server,
+        &chain_id,
+        RUNS + HISTORY + 1..=RUNS + HISTORY + RUNS,
+    );
+    let late_per_step = stats(&mut late).0 / STEPS as f64;
+    println!(
+        "plan: the same chain after {} runs of it: {late_per_step:.3} ms per step = {:.2}x its first runs (flat: 1.0)",
+        RUNS + HISTORY,
+        late_per_step / per_step
+    );
+    let (wide_wall, _) = runs(&mut server, &wide());
     let ideal = STEPS.div_ceil(4) as f64 * SLEEP_MS as f64;
     // The tool's own time is a little over SLEEP_MS (timer, transport).
     let floor = STEPS.div_ceil(4) as f64 * raw_sleep;
@@ -160,7 +187,7 @@ pub fn run(raw_fsync: f64) {
         STEPS.div_ceil(4),
         wide_wall / floor
     );
-    let one_wall = runs(&mut server, &one());
+    let (one_wall, _) = runs(&mut server, &one());
     println!(
         "plan: one-step plan (plan_execute to result, connection warm): median {one_wall:.2} ms; of which the call itself ~{raw_call:.3} ms"
     );
@@ -176,6 +203,7 @@ pub fn run(raw_fsync: f64) {
             "wide_ideal_ms": ideal,
             "wide_floor_ms": floor,
             "one_step_ms": one_wall,
+            "chain_after_history_ms_per_step": late_per_step,
         })
     );
 }
