@@ -941,8 +941,8 @@ struct Launcher {
     timeout: Duration,
     servers: Option<Arc<crate::plans::Downstream>>,
     /// The small artifacts this run made, by hash: the steps that need them
-    /// read them here, not from the blob store (whose copies of small blobs
-    /// are written a little later).
+    /// read them here, not from the log (whose places of small blobs are
+    /// noted a little later).
     made: Mutex<HashMap<[u8; 32], Arc<Vec<u8>>>>,
 }
 

@@ -134,6 +134,18 @@ pub fn open_dir(dir: &Path, options: LogOptions) -> Result<(Log, RecoveryReport)
     Log::open(Arc::new(storage), options)
 }
 
+/// A reader over the log in `dir` that continues from `position` (see
+/// [`LogReader::at`]); it creates, locks and writes nothing.
+pub fn read_dir_at(
+    dir: &Path,
+    options: LogOptions,
+    position: ReadPosition,
+) -> Result<LogReader, LogError> {
+    let storage = FsStorage::open_read_only(dir)
+        .map_err(|e| LogError::io("open", dir.display().to_string(), e))?;
+    LogReader::at(Arc::new(storage), options, position)
+}
+
 /// A reader over the log in `dir` that creates, locks and writes nothing.
 pub fn read_dir(dir: &Path, options: LogOptions, from: Cursor) -> Result<LogReader, LogError> {
     let storage = FsStorage::open_read_only(dir)

@@ -34,6 +34,8 @@ pub(crate) struct Tail {
     /// The last record written through this tail: where it begins, and its
     /// checksum.
     last_written: Option<(ReadPosition, u32)>,
+    /// Where each record of the last write began, in order.
+    written: Vec<ReadPosition>,
     /// When the log's segments were last listed and none followed
     /// `segment`.
     listed_at: Option<Instant>,
@@ -48,6 +50,7 @@ impl Tail {
             last_checksum: 0,
             poisoned: None,
             last_written: None,
+            written: Vec::new(),
             listed_at: None,
         }
     }
@@ -273,6 +276,7 @@ impl Tail {
             self.roll(storage)?;
         }
         let mut ranges = Vec::with_capacity(batches.len());
+        self.written.clear();
         let mut buf = Vec::new();
         let mut buf_start = self.len;
         for batch in batches {
@@ -296,6 +300,7 @@ impl Tail {
                 };
                 self.last_checksum = frame(&mut buf, payload, self.next_cursor, self.last_checksum);
                 self.last_written = Some((at, self.last_checksum));
+                self.written.push(at);
                 self.next_cursor = self.next_cursor.saturating_add(1);
             }
             ranges.push(CursorRange {
@@ -673,7 +678,7 @@ impl Log {
 }
 
 /// Where an append's records went.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Placed {
     /// Their cursors.
     pub range: CursorRange,
@@ -683,6 +688,10 @@ pub struct Placed {
     pub last: Option<(ReadPosition, u32)>,
     /// Where the next record will begin.
     pub end: Option<ReadPosition>,
+    /// Where each record began, in order (a batch may start a new segment
+    /// part way through): a reader started at one with
+    /// [`crate::read_dir_at`] reads that record first.
+    pub records: Vec<ReadPosition>,
 }
 
 /// Exclusive, caught-up access to the end of the log; see [`Log::lock`].
@@ -727,6 +736,7 @@ impl AppendGuard<'_> {
             from,
             last: self.tail.last_written,
             end: self.tail.position(),
+            records: std::mem::take(&mut self.tail.written),
         })
     }
 }

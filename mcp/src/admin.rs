@@ -104,9 +104,9 @@ fn check_blobs(
         return Ok(true);
     }
     let store = root.blobs();
-    // Checking writes nothing: a small blob whose file is missing or
-    // damaged is fine when the log holds it (a read or `rebuild` restores
-    // the file).
+    // Checking writes nothing. A small blob lives in the log and has no
+    // file (a damaged copy left by an earlier version is read past, and
+    // `rebuild` removes it).
     let failed: Vec<([u8; 32], planb_projections::BlobError)> = named
         .iter()
         .filter_map(|hash| store.read_file(hash).err().map(|e| (*hash, e)))
@@ -117,25 +117,19 @@ fn check_blobs(
         store.held_in_log()?
     };
     let mut bad = 0;
-    let mut copies = 0;
+    let mut logged = 0;
     for (hash, error) in &failed {
         if in_log.contains(hash) {
-            copies += 1;
+            logged += 1;
         } else {
             writeln!(out, "BLOB: {error} ({})", store.path(hash).display())?;
             bad += 1;
         }
     }
-    if copies > 0 {
-        writeln!(
-            out,
-            "blobs: {copies} small one(s) held by the log have no intact file yet (`rebuild` writes them)"
-        )?;
-    }
     if bad == 0 {
         writeln!(
             out,
-            "blobs: all {} the log names are present and intact",
+            "blobs: all {} the log names are present and intact ({logged} held in the log itself)",
             named.len()
         )?;
     } else {
@@ -279,11 +273,18 @@ pub fn rebuild(root: &DataRoot, out: &mut dyn Write) -> anyhow::Result<ExitCode>
         report.sessions,
         report.elapsed.as_secs_f64() * 1e3
     )?;
-    if report.blobs_restored > 0 {
+    if report.blobs_in_log > 0 {
         writeln!(
             out,
-            "blob files restored from the log: {}",
-            report.blobs_restored
+            "blobs held by the log: {} (their places written again)",
+            report.blobs_in_log
+        )?;
+    }
+    if report.blob_copies_removed > 0 {
+        writeln!(
+            out,
+            "blob files removed (copies of blobs the log holds): {}",
+            report.blob_copies_removed
         )?;
     }
     let tasks = planb_engine::task_files::rewrite_all(root, &state);

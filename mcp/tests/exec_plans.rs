@@ -396,9 +396,9 @@ fn killed_mid_plan_a_resume_calls_no_completed_step_again_and_keeps_a_large_resu
     assert!(shown.contains("completed"), "{shown}");
 }
 
-/// Small calls and results are in the log itself: with every blob file
-/// gone after a kill, a resume still reuses what completed, and the files
-/// come back.
+/// Small calls and results are in the log itself, with no file each: with
+/// the blob store's directory gone after a kill, `check` passes, a resume
+/// still reuses what completed, and `rebuild` writes their places again.
 #[test]
 fn small_results_live_in_the_log_and_outlast_the_blob_files() {
     let setup = Setup::new();
@@ -414,16 +414,19 @@ fn small_results_live_in_the_log_and_outlast_the_blob_files() {
     child.kill().expect("kill");
     let _ = child.wait();
     let blobs = setup.path("root").join("blobs");
+    let places = blobs.join("places");
+    assert_eq!(
+        walk(&blobs),
+        usize::from(places.exists()),
+        "a small blob got a file"
+    );
     if blobs.exists() {
-        std::fs::remove_dir_all(&blobs).expect("remove the blob files");
+        std::fs::remove_dir_all(&blobs).expect("remove the blob store");
     }
     // `check` finds the log whole and writes nothing.
     let (ok, said) = setup.admin(&["check"]);
     assert!(ok, "{said}");
-    assert!(
-        said.contains("held by the log have no intact file yet"),
-        "{said}"
-    );
+    assert!(said.contains("held in the log itself)"), "{said}");
     assert!(!blobs.exists(), "check wrote blob files");
     let (_, dump) = setup.admin(&["log", "dump"]);
     assert!(
@@ -447,19 +450,23 @@ fn small_results_live_in_the_log_and_outlast_the_blob_files() {
         ["kept in the log", "again: kept in the log"],
         "{calls:?}"
     );
-    let files = walk(&blobs);
-    assert!(files >= 2, "the blob files were not restored ({files})");
-    // `rebuild` writes every one of them again.
-    std::fs::remove_dir_all(&blobs).expect("remove the blob files again");
+    assert_eq!(walk(&blobs), 1, "only the places file");
+    // `rebuild` writes the places of every blob the log holds.
+    std::fs::remove_dir_all(&blobs).expect("remove the blob store again");
     let (ok, said) = setup.admin(&["rebuild"]);
     assert!(ok, "{said}");
-    let restored = said
+    let held = said
         .lines()
-        .find_map(|l| l.strip_prefix("blob files restored from the log: "))
-        .and_then(|n| n.trim().parse::<usize>().ok())
+        .find_map(|l| l.strip_prefix("blobs held by the log: "))
+        .and_then(|n| n.split(' ').next()?.parse::<u64>().ok())
         .unwrap_or_else(|| panic!("{said}"));
-    assert_eq!(restored, walk(&blobs));
-    assert!(restored >= files, "{said}");
+    // The resumed run's calls and results, and the first run's.
+    assert!(held >= 5, "{said}");
+    let bytes = std::fs::metadata(&places).expect("places").len();
+    assert!(bytes >= held * 68, "{bytes} bytes for {held} blobs");
+    assert_eq!(walk(&blobs), 1, "only the places file");
+    let (ok, said) = setup.admin(&["check"]);
+    assert!(ok, "{said}");
 }
 
 fn walk(dir: &std::path::Path) -> usize {

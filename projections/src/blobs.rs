@@ -11,11 +11,11 @@
 //!
 //! A small blob (at most `planb_core::INLINE_BLOB_BYTES_MAX` bytes) is
 //! recorded in the log itself, in an `EventBody::BlobStored` ahead of the
-//! event that names it, in the same append: one sync covers both. Its file
-//! is a copy ([`Blobs::put_copy`], not synced), written after the append by
-//! the store's copier thread; until it is there, or should it be lost (a
-//! crash before the page cache reached the disk) or damaged, [`Blobs::get`]
-//! restores such files from the log and reads it again.
+//! event that names it, in the same append: one sync covers both. It has no
+//! file: [`Blobs::get`] reads its record where the places file says it is
+//! (`crate::blob_places`), or looks through the log for it. (Data roots
+//! written before kept a copy of each as a file; such a copy is still read,
+//! and `rebuild` removes it.)
 //!
 //! Every read checks the bytes against their name, so a damaged blob is an
 //! error, never wrong content.
@@ -39,8 +39,9 @@ pub struct Blobs {
     dir: PathBuf,
     /// The log whose `BlobStored` events small blobs are read from.
     log: Option<PathBuf>,
-    /// Whether a read that finds a small blob's file missing or damaged
-    /// writes it again (a reader that must not write, planb-retro, does not).
+    /// Whether a read that had to look through the log for a small blob
+    /// notes what it found in the places file (a reader that must not
+    /// write, planb-retro, does not).
     restore: bool,
 }
 
@@ -100,9 +101,8 @@ impl Blobs {
         }
     }
 
-    /// The same store for a reader that writes nothing: a small blob whose
-    /// file is missing or damaged is still read from the log, and its file
-    /// is left as it is.
+    /// The same store for a reader that writes nothing: a small blob is
+    /// still read from the log, and nothing is noted or removed.
     pub fn reading_only(self) -> Blobs {
         Blobs {
             restore: false,
@@ -120,17 +120,6 @@ impl Blobs {
     /// an event may name the blob. Storing bytes already there changes
     /// nothing.
     pub fn put(&self, bytes: &[u8]) -> Result<BlobHash, BlobError> {
-        self.write(bytes, Writing::Synced)
-    }
-
-    /// Writes a copy of `bytes`, which the log holds (or is about to, in
-    /// the append this precedes): not synced, since the log is what lasts.
-    pub fn put_copy(&self, bytes: &[u8]) -> Result<BlobHash, BlobError> {
-        self.write(bytes, Writing::Copy)
-    }
-
-    fn write(&self, bytes: &[u8], how: Writing) -> Result<BlobHash, BlobError> {
-        let sync = how == Writing::Synced;
         let hash: BlobHash = ContentHash::of_bytes(bytes).0;
         let name = hex(&hash);
         if bytes.len() as u64 > BLOB_BYTES_MAX {
@@ -140,23 +129,13 @@ impl Blobs {
             });
         }
         let path = self.path(&hash);
-        // A copy is taken as there when its file has the right length (a
-        // damaged one is found, and restored, when read); a synced blob only
-        // when its bytes are right.
-        let there = match how {
-            Writing::Synced => self.read(&hash).is_ok(),
-            Writing::Copy => std::fs::metadata(&path).is_ok_and(|m| m.len() == bytes.len() as u64),
-            Writing::Replace => false,
-        };
-        if there {
+        if self.read(&hash).is_ok() {
             return Ok(hash);
         }
         let shard = path.parent().unwrap_or(&self.dir).to_path_buf();
         if !shard.is_dir() {
             std::fs::create_dir_all(&shard).map_err(io("create directory", &shard))?;
-            if sync {
-                sync_dir(&self.dir)?;
-            }
+            sync_dir(&self.dir)?;
         }
         // Unique per call: two threads may put the same bytes at once.
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -164,7 +143,7 @@ impl Blobs {
         let tmp = shard.join(format!(".{name}.{}.{seq}.tmp", std::process::id()));
         let written = std::fs::File::create(&tmp).and_then(|mut file| {
             file.write_all(bytes)?;
-            if sync { file.sync_all() } else { Ok(()) }
+            file.sync_all()
         });
         if let Err(source) = written {
             let _ = std::fs::remove_file(&tmp);
@@ -174,49 +153,70 @@ impl Blobs {
             let _ = std::fs::remove_file(&tmp);
             return Err(io("rename into", &path)(source).into());
         }
-        if sync {
-            sync_dir(&shard)?;
-        }
+        sync_dir(&shard)?;
         Ok(hash)
     }
 
-    /// The bytes of blob `hash`, checked against it. A file missing or
-    /// damaged is read from the log when the log holds the blob (the part of
-    /// the log this process has not looked through yet first, then, if that
-    /// did not hold it, the whole log), and restored on the way, as far as
-    /// it can be: a file that cannot be written is not the read's failure.
+    /// The bytes of blob `hash`, checked against it. A blob with no intact
+    /// file is read from the log when the log holds it: at the place the
+    /// places file gives, else by looking through the part of the log this
+    /// process has not looked through yet, then, if that did not hold it,
+    /// the whole log (noting the places found on the way). A damaged file
+    /// of a blob the log holds is removed.
     pub fn get(&self, hash: &BlobHash) -> Result<Vec<u8>, BlobError> {
-        match self.read(hash) {
+        let error = match self.read(hash) {
             Err(error @ (BlobError::Missing(_) | BlobError::Damaged { .. }))
                 if self.log.is_some() =>
             {
-                // A missing copy is nearly always of a recent blob: the part
-                // of the log not looked through yet (at first, the last
-                // segment), then the whole log.
-                let from = self.scanned_to();
-                let mut found = self.look_through_log(from, self.restore, Some(hash))?.1;
-                if found.is_none() && from > Cursor(1) {
-                    found = self
-                        .look_through_log(Cursor(1), self.restore, Some(hash))?
-                        .1;
-                }
-                // The bytes as the log holds them: the file was restored
-                // too, but need not be read back.
-                found.ok_or(error)
+                error
             }
-            other => other,
+            other => return other,
+        };
+        let mut found = self.at_its_place(hash);
+        if found.is_none() {
+            // A blob with no place yet is nearly always a recent one: the
+            // part of the log not looked through yet (at first, the last
+            // segment), then the whole log.
+            let from = self.scanned_to();
+            found = self.look_through_log(from, self.restore, Some(hash))?.1;
+            if found.is_none() && from > Cursor(1) {
+                found = self
+                    .look_through_log(Cursor(1), self.restore, Some(hash))?
+                    .1;
+            }
         }
+        let damaged = matches!(error, BlobError::Damaged { .. });
+        let bytes = found.ok_or(error)?;
+        if self.restore && damaged {
+            // A copy from before small blobs lost their files: the log
+            // holds the bytes.
+            let _ = std::fs::remove_file(self.path(hash));
+        }
+        Ok(bytes)
     }
 
-    /// Writes the copy of `bytes` (a blob the log holds) when its file is
-    /// missing or of another length; returns whether it did.
-    pub fn ensure_copy(&self, bytes: &[u8]) -> Result<bool, BlobError> {
-        let path = self.path(&ContentHash::of_bytes(bytes).0);
-        if std::fs::metadata(&path).is_ok_and(|m| m.len() == bytes.len() as u64) {
-            return Ok(false);
+    /// The blob read from the record the places file points at, if that
+    /// record is there and holds it.
+    fn at_its_place(&self, hash: &BlobHash) -> Option<Vec<u8>> {
+        let log = self.log.as_ref()?;
+        let at = crate::blob_places::find(&self.dir, hash)?;
+        let mut reader = planb_log::read_dir_at(log, planb_log::LogOptions::default(), at).ok()?;
+        let record = reader.next().ok()??;
+        if record.cursor != at.cursor {
+            return None;
         }
-        self.write(bytes, Writing::Replace)?;
-        Ok(true)
+        match planb_core::decode(&record.payload, Cursor(record.cursor.0))
+            .ok()?
+            .event
+            .body
+        {
+            planb_core::EventBody::BlobStored { bytes, .. }
+                if ContentHash::of_bytes(&bytes).0 == *hash =>
+            {
+                Some(bytes)
+            }
+            _ => None,
+        }
     }
 
     /// Where this process's last look through the log for blobs ended; at
@@ -250,8 +250,8 @@ impl Blobs {
         self.read(hash)
     }
 
-    /// Looks through the log from `from` on: the blobs it holds (each
-    /// file restored when `restore`, as far as it can be) and the bytes of
+    /// Looks through the log from `from` on: the blobs it holds (their
+    /// places noted in the places file when `restore`) and the bytes of
     /// `want`, if there.
     fn look_through_log(
         &self,
@@ -277,37 +277,30 @@ impl Blobs {
             planb_log::Cursor(from.0),
         )
         .map_err(|e| failed(e.to_string()))?;
+        let mut places = Vec::new();
         while let Some(record) = reader.next().map_err(|e| failed(e.to_string()))? {
             let Ok(envelope) = planb_core::decode(&record.payload, Cursor(record.cursor.0)) else {
                 continue;
             };
             if let planb_core::EventBody::BlobStored { bytes, .. } = envelope.event.body {
                 let hash = ContentHash::of_bytes(&bytes).0;
-                // The wanted blob's file was found missing or damaged: it is
-                // replaced. Any other is written when missing or cut short
-                // (reading each back to check it would make a scan cost the
-                // bytes of every copy; a damaged one is found when read).
-                let written = if want == Some(&hash) && found.is_none() {
-                    let written = if restore {
-                        self.write(&bytes, Writing::Replace).map(|_| ())
-                    } else {
-                        Ok(())
-                    };
+                if want == Some(&hash) && found.is_none() {
                     found = Some(bytes);
-                    written
-                } else if restore {
-                    self.ensure_copy(&bytes).map(|_| ())
-                } else {
-                    Ok(())
-                };
-                if let Err(error) = written {
-                    tracing::warn!("a blob's file was not restored (the log holds it): {error}");
+                }
+                if restore {
+                    places.push(crate::blob_places::Place {
+                        hash,
+                        at: record.position,
+                    });
                 }
                 held.insert(hash);
             }
         }
         if !restore {
             return Ok((held, found));
+        }
+        if let Err(error) = crate::blob_places::note(&self.dir, places) {
+            tracing::warn!("the places of blobs found in the log were not noted: {error}");
         }
         let mut scanned = lock(scanned());
         let end = Cursor(reader.next_cursor().0);
@@ -353,18 +346,6 @@ impl Blobs {
         }
         Ok(bytes)
     }
-}
-
-/// How a blob's file is written.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Writing {
-    /// Synced with its directory, unless a file with the right bytes is
-    /// there.
-    Synced,
-    /// Not synced, unless a file of the right length is there.
-    Copy,
-    /// Not synced, replacing whatever is there.
-    Replace,
 }
 
 /// How far this process has looked through each log for blobs.

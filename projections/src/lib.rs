@@ -14,8 +14,8 @@
 //! cannot are the log's, which only [`Store::execute`] appends to. It renders
 //! no HTML: the pages live in `planb-ui`.
 
+mod blob_places;
 mod blobs;
-mod copier;
 mod env;
 mod error;
 pub mod files;

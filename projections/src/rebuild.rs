@@ -40,9 +40,11 @@ pub struct RebuildReport {
     pub sessions: usize,
     /// Session directories the log does not know, carried over untouched.
     pub kept_unknown: Vec<String>,
-    /// Files of small blobs (held by the log) written again because they
-    /// were missing or cut short.
-    pub blobs_restored: usize,
+    /// Blobs the log holds, whose places file was written again.
+    pub blobs_in_log: usize,
+    /// Files of blobs the log holds (copies kept by earlier versions),
+    /// removed.
+    pub blob_copies_removed: usize,
     /// Time the rebuild took.
     pub elapsed: Duration,
 }
@@ -89,20 +91,19 @@ pub(crate) fn rebuild_locked(
     )?;
     let mut state = State::default();
     let mut anchor = None;
-    let blobs = root.blobs();
-    let mut blobs_restored = 0;
+    let mut places = Vec::new();
     let events = index.catch_up_observing(|envelope, at| {
         state.apply(envelope);
-        anchor = Some(at);
         if let planb_core::EventBody::BlobStored { bytes, .. } = &envelope.event.body {
-            match blobs.ensure_copy(bytes) {
-                Ok(true) => blobs_restored += 1,
-                Ok(false) => {}
-                Err(error) => tracing::warn!("rebuild could not restore a blob's file: {error}"),
-            }
+            places.push(crate::blob_places::Place {
+                hash: planb_core::ContentHash::of_bytes(bytes).0,
+                at: at.position,
+            });
         }
+        anchor = Some(at);
     })?;
     drop(index);
+    let (blobs_in_log, blob_copies_removed) = place_blobs(root, &places);
     let mut writer = Writer::default();
     files::write_all(&mut writer, &beside, &state)?;
     writer.finish(log.storage())?;
@@ -141,10 +142,35 @@ pub(crate) fn rebuild_locked(
             events,
             sessions,
             kept_unknown,
-            blobs_restored,
+            blobs_in_log,
+            blob_copies_removed,
             elapsed: start.elapsed(),
         },
     ))
+}
+
+/// Writes the places file anew from `places` (every blob the log holds)
+/// and removes the files of those blobs, copies earlier versions kept.
+/// Returns how many blobs the log holds and how many copies went. Neither
+/// step loses anything: the log holds every byte, and a place a server
+/// notes in between, lost with the old file, is found in the log again.
+fn place_blobs(root: &DataRoot, places: &[crate::blob_places::Place]) -> (usize, usize) {
+    let dir = root.blobs_dir();
+    if places.is_empty() {
+        return (0, 0);
+    }
+    if let Err(error) = crate::blob_places::replace(&dir, places) {
+        tracing::warn!("rebuild could not write the blobs' places: {error}");
+    }
+    let blobs = root.blobs();
+    let mut removed = 0;
+    let mut seen = std::collections::HashSet::new();
+    for place in places {
+        if seen.insert(place.hash) && std::fs::remove_file(blobs.path(&place.hash)).is_ok() {
+            removed += 1;
+        }
+    }
+    (seen.len(), removed)
 }
 
 /// Moves the session directories in `from` that the log does not know into

@@ -186,6 +186,11 @@ impl Locked<'_, '_> {
                 event,
             })
             .collect();
+        for (envelope, at) in envelopes.iter().zip(&placed.records) {
+            if let EventBody::BlobStored { bytes, .. } = &envelope.event.body {
+                self.store.places.note(bytes.clone(), *at);
+            }
+        }
         let folded = &mut *self.folded;
         for envelope in &envelopes {
             folded.state.apply(envelope);
@@ -225,8 +230,8 @@ pub struct Store {
     indexer: Indexer,
     /// Rewrites large manifests left behind once they are due.
     flusher: Flusher,
-    /// Writes the files of the small blobs this process recorded in the log.
-    copier: crate::copier::Copier,
+    /// Notes where the log holds the small blobs this process records.
+    places: crate::blob_places::PlacesWriter,
     /// Set at open when a projection has seen cursors the log no longer
     /// holds: then nothing is appended or projected (see `health.rs`).
     lost_tail: Option<Box<LostTail>>,
@@ -325,7 +330,7 @@ impl Store {
             let (root, log, folded) = (root.clone(), Arc::clone(&log), Arc::clone(&folded));
             move || flush_manifests(&root, &log, &folded, false)
         });
-        let copier = crate::copier::Copier::start(root.blobs());
+        let places = crate::blob_places::PlacesWriter::start(root.blobs_dir());
         let store = Store {
             root,
             log,
@@ -333,7 +338,7 @@ impl Store {
             folded,
             indexer: Indexer::start(slot),
             flusher,
-            copier,
+            places,
             lost_tail,
         };
         store.indexer.wake();
@@ -411,11 +416,6 @@ impl Store {
             locked.project();
             Ok(envelopes)
         })?;
-        for envelope in &envelopes {
-            if let EventBody::BlobStored { bytes, .. } = &envelope.event.body {
-                self.copier.copy(bytes.clone());
-            }
-        }
         Ok(envelopes)
     }
 

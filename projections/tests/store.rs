@@ -635,11 +635,12 @@ fn a_session_event_after_task_events_writes_only_its_own_files() {
     );
 }
 
-/// A small blob is recorded in the log with the step that names it; its
-/// file is a copy the store writes later, and a copy lost or damaged is
-/// restored from the log when read.
+/// A small blob is recorded in the log with the step that names it and
+/// has no file: a read goes to its record where the places file says it
+/// is, and finds it in the log when the places file is gone, wrong or
+/// behind.
 #[test]
-fn a_small_blob_is_in_the_log_and_its_file_is_restored_from_it() {
+fn a_small_blob_lives_in_the_log_and_is_read_from_its_place_there() {
     use planb_core::{ContentHash, RunId, StepStart, TaskId};
 
     let dir = tempfile::tempdir().expect("tempdir");
@@ -686,49 +687,85 @@ fn a_small_blob_is_in_the_log_and_its_file_is_restored_from_it() {
             inline: vec![result.clone()],
         })
         .expect("succeed");
-    // Closing the store writes the copies it has pending.
+    // Closing the store writes the places it has pending; no blob has a
+    // file.
     drop(store);
+    let blobs_dir = dir.path().join("blobs");
+    let places = blobs_dir.join("places");
+    let names: Vec<String> = std::fs::read_dir(&blobs_dir)
+        .expect("blobs")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["places"], "only the places file");
+    assert_eq!(std::fs::metadata(&places).expect("places").len(), 2 * 68);
     let blobs = DataRoot::new(dir.path()).blobs();
-    let path = blobs.path(&artifact);
-    assert_eq!(std::fs::read(&path).expect("copy written"), result);
-    std::fs::remove_dir_all(dir.path().join("blobs")).expect("remove");
-    // A reader that writes nothing (planb-retro) reads the log and leaves
-    // the files as they are.
-    let reading_only = DataRoot::new(dir.path()).blobs().reading_only();
+    assert_eq!(blobs.get(&artifact).expect("at its place"), result);
+    assert_eq!(blobs.get(&input).expect("at its place"), call);
+
+    // A process reads a places file once and then only what is added to
+    // it, so each case below starts from a copy of the root.
+    let kept = std::fs::read(&places).expect("places");
+    // The places file gone: a reader that writes nothing (planb-retro)
+    // finds both in the log and leaves everything as it is; a reader that
+    // may write notes their places again.
+    let gone = tempfile::tempdir().expect("tempdir");
+    copy_dir(dir.path(), gone.path());
+    let gone_places = gone.path().join("blobs").join("places");
+    std::fs::remove_file(&gone_places).expect("remove places");
+    let reading_only = DataRoot::new(gone.path()).blobs().reading_only();
     assert_eq!(reading_only.get(&input).expect("from the log"), call);
-    assert!(
-        !dir.path().join("blobs").exists(),
-        "a read-only reader wrote"
+    assert!(!gone_places.exists(), "a read-only reader wrote");
+    let noting = DataRoot::new(gone.path()).blobs();
+    assert_eq!(noting.get(&input).expect("from the log"), call);
+    assert_eq!(noting.get(&artifact).expect("noted on the way"), result);
+    assert_eq!(
+        std::fs::read(&gone_places).expect("noted").len(),
+        2 * 68,
+        "both places noted, once"
     );
-    // A file that cannot be written does not fail the read.
-    std::fs::write(dir.path().join("blobs"), b"not a directory").expect("block");
-    assert_eq!(blobs.get(&input).expect("read though not restored"), call);
-    std::fs::remove_file(dir.path().join("blobs")).expect("unblock");
-    assert_eq!(blobs.get(&input).expect("restored"), call);
-    assert_eq!(std::fs::read(&path).expect("restored too"), result);
-    // Damaged, at the same length.
+    // Wrong places (each hash at the other's record): the bytes are still
+    // right, found in the log.
+    let misled_root = tempfile::tempdir().expect("tempdir");
+    copy_dir(dir.path(), misled_root.path());
+    let mut wrong = kept.clone();
+    wrong[4..36].copy_from_slice(&kept[72..104]);
+    wrong[72..104].copy_from_slice(&kept[4..36]);
+    for entry in wrong.chunks_mut(68) {
+        let crc = crc32fast::hash(&entry[..64]);
+        entry[64..].copy_from_slice(&crc.to_le_bytes());
+    }
+    std::fs::write(misled_root.path().join("blobs").join("places"), &wrong).expect("swap");
+    let misled = DataRoot::new(misled_root.path()).blobs();
+    assert_eq!(misled.get(&input).expect("despite its place"), call);
+    assert_eq!(misled.get(&artifact).expect("despite its place"), result);
+
+    // A copy an earlier version wrote is read; a damaged one is read past
+    // and removed.
+    let copy = blobs.path(&artifact);
+    std::fs::create_dir_all(copy.parent().expect("shard")).expect("shard");
+    std::fs::write(&copy, &result).expect("copy");
+    assert_eq!(blobs.get(&artifact).expect("the copy"), result);
     let mut damaged = result.clone();
     damaged[1] ^= 0x20;
-    std::fs::write(&path, &damaged).expect("damage");
-    assert_eq!(blobs.get(&artifact).expect("restored again"), result);
+    std::fs::write(&copy, &damaged).expect("damage");
+    assert_eq!(blobs.get(&artifact).expect("from the log"), result);
+    assert!(!copy.exists(), "the damaged copy was not removed");
     assert!(matches!(
         blobs.get(&[9; 32]),
         Err(planb_projections::BlobError::Missing(_))
     ));
-    // Readers at once, while copies go missing and get damaged: each read
-    // gets the bytes (a restore replaces a file by a rename, so no reader
-    // ever finds it gone).
+    // Readers at once, while the places file goes and comes back: each
+    // read gets the bytes.
     std::thread::scope(|scope| {
         scope.spawn(|| {
-            for n in 0..50u8 {
-                let mut damaged = result.clone();
-                damaged[1] ^= n | 1;
-                let _ = std::fs::write(&path, &damaged);
-                let _ = std::fs::remove_file(blobs.path(&input));
+            for _ in 0..50 {
+                let _ = std::fs::remove_file(&places);
+                let _ = std::fs::write(&places, &kept);
             }
         });
         for _ in 0..4 {
             scope.spawn(|| {
+                let blobs = DataRoot::new(dir.path()).blobs();
                 for _ in 0..50 {
                     assert_eq!(blobs.get(&artifact).expect("result"), result);
                     assert_eq!(blobs.get(&input).expect("call"), call);
@@ -736,4 +773,17 @@ fn a_small_blob_is_in_the_log_and_its_file_is_restored_from_it() {
             });
         }
     });
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    for entry in std::fs::read_dir(from).expect("list") {
+        let entry = entry.expect("entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("type").is_dir() {
+            std::fs::create_dir_all(&target).expect("dir");
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy");
+        }
+    }
 }
