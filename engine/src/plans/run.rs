@@ -304,7 +304,7 @@ pub fn result_value(result: &CallToolResult) -> Result<Value, String> {
 
 struct Call {
     at: usize,
-    tool: ToolInfo,
+    tool: Arc<ToolInfo>,
     args: Map<String, Value>,
     bytes: Vec<u8>,
     input: ContentHash,
@@ -583,7 +583,7 @@ async fn hold(
 async fn step_tools(
     downstream: &Downstream,
     plan: &ExecPlan,
-) -> Result<Vec<ToolInfo>, PlanRunError> {
+) -> Result<Vec<Arc<ToolInfo>>, PlanRunError> {
     let tools = downstream
         .tools_for(plan.steps.iter().map(|s| s.tool.as_str()))
         .await
@@ -594,6 +594,7 @@ async fn step_tools(
         .steps
         .iter()
         .filter_map(|s| Downstream::resolve(&tools, &s.tool).ok())
+        .map(Arc::new)
         .collect())
 }
 
@@ -769,7 +770,7 @@ async fn look(shared: &Shared) -> Result<Option<Settled>, StoreError> {
 async fn drive(
     shared: &Arc<Shared>,
     plan: &ExecPlan,
-    tools: &[ToolInfo],
+    tools: &[Arc<ToolInfo>],
     recorded: &BTreeMap<String, planb_core::StepSuccess>,
     options: &RunOptions,
     started: Instant,
@@ -830,7 +831,7 @@ async fn drive(
                 at,
                 Some(Call {
                     at,
-                    tool: tools[at].clone(),
+                    tool: Arc::clone(&tools[at]),
                     args,
                     bytes,
                     input,
