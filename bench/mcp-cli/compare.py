@@ -94,10 +94,12 @@ def main():
     for key, label in [("chain_ms_per_step", "50-step echo chain, ms a step"),
                        ("raw_call_ms", "raw echo call, ms"),
                        ("overhead_ms", "overhead a step, ms"),
+                       ("rmcp_call_ms", "echo through rmcp's client, ms"),
+                       ("overhead_vs_rmcp_ms", "per step - that call, ms"),
                        ("wide_ms", "50 wide x 20 ms sleep, ms"),
                        ("one_step_ms", "one-step plan, ms")]:
-        print(f"{label:34} {median('disk', key):14.3f} {median('tmpfs', key):14.3f} "
-              f"{median('mcp-cli', key):10.3f}")
+        peer = f"{median('mcp-cli', key):10.3f}" if key in rounds[0]["mcp-cli"] else f"{'-':>10}"
+        print(f"{label:34} {median('disk', key):14.3f} {median('tmpfs', key):14.3f} {peer}")
     print("(planb's one-step plan is timed through JSON-RPC plan_execute from another process; mcp-cli's in its own)")
     fsync = median("disk", "raw_fsync_ms")
     peer_overhead = median("mcp-cli", "overhead_ms")
@@ -105,6 +107,11 @@ def main():
     print(f"raw write+fdatasync on the disk: {fsync:.3f} ms (planb makes one durable append a step; mcp-cli syncs nothing)")
     print(f"mcp-cli's overhead / planb's: {peer_overhead / median('disk', 'overhead_ms'):.2f}x on the disk, "
           f"{peer_overhead / median('tmpfs', 'overhead_ms'):.2f}x with syncs almost free (tmpfs)")
+    for where in ("disk", "tmpfs"):
+        ratios = [r["mcp-cli"]["overhead_ms"] / r[where]["overhead_ms"] for r in rounds]
+        print(f"  round by round, {where}: " + ", ".join(f"{x:.2f}" for x in ratios))
+    net = median("disk", "overhead_ms") - fsync
+    print(f"planb's overhead on the disk less one raw fdatasync: {net:.3f} ms -> mcp-cli's / that: {peer_overhead / net:.2f}x")
 
 
 if __name__ == "__main__":

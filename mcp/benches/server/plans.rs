@@ -69,6 +69,39 @@ fn raw_call_medians(binary: &Path) -> (f64, f64) {
     (stats(&mut samples).0, stats(&mut sleeps).0)
 }
 
+/// The median of a `tools/call` of `echo` through rmcp's client, the
+/// client planb's engine calls with, on a current-thread runtime as the
+/// engine's: the call as planb can make it, before any plan work.
+fn rmcp_call_median(binary: &Path) -> f64 {
+    use rmcp::ServiceExt;
+    use rmcp::model::CallToolRequestParams;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let mut command = tokio::process::Command::new(binary);
+        command.args(["bench", "echo", "sleep"]);
+        let transport = rmcp::transport::TokioChildProcess::new(command).expect("spawn");
+        let client = ().serve(transport).await.expect("handshake");
+        let call = |text: String| {
+            let args = json!({ "text": text }).as_object().cloned().unwrap_or_default();
+            client.call_tool(CallToolRequestParams::new("echo").with_arguments(args))
+        };
+        for _ in 0..50 {
+            call("warm".into()).await.expect("echo");
+        }
+        let mut samples = Vec::with_capacity(RAW_CALLS);
+        for n in 0..RAW_CALLS {
+            let start = Instant::now();
+            call(format!("step {n}")).await.expect("echo");
+            samples.push(start.elapsed());
+        }
+        let _ = client.cancel().await;
+        stats(&mut samples).0
+    })
+}
+
 fn chain() -> Value {
     let steps: Vec<Value> = (1..=STEPS)
         .map(|n| {
@@ -136,6 +169,7 @@ fn run_times(
 pub fn run(raw_fsync: f64) {
     let binary = downstream();
     let (raw_call, raw_sleep) = raw_call_medians(&binary);
+    let rmcp_call = rmcp_call_median(&binary);
     let root = bench_root("plans");
     let servers = root.join("servers.json");
     std::fs::write(
@@ -162,6 +196,10 @@ pub fn run(raw_fsync: f64) {
         "plan: engine overhead per step (per step - raw call) {overhead:.3} ms = {:.2}x one fdatasync; a chain step records its result and the next step's start in one durable append; budget <= 1 ms + one durable append = {:.3} ms",
         overhead / raw_fsync,
         1.0 + raw_fsync
+    );
+    println!(
+        "plan: the same echo call through rmcp's client (planb's): {rmcp_call:.3} ms; per step - that call = {:.3} ms, the plan's own work",
+        per_step - rmcp_call
     );
     // The same plan again after HISTORY runs of it: every run stays in
     // its task, so whatever copies or scans a plan's runs shows here.
@@ -197,6 +235,8 @@ pub fn run(raw_fsync: f64) {
         json!({
             "chain_ms_per_step": per_step,
             "raw_call_ms": raw_call,
+            "rmcp_call_ms": rmcp_call,
+            "overhead_vs_rmcp_ms": per_step - rmcp_call,
             "overhead_ms": overhead,
             "raw_fsync_ms": raw_fsync,
             "wide_ms": wide_wall,
