@@ -98,8 +98,8 @@ def main():
                        ("overhead_vs_rmcp_ms", "per step - that call, ms"),
                        ("wide_ms", "50 wide x 20 ms sleep, ms"),
                        ("one_step_ms", "one-step plan, ms")]:
-        peer = f"{median('mcp-cli', key):10.3f}" if key in rounds[0]["mcp-cli"] else f"{'-':>10}"
-        print(f"{label:34} {median('disk', key):14.3f} {median('tmpfs', key):14.3f} {peer}")
+        theirs = f"{median('mcp-cli', key):10.3f}" if key in rounds[0]["mcp-cli"] else f"{'-':>10}"
+        print(f"{label:34} {median('disk', key):14.3f} {median('tmpfs', key):14.3f} {theirs}")
     print("(planb's one-step plan is timed through JSON-RPC plan_execute from another process; mcp-cli's in its own)")
     fsync = median("disk", "raw_fsync_ms")
     peer_overhead = median("mcp-cli", "overhead_ms")
