@@ -61,6 +61,7 @@ def peer(python, server):
         "chain_ms_per_step": found["derived"]["chain_ms_per_step"],
         "raw_call_ms": found["raw_echo"]["transport_call_tool_ms_median"],
         "overhead_ms": found["derived"]["per_step_overhead_ms_vs_transport"],
+        "overhead_paired_ms": found["derived"]["per_step_overhead_ms_paired"],
         "wide_ms": found["plans"]["wide"]["wall_ms_median"],
         "one_step_ms": found["plans"]["first_call"]["wall_ms_median"],
     }
@@ -94,6 +95,7 @@ def main():
     for key, label in [("chain_ms_per_step", "50-step echo chain, ms a step"),
                        ("raw_call_ms", "raw echo call, ms"),
                        ("overhead_ms", "overhead a step, ms"),
+                       ("overhead_paired_ms", "the same, paired run by run, ms"),
                        ("rmcp_call_ms", "echo through rmcp's client, ms"),
                        ("overhead_vs_rmcp_ms", "per step - that call, ms"),
                        ("wide_ms", "50 wide x 20 ms sleep, ms"),
@@ -109,6 +111,13 @@ def main():
           f"{peer_overhead / median('tmpfs', 'overhead_ms'):.2f}x with syncs almost free (tmpfs)")
     for where in ("disk", "tmpfs"):
         ratios = [r["mcp-cli"]["overhead_ms"] / r[where]["overhead_ms"] for r in rounds]
+        print(f"  round by round, {where}: " + ", ".join(f"{x:.2f}" for x in ratios))
+    paired = median("mcp-cli", "overhead_paired_ms")
+    print(f"paired run by run (each chain run against raw calls just before it): "
+          f"{paired / median('disk', 'overhead_paired_ms'):.2f}x on the disk, "
+          f"{paired / median('tmpfs', 'overhead_paired_ms'):.2f}x on tmpfs")
+    for where in ("disk", "tmpfs"):
+        ratios = [r["mcp-cli"]["overhead_paired_ms"] / r[where]["overhead_paired_ms"] for r in rounds]
         print(f"  round by round, {where}: " + ", ".join(f"{x:.2f}" for x in ratios))
     net = median("disk", "overhead_ms") - fsync
     print(f"planb's overhead on the disk less one raw fdatasync: {net:.3f} ms -> mcp-cli's / that: {peer_overhead / net:.2f}x")

@@ -178,6 +178,29 @@ async def bench_raw(tm, n: int, warmup: int = 20) -> dict:
     }
 
 
+async def bench_paired(ctx, tm, plan: dict, runs: int, burst: int, run_timeout: float) -> dict:
+    """The chain's per-step overhead, each run set against a burst of raw
+    calls made just before it, so both see the machine in the same state."""
+    transport = tm.stream_manager.transports[SERVER_NAME]
+    args = {"text": "raw"}
+    steps = len(plan["steps"])
+    overheads = []
+    for _ in range(runs):
+        raw = []
+        for _ in range(burst):
+            t0 = time.perf_counter()
+            await transport.call_tool("echo", args)
+            raw.append(time.perf_counter() - t0)
+        run = await run_plan_once(ctx, plan, run_timeout)
+        if run["ok"]:
+            overheads.append(run["wall_s"] / steps - statistics.median(raw))
+    return {
+        "runs": runs,
+        "burst": burst,
+        "overhead_ms_median": _ms(statistics.median(overheads)) if overheads else None,
+    }
+
+
 async def main_async(a) -> dict:
     from mcp_cli.config.logging import setup_logging
     from mcp_cli.config.defaults import (
@@ -222,6 +245,8 @@ async def main_async(a) -> dict:
             results[name] = await bench_plan(ctx, plan, a.runs, a.warmup, a.run_timeout)
         print("[bench] raw calls ...", file=sys.stderr, flush=True)
         raw = await bench_raw(tm, a.raw_calls)
+        print("[bench] chain runs paired with raw calls ...", file=sys.stderr, flush=True)
+        paired = await bench_paired(ctx, tm, chain_plan(50), 15, 30, a.run_timeout)
     finally:
         await tm.close()
 
@@ -236,6 +261,8 @@ async def main_async(a) -> dict:
             "per_step_overhead_ms_vs_tool_manager":
                 round(per_step - raw["tool_manager_execute_tool_ms_median"], 3),
         }
+    if paired["overhead_ms_median"] is not None:
+        derived["per_step_overhead_ms_paired"] = round(paired["overhead_ms_median"], 3)
     if results["wide"]["wall_ms_median"] is not None:
         derived["wide_ideal_ms_at_concurrency"] = round(
             -(-50 // DEFAULT_PLAN_MAX_CONCURRENCY) * 20, 3)

@@ -22,6 +22,10 @@ const SLEEP_MS: u64 = 20;
 const RAW_SLEEPS: usize = 20;
 /// Runs of the chain between its first and its late measurement.
 const HISTORY: usize = 500;
+/// Chain runs each paired with a burst of raw calls.
+const PAIRED: usize = 15;
+/// Raw calls in one burst.
+const BURST: usize = 30;
 
 fn downstream() -> PathBuf {
     let status = planb_tests::process::cargo(env!("CARGO"))
@@ -44,11 +48,7 @@ fn downstream() -> PathBuf {
 
 /// The medians of a raw `tools/call` of `echo`, and of a `sleep` of
 /// SLEEP_MS, to the server, straight over its stdio.
-fn raw_call_medians(binary: &Path) -> (f64, f64) {
-    let mut command = Command::new(binary);
-    command.args(["bench", "echo", "sleep"]);
-    let mut server = Server::from_command(command);
-    server.initialize();
+fn raw_call_medians(server: &mut Server) -> (f64, f64) {
     for _ in 0..50 {
         server.call("echo", json!({"text": "warm"}));
     }
@@ -85,7 +85,10 @@ fn rmcp_call_median(binary: &Path) -> f64 {
         let transport = rmcp::transport::TokioChildProcess::new(command).expect("spawn");
         let client = ().serve(transport).await.expect("handshake");
         let call = |text: String| {
-            let args = json!({ "text": text }).as_object().cloned().unwrap_or_default();
+            let args = json!({ "text": text })
+                .as_object()
+                .cloned()
+                .unwrap_or_default();
             client.call_tool(CallToolRequestParams::new("echo").with_arguments(args))
         };
         for _ in 0..50 {
@@ -133,6 +136,28 @@ fn one() -> Value {
     ]})
 }
 
+/// The chain's per-step overhead, each run of plan `id` set against a burst
+/// of raw calls to `raw` made just before it, so both see the machine in
+/// the same state: the median over PAIRED runs.
+fn paired_overhead(server: &mut Server, raw: &mut Server, id: &str, first: usize) -> f64 {
+    let mut overheads: Vec<f64> = (first..first + PAIRED)
+        .map(|n| {
+            let mut burst: Vec<Duration> = (0..BURST)
+                .map(|k| {
+                    let start = Instant::now();
+                    raw.call("echo", json!({"text": format!("pair {n} {k}")}));
+                    start.elapsed()
+                })
+                .collect();
+            let raw_call = stats(&mut burst).0;
+            let wall = run_times(server, id, n..=n)[0].as_secs_f64() * 1e3;
+            wall / STEPS as f64 - raw_call
+        })
+        .collect();
+    overheads.sort_by(f64::total_cmp);
+    overheads[overheads.len() / 2]
+}
+
 /// Median wall time of `plan_execute` of `plan` (created once) over RUNS
 /// runs after a warm-up run; and the plan's id.
 fn runs(server: &mut Server, plan: &Value) -> (f64, String) {
@@ -168,7 +193,14 @@ fn run_times(
 
 pub fn run(raw_fsync: f64) {
     let binary = downstream();
-    let (raw_call, raw_sleep) = raw_call_medians(&binary);
+    let mut raw = {
+        let mut command = Command::new(&binary);
+        command.args(["bench", "echo", "sleep"]);
+        let mut raw = Server::from_command(command);
+        raw.initialize();
+        raw
+    };
+    let (raw_call, raw_sleep) = raw_call_medians(&mut raw);
     let rmcp_call = rmcp_call_median(&binary);
     let root = bench_root("plans");
     let servers = root.join("servers.json");
@@ -201,18 +233,23 @@ pub fn run(raw_fsync: f64) {
         "plan: the same echo call through rmcp's client (planb's): {rmcp_call:.3} ms; per step - that call = {:.3} ms, the plan's own work",
         per_step - rmcp_call
     );
+    let paired = paired_overhead(&mut server, &mut raw, &chain_id, RUNS + 1);
+    println!(
+        "plan: engine overhead per step, each of {PAIRED} runs set against {BURST} raw calls just before it: median {paired:.3} ms"
+    );
     // The same plan again after HISTORY runs of it: every run stays in
     // its task, so whatever copies or scans a plan's runs shows here.
-    run_times(&mut server, &chain_id, RUNS + 1..=RUNS + HISTORY);
+    let done = RUNS + PAIRED;
+    run_times(&mut server, &chain_id, done + 1..=done + HISTORY);
     let mut late = run_times(
         &mut server,
         &chain_id,
-        RUNS + HISTORY + 1..=RUNS + HISTORY + RUNS,
+        done + HISTORY + 1..=done + HISTORY + RUNS,
     );
     let late_per_step = stats(&mut late).0 / STEPS as f64;
     println!(
         "plan: the same chain after {} runs of it: {late_per_step:.3} ms per step = {:.2}x its first runs (flat: 1.0)",
-        RUNS + HISTORY,
+        done + HISTORY,
         late_per_step / per_step
     );
     let (wide_wall, _) = runs(&mut server, &wide());
@@ -238,6 +275,7 @@ pub fn run(raw_fsync: f64) {
             "rmcp_call_ms": rmcp_call,
             "overhead_vs_rmcp_ms": per_step - rmcp_call,
             "overhead_ms": overhead,
+            "overhead_paired_ms": paired,
             "raw_fsync_ms": raw_fsync,
             "wide_ms": wide_wall,
             "wide_ideal_ms": ideal,
