@@ -469,6 +469,105 @@ fn small_results_live_in_the_log_and_outlast_the_blob_files() {
     assert!(ok, "{said}");
 }
 
+/// Several processes run plans on one data root at once: each notes the
+/// places of the blobs it records in the one places file, no entry is torn
+/// or lost, no blob gets a file of its own, and every blob reads back from
+/// its place.
+#[test]
+fn processes_running_plans_at_once_note_every_blob_s_place() {
+    use std::collections::BTreeSet;
+
+    let setup = Setup::new();
+    let ids: Vec<String> = (0..3)
+        .map(|p| {
+            let steps: Vec<Value> = (1..=12)
+                .map(|n| {
+                    let after: Vec<String> = if n == 1 {
+                        vec![]
+                    } else {
+                        vec![(n - 1).to_string()]
+                    };
+                    let after: Vec<&str> = after.iter().map(String::as_str).collect();
+                    let text = if n == 1 {
+                        format!("plan {p} begins")
+                    } else {
+                        format!("plan {p} step {n} after ${{s{}}}", n - 1)
+                    };
+                    step(
+                        &n.to_string(),
+                        "alpha__echo",
+                        json!({ "text": text }),
+                        &after,
+                        Some(&format!("s{n}")),
+                    )
+                })
+                .collect();
+            setup.create(&json!({"title": format!("Plan {p}"), "steps": steps}))
+        })
+        .collect();
+    let children: Vec<std::process::Child> = ids
+        .iter()
+        .map(|id| {
+            setup
+                .command(&["run", id])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().expect("wait");
+        assert!(
+            out.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let blobs = setup.path("root").join("blobs");
+    assert_eq!(walk(&blobs), 1, "only the places file");
+    let bytes = std::fs::read(blobs.join("places")).expect("places");
+    assert_eq!(bytes.len() % 68, 0, "a torn entry");
+    let mut placed = BTreeSet::new();
+    for entry in bytes.chunks(68) {
+        assert_eq!(&entry[..4], b"PBLP");
+        assert_eq!(
+            crc32fast::hash(&entry[..64]).to_le_bytes(),
+            entry[64..68],
+            "an entry's checksum"
+        );
+        placed.insert(<[u8; 32]>::try_from(&entry[4..36]).expect("hash"));
+    }
+    // Every blob the log holds has its place.
+    let mut held = BTreeSet::new();
+    let mut reader = planb_log::read_dir(
+        &setup.path("root").join("log"),
+        Default::default(),
+        planb_log::Cursor(1),
+    )
+    .expect("log");
+    while let Some(record) = reader.next().expect("record") {
+        let envelope = planb_core::decode(&record.payload, planb_core::Cursor(record.cursor.0))
+            .expect("event");
+        if let planb_core::EventBody::BlobStored { bytes, .. } = envelope.event.body {
+            held.insert(planb_core::ContentHash::of_bytes(&bytes).0);
+        }
+    }
+    // Three plans of twelve steps: a call and a result each.
+    assert_eq!(held.len(), 3 * 12 * 2, "blobs the log holds");
+    assert_eq!(placed, held);
+    let store = planb_projections::DataRoot::new(setup.path("root")).blobs();
+    for hash in &held {
+        let bytes = store.get(hash).expect("read at its place");
+        assert_eq!(planb_core::ContentHash::of_bytes(&bytes).0, *hash);
+    }
+    for id in &ids {
+        let (_, shown) = setup.run(&["show", id]);
+        assert!(shown.contains("completed"), "{shown}");
+    }
+}
+
 fn walk(dir: &std::path::Path) -> usize {
     std::fs::read_dir(dir).map_or(0, |entries| {
         entries
