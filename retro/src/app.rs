@@ -516,8 +516,10 @@ fn step_page(
                 format!("step {step:?} is not in plan {id}"),
             )
         })?;
+        let (calls, earlier) = tasks::plan_calls(root, &at, step);
         let view = pages::PlanStepView {
-            calls: tasks::plan_calls(root, &at, step),
+            calls,
+            earlier,
             at: &at,
             plan_title: &plan.title,
             step: &plan.steps[position],

@@ -22,6 +22,7 @@ mod tasks;
 
 pub use app::{AppState, PageError, app};
 pub use live::{Follower, POLL_INTERVAL, Retro};
+pub use tasks::CALLS_SHOWN;
 
 use std::net::SocketAddr;
 

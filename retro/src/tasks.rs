@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use planb_core::dag::{Action, Pipeline, StepDef, StepId};
 use planb_core::state::ContentHash;
-use planb_core::{EventBody, Task};
+use planb_core::{Cursor, EventBody, Task};
 use planb_engine::pipelines;
 use planb_projections::{DataRoot, TaskAt, Timeline};
 use planb_ui::pages::{ArtifactVersion, CallEnd, PlanCall, PromptView};
@@ -154,32 +154,62 @@ fn pretty_blob(root: &DataRoot, hash: &[u8; 32], what: &str) -> Result<String, S
     };
     if let Some((cut, _)) = text.char_indices().nth(SHOWN_CHARS_MAX) {
         let shown = &text[..cut];
+        // A small blob has no file: it is in the log.
+        let path = root.blobs().path(hash);
+        let whole = if path.exists() {
+            format!("the whole {what} is {}", path.display())
+        } else {
+            format!("the whole {what} is in the log")
+        };
         Ok(format!(
-            "{shown}\n… ({} bytes in all; the whole {what} is {})",
-            bytes.len(),
-            root.blobs().path(hash).display()
+            "{shown}\n… ({} bytes in all; {whole})",
+            bytes.len()
         ))
     } else {
         Ok(text)
     }
 }
 
-/// Every call made for the plan step `index` up to the page's cursor, each
-/// with the arguments as sent and its result or failure.
-pub fn plan_calls(root: &DataRoot, at: &TaskAt<'_>, index: &str) -> Vec<PlanCall> {
-    let mut calls: Vec<PlanCall> = Vec::new();
+/// Calls of one plan step a page shows: the latest, by the page's cursor.
+pub const CALLS_SHOWN: usize = 20;
+
+/// A call as the log records it, before its blobs are read.
+struct Recorded<'e> {
+    cursor: Cursor,
+    at: planb_core::Timestamp,
+    run: planb_core::RunId,
+    call: Option<&'e [u8; 32]>,
+    end: Option<RecordedEnd<'e>>,
+}
+
+enum RecordedEnd<'e> {
+    Succeeded {
+        cursor: Cursor,
+        duration_ms: u64,
+        artifact: &'e [u8; 32],
+    },
+    Failed {
+        cursor: Cursor,
+        class: &'e str,
+        message: &'e str,
+    },
+}
+
+/// The latest [`CALLS_SHOWN`] calls made for the plan step `index` up to
+/// the page's cursor, oldest first, each with the arguments as sent and its
+/// result or failure; and how many earlier calls there were. Only the
+/// calls shown have their blobs read.
+pub fn plan_calls(root: &DataRoot, at: &TaskAt<'_>, index: &str) -> (Vec<PlanCall>, usize) {
+    let mut recorded: Vec<Recorded<'_>> = Vec::new();
     for envelope in &at.events {
         match &envelope.event.body {
             EventBody::StepStarted {
                 step, run, call, ..
-            } if step == index => calls.push(PlanCall {
+            } if step == index => recorded.push(Recorded {
                 cursor: envelope.cursor,
                 at: envelope.event.at,
                 run: *run,
-                call: match call {
-                    Some(hash) => pretty_blob(root, hash, "call"),
-                    None => Err("the call was not recorded".into()),
-                },
+                call: call.as_ref(),
                 end: None,
             }),
             EventBody::StepSucceeded {
@@ -189,14 +219,14 @@ pub fn plan_calls(root: &DataRoot, at: &TaskAt<'_>, index: &str) -> Vec<PlanCall
                 duration_ms,
                 ..
             } if step == index => {
-                if let Some(last) = calls
+                if let Some(last) = recorded
                     .last_mut()
                     .filter(|c| c.run == *run && c.end.is_none())
                 {
-                    last.end = Some(CallEnd::Succeeded {
+                    last.end = Some(RecordedEnd::Succeeded {
                         cursor: envelope.cursor,
                         duration_ms: *duration_ms,
-                        result: pretty_blob(root, artifact, "result"),
+                        artifact,
                     });
                 }
             }
@@ -207,19 +237,53 @@ pub fn plan_calls(root: &DataRoot, at: &TaskAt<'_>, index: &str) -> Vec<PlanCall
                 message,
                 ..
             } if step == index => {
-                if let Some(last) = calls
+                if let Some(last) = recorded
                     .last_mut()
                     .filter(|c| c.run == *run && c.end.is_none())
                 {
-                    last.end = Some(CallEnd::Failed {
+                    last.end = Some(RecordedEnd::Failed {
                         cursor: envelope.cursor,
-                        class: class.clone(),
-                        message: message.clone(),
+                        class,
+                        message,
                     });
                 }
             }
             _ => {}
         }
     }
-    calls
+    let earlier = recorded.len().saturating_sub(CALLS_SHOWN);
+    let calls = recorded
+        .into_iter()
+        .skip(earlier)
+        .map(|one| PlanCall {
+            cursor: one.cursor,
+            at: one.at,
+            run: one.run,
+            call: match one.call {
+                Some(hash) => pretty_blob(root, hash, "call"),
+                None => Err("the call was not recorded".into()),
+            },
+            end: one.end.map(|end| match end {
+                RecordedEnd::Succeeded {
+                    cursor,
+                    duration_ms,
+                    artifact,
+                } => CallEnd::Succeeded {
+                    cursor,
+                    duration_ms,
+                    result: pretty_blob(root, artifact, "result"),
+                },
+                RecordedEnd::Failed {
+                    cursor,
+                    class,
+                    message,
+                } => CallEnd::Failed {
+                    cursor,
+                    class: class.to_owned(),
+                    message: message.to_owned(),
+                },
+            }),
+        })
+        .collect();
+    (calls, earlier)
 }

@@ -509,6 +509,128 @@ async fn a_plan_run_shows_its_dag_over_time_and_each_call_with_its_result() {
     .await;
 }
 
+/// A plan run many times: a step's page shows its latest calls, with
+/// their results read from the log, and links back to the earlier ones.
+#[tokio::test]
+async fn a_step_called_in_many_runs_shows_its_latest_calls_and_links_to_earlier_ones() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = DataRoot::new(dir.path());
+    let env = Arc::new(FixedEnvironment::new(Timestamp(1_700_000_000_000), 1_000));
+    let (store, _) = Store::open(root.clone(), env).expect("open store");
+    let plan = serde_json::json!({"title": "Again and again", "steps": [
+        {"index": "1", "title": "Echo", "tool": "alpha__echo", "args": {"text": "${n}"}}
+    ]});
+    let plan = planb_core::exec_plan::ExecPlan::from_json(&plan).expect("plan");
+    let task = TaskId::from_uuid(Uuid::new_v4());
+    store
+        .execute(Command::CreatePlan {
+            task,
+            definition: plan.to_json().to_string(),
+            client_request_id: None,
+        })
+        .expect("create plan");
+    let runs = planb_retro::CALLS_SHOWN + 5;
+    for n in 1..=runs {
+        let run = RunId::from_uuid(Uuid::new_v4());
+        store
+            .execute(Command::StartRun {
+                task,
+                run,
+                resumed_from: None,
+                owner_pid: 77,
+                host: "test".into(),
+                variables: Some(format!("{{\"n\":\"call {n}\"}}")),
+            })
+            .expect("start run");
+        let call = format!(r#"{{"tool":"alpha__echo","args":{{"text":"call {n}"}}}}"#).into_bytes();
+        let result = format!(r#""echoed {n}""#).into_bytes();
+        let input = ContentHash::of_bytes(&call).0;
+        let artifact = ContentHash::of_bytes(&result).0;
+        store
+            .execute(Command::SettleAndStart {
+                task,
+                run,
+                ends: Vec::new(),
+                starts: vec![planb_core::StepStart {
+                    step: "1".into(),
+                    input,
+                    call: Some(input),
+                }],
+                inline: vec![call],
+            })
+            .expect("start");
+        store
+            .execute(Command::SettleAndStart {
+                task,
+                run,
+                ends: vec![Command::SucceedStep {
+                    task,
+                    run,
+                    step: "1".into(),
+                    input,
+                    artifact,
+                    bytes: result.len() as u64,
+                    duration_ms: 1,
+                    tokens_in: 0,
+                    tokens_out: 0,
+                }],
+                starts: Vec::new(),
+                inline: vec![result],
+            })
+            .expect("succeed");
+        store
+            .execute(Command::EndRun {
+                task,
+                run,
+                outcome: RunOutcome::Completed,
+                reason: None,
+                failed_step: None,
+                recoverable: false,
+            })
+            .expect("end");
+    }
+    drop(store);
+    let router = router(&root);
+    let id = task.to_string();
+    let page = check(
+        &router,
+        &format!("/tasks/{id}/steps/1"),
+        StatusCode::OK,
+        &[
+            "5 earlier ones are not shown",
+            "&quot;text&quot;: &quot;call 6&quot;",
+            &format!("&quot;echoed {runs}&quot;"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        page.matches("class=\"plan-result\"").count(),
+        planb_retro::CALLS_SHOWN
+    );
+    assert!(
+        !page.contains("&quot;call 5&quot;"),
+        "an earlier call shown"
+    );
+    let earlier = page
+        .split("href=\"")
+        .find_map(|rest| {
+            let link = &rest[..rest.find('"')?];
+            link.starts_with(&format!("/tasks/{id}/steps/1?at="))
+                .then(|| link.to_owned())
+        })
+        .filter(|link| page.contains(&format!("{link}\">Earlier calls")))
+        .expect("a link to the earlier calls");
+    let before = check(
+        &router,
+        &earlier,
+        StatusCode::OK,
+        &["&quot;call 1&quot;", "&quot;echoed 5&quot;"],
+    )
+    .await;
+    assert_eq!(before.matches("class=\"plan-result\"").count(), 5);
+    assert!(!before.contains("earlier ones are not shown"), "{before}");
+}
+
 #[tokio::test]
 async fn the_task_scrubber_moved_with_the_keyboard_shows_each_step_as_of_each_event() {
     let f = fixture();

@@ -487,8 +487,10 @@ pub struct PlanStepView<'a> {
     pub step: &'a PlanStep,
     /// The indexes of the steps it waits for.
     pub needs: Vec<&'a str>,
-    /// Every call of the step up to the cursor, oldest first.
+    /// The latest calls of the step up to the cursor, oldest first.
     pub calls: Vec<PlanCall>,
+    /// Calls before those, not shown.
+    pub earlier: usize,
     /// The cursor shown.
     pub cursor: Cursor,
 }
@@ -524,6 +526,13 @@ pub fn retro_plan_step_page(timeline: &Timeline, view: &PlanStepView<'_>) -> Mar
                 h2 { "Calls" }
                 @if view.calls.is_empty() {
                     p.retro-muted { "Not called by this point." }
+                }
+                @if let (true, Some(first)) = (view.earlier > 0, view.calls.first()) {
+                    p.retro-muted {
+                        "The " (view.calls.len()) " latest calls by this point; "
+                        (view.earlier) " earlier ones are not shown. "
+                        a href={"/tasks/" (id) "/steps/" (step.index) "?at=" (first.cursor.0 - 1)} { "Earlier calls" }
+                    }
                 }
                 ol.retro-entries {
                     @for call in &view.calls {
