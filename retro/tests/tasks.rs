@@ -529,7 +529,9 @@ async fn a_step_called_in_many_runs_shows_its_latest_calls_and_links_to_earlier_
             client_request_id: None,
         })
         .expect("create plan");
-    let runs = planb_retro::CALLS_SHOWN + 5;
+    let shown = planb_retro::CALLS_SHOWN;
+    let runs_shown = planb_ui::pages::RUNS_SHOWN;
+    let runs = shown.max(runs_shown) + 5;
     for n in 1..=runs {
         let run = RunId::from_uuid(Uuid::new_v4());
         store
@@ -597,38 +599,50 @@ async fn a_step_called_in_many_runs_shows_its_latest_calls_and_links_to_earlier_
         &format!("/tasks/{id}/steps/1"),
         StatusCode::OK,
         &[
-            "5 earlier ones are not shown",
-            "&quot;text&quot;: &quot;call 6&quot;",
+            &format!("{} earlier ones are not shown", runs - shown),
+            &format!("&quot;text&quot;: &quot;call {}&quot;", runs - shown + 1),
             &format!("&quot;echoed {runs}&quot;"),
         ],
     )
     .await;
-    assert_eq!(
-        page.matches("class=\"plan-result\"").count(),
-        planb_retro::CALLS_SHOWN
-    );
-    assert!(
-        !page.contains("&quot;call 5&quot;"),
-        "an earlier call shown"
-    );
+    assert_eq!(page.matches("class=\"plan-result\"").count(), shown);
+    let last_hidden = format!("&quot;call {}&quot;", runs - shown);
+    assert!(!page.contains(&last_hidden), "an earlier call shown");
     let earlier = page
         .split("href=\"")
         .find_map(|rest| {
             let link = &rest[..rest.find('"')?];
-            link.starts_with(&format!("/tasks/{id}/steps/1?at="))
-                .then(|| link.to_owned())
+            (link.starts_with(&format!("/tasks/{id}/steps/1?at="))
+                && rest.contains("\">Earlier calls"))
+            .then(|| link.to_owned())
         })
         .filter(|link| page.contains(&format!("{link}\">Earlier calls")))
         .expect("a link to the earlier calls");
+    // As of just before the first call shown: the calls before it.
     let before = check(
         &router,
         &earlier,
         StatusCode::OK,
-        &["&quot;call 1&quot;", "&quot;echoed 5&quot;"],
+        &[
+            &last_hidden,
+            &format!("&quot;echoed {}&quot;", runs - shown),
+        ],
     )
     .await;
-    assert_eq!(before.matches("class=\"plan-result\"").count(), 5);
-    assert!(!before.contains("earlier ones are not shown"), "{before}");
+    assert_eq!(
+        before.matches("class=\"plan-result\"").count(),
+        shown.min(runs - shown)
+    );
+    // The task's page lists the latest runs.
+    check(
+        &router,
+        &format!("/tasks/{id}"),
+        StatusCode::OK,
+        &[&format!(
+            "The {runs_shown} latest of {runs} runs by this point."
+        )],
+    )
+    .await;
 }
 
 #[tokio::test]

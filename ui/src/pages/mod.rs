@@ -31,8 +31,8 @@ pub use retro::{
     retro_session_page, retro_state_fragment,
 };
 pub use retro_task::{
-    ArtifactVersion, CallEnd, PlanCall, PlanStepView, PromptView, StepView, Steps, TaskView,
-    retro_plan_step_page, retro_step_page, retro_task_page,
+    ArtifactVersion, CallEnd, PlanCall, PlanStepView, PromptView, RUNS_SHOWN, StepView, Steps,
+    TaskView, retro_plan_step_page, retro_step_page, retro_task_page,
 };
 pub use review::{ReviewView, review_page};
 pub use shell::message_page;

@@ -243,8 +243,11 @@ fn event_line(envelope: &Envelope) -> Option<Markup> {
     Some(html! { (text) })
 }
 
+/// Runs shown on a task's page: the latest.
+pub const RUNS_SHOWN: usize = 50;
+
 /// A task as of `view.cursor`: the scrubber over its events, the DAG with
-/// each step's state, its runs, its events and its run log.
+/// each step's state, its latest runs, its events and its run log.
 pub fn retro_task_page(timeline: &Timeline, view: &TaskView<'_>) -> Markup {
     let task = &view.at.task;
     let is_plan = matches!(view.steps, Steps::Plan(_));
@@ -335,8 +338,12 @@ pub fn retro_task_page(timeline: &Timeline, view: &TaskView<'_>) -> Markup {
                 }
                 section.retro-runs aria-label="Runs" {
                     h2 { "Runs" }
-                    ol.retro-list {
-                        @for run in &task.runs {
+                    @let earlier = task.runs.len().saturating_sub(RUNS_SHOWN);
+                    @if earlier > 0 {
+                        p.retro-muted { "The " (RUNS_SHOWN) " latest of " (task.runs.len()) " runs by this point." }
+                    }
+                    ol.retro-list start=(earlier + 1) {
+                        @for run in &task.runs[earlier..] {
                             li {
                                 code { (short(&run.id)) } " · " strong { (run.state.as_str()) }
                                 " · started " (when(run.started_at))
