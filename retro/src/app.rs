@@ -185,6 +185,10 @@ async fn index(State(state): State<AppState>, Query(query): Query<IndexQuery>) -
 #[derive(Debug, Deserialize)]
 struct AtQuery {
     at: Option<String>,
+    /// On a task's page: the position of one of the task's events (0 for
+    /// its first), which the page redirects to the cursor of; the scrubber
+    /// moves by position, so the page need not carry every cursor.
+    pos: Option<String>,
 }
 
 async fn session(
@@ -447,6 +451,15 @@ fn task_page(state: &AppState, id: &str, query: &AtQuery) -> Result<Response, Pa
     let cursors = timeline.task_cursors(&id);
     if cursors.is_empty() {
         return Err(unknown_task(&id));
+    }
+    if let Some(pos) = query.pos.as_deref() {
+        let pos: usize = number("pos", pos)?;
+        let cursor = cursors[pos.min(cursors.len() - 1)];
+        return Ok((
+            StatusCode::SEE_OTHER,
+            [(header::LOCATION, format!("/tasks/{id}?at={cursor}"))],
+        )
+            .into_response());
     }
     // Before the task existed, show it as it was created.
     let cursor = cursor.max(cursors[0]);

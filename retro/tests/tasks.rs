@@ -308,6 +308,31 @@ async fn bad_task_addresses_are_pages_with_their_status() {
         &["past the end of the log"],
     )
     .await;
+    // The scrubber moves by position among the task's events: the page
+    // redirects a position to its event's cursor, past the last to the last.
+    let cursors: Vec<u64> = {
+        let (retro, mut follower) = Retro::open(&f.root);
+        follower.poll(&retro);
+        let timeline = retro.timeline();
+        timeline.task_cursors(&f.task).iter().map(|c| c.0).collect()
+    };
+    for (pos, cursor) in [
+        (0, cursors[0]),
+        (2, cursors[2]),
+        (999_999, cursors[cursors.len() - 1]),
+    ] {
+        assert_eq!(
+            oneshot::redirect(&router, &format!("/tasks/{task}?pos={pos}")).await,
+            format!("/tasks/{task}?at={cursor}")
+        );
+    }
+    check(
+        &router,
+        &format!("/tasks/{task}?pos=first"),
+        StatusCode::BAD_REQUEST,
+        &["pos: &quot;first&quot; is not a number"],
+    )
+    .await;
 }
 
 /// An execution plan run recorded as `planb-mcp plan run` records one:
@@ -669,13 +694,31 @@ async fn the_task_scrubber_moved_with_the_keyboard_shows_each_step_as_of_each_ev
             .await
             .contains("is-failed")
     );
-    let cursors: Vec<String> = browser
-        .string("document.querySelector('#task-scrubber').dataset.cursors")
-        .await
-        .split(',')
-        .map(str::to_owned)
-        .collect();
+    // The page carries no list of cursors: the scrubber moves by position
+    // and the server redirects each position to its event's cursor.
+    assert_eq!(
+        browser
+            .string("String(document.querySelector('#task-scrubber').dataset.cursors)")
+            .await,
+        "undefined"
+    );
+    let cursors: Vec<u64> = {
+        let (retro, mut follower) = Retro::open(&f.root);
+        follower.poll(&retro);
+        let timeline = retro.timeline();
+        timeline.task_cursors(&f.task).iter().map(|c| c.0).collect()
+    };
     assert!(cursors.len() >= 6, "{cursors:?}");
+    assert!(
+        browser
+            .string("document.querySelector('#task-scrubber').innerText")
+            .await
+            .contains(&format!(
+                "Event {n} of {n} · #{}",
+                cursors[cursors.len() - 1],
+                n = cursors.len()
+            ))
+    );
 
     // Home: the first event, the task created and nothing run.
     browser.tab_to("task-scrub", 12).await;
@@ -705,7 +748,7 @@ async fn the_task_scrubber_moved_with_the_keyboard_shows_each_step_as_of_each_ev
     // purpose not failed yet.
     let done_at = cursors
         .iter()
-        .position(|c| *c == f.intake_done.to_string())
+        .position(|c| *c == f.intake_done)
         .expect("intake's success among the task's events");
     for cursor in &cursors[1..=done_at] {
         browser.tab_to("task-scrub", 12).await;

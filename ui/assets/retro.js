@@ -149,14 +149,15 @@
     });
   }
 
-  // The task scrubber: moving it opens the task as of that event.
+  // The task scrubber: moving it opens the task as of that event. It moves
+  // by position among the task's events; the server turns the position
+  // into the event's cursor (a task of a hundred thousand events would
+  // otherwise carry all their cursors in the page).
   function initTaskScrubber(nav) {
     const range = document.getElementById("task-scrub");
-    const cursors = (nav.dataset.cursors || "").split(",").filter(Boolean);
-    if (!range || !cursors.length) return;
+    if (!range || !nav.dataset.base) return;
     range.addEventListener("change", () => {
-      const cursor = cursors[Number(range.value)];
-      if (cursor) location.assign(nav.dataset.base + cursor);
+      location.assign(nav.dataset.base + Number(range.value));
     });
   }
 

@@ -51,3 +51,19 @@ pub async fn check(
     }
     body
 }
+
+/// GETs `path` and returns where it redirects, asserting `303 See Other`.
+pub async fn redirect(router: &axum::Router, path: &str) -> String {
+    let request = Request::get(path)
+        .header("host", format!("127.0.0.1:{PORT}"))
+        .body(Body::empty())
+        .expect("request");
+    let response = router.clone().oneshot(request).await.expect("response");
+    assert_eq!(response.status(), StatusCode::SEE_OTHER, "GET {path}");
+    response
+        .headers()
+        .get("location")
+        .and_then(|v| v.to_str().ok())
+        .expect("a Location header")
+        .to_owned()
+}

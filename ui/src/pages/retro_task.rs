@@ -258,12 +258,6 @@ pub fn retro_task_page(timeline: &Timeline, view: &TaskView<'_>) -> Markup {
         .saturating_sub(1);
     let last = view.cursors.len().saturating_sub(1);
     let live = (view.cursor >= timeline.last_cursor()).then(|| "/events".to_owned());
-    let cursor_list = view
-        .cursors
-        .iter()
-        .map(Cursor::to_string)
-        .collect::<Vec<_>>()
-        .join(",");
     let at_link = |index: usize| format!("/tasks/{id}?at={}", view.cursors[index]);
     let title = summary(&task.prompt);
     let body = html! {
@@ -282,8 +276,8 @@ pub fn retro_task_page(timeline: &Timeline, view: &TaskView<'_>) -> Markup {
             }
         }
         div.retro-body {
-            nav #task-scrubber .retro-scrubber aria-label="Replay position" data-cursors=(cursor_list)
-                data-base={"/tasks/" (id) "?at="} {
+            nav #task-scrubber .retro-scrubber aria-label="Replay position"
+                data-base={"/tasks/" (id) "?pos="} {
                 @if position > 0 {
                     a.btn.btn-ghost href=(at_link(position - 1)) rel="prev" { "‹ Prev" }
                 }
