@@ -162,6 +162,14 @@ fn fixture() -> Fixture {
     }
 }
 
+/// The cursors of `task`'s events, as planb-retro counts them.
+fn task_cursors(root: &DataRoot, task: &TaskId) -> Vec<u64> {
+    let (retro, mut follower) = Retro::open(root);
+    follower.poll(&retro);
+    let timeline = retro.timeline();
+    timeline.task_cursors(task).iter().map(|c| c.0).collect()
+}
+
 fn router(root: &DataRoot) -> axum::Router {
     let (retro, mut follower) = Retro::open(root);
     follower.poll(&retro);
@@ -310,12 +318,7 @@ async fn bad_task_addresses_are_pages_with_their_status() {
     .await;
     // The scrubber moves by position among the task's events: the page
     // redirects a position to its event's cursor, past the last to the last.
-    let cursors: Vec<u64> = {
-        let (retro, mut follower) = Retro::open(&f.root);
-        follower.poll(&retro);
-        let timeline = retro.timeline();
-        timeline.task_cursors(&f.task).iter().map(|c| c.0).collect()
-    };
+    let cursors = task_cursors(&f.root, &f.task);
     for (pos, cursor) in [
         (0, cursors[0]),
         (2, cursors[2]),
@@ -702,12 +705,7 @@ async fn the_task_scrubber_moved_with_the_keyboard_shows_each_step_as_of_each_ev
             .await,
         "undefined"
     );
-    let cursors: Vec<u64> = {
-        let (retro, mut follower) = Retro::open(&f.root);
-        follower.poll(&retro);
-        let timeline = retro.timeline();
-        timeline.task_cursors(&f.task).iter().map(|c| c.0).collect()
-    };
+    let cursors = task_cursors(&f.root, &f.task);
     assert!(cursors.len() >= 6, "{cursors:?}");
     assert!(
         browser
