@@ -768,9 +768,9 @@ async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<En
                     produced.bytes,
                 );
                 let settled_step = off_workers(move || {
-                    // A small artifact goes in the log with the success (the
-                    // store writes its file later); a large one is synced in
-                    // the blob store first.
+                    // A small artifact goes in the log with the success (it
+                    // has no file); a large one is synced in the blob store
+                    // first.
                     let mut command = command;
                     let put = if bytes.len() <= INLINE_BLOB_BYTES_MAX {
                         if let Command::SettleAndStart { inline, .. } = &mut command {

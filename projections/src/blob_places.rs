@@ -173,17 +173,30 @@ pub(crate) fn find(dir: &Path, hash: &BlobHash) -> Option<ReadPosition> {
     known.places.get(hash).copied()
 }
 
-/// Notes `places` (found by looking through the log) in the file in `dir`,
-/// those it does not hold yet.
-pub(crate) fn note(dir: &Path, places: Vec<Place>) -> std::io::Result<()> {
+/// Takes `places` (found by looking through the log) as this process's
+/// for the blobs that have none yet, and for `replacing`, whose place
+/// failed; and, when `write`, appends those to the file in `dir`. A blob
+/// with a place keeps it, so looking through a log that holds the same
+/// blob many times adds nothing.
+pub(crate) fn note(
+    dir: &Path,
+    places: Vec<Place>,
+    replacing: Option<&BlobHash>,
+    write: bool,
+) -> std::io::Result<()> {
     let mut all = lock(known());
     let known = all.entry(dir.to_path_buf()).or_default();
     known.read_on(dir);
     let new: Vec<Place> = places
         .into_iter()
-        .filter(|place| known.places.get(&place.hash) != Some(&place.at))
+        .filter(|place| match known.places.get(&place.hash) {
+            None => true,
+            Some(at) => Some(&place.hash) == replacing && *at != place.at,
+        })
         .collect();
-    append(dir, &new)?;
+    if write {
+        append(dir, &new)?;
+    }
     for place in new {
         known.places.insert(place.hash, place.at);
     }
@@ -249,8 +262,15 @@ struct Shared {
 struct Queue {
     /// Blobs and where their records begin, hashed by the thread.
     blobs: Vec<(Vec<u8>, ReadPosition)>,
+    /// Their bytes.
+    bytes: usize,
     closed: bool,
 }
+
+/// Most bytes of blobs waiting for their places to be written; past it a
+/// blob is left for a read to find in the log (should the file's writes
+/// stall, memory does not grow with them).
+const QUEUE_BYTES_MAX: usize = 64 << 20;
 
 impl PlacesWriter {
     /// Starts the thread appending to the places file in `dir`.
@@ -280,6 +300,10 @@ impl PlacesWriter {
             return;
         }
         let mut queue = lock(&self.shared.queue);
+        if queue.bytes + bytes.len() > QUEUE_BYTES_MAX {
+            return;
+        }
+        queue.bytes += bytes.len();
         queue.blobs.push((bytes, at));
         if queue.blobs.len() == 1 {
             self.shared.wake.notify_one();
@@ -318,6 +342,7 @@ fn write_until_closed(dir: &Path, shared: &Shared) {
                 .0;
         }
         let batch = std::mem::take(&mut queue.blobs);
+        queue.bytes = 0;
         let closed = queue.closed;
         drop(queue);
         let places: Vec<Place> = batch

@@ -250,9 +250,12 @@ impl Blobs {
         self.read(hash)
     }
 
-    /// Looks through the log from `from` on: the blobs it holds (their
-    /// places noted in the places file when `restore`) and the bytes of
-    /// `want`, if there.
+    /// Looks through the log from `from` on: the blobs it holds and the
+    /// bytes of `want`, if there. The place of each blob's first record is
+    /// kept for this process's later reads, and noted in the places file
+    /// when `restore` (a blob with a place already keeps it, except `want`,
+    /// whose place failed). A log error past `want`'s record does not lose
+    /// it: the bytes are returned and the rest is left for a later look.
     fn look_through_log(
         &self,
         from: Cursor,
@@ -277,8 +280,20 @@ impl Blobs {
             planb_log::Cursor(from.0),
         )
         .map_err(|e| failed(e.to_string()))?;
-        let mut places = Vec::new();
-        while let Some(record) = reader.next().map_err(|e| failed(e.to_string()))? {
+        let mut places: std::collections::HashMap<BlobHash, planb_log::ReadPosition> =
+            std::collections::HashMap::new();
+        let mut whole = true;
+        loop {
+            let record = match reader.next() {
+                Ok(Some(record)) => record,
+                Ok(None) => break,
+                Err(error) if found.is_some() => {
+                    tracing::warn!("the log could not be read past a blob found in it: {error}");
+                    whole = false;
+                    break;
+                }
+                Err(error) => return Err(failed(error.to_string())),
+            };
             let Ok(envelope) = planb_core::decode(&record.payload, Cursor(record.cursor.0)) else {
                 continue;
             };
@@ -287,20 +302,19 @@ impl Blobs {
                 if want == Some(&hash) && found.is_none() {
                     found = Some(bytes);
                 }
-                if restore {
-                    places.push(crate::blob_places::Place {
-                        hash,
-                        at: record.position,
-                    });
-                }
+                places.entry(hash).or_insert(record.position);
                 held.insert(hash);
             }
         }
-        if !restore {
-            return Ok((held, found));
-        }
-        if let Err(error) = crate::blob_places::note(&self.dir, places) {
+        let places: Vec<crate::blob_places::Place> = places
+            .into_iter()
+            .map(|(hash, at)| crate::blob_places::Place { hash, at })
+            .collect();
+        if let Err(error) = crate::blob_places::note(&self.dir, places, want, restore) {
             tracing::warn!("the places of blobs found in the log were not noted: {error}");
+        }
+        if !whole {
+            return Ok((held, found));
         }
         let mut scanned = lock(scanned());
         let end = Cursor(reader.next_cursor().0);

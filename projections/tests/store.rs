@@ -706,20 +706,26 @@ fn a_small_blob_lives_in_the_log_and_is_read_from_its_place_there() {
     // it, so each case below starts from a copy of the root.
     let kept = std::fs::read(&places).expect("places");
     // The places file gone: a reader that writes nothing (planb-retro)
-    // finds both in the log and leaves everything as it is; a reader that
-    // may write notes their places again.
+    // finds both in the log and leaves everything as it is (it keeps the
+    // places in memory: the second read needs no look through the log); a
+    // reader that may write notes their places again.
     let gone = tempfile::tempdir().expect("tempdir");
     copy_dir(dir.path(), gone.path());
     let gone_places = gone.path().join("blobs").join("places");
     std::fs::remove_file(&gone_places).expect("remove places");
     let reading_only = DataRoot::new(gone.path()).blobs().reading_only();
     assert_eq!(reading_only.get(&input).expect("from the log"), call);
+    assert_eq!(reading_only.get(&artifact).expect("kept in memory"), result);
     assert!(!gone_places.exists(), "a read-only reader wrote");
-    let noting = DataRoot::new(gone.path()).blobs();
+    let noted = tempfile::tempdir().expect("tempdir");
+    copy_dir(dir.path(), noted.path());
+    let noted_places = noted.path().join("blobs").join("places");
+    std::fs::remove_file(&noted_places).expect("remove places");
+    let noting = DataRoot::new(noted.path()).blobs();
     assert_eq!(noting.get(&input).expect("from the log"), call);
     assert_eq!(noting.get(&artifact).expect("noted on the way"), result);
     assert_eq!(
-        std::fs::read(&gone_places).expect("noted").len(),
+        std::fs::read(&noted_places).expect("noted").len(),
         2 * 68,
         "both places noted, once"
     );
@@ -773,6 +779,71 @@ fn a_small_blob_lives_in_the_log_and_is_read_from_its_place_there() {
             });
         }
     });
+}
+
+/// A log that holds the same small blob many times (runs that store the
+/// same call) gives it one place: looking through the log again and again,
+/// as reads of a blob nobody holds do, adds nothing to the places file.
+#[test]
+fn a_blob_stored_many_times_keeps_one_place_however_often_the_log_is_looked_through() {
+    use planb_core::{ContentHash, RunId, RunOutcome, StepStart, TaskId};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open(dir.path());
+    let task = TaskId::from_uuid(uuid::Uuid::from_u128(0x7300));
+    create_task(&store, task, "a plan");
+    let call = br#"{"tool":"a__echo","args":{"text":"the same"}}"#.to_vec();
+    let input = ContentHash::of_bytes(&call).0;
+    for n in 0..5u128 {
+        let run = RunId::from_uuid(uuid::Uuid::from_u128(0x8300 + n));
+        start_run(&store, task, run);
+        store
+            .execute(Command::SettleAndStart {
+                task,
+                run,
+                ends: Vec::new(),
+                starts: vec![StepStart {
+                    step: "intake".into(),
+                    input,
+                    call: Some(input),
+                }],
+                inline: vec![call.clone()],
+            })
+            .expect("start");
+        store
+            .execute(Command::EndRun {
+                task,
+                run,
+                outcome: RunOutcome::Stopped,
+                reason: None,
+                failed_step: None,
+                recoverable: true,
+            })
+            .expect("end");
+    }
+    drop(store);
+    let places = dir.path().join("blobs").join("places");
+    // This process's own appends: one entry each.
+    assert_eq!(std::fs::metadata(&places).expect("places").len(), 5 * 68);
+    // Another process with the file gone looks through the log twice for
+    // a blob nobody holds, then reads the one that is there.
+    let other = tempfile::tempdir().expect("tempdir");
+    copy_dir(dir.path(), other.path());
+    let other_places = other.path().join("blobs").join("places");
+    std::fs::remove_file(&other_places).expect("remove");
+    let blobs = DataRoot::new(other.path()).blobs();
+    for _ in 0..3 {
+        assert!(matches!(
+            blobs.get(&[9; 32]),
+            Err(planb_projections::BlobError::Missing(_))
+        ));
+    }
+    assert_eq!(blobs.get(&input).expect("the call"), call);
+    assert_eq!(
+        std::fs::metadata(&other_places).expect("noted").len(),
+        68,
+        "one place for the one blob"
+    );
 }
 
 fn copy_dir(from: &std::path::Path, to: &std::path::Path) {

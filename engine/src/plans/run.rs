@@ -361,7 +361,7 @@ impl Shared {
     /// Records `ends` and `starts` in one append, with the blobs they name:
     /// one durable write (and, off the engine thread, one trip to the
     /// blocking pool). A small blob
-    /// goes in the log ahead of them (the store writes its file later); a
+    /// goes in the log ahead of them (and has no file); a
     /// large one is synced in the blob store first. Returns the steps whose
     /// start was recorded: none of them while the run is stopping.
     async fn record(
