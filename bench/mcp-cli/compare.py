@@ -64,6 +64,8 @@ def peer(python, server):
         "overhead_paired_ms": found["derived"]["per_step_overhead_ms_paired"],
         "wide_ms": found["plans"]["wide"]["wall_ms_median"],
         "one_step_ms": found["plans"]["first_call"]["wall_ms_median"],
+        "wide_echo_ms": found["plans"]["wide_echo"]["wall_ms_median"],
+        "wide_echo_overhead_ms": found["derived"]["wide_echo_overhead_ms"],
     }
 
 
@@ -99,7 +101,9 @@ def main():
                        ("rmcp_call_ms", "echo through rmcp's client, ms"),
                        ("overhead_vs_rmcp_ms", "per step - that call, ms"),
                        ("wide_ms", "50 wide x 20 ms sleep, ms"),
-                       ("one_step_ms", "one-step plan, ms")]:
+                       ("one_step_ms", "one-step plan, ms"),
+                       ("wide_echo_ms", "50 wide x echo, ms"),
+                       ("wide_echo_overhead_ms", "the same less 13 raw calls, ms a step")]:
         theirs = f"{median('mcp-cli', key):10.3f}" if key in rounds[0]["mcp-cli"] else f"{'-':>10}"
         print(f"{label:34} {median('disk', key):14.3f} {median('tmpfs', key):14.3f} {theirs}")
     print("(planb's one-step plan is timed through JSON-RPC plan_execute from another process; mcp-cli's in its own)")

@@ -79,6 +79,24 @@ def wide_plan(n: int = 50, ms: int = 20) -> dict:
     }
 
 
+def wide_echo_plan(n: int = 50) -> dict:
+    return {
+        "id": "bench-wide-echo",
+        "title": "wide echo",
+        "steps": [
+            {
+                "index": str(i),
+                "title": f"echo {i}",
+                "tool": "echo",
+                "args": {"text": f"wide {i}"},
+                "depends_on": [],
+                "result_variable": f"r{i}",
+            }
+            for i in range(1, n + 1)
+        ],
+    }
+
+
 def first_call_plan() -> dict:
     return {
         "id": "bench-first-call",
@@ -240,7 +258,8 @@ async def main_async(a) -> dict:
         # first_call goes first so its warm-up is the first plan on a fresh connection.
         for name, plan in (("first_call", first_call_plan()),
                            ("chain", chain_plan(50)),
-                           ("wide", wide_plan(50, 20))):
+                           ("wide", wide_plan(50, 20)),
+                           ("wide_echo", wide_echo_plan(50))):
             print(f"[bench] {name} ...", file=sys.stderr, flush=True)
             results[name] = await bench_plan(ctx, plan, a.runs, a.warmup, a.run_timeout)
         print("[bench] raw calls ...", file=sys.stderr, flush=True)
@@ -263,6 +282,11 @@ async def main_async(a) -> dict:
         }
     if paired["overhead_ms_median"] is not None:
         derived["per_step_overhead_ms_paired"] = round(paired["overhead_ms_median"], 3)
+    if results["wide_echo"]["wall_ms_median"] is not None:
+        batches = -(-50 // DEFAULT_PLAN_MAX_CONCURRENCY)
+        derived["wide_echo_overhead_ms"] = round(
+            (results["wide_echo"]["wall_ms_median"]
+             - batches * raw["transport_call_tool_ms_median"]) / 50, 3)
     if results["wide"]["wall_ms_median"] is not None:
         derived["wide_ideal_ms_at_concurrency"] = round(
             -(-50 // DEFAULT_PLAN_MAX_CONCURRENCY) * 20, 3)

@@ -130,6 +130,16 @@ fn wide() -> Value {
     json!({"title": "50 wide", "steps": steps})
 }
 
+fn wide_echo() -> Value {
+    let steps: Vec<Value> = (1..=STEPS)
+        .map(|n| {
+            json!({"index": n.to_string(), "title": format!("Echo {n}"), "tool": "echo",
+                "args": {"text": format!("wide {n} of run ${{run}}")}})
+        })
+        .collect();
+    json!({"title": "50 wide echo", "steps": steps})
+}
+
 fn one() -> Value {
     json!({"title": "One call", "steps": [
         {"index": "1", "title": "Echo", "tool": "echo", "args": {"text": "first"}}
@@ -262,6 +272,14 @@ pub fn run(raw_fsync: f64) {
         STEPS.div_ceil(4),
         wide_wall / floor
     );
+    // The same width of echo calls: at concurrency 4 the calls themselves
+    // take about 13 raw calls; the rest is the engine's, shared by 50 steps.
+    let (wide_echo_wall, _) = runs(&mut server, &wide_echo());
+    let wide_echo_overhead = (wide_echo_wall - STEPS.div_ceil(4) as f64 * raw_call) / STEPS as f64;
+    println!(
+        "plan: 50 wide x echo at concurrency 4: median {wide_echo_wall:.2} ms; less {} raw calls = {wide_echo_overhead:.3} ms a step",
+        STEPS.div_ceil(4)
+    );
     let (one_wall, _) = runs(&mut server, &one());
     println!(
         "plan: one-step plan (plan_execute to result, connection warm): median {one_wall:.2} ms; of which the call itself ~{raw_call:.3} ms"
@@ -281,6 +299,8 @@ pub fn run(raw_fsync: f64) {
             "wide_ideal_ms": ideal,
             "wide_floor_ms": floor,
             "one_step_ms": one_wall,
+            "wide_echo_ms": wide_echo_wall,
+            "wide_echo_overhead_ms": wide_echo_overhead,
             "chain_after_history_ms_per_step": late_per_step,
         })
     );
