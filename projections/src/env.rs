@@ -26,22 +26,23 @@ pub struct SystemEnvironment;
 
 impl Environment for SystemEnvironment {
     fn now(&self) -> Timestamp {
-        let millis = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-        Timestamp(millis)
+        Timestamp(i64::try_from(unix_millis()).unwrap_or(i64::MAX))
     }
 
     fn event_id(&self) -> Uuid {
-        let millis = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-        time_ordered_id(millis)
+        time_ordered_id(unix_millis())
     }
 
     fn random_id(&self) -> Uuid {
         Uuid::new_v4()
     }
+}
+
+/// Milliseconds since the Unix epoch by the system clock (0 before it).
+fn unix_millis() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// A UUID v7 for `millis` whose 74 other bits come from a SplitMix64

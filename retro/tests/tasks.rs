@@ -162,6 +162,25 @@ fn fixture() -> Fixture {
     }
 }
 
+/// A data root with the execution plan `plan` recorded, as `plan create`
+/// records one: the root's directory, the root, its store and the plan's id.
+fn plan_root(plan: serde_json::Value) -> (tempfile::TempDir, DataRoot, Store, TaskId) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = DataRoot::new(dir.path());
+    let env = Arc::new(FixedEnvironment::new(Timestamp(1_700_000_000_000), 1_000));
+    let (store, _) = Store::open(root.clone(), env).expect("open store");
+    let plan = planb_core::exec_plan::ExecPlan::from_json(&plan).expect("plan");
+    let task = TaskId::from_uuid(Uuid::new_v4());
+    store
+        .execute(Command::CreatePlan {
+            task,
+            definition: plan.to_json().to_string(),
+            client_request_id: None,
+        })
+        .expect("create plan");
+    (dir, root, store, task)
+}
+
 /// The cursors of `task`'s events, as planb-retro counts them.
 fn task_cursors(root: &DataRoot, task: &TaskId) -> Vec<u64> {
     let (retro, mut follower) = Retro::open(root);
@@ -342,24 +361,13 @@ async fn bad_task_addresses_are_pages_with_their_status() {
 /// each call and result in the blob store, named by its step's events.
 #[tokio::test]
 async fn a_plan_run_shows_its_dag_over_time_and_each_call_with_its_result() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let root = DataRoot::new(dir.path());
-    let env = Arc::new(FixedEnvironment::new(Timestamp(1_700_000_000_000), 1_000));
-    let (store, _) = Store::open(root.clone(), env).expect("open store");
-    let plan = serde_json::json!({"title": "Greet and add", "steps": [
+    let (_dir, root, store, task) = plan_root(
+        serde_json::json!({"title": "Greet and add", "steps": [
         {"index": "1", "title": "Greet", "tool": "alpha__echo", "args": {"text": "hi ${who}"}, "result_variable": "g"},
         {"index": "2", "title": "Add", "tool": "alpha__add", "args": {"a": 1, "b": "${g}"}, "depends_on": ["1"]}
-    ], "variables": {"who": "Ada"}});
-    let plan = planb_core::exec_plan::ExecPlan::from_json(&plan).expect("plan");
-    let task = TaskId::from_uuid(Uuid::new_v4());
+    ], "variables": {"who": "Ada"}}),
+    );
     let run = RunId::from_uuid(Uuid::new_v4());
-    store
-        .execute(Command::CreatePlan {
-            task,
-            definition: plan.to_json().to_string(),
-            client_request_id: None,
-        })
-        .expect("create plan");
     store
         .execute(Command::StartRun {
             task,
@@ -541,22 +549,10 @@ async fn a_plan_run_shows_its_dag_over_time_and_each_call_with_its_result() {
 /// their results read from the log, and links back to the earlier ones.
 #[tokio::test]
 async fn a_step_called_in_many_runs_shows_its_latest_calls_and_links_to_earlier_ones() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let root = DataRoot::new(dir.path());
-    let env = Arc::new(FixedEnvironment::new(Timestamp(1_700_000_000_000), 1_000));
-    let (store, _) = Store::open(root.clone(), env).expect("open store");
-    let plan = serde_json::json!({"title": "Again and again", "steps": [
-        {"index": "1", "title": "Echo", "tool": "alpha__echo", "args": {"text": "${n}"}}
-    ]});
-    let plan = planb_core::exec_plan::ExecPlan::from_json(&plan).expect("plan");
-    let task = TaskId::from_uuid(Uuid::new_v4());
-    store
-        .execute(Command::CreatePlan {
-            task,
-            definition: plan.to_json().to_string(),
-            client_request_id: None,
-        })
-        .expect("create plan");
+    let (_dir, root, store, task) =
+        plan_root(serde_json::json!({"title": "Again and again", "steps": [
+            {"index": "1", "title": "Echo", "tool": "alpha__echo", "args": {"text": "${n}"}}
+        ]}));
     let shown = planb_retro::CALLS_SHOWN;
     let runs_shown = planb_ui::pages::RUNS_SHOWN;
     let runs = shown.max(runs_shown) + 5;
