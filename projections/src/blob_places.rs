@@ -36,7 +36,7 @@ use crate::BlobHash;
 pub(crate) const FILE: &str = "places";
 const MAGIC: [u8; 4] = *b"PBLP";
 /// Bytes of one entry.
-pub(crate) const ENTRY_BYTES: usize = 68;
+const ENTRY_BYTES: usize = 68;
 
 /// Where the log holds a blob.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,6 +80,15 @@ fn decode_one(bytes: &[u8]) -> Option<Place> {
     })
 }
 
+/// `places` as entries, one after another.
+fn encode_all(places: &[Place]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(places.len() * ENTRY_BYTES);
+    for place in places {
+        encode(place, &mut bytes);
+    }
+    bytes
+}
+
 /// The entries in `bytes`, and how many bytes they take up to the end of
 /// the last one (what follows it may be a write still under way).
 fn decode(bytes: &[u8]) -> (Vec<Place>, usize) {
@@ -104,10 +113,7 @@ pub(crate) fn append(dir: &Path, places: &[Place]) -> std::io::Result<()> {
     if places.is_empty() {
         return Ok(());
     }
-    let mut bytes = Vec::with_capacity(places.len() * ENTRY_BYTES);
-    for place in places {
-        encode(place, &mut bytes);
-    }
+    let bytes = encode_all(places);
     let open = || {
         std::fs::OpenOptions::new()
             .create(true)
@@ -127,10 +133,7 @@ pub(crate) fn append(dir: &Path, places: &[Place]) -> std::io::Result<()> {
 /// Replaces the file in `dir` by one holding `places` (for `rebuild`).
 pub(crate) fn replace(dir: &Path, places: &[Place]) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    let mut bytes = Vec::with_capacity(places.len() * ENTRY_BYTES);
-    for place in places {
-        encode(place, &mut bytes);
-    }
+    let bytes = encode_all(places);
     let tmp = dir.join(format!(".{FILE}.{}.tmp", std::process::id()));
     std::fs::write(&tmp, &bytes)?;
     std::fs::rename(&tmp, dir.join(FILE)).inspect_err(|_| {
