@@ -66,6 +66,8 @@ def peer(python, server):
         "one_step_ms": found["plans"]["first_call"]["wall_ms_median"],
         "wide_echo_ms": found["plans"]["wide_echo"]["wall_ms_median"],
         "wide_echo_overhead_ms": found["derived"]["wide_echo_overhead_ms"],
+        "wide_echo_raw_ms": found["derived"]["wide_echo_raw_ms"],
+        "wide_echo_overhead_paired_ms": found["derived"]["wide_echo_overhead_paired_ms"],
     }
 
 
@@ -103,7 +105,9 @@ def main():
                        ("wide_ms", "50 wide x 20 ms sleep, ms"),
                        ("one_step_ms", "one-step plan, ms"),
                        ("wide_echo_ms", "50 wide x echo, ms"),
-                       ("wide_echo_overhead_ms", "the same less 13 raw calls, ms a step")]:
+                       ("wide_echo_overhead_ms", "the same less 13 raw calls, ms a step"),
+                       ("wide_echo_raw_ms", "50 raw echo calls 4 at a time, ms"),
+                       ("wide_echo_overhead_paired_ms", "wide echo less those, paired, ms a step")]:
         theirs = f"{median('mcp-cli', key):10.3f}" if key in rounds[0]["mcp-cli"] else f"{'-':>10}"
         print(f"{label:34} {median('disk', key):14.3f} {median('tmpfs', key):14.3f} {theirs}")
     print("(planb's one-step plan is timed through JSON-RPC plan_execute from another process; mcp-cli's in its own)")
@@ -122,6 +126,14 @@ def main():
           f"{paired / median('tmpfs', 'overhead_paired_ms'):.2f}x on tmpfs")
     for where in ("disk", "tmpfs"):
         ratios = [r["mcp-cli"]["overhead_paired_ms"] / r[where]["overhead_paired_ms"] for r in rounds]
+        print(f"  round by round, {where}: " + ", ".join(f"{x:.2f}" for x in ratios))
+    wide = median("mcp-cli", "wide_echo_overhead_paired_ms")
+    print(f"50 wide x echo, each run against the same 50 calls made raw 4 at a time just before it: "
+          f"{wide / median('disk', 'wide_echo_overhead_paired_ms'):.2f}x on the disk, "
+          f"{wide / median('tmpfs', 'wide_echo_overhead_paired_ms'):.2f}x on tmpfs")
+    for where in ("disk", "tmpfs"):
+        ratios = [r["mcp-cli"]["wide_echo_overhead_paired_ms"] / r[where]["wide_echo_overhead_paired_ms"]
+                  for r in rounds]
         print(f"  round by round, {where}: " + ", ".join(f"{x:.2f}" for x in ratios))
     net = median("disk", "overhead_ms") - fsync
     print(f"planb's overhead on the disk less one raw fdatasync: {net:.3f} ms -> mcp-cli's / that: {peer_overhead / net:.2f}x")

@@ -8,6 +8,8 @@ ToolManager -> chuk-tool-processor StreamManager -> chuk-mcp stdio client.
 
   chain       50 x echo {"text": "step N"}, each depending on the previous
   wide        50 x sleep {"ms": 20}, all independent (one batch)
+  wide_echo   50 x echo, all independent; also paired run by run with the
+              same 50 calls made raw at the executor's concurrency
   first_call  1 x echo
 
 Also measures the raw round-trip of a direct `echo` tools/call on the same
@@ -219,6 +221,40 @@ async def bench_paired(ctx, tm, plan: dict, runs: int, burst: int, run_timeout: 
     }
 
 
+async def raw_wide(transport, steps: int, width: int) -> float:
+    """Seconds for `steps` raw echo calls with `width` in flight: the tool
+    time of a wide plan of echo at the executor's concurrency."""
+    gate = asyncio.Semaphore(width)
+
+    async def one(n: int):
+        async with gate:
+            return await transport.call_tool("echo", {"text": f"wide {n}"})
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one(n) for n in range(steps)))
+    return time.perf_counter() - t0
+
+
+async def bench_paired_wide(ctx, tm, plan: dict, runs: int, width: int, run_timeout: float) -> dict:
+    """The wide plan's per-step overhead, each run set against the same
+    number of raw calls, `width` at a time, made just before it."""
+    transport = tm.stream_manager.transports[SERVER_NAME]
+    steps = len(plan["steps"])
+    overheads, floors = [], []
+    for _ in range(runs):
+        floor = await raw_wide(transport, steps, width)
+        run = await run_plan_once(ctx, plan, run_timeout)
+        if run["ok"]:
+            floors.append(floor)
+            overheads.append((run["wall_s"] - floor) / steps)
+    return {
+        "runs": runs,
+        "width": width,
+        "raw_ms_median": _ms(statistics.median(floors)) if floors else None,
+        "overhead_ms_median": _ms(statistics.median(overheads)) if overheads else None,
+    }
+
+
 async def main_async(a) -> dict:
     from mcp_cli.config.logging import setup_logging
     from mcp_cli.config.defaults import (
@@ -266,6 +302,10 @@ async def main_async(a) -> dict:
         raw = await bench_raw(tm, a.raw_calls)
         print("[bench] chain runs paired with raw calls ...", file=sys.stderr, flush=True)
         paired = await bench_paired(ctx, tm, chain_plan(50), 15, 30, a.run_timeout)
+        print("[bench] wide echo runs paired with raw calls at the plan's width ...",
+              file=sys.stderr, flush=True)
+        paired_wide = await bench_paired_wide(ctx, tm, wide_echo_plan(50), 15,
+                                              DEFAULT_PLAN_MAX_CONCURRENCY, a.run_timeout)
     finally:
         await tm.close()
 
@@ -287,6 +327,9 @@ async def main_async(a) -> dict:
         derived["wide_echo_overhead_ms"] = round(
             (results["wide_echo"]["wall_ms_median"]
              - batches * raw["transport_call_tool_ms_median"]) / 50, 3)
+    if paired_wide["overhead_ms_median"] is not None:
+        derived["wide_echo_raw_ms"] = paired_wide["raw_ms_median"]
+        derived["wide_echo_overhead_paired_ms"] = paired_wide["overhead_ms_median"]
     if results["wide"]["wall_ms_median"] is not None:
         derived["wide_ideal_ms_at_concurrency"] = round(
             -(-50 // DEFAULT_PLAN_MAX_CONCURRENCY) * 20, 3)

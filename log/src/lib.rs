@@ -82,6 +82,16 @@ impl LogOptions {
     /// Segment size by default: 16 MiB, so recovery scans at most that much.
     pub const DEFAULT_MAX_SEGMENT_BYTES: u64 = 16 << 20;
 
+    /// Whether a segment `len` bytes long can have been closed. A writer
+    /// rolls over only when the next record would take the segment past
+    /// `max_segment_bytes`; while the largest record still fits after `len`,
+    /// no writer using these limits has, so no newer segment needs to be
+    /// looked for.
+    pub(crate) fn may_have_rolled_at(&self, len: u64) -> bool {
+        len + format::RECORD_HEADER_LEN as u64 + u64::from(self.max_record_bytes)
+            > self.max_segment_bytes
+    }
+
     fn check(&self) {
         assert!(
             self.max_segment_bytes

@@ -265,12 +265,13 @@ impl LogReader {
     /// tried first and following the tail costs no directory listing. The
     /// segments are listed (which finds a later segment that leaves a gap: a
     /// damaged log) when that name is missing, at most once per
-    /// [`RELIST_AFTER`] while it stays missing.
+    /// [`RELIST_AFTER`] while it stays missing. A segment that ends short
+    /// enough that no writer can have closed it has no successor to try.
     fn enter_next_segment(&mut self) -> Result<bool, LogError> {
         let current = self.segment.as_ref().map_or(0, |s| s.first_cursor);
         let next = crate::format::segment_name(self.next_cursor);
         // An empty segment is named after the next cursor itself.
-        let opened = if self.next_cursor > current {
+        let opened = if self.next_cursor > current && self.options.may_have_rolled_at(self.offset) {
             self.storage.open(&next, false)
         } else {
             Err(std::io::ErrorKind::NotFound.into())

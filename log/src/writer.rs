@@ -70,12 +70,18 @@ impl Tail {
     /// `segment`, which this tail has caught up on, so only the segment
     /// named after the next cursor can follow; a full listing, at most every
     /// [`RELIST_AFTER`], also finds one that breaks the chain (damage).
-    fn following(&mut self, storage: &dyn Storage) -> Result<Option<(u64, String)>, LogError> {
+    /// While the segment is short enough that no writer can have closed it,
+    /// that name is not even tried.
+    fn following(
+        &mut self,
+        storage: &dyn Storage,
+        options: &LogOptions,
+    ) -> Result<Option<(u64, String)>, LogError> {
         let current_first = self.segment.as_ref().map(|s| s.first_cursor);
         if let Some(current) = current_first
             && self.listed_at.is_some_and(|at| at.elapsed() < RELIST_AFTER)
         {
-            if self.next_cursor <= current {
+            if self.next_cursor <= current || !options.may_have_rolled_at(self.len) {
                 return Ok(None);
             }
             let name = segment_name(self.next_cursor);
@@ -173,7 +179,7 @@ impl Tail {
                 }
             }
             // A newer segment means another process rolled over; continue there.
-            let Some((first, name)) = self.following(storage)? else {
+            let Some((first, name)) = self.following(storage, options)? else {
                 return Ok(());
             };
             let mut segment = open_segment(storage, first, true)?;

@@ -116,6 +116,60 @@ fn two_logs_on_one_directory_interleave_in_one_gapless_order() {
 }
 
 #[test]
+fn writers_find_every_roll_over_however_full_the_segment_it_closed_was() {
+    // Three writers (three processes) append records of every size up to
+    // the largest, so segments close at every length a writer can leave
+    // them: each must find the segment another rolled on to, whether the
+    // one it knew was just past the point where a roll becomes possible or
+    // nearly full. A reader follows all along.
+    let storage = SimStorage::new();
+    let options = small();
+    let writers: Vec<Log> = (0..3).map(|_| open(&storage, options)).collect();
+    let mut reader = LogReader::new(Arc::new(storage.clone()), options, Cursor(1));
+    let mut written: Vec<Vec<u8>> = Vec::new();
+    let mut read = 0;
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1);
+        state >> 33
+    };
+    for i in 0..600u64 {
+        let len = (next() % u64::from(options.max_record_bytes)) as usize + 1;
+        let body = vec![b'a' + (i % 26) as u8; len];
+        let writer = &writers[(next() % 3) as usize];
+        let range = writer.append(&[&body]).expect("append");
+        written.push(body);
+        assert_eq!(range.first, Cursor(written.len() as u64), "append {i}");
+        if next() % 4 == 0 {
+            while let Some(record) = reader.next().expect("read") {
+                read += 1;
+                assert_eq!(record.cursor, Cursor(read));
+                assert_eq!(record.payload, written[read as usize - 1]);
+            }
+            assert_eq!(read, written.len() as u64);
+        }
+    }
+    let all = read_all(&storage, options, 1);
+    assert_eq!(all.len(), written.len());
+    for ((cursor, payload), body) in all.iter().zip(&written) {
+        assert_eq!(payload, body, "record {cursor}");
+    }
+    let segments = storage
+        .list()
+        .expect("list")
+        .iter()
+        .filter(|n| n.ends_with(".seg"))
+        .count();
+    assert!(
+        segments > 50,
+        "only {segments} segments: too few roll-overs"
+    );
+    verify(Arc::new(storage.clone()), options).expect("verify");
+}
+
+#[test]
 fn a_reader_passes_its_own_append_and_still_reads_what_another_writer_rolls_on_to() {
     // `mine` and `other` stand for two processes; `reader` is `mine`'s.
     let storage = SimStorage::new();

@@ -160,6 +160,22 @@ impl Server {
         id
     }
 
+    /// The id of the next reply, whichever call it answers.
+    fn next_reply_id(&mut self) -> u64 {
+        loop {
+            let mut line = String::new();
+            assert!(
+                self.stdout.read_line(&mut line).expect("read") > 0,
+                "server closed"
+            );
+            let value: Value = serde_json::from_str(&line).expect("json");
+            if let Some(id) = value["id"].as_u64() {
+                assert!(value.get("error").is_none(), "{value}");
+                return id;
+            }
+        }
+    }
+
     fn wait_reply(&mut self, id: u64) -> Value {
         loop {
             let mut line = String::new();

@@ -295,7 +295,7 @@ pub(crate) async fn record(
                 .map(planb_engine::plans::load)
                 .transpose()
                 .map_err(|e| e.to_string())?
-                .unwrap_or(plan);
+                .map_or(plan, |found| ExecPlan::clone(&found));
             return Ok((existing, plan, false));
         }
     }

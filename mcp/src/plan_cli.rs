@@ -408,7 +408,7 @@ fn execute(
         } else {
             vec![StepMark::Pending; plan.steps.len()]
         };
-        Display::Live(Box::new(Live::new(plan.clone(), marks)))
+        Display::Live(Box::new(Live::new(Arc::clone(&plan), marks)))
     } else {
         writeln!(out, "{}\n", render_dag(&plan, |_| StepMark::Pending))?;
         Display::Lines

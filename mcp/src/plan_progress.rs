@@ -14,6 +14,7 @@
 //! line, so logs and scripts read it.
 
 use std::io::{self, Write};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use planb_core::exec_plan::{ExecPlan, StepMark, render_dag};
@@ -111,7 +112,7 @@ fn line(event: &Progress, out: &mut dyn Write) -> io::Result<()> {
 
 /// The state of a live display.
 pub(crate) struct Live {
-    plan: ExecPlan,
+    plan: Arc<ExecPlan>,
     marks: Vec<StepMark>,
     failures: Vec<String>,
     started: Instant,
@@ -127,7 +128,7 @@ pub(crate) struct Live {
 impl Live {
     /// A live display of `plan`, its steps marked `marks` to begin with (a
     /// resume starts with what earlier runs completed).
-    pub(crate) fn new(plan: ExecPlan, marks: Vec<StepMark>) -> Live {
+    pub(crate) fn new(plan: Arc<ExecPlan>, marks: Vec<StepMark>) -> Live {
         Live {
             plan,
             marks,
@@ -311,7 +312,7 @@ mod tests {
 
     #[test]
     fn each_frame_replaces_the_last_and_the_last_shows_the_end() {
-        let mut live = Live::new(plan(), vec![StepMark::Pending; 3]);
+        let mut live = Live::new(Arc::new(plan()), vec![StepMark::Pending; 3]);
         live.size = || Some((40, 100));
         let mut out = Vec::new();
         let mut display = Display::Live(Box::new(live));
@@ -340,7 +341,7 @@ mod tests {
 
     #[test]
     fn a_change_too_soon_for_a_frame_is_drawn_at_the_next_tick() {
-        let mut live = Live::new(plan(), vec![StepMark::Pending; 3]);
+        let mut live = Live::new(Arc::new(plan()), vec![StepMark::Pending; 3]);
         live.size = || Some((40, 100));
         let mut display = Display::Live(Box::new(live));
         let mut out = Vec::new();
@@ -368,7 +369,7 @@ mod tests {
 
     #[test]
     fn a_dag_taller_than_the_terminal_shows_the_active_steps_and_narrow_lines_are_cut() {
-        let mut live = Live::new(plan(), vec![StepMark::Pending; 3]);
+        let mut live = Live::new(Arc::new(plan()), vec![StepMark::Pending; 3]);
         live.apply(&Progress::Started { index: "2".into() });
         let frame = live.frame(4, 100);
         assert!(frame.len() < 4, "{frame:?}");

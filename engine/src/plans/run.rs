@@ -220,12 +220,40 @@ impl From<StoreError> for PlanRunError {
     }
 }
 
+/// A plan read back: its task, the definition it was read from, the plan.
+type Parsed = (TaskId, Arc<str>, Arc<ExecPlan>);
+/// Plans read back lately. A plan run again and again is parsed once, not
+/// on each run.
+static PARSED: std::sync::Mutex<Vec<Parsed>> = std::sync::Mutex::new(Vec::new());
+/// Plans kept read back.
+const PARSED_KEPT: usize = 32;
+
 /// The plan a task holds.
-pub fn load(task: &Task) -> Result<ExecPlan, PlanRunError> {
+pub fn load(task: &Task) -> Result<Arc<ExecPlan>, PlanRunError> {
     let Some(info) = task.plan.as_ref().filter(|p| !p.deleted) else {
         return Err(PlanRunError::NotFound(task.id.to_string()));
     };
-    info.exec_plan().map_err(PlanRunError::Invalid)
+    let lock = || {
+        PARSED
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    };
+    // The definition is compared whole: a task's definition is recorded
+    // once, but a cache must not be the reason a changed one is missed.
+    if let Some((_, _, plan)) = lock()
+        .iter()
+        .find(|(id, definition, _)| *id == task.id && **definition == *info.definition)
+    {
+        return Ok(Arc::clone(plan));
+    }
+    let plan = Arc::new(info.exec_plan().map_err(PlanRunError::Invalid)?);
+    let mut parsed = lock();
+    parsed.retain(|(id, _, _)| *id != task.id);
+    if parsed.len() >= PARSED_KEPT {
+        parsed.remove(0);
+    }
+    parsed.push((task.id, info.definition.as_str().into(), Arc::clone(&plan)));
+    Ok(plan)
 }
 
 fn merged(plan: &ExecPlan, call: &Map<String, Value>) -> Map<String, Value> {
@@ -571,7 +599,7 @@ async fn perform(shared: Arc<Shared>, starting: Starting) -> Finished {
 async fn hold(
     store: &Arc<Store>,
     task: TaskId,
-) -> Result<(planb_projections::RunLock, Task, ExecPlan), PlanRunError> {
+) -> Result<(planb_projections::RunLock, Task, Arc<ExecPlan>), PlanRunError> {
     let (lock, found) = hold_task(store, task).await?;
     let found = found.ok_or_else(|| PlanRunError::NotFound(task.to_string()))?;
     let plan = load(&found)?;
@@ -1177,4 +1205,51 @@ pub async fn record_foreign_run(
         .await?;
     drop(lock);
     Ok(run)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use planb_projections::{DataRoot, FixedEnvironment};
+
+    #[test]
+    fn a_plan_is_parsed_once_however_often_it_runs_and_read_anew_when_its_definition_differs() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let env = Arc::new(FixedEnvironment::new(
+            planb_core::Timestamp(1_700_000_000_000),
+            1_000,
+        ));
+        let (store, _) = Store::open(DataRoot::new(dir.path()), env).expect("store");
+        let task = TaskId::from_uuid(uuid::Uuid::new_v4());
+        let definition = |title: &str| {
+            json!({"title": title, "steps": [
+                {"index": "1", "title": "Echo", "tool": "echo", "args": {"text": "hi"}}
+            ]})
+            .to_string()
+        };
+        store
+            .execute(Command::CreatePlan {
+                task,
+                definition: definition("First"),
+                client_request_id: None,
+            })
+            .expect("create");
+        let mut found = store
+            .read(|s| s.task(&task).cloned())
+            .expect("read")
+            .expect("the plan's task");
+        let first = load(&found).expect("load");
+        assert_eq!(first.title, "First");
+        assert!(Arc::ptr_eq(&first, &load(&found).expect("load again")));
+        // Not a change the log can make, but a cache must not hide one.
+        if let Some(info) = found.plan.as_mut() {
+            info.definition = definition("Second");
+        }
+        let second = load(&found).expect("load the changed one");
+        assert_eq!(second.title, "Second");
+        if let Some(info) = found.plan.as_mut() {
+            info.deleted = true;
+        }
+        assert!(matches!(load(&found), Err(PlanRunError::NotFound(_))));
+    }
 }
