@@ -11,6 +11,7 @@
 //! line `{"server", "tool", "args"}` before it runs.
 
 use std::io::Write;
+use std::os::fd::AsFd;
 use std::sync::Arc;
 
 use axum::response::IntoResponse;
@@ -23,6 +24,7 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServiceExt};
 use serde_json::{Map, Value, json};
+use tokio::net::unix::pipe;
 
 #[derive(Clone, Debug)]
 struct Downstream {
@@ -170,6 +172,20 @@ impl ServerHandler for Downstream {
     }
 }
 
+/// Stdin and stdout as non-blocking pipes, read and written on this thread,
+/// when they are pipes (as a client starting a server makes them). Tokio's
+/// stdin and stdout hand each read and write to a thread of its blocking
+/// pool and back: on two cores that costs more than the tools do, and a
+/// client calling several tools at once waits on it.
+fn pipes() -> Option<(pipe::Receiver, pipe::Sender)> {
+    let input = std::io::stdin().as_fd().try_clone_to_owned().ok()?;
+    let output = std::io::stdout().as_fd().try_clone_to_owned().ok()?;
+    Some((
+        pipe::Receiver::from_owned_fd(input).ok()?,
+        pipe::Sender::from_owned_fd(output).ok()?,
+    ))
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let name = std::env::args()
@@ -182,9 +198,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         return serve_http(Downstream { name, only }, &addr).await;
     }
     eprintln!("{name}: ready");
-    let service = Downstream { name, only: rest }
-        .serve(rmcp::transport::stdio())
-        .await?;
+    let server = Downstream { name, only: rest };
+    let service = match pipes() {
+        Some(pipes) => server.serve(pipes).await?,
+        None => server.serve(rmcp::transport::stdio()).await?,
+    };
     service.waiting().await?;
     Ok(())
 }

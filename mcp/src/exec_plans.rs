@@ -148,13 +148,22 @@ pub(crate) fn find(store: &Store, text: &str) -> Result<Task, String> {
     if text.is_empty() {
         return Err("plan_id is required.".into());
     }
+    // A whole id is looked up; only a prefix is matched against every plan.
+    let whole = TaskId::parse(text).ok();
+    let prefix = text.to_ascii_lowercase();
     let matches: Vec<Task> = store
-        .read(|s| {
-            plans(s)
+        .read(|s| match whole {
+            Some(id) => s
+                .task(&id)
+                .filter(|t| t.plan.as_ref().is_some_and(|p| !p.deleted))
                 .into_iter()
-                .filter(|t| t.id.to_string().starts_with(&text.to_ascii_lowercase()))
                 .cloned()
-                .collect()
+                .collect(),
+            None => plans(s)
+                .into_iter()
+                .filter(|t| t.id.to_string().starts_with(&prefix))
+                .cloned()
+                .collect(),
         })
         .map_err(|e| e.to_string())?;
     match matches.as_slice() {

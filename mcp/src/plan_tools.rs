@@ -369,7 +369,7 @@ impl PlanbServer {
         &self,
         store: &Arc<Store>,
         task: &Task,
-        plan: &ExecPlan,
+        plan: &Arc<ExecPlan>,
         request: ExecRequest,
     ) -> Result<Attached, String> {
         let runs = self.plan_runs();
@@ -436,7 +436,7 @@ impl PlanbServer {
         });
         let store = Arc::clone(store);
         let id = task.id;
-        let plan = plan.clone();
+        let plan = Arc::clone(plan);
         let server = self.clone();
         let run = planb_engine::runtime::spawn(plans::run_plan(
             Arc::clone(&store),
