@@ -104,12 +104,19 @@ impl Server {
         }
     }
 
+    /// Writes `message` and its line end in one write, as a client's
+    /// buffered writer would: written in two, the server may wake for each.
+    fn send(&mut self, message: &Value) {
+        let mut line = serde_json::to_vec(message).expect("json");
+        line.push(b'\n');
+        self.stdin.write_all(&line).expect("write");
+    }
+
     fn request(&mut self, method: &str, params: Value) -> Value {
         let id = self.next_id;
         self.next_id += 1;
         let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        writeln!(self.stdin, "{message}").expect("write");
-        self.stdin.flush().expect("flush");
+        self.send(&message);
         loop {
             let mut line = String::new();
             assert!(
@@ -128,12 +135,7 @@ impl Server {
             "initialize",
             json!({"protocolVersion": "2025-06-18", "capabilities": {"elicitation": {}}, "clientInfo": {"name": "bench", "version": "0"}}),
         );
-        writeln!(
-            self.stdin,
-            "{}",
-            json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
-        )
-        .expect("write");
+        self.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
     }
 
     fn call_json(&mut self, tool: &str, arguments: Value) -> Value {
@@ -155,8 +157,7 @@ impl Server {
         let id = self.next_id;
         self.next_id += 1;
         let message = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": arguments}});
-        writeln!(self.stdin, "{message}").expect("write");
-        self.stdin.flush().expect("flush");
+        self.send(&message);
         id
     }
 

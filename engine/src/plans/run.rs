@@ -936,30 +936,39 @@ async fn drive(
                     joined = in_flight.next() => joined,
                     () = tokio::time::sleep(options.poll) => None,
                 };
-                match joined {
-                    Some(Ok(finished)) => {
-                        running.retain(|i| *i != finished.report.index);
-                        let at = finished.at;
-                        let (end, report) = shared.unrecorded(finished);
-                        unrecorded.push(end);
-                        reports.insert(at, report);
+                let mut ended: Vec<_> = joined.into_iter().collect();
+                if !ended.is_empty() {
+                    // Calls that have ended too are recorded with it, in
+                    // the same append.
+                    while let Some(Some(more)) = in_flight.next().now_or_never() {
+                        ended.push(more);
                     }
-                    Some(Err(panicked)) => {
-                        let said = panicked
-                            .downcast_ref::<&str>()
-                            .map(|s| (*s).to_owned())
-                            .or_else(|| panicked.downcast_ref::<String>().cloned())
-                            .unwrap_or_default();
-                        return Err(StoreError::Io {
-                            op: "run a step",
-                            path: String::new(),
-                            source: std::io::Error::other(format!(
-                                "a call of one of steps {} panicked: {said}",
-                                running.join(", ")
-                            )),
-                        });
+                }
+                for joined in ended {
+                    match joined {
+                        Ok(finished) => {
+                            running.retain(|i| *i != finished.report.index);
+                            let at = finished.at;
+                            let (end, report) = shared.unrecorded(finished);
+                            unrecorded.push(end);
+                            reports.insert(at, report);
+                        }
+                        Err(panicked) => {
+                            let said = panicked
+                                .downcast_ref::<&str>()
+                                .map(|s| (*s).to_owned())
+                                .or_else(|| panicked.downcast_ref::<String>().cloned())
+                                .unwrap_or_default();
+                            return Err(StoreError::Io {
+                                op: "run a step",
+                                path: String::new(),
+                                source: std::io::Error::other(format!(
+                                    "a call of one of steps {} panicked: {said}",
+                                    running.join(", ")
+                                )),
+                            });
+                        }
                     }
-                    None => {}
                 }
             }
             // Look for a stop at least every `poll`, however fast calls end.
