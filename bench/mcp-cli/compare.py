@@ -34,14 +34,19 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 
 
-def planb(tmpfs):
+def pinned(cpus, command):
+    """`command` run on the CPUs `cpus` only (all of them when None)."""
+    return (["taskset", "-c", cpus] if cpus else []) + command
+
+
+def planb(tmpfs, cpus):
     env = dict(os.environ)
     if tmpfs:
         env["PLANB_BENCH_DIR"] = tmpfs
     else:
         env.pop("PLANB_BENCH_DIR", None)
     out = subprocess.run(
-        ["cargo", "bench", "-q", "-p", "planb-mcp", "--bench", "server", "--", "plans"],
+        pinned(cpus, ["cargo", "bench", "-q", "-p", "planb-mcp", "--bench", "server", "--", "plans"]),
         cwd=REPO, env=env, check=True, capture_output=True, text=True,
     ).stdout
     for line in out.splitlines():
@@ -50,10 +55,10 @@ def planb(tmpfs):
     raise SystemExit("the planb bench printed no plan-figures line:\n" + out)
 
 
-def peer(python, server):
+def peer(python, server, cpus):
     out = subprocess.run(
-        [python, os.path.join(HERE, "plans_bench.py"), "--server", server,
-         "--server-args", "bench", "echo", "sleep"],
+        pinned(cpus, [python, os.path.join(HERE, "plans_bench.py"), "--server", server,
+                      "--server-args", "bench", "echo", "sleep"]),
         check=True, capture_output=True, text=True,
     ).stdout
     found = json.loads(out)
@@ -76,17 +81,25 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--python", default="/work/mcpcli-venv/bin/python",
                         help="a Python with mcp-cli 0.20.1 installed (see README.md)")
+    parser.add_argument("--cpus", default=None,
+                        help="run both benchmarks (and the servers they start) on these CPUs "
+                             "only, as taskset -c takes them: with one, every process shares "
+                             "it and no wake-up crosses CPUs")
     args = parser.parse_args()
     if not os.path.exists(args.python):
         raise SystemExit(f"{args.python}: no such Python; install mcp-cli as README.md says")
     subprocess.run(["cargo", "build", "-q", "--release", "-p", "planb-mcp",
                     "--example", "downstream"], cwd=REPO, check=True)
+    # Built before any timing, on every CPU.
+    subprocess.run(["cargo", "bench", "-q", "-p", "planb-mcp", "--bench", "server", "--no-run"],
+                   cwd=REPO, check=True)
     server = os.path.join(REPO, "target", "release", "examples", "downstream")
     tmpfs = tempfile.mkdtemp(prefix="planb-bench-", dir="/dev/shm")
     rounds = []
     try:
         for n in range(args.rounds):
-            row = {"disk": planb(None), "tmpfs": planb(tmpfs), "mcp-cli": peer(args.python, server)}
+            row = {"disk": planb(None, args.cpus), "tmpfs": planb(tmpfs, args.cpus),
+                   "mcp-cli": peer(args.python, server, args.cpus)}
             rounds.append(row)
             print(f"round {n + 1}: " + json.dumps(row), file=sys.stderr)
     finally:
@@ -135,6 +148,18 @@ def main():
         ratios = [r["mcp-cli"]["wide_echo_overhead_paired_ms"] / r[where]["wide_echo_overhead_paired_ms"]
                   for r in rounds]
         print(f"  round by round, {where}: " + ", ".join(f"{x:.2f}" for x in ratios))
+    # The tool's own time, measured once for both: the same calls through
+    # the leanest client (planb's bench's raw JSON-RPC over the pipe). Each
+    # engine's overhead is then everything it adds to it, its client
+    # library included.
+    print("with one tool time for both (the raw call through the leanest client; a client library's cost counts as its engine's):")
+    for where in ("disk", "tmpfs"):
+        chain = [(r["mcp-cli"]["chain_ms_per_step"] - r[where]["raw_call_ms"])
+                 / (r[where]["chain_ms_per_step"] - r[where]["raw_call_ms"]) for r in rounds]
+        wide = [(r["mcp-cli"]["wide_echo_ms"] - r[where]["wide_echo_raw_ms"])
+                / (r[where]["wide_echo_ms"] - r[where]["wide_echo_raw_ms"]) for r in rounds]
+        print(f"  {where}: chain {statistics.median(chain):.2f}x (rounds " + ", ".join(f"{x:.2f}" for x in chain)
+              + f"), 50 wide {statistics.median(wide):.2f}x (rounds " + ", ".join(f"{x:.2f}" for x in wide) + ")")
     net = median("disk", "overhead_ms") - fsync
     print(f"planb's overhead on the disk less one raw fdatasync: {net:.3f} ms -> mcp-cli's / that: {peer_overhead / net:.2f}x")
 

@@ -597,7 +597,11 @@ impl Log {
             next.waiter.set(Slot::Lead);
         } else {
             group.busy = false;
-            self.inner.group_changed.notify_all();
+            // Only a guard waits on this (counted under the same lock): with
+            // none, the wake would be a system call for nobody.
+            if group.guard_waiters > 0 {
+                self.inner.group_changed.notify_all();
+            }
         }
     }
 

@@ -166,20 +166,21 @@ pub(crate) fn find(store: &Store, text: &str) -> Result<Task, String> {
                 .collect(),
         })
         .map_err(|e| e.to_string())?;
-    match matches.as_slice() {
+    let count = matches.len();
+    let mut matches = matches.into_iter();
+    match (matches.next(), count) {
         // A run whose process was killed is ended `worker_error` before the
         // plan is shown or run, as for tasks.
-        [one] => match store.end_dead_run(one.id).map_err(|e| e.to_string())? {
-            None => Ok(one.clone()),
+        (Some(one), 1) => match store.end_dead_run(one.id).map_err(|e| e.to_string())? {
+            None => Ok(one),
             Some(_) => store
                 .read(|s| s.task(&one.id).cloned())
                 .map_err(|e| e.to_string())?
                 .ok_or_else(|| format!("Plan not found: {text}")),
         },
-        [] => Err(format!("Plan not found: {text}")),
-        many => Err(format!(
-            "Plan id {text:?} is the start of {} plans' ids; give more of it",
-            many.len()
+        (None, _) => Err(format!("Plan not found: {text}")),
+        (Some(_), many) => Err(format!(
+            "Plan id {text:?} is the start of {many} plans' ids; give more of it"
         )),
     }
 }

@@ -454,9 +454,12 @@ impl PlanbServer {
                 ) }),
                 Ok(Ok(outcome)) => {
                     let mut value = outcome.to_json();
-                    let after = store.read(|s| s.task(&id).cloned()).ok().flatten();
-                    if let (Value::Object(map), Some(after)) = (&mut value, after) {
-                        map.insert("dag".into(), exec_plans::rendered(&after, &plan).into());
+                    let dag = store
+                        .read(|s| s.task(&id).map(|after| exec_plans::rendered(after, &plan)))
+                        .ok()
+                        .flatten();
+                    if let (Value::Object(map), Some(dag)) = (&mut value, dag) {
+                        map.insert("dag".into(), dag.into());
                     }
                     value
                 }
