@@ -618,11 +618,19 @@ async fn step_tools(
         .map_err(|e| PlanRunError::Downstream(e.message))?;
     plan.check_tools(|name| Downstream::resolve(&tools, name).map(|_| ()))
         .map_err(|e| PlanRunError::Invalid(e.to_string()))?;
+    // Each name once: a plan's steps mostly share a few tools.
+    let mut resolved: BTreeMap<&str, Arc<ToolInfo>> = BTreeMap::new();
     Ok(plan
         .steps
         .iter()
-        .filter_map(|s| Downstream::resolve(&tools, &s.tool).ok())
-        .map(Arc::new)
+        .filter_map(|s| match resolved.get(s.tool.as_str()) {
+            Some(found) => Some(Arc::clone(found)),
+            None => {
+                let found = Arc::new(Downstream::resolve(&tools, &s.tool).ok()?);
+                resolved.insert(&s.tool, Arc::clone(&found));
+                Some(found)
+            }
+        })
         .collect())
 }
 

@@ -653,7 +653,12 @@ impl Downstream {
     /// Resolves a plan's tool name against `tools`: `server__tool`, or a
     /// bare name exactly one server has. Otherwise the names it could be.
     pub fn resolve(tools: &[ToolInfo], name: &str) -> Result<ToolInfo, Vec<String>> {
-        if let Some(found) = tools.iter().find(|t| t.qualified() == name) {
+        let qualified = |t: &ToolInfo| {
+            name.strip_prefix(t.server.as_str())
+                .and_then(|rest| rest.strip_prefix("__"))
+                == Some(t.name.as_str())
+        };
+        if let Some(found) = tools.iter().find(|t| qualified(t)) {
             return Ok(found.clone());
         }
         let bare: Vec<&ToolInfo> = tools.iter().filter(|t| t.name == name).collect();
@@ -746,6 +751,35 @@ mod tests {
 
     fn parse(servers: Value) -> Result<Servers, String> {
         Servers::parse(&json!({ "mcpServers": servers }))
+    }
+
+    #[test]
+    fn a_tool_resolves_by_its_qualified_name_or_a_bare_name_only_one_server_has() {
+        let tool = |server: &str, name: &str| ToolInfo {
+            server: server.into(),
+            name: name.into(),
+            description: String::new(),
+            input_schema: json!({"type": "object"}),
+        };
+        let tools = [
+            tool("files", "read"),
+            tool("web", "read"),
+            tool("web", "fetch"),
+            tool("a__b", "c"),
+        ];
+        let found = |name: &str| Downstream::resolve(&tools, name).map(|t| t.qualified());
+        assert_eq!(found("web__read"), Ok("web__read".to_owned()));
+        assert_eq!(found("files__read"), Ok("files__read".to_owned()));
+        assert_eq!(found("fetch"), Ok("web__fetch".to_owned()));
+        assert_eq!(found("a__b__c"), Ok("a__b__c".to_owned()));
+        assert_eq!(
+            found("read"),
+            Err(vec!["files__read".to_owned(), "web__read".to_owned()])
+        );
+        // A server's name alone, or with a tool it lacks, is no tool.
+        assert!(found("web").is_err());
+        assert!(found("web__").is_err());
+        assert!(found("files__fetch").is_err());
     }
 
     #[test]
