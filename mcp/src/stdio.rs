@@ -23,6 +23,7 @@ use rmcp::model::ClientJsonRpcMessage;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, DuplexStream};
+use tokio::net::unix::pipe;
 use tokio::sync::{mpsc, watch};
 
 /// Longest line accepted from the client (16 MiB, without its line end):
@@ -203,7 +204,26 @@ async fn read_line(
 /// Starts the framing on the process's stdin and stdout. Returns the ends rmcp
 /// reads and writes, and the disconnect signal.
 pub fn start() -> (DuplexStream, DuplexStream, Disconnect) {
-    start_on(tokio::io::stdin(), tokio::io::stdout())
+    match pipes() {
+        Some((input, output)) => start_on(input, output),
+        None => start_on(tokio::io::stdin(), tokio::io::stdout()),
+    }
+}
+
+/// Stdin and stdout as non-blocking pipes read and written by the runtime
+/// itself, when they are pipes (as every client starting a stdio server
+/// makes them). Tokio's own stdin and stdout hand each read and write to a
+/// thread of the blocking pool and wait for it: two hand-offs between
+/// threads for every message, which on a small machine cost more than the
+/// work most calls do. A terminal or a file keeps tokio's.
+fn pipes() -> Option<(pipe::Receiver, pipe::Sender)> {
+    use std::os::fd::AsFd;
+    let input = std::io::stdin().as_fd().try_clone_to_owned().ok()?;
+    let output = std::io::stdout().as_fd().try_clone_to_owned().ok()?;
+    Some((
+        pipe::Receiver::from_owned_fd(input).ok()?,
+        pipe::Sender::from_owned_fd(output).ok()?,
+    ))
 }
 
 fn start_on(
