@@ -117,17 +117,17 @@ impl Server {
         self.next_id += 1;
         let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         self.send(&message);
-        loop {
-            let mut line = String::new();
-            assert!(
-                self.stdout.read_line(&mut line).expect("read") > 0,
-                "server closed"
-            );
-            let value: Value = serde_json::from_str(&line).expect("json");
-            if value["id"] == id {
-                return value;
-            }
-        }
+        self.wait_reply(id)
+    }
+
+    /// The next message the server writes.
+    fn receive(&mut self) -> Value {
+        let mut line = String::new();
+        assert!(
+            self.stdout.read_line(&mut line).expect("read") > 0,
+            "server closed"
+        );
+        serde_json::from_str(&line).expect("json")
     }
 
     fn initialize(&mut self) {
@@ -164,12 +164,7 @@ impl Server {
     /// The id of the next reply, whichever call it answers.
     fn next_reply_id(&mut self) -> u64 {
         loop {
-            let mut line = String::new();
-            assert!(
-                self.stdout.read_line(&mut line).expect("read") > 0,
-                "server closed"
-            );
-            let value: Value = serde_json::from_str(&line).expect("json");
+            let value = self.receive();
             if let Some(id) = value["id"].as_u64() {
                 assert!(value.get("error").is_none(), "{value}");
                 return id;
@@ -179,12 +174,7 @@ impl Server {
 
     fn wait_reply(&mut self, id: u64) -> Value {
         loop {
-            let mut line = String::new();
-            assert!(
-                self.stdout.read_line(&mut line).expect("read") > 0,
-                "server closed"
-            );
-            let value: Value = serde_json::from_str(&line).expect("json");
+            let value = self.receive();
             if value["id"] == id {
                 return value;
             }
