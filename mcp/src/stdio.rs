@@ -19,6 +19,8 @@
 //! so tools waiting for a person stop waiting and record how the wait ended
 //! instead of sitting out rmcp's drain period.
 
+use std::os::fd::{AsFd, OwnedFd};
+
 use rmcp::model::ClientJsonRpcMessage;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -204,26 +206,48 @@ async fn read_line(
 /// Starts the framing on the process's stdin and stdout. Returns the ends rmcp
 /// reads and writes, and the disconnect signal.
 pub fn start() -> (DuplexStream, DuplexStream, Disconnect) {
-    match pipes() {
-        Some((input, output)) => start_on(input, output),
-        None => start_on(tokio::io::stdin(), tokio::io::stdout()),
+    let input: Box<dyn AsyncRead + Unpin + Send> = match polled_input() {
+        Some(input) => input,
+        None => Box::new(tokio::io::stdin()),
+    };
+    let output: Box<dyn AsyncWrite + Unpin + Send> = match polled_output() {
+        Some(output) => output,
+        None => Box::new(tokio::io::stdout()),
+    };
+    start_on(input, output)
+}
+
+// Stdin and stdout are read and written non-blocking by the runtime itself
+// when they are pipes or Unix sockets: what clients starting a stdio server
+// connect it with (Node's, through libuv, hand it sockets). Tokio's own
+// stdin and stdout hand each read and write to a thread of the blocking pool
+// and wait for it: two hand-offs between threads a message, which on a
+// small machine cost more than most calls' work. A terminal or a file keeps
+// tokio's.
+
+fn polled_input() -> Option<Box<dyn AsyncRead + Unpin + Send>> {
+    let fd = std::io::stdin().as_fd().try_clone_to_owned().ok()?;
+    match pipe::Receiver::from_owned_fd(fd.try_clone().ok()?) {
+        Ok(pipe) => Some(Box::new(pipe)),
+        Err(_) => Some(Box::new(unix_socket(fd)?)),
     }
 }
 
-/// Stdin and stdout as non-blocking pipes read and written by the runtime
-/// itself, when they are pipes (as every client starting a stdio server
-/// makes them). Tokio's own stdin and stdout hand each read and write to a
-/// thread of the blocking pool and wait for it: two hand-offs between
-/// threads for every message, which on a small machine cost more than the
-/// work most calls do. A terminal or a file keeps tokio's.
-fn pipes() -> Option<(pipe::Receiver, pipe::Sender)> {
-    use std::os::fd::AsFd;
-    let input = std::io::stdin().as_fd().try_clone_to_owned().ok()?;
-    let output = std::io::stdout().as_fd().try_clone_to_owned().ok()?;
-    Some((
-        pipe::Receiver::from_owned_fd(input).ok()?,
-        pipe::Sender::from_owned_fd(output).ok()?,
-    ))
+fn polled_output() -> Option<Box<dyn AsyncWrite + Unpin + Send>> {
+    let fd = std::io::stdout().as_fd().try_clone_to_owned().ok()?;
+    match pipe::Sender::from_owned_fd(fd.try_clone().ok()?) {
+        Ok(pipe) => Some(Box::new(pipe)),
+        Err(_) => Some(Box::new(unix_socket(fd)?)),
+    }
+}
+
+/// `fd` as a Unix stream socket the runtime polls; `None` when it is not one.
+fn unix_socket(fd: OwnedFd) -> Option<tokio::net::UnixStream> {
+    let socket = std::os::unix::net::UnixStream::from(fd);
+    // Fails unless the descriptor is a Unix socket.
+    socket.local_addr().ok()?;
+    socket.set_nonblocking(true).ok()?;
+    tokio::net::UnixStream::from_std(socket).ok()
 }
 
 fn start_on(

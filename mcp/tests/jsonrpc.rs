@@ -95,3 +95,70 @@ fn issue_8_every_malformed_line_gets_the_prescribed_error_and_the_server_stays_h
     drop(stdin);
     assert!(child.wait().expect("exit").success());
 }
+
+#[test]
+fn a_client_that_connects_by_a_unix_socket_is_served_as_one_that_uses_pipes() {
+    // Node's clients (libuv) give a stdio server Unix sockets, not pipes:
+    // planb reads and writes them itself, and their end ends it.
+    use std::os::unix::net::UnixStream;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (ours, theirs) = UnixStream::pair().expect("socket pair");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_planb-mcp"))
+        .env("PLANB_MCP_DATA_DIR", dir.path())
+        .stdin(Stdio::from(std::os::fd::OwnedFd::from(
+            theirs.try_clone().expect("clone"),
+        )))
+        .stdout(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    ours.set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("timeout");
+    let mut reader = BufReader::new(ours.try_clone().expect("clone"));
+    let mut writer = ours;
+    let mut exchange = move |line: &str| -> Value {
+        writer.write_all(line.as_bytes()).expect("write");
+        writer.write_all(b"\n").expect("write");
+        let mut reply = String::new();
+        reader.read_line(&mut reply).expect("a reply within 60 s");
+        serde_json::from_str(&reply).unwrap_or_else(|e| panic!("{reply:?}: {e}"))
+    };
+    let initialized = exchange(
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "socket", "version": "0"}}}).to_string(),
+    );
+    assert_eq!(initialized["id"], 1, "{initialized}");
+    assert!(
+        initialized["result"]["serverInfo"].is_object(),
+        "{initialized}"
+    );
+    writer_notify(&mut exchange);
+    let listed = exchange(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#);
+    let tools = listed["result"]["tools"].as_array().expect("tools");
+    assert!(tools.iter().any(|t| t["name"] == "ask_user"), "{listed}");
+    let malformed = exchange("{not json");
+    assert_eq!(malformed["error"]["code"], -32700, "{malformed}");
+    // Our end closed (the closure owned it): the server sees the end of its
+    // input and exits.
+    drop(exchange);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "planb-mcp still runs 60 s after its client closed the socket"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Sends `notifications/initialized` through an exchange that expects no
+/// reply to it: a ping follows, and its reply is the one read.
+fn writer_notify(exchange: &mut impl FnMut(&str) -> Value) {
+    let pong = exchange(
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}
+{"jsonrpc":"2.0","id":"after-initialized","method":"ping"}"#,
+    );
+    assert_eq!(pong["id"], "after-initialized", "{pong}");
+}
