@@ -236,7 +236,7 @@ mod tests {
             target: DEFAULT_TARGET.into(),
             model_profile: None,
             client_request_id: None,
-            runs: Vec::new(),
+            runs: planb_core::Runs::default(),
             successes: BTreeMap::new(),
             log_tail: Default::default(),
             log_lines: 0,

@@ -363,12 +363,12 @@ impl PlanbServer {
         Ok((store, id, plan))
     }
 
-    /// Starts `task`'s run in the background, or joins the one this process
-    /// already runs.
+    /// Starts the run of plan `id` in the background, or joins the one this
+    /// process already runs.
     fn start_run(
         &self,
         store: &Arc<Store>,
-        task: &Task,
+        id: TaskId,
         plan: &Arc<ExecPlan>,
         request: ExecRequest,
     ) -> Result<Attached, String> {
@@ -377,7 +377,7 @@ impl PlanbServer {
             .active
             .lock()
             .map_err(|_| "the plan runs' table is poisoned".to_owned())?;
-        if let Some(attached) = active.get(&task.id) {
+        if let Some(attached) = active.get(&id) {
             return Ok(attached.clone());
         }
         let downstream = runs.downstream.get(&self.config().servers)?;
@@ -392,7 +392,7 @@ impl PlanbServer {
             handed_back: Arc::default(),
         };
         let handed_back = Arc::clone(&attached.handed_back);
-        active.insert(task.id, attached.clone());
+        active.insert(id, attached.clone());
         drop(active);
         let total = plan.steps.len();
         let tell: plans::run::ProgressFn = Arc::new(move |event: &Progress| {
@@ -435,7 +435,6 @@ impl PlanbServer {
             let _ = progress.send((n, message));
         });
         let store = Arc::clone(store);
-        let id = task.id;
         let plan = Arc::clone(plan);
         let server = self.clone();
         let run = planb_engine::runtime::spawn(plans::run_plan(
@@ -601,8 +600,12 @@ impl PlanbServer {
         {
             return refused;
         }
-        match self.start_run(store, &task, &plan, request) {
-            Ok(attached) => self.wait_run(attached, task.id, &plan.title, context).await,
+        // No copy of the task is held while its run starts: the run list
+        // it shares would be copied whole.
+        let id = task.id;
+        drop(task);
+        match self.start_run(store, id, &plan, request) {
+            Ok(attached) => self.wait_run(attached, id, &plan.title, context).await,
             Err(message) => failure(message),
         }
     }

@@ -55,11 +55,10 @@ pub struct Task {
     pub model_profile: Option<String>,
     /// The caller's idempotency key.
     pub client_request_id: Option<String>,
-    /// Every run, oldest first. Shared, so a copy of a task with a long
-    /// history costs a pointer a run (a change copies the one run it
-    /// touches); archived as plain runs.
-    #[rkyv(with = rkyv::with::Map<rkyv::with::Unshare>)]
-    pub runs: Vec<Arc<Run>>,
+    /// Every run, oldest first. A copy costs the same however many runs
+    /// there are; archived as plain runs.
+    #[rkyv(with = RunsAsVec)]
+    pub runs: Runs,
     /// Each step's latest success in any run, with an edit's artifact in
     /// place of the one it produced.
     pub successes: BTreeMap<String, StepSuccess>,
@@ -71,6 +70,174 @@ pub struct Task {
     /// For an execution plan: its title, definition and whether it was
     /// deleted. `None` for a task of a pipeline.
     pub plan: Option<PlanInfo>,
+}
+
+/// A task's runs, oldest first.
+///
+/// Every step changes the latest run, and tasks are copied out of the state
+/// on every call that looks at one: the runs before the latest are shared
+/// (`Arc`), so a copy costs two pointers and a change to the latest run
+/// copies that run alone (when a copy holds it). The shared runs are copied
+/// only when a run starts while a copy of the task is held, or when an
+/// earlier run changes (its end recorded late).
+#[derive(Clone, PartialEq, Debug, Default)]
+pub struct Runs {
+    earlier: Arc<Vec<Arc<Run>>>,
+    /// `Some` exactly when there is a run.
+    latest: Option<Arc<Run>>,
+}
+
+impl Runs {
+    /// How many runs.
+    pub fn len(&self) -> usize {
+        self.earlier.len() + usize::from(self.latest.is_some())
+    }
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.latest.is_none()
+    }
+
+    /// The newest.
+    pub fn last(&self) -> Option<&Arc<Run>> {
+        self.latest.as_ref()
+    }
+
+    /// The `index`th, from the oldest.
+    pub fn get(&self, index: usize) -> Option<&Arc<Run>> {
+        self.earlier
+            .get(index)
+            .or_else(|| self.latest.as_ref().filter(|_| index == self.earlier.len()))
+    }
+
+    /// Oldest first.
+    pub fn iter(&self) -> RunsIter<'_> {
+        RunsIter {
+            earlier: self.earlier.iter(),
+            latest: self.latest.as_ref(),
+        }
+    }
+
+    fn push(&mut self, run: Arc<Run>) {
+        if let Some(previous) = self.latest.replace(run) {
+            Arc::make_mut(&mut self.earlier).push(previous);
+        }
+    }
+
+    /// The run `id`, to change: the latest is looked at first.
+    fn find_mut(&mut self, id: RunId) -> Option<&mut Run> {
+        if self.latest.as_ref().is_some_and(|r| r.id == id) {
+            return self.latest.as_mut().map(Arc::make_mut);
+        }
+        if !self.earlier.iter().any(|r| r.id == id) {
+            return None;
+        }
+        Arc::make_mut(&mut self.earlier)
+            .iter_mut()
+            .rev()
+            .find(|r| r.id == id)
+            .map(Arc::make_mut)
+    }
+}
+
+impl std::ops::Index<usize> for Runs {
+    type Output = Arc<Run>;
+
+    fn index(&self, index: usize) -> &Arc<Run> {
+        self.get(index)
+            .unwrap_or_else(|| panic!("run {index} of {}", self.len()))
+    }
+}
+
+impl<'a> IntoIterator for &'a Runs {
+    type Item = &'a Arc<Run>;
+    type IntoIter = RunsIter<'a>;
+
+    fn into_iter(self) -> RunsIter<'a> {
+        self.iter()
+    }
+}
+
+impl FromIterator<Run> for Runs {
+    fn from_iter<I: IntoIterator<Item = Run>>(runs: I) -> Runs {
+        let mut all = Runs::default();
+        for run in runs {
+            all.push(Arc::new(run));
+        }
+        all
+    }
+}
+
+/// A task's runs, oldest first.
+#[derive(Clone, Debug)]
+pub struct RunsIter<'a> {
+    earlier: std::slice::Iter<'a, Arc<Run>>,
+    latest: Option<&'a Arc<Run>>,
+}
+
+impl<'a> Iterator for RunsIter<'a> {
+    type Item = &'a Arc<Run>;
+
+    fn next(&mut self) -> Option<&'a Arc<Run>> {
+        self.earlier.next().or_else(|| self.latest.take())
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let len = self.earlier.len() + usize::from(self.latest.is_some());
+        (len, Some(len))
+    }
+}
+
+impl DoubleEndedIterator for RunsIter<'_> {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        self.latest.take().or_else(|| self.earlier.next_back())
+    }
+}
+
+impl ExactSizeIterator for RunsIter<'_> {}
+
+/// Archives [`Runs`] as a plain vector of runs: the layout snapshots had
+/// when the runs were one `Vec`.
+#[derive(Debug)]
+pub struct RunsAsVec;
+
+impl rkyv::with::ArchiveWith<Runs> for RunsAsVec {
+    type Archived = rkyv::vec::ArchivedVec<ArchivedRun>;
+    type Resolver = rkyv::vec::VecResolver;
+
+    fn resolve_with(field: &Runs, resolver: Self::Resolver, out: rkyv::Place<Self::Archived>) {
+        rkyv::vec::ArchivedVec::resolve_from_len(field.len(), resolver, out);
+    }
+}
+
+impl<S> rkyv::with::SerializeWith<Runs, S> for RunsAsVec
+where
+    S: rkyv::rancor::Fallible + rkyv::ser::Allocator + rkyv::ser::Writer + ?Sized,
+    Run: rkyv::Serialize<S, Archived = ArchivedRun>,
+{
+    fn serialize_with(field: &Runs, s: &mut S) -> Result<Self::Resolver, S::Error> {
+        rkyv::vec::ArchivedVec::<ArchivedRun>::serialize_from_iter::<Run, _, _>(
+            field.iter().map(|run| &**run),
+            s,
+        )
+    }
+}
+
+impl<D> rkyv::with::DeserializeWith<rkyv::vec::ArchivedVec<ArchivedRun>, Runs, D> for RunsAsVec
+where
+    D: rkyv::rancor::Fallible + ?Sized,
+    ArchivedRun: rkyv::Deserialize<Run, D>,
+{
+    fn deserialize_with(
+        field: &rkyv::vec::ArchivedVec<ArchivedRun>,
+        d: &mut D,
+    ) -> Result<Runs, D::Error> {
+        let mut runs = Runs::default();
+        for archived in field.iter() {
+            runs.push(Arc::new(rkyv::Deserialize::deserialize(archived, d)?));
+        }
+        Ok(runs)
+    }
 }
 
 /// What an execution plan adds to its task.
@@ -323,11 +490,7 @@ impl Task {
     }
 
     fn run_mut(&mut self, run: RunId) -> Option<&mut Run> {
-        self.runs
-            .iter_mut()
-            .rev()
-            .find(|r| r.id == run)
-            .map(Arc::make_mut)
+        self.runs.find_mut(run)
     }
 }
 
@@ -848,7 +1011,7 @@ impl State {
                     target: target.clone(),
                     model_profile: model_profile.clone(),
                     client_request_id: client_request_id.clone(),
-                    runs: Vec::new(),
+                    runs: Runs::default(),
                     successes: BTreeMap::new(),
                     log_tail: std::collections::VecDeque::new(),
                     log_lines: 0,
@@ -873,7 +1036,7 @@ impl State {
                     target: String::new(),
                     model_profile: None,
                     client_request_id: client_request_id.clone(),
-                    runs: Vec::new(),
+                    runs: Runs::default(),
                     successes: BTreeMap::new(),
                     log_tail: std::collections::VecDeque::new(),
                     log_lines: 0,
@@ -1051,5 +1214,98 @@ impl State {
 
     fn run_mut(&mut self, task: TaskId, run: RunId) -> Option<&mut Run> {
         self.tasks.get_mut(&task)?.run_mut(run)
+    }
+}
+
+#[cfg(test)]
+mod runs_tests {
+    use super::*;
+
+    fn run(n: u128) -> Run {
+        Run {
+            id: RunId::from_uuid(uuid::Uuid::from_u128(n)),
+            resumed_from: None,
+            owner_pid: 7,
+            host: "here".into(),
+            started_at: Timestamp(1_000 + n as i64),
+            last_progress_at: Timestamp(1_000 + n as i64),
+            state: RunState::Stopped,
+            ended_at: None,
+            reason: None,
+            failed_step: None,
+            recoverable: true,
+            running: BTreeSet::new(),
+            attempts: BTreeMap::new(),
+            succeeded: BTreeSet::from([format!("step {n}")]),
+            failures: 0,
+            log_lines: 0,
+            variables: None,
+        }
+    }
+
+    fn id(n: u128) -> RunId {
+        RunId::from_uuid(uuid::Uuid::from_u128(n))
+    }
+
+    #[test]
+    fn a_copy_shares_the_earlier_runs_and_a_change_to_the_latest_copies_it_alone() {
+        let mut runs: Runs = (1..=1000).map(run).collect();
+        assert_eq!(runs.len(), 1000);
+        assert_eq!(runs.last().map(|r| r.id), Some(id(1000)));
+        assert_eq!(runs[0].id, id(1));
+        assert_eq!(runs.get(999).map(|r| r.id), Some(id(1000)));
+        assert!(runs.get(1000).is_none());
+        let order: Vec<RunId> = runs.iter().map(|r| r.id).collect();
+        assert_eq!(order, (1..=1000).map(id).collect::<Vec<_>>());
+        let back: Vec<RunId> = runs.iter().rev().take(2).map(|r| r.id).collect();
+        assert_eq!(back, vec![id(1000), id(999)]);
+        assert_eq!(runs.iter().len(), 1000);
+
+        let copy = runs.clone();
+        assert!(Arc::ptr_eq(&copy.earlier, &runs.earlier));
+        // Every step changes the latest run: the earlier ones stay shared.
+        runs.find_mut(id(1000)).expect("latest").failures = 1;
+        assert!(Arc::ptr_eq(&copy.earlier, &runs.earlier));
+        assert_eq!(copy[999].failures, 0);
+        assert_eq!(runs[999].failures, 1);
+        // A run starting while a copy is held: the copy keeps its runs.
+        runs.push(Arc::new(run(1001)));
+        assert_eq!((copy.len(), runs.len()), (1000, 1001));
+        assert_eq!(runs[999].failures, 1);
+        // An earlier run changing (an end recorded late) copies the list
+        // once, and only that run.
+        let held = runs.clone();
+        runs.find_mut(id(3)).expect("an earlier run").failures = 2;
+        assert_eq!((held[2].failures, runs[2].failures), (0, 2));
+        assert!(Arc::ptr_eq(&held[4], &runs[4]));
+        assert!(runs.find_mut(id(5000)).is_none());
+        assert!(Runs::default().is_empty() && Runs::default().last().is_none());
+    }
+
+    #[test]
+    fn runs_are_archived_exactly_as_a_vector_of_runs_was() {
+        #[derive(rkyv::Archive, rkyv::Serialize)]
+        struct AsVector {
+            #[rkyv(with = rkyv::with::Map<rkyv::with::Unshare>)]
+            runs: Vec<Arc<Run>>,
+        }
+        #[derive(PartialEq, Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+        struct AsRuns {
+            #[rkyv(with = RunsAsVec)]
+            runs: Runs,
+        }
+        for count in [0, 1, 2, 7] {
+            let vector = AsVector {
+                runs: (1..=count).map(|n| Arc::new(run(n))).collect(),
+            };
+            let runs = AsRuns {
+                runs: (1..=count).map(run).collect(),
+            };
+            let before = rkyv::to_bytes::<rkyv::rancor::Error>(&vector).expect("archive");
+            let now = rkyv::to_bytes::<rkyv::rancor::Error>(&runs).expect("archive");
+            assert_eq!(before.as_slice(), now.as_slice(), "{count} runs");
+            let read = rkyv::from_bytes::<AsRuns, rkyv::rancor::Error>(&before).expect("read");
+            assert_eq!(read, runs);
+        }
     }
 }

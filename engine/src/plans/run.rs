@@ -676,10 +676,14 @@ pub async fn run_plan(
     } else {
         BTreeMap::new()
     };
+    let resumed_from = if resume { previous.map(|r| r.id) } else { None };
+    // No copy of the task is held while its run starts: the run list it
+    // shares would be copied whole.
+    drop(found);
     let run = start_run(
         &store,
         task,
-        if resume { previous.map(|r| r.id) } else { None },
+        resumed_from,
         Some(Value::Object(call_vars.clone()).to_string()),
     )
     .await?;
@@ -790,7 +794,7 @@ async fn look(shared: &Shared) -> Result<Option<Settled>, StoreError> {
     let state = blocking(move || {
         store.read(|s| {
             s.task(&task)
-                .and_then(|t| t.runs.iter().find(|r| r.id == run))
+                .and_then(|t| t.runs.iter().rev().find(|r| r.id == run))
                 .map(|r| r.state)
         })
     })

@@ -337,7 +337,7 @@ pub fn retro_task_page(timeline: &Timeline, view: &TaskView<'_>) -> Markup {
                         p.retro-muted { "The " (RUNS_SHOWN) " latest of " (task.runs.len()) " runs by this point." }
                     }
                     ol.retro-list start=(earlier + 1) {
-                        @for run in &task.runs[earlier..] {
+                        @for run in task.runs.iter().skip(earlier) {
                             li {
                                 code { (short(&run.id)) } " · " strong { (run.state.as_str()) }
                                 " · started " (when(run.started_at))
