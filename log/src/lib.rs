@@ -66,7 +66,12 @@ impl CursorRange {
 }
 
 /// Limits of a log. Every reader and writer of one directory must use the same
-/// `max_record_bytes`, since a larger declared length is treated as damage.
+/// limits: a larger declared length than `max_record_bytes` is treated as
+/// damage, and a writer trusts that no other writer closes a segment before
+/// the next record would take it past `max_segment_bytes` (so it does not
+/// look for a newer segment while the largest record still fits; it lists
+/// the directory at least once a second regardless). A version that changes
+/// either must not share a data root with one that does not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LogOptions {
     /// Largest payload accepted, in bytes.
