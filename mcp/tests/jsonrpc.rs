@@ -131,7 +131,7 @@ fn a_client_that_connects_by_a_unix_socket_is_served_as_one_that_uses_pipes() {
         initialized["result"]["serverInfo"].is_object(),
         "{initialized}"
     );
-    writer_notify(&mut exchange);
+    send_initialized(&mut exchange);
     let listed = exchange(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#);
     let tools = listed["result"]["tools"].as_array().expect("tools");
     assert!(tools.iter().any(|t| t["name"] == "ask_user"), "{listed}");
@@ -155,7 +155,7 @@ fn a_client_that_connects_by_a_unix_socket_is_served_as_one_that_uses_pipes() {
 
 /// Sends `notifications/initialized` through an exchange that expects no
 /// reply to it: a ping follows, and its reply is the one read.
-fn writer_notify(exchange: &mut impl FnMut(&str) -> Value) {
+fn send_initialized(exchange: &mut impl FnMut(&str) -> Value) {
     let pong = exchange(
         r#"{"jsonrpc":"2.0","method":"notifications/initialized"}
 {"jsonrpc":"2.0","id":"after-initialized","method":"ping"}"#,
