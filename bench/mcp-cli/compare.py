@@ -128,26 +128,20 @@ def main():
     peer_overhead = median("mcp-cli", "overhead_ms")
     print(f"the wide plan's floor (13 x planb's raw sleep call): {median('disk', 'wide_floor_ms'):.1f} ms; the ideal 13 x 20 ms: 260 ms")
     print(f"raw write+fdatasync on the disk: {fsync:.3f} ms (planb makes one durable append a step; mcp-cli syncs nothing)")
-    print(f"mcp-cli's overhead / planb's: {peer_overhead / median('disk', 'overhead_ms'):.2f}x on the disk, "
-          f"{peer_overhead / median('tmpfs', 'overhead_ms'):.2f}x with syncs almost free (tmpfs)")
-    for where in ("disk", "tmpfs"):
-        ratios = [r["mcp-cli"]["overhead_ms"] / r[where]["overhead_ms"] for r in rounds]
-        print(f"  round by round, {where}: " + ", ".join(f"{x:.2f}" for x in ratios))
-    paired = median("mcp-cli", "overhead_paired_ms")
-    print(f"paired run by run (each chain run against raw calls just before it): "
-          f"{paired / median('disk', 'overhead_paired_ms'):.2f}x on the disk, "
-          f"{paired / median('tmpfs', 'overhead_paired_ms'):.2f}x on tmpfs")
-    for where in ("disk", "tmpfs"):
-        ratios = [r["mcp-cli"]["overhead_paired_ms"] / r[where]["overhead_paired_ms"] for r in rounds]
-        print(f"  round by round, {where}: " + ", ".join(f"{x:.2f}" for x in ratios))
-    wide = median("mcp-cli", "wide_echo_overhead_paired_ms")
-    print(f"50 wide x echo, each run against the same 50 calls made raw 4 at a time just before it: "
-          f"{wide / median('disk', 'wide_echo_overhead_paired_ms'):.2f}x on the disk, "
-          f"{wide / median('tmpfs', 'wide_echo_overhead_paired_ms'):.2f}x on tmpfs")
-    for where in ("disk", "tmpfs"):
-        ratios = [r["mcp-cli"]["wide_echo_overhead_paired_ms"] / r[where]["wide_echo_overhead_paired_ms"]
-                  for r in rounds]
-        print(f"  round by round, {where}: " + ", ".join(f"{x:.2f}" for x in ratios))
+
+    def ratios(title, key):
+        """mcp-cli's `key` over planb's, of the medians and round by round."""
+        theirs = median("mcp-cli", key)
+        print(f"{title}: {theirs / median('disk', key):.2f}x on the disk, "
+              f"{theirs / median('tmpfs', key):.2f}x on tmpfs")
+        for where in ("disk", "tmpfs"):
+            each = [r["mcp-cli"][key] / r[where][key] for r in rounds]
+            print(f"  round by round, {where}: " + ", ".join(f"{x:.2f}" for x in each))
+
+    ratios("mcp-cli's overhead / planb's (tmpfs: syncs almost free)", "overhead_ms")
+    ratios("paired run by run (each chain run against raw calls just before it)", "overhead_paired_ms")
+    ratios("50 wide x echo, each run against the same 50 calls made raw 4 at a time just before it",
+           "wide_echo_overhead_paired_ms")
     # The tool's own time, measured once for both: the same calls through
     # the leanest client (planb's bench's raw JSON-RPC over the pipe). Each
     # engine's overhead is then everything it adds to it, its client
