@@ -148,26 +148,42 @@ fn one() -> Value {
     ]})
 }
 
-/// The chain's per-step overhead, each run of plan `id` set against a burst
-/// of raw calls to `raw` made just before it, so both see the machine in
-/// the same state: the median over PAIRED runs.
-fn paired_overhead(server: &mut Server, raw: &mut Server, id: &str, first: usize) -> f64 {
-    let mut overheads: Vec<f64> = (first..first + PAIRED)
+/// A plan's per-step overhead with each of PAIRED runs of plan `id` set
+/// against its tool time measured on `raw` just before it, so both see the
+/// machine in the same state: `floor(raw, n)` is the tool time of run `n`'s
+/// calls, in ms. The medians of the overhead a step and of the floor.
+fn paired_overhead(
+    server: &mut Server,
+    raw: &mut Server,
+    id: &str,
+    first: usize,
+    mut floor: impl FnMut(&mut Server, usize) -> f64,
+) -> (f64, f64) {
+    let (overheads, floors): (Vec<f64>, Vec<f64>) = (first..first + PAIRED)
         .map(|n| {
-            let mut burst: Vec<Duration> = (0..BURST)
-                .map(|k| {
-                    let start = Instant::now();
-                    raw.call("echo", json!({"text": format!("pair {n} {k}")}));
-                    start.elapsed()
-                })
-                .collect();
-            let raw_call = stats(&mut burst).0;
+            let floor = floor(raw, n);
             let wall = run_times(server, id, n..=n)[0].as_secs_f64() * 1e3;
-            wall / STEPS as f64 - raw_call
+            ((wall - floor) / STEPS as f64, floor)
+        })
+        .unzip();
+    (median(overheads), median(floors))
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// The tool time of a chain run: STEPS times the median of BURST raw calls.
+fn raw_chain(raw: &mut Server, tag: usize) -> f64 {
+    let mut burst: Vec<Duration> = (0..BURST)
+        .map(|k| {
+            let start = Instant::now();
+            raw.call("echo", json!({"text": format!("pair {tag} {k}")}));
+            start.elapsed()
         })
         .collect();
-    overheads.sort_by(f64::total_cmp);
-    overheads[overheads.len() / 2]
+    stats(&mut burst).0 * STEPS as f64
 }
 
 /// The wall time of STEPS raw `echo` calls to `raw` with WIDTH of them in
@@ -190,27 +206,6 @@ fn raw_wide(raw: &mut Server, tag: usize) -> f64 {
         }
     }
     start.elapsed().as_secs_f64() * 1e3
-}
-
-/// The wide plan's per-step overhead, each run of plan `id` set against
-/// STEPS raw calls WIDTH at a time made just before it: the medians over
-/// PAIRED runs of that overhead and of the raw calls' wall time.
-fn paired_wide_overhead(
-    server: &mut Server,
-    raw: &mut Server,
-    id: &str,
-    first: usize,
-) -> (f64, f64) {
-    let (mut overheads, mut floors): (Vec<f64>, Vec<f64>) = (first..first + PAIRED)
-        .map(|n| {
-            let floor = raw_wide(raw, n);
-            let wall = run_times(server, id, n..=n)[0].as_secs_f64() * 1e3;
-            ((wall - floor) / STEPS as f64, floor)
-        })
-        .unzip();
-    overheads.sort_by(f64::total_cmp);
-    floors.sort_by(f64::total_cmp);
-    (overheads[overheads.len() / 2], floors[floors.len() / 2])
 }
 
 /// Median wall time of `plan_execute` of `plan` (created once) over RUNS
@@ -288,7 +283,7 @@ pub fn run(raw_fsync: f64) {
         "plan: the same echo call through rmcp's client (planb's): {rmcp_call:.3} ms; per step - that call = {:.3} ms, the plan's own work",
         per_step - rmcp_call
     );
-    let paired = paired_overhead(&mut server, &mut raw, &chain_id, RUNS + 1);
+    let (paired, _) = paired_overhead(&mut server, &mut raw, &chain_id, RUNS + 1, raw_chain);
     println!(
         "plan: engine overhead per step, each of {PAIRED} runs set against {BURST} raw calls just before it: median {paired:.3} ms"
     );
@@ -330,7 +325,7 @@ pub fn run(raw_fsync: f64) {
     // server does four calls' work. The tool time of the wide plan is that
     // of the same calls made raw, four at a time, measured beside each run.
     let (wide_echo_paired, wide_floor) =
-        paired_wide_overhead(&mut server, &mut raw, &wide_echo_id, RUNS + 1);
+        paired_overhead(&mut server, &mut raw, &wide_echo_id, RUNS + 1, raw_wide);
     println!(
         "plan: 50 wide x echo, each of {PAIRED} runs set against {STEPS} raw calls {WIDTH} at a time just before it (median {wide_floor:.2} ms): {wide_echo_paired:.3} ms a step"
     );
