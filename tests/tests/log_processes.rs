@@ -25,15 +25,21 @@ struct Acknowledged {
 }
 
 fn spawn_appender(dir: &Path, tag: &str, count: &str) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_planb-test-appender"))
+    appender(dir, tag, count)
+        .spawn()
+        .expect("spawn planb-test-appender")
+}
+
+fn appender(dir: &Path, tag: &str, count: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_planb-test-appender"));
+    command
         .arg(dir)
         .arg(tag)
         .arg(count)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn planb-test-appender")
+        .stderr(Stdio::inherit());
+    command
 }
 
 fn parse_line(line: &str) -> Acknowledged {
@@ -75,7 +81,11 @@ fn forward_lines(stdout: ChildStdout) -> (mpsc::Receiver<Acknowledged>, JoinHand
 
 /// Everything in the log in `dir`, read by a fresh reader; any error fails the test.
 fn read_all(dir: &Path) -> Vec<Record> {
-    let mut reader = read_dir(dir, LogOptions::default(), Cursor(1)).expect("reader");
+    read_all_with(dir, LogOptions::default())
+}
+
+fn read_all_with(dir: &Path, options: LogOptions) -> Vec<Record> {
+    let mut reader = read_dir(dir, options, Cursor(1)).expect("reader");
     let mut records = Vec::new();
     while let Some(record) = reader.next().expect("read the log") {
         records.push(record);
@@ -127,8 +137,12 @@ fn assert_no_duplicate_payloads(records: &[Record]) {
 }
 
 fn verify_dir(dir: &Path) -> planb_log::VerifyReport {
+    verify_dir_with(dir, LogOptions::default())
+}
+
+fn verify_dir_with(dir: &Path, options: LogOptions) -> planb_log::VerifyReport {
     let storage = FsStorage::open_read_only(dir).expect("open read-only");
-    verify(Arc::new(storage), LogOptions::default()).expect("verify finds no corruption")
+    verify(Arc::new(storage), options).expect("verify finds no corruption")
 }
 
 #[test]
@@ -293,4 +307,62 @@ fn a_reader_in_another_process_sees_records_live() {
         assert_eq!(record.payload, format!("w:{seq}").into_bytes());
     }
     assert_acknowledged_present(&records, &acknowledged);
+}
+
+#[test]
+fn processes_find_each_others_roll_overs_at_every_segment_fill_level() {
+    // Three processes with 1 KiB segments and records of every size up to
+    // the largest: each must find the segment another rolled on to, whether
+    // the segment it knew had just passed the point where a roll-over
+    // becomes possible or was nearly full.
+    const WRITERS: usize = 3;
+    const PER_WRITER: u64 = 200;
+    let small = LogOptions {
+        max_record_bytes: 256,
+        max_segment_bytes: 1024,
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log_dir = dir.path().join("log");
+    let children: Vec<(String, Child)> = (0..WRITERS)
+        .map(|w| {
+            let tag = format!("w{w}");
+            let child = appender(&log_dir, &tag, &PER_WRITER.to_string())
+                .env("PLANB_TEST_SMALL_SEGMENTS", "1")
+                .spawn()
+                .expect("spawn planb-test-appender");
+            (tag, child)
+        })
+        .collect();
+    let mut acknowledged = Vec::new();
+    for (tag, child) in children {
+        let output = child.wait_with_output().expect("wait for appender");
+        assert!(
+            output.status.success(),
+            "appender {tag} failed: {}",
+            output.status
+        );
+        let text = String::from_utf8(output.stdout).expect("utf-8 stdout");
+        acknowledged.extend(text.lines().map(parse_line));
+    }
+    assert_eq!(acknowledged.len() as u64, WRITERS as u64 * PER_WRITER);
+    let records = read_all_with(&log_dir, small);
+    assert_eq!(records.len(), acknowledged.len());
+    assert_gapless_from_one(&records);
+    assert_acknowledged_present(&records, &acknowledged);
+    assert_no_duplicate_payloads(&records);
+    let segments = std::fs::read_dir(&log_dir)
+        .expect("log dir")
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".seg"))
+        })
+        .count();
+    assert!(
+        segments > 40,
+        "only {segments} segments: too few roll-overs"
+    );
+    assert_eq!(
+        verify_dir_with(&log_dir, small).records,
+        records.len() as u64
+    );
 }

@@ -8,6 +8,10 @@
 //! names a record the log promised was durable. A process killed between the append
 //! and the line leaves a record without a line, which is allowed; a line without a
 //! record is the bug the tests look for. Errors go to stderr with exit code 1.
+//!
+//! With `PLANB_TEST_SMALL_SEGMENTS=1` the log has 1 KiB segments and records of
+//! at most 256 bytes, and each payload is led by dots to a length that varies
+//! with its sequence number, so writers roll segments over at every fill level.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -53,16 +57,29 @@ fn parse_args() -> Result<Args, String> {
     })
 }
 
+/// The limits of `PLANB_TEST_SMALL_SEGMENTS=1`.
+const SMALL: LogOptions = LogOptions {
+    max_record_bytes: 256,
+    max_segment_bytes: 1024,
+};
+
 fn run(args: &Args) -> Result<(), String> {
-    let (log, _report) = open_dir(&args.dir, LogOptions::default())
-        .map_err(|e| format!("open {}: {e}", args.dir.display()))?;
+    let small = std::env::var("PLANB_TEST_SMALL_SEGMENTS").is_ok_and(|v| v == "1");
+    let options = if small { SMALL } else { LogOptions::default() };
+    let (log, _report) =
+        open_dir(&args.dir, options).map_err(|e| format!("open {}: {e}", args.dir.display()))?;
     let mut stdout = std::io::stdout().lock();
     let mut seq: u64 = 0;
     while match args.count {
         Count::Exactly(count) => seq < count,
         Count::Forever => true,
     } {
-        let payload = format!("{}:{seq}", args.tag);
+        let mut payload = format!("{}:{seq}", args.tag);
+        if small {
+            let dots = (seq as usize * 37 + args.tag.len() * 11)
+                % (SMALL.max_record_bytes as usize - payload.len());
+            payload.insert_str(0, &".".repeat(dots));
+        }
         let range = log
             .append(&[payload.as_bytes()])
             .map_err(|e| format!("append {payload}: {e}"))?;
