@@ -151,8 +151,14 @@ struct Known {
     read_to: u64,
 }
 
-fn known() -> &'static Mutex<HashMap<PathBuf, Known>> {
-    static KNOWN: std::sync::OnceLock<Mutex<HashMap<PathBuf, Known>>> = std::sync::OnceLock::new();
+/// What this process knows of each places file, by its directory and by
+/// whether the readers that learn it write the file: a reader that writes
+/// nothing keeps the places it finds in the log in memory, and a writer
+/// must not take those as written.
+type KnownFiles = HashMap<(PathBuf, bool), Known>;
+
+fn known() -> &'static Mutex<KnownFiles> {
+    static KNOWN: std::sync::OnceLock<Mutex<KnownFiles>> = std::sync::OnceLock::new();
     KNOWN.get_or_init(Default::default)
 }
 
@@ -165,10 +171,11 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 const FILE_BYTES_MAX: u64 = 1 << 30;
 
 /// Where the places file in `dir` says the log holds `hash`: read as far
-/// as the file goes when this process has not seen the hash yet.
-pub(crate) fn find(dir: &Path, hash: &BlobHash) -> Option<ReadPosition> {
+/// as the file goes when this process has not seen the hash yet. `write`:
+/// whether the reader asking writes the file (see [`note`]).
+pub(crate) fn find(dir: &Path, hash: &BlobHash, write: bool) -> Option<ReadPosition> {
     let mut all = lock(known());
-    let known = all.entry(dir.to_path_buf()).or_default();
+    let known = all.entry((dir.to_path_buf(), write)).or_default();
     if let Some(at) = known.places.get(hash) {
         return Some(*at);
     }
@@ -176,11 +183,11 @@ pub(crate) fn find(dir: &Path, hash: &BlobHash) -> Option<ReadPosition> {
     known.places.get(hash).copied()
 }
 
-/// Takes `places` (found by looking through the log) as this process's
-/// for the blobs that have none yet, and for `replacing`, whose place
-/// failed; and, when `write`, appends those to the file in `dir`. A blob
-/// with a place keeps it, so looking through a log that holds the same
-/// blob many times adds nothing.
+/// Takes `places` (found by looking through the log, or recorded by this
+/// process) as this process's for the blobs that have none yet, and for
+/// `replacing`, whose place failed; and, when `write`, appends those to
+/// the file in `dir`. A blob with a place keeps it, so a log that holds the
+/// same blob many times, looked through or recorded again, adds nothing.
 pub(crate) fn note(
     dir: &Path,
     places: Vec<Place>,
@@ -188,13 +195,16 @@ pub(crate) fn note(
     write: bool,
 ) -> std::io::Result<()> {
     let mut all = lock(known());
-    let known = all.entry(dir.to_path_buf()).or_default();
+    let known = all.entry((dir.to_path_buf(), write)).or_default();
     known.read_on(dir);
+    let mut seen = std::collections::HashSet::new();
     let new: Vec<Place> = places
         .into_iter()
         .filter(|place| match known.places.get(&place.hash) {
-            None => true,
-            Some(at) => Some(&place.hash) == replacing && *at != place.at,
+            None => seen.insert(place.hash),
+            Some(at) => {
+                Some(&place.hash) == replacing && *at != place.at && seen.insert(place.hash)
+            }
         })
         .collect();
     if write {
@@ -241,7 +251,7 @@ impl Known {
 
 /// Drops what this process read of the file in `dir` (it was replaced).
 fn forget(dir: &Path) {
-    lock(known()).remove(dir);
+    lock(known()).retain(|(known, _), _| known != dir);
 }
 
 /// How long the writer gathers places before writing them.
@@ -304,6 +314,8 @@ impl PlacesWriter {
         }
         let mut queue = lock(&self.shared.queue);
         if queue.bytes + bytes.len() > QUEUE_BYTES_MAX {
+            // The blob is found by looking through the log instead.
+            tracing::debug!("the blob places queue is full; a place is left for a scan to find");
             return;
         }
         queue.bytes += bytes.len();
@@ -355,10 +367,13 @@ fn write_until_closed(dir: &Path, shared: &Shared) {
                 at: *at,
             })
             .collect();
-        if let Err(error) = append(dir, &places) {
+        // As a scan does: a blob recorded again (a plan run again makes
+        // the same calls) keeps the place it has.
+        let count = places.len();
+        if let Err(error) = note(dir, places, None, true) {
             tracing::warn!(
                 "the places of {} blob(s) were not written (reads find them in the log): {error}",
-                places.len()
+                count
             );
         }
         if closed {
@@ -410,9 +425,9 @@ mod tests {
         assert_eq!(found, [1, 2, 4, 6]);
         assert_eq!(consumed, bytes.len());
         assert_eq!(places[2], place(4));
-        assert_eq!(find(&blobs, &[4; 32]), Some(place(4).at));
-        assert_eq!(find(&blobs, &[3; 32]), None);
-        assert_eq!(find(&blobs, &[5; 32]), None);
+        assert_eq!(find(&blobs, &[4; 32], true), Some(place(4).at));
+        assert_eq!(find(&blobs, &[3; 32], true), None);
+        assert_eq!(find(&blobs, &[5; 32], true), None);
         // An entry still being written is read once it is whole.
         let mut partial = Vec::new();
         encode(&place(7), &mut partial);
@@ -421,13 +436,33 @@ mod tests {
             .open(blobs.join(FILE))
             .expect("open");
         file.write_all(&partial[..40]).expect("first part");
-        assert_eq!(find(&blobs, &[7; 32]), None);
+        assert_eq!(find(&blobs, &[7; 32], true), None);
         file.write_all(&partial[40..]).expect("rest");
-        assert_eq!(find(&blobs, &[7; 32]), Some(place(7).at));
+        assert_eq!(find(&blobs, &[7; 32], true), Some(place(7).at));
         // Replaced by a shorter file: read again from its start.
         replace(&blobs, &[place(8)]).expect("replace");
-        assert_eq!(find(&blobs, &[8; 32]), Some(place(8).at));
-        assert_eq!(find(&blobs, &[1; 32]), None);
+        assert_eq!(find(&blobs, &[8; 32], true), Some(place(8).at));
+        assert_eq!(find(&blobs, &[1; 32], true), None);
+    }
+
+    #[test]
+    fn places_a_reader_keeps_in_memory_are_still_written_by_a_writer() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let blobs = dir.path().join("blobs");
+        std::fs::create_dir_all(&blobs).expect("dir");
+        let size = || std::fs::metadata(blobs.join(FILE)).map_or(0, |m| m.len());
+        // A reader that writes nothing (planb-retro, `check`) keeps what it
+        // found in the log in memory only.
+        note(&blobs, vec![place(1), place(2)], None, false).expect("note");
+        assert_eq!(size(), 0);
+        assert_eq!(find(&blobs, &[1; 32], false), Some(place(1).at));
+        // A writer in the same process still writes them, once each,
+        // however often they are noted or repeated in one batch.
+        assert_eq!(find(&blobs, &[1; 32], true), None);
+        note(&blobs, vec![place(1), place(2), place(1)], None, true).expect("note");
+        note(&blobs, vec![place(2)], None, true).expect("note again");
+        assert_eq!(size(), 2 * ENTRY_BYTES as u64);
+        assert_eq!(find(&blobs, &[2; 32], true), Some(place(2).at));
     }
 
     #[test]

@@ -199,7 +199,7 @@ impl Blobs {
     /// record is there and holds it.
     fn at_its_place(&self, hash: &BlobHash) -> Option<Vec<u8>> {
         let log = self.log.as_ref()?;
-        let at = crate::blob_places::find(&self.dir, hash)?;
+        let at = crate::blob_places::find(&self.dir, hash, self.restore)?;
         let mut reader = planb_log::read_dir_at(log, planb_log::LogOptions::default(), at).ok()?;
         let record = reader.next().ok()??;
         if record.cursor != at.cursor {
