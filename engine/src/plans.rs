@@ -8,6 +8,7 @@
 //! resume calls no step that succeeded before on the same arguments and
 //! restores every variable exactly.
 
+pub mod binding;
 pub mod generate;
 pub mod run;
 pub mod servers;
@@ -16,4 +17,6 @@ pub use run::{
     ForeignRun, Guards, PlanOutcome, PlanRunError, Progress, RunOptions, StepReport, dry_run, load,
     record_foreign_run, run_plan,
 };
-pub use servers::{Downstream, DownstreamError, ServerSpec, Servers, ToolInfo, available};
+pub use servers::{
+    Downstream, DownstreamError, ServerSpec, Servers, ToolAnswer, ToolInfo, available,
+};

@@ -489,3 +489,93 @@ pub fn rewrite_all(root: &DataRoot, state: &planb_core::State) -> Rewritten {
     }
     done
 }
+
+/// Why a copy of a task file was not saved where it was asked for.
+#[derive(Debug, thiserror::Error)]
+pub enum SaveError {
+    /// The place is inside the data root, which only planb writes.
+    #[error("{0} is inside planb's data root {1}; save the copy elsewhere")]
+    InsideDataRoot(String, String),
+    /// A file is there already and the call did not say to replace it.
+    #[error("{0} exists; pass overwrite: true to replace it")]
+    Exists(String),
+    /// The place cannot be written.
+    #[error("{0}: {1}")]
+    Io(String, std::io::Error),
+}
+
+/// Saves `bytes` as a copy at `to` (a file, or an existing directory that
+/// gets `name`), never inside the data root `root` and never over an
+/// existing file unless `overwrite`. The bytes go to a temporary file in
+/// the same directory, synced, then take the name in one step: a reader
+/// sees the old file or the whole new one, and a crash leaves no half copy
+/// under the name.
+pub fn save_copy(
+    root: &Path,
+    to: &Path,
+    name: &str,
+    bytes: &[u8],
+    overwrite: bool,
+) -> Result<PathBuf, SaveError> {
+    let shown = |p: &Path| p.display().to_string();
+    let to = if to.is_dir() {
+        to.join(name)
+    } else {
+        to.to_path_buf()
+    };
+    let (Some(dir), Some(file)) = (to.parent(), to.file_name()) else {
+        return Err(SaveError::Io(
+            shown(&to),
+            std::io::Error::other("not a file name"),
+        ));
+    };
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let dir = dir
+        .canonicalize()
+        .map_err(|e| SaveError::Io(shown(dir), e))?;
+    let to = dir.join(file);
+    // The name itself may be a link into the root.
+    let real = to.canonicalize().unwrap_or_else(|_| to.clone());
+    let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+    if dir.starts_with(&root) || real.starts_with(&root) {
+        return Err(SaveError::InsideDataRoot(shown(&to), shown(&root)));
+    }
+    let exists = std::fs::symlink_metadata(&to).is_ok();
+    if exists && !overwrite {
+        return Err(SaveError::Exists(shown(&to)));
+    }
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let seq = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(
+        ".{}.{}.{seq}.tmp",
+        file.to_string_lossy(),
+        std::process::id()
+    ));
+    let written = (|| {
+        use std::io::Write;
+        let mut out = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)?;
+        out.write_all(bytes)?;
+        out.sync_all()?;
+        if overwrite {
+            std::fs::rename(&tmp, &to)
+        } else {
+            // A link fails if the name was taken meanwhile: never replaced.
+            std::fs::hard_link(&tmp, &to)
+        }
+    })();
+    let _ = std::fs::remove_file(&tmp);
+    match written {
+        Ok(()) => Ok(to),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            Err(SaveError::Exists(shown(&to)))
+        }
+        Err(e) => Err(SaveError::Io(shown(&to), e)),
+    }
+}

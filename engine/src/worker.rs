@@ -527,7 +527,7 @@ async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<En
             .await;
     };
     let recorded: BTreeMap<StepId, Success> = task
-        .successes
+        .resumable_successes(task.runs.last().map(|r| r.id))
         .iter()
         .filter_map(|(id, s)| {
             Some((
@@ -1144,7 +1144,7 @@ impl Job {
                     })
                     .collect();
                 let args = planb_core::exec_plan::resolve_args(&args, &variables);
-                let result = servers
+                let answer = servers
                     .call(server, tool, args, self.shared.timeout)
                     .await
                     .map_err(|e| StepFailure {
@@ -1152,12 +1152,11 @@ impl Job {
                         message: e.message,
                         recoverable: true,
                     })?;
-                let value =
-                    crate::plans::run::result_value(&result).map_err(|message| StepFailure {
-                        class: "tool_error".into(),
-                        message: format!("{server}__{tool}: {message}"),
-                        recoverable: true,
-                    })?;
+                let value = answer.value().map_err(|message| StepFailure {
+                    class: "tool_error".into(),
+                    message: format!("{server}__{tool}: {message}"),
+                    recoverable: true,
+                })?;
                 let bytes = match value {
                     serde_json::Value::String(text) => text.into_bytes(),
                     other => serde_json::to_vec_pretty(&other).unwrap_or_default(),

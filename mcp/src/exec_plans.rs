@@ -317,6 +317,8 @@ pub(crate) fn marks(task: &Task, plan: &ExecPlan) -> Vec<StepMark> {
     let Some(run) = task.runs.last() else {
         return vec![StepMark::Pending; plan.steps.len()];
     };
+    // What this run did and what it reused from the runs it resumed.
+    let reusable = task.resumable_successes(Some(run.id));
     plan.steps
         .iter()
         .map(|step| {
@@ -326,7 +328,7 @@ pub(crate) fn marks(task: &Task, plan: &ExecPlan) -> Vec<StepMark> {
                 StepMark::Completed
             } else if run.attempts.contains_key(&step.index) {
                 StepMark::Failed
-            } else if run.resumed_from.is_some() && task.successes.contains_key(&step.index) {
+            } else if reusable.contains_key(&step.index) {
                 // A resume reuses what succeeded before without a new start.
                 StepMark::Completed
             } else {

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use planb_core::exec_plan::{StepMark, render_dag};
+use planb_core::text::{unique_prefix_lengths, visible};
 use planb_core::{Command, Task};
 use planb_engine::plans::{self, Guards, PlanOutcome, Progress, RunOptions};
 use planb_projections::{DataRoot, Store, SystemEnvironment};
@@ -33,7 +34,8 @@ pub(crate) enum PlanCommand {
         #[arg(long, value_name = "TEXT", conflicts_with = "file")]
         goal: Option<String>,
     },
-    /// List the plans: id (8 characters), title, steps, last run.
+    /// List the plans: id (the shortest prefix that tells it apart, 8
+    /// characters at least), title, steps, last run.
     List,
     /// Show a plan's DAG, variables and last run.
     Show {
@@ -176,6 +178,11 @@ fn short(id: &str) -> String {
     format!("{}…", id.chars().take(8).collect::<String>())
 }
 
+/// Text from a plan or a tool, its control characters shown.
+fn shown(text: &str) -> std::borrow::Cow<'_, str> {
+    visible(text, false)
+}
+
 /// Runs one `plan` command.
 pub(crate) fn main(
     root: &DataRoot,
@@ -204,7 +211,12 @@ pub(crate) fn main(
                 runtime()?.block_on(exec_plans::create(&store, &downstream, &value, None))
             };
             let (task, plan) = created.map_err(|e| anyhow::anyhow!(e))?;
-            writeln!(out, "\nPlan: {} ({} steps)\n", plan.title, plan.steps.len())?;
+            writeln!(
+                out,
+                "\nPlan: {} ({} steps)\n",
+                shown(&plan.title),
+                plan.steps.len()
+            )?;
             writeln!(out, "{}", render_dag(&plan, |_| StepMark::Pending))?;
             writeln!(out, "\nPlan saved: {task}")?;
             Ok(ExitCode::SUCCESS)
@@ -215,18 +227,32 @@ pub(crate) fn main(
                 writeln!(out, "No saved plans. Use plan create FILE to create one.")?;
                 return Ok(ExitCode::SUCCESS);
             }
-            writeln!(out, "{:<10} {:<50} {:>5}  LAST RUN", "ID", "TITLE", "STEPS")?;
-            for row in rows {
-                let title: String = row["title"]
-                    .as_str()
-                    .unwrap_or("")
+            // Each id as its shortest prefix no other listed plan shares
+            // (plans made within a minute share their first 8 characters).
+            let ids: Vec<&str> = rows
+                .iter()
+                .map(|row| row["plan_id"].as_str().unwrap_or(""))
+                .collect();
+            let lengths = unique_prefix_lengths(&ids, 8);
+            let shorts: Vec<String> = ids
+                .iter()
+                .zip(&lengths)
+                .map(|(id, &n)| id.chars().take(n).collect())
+                .collect();
+            let width = shorts.iter().map(String::len).max().unwrap_or(0).max(8);
+            writeln!(
+                out,
+                "{:<width$}  {:<50} {:>5}  LAST RUN",
+                "ID", "TITLE", "STEPS"
+            )?;
+            for (row, id) in rows.iter().zip(&shorts) {
+                let title: String = shown(row["title"].as_str().unwrap_or(""))
                     .chars()
                     .take(50)
                     .collect();
                 writeln!(
                     out,
-                    "{:<10} {:<50} {:>5}  {}",
-                    short(row["plan_id"].as_str().unwrap_or("")),
+                    "{id:<width$}  {:<50} {:>5}  {}",
                     title,
                     row["steps"],
                     row["state"].as_str().unwrap_or("")
@@ -237,7 +263,12 @@ pub(crate) fn main(
         PlanCommand::Show { id } => {
             let task = exec_plans::find(&store, id).map_err(|e| anyhow::anyhow!(e))?;
             let plan = plans::load(&task)?;
-            writeln!(out, "\nPlan: {} ({} steps)", plan.title, plan.steps.len())?;
+            writeln!(
+                out,
+                "\nPlan: {} ({} steps)",
+                shown(&plan.title),
+                plan.steps.len()
+            )?;
             writeln!(out, "id: {}\n", task.id)?;
             writeln!(out, "{}", exec_plans::rendered(&task, &plan))?;
             let vars: Vec<&str> = plan
@@ -336,7 +367,7 @@ pub(crate) fn main(
             let plan = plans::load(&task)?;
             let variables = knobs.variables()?;
             if *dry_run {
-                writeln!(out, "[DRY RUN] Executing plan: {}", plan.title)?;
+                writeln!(out, "[DRY RUN] Executing plan: {}", shown(&plan.title))?;
                 let outcome = plans::dry_run(&plan, task.id, &variables.unwrap_or_default());
                 for step in &outcome.steps {
                     let after: Vec<&str> = plan
@@ -352,7 +383,7 @@ pub(crate) fn main(
                         out,
                         "  Step {}: {} [{}] args {}{} → {}",
                         step.index,
-                        step.title,
+                        shown(&step.title),
                         step.tool,
                         step.args,
                         if after.is_empty() {
@@ -399,7 +430,7 @@ fn execute(
         out,
         "{} plan: {} ({})",
         if resume { "Resuming" } else { "Executing" },
-        plan.title,
+        shown(&plan.title),
         task.id
     )?;
     let mut display = if live {
@@ -454,6 +485,13 @@ fn execute(
             .unwrap_or_else(|| task.clone());
         writeln!(out, "\n{}\n", exec_plans::rendered(&after, &plan))?;
     }
+    if !outcome.called_again.is_empty() {
+        writeln!(
+            out,
+            "Called a second time (called before in the resumed run, no success recorded): step {}; check that a tool that is not idempotent did not act twice",
+            outcome.called_again.join(", step ")
+        )?;
+    }
     let seconds = outcome.duration.as_secs_f64();
     if outcome.success {
         writeln!(
@@ -473,7 +511,7 @@ fn execute(
         writeln!(
             out,
             "Plan failed: {}",
-            outcome.error.as_deref().unwrap_or("unknown error")
+            visible(outcome.error.as_deref().unwrap_or("unknown error"), true)
         )?;
         Ok(ExitCode::from(1))
     }

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use planb_core::exec_plan::{ExecPlan, StepMark, render_dag};
-use planb_core::text::clip;
+use planb_core::text::{clip, visible};
 use planb_engine::plans::Progress;
 
 /// The shortest time between two frames, and how often to [`Display::tick`].
@@ -85,28 +85,28 @@ impl Display {
     }
 }
 
+/// One event as a line; a title, tool name or error shows its control
+/// characters instead of sending them to the terminal.
 fn line(event: &Progress, out: &mut dyn Write) -> io::Result<()> {
-    match event {
-        Progress::Started { index } => writeln!(out, "  ◉ step {index} started"),
-        Progress::Ended(report) if report.reused => writeln!(
-            out,
+    let text = match event {
+        Progress::Started { index } => format!("  ◉ step {index} started"),
+        Progress::Ended(report) if report.reused => format!(
             "  ● step {} {} [{}]: recorded result reused, not called again",
             report.index, report.title, report.tool
         ),
-        Progress::Ended(report) if report.success => writeln!(
-            out,
+        Progress::Ended(report) if report.success => format!(
             "  ● step {} {} [{}] ({} ms)",
             report.index, report.title, report.tool, report.duration_ms
         ),
-        Progress::Ended(report) => writeln!(
-            out,
+        Progress::Ended(report) => format!(
             "  ✗ step {} {} [{}]: {}",
             report.index,
             report.title,
             report.tool,
             report.error.as_deref().unwrap_or("failed")
         ),
-    }?;
+    };
+    writeln!(out, "{}", visible(&text, false))?;
     out.flush()
 }
 
@@ -189,7 +189,7 @@ impl Live {
     /// The frame's lines for a terminal of `rows` × `columns`.
     fn frame(&self, rows: usize, columns: usize) -> Vec<String> {
         let width = columns.saturating_sub(1).max(1);
-        let cut = |text: &str| clip(text, width);
+        let cut = |text: &str| clip(&visible(text, false), width);
         let dag = render_dag(&self.plan, |at| self.marks[at]);
         let mut lines: Vec<String> = dag.lines().map(cut).collect();
         lines.push(String::new());

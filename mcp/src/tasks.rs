@@ -20,6 +20,7 @@ use planb_core::{Command, Rejection, RunState, Task, TaskId};
 use planb_engine::backend::sampling::Sampler;
 use planb_engine::backend::{Backend, BackendError, PROFILES};
 use planb_engine::pipelines::{self, DEFAULT_TARGET, PROJECT_PLAN};
+use planb_engine::task_files::SaveError;
 use planb_projections::{DataRoot, StoreError};
 use rmcp::model::{CallToolResult, JsonObject};
 use rmcp::service::RequestContext;
@@ -555,6 +556,7 @@ impl PlanbServer {
         profile: Option<&str>,
         peer: &Peer<RoleServer>,
     ) -> Result<Runner, Box<CallToolResult>> {
+        run_limits().map_err(|e| unusable_setting(&e))?;
         match Backend::configured(profile, &|name| std::env::var(name).ok()) {
             Ok(_) => Ok(Runner::Worker),
             Err(BackendError::NotConfigured) => match Sampler::of(peer, profile) {
@@ -1060,9 +1062,9 @@ impl PlanbServer {
 
     #[tool(
         name = "task_download",
-        description = "Save a task's report (\"report\") or zip (\"zip\") to save_path (a file or an existing directory; default: leave it in the task's folder) and return {content_type, sha256, size, path}.",
+        description = "Save a task's report (\"report\") or zip (\"zip\") to save_path (a file or an existing directory outside planb's data root; an existing file is replaced only with overwrite: true; default: leave it in the task's folder) and return {content_type, sha256, size, path}.",
         title = "Download a task file",
-        input_schema = schema(json!({"type": "object", "properties": {"task_id": task_id_schema(), "artifact": {"type": "string", "enum": ["report", "zip"], "default": "report"}, "save_path": {"type": "string"}}, "required": ["task_id"], "additionalProperties": false})),
+        input_schema = schema(json!({"type": "object", "properties": {"task_id": task_id_schema(), "artifact": {"type": "string", "enum": ["report", "zip"], "default": "report"}, "save_path": {"type": "string"}, "overwrite": {"type": "boolean", "default": false}}, "required": ["task_id"], "additionalProperties": false})),
         output_schema = open_output(),
         annotations(title = "Download a task file", read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
@@ -1179,9 +1181,10 @@ impl PlanbServer {
             let save = download
                 .then(|| args.optional_string("save_path", 4096))
                 .flatten();
-            (artifact, save)
+            let overwrite = download && args.optional_bool("overwrite").unwrap_or(false);
+            (artifact, save, overwrite)
         });
-        let (id, (artifact, save)) = match parsed {
+        let (id, (artifact, save, overwrite)) = match parsed {
             Ok(parsed) => parsed,
             Err(result) => return *result,
         };
@@ -1243,18 +1246,23 @@ impl PlanbServer {
             }
         };
         if let Some(save) = save {
-            let mut to = PathBuf::from(save);
-            if to.is_dir() {
-                to = to.join(format!("{id}-{name}"));
-            }
-            if let Err(e) = std::fs::write(&to, &bytes) {
-                return error(
-                    "PERMISSION_DENIED",
-                    format!("save_path: {}: {e}", to.display()),
-                    json!({}),
-                );
-            }
-            path = to;
+            let saved = planb_engine::task_files::save_copy(
+                root.root(),
+                Path::new(&save),
+                &format!("{id}-{name}"),
+                &bytes,
+                overwrite,
+            );
+            path = match saved {
+                Ok(to) => to,
+                Err(e) => {
+                    let code = match e {
+                        SaveError::Exists(_) => "CONFLICT",
+                        _ => "PERMISSION_DENIED",
+                    };
+                    return error(code, format!("save_path: {e}"), json!({}));
+                }
+            };
         }
         let path = path.canonicalize().unwrap_or(path);
         CallToolResult::structured(json!({
@@ -1335,25 +1343,60 @@ pub(crate) fn worker_main(
 /// (`PLANB_STEP_TIMEOUT_SEC`, `PLANB_INACTIVITY_SEC`, `PLANB_CONCURRENCY`).
 fn worker_options(backend: Backend) -> anyhow::Result<planb_engine::worker::Options> {
     let mut options = planb_engine::worker::Options::new(backend);
-    if let Some(d) = env_seconds("PLANB_STEP_TIMEOUT_SEC")? {
+    let limits = run_limits()?;
+    if let Some(d) = limits.step_timeout {
         options.step_timeout = d;
     }
-    if let Some(d) = env_seconds("PLANB_INACTIVITY_SEC")? {
+    if let Some(d) = limits.inactivity {
         options.inactivity = d;
     }
-    if let Ok(text) = std::env::var("PLANB_CONCURRENCY") {
-        options.concurrency = text
-            .trim()
-            .parse::<usize>()
-            .ok()
-            .filter(|n| (1..=64).contains(n))
-            .ok_or_else(|| {
-                anyhow::anyhow!(
-                    "PLANB_CONCURRENCY: must be a whole number from 1 to 64 (got {text:?})"
-                )
-            })?;
+    if let Some(n) = limits.concurrency {
+        options.concurrency = n;
     }
     Ok(options)
+}
+
+/// The limits of a task's run the environment sets, when it sets them.
+struct RunLimits {
+    step_timeout: Option<Duration>,
+    inactivity: Option<Duration>,
+    concurrency: Option<usize>,
+}
+
+/// Reads `PLANB_STEP_TIMEOUT_SEC`, `PLANB_INACTIVITY_SEC` and
+/// `PLANB_CONCURRENCY`; the error names the variable that is wrong.
+fn run_limits() -> anyhow::Result<RunLimits> {
+    let concurrency = match std::env::var("PLANB_CONCURRENCY") {
+        Err(_) => None,
+        Ok(text) => Some(
+            text.trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=64).contains(n))
+                .ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "PLANB_CONCURRENCY: must be a whole number from 1 to 64 (got {text:?})"
+                    )
+                })?,
+        ),
+    };
+    Ok(RunLimits {
+        step_timeout: env_seconds("PLANB_STEP_TIMEOUT_SEC")?,
+        inactivity: env_seconds("PLANB_INACTIVITY_SEC")?,
+        concurrency,
+    })
+}
+
+/// A run setting of the environment that cannot be used, as a tool error
+/// naming the variable: checked before anything is recorded.
+fn unusable_setting(problem: &anyhow::Error) -> Box<CallToolResult> {
+    let message = problem.to_string();
+    let variable = message.split(':').next().unwrap_or("").to_owned();
+    boxed(
+        "INVALID_CONFIGURATION",
+        format!("{message}; fix or unset it in the server's environment"),
+        json!({"variable": variable}),
+    )
 }
 
 /// Where a task's run goes.

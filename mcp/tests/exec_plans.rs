@@ -396,6 +396,127 @@ fn killed_mid_plan_a_resume_calls_no_completed_step_again_and_keeps_a_large_resu
     assert!(shown.contains("completed"), "{shown}");
 }
 
+/// A plan that completed once is run again and killed: its resume calls
+/// what the killed run had not done, although the first run made the very
+/// same calls.
+#[test]
+fn a_resume_of_a_run_again_calls_what_that_run_had_not_done() {
+    let setup = Setup::new();
+    let id = setup.create(
+        &json!({"title": "Again", "variables": {"nap": 5}, "steps": [
+            step("1", "alpha__echo", json!({"text": "one"}), &[], None),
+            step("2", "beta__sleep", json!({"ms": "${nap}"}), &["1"], None),
+            step("3", "alpha__echo", json!({"text": "three"}), &["2"], None),
+        ]}),
+    );
+    let (code, out) = setup.run(&["run", &id]);
+    assert_eq!(code, 0, "{out}");
+    let before = setup.calls().len();
+    let mut child = setup
+        .command(&["run", &id, "--var", "nap=60000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    wait_for("the second run's sleep", || {
+        setup.calls()[before..].iter().any(|c| c["tool"] == "sleep")
+    });
+    child.kill().expect("kill");
+    let _ = child.wait();
+    let (code, out) = setup.run(&["resume", &id, "--var", "nap=5"]);
+    assert_eq!(code, 0, "{out}");
+    let after: Vec<(String, Value)> = setup.calls()[before..]
+        .iter()
+        .map(|c| {
+            (
+                c["tool"].as_str().unwrap_or("").to_owned(),
+                c["args"].clone(),
+            )
+        })
+        .collect();
+    let echoes = |text: &str| {
+        after
+            .iter()
+            .filter(|(tool, args)| tool == "echo" && args["text"] == text)
+            .count()
+    };
+    assert_eq!(
+        echoes("one"),
+        1,
+        "step 1 ran in the killed run only: {after:?}"
+    );
+    assert_eq!(
+        after.iter().filter(|(tool, _)| tool == "sleep").count(),
+        2,
+        "step 2 was cut short and is called again: {after:?}"
+    );
+    assert_eq!(
+        echoes("three"),
+        1,
+        "step 3 never ran in the killed run: {after:?}"
+    );
+    assert!(
+        out.contains(
+            "Called a second time (called before in the resumed run, no success recorded): step 2;"
+        ),
+        "{out}"
+    );
+}
+
+/// Runs of a plan that completed before are killed at random points and
+/// resumed: every step is called in the run or its resume, never taken from
+/// the earlier run that made the same calls.
+#[test]
+fn killed_runs_again_resume_without_skipping_what_they_had_not_done() {
+    let setup = Setup::new();
+    let id = setup.create(&json!({"title": "Loop", "steps": [
+        step("1", "alpha__echo", json!({"text": "a"}), &[], None),
+        step("2", "beta__sleep", json!({"ms": 40}), &["1"], None),
+        step("3", "alpha__echo", json!({"text": "b"}), &["2"], None),
+        step("4", "beta__sleep", json!({"ms": 40}), &["3"], None),
+        step("5", "alpha__echo", json!({"text": "c"}), &["4"], None),
+    ]}));
+    let (code, out) = setup.run(&["run", &id]);
+    assert_eq!(code, 0, "{out}");
+    let wanted = [("echo", "a"), ("sleep", ""), ("echo", "b"), ("echo", "c")];
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(7, |d| d.as_nanos() as u64);
+    eprintln!("seed {seed}");
+    for round in 0..8 {
+        seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        let delay = Duration::from_millis((seed >> 33) % 200);
+        let before = setup.calls().len();
+        let mut child = setup
+            .command(&["run", &id])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn");
+        // Killed once its run has started (its first call made), at a
+        // random point after.
+        wait_for("the run's first call", || setup.calls().len() > before);
+        std::thread::sleep(delay);
+        child.kill().expect("kill");
+        let status = child.wait().expect("wait");
+        if status.success() {
+            continue;
+        }
+        let (code, out) = setup.run(&["resume", &id]);
+        assert_eq!(code, 0, "round {round}, killed after {delay:?}: {out}");
+        let calls = &setup.calls()[before..];
+        for (tool, text) in wanted {
+            assert!(
+                calls
+                    .iter()
+                    .any(|c| c["tool"] == tool && (text.is_empty() || c["args"]["text"] == text)),
+                "round {round}, killed after {delay:?}: {tool} {text} was never called \
+                 in the killed run or its resume: {calls:?}"
+            );
+        }
+    }
+}
+
 /// Small calls and results are in the log itself, with no file each: with
 /// the blob store's directory gone after a kill, `check` passes, a resume
 /// still reuses what completed, and `rebuild` writes their places again.
@@ -1057,4 +1178,78 @@ fn a_run_another_process_ends_is_left_as_it_was_ended_not_taken_for_a_stop() {
     let (state, _) = support::fold_log(&setup.path("root"));
     let recorded = &state.task(&task).expect("task").runs[0];
     assert_eq!(recorded.reason.as_deref(), Some("ended by hand"));
+}
+
+/// Plans made within the same minute share the time prefix of their ids:
+/// the list shows each by a prefix no other listed plan shares, and that
+/// prefix finds it.
+#[test]
+fn plans_made_together_are_listed_by_ids_that_tell_them_apart() {
+    let setup = Setup::new();
+    let ids: Vec<String> = (0..4)
+        .map(|n| {
+            setup.create(&json!({"title": format!("Plan {n}"), "steps": [
+                step("1", "alpha__echo", json!({"text": n}), &[], None)]}))
+        })
+        .collect();
+    let (code, listed) = setup.run(&["list"]);
+    assert_eq!(code, 0, "{listed}");
+    let shown: Vec<&str> = listed
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(shown.len(), 4, "{listed}");
+    for id in &ids {
+        let short = shown
+            .iter()
+            .find(|s| id.starts_with(**s))
+            .unwrap_or_else(|| panic!("{id} is not listed: {listed}"));
+        assert!(short.len() >= 8);
+        let (code, out) = setup.run(&["show", short]);
+        assert_eq!(code, 0, "{short} does not find its plan: {out}");
+        assert!(out.contains(&format!("id: {id}")), "{out}");
+    }
+}
+
+/// Escape sequences in a plan's title, its steps' titles and a tool's answer
+/// are shown, never sent to the terminal as they are.
+#[test]
+fn control_characters_from_plans_and_tools_never_reach_the_terminal() {
+    let setup = Setup::new();
+    let mut wipe = step(
+        "2",
+        "alpha__fail",
+        json!({"message": "\u{1b}[2J\u{1b}[31mred"}),
+        &["1"],
+        None,
+    );
+    wipe["title"] = json!("Wipe \u{1b}[2J the screen");
+    let id = setup.create(&json!({"title": "\u{1b}]0;pwned\u{7}Evil", "steps": [
+        step("1", "alpha__echo", json!({"text": "ok"}), &[], None),
+        wipe,
+    ]}));
+    let mut seen = String::new();
+    for args in [
+        vec!["list"],
+        vec!["show", &id],
+        vec!["run", &id],
+        vec!["run", "--dry-run", &id],
+    ] {
+        let (_, out) = setup.run(&args);
+        assert!(
+            !out.contains('\u{1b}'),
+            "{args:?} printed an escape: {out:?}"
+        );
+        seen.push_str(&out);
+    }
+    assert!(seen.contains("␛]0;pwned␇Evil"), "{seen}");
+    assert!(seen.contains("Wipe ␛[2J the screen"), "{seen}");
+    assert!(seen.contains("␛[2J␛[31mred"), "{seen}");
+    // On a terminal the live display draws with escapes of its own, and
+    // none of the plan's.
+    let (_, drawn) = on_a_terminal(&setup, &["run", &id]);
+    assert!(!drawn.contains("\u{1b}]0;"), "{drawn:?}");
+    assert!(!drawn.contains("\u{1b}[31m"), "{drawn:?}");
+    assert!(drawn.contains("␛[31mred"), "{drawn:?}");
 }

@@ -573,6 +573,46 @@ async fn a_server_s_last_words_are_kept_after_stderr_that_is_not_text() {
     assert!(error.contains("alpha: crashing on purpose"), "{error}");
 }
 
+/// A downstream server that died mid-call is started again on its next
+/// use: later plans (and a resume) in the same long-lived planb-mcp run.
+#[tokio::test]
+async fn after_a_server_crashes_the_next_plans_start_it_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = planb(dir.path(), &[]).await;
+    let crashed = ok(&call(
+        &server,
+        "plan_create_and_execute",
+        json!({"title": "Crash", "steps": [
+            step("1", "alpha__echo", json!({"text": "before"}), &[], Some("said")),
+            step("2", "alpha__crash", json!({}), &["1"], None),
+        ]}),
+    )
+    .await);
+    assert_eq!(crashed["success"], false, "{crashed}");
+    assert!(
+        crashed["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("crashing on purpose")),
+        "{crashed}"
+    );
+    for n in 0..2 {
+        let ran = ok(&call(
+            &server,
+            "plan_create_and_execute",
+            json!({"title": format!("After {n}"), "steps": [
+                step("1", "alpha__echo", json!({"text": format!("after {n}")}), &[], None),
+            ]}),
+        )
+        .await);
+        assert_eq!(ran["success"], true, "plan {n} after the crash: {ran}");
+    }
+    let echoes = calls(dir.path())
+        .iter()
+        .filter(|c| c["tool"] == "echo" && c["server"] == "alpha")
+        .count();
+    assert_eq!(echoes, 3, "{:?}", calls(dir.path()));
+}
+
 #[tokio::test]
 async fn a_server_no_step_names_does_not_stop_a_plan() {
     let dir = tempfile::tempdir().expect("tempdir");

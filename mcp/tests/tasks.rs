@@ -6,7 +6,7 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -380,12 +380,14 @@ async fn a_fast_task_runs_to_a_report_and_a_zip() {
         !html.contains("<script") && !html.contains("src=\"http"),
         "the report must not load anything"
     );
+    let elsewhere = tempfile::tempdir().expect("tempdir");
     let zip = ok(&call(
         &server,
         "task_download",
-        json!({"task_id": task, "artifact": "zip", "save_path": dir.path()}),
+        json!({"task_id": task, "artifact": "zip", "save_path": elsewhere.path()}),
     )
     .await);
+    downloads_never_write_in_the_root_or_over_a_file(&server, dir.path(), &task, &zip).await;
     let listed = std::process::Command::new("python3")
         .args(["-c", "import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); assert z.testzip() is None; print(len(z.namelist()))"])
         .arg(zip["path"].as_str().expect("path"))
@@ -440,6 +442,54 @@ async fn a_fast_task_runs_to_a_report_and_a_zip() {
 
 /// `rebuild` writes a task's folder again, byte for byte, from the log and
 /// the blobs; a person's edit it has not recorded is never overwritten.
+/// `task_download` refuses a place inside the data root (a log segment
+/// above all) and an existing file unless told to replace it; the files
+/// stay as they were.
+async fn downloads_never_write_in_the_root_or_over_a_file(
+    server: &Server,
+    root: &Path,
+    task: &str,
+    zip: &Value,
+) {
+    let segment = std::fs::read_dir(root.join("log"))
+        .expect("log dir")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "seg") || p.is_file())
+        .expect("a log file");
+    let before = std::fs::read(&segment).expect("segment");
+    let download = |save: &Path, overwrite: bool| json!({"task_id": task, "artifact": "report", "save_path": save, "overwrite": overwrite});
+    for overwrite in [false, true] {
+        let refused = call(server, "task_download", download(&segment, overwrite)).await;
+        assert_eq!(error_code(&refused), "PERMISSION_DENIED", "{refused:?}");
+        let inside = call(server, "task_download", download(root, overwrite)).await;
+        assert_eq!(error_code(&inside), "PERMISSION_DENIED", "{inside:?}");
+    }
+    assert_eq!(std::fs::read(&segment).expect("segment"), before);
+    let existing = PathBuf::from(zip["path"].as_str().expect("path")).with_file_name("mine.txt");
+    std::fs::write(&existing, "a person's own file").expect("write");
+    let zip_bytes = std::fs::read(&existing).expect("file");
+    let refused = call(server, "task_download", download(&existing, false)).await;
+    assert_eq!(error_code(&refused), "CONFLICT", "{refused:?}");
+    assert!(
+        structured(&refused)["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("overwrite: true")),
+        "{refused:?}"
+    );
+    assert_eq!(std::fs::read(&existing).expect("file"), zip_bytes);
+    let replaced = ok(&call(server, "task_download", download(&existing, true)).await);
+    assert_eq!(replaced["path"], existing.display().to_string());
+    let report = std::fs::read_to_string(&existing).expect("report");
+    assert!(report.to_lowercase().contains("<html"), "not the report");
+    let leftovers: Vec<_> = std::fs::read_dir(existing.parent().expect("dir"))
+        .expect("dir")
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
 fn a_lost_folder_comes_back_with_rebuild(dir: &Path, task: &str) {
     let folder = planb_projections::DataRoot::new(dir)
         .task_dir(&planb_core::TaskId::parse(task).expect("id"));
@@ -1505,4 +1555,38 @@ async fn a_pipeline_tool_step_calls_a_downstream_server_with_the_artifact_it_nee
         "{logs}"
     );
     server.client.cancel().await.expect("close");
+}
+
+/// A run setting of the environment that cannot be used refuses the call
+/// before anything is recorded, naming the variable: no task is left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unusable_setting_refuses_task_create_and_records_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = ModelServer::start(Script {
+        delay: Duration::ZERO,
+        fail_first: 0,
+    })
+    .await;
+    for (variable, value) in [
+        ("PLANB_STEP_TIMEOUT_SEC", "soon"),
+        ("PLANB_INACTIVITY_SEC", "-1"),
+    ] {
+        let server = start_planb(dir.path(), Some(&model), &[(variable, value)]).await;
+        let refused = call(
+            &server,
+            "task_create",
+            json!({"prompt": PROMPT, "speed_vs_detail": "ping"}),
+        )
+        .await;
+        assert_eq!(error_code(&refused), "INVALID_CONFIGURATION", "{refused:?}");
+        let error = &structured(&refused)["error"];
+        assert_eq!(error["details"]["variable"], variable, "{error}");
+        assert!(error["message"].as_str().expect("message").contains(value));
+        let listed = ok(&call(&server, "task_list", json!({})).await);
+        assert_eq!(
+            listed["tasks"],
+            json!([]),
+            "a task was left behind: {listed}"
+        );
+    }
 }

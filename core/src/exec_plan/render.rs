@@ -62,7 +62,10 @@ pub fn render_dag(plan: &ExecPlan, mark: impl Fn(usize) -> StepMark) -> String {
             lines.push(String::new());
         }
         current = Some(batch);
-        let title: String = step.title.chars().take(TITLE_CHARS).collect();
+        let title: String = crate::text::visible(&step.title, false)
+            .chars()
+            .take(TITLE_CHARS)
+            .collect();
         let after = if plan.needs(at).is_empty() {
             String::new()
         } else {
@@ -82,7 +85,7 @@ pub fn render_dag(plan: &ExecPlan, mark: impl Fn(usize) -> StepMark) -> String {
             "  {} {}. {title:<TITLE_CHARS$} [{}]{after}{parallel}",
             mark(at).symbol(),
             step.index,
-            step.tool
+            crate::text::visible(&step.tool, false)
         ));
     }
     lines.join("\n")

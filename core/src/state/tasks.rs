@@ -463,6 +463,33 @@ impl Task {
             .filter(|run| run.state.is_active())
     }
 
+    /// The successes a run resuming `from` may reuse: those of the steps
+    /// that succeeded in `from` or in the runs it resumed in turn, back to
+    /// the run that started afresh (given the latest run, what it and the
+    /// runs it resumed have done). A resume continues the run it resumes:
+    /// an earlier, separate run that made the same call does not count, or
+    /// the work the interrupted run had not done would never happen.
+    ///
+    /// A resume always resumes the latest run, so the chain is the newest
+    /// runs; should a run outside the chain come between (never recorded
+    /// today), the chain is cut there, and the steps are called again.
+    pub fn resumable_successes(&self, from: Option<RunId>) -> BTreeMap<String, StepSuccess> {
+        let mut done: BTreeSet<&str> = BTreeSet::new();
+        let mut wanted = from;
+        for run in self.runs.iter().rev() {
+            if wanted != Some(run.id) {
+                break;
+            }
+            done.extend(run.succeeded.iter().map(String::as_str));
+            wanted = run.resumed_from;
+        }
+        self.successes
+            .iter()
+            .filter(|(step, _)| done.contains(step.as_str()))
+            .map(|(step, success)| (step.clone(), *success))
+            .collect()
+    }
+
     fn run(&self, run: RunId) -> Result<&Run, Rejection> {
         // Newest first: the run asked for is nearly always the last.
         self.runs

@@ -1183,6 +1183,53 @@ mod tasks {
     }
 
     #[test]
+    fn a_resume_reuses_only_what_its_own_chain_of_runs_completed() {
+        let mut h = Harness::new();
+        let definition = serde_json::json!({"title": "Chain", "steps": [
+            {"index": "1", "title": "a", "tool": "t"},
+            {"index": "2", "title": "b", "tool": "t", "depends_on": ["1"]}]})
+        .to_string();
+        let create = Command::CreatePlan {
+            task: task_id(),
+            definition,
+            client_request_id: None,
+        };
+        h.run(create).expect("plan");
+        let reusable = |h: &Harness, from: Option<u128>| -> Vec<String> {
+            let task = h.state.task(&task_id()).expect("task");
+            task.resumable_successes(from.map(run_id))
+                .into_keys()
+                .collect()
+        };
+        // Run 1 completes every step.
+        h.run(start(1, None)).expect("run 1");
+        for name in ["1", "2"] {
+            h.run(step(1, name)).expect("start");
+            h.run(succeed(1, name, 3)).expect("succeed");
+        }
+        h.run(end(1, RunOutcome::Completed)).expect("end 1");
+        assert_eq!(reusable(&h, Some(1)), ["1", "2"]);
+        // Run 2 runs the plan again and stops after step 1: resuming it
+        // reuses step 1 alone, whatever run 1 did with the same call.
+        h.run(start(2, None)).expect("run 2");
+        h.run(step(2, "1")).expect("start");
+        h.run(succeed(2, "1", 3)).expect("succeed");
+        h.run(step(2, "2")).expect("start");
+        h.run(end(2, RunOutcome::Failed)).expect("end 2");
+        assert_eq!(reusable(&h, Some(2)), ["1"]);
+        assert!(reusable(&h, None).is_empty(), "a fresh run reuses nothing");
+        // Run 3 resumes run 2 and completes step 2; a resume of run 3 sees
+        // both, through the run it resumed.
+        h.run(start(3, Some(2))).expect("run 3");
+        h.run(step(3, "2")).expect("start");
+        h.run(succeed(3, "2", 4)).expect("succeed");
+        h.run(end(3, RunOutcome::Failed)).expect("end 3");
+        assert_eq!(reusable(&h, Some(3)), ["1", "2"]);
+        // A run that is not the latest is no chain to resume.
+        assert!(reusable(&h, Some(1)).is_empty());
+    }
+
+    #[test]
     fn an_idempotency_key_repeats_only_a_create_of_the_same_kind() {
         let mut h = Harness::new();
         assert_eq!(h.run(create(Some("key-1"))), Ok(vec!["task_created"]));

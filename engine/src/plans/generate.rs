@@ -162,18 +162,21 @@ mod tests {
                 name: "echo".into(),
                 description: "Echoes".into(),
                 input_schema: json!({"type": "object"}),
+                wraps_result: false,
             },
             ToolInfo {
                 server: "beta".into(),
                 name: "echo".into(),
                 description: "Echoes too".into(),
                 input_schema: json!({"type": "object"}),
+                wraps_result: false,
             },
             ToolInfo {
                 server: "alpha".into(),
                 name: "add".into(),
                 description: "Adds".into(),
                 input_schema: json!({"type": "object", "properties": {"a": {"type": "number"}}}),
+                wraps_result: false,
             },
         ]
     }

@@ -22,7 +22,6 @@ use planb_core::{
     RunId, RunOutcome, RunState, StepStart, Task, TaskErrorCode, TaskId,
 };
 use planb_projections::{Store, StoreError};
-use rmcp::model::CallToolResult;
 use serde_json::{Map, Value, json};
 
 use super::servers::{Downstream, ToolInfo};
@@ -145,6 +144,10 @@ pub struct PlanOutcome {
     pub variables: Map<String, Value>,
     /// Why it failed (`Step N failed: …`, `Batch K had failures: …`).
     pub error: Option<String>,
+    /// Steps of a resume that the resumed run had called with no success
+    /// recorded (in flight when it was cut short, or failed), called a
+    /// second time.
+    pub called_again: Vec<String>,
 }
 
 impl PlanOutcome {
@@ -171,6 +174,13 @@ impl PlanOutcome {
         }
         if let Some(run) = self.run {
             out.insert("run_id".into(), run.to_string().into());
+        }
+        if !self.called_again.is_empty() {
+            out.insert("called_again".into(), json!(self.called_again));
+            out.insert(
+                "called_again_note".into(),
+                "these steps were called in the resumed run with no success recorded (in flight when it was cut short, or failed) and were called a second time: check that a tool that is not idempotent did not act twice".into(),
+            );
         }
         out.insert("results".into(), Value::Object(self.variables.clone()));
         out.insert(
@@ -300,34 +310,8 @@ pub fn dry_run(plan: &ExecPlan, plan_id: TaskId, call: &Map<String, Value>) -> P
         steps_in_plan: plan.steps.len(),
         variables,
         error: None,
+        called_again: Vec::new(),
     }
-}
-
-/// The value a tool result binds: its structured content when it has one;
-/// else its text (joined by newlines) read as JSON when it is JSON, else as
-/// text; else its content blocks as JSON. An error result is its text.
-pub fn result_value(result: &CallToolResult) -> Result<Value, String> {
-    let texts: Vec<&str> = result
-        .content
-        .iter()
-        .filter_map(|c| c.as_text().map(|t| t.text.as_str()))
-        .collect();
-    if result.is_error == Some(true) {
-        let text = texts.join("\n");
-        return Err(if text.trim().is_empty() {
-            "Tool execution failed".into()
-        } else {
-            text
-        });
-    }
-    if let Some(structured) = &result.structured_content {
-        return Ok(structured.clone());
-    }
-    if !texts.is_empty() {
-        let text = texts.join("\n");
-        return Ok(serde_json::from_str(&text).unwrap_or(Value::String(text)));
-    }
-    Ok(serde_json::to_value(&result.content).unwrap_or(Value::Null))
 }
 
 struct Call {
@@ -555,7 +539,7 @@ async fn perform(shared: Arc<Shared>, starting: Starting) -> Finished {
             )
             .await
         {
-            Ok(result) => result_value(&result).map_err(|e| ("tool_error", e)),
+            Ok(answer) => answer.value().map_err(|e| ("tool_error", e)),
             Err(e) => Err((e.class, e.message)),
         },
     };
@@ -672,11 +656,22 @@ pub async fn run_plan(
     };
     call_vars.extend(variables.unwrap_or_default());
     let recorded = if resume {
-        found.successes.clone()
+        found.resumable_successes(previous.map(|r| r.id))
     } else {
         BTreeMap::new()
     };
     let resumed_from = if resume { previous.map(|r| r.id) } else { None };
+    // Called in the run resumed with no success recorded (in flight when it
+    // was cut short, or failed): called a second time.
+    let in_flight: Vec<String> = match previous {
+        Some(run) if resume => run
+            .attempts
+            .keys()
+            .filter(|step| !run.succeeded.contains(*step))
+            .cloned()
+            .collect(),
+        _ => Vec::new(),
+    };
     // No copy of the task is held while its run starts: the run list it
     // shares would be copied whole.
     drop(found);
@@ -706,6 +701,7 @@ pub async fn run_plan(
         steps_in_plan: plan.steps.len(),
         variables: merged(&plan, &call_vars),
         error: None,
+        called_again: Vec::new(),
     };
     let ended = drive(
         &shared,
@@ -717,6 +713,10 @@ pub async fn run_plan(
         &mut outcome,
     )
     .await;
+    outcome.called_again = in_flight
+        .into_iter()
+        .filter(|i| outcome.steps.iter().any(|s| s.index == *i && !s.reused))
+        .collect();
     let (result, reason, failed_step) = match ended {
         Ok(Settled::Completed) => {
             outcome.success = true;

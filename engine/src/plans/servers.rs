@@ -314,6 +314,25 @@ pub struct ToolInfo {
     pub description: String,
     /// The JSON Schema of its arguments.
     pub input_schema: Value,
+    /// Whether its output schema wraps a primitive result as `{"result":
+    /// value}` (see [`super::binding`]).
+    pub wraps_result: bool,
+}
+
+/// A tool's answer, with what reading its value needs.
+#[derive(Clone, Debug)]
+pub struct ToolAnswer {
+    /// The result as the server sent it.
+    pub result: CallToolResult,
+    /// Whether the tool's output schema wraps a primitive result.
+    pub wraps_result: bool,
+}
+
+impl ToolAnswer {
+    /// The value it binds; an error answer is its text.
+    pub fn value(&self) -> Result<Value, String> {
+        super::binding::bound_value(&self.result, self.wraps_result)
+    }
 }
 
 impl ToolInfo {
@@ -352,8 +371,48 @@ pub struct Downstream {
     home: Option<tokio::runtime::Handle>,
 }
 
-/// A server's connection, once started.
-type Slot = Arc<tokio::sync::Mutex<Option<Arc<Connection>>>>;
+/// A server's connection, once started, and how often it has died.
+type Slot = Arc<tokio::sync::Mutex<SlotState>>;
+
+#[derive(Default)]
+struct SlotState {
+    connection: Option<Arc<Connection>>,
+    /// Deaths (exits mid-call, failed starts) since it last answered.
+    deaths: u32,
+    /// No start before this, after a death.
+    retry_at: Option<tokio::time::Instant>,
+    /// What its last death said (with its last stderr lines).
+    last_words: String,
+}
+
+/// The longest wait before a server that keeps dying is started again.
+const RESTART_BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+impl SlotState {
+    /// Notes a death: the connection is dropped and the next start waits
+    /// 0 s after the first death, then 0.5 s, 1 s, 2 s, … up to
+    /// [`RESTART_BACKOFF_MAX`].
+    fn died(&mut self, words: &str) {
+        self.connection = None;
+        self.deaths = self.deaths.saturating_add(1);
+        let wait = match self.deaths {
+            0 | 1 => Duration::ZERO,
+            n => Duration::from_millis(250)
+                .saturating_mul(1 << (n - 1).min(16))
+                .min(RESTART_BACKOFF_MAX),
+        };
+        self.retry_at = Some(tokio::time::Instant::now() + wait);
+        words.clone_into(&mut self.last_words);
+    }
+}
+
+impl Connection {
+    /// Whether calls can still reach the server: a child that exited closes
+    /// the transport without cancelling the service.
+    fn alive(&self) -> bool {
+        !self.client.is_closed() && !self.client.peer().is_transport_closed()
+    }
+}
 
 impl std::fmt::Debug for Downstream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -407,18 +466,26 @@ impl Downstream {
                 class: "server_start",
             });
         };
-        let slot: Slot = {
-            let mut slots = self
-                .connections
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            Arc::clone(slots.entry(name.to_owned()).or_default())
-        };
+        let slot = self.slot(name);
         let mut slot = slot.lock().await;
-        if let Some(found) = slot.as_ref()
-            && !found.client.is_closed()
+        if let Some(found) = slot.connection.as_ref() {
+            if found.alive() {
+                return Ok(Arc::clone(found));
+            }
+            slot.died(&format!("downstream server {name:?} exited"));
+        }
+        if let Some(at) = slot.retry_at
+            && at > tokio::time::Instant::now()
         {
-            return Ok(Arc::clone(found));
+            return Err(DownstreamError {
+                message: format!(
+                    "downstream server {name:?} died {} times in a row; it is started again in {:.1} s. Its last failure: {}",
+                    slot.deaths,
+                    (at - tokio::time::Instant::now()).as_secs_f64(),
+                    slot.last_words
+                ),
+                class: "server_start",
+            });
         }
         let started = match &self.home {
             Some(home) => {
@@ -433,8 +500,14 @@ impl Downstream {
             }
             None => Downstream::start(name, spec, self.start_timeout).await,
         };
-        let connection = Arc::new(started?);
-        *slot = Some(Arc::clone(&connection));
+        let connection = match started {
+            Ok(started) => Arc::new(started),
+            Err(error) => {
+                slot.died(&error.message);
+                return Err(error);
+            }
+        };
+        slot.connection = Some(Arc::clone(&connection));
         Ok(connection)
     }
 
@@ -676,21 +749,31 @@ impl Downstream {
         tool: &str,
         args: Map<String, Value>,
         timeout: Duration,
-    ) -> Result<CallToolResult, DownstreamError> {
+    ) -> Result<ToolAnswer, DownstreamError> {
         let connection = self.connection(server).await?;
+        let wraps_result = connection
+            .tools
+            .iter()
+            .any(|t| t.name == tool && t.wraps_result);
         let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(args);
         match tokio::time::timeout(timeout, connection.client.call_tool(params)).await {
-            Ok(Ok(result)) => Ok(result),
+            Ok(Ok(result)) => {
+                self.answered(server).await;
+                Ok(ToolAnswer {
+                    result,
+                    wraps_result,
+                })
+            }
             Ok(Err(e)) => {
                 let closed = matches!(
                     e,
                     rmcp::ServiceError::TransportClosed | rmcp::ServiceError::TransportSend(_)
-                ) || connection.client.is_closed();
+                ) || !connection.alive();
                 if closed {
                     // Give the stderr reader a moment to collect the last words.
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
-                Err(DownstreamError {
+                let error = DownstreamError {
                     message: if closed {
                         match &connection.stderr {
                             Some(stderr) => format!(
@@ -705,7 +788,21 @@ impl Downstream {
                         format!("{server}__{tool}: {e}")
                     },
                     class: "server_error",
-                })
+                };
+                if closed {
+                    // Dropped (unless another call has started it again
+                    // meanwhile): the next use starts the server again.
+                    let slot = self.slot(server);
+                    let mut state = slot.lock().await;
+                    if state
+                        .connection
+                        .as_ref()
+                        .is_none_or(|c| Arc::ptr_eq(c, &connection))
+                    {
+                        state.died(&error.message);
+                    }
+                }
+                Err(error)
             }
             Err(_) => Err(DownstreamError {
                 message: format!(
@@ -714,6 +811,25 @@ impl Downstream {
                 ),
                 class: "tool_timeout",
             }),
+        }
+    }
+
+    /// `name`'s slot, made when first asked for.
+    fn slot(&self, name: &str) -> Slot {
+        let mut slots = self
+            .connections
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Arc::clone(slots.entry(name.to_owned()).or_default())
+    }
+
+    /// Notes that `server` answered a call: its deaths are forgotten.
+    async fn answered(&self, server: &str) {
+        let slot = self.slot(server);
+        let mut state = slot.lock().await;
+        if state.deaths > 0 {
+            state.deaths = 0;
+            state.retry_at = None;
         }
     }
 }
@@ -726,6 +842,7 @@ fn tool_infos(server: &str, tools: Vec<rmcp::model::Tool>) -> Vec<ToolInfo> {
             name: tool.name.to_string(),
             description: tool.description.map(|d| d.to_string()).unwrap_or_default(),
             input_schema: Value::Object((*tool.input_schema).clone()),
+            wraps_result: super::binding::wraps_primitive(tool.output_schema.as_deref()),
         })
         .collect()
 }
@@ -760,6 +877,7 @@ mod tests {
             name: name.into(),
             description: String::new(),
             input_schema: json!({"type": "object"}),
+            wraps_result: false,
         };
         let tools = [
             tool("files", "read"),
