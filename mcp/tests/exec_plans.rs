@@ -1253,3 +1253,93 @@ fn control_characters_from_plans_and_tools_never_reach_the_terminal() {
     assert!(!drawn.contains("\u{1b}[31m"), "{drawn:?}");
     assert!(drawn.contains("␛[31mred"), "{drawn:?}");
 }
+
+/// Each tool of the SDK servers (real processes on the official Python and
+/// TypeScript SDKs, installed by the test command into `clients/`), the
+/// value planb binds from it, and the value mcp-cli binds from the same
+/// answer (its rule: the text blocks, joined and read as JSON when they
+/// are JSON; with no text, the blocks).
+const SDK_CASES: [(&str, &str, &str, &str); 13] = [
+    ("pysdk", "text", r#""hello""#, r#""hello""#),
+    ("pysdk", "json_looking_text", r#""[1, 2]""#, "[1, 2]"),
+    ("pysdk", "number", "42", "42"),
+    ("pysdk", "numbers", "[1, 2, 3]", r#""1\n2\n3""#),
+    ("pysdk", "mapping", r#"{"a": 1, "b": 2}"#, r#"{"a": 1, "b": 2}"#),
+    ("pysdk", "point", r#"{"x": 1, "y": 2}"#, r#"{"x": 1, "y": 2}"#),
+    ("pysdk", "untyped", r#""plain""#, r#""plain""#),
+    ("pysdk", "picture", "", ""),
+    ("tssdk", "text", r#""hello""#, r#""hello""#),
+    ("tssdk", "two_texts", r#""first\nsecond""#, r#""first\nsecond""#),
+    ("tssdk", "summary_and_data", r#"{"total": 5}"#, r#""the total is 5""#),
+    ("tssdk", "wrapped", r#""hello""#, r#""hello""#),
+    ("tssdk", "broken", "", ""),
+];
+
+#[test]
+fn results_of_python_and_typescript_sdk_servers_bind_their_values() {
+    let clients = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../clients");
+    let python = clients.join(".venv/bin/python");
+    assert!(
+        python.exists() && clients.join("node_modules/@modelcontextprotocol/server").exists(),
+        "the SDKs are missing: run scripts/test, which installs them into clients/"
+    );
+    let setup = Setup::new();
+    let servers = json!({"mcpServers": {
+        "pysdk": {"command": python, "args": [clients.join("sdk-servers/python_server.py")]},
+        "tssdk": {"command": "node", "args": [clients.join("sdk-servers/typescript_server.mjs")]},
+    }});
+    std::fs::write(setup.path("servers.json"), servers.to_string()).expect("servers");
+    let record = setup.path("record");
+    // Errors in a plan of their own: a failing batch stops its run.
+    let mut out = String::new();
+    for errors in [false, true] {
+        let mut steps = Vec::new();
+        let cases = SDK_CASES
+            .iter()
+            .enumerate()
+            .filter(|(_, case)| (case.1 == "broken") == errors);
+        for (n, (server, tool, _, _)) in cases {
+            let made = format!("{}", 2 * n + 1);
+            let var = format!("v{n}");
+            steps.push(step(&made, &format!("{server}__{tool}"), json!({}), &[], Some(&var)));
+            let tag = format!("{server}__{tool}");
+            let args = json!({"tag": tag, "value": format!("${{{var}}}")});
+            // The TypeScript server records what it is given as it is (the
+            // Python SDK reads a JSON-looking string argument as JSON).
+            steps.push(step(&format!("{}", 2 * n + 2), "tssdk__record", args, &[&made], None));
+        }
+        let id = setup.create(&json!({"title": "SDK answers", "steps": steps}));
+        let ran = setup
+            .command(&["run", &id])
+            .env("SDK_RECORD", &record)
+            .output()
+            .expect("run");
+        out.push_str(&String::from_utf8_lossy(&ran.stdout));
+        out.push_str(&String::from_utf8_lossy(&ran.stderr));
+    }
+    let recorded: std::collections::BTreeMap<String, Value> = std::fs::read_to_string(&record)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("record line"))
+        .map(|r| (r["tag"].as_str().unwrap_or("").to_owned(), r["value"].clone()))
+        .collect();
+    let mut table = String::from("tool | planb | mcp-cli\n");
+    for (server, tool, planb, mcp_cli) in SDK_CASES {
+        let tag = format!("{server}__{tool}");
+        let bound = recorded.get(&tag);
+        table.push_str(&format!("{tag} | {bound:?} | {mcp_cli}\n"));
+        match (tool, planb) {
+            ("broken", _) => assert!(bound.is_none(), "an error bound a value: {bound:?}"),
+            ("picture", _) => {
+                let blocks = bound.unwrap_or_else(|| panic!("{tag} bound nothing: {out}"));
+                assert_eq!(blocks[0]["type"], "image", "{blocks}");
+            }
+            _ => {
+                let expected: Value = serde_json::from_str(planb).expect("expected JSON");
+                assert_eq!(bound, Some(&expected), "{tag}\n{table}\n{out}");
+            }
+        }
+    }
+    eprintln!("{table}");
+    assert!(out.contains("it broke"), "the error's text is reported: {out}");
+}
