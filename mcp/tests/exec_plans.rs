@@ -1264,13 +1264,33 @@ const SDK_CASES: [(&str, &str, &str, &str); 13] = [
     ("pysdk", "json_looking_text", r#""[1, 2]""#, "[1, 2]"),
     ("pysdk", "number", "42", "42"),
     ("pysdk", "numbers", "[1, 2, 3]", r#""1\n2\n3""#),
-    ("pysdk", "mapping", r#"{"a": 1, "b": 2}"#, r#"{"a": 1, "b": 2}"#),
-    ("pysdk", "point", r#"{"x": 1, "y": 2}"#, r#"{"x": 1, "y": 2}"#),
+    (
+        "pysdk",
+        "mapping",
+        r#"{"a": 1, "b": 2}"#,
+        r#"{"a": 1, "b": 2}"#,
+    ),
+    (
+        "pysdk",
+        "point",
+        r#"{"x": 1, "y": 2}"#,
+        r#"{"x": 1, "y": 2}"#,
+    ),
     ("pysdk", "untyped", r#""plain""#, r#""plain""#),
     ("pysdk", "picture", "", ""),
     ("tssdk", "text", r#""hello""#, r#""hello""#),
-    ("tssdk", "two_texts", r#""first\nsecond""#, r#""first\nsecond""#),
-    ("tssdk", "summary_and_data", r#"{"total": 5}"#, r#""the total is 5""#),
+    (
+        "tssdk",
+        "two_texts",
+        r#""first\nsecond""#,
+        r#""first\nsecond""#,
+    ),
+    (
+        "tssdk",
+        "summary_and_data",
+        r#"{"total": 5}"#,
+        r#""the total is 5""#,
+    ),
     ("tssdk", "wrapped", r#""hello""#, r#""hello""#),
     ("tssdk", "broken", "", ""),
 ];
@@ -1280,7 +1300,10 @@ fn results_of_python_and_typescript_sdk_servers_bind_their_values() {
     let clients = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../clients");
     let python = clients.join(".venv/bin/python");
     assert!(
-        python.exists() && clients.join("node_modules/@modelcontextprotocol/server").exists(),
+        python.exists()
+            && clients
+                .join("node_modules/@modelcontextprotocol/server")
+                .exists(),
         "the SDKs are missing: run scripts/test, which installs them into clients/"
     );
     let setup = Setup::new();
@@ -1301,12 +1324,24 @@ fn results_of_python_and_typescript_sdk_servers_bind_their_values() {
         for (n, (server, tool, _, _)) in cases {
             let made = format!("{}", 2 * n + 1);
             let var = format!("v{n}");
-            steps.push(step(&made, &format!("{server}__{tool}"), json!({}), &[], Some(&var)));
+            steps.push(step(
+                &made,
+                &format!("{server}__{tool}"),
+                json!({}),
+                &[],
+                Some(&var),
+            ));
             let tag = format!("{server}__{tool}");
             let args = json!({"tag": tag, "value": format!("${{{var}}}")});
             // The TypeScript server records what it is given as it is (the
             // Python SDK reads a JSON-looking string argument as JSON).
-            steps.push(step(&format!("{}", 2 * n + 2), "tssdk__record", args, &[&made], None));
+            steps.push(step(
+                &format!("{}", 2 * n + 2),
+                "tssdk__record",
+                args,
+                &[&made],
+                None,
+            ));
         }
         let id = setup.create(&json!({"title": "SDK answers", "steps": steps}));
         let ran = setup
@@ -1321,7 +1356,12 @@ fn results_of_python_and_typescript_sdk_servers_bind_their_values() {
         .unwrap_or_default()
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).expect("record line"))
-        .map(|r| (r["tag"].as_str().unwrap_or("").to_owned(), r["value"].clone()))
+        .map(|r| {
+            (
+                r["tag"].as_str().unwrap_or("").to_owned(),
+                r["value"].clone(),
+            )
+        })
         .collect();
     let mut table = String::from("tool | planb | mcp-cli\n");
     for (server, tool, planb, mcp_cli) in SDK_CASES {
@@ -1341,5 +1381,44 @@ fn results_of_python_and_typescript_sdk_servers_bind_their_values() {
         }
     }
     eprintln!("{table}");
-    assert!(out.contains("it broke"), "the error's text is reported: {out}");
+    assert!(
+        out.contains("it broke"),
+        "the error's text is reported: {out}"
+    );
+}
+
+/// Two `plan run` of one short plan started together: it runs once, and
+/// the other start is refused, whichever way the timing falls.
+#[test]
+fn two_starts_of_one_short_plan_run_it_once() {
+    let setup = Setup::new();
+    let id = setup.create(&json!({"title": "Once", "steps": [
+        step("1", "alpha__echo", json!({"text": "side effect"}), &[], None),
+        step("2", "beta__sleep", json!({"ms": 150}), &["1"], None),
+    ]}));
+    for round in 0..4 {
+        let before = setup.calls().len();
+        let spawn = || {
+            setup
+                .command(&["run", &id])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        };
+        let (first, second) = (spawn(), spawn());
+        let outputs = [first, second].map(|c| c.wait_with_output().expect("wait"));
+        let refused: Vec<String> = outputs
+            .iter()
+            .filter(|o| !o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
+            .collect();
+        let echoes = setup.calls()[before..]
+            .iter()
+            .filter(|c| c["tool"] == "echo")
+            .count();
+        assert_eq!(echoes, 1, "round {round}: the plan ran {echoes} times");
+        assert_eq!(refused.len(), 1, "round {round}: {refused:?}");
+        assert!(refused[0].contains("RUN_ALREADY_ACTIVE"), "{}", refused[0]);
+    }
 }

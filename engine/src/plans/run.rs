@@ -222,6 +222,21 @@ pub enum PlanRunError {
     /// The run lock or the store failed.
     #[error(transparent)]
     Worker(#[from] WorkerError),
+    /// A run of the plan was active when this call looked, or started
+    /// after: running as well would do the plan's work twice.
+    #[error(
+        "RUN_ALREADY_ACTIVE: run {run} of plan {task} {when} (it is {state}); call again to run the plan once more"
+    )]
+    StartedMeanwhile {
+        /// The plan.
+        task: TaskId,
+        /// The other run.
+        run: RunId,
+        /// `was running when this call was made` or `started after this call was made`.
+        when: &'static str,
+        /// Its state now.
+        state: &'static str,
+    },
 }
 
 impl From<StoreError> for PlanRunError {
@@ -578,6 +593,42 @@ async fn perform(shared: Arc<Shared>, starting: Starting) -> Finished {
     }
 }
 
+/// The plan's latest run when a call looks, and whether it was active.
+async fn latest_run(store: &Arc<Store>, task: TaskId) -> Result<Option<(RunId, bool)>, StoreError> {
+    let store = Arc::clone(store);
+    blocking(move || {
+        store.read(|s| {
+            s.task(&task)
+                .and_then(|t| t.runs.last().map(|r| (r.id, r.state.is_active())))
+        })
+    })
+    .await
+}
+
+/// Refuses to run, under the run lock, when another run started after the
+/// call looked (`seen`), or was active then and ended on its own (one that
+/// lost its process is ended `worker_error` and may be resumed): two
+/// starts of one plan at once run it once, however long it takes.
+fn refuse_a_second_run(found: &Task, seen: Option<(RunId, bool)>) -> Result<(), PlanRunError> {
+    let Some(latest) = found.runs.last() else {
+        return Ok(());
+    };
+    let when = match seen {
+        Some((id, _)) if id != latest.id => "started after this call was made",
+        Some((_, true)) if latest.reason.as_deref() != Some("worker_error") => {
+            "was running when this call was made"
+        }
+        None => "started after this call was made",
+        _ => return Ok(()),
+    };
+    Err(PlanRunError::StartedMeanwhile {
+        task: found.id,
+        run: latest.id,
+        when,
+        state: latest.state.as_str(),
+    })
+}
+
 /// Takes the plan `task`'s run lock, ends a run whose process died, and
 /// reads the plan as recorded.
 async fn hold(
@@ -631,7 +682,9 @@ pub async fn run_plan(
     progress: Option<ProgressFn>,
 ) -> Result<PlanOutcome, PlanRunError> {
     let started = Instant::now();
+    let seen = latest_run(&store, task).await?;
     let (lock, found, plan) = hold(&store, task).await?;
+    refuse_a_second_run(&found, seen)?;
     let previous = found.runs.last();
     if resume && previous.is_none() {
         return Err(PlanRunError::Invalid(format!(
