@@ -75,6 +75,58 @@ pub struct Servers {
     pub path: Option<PathBuf>,
     /// The servers by name.
     pub servers: BTreeMap<String, ServerSpec>,
+    /// What the file holds that planb does not use (unknown fields, a name
+    /// given twice), said on stderr when the file is read.
+    pub notes: Vec<String>,
+}
+
+/// The fields of a server entry planb reads.
+const ENTRY_FIELDS: [&str; 6] = ["type", "command", "args", "env", "url", "headers"];
+
+/// The server names `mcpServers` gives more than once in `text` (JSON
+/// keeps the last silently).
+fn repeated_names(text: &str) -> Vec<String> {
+    struct Names(Vec<String>);
+    impl<'de> serde::de::Visitor<'de> for Names {
+        type Value = Vec<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an object")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            mut self,
+            mut map: A,
+        ) -> Result<Self::Value, A::Error> {
+            while let Some(key) = map.next_key::<String>()? {
+                map.next_value::<serde::de::IgnoredAny>()?;
+                self.0.push(key);
+            }
+            Ok(self.0)
+        }
+    }
+    struct Keys(Vec<String>);
+    impl<'de> serde::Deserialize<'de> for Keys {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Keys, D::Error> {
+            d.deserialize_map(Names(Vec::new())).map(Keys)
+        }
+    }
+    #[derive(serde::Deserialize)]
+    struct File {
+        #[serde(rename = "mcpServers")]
+        servers: Option<Keys>,
+    }
+    let Ok(File {
+        servers: Some(Keys(names)),
+    }) = serde_json::from_str::<File>(text)
+    else {
+        return Vec::new();
+    };
+    let mut seen = BTreeSet::new();
+    let mut repeated: Vec<String> = names
+        .into_iter()
+        .filter(|n| !seen.insert(n.clone()))
+        .collect();
+    repeated.dedup();
+    repeated
 }
 
 fn strings(value: Option<&Value>, path: &str) -> Result<Vec<String>, String> {
@@ -189,6 +241,7 @@ impl Servers {
                 return Ok(Servers {
                     path: Some(path.to_owned()),
                     servers: BTreeMap::new(),
+                    notes: Vec::new(),
                 });
             }
             Err(e) => return Err(format!("{shown}: cannot read: {e}")),
@@ -205,6 +258,15 @@ impl Servers {
             serde_json::from_str(&text).map_err(|e| format!("{shown}: not JSON: {e}"))?;
         let mut servers = Servers::parse(&value).map_err(|e| format!("{shown}: {e}"))?;
         servers.path = Some(path.to_owned());
+        for name in repeated_names(&text) {
+            servers.notes.push(format!(
+                "mcpServers.{name}: given more than once; the last entry is used"
+            ));
+        }
+        for note in &mut servers.notes {
+            *note = format!("{shown}: {note}");
+            tracing::warn!("{note}");
+        }
         Ok(servers)
     }
 
@@ -223,6 +285,7 @@ impl Servers {
             ));
         }
         let mut servers = BTreeMap::new();
+        let mut notes = Vec::new();
         for (name, spec) in all {
             let at = format!("mcpServers.{name}");
             let valid = !name.is_empty()
@@ -239,6 +302,12 @@ impl Servers {
             let Value::Object(spec) = spec else {
                 return Err(format!("{at}: must be an object"));
             };
+            for key in spec.keys().filter(|k| !ENTRY_FIELDS.contains(&k.as_str())) {
+                notes.push(format!(
+                    "{at}.{key}: not used by planb, ignored (an entry has {})",
+                    ENTRY_FIELDS.join(", ")
+                ));
+            }
             match spec.get("type") {
                 None | Some(Value::Null) => {}
                 Some(Value::String(kind))
@@ -299,6 +368,7 @@ impl Servers {
         Ok(Servers {
             path: None,
             servers,
+            notes,
         })
     }
 }
@@ -868,6 +938,32 @@ mod tests {
 
     fn parse(servers: Value) -> Result<Servers, String> {
         Servers::parse(&json!({ "mcpServers": servers }))
+    }
+
+    #[test]
+    fn unknown_fields_and_a_name_given_twice_are_said() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("servers.json");
+        std::fs::write(
+            &path,
+            r#"{"mcpServers": {"a": {"command": "x", "cwd": "/tmp"}, "b": {"command": "y"}, "a": {"command": "z"}}}"#,
+        )
+        .expect("write");
+        let servers = Servers::load(&path).expect("load");
+        assert_eq!(servers.servers.len(), 2);
+        assert_eq!(servers.notes.len(), 1, "{:?}", servers.notes);
+        assert!(
+            servers.notes[0]
+                .ends_with("mcpServers.a: given more than once; the last entry is used")
+        );
+        std::fs::write(
+            &path,
+            r#"{"mcpServers": {"a": {"command": "x", "cwd": "/tmp"}}}"#,
+        )
+        .expect("write");
+        let servers = Servers::load(&path).expect("load");
+        assert_eq!(servers.notes.len(), 1, "{:?}", servers.notes);
+        assert!(servers.notes[0].contains("mcpServers.a.cwd: not used by planb, ignored"));
     }
 
     #[test]
