@@ -967,7 +967,7 @@ async fn a_command_backend_answers_a_ping_and_bad_input_gets_the_seed_codes() {
     )
     .await;
     let refused = call(&badly_set, "task_create", json!({"prompt": PROMPT})).await;
-    assert_eq!(error_code(&refused), "INTERNAL_ERROR");
+    assert_eq!(error_code(&refused), "INVALID_CONFIGURATION");
     let message = structured(&refused)["error"]["message"]
         .as_str()
         .expect("message")
@@ -976,25 +976,24 @@ async fn a_command_backend_answers_a_ping_and_bad_input_gets_the_seed_codes() {
         message.contains("PLANB_STEP_TIMEOUT_SEC: must be a number of seconds"),
         "{message}"
     );
-    let stuck = support::fold_log(dir.path())
+    // Refused before anything is recorded: no task is left behind.
+    let left = support::fold_log(dir.path())
         .0
         .tasks()
         .values()
-        .find(|t| t.runs.is_empty())
-        .expect("the task whose worker refused to start")
-        .id
-        .to_string();
+        .filter(|t| t.runs.is_empty())
+        .count();
+    assert_eq!(left, 0, "a refused task_create left a task behind");
     badly_set.client.cancel().await.expect("close");
-    // Only the latest worker's own lines explain its exit, though the task's
-    // worker.log still holds the earlier one's.
+    // Each setting is named on its own.
     let other = start_planb(
         dir.path(),
         None,
         &[("PLANB_MODEL", &spec), ("PLANB_CONCURRENCY", "0")],
     )
     .await;
-    let refused = call(&other, "task_resume", json!({"task_id": stuck})).await;
-    assert_eq!(error_code(&refused), "INTERNAL_ERROR");
+    let refused = call(&other, "task_create", json!({"prompt": PROMPT})).await;
+    assert_eq!(error_code(&refused), "INVALID_CONFIGURATION");
     let message = structured(&refused)["error"]["message"]
         .as_str()
         .expect("message")
