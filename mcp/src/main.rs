@@ -249,7 +249,7 @@ fn end_own_runs(store: &planb_projections::Store) {
             task,
             run,
             outcome: planb_core::RunOutcome::Failed,
-            reason: Some("worker_error".into()),
+            reason: Some(planb_core::LOST_RUN_REASON.into()),
             failed_step,
             recoverable: true,
         });

@@ -174,10 +174,6 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-fn short(id: &str) -> String {
-    format!("{}…", id.chars().take(8).collect::<String>())
-}
-
 /// Text from a plan or a tool, its control characters shown.
 fn shown(text: &str) -> std::borrow::Cow<'_, str> {
     visible(text, false)
@@ -501,11 +497,7 @@ fn execute(
         )?;
         Ok(ExitCode::SUCCESS)
     } else if outcome.stopped {
-        writeln!(
-            out,
-            "Plan stopped: resume it with plan resume {}",
-            short(&task.id.to_string())
-        )?;
+        writeln!(out, "Plan stopped: resume it with plan resume {}", task.id)?;
         Ok(ExitCode::from(3))
     } else {
         writeln!(

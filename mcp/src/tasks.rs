@@ -1277,8 +1277,18 @@ impl PlanbServer {
     }
 }
 
+/// A `PLANB_*` setting of the environment that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("{variable}: {problem}")]
+pub(crate) struct SettingError {
+    /// The variable.
+    pub(crate) variable: &'static str,
+    /// What is wrong with its value.
+    pub(crate) problem: String,
+}
+
 /// A duration in seconds from the environment: more than 0, at most a year.
-pub(crate) fn env_seconds(name: &str) -> anyhow::Result<Option<Duration>> {
+pub(crate) fn env_seconds(name: &'static str) -> Result<Option<Duration>, SettingError> {
     let Ok(text) = std::env::var(name) else {
         return Ok(None);
     };
@@ -1289,9 +1299,12 @@ pub(crate) fn env_seconds(name: &str) -> anyhow::Result<Option<Duration>> {
             .flatten()
     }) {
         Some(duration) => Ok(Some(duration)),
-        None => anyhow::bail!(
-            "{name}: must be a number of seconds above 0 and at most a year (got {text:?})"
-        ),
+        None => Err(SettingError {
+            variable: name,
+            problem: format!(
+                "must be a number of seconds above 0 and at most a year (got {text:?})"
+            ),
+        }),
     }
 }
 
@@ -1365,7 +1378,7 @@ struct RunLimits {
 
 /// Reads `PLANB_STEP_TIMEOUT_SEC`, `PLANB_INACTIVITY_SEC` and
 /// `PLANB_CONCURRENCY`; the error names the variable that is wrong.
-fn run_limits() -> anyhow::Result<RunLimits> {
+fn run_limits() -> Result<RunLimits, SettingError> {
     let concurrency = match std::env::var("PLANB_CONCURRENCY") {
         Err(_) => None,
         Ok(text) => Some(
@@ -1373,10 +1386,9 @@ fn run_limits() -> anyhow::Result<RunLimits> {
                 .parse::<usize>()
                 .ok()
                 .filter(|n| (1..=64).contains(n))
-                .ok_or_else(|| {
-                    anyhow::anyhow!(
-                        "PLANB_CONCURRENCY: must be a whole number from 1 to 64 (got {text:?})"
-                    )
+                .ok_or_else(|| SettingError {
+                    variable: "PLANB_CONCURRENCY",
+                    problem: format!("must be a whole number from 1 to 64 (got {text:?})"),
                 })?,
         ),
     };
@@ -1389,13 +1401,11 @@ fn run_limits() -> anyhow::Result<RunLimits> {
 
 /// A run setting of the environment that cannot be used, as a tool error
 /// naming the variable: checked before anything is recorded.
-fn unusable_setting(problem: &anyhow::Error) -> Box<CallToolResult> {
-    let message = problem.to_string();
-    let variable = message.split(':').next().unwrap_or("").to_owned();
+fn unusable_setting(problem: &SettingError) -> Box<CallToolResult> {
     boxed(
         "INVALID_CONFIGURATION",
-        format!("{message}; fix or unset it in the server's environment"),
-        json!({"variable": variable}),
+        format!("{problem}; fix or unset it in the server's environment"),
+        json!({"variable": problem.variable}),
     )
 }
 

@@ -116,7 +116,7 @@ impl Store {
             task,
             run,
             outcome: RunOutcome::Failed,
-            reason: Some("worker_error".into()),
+            reason: Some(planb_core::LOST_RUN_REASON.into()),
             failed_step,
             recoverable: true,
         };

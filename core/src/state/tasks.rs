@@ -29,6 +29,10 @@ pub const RUN_LOG_LINE_CHARS_MAX: usize = 2_000;
 pub const STEP_MESSAGE_CHARS_MAX: usize = 10_000;
 /// Run-log lines each task keeps in memory for `task_logs_tail`.
 pub const LOG_TAIL_LINES: usize = 500;
+/// Why a run whose process died was ended (`failed`, recoverable): the
+/// process that finds it so records it. A run its own process ends never
+/// has this reason alone.
+pub const LOST_RUN_REASON: &str = "worker_error";
 /// The `speed_vs_detail` values.
 pub const SPEEDS: [&str; 3] = ["ping", "fast", "all"];
 

@@ -615,7 +615,7 @@ fn refuse_a_second_run(found: &Task, seen: Option<(RunId, bool)>) -> Result<(), 
     };
     let when = match seen {
         Some((id, _)) if id != latest.id => "started after this call was made",
-        Some((_, true)) if latest.reason.as_deref() != Some("worker_error") => {
+        Some((_, true)) if latest.reason.as_deref() != Some(planb_core::LOST_RUN_REASON) => {
             "was running when this call was made"
         }
         None => "started after this call was made",

@@ -24,6 +24,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -427,6 +428,9 @@ struct Connection {
     tools: Vec<ToolInfo>,
     /// The end of a child's stderr; none for a url server.
     stderr: Option<Arc<Mutex<VecDeque<String>>>>,
+    /// Its slot's count of deaths, which an answer clears without taking
+    /// the slot's lock.
+    deaths: Arc<AtomicU32>,
 }
 
 /// The downstream servers of one process: connected when first needed.
@@ -447,8 +451,9 @@ type Slot = Arc<tokio::sync::Mutex<SlotState>>;
 #[derive(Default)]
 struct SlotState {
     connection: Option<Arc<Connection>>,
-    /// Deaths (exits mid-call, failed starts) since it last answered.
-    deaths: u32,
+    /// Deaths (exits mid-call, failed starts) since it last answered,
+    /// shared with the live connection.
+    deaths: Arc<AtomicU32>,
     /// No start before this, after a death.
     retry_at: Option<tokio::time::Instant>,
     /// What its last death said (with its last stderr lines).
@@ -464,8 +469,9 @@ impl SlotState {
     /// [`RESTART_BACKOFF_MAX`].
     fn died(&mut self, words: &str) {
         self.connection = None;
-        self.deaths = self.deaths.saturating_add(1);
-        let wait = match self.deaths {
+        let deaths = self.deaths.load(Ordering::Relaxed).saturating_add(1);
+        self.deaths.store(deaths, Ordering::Relaxed);
+        let wait = match deaths {
             0 | 1 => Duration::ZERO,
             n => Duration::from_millis(250)
                 .saturating_mul(1 << (n - 1).min(16))
@@ -550,7 +556,7 @@ impl Downstream {
             return Err(DownstreamError {
                 message: format!(
                     "downstream server {name:?} died {} times in a row; it is started again in {:.1} s. Its last failure: {}",
-                    slot.deaths,
+                    slot.deaths.load(Ordering::Relaxed),
                     (at - tokio::time::Instant::now()).as_secs_f64(),
                     slot.last_words
                 ),
@@ -571,7 +577,10 @@ impl Downstream {
             None => Downstream::start(name, spec, self.start_timeout).await,
         };
         let connection = match started {
-            Ok(started) => Arc::new(started),
+            Ok(started) => Arc::new(Connection {
+                deaths: Arc::clone(&slot.deaths),
+                ..started
+            }),
             Err(error) => {
                 slot.died(&error.message);
                 return Err(error);
@@ -622,6 +631,7 @@ impl Downstream {
                     client,
                     tools: tool_infos(name, tools),
                     stderr: None,
+                    deaths: Arc::default(),
                 });
             }
         };
@@ -683,6 +693,7 @@ impl Downstream {
             client,
             tools: tool_infos(name, tools),
             stderr: Some(stderr_lines),
+            deaths: Arc::default(),
         })
     }
 
@@ -828,7 +839,10 @@ impl Downstream {
         let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(args);
         match tokio::time::timeout(timeout, connection.client.call_tool(params)).await {
             Ok(Ok(result)) => {
-                self.answered(server).await;
+                // It answers: its deaths are forgotten.
+                if connection.deaths.load(Ordering::Relaxed) != 0 {
+                    connection.deaths.store(0, Ordering::Relaxed);
+                }
                 Ok(ToolAnswer {
                     result,
                     wraps_result,
@@ -890,17 +904,11 @@ impl Downstream {
             .connections
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        Arc::clone(slots.entry(name.to_owned()).or_default())
-    }
-
-    /// Notes that `server` answered a call: its deaths are forgotten.
-    async fn answered(&self, server: &str) {
-        let slot = self.slot(server);
-        let mut state = slot.lock().await;
-        if state.deaths > 0 {
-            state.deaths = 0;
-            state.retry_at = None;
+        // Looked up first: every call asks, and a new name is rare.
+        if let Some(slot) = slots.get(name) {
+            return Arc::clone(slot);
         }
+        Arc::clone(slots.entry(name.to_owned()).or_default())
     }
 }
 
