@@ -89,15 +89,19 @@ impl Setup {
         )
     }
 
-    /// Starts `plan run ID` in the background, its output piped, and
-    /// returns once the plan's sleep step has been called.
-    fn run_until_sleeping(&self, id: &str) -> std::process::Child {
-        let child = self
-            .command(&["run", id])
+    /// Starts a `plan` command in the background, its output piped.
+    fn spawn(&self, args: &[&str]) -> std::process::Child {
+        self.command(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .expect("spawn");
+            .expect("spawn planb-mcp")
+    }
+
+    /// Starts `plan run ID` in the background, its output piped, and
+    /// returns once the plan's sleep step has been called.
+    fn run_until_sleeping(&self, id: &str) -> std::process::Child {
+        let child = self.spawn(&["run", id]);
         wait_for("the sleep call", || {
             self.calls().iter().any(|c| c["tool"] == "sleep")
         });
@@ -412,12 +416,7 @@ fn a_resume_of_a_run_again_calls_what_that_run_had_not_done() {
     let (code, out) = setup.run(&["run", &id]);
     assert_eq!(code, 0, "{out}");
     let before = setup.calls().len();
-    let mut child = setup
-        .command(&["run", &id, "--var", "nap=60000"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+    let mut child = setup.spawn(&["run", &id, "--var", "nap=60000"]);
     wait_for("the second run's sleep", || {
         setup.calls()[before..].iter().any(|c| c["tool"] == "sleep")
     });
@@ -483,16 +482,13 @@ fn killed_runs_again_resume_without_skipping_what_they_had_not_done() {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(7, |d| d.as_nanos() as u64);
     eprintln!("seed {seed}");
+    let mut killed = 0;
     for round in 0..8 {
         seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-        let delay = Duration::from_millis((seed >> 33) % 200);
+        // Under the 80 ms the plan's two sleeps take after its first call.
+        let delay = Duration::from_millis((seed >> 33) % 70);
         let before = setup.calls().len();
-        let mut child = setup
-            .command(&["run", &id])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn");
+        let mut child = setup.spawn(&["run", &id]);
         // Killed once its run has started (its first call made), at a
         // random point after.
         wait_for("the run's first call", || setup.calls().len() > before);
@@ -502,6 +498,7 @@ fn killed_runs_again_resume_without_skipping_what_they_had_not_done() {
         if status.success() {
             continue;
         }
+        killed += 1;
         let (code, out) = setup.run(&["resume", &id]);
         assert_eq!(code, 0, "round {round}, killed after {delay:?}: {out}");
         let calls = &setup.calls()[before..];
@@ -515,6 +512,10 @@ fn killed_runs_again_resume_without_skipping_what_they_had_not_done() {
             );
         }
     }
+    assert!(
+        killed > 0,
+        "no round was killed mid-run: nothing was resumed"
+    );
 }
 
 /// Small calls and results are in the log itself, with no file each: with
@@ -626,17 +627,8 @@ fn processes_running_plans_at_once_note_every_blob_s_place() {
             setup.create(&json!({"title": format!("Plan {p}"), "steps": steps}))
         })
         .collect();
-    let children: Vec<std::process::Child> = ids
-        .iter()
-        .map(|id| {
-            setup
-                .command(&["run", id])
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("spawn")
-        })
-        .collect();
+    let children: Vec<std::process::Child> =
+        ids.iter().map(|id| setup.spawn(&["run", id])).collect();
     for child in children {
         let out = child.wait_with_output().expect("wait");
         assert!(
@@ -939,16 +931,8 @@ fn mcp_cli_plans_and_checkpoints_are_imported_and_resume_where_they_stopped() {
     let dir = dir.to_str().expect("path");
     // Two windows import the same directory at once: each plan, and each
     // checkpoint's run, is recorded by one of them; the other says so.
-    let importers: Vec<std::process::Child> = (0..2)
-        .map(|_| {
-            setup
-                .command(&["import", dir])
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("start an import")
-        })
-        .collect();
+    let importers: Vec<std::process::Child> =
+        (0..2).map(|_| setup.spawn(&["import", dir])).collect();
     let mut out = String::new();
     for importer in importers {
         let output = importer.wait_with_output().expect("import");
@@ -1206,6 +1190,11 @@ fn plans_made_together_are_listed_by_ids_that_tell_them_apart() {
             .find(|s| id.starts_with(**s))
             .unwrap_or_else(|| panic!("{id} is not listed: {listed}"));
         assert!(short.len() >= 8);
+        let matching = ids.iter().filter(|other| other.starts_with(*short)).count();
+        assert_eq!(
+            matching, 1,
+            "{short} is the prefix of {matching} plans: {listed}"
+        );
         let (code, out) = setup.run(&["show", short]);
         assert_eq!(code, 0, "{short} does not find its plan: {out}");
         assert!(out.contains(&format!("id: {id}")), "{out}");
@@ -1398,15 +1387,7 @@ fn two_starts_of_one_short_plan_run_it_once() {
     ]}));
     for round in 0..4 {
         let before = setup.calls().len();
-        let spawn = || {
-            setup
-                .command(&["run", &id])
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("spawn")
-        };
-        let (first, second) = (spawn(), spawn());
+        let (first, second) = (setup.spawn(&["run", &id]), setup.spawn(&["run", &id]));
         let outputs = [first, second].map(|c| c.wait_with_output().expect("wait"));
         let refused: Vec<String> = outputs
             .iter()
