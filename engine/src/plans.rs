@@ -18,5 +18,5 @@ pub use run::{
     record_foreign_run, run_plan,
 };
 pub use servers::{
-    Downstream, DownstreamError, ServerSpec, Servers, ToolAnswer, ToolInfo, available,
+    Downstream, DownstreamError, PlanTools, ServerSpec, Servers, ToolAnswer, ToolInfo, available,
 };

@@ -192,18 +192,29 @@ pub(crate) async fn create(
     downstream: &Downstream,
     value: &Value,
     client_request_id: Option<String>,
-) -> Result<(TaskId, ExecPlan), String> {
+) -> Result<Created, String> {
     let plan = ExecPlan::from_json(value).map_err(|e| e.to_string())?;
+    let mut silent = Vec::new();
     if !plan.steps.is_empty() {
-        let tools = downstream
+        let found = downstream
             .tools_for(plan.steps.iter().map(|s| s.tool.as_str()))
             .await
             .map_err(|e| e.message)?;
-        plan.check_tools(|name| Downstream::resolve(&tools, name).map(|_| ()))
+        plan.check_tools(|name| Downstream::resolve(&found.tools, name).map(|_| ()))
             .map_err(|e| e.to_string())?;
+        silent = found.silent;
     }
-    let (task, plan, _) = record(store, plan, client_request_id).await?;
-    Ok((task, plan))
+    let (id, plan, _) = record(store, plan, client_request_id).await?;
+    Ok(Created { id, plan, silent })
+}
+
+/// A plan just recorded.
+pub(crate) struct Created {
+    pub id: TaskId,
+    pub plan: ExecPlan,
+    /// Servers not waited for: still starting when every tool name of the
+    /// plan had resolved without them.
+    pub silent: Vec<String>,
 }
 
 /// Asks the configured model (`PLANB_MODEL`), else the client's through
@@ -216,7 +227,7 @@ pub(crate) async fn create_from_goal(
     goal: &str,
     client_request_id: Option<String>,
     sampler: Option<Sampler>,
-) -> Result<(TaskId, ExecPlan), String> {
+) -> Result<Created, String> {
     if goal.trim().is_empty() {
         return Err("Goal description is required.".into());
     }
@@ -266,8 +277,12 @@ pub(crate) async fn create_from_goal(
                 .collect(),
         );
     }
-    let (task, plan, _) = record(store, plan, client_request_id).await?;
-    Ok((task, plan))
+    let (id, plan, _) = record(store, plan, client_request_id).await?;
+    Ok(Created {
+        id,
+        plan,
+        silent: Vec::new(),
+    })
 }
 
 /// Records `plan`; with `client_request_id` used before (by this process or

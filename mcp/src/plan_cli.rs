@@ -206,7 +206,11 @@ pub(crate) fn main(
                 let value = read_plan_file(file)?;
                 runtime()?.block_on(exec_plans::create(&store, &downstream, &value, None))
             };
-            let (task, plan) = created.map_err(|e| anyhow::anyhow!(e))?;
+            let exec_plans::Created {
+                id: task,
+                plan,
+                silent,
+            } = created.map_err(|e| anyhow::anyhow!(e))?;
             writeln!(
                 out,
                 "\nPlan: {} ({} steps)\n",
@@ -215,6 +219,7 @@ pub(crate) fn main(
             )?;
             writeln!(out, "{}", render_dag(&plan, |_| StepMark::Pending))?;
             writeln!(out, "\nPlan saved: {task}")?;
+            not_waited_for(out, &silent)?;
             Ok(ExitCode::SUCCESS)
         }
         PlanCommand::List => {
@@ -481,6 +486,7 @@ fn execute(
             .unwrap_or_else(|| task.clone());
         writeln!(out, "\n{}\n", exec_plans::rendered(&after, &plan))?;
     }
+    not_waited_for(out, &outcome.servers_not_answering)?;
     if !outcome.called_again.is_empty() {
         writeln!(
             out,
@@ -507,4 +513,20 @@ fn execute(
         )?;
         Ok(ExitCode::from(1))
     }
+}
+
+/// Names the servers a plan's tool names resolved without.
+fn not_waited_for(out: &mut dyn Write, silent: &[String]) -> std::io::Result<()> {
+    if silent.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "Not waited for (still starting when every tool name had resolved without it): {}",
+        silent
+            .iter()
+            .map(|s| shown(s))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
 }

@@ -340,7 +340,7 @@ impl PlanbServer {
         source: Option<Source>,
         request: Option<String>,
         peer: &Peer<RoleServer>,
-    ) -> Result<(Arc<Store>, TaskId, ExecPlan), CallToolResult> {
+    ) -> Result<(Arc<Store>, exec_plans::Created), CallToolResult> {
         let Some(source) = source else {
             return Err(failure("Goal description is required."));
         };
@@ -350,7 +350,7 @@ impl PlanbServer {
             .downstream
             .get(&self.config().servers)
             .map_err(failure)?;
-        let (id, plan) = match source {
+        let created = match source {
             Source::Written(value) => {
                 exec_plans::create(&store, &downstream, &value, request).await
             }
@@ -360,7 +360,7 @@ impl PlanbServer {
             }
         }
         .map_err(failure)?;
-        Ok((store, id, plan))
+        Ok((store, created))
     }
 
     /// Starts the run of plan `id` in the background, or joins the one this
@@ -787,13 +787,20 @@ impl PlanbServer {
             return Ok(failure(errors.to_string()));
         }
         Ok(match self.create_plan(source, request, &peer).await {
-            Ok((_, id, plan)) => CallToolResult::structured(json!({
-                "success": true,
-                "plan_id": id.to_string(),
-                "title": plan.title,
-                "steps": steps_summary(&plan),
-                "dag": render_dag(&plan, |_| StepMark::Pending),
-            })),
+            Ok((_, created)) => {
+                let plan = &created.plan;
+                let mut out = json!({
+                    "success": true,
+                    "plan_id": created.id.to_string(),
+                    "title": plan.title,
+                    "steps": steps_summary(plan),
+                    "dag": render_dag(plan, |_| StepMark::Pending),
+                });
+                if !created.silent.is_empty() {
+                    out["servers_not_answering"] = json!(created.silent);
+                }
+                CallToolResult::structured(out)
+            }
             Err(refused) => refused,
         })
     }
@@ -851,11 +858,11 @@ impl PlanbServer {
         if let Err(errors) = args.finish() {
             return Ok(failure(errors.to_string()));
         }
-        let (store, id, _) = match self
+        let (store, id) = match self
             .create_plan(source, client_request, &context.peer)
             .await
         {
-            Ok(created) => created,
+            Ok((store, created)) => (store, created.id),
             Err(refused) => return Ok(refused),
         };
         let created = Arc::clone(&store);

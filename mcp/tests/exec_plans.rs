@@ -1403,3 +1403,54 @@ fn two_starts_of_one_short_plan_run_it_once() {
         assert!(refused[0].contains("RUN_ALREADY_ACTIVE"), "{}", refused[0]);
     }
 }
+
+#[test]
+fn a_server_that_never_answers_does_not_hold_up_a_plan_that_resolves_without_it() {
+    let setup = Setup::new();
+    let ds = support::downstream_binary();
+    // `hangs` keeps its pipes open and never answers `initialize`.
+    let servers = json!({"mcpServers": {
+        "alpha": {"command": ds, "args": ["alpha"]},
+        "hangs": {"command": "sleep", "args": ["3600"]},
+    }});
+    std::fs::write(setup.path("servers.json"), servers.to_string()).expect("servers");
+    let file = setup.path("plan.json");
+    let plan = json!({"title": "Bare", "steps": [
+        step("1", "echo", json!({"text": "one"}), &[], Some("e")),
+        step("2", "add", json!({"a": 1, "b": 2}), &["1"], None),
+    ]});
+    std::fs::write(&file, plan.to_string()).expect("plan file");
+    // With a start limit of an hour, a plan that waited for `hangs` would
+    // never end within the test's patience.
+    let finished = |args: &[&str]| {
+        let mut child = setup
+            .command(args)
+            .env("PLANB_SERVER_START_SEC", "3600")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn planb-mcp");
+        wait_for("the plan command to end", || {
+            child.try_wait().expect("wait").is_some()
+        });
+        let output = child.wait_with_output().expect("output");
+        let out = String::from_utf8_lossy(&output.stdout).into_owned();
+        let err = String::from_utf8_lossy(&output.stderr).into_owned();
+        (output.status.code(), out, err)
+    };
+    let (code, out, err) = finished(&["create", file.to_str().expect("path")]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains("Not waited for") && out.contains("hangs"),
+        "{out}"
+    );
+    assert!(err.contains("\"hangs\""), "stderr names it: {err}");
+    let id = saved_id(&out);
+    let (code, out, err) = finished(&["run", &id]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains("Not waited for") && out.contains("hangs"),
+        "{out}"
+    );
+    assert_eq!(setup.calls().len(), 2);
+}

@@ -24,7 +24,7 @@ use planb_core::{
 use planb_projections::{Store, StoreError};
 use serde_json::{Map, Value, json};
 
-use super::servers::{Downstream, ToolInfo};
+use super::servers::{Downstream, PlanTools, ToolInfo};
 use crate::worker::{WorkerError, blocking, hold_task, start_run};
 
 /// Largest tool result kept, in bytes of JSON.
@@ -148,6 +148,9 @@ pub struct PlanOutcome {
     /// recorded (in flight when it was cut short, or failed), called a
     /// second time.
     pub called_again: Vec<String>,
+    /// Servers still starting when the plan's tool names had resolved
+    /// without them, so not waited for.
+    pub servers_not_answering: Vec<String>,
 }
 
 impl PlanOutcome {
@@ -180,6 +183,12 @@ impl PlanOutcome {
             out.insert(
                 "called_again_note".into(),
                 "these steps were called in the resumed run with no success recorded (in flight when it was cut short, or failed) and were called a second time: check that a tool that is not idempotent did not act twice".into(),
+            );
+        }
+        if !self.servers_not_answering.is_empty() {
+            out.insert(
+                "servers_not_answering".into(),
+                json!(self.servers_not_answering),
             );
         }
         out.insert("results".into(), Value::Object(self.variables.clone()));
@@ -326,6 +335,7 @@ pub fn dry_run(plan: &ExecPlan, plan_id: TaskId, call: &Map<String, Value>) -> P
         variables,
         error: None,
         called_again: Vec::new(),
+        servers_not_answering: Vec::new(),
     }
 }
 
@@ -642,12 +652,13 @@ async fn hold(
 }
 
 /// Each step's tool, starting the servers the plan needs; a name that
-/// resolves to no tool, or to several, is an error naming the step.
+/// resolves to no tool, or to several, is an error naming the step. Also
+/// the servers not waited for (see [`Downstream::tools_for`]).
 async fn step_tools(
     downstream: &Downstream,
     plan: &ExecPlan,
-) -> Result<Vec<Arc<ToolInfo>>, PlanRunError> {
-    let tools = downstream
+) -> Result<(Vec<Arc<ToolInfo>>, Vec<String>), PlanRunError> {
+    let PlanTools { tools, silent } = downstream
         .tools_for(plan.steps.iter().map(|s| s.tool.as_str()))
         .await
         .map_err(|e| PlanRunError::Downstream(e.message))?;
@@ -655,7 +666,7 @@ async fn step_tools(
         .map_err(|e| PlanRunError::Invalid(e.to_string()))?;
     // Each name once: a plan's steps mostly share a few tools.
     let mut resolved: BTreeMap<&str, Arc<ToolInfo>> = BTreeMap::new();
-    Ok(plan
+    let tools = plan
         .steps
         .iter()
         .filter_map(|s| match resolved.get(s.tool.as_str()) {
@@ -666,7 +677,8 @@ async fn step_tools(
                 Some(found)
             }
         })
-        .collect())
+        .collect();
+    Ok((tools, silent))
 }
 
 /// Runs (or, with `resume`, resumes) the plan `task` to an end, holding its
@@ -696,7 +708,7 @@ pub async fn run_plan(
         planb_core::exec_plan::check_variable_names(given, "variables")
             .map_err(|e| PlanRunError::Invalid(e.to_string()))?;
     }
-    let resolved = step_tools(&downstream, &plan).await?;
+    let (resolved, silent) = step_tools(&downstream, &plan).await?;
     // A resume keeps the variables of the run it resumes (the results it
     // reuses were made with them); variables given now override them.
     let mut call_vars: Map<String, Value> = if resume {
@@ -755,6 +767,7 @@ pub async fn run_plan(
         variables: merged(&plan, &call_vars),
         error: None,
         called_again: Vec::new(),
+        servers_not_answering: silent,
     };
     let ended = drive(
         &shared,
@@ -1217,7 +1230,7 @@ pub async fn record_foreign_run(
     foreign: ForeignRun,
 ) -> Result<RunId, PlanRunError> {
     let (lock, _, plan) = hold(&store, task).await?;
-    let tools = step_tools(&downstream, &plan).await?;
+    let (tools, _) = step_tools(&downstream, &plan).await?;
     let run = start_run(
         &store,
         task,

@@ -28,6 +28,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation,
 };
@@ -433,6 +434,20 @@ struct Connection {
     deaths: Arc<AtomicU32>,
 }
 
+/// How long servers still starting are waited for once a plan's bare tool
+/// names have resolved among those that answered: servers started together
+/// answer within it unless one hangs.
+pub const STRAGGLER_GRACE: Duration = Duration::from_secs(5);
+
+/// The tools a plan's steps can use, and the servers not waited for.
+#[derive(Debug, Default)]
+pub struct PlanTools {
+    /// The tools of the servers that answered.
+    pub tools: Vec<ToolInfo>,
+    /// Servers still starting when every name had resolved without them.
+    pub silent: Vec<String>,
+}
+
 /// The downstream servers of one process: connected when first needed.
 pub struct Downstream {
     servers: Servers,
@@ -755,14 +770,19 @@ impl Downstream {
 
     /// The tools `names` (as a plan writes them) can resolve to, starting
     /// only the servers they need: a `server__tool` needs its server, which
-    /// must start; a bare name needs every server, and one that does not
-    /// start is an error only when a bare name is left unresolved. So a
-    /// server no plan step uses (one reached by url, one that is broken)
-    /// does not stop a plan that names its servers.
+    /// must start; a bare name needs the other servers, started at once.
+    /// Once every bare name resolves to one tool among those that answered,
+    /// the rest have [`STRAGGLER_GRACE`] more to answer (one with the same
+    /// tool name makes it ambiguous, whatever order the servers answer in);
+    /// a server still silent then is not waited for (it is named in
+    /// [`PlanTools::silent`] and on stderr). One that does not start is an
+    /// error only when a bare name is left unresolved. So a server no plan
+    /// step uses (one reached by url, one that is broken or hangs) does not
+    /// hold up a plan for its whole start limit.
     pub async fn tools_for<'a>(
         &self,
         names: impl IntoIterator<Item = &'a str>,
-    ) -> Result<Vec<ToolInfo>, DownstreamError> {
+    ) -> Result<PlanTools, DownstreamError> {
         let servers = self.names();
         let mut needed: BTreeSet<&str> = BTreeSet::new();
         let mut bare: Vec<&str> = Vec::new();
@@ -774,34 +794,57 @@ impl Downstream {
                 _ => bare.push(name),
             }
         }
-        let mut all = Vec::new();
+        let mut found = PlanTools::default();
         for started in self.connections(needed.iter().copied()).await {
-            all.extend(started?.tools.iter().cloned());
+            found.tools.extend(started?.tools.iter().cloned());
         }
-        if bare.is_empty() {
-            return Ok(all);
+        let resolved =
+            |tools: &[ToolInfo]| bare.iter().all(|n| Downstream::resolve(tools, n).is_ok());
+        if resolved(&found.tools) {
+            return Ok(found);
         }
-        let mut failed = Vec::new();
-        let others = servers
+        let mut waiting: BTreeSet<&str> = servers
             .iter()
             .map(String::as_str)
-            .filter(|s| !needed.contains(s));
-        for started in self.connections(others).await {
+            .filter(|s| !needed.contains(s))
+            .collect();
+        let mut starts: futures_util::stream::FuturesUnordered<_> = waiting
+            .iter()
+            .map(|&name| async move { (name, self.connection(name).await) })
+            .collect();
+        let mut failed = Vec::new();
+        let mut grace = None;
+        loop {
+            let next = match grace {
+                None => starts.next().await,
+                Some(until) => match tokio::time::timeout_at(until, starts.next()).await {
+                    Ok(next) => next,
+                    Err(_) => break,
+                },
+            };
+            let Some((name, started)) = next else { break };
+            waiting.remove(name);
             match started {
-                Ok(connection) => all.extend(connection.tools.iter().cloned()),
+                Ok(connection) => found.tools.extend(connection.tools.iter().cloned()),
                 Err(error) => failed.push(error.message),
             }
+            if grace.is_none() && resolved(&found.tools) {
+                grace = Some(tokio::time::Instant::now() + STRAGGLER_GRACE.min(self.start_timeout));
+            }
         }
-        let unresolved = bare
-            .iter()
-            .any(|name| Downstream::resolve(&all, name).is_err());
-        if unresolved && !failed.is_empty() {
+        if !resolved(&found.tools) && !failed.is_empty() {
             return Err(DownstreamError {
                 message: failed.join("\n"),
                 class: "server_start",
             });
         }
-        Ok(all)
+        for name in &waiting {
+            tracing::warn!(
+                "downstream server {name:?} had not answered when the plan's tool names resolved without it; not waited for"
+            );
+        }
+        found.silent = waiting.into_iter().map(str::to_owned).collect();
+        Ok(found)
     }
 
     /// Resolves a plan's tool name against `tools`: `server__tool`, or a
