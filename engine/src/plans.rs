@@ -9,6 +9,7 @@
 //! restores every variable exactly.
 
 pub mod binding;
+pub mod framing;
 pub mod generate;
 pub mod run;
 pub mod servers;

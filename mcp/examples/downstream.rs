@@ -22,6 +22,7 @@ use rmcp::model::{
     Tool,
 };
 use rmcp::service::RequestContext;
+use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::{ErrorData, RoleServer, ServiceExt};
 use serde_json::{Map, Value, json};
 use tokio::net::unix::pipe;
@@ -200,7 +201,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     eprintln!("{name}: ready");
     let server = Downstream { name, only: rest };
     let service = match pipes() {
-        Some(pipes) => server.serve(pipes).await?,
+        // Requests carrying large results are taken whole.
+        Some((input, output)) => {
+            let transport =
+                AsyncRwTransport::new_server(input, output).with_max_line_length(usize::MAX);
+            server.serve(transport).await?
+        }
         None => server.serve(rmcp::transport::stdio()).await?,
     };
     service.waiting().await?;

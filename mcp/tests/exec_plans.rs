@@ -1454,3 +1454,33 @@ fn a_server_that_never_answers_does_not_hold_up_a_plan_that_resolves_without_it(
     );
     assert_eq!(setup.calls().len(), 2);
 }
+
+#[test]
+fn an_answer_over_the_limit_fails_its_step_at_once_and_one_under_it_stays_whole() {
+    let setup = Setup::new();
+    // 20 MB is over the stdio transport's own 16 MiB line cap; 70 MB is over
+    // planb's 64 MiB limit for one answer.
+    let id = setup.create(&json!({"title": "Large answers", "steps": [
+        step("1", "alpha__big", json!({"bytes": 20_000_000}), &[], Some("blob")),
+        step("2", "alpha__echo", json!({"text": "${blob}"}), &["1"], None),
+        step("3", "alpha__big", json!({"bytes": 70_000_000}), &["2"], None),
+    ]}));
+    let (code, out) = setup.run(&["run", &id, "--step-timeout", "600"]);
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        out.contains("over the limit of 67108864 bytes") && out.contains("70000"),
+        "the step names the size and the limit: {out}"
+    );
+    assert!(!out.contains("did not answer"), "{out}");
+    let calls = setup.calls();
+    let echo = calls
+        .iter()
+        .find(|c| c["tool"] == "echo")
+        .expect("echo call");
+    let text = echo["args"]["text"].as_str().expect("text");
+    assert_eq!(
+        text.len(),
+        20_000_000,
+        "the 20 MB result did not stay whole"
+    );
+}

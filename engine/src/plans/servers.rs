@@ -33,8 +33,11 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation,
 };
 use rmcp::service::RunningService;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+
+use super::framing;
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Map, Value};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt};
@@ -432,6 +435,9 @@ struct Connection {
     /// Its slot's count of deaths, which an answer clears without taking
     /// the slot's lock.
     deaths: Arc<AtomicU32>,
+    /// The server's process (killed when the connection is dropped); none
+    /// for a url server.
+    _child: Option<tokio::process::Child>,
 }
 
 /// How long servers still starting are waited for once a plan's bare tool
@@ -647,15 +653,35 @@ impl Downstream {
                     tools: tool_infos(name, tools),
                     stderr: None,
                     deaths: Arc::default(),
+                    _child: None,
                 });
             }
         };
         let mut cmd = tokio::process::Command::new(command);
-        cmd.args(args).envs(env).kill_on_drop(true);
-        let (transport, stderr) = TokioChildProcess::builder(cmd)
+        cmd.args(args)
+            .envs(env)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
             .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd
             .spawn()
             .map_err(|e| failed(format!("cannot run {command:?}: {e}"), &stderr_lines))?;
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err(failed("its pipes were not opened".into(), &stderr_lines));
+        };
+        let stderr = child.stderr.take();
+        // Its answers pass through a relay that keeps each whole up to a
+        // limit and turns a longer one into an error for its call.
+        let (answers, relayed) = tokio::io::duplex(1 << 20);
+        tokio::spawn(framing::relay(
+            stdout,
+            relayed,
+            framing::ANSWER_BYTES_MAX,
+            name.to_owned(),
+        ));
+        let transport = AsyncRwTransport::new_client(answers, stdin)
+            .with_max_line_length(framing::ANSWER_BYTES_MAX + 1);
         if let Some(stderr) = stderr {
             let sink = Arc::clone(&stderr_lines);
             tokio::spawn(async move {
@@ -709,6 +735,7 @@ impl Downstream {
             tools: tool_infos(name, tools),
             stderr: Some(stderr_lines),
             deaths: Arc::default(),
+            _child: Some(child),
         })
     }
 
