@@ -49,6 +49,11 @@ pub struct Options {
     /// The downstream MCP servers `tool` steps call; `None` when none are
     /// configured (a tool step then fails saying so).
     pub servers: Option<Arc<crate::plans::Downstream>>,
+    /// How many runs the task had when this run was asked for: a run
+    /// recorded since (by another caller) refuses this one.
+    pub runs_seen: Option<usize>,
+    /// Set to the run's id once it is recorded.
+    pub started: Option<Arc<std::sync::OnceLock<RunId>>>,
 }
 
 impl Options {
@@ -62,6 +67,8 @@ impl Options {
             concurrency: 4,
             poll: Duration::from_millis(250),
             servers: None,
+            runs_seen: None,
+            started: None,
         }
     }
 }
@@ -79,6 +86,14 @@ pub enum WorkerError {
     /// The task does not exist.
     #[error("TASK_NOT_FOUND: no task {0}")]
     NoTask(TaskId),
+    /// A run of the task began after this one was asked for.
+    #[error("RUN_ALREADY_ACTIVE: run {run} of task {task} started after this run was asked for")]
+    StartedMeanwhile {
+        /// The task.
+        task: TaskId,
+        /// The run that began meanwhile.
+        run: RunId,
+    },
 }
 
 impl From<RunLockError> for WorkerError {
@@ -382,6 +397,11 @@ pub(crate) async fn start_run(
 pub async fn run(store: Arc<Store>, task: TaskId, options: Options) -> Result<Ended, WorkerError> {
     let (lock, found) = hold_task(&store, task).await?;
     let found = found.ok_or(WorkerError::NoTask(task))?;
+    if let Some(seen) = options.runs_seen
+        && let Some(run) = found.runs.get(seen)
+    {
+        return Err(WorkerError::StartedMeanwhile { task, run: run.id });
+    }
     let edit_notes = record_hand_edits(&store, &found).await?;
     let found = if edit_notes.is_empty() {
         found
@@ -392,6 +412,9 @@ pub async fn run(store: Arc<Store>, task: TaskId, options: Options) -> Result<En
             .ok_or(WorkerError::NoTask(task))?
     };
     let run_id = start_run(&store, task, found.runs.last().map(|r| r.id), None).await?;
+    if let Some(started) = &options.started {
+        let _ = started.set(run_id);
+    }
     let mut runner = Runner {
         store: Arc::clone(&store),
         task,

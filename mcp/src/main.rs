@@ -99,6 +99,10 @@ enum Command {
         /// The task's id.
         #[arg(value_name = "TASK_ID")]
         task: String,
+        /// The runs the task had when this run was asked for: if another
+        /// began since, this one is refused.
+        #[arg(long, value_name = "N")]
+        runs_seen: Option<usize>,
     },
     /// Execution plans: DAGs of tool calls on downstream MCP servers.
     Plan {
@@ -320,8 +324,8 @@ fn main() -> ExitCode {
             Some(Command::AcceptLoss) => admin::accept_loss(&root, &mut out),
             Some(Command::Export { to }) => admin::export(&root, to, &mut out),
             Some(Command::Import { from }) => admin::import(&root, from, &mut out),
-            Some(Command::Worker { task }) => {
-                tasks::worker_main(root.root(), &servers_source(&root, &cli)?, task)
+            Some(Command::Worker { task, runs_seen }) => {
+                tasks::worker_main(root.root(), &servers_source(&root, &cli)?, task, *runs_seen)
             }
             Some(Command::Plan { command }) => {
                 let live = plan_progress::stdout_is_live();

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use planb_core::dag::{Pipeline, StepId};
 use planb_core::state::ContentHash;
-use planb_core::{Command, Rejection, RunState, Task, TaskId};
+use planb_core::{Command, Rejection, Run, RunState, Task, TaskId};
 use planb_engine::backend::sampling::Sampler;
 use planb_engine::backend::{Backend, BackendError, PROFILES};
 use planb_engine::pipelines::{self, DEFAULT_TARGET, PROJECT_PLAN};
@@ -327,6 +327,7 @@ fn tail_of(path: &Path, from: u64, chars: usize) -> String {
 fn spawn_worker(
     root: &DataRoot,
     task: TaskId,
+    runs_seen: usize,
     servers: &Path,
 ) -> std::io::Result<std::process::Child> {
     use std::os::unix::process::CommandExt;
@@ -346,6 +347,8 @@ fn spawn_worker(
         .arg(servers)
         .arg("worker")
         .arg(task.to_string())
+        .arg("--runs-seen")
+        .arg(runs_seen.to_string())
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(log)
@@ -420,6 +423,9 @@ impl PlanbServer {
     ) -> Result<Task, Box<CallToolResult>> {
         let mut options = worker_options(backend)
             .map_err(|e| boxed("INVALID_ARGUMENT", e.to_string(), json!({})))?;
+        options.runs_seen = Some(runs_before);
+        let started = Arc::new(OnceLock::new());
+        options.started = Some(Arc::clone(&started));
         // Tool steps use this server's downstream connections.
         options.servers = self.plan_runs().downstream.get(&self.config().servers).ok();
         let handle = self.store().clone();
@@ -458,7 +464,8 @@ impl PlanbServer {
             };
             Some(boxed(code, message, json!({})))
         };
-        self.until_run_recorded(id, runs_before, "the run", json!({}), &mut ended)
+        let mine = move |run: &Run| started.get() == Some(&run.id);
+        self.until_run_recorded(id, runs_before, "the run", json!({}), &mut ended, &mine)
             .await
     }
 
@@ -471,7 +478,7 @@ impl PlanbServer {
         let root = self.data_root();
         // The log keeps earlier workers' lines: only this one's say why it exited.
         let log_from = std::fs::metadata(worker_log(&root, &id)).map_or(0, |m| m.len());
-        let mut child = match spawn_worker(&root, id, &self.config().servers.file) {
+        let mut child = match spawn_worker(&root, id, runs_before, &self.config().servers.file) {
             Ok(child) => child,
             Err(e) => {
                 return Err(boxed(
@@ -483,6 +490,7 @@ impl PlanbServer {
         };
         let log_path = worker_log(&root, &id);
         let details = json!({"worker_log": log_path.display().to_string()});
+        let pid = child.id();
         let mut exited = || {
             let status = child.try_wait().ok().flatten()?;
             let tail = tail_of(&log_path, log_from, 2000);
@@ -499,17 +507,28 @@ impl PlanbServer {
                 details.clone(),
             ))
         };
+        let mine = move |run: &Run| run.owner_pid == pid;
         let recorded = self
-            .until_run_recorded(id, runs_before, "the worker", details.clone(), &mut exited)
+            .until_run_recorded(
+                id,
+                runs_before,
+                "the worker",
+                details.clone(),
+                &mut exited,
+                &mine,
+            )
             .await;
         // Reap it whenever it exits; the run does not depend on us.
         std::thread::spawn(move || child.wait());
         recorded
     }
 
-    /// Waits until the task has more than `runs_before` runs. `ended` says
-    /// why `what` (the worker, the run) has ended without recording one, if
-    /// it has; past [`WORKER_START`] the wait fails with `details`.
+    /// Waits until the task has more than `runs_before` runs: the next one
+    /// is `mine` (started by `what`, the worker or the run, this call
+    /// started), or another caller's, which refuses this call
+    /// (`RUN_ALREADY_ACTIVE`; what this call started then records no run).
+    /// `ended` says why `what` has ended without recording one, if it has;
+    /// past [`WORKER_START`] the wait fails with `details`.
     async fn until_run_recorded(
         &self,
         id: TaskId,
@@ -517,11 +536,25 @@ impl PlanbServer {
         what: &str,
         details: Value,
         ended: &mut (dyn FnMut() -> Option<Box<CallToolResult>> + Send),
+        mine: &(dyn Fn(&Run) -> bool + Send + Sync),
     ) -> Result<Task, Box<CallToolResult>> {
         let started = Instant::now();
+        let settled = |task: Task| match task.runs.get(runs_before) {
+            Some(run) if mine(run) => Ok(task),
+            Some(run) => Err(boxed(
+                "RUN_ALREADY_ACTIVE",
+                format!(
+                    "run {} of task {id} started after this call looked; it is {}",
+                    run.id,
+                    run.state.as_str()
+                ),
+                json!({"run_id": run.id.to_string()}),
+            )),
+            None => Err(boxed("INTERNAL_ERROR", "no run", json!({}))),
+        };
         loop {
             match self.task_now(id).await {
-                Ok(Some(task)) if task.runs.len() > runs_before => return Ok(task),
+                Ok(Some(task)) if task.runs.len() > runs_before => return settled(task),
                 Ok(_) => {}
                 Err(e) => return Err(Box::new(store_failure(e))),
             }
@@ -530,7 +563,7 @@ impl PlanbServer {
                 if let Ok(Some(task)) = self.task_now(id).await
                     && task.runs.len() > runs_before
                 {
-                    return Ok(task);
+                    return settled(task);
                 }
                 return Err(failure);
             }
@@ -1314,6 +1347,7 @@ pub(crate) fn worker_main(
     root: &Path,
     servers: &crate::exec_plans::ServersSource,
     task: &str,
+    runs_seen: Option<usize>,
 ) -> anyhow::Result<std::process::ExitCode> {
     let task = TaskId::parse(task.trim()).map_err(|e| anyhow::anyhow!("task: {e}"))?;
     let root = DataRoot::new(root);
@@ -1328,6 +1362,7 @@ pub(crate) fn worker_main(
     let backend = Backend::configured(profile.as_deref(), &|n| std::env::var(n).ok())
         .map_err(|e| anyhow::anyhow!("{}: {e}", e.code()))?;
     let mut options = worker_options(backend)?;
+    options.runs_seen = runs_seen;
     // Tool steps call the servers of the servers file; without one (or with
     // one that cannot be read) they fail saying so, and model steps run on.
     if servers.file.exists() {

@@ -1589,3 +1589,54 @@ async fn an_unusable_setting_refuses_task_create_and_records_nothing() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_resumes_of_one_task_at_once_start_one_run_and_refuse_the_other() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = ModelServer::start(Script {
+        delay: Duration::from_millis(300),
+        fail_first: 0,
+    })
+    .await;
+    let first = start_planb(dir.path(), Some(&model), &[]).await;
+    let second = start_planb(dir.path(), Some(&model), &[]).await;
+    let task = create(&first, "fast").await;
+    for round in 1..=3 {
+        until_completed(&first, &task, round).await;
+        let stopped = ok(&call(&first, "task_stop", json!({"task_id": task})).await);
+        assert_eq!(stopped["state"], "stopped", "{stopped}");
+        let args = json!({"task_id": task});
+        let (a, b) = tokio::join!(
+            call(&first, "task_resume", args.clone()),
+            call(&second, "task_resume", args.clone())
+        );
+        let answers = [&a, &b].map(|r| {
+            if r.is_error == Some(true) {
+                error_code(r)
+            } else {
+                structured(r)["state"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned()
+            }
+        });
+        let mut sorted = answers.clone();
+        sorted.sort();
+        assert_eq!(
+            sorted,
+            ["RUN_ALREADY_ACTIVE", "running"],
+            "round {round}: {answers:?}"
+        );
+        let (state, _) = support::fold_log(dir.path());
+        let runs = state.tasks().values().next().expect("task").runs.len();
+        assert_eq!(
+            runs,
+            round as usize + 1,
+            "round {round}: one run per resume"
+        );
+    }
+    let done = wait(&second, &task).await;
+    assert_eq!(done["state"], "completed", "{done}");
+    first.client.cancel().await.expect("close");
+    second.client.cancel().await.expect("close");
+}
