@@ -279,23 +279,28 @@ async fn ask_command(
     timeout: Duration,
 ) -> Result<Answer, BackendError> {
     let started = Instant::now();
-    let Some((program, args)) = argv.split_first() else {
+    let Some(program) = argv.first() else {
         return Err(BackendError::BadSpec {
             spec: "command:".into(),
             problem: "names no program after command:".into(),
         });
     };
-    let mut child = tokio::process::Command::new(program)
-        .args(args)
+    let (launched, launch_args) = keeper::launch(argv);
+    let mut child = tokio::process::Command::new(launched)
+        .args(launch_args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        .process_group(0)
         .kill_on_drop(true)
         .spawn()
         .map_err(|source| BackendError::Spawn {
             program: program.clone(),
             source,
         })?;
+    // However the call ends (an answer, a timeout, too much output, the
+    // caller giving up), the program's whole group goes with it.
+    let _group = keeper::GroupKill::new(child.id());
     let mut stdin = child.stdin.take().ok_or_else(|| {
         BackendError::Io(std::io::Error::other("the program's stdin is not a pipe"))
     })?;
@@ -380,6 +385,7 @@ async fn ask_command(
     })
 }
 
+pub mod keeper;
 pub mod openai;
 pub mod sampling;
 

@@ -33,6 +33,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use planb_engine::backend::keeper;
 
 /// planb: a planning companion for AI coding agents.
 #[derive(Debug, Parser)]
@@ -307,6 +308,17 @@ fn log_filter() -> tracing_subscriber::EnvFilter {
 }
 
 fn main() -> ExitCode {
+    // A model command's keeper: not a command anyone types.
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some(keeper::KEEPER_ARG)
+        && argv.get(2).map(String::as_str) == Some("--")
+    {
+        let code = keeper::keeper_main(&argv[3..]);
+        return ExitCode::from(u8::try_from(code).unwrap_or(1));
+    }
+    if let Ok(me) = std::env::current_exe() {
+        keeper::keep_commands_with(me);
+    }
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

@@ -1640,3 +1640,85 @@ async fn two_resumes_of_one_task_at_once_start_one_run_and_refuse_the_other() {
     first.client.cancel().await.expect("close");
     second.client.cancel().await.expect("close");
 }
+
+/// The processes a model script recorded (its own and a child's), each
+/// still running (a zombie is not).
+fn running(pids_file: &Path) -> Vec<String> {
+    std::fs::read_to_string(pids_file)
+        .unwrap_or_default()
+        .lines()
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    let state = stat.rsplit_once(") ")?.1.chars().next()?;
+                    Some(state != 'Z')
+                })
+                .unwrap_or(false)
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+async fn until_none_running(pids_file: &Path, what: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = running(pids_file);
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: model processes still running: {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_program_and_what_it_started_end_with_its_step_or_its_worker() {
+    for (case, timeout) in [("timeout", "2"), ("killed worker", "600")] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pids = dir.path().join("pids");
+        // The program starts a child and waits for it: it never answers.
+        let script = dir.path().join("model.sh");
+        std::fs::write(
+            &script,
+            format!(
+                "echo $$ >> '{0}'\nsleep 1000 &\necho $! >> '{0}'\nwait\n",
+                pids.display()
+            ),
+        )
+        .expect("script");
+        let spec = format!("command:sh {}", script.display());
+        let server = start_planb(
+            dir.path(),
+            None,
+            &[("PLANB_MODEL", &spec), ("PLANB_STEP_TIMEOUT_SEC", timeout)],
+        )
+        .await;
+        let task = create(&server, "ping").await;
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while running(&pids).len() < 2 {
+            assert!(std::time::Instant::now() < deadline, "{case}: no program");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Only the first call's processes: a retry may start others.
+        let first: Vec<String> = running(&pids).into_iter().take(2).collect();
+        std::fs::write(&pids, first.join("\n") + "\n").expect("pids");
+        if case == "killed worker" {
+            let (state, _) = support::fold_log(dir.path());
+            let worker = state.tasks().values().next().expect("task").runs[0].owner_pid;
+            let killed = std::process::Command::new("kill")
+                .args(["-9", &worker.to_string()])
+                .status()
+                .expect("kill");
+            assert!(killed.success());
+        }
+        until_none_running(&pids, case).await;
+        if case == "timeout" {
+            let _ = call(&server, "task_stop", json!({"task_id": task})).await;
+        }
+        server.client.cancel().await.expect("close");
+    }
+}
