@@ -311,6 +311,21 @@ pub fn hand_edits(
     (edits, skipped)
 }
 
+/// Notes in `.written.json` that the file `name` of `task`'s folder, as it
+/// is now (`bytes`), is known to the state: a hand edit just recorded.
+pub fn mark_taken(
+    root: &DataRoot,
+    task: &planb_core::TaskId,
+    name: &str,
+    bytes: &[u8],
+) -> std::io::Result<()> {
+    let dir = root.task_dir(task);
+    let mut written = read_written(&dir).unwrap_or_default();
+    written.insert(name.to_owned(), ContentHash::of_bytes(bytes).to_hex());
+    let record = serde_json::to_vec_pretty(&written).map_err(std::io::Error::other)?;
+    write_atomic(&dir, WRITTEN, &record)
+}
+
 /// Writes one step's new artifact file into `tasks/<task>/` and records it
 /// in `.written.json`: what the worker does after each success, so a run's
 /// cost does not grow with the square of its steps ([`project`] writes the
@@ -362,13 +377,23 @@ pub fn project(
     std::fs::create_dir_all(&dir)?;
     let artifacts = artifacts(root, pipeline, task);
     let mut keep: Vec<String> = vec!["run.lock".into(), "worker.log".into()];
+    let before = read_written(&dir);
     let mut written = BTreeMap::new();
     for (file, bytes) in &artifacts {
+        keep.push(file.name.clone());
         let current = std::fs::read(dir.join(&file.name)).ok();
         if current.as_deref() != Some(bytes.as_slice()) {
+            // A file changed by hand since it was written is left for
+            // `hand_edits` to find, never overwritten unrecorded.
+            let last = before.as_ref().and_then(|w| w.get(&file.name));
+            if let (Some(now), Some(last)) = (&current, last)
+                && ContentHash::of_bytes(now).to_hex() != *last
+            {
+                written.insert(file.name.clone(), last.clone());
+                continue;
+            }
             write_atomic(&dir, &file.name, bytes)?;
         }
-        keep.push(file.name.clone());
         written.insert(file.name.clone(), ContentHash(file.sha256).to_hex());
     }
     // After the files: a file newer than this record is the state's own

@@ -443,10 +443,11 @@ pub async fn run(store: Arc<Store>, task: TaskId, options: Options) -> Result<En
 }
 
 /// Records each file under `tasks/<task>/` a person edited since the
-/// projection wrote it as an artifact edit (before the run starts, under the
-/// run lock, so the schedule runs its dependents again). Returns the lines
-/// the run log gets about them.
-async fn record_hand_edits(store: &Arc<Store>, task: &Task) -> Result<Vec<String>, StoreError> {
+/// projection wrote it as an artifact edit, so the schedule runs its
+/// dependents again: before a run starts (under the run lock) and before
+/// anything else writes the folder. Returns the lines the run log gets
+/// about them.
+pub async fn record_hand_edits(store: &Arc<Store>, task: &Task) -> Result<Vec<String>, StoreError> {
     let Ok(pipeline) = pipelines::resolve(store.root(), &task.pipeline) else {
         return Ok(Vec::new());
     };
@@ -471,6 +472,7 @@ async fn record_hand_edits(store: &Arc<Store>, task: &Task) -> Result<Vec<String
     for edit in edits {
         let blobs = store.root().blobs();
         let bytes = edit.bytes;
+        let taken = bytes.clone();
         let size = bytes.len() as u64;
         let artifact = blocking(move || {
             blobs.put(&bytes).map_err(|e| StoreError::Io {
@@ -489,6 +491,18 @@ async fn record_hand_edits(store: &Arc<Store>, task: &Task) -> Result<Vec<String
         };
         let store_now = Arc::clone(store);
         blocking(move || store_now.execute(command).map(|_| ())).await?;
+        let (root, name) = (store.root().clone(), edit.name.clone());
+        let id = task.id;
+        blocking(move || {
+            crate::task_files::mark_taken(&root, &id, &name, &taken).map_err(|source| {
+                StoreError::Io {
+                    op: "note a recorded hand edit",
+                    path: name.clone(),
+                    source,
+                }
+            })
+        })
+        .await?;
         let downstream = pipeline
             .downstream(&edit.step)
             .map_or(0, |d| d.len().saturating_sub(1));

@@ -399,6 +399,30 @@ impl PlanbServer {
         }
     }
 
+    /// Records the hand edits of `task`'s folder (before this process writes
+    /// it) and returns the task as it is then.
+    async fn with_hand_edits(&self, task: Task) -> Result<Task, Box<CallToolResult>> {
+        let handle = self.store().clone();
+        let store = tokio::task::spawn_blocking(move || handle.wait())
+            .await
+            .map_err(|e| boxed("INTERNAL_ERROR", e.to_string(), json!({})))?
+            .map_err(|e| boxed("INTERNAL_ERROR", e.to_string(), json!({})))?;
+        let notes = planb_engine::worker::record_hand_edits(&store, &task)
+            .await
+            .map_err(|e| Box::new(store_failure(e)))?;
+        if notes.is_empty() {
+            return Ok(task);
+        }
+        for note in &notes {
+            tracing::info!("task {}: {note}", task.id);
+        }
+        match self.task_now(task.id).await {
+            Ok(Some(task)) => Ok(task),
+            Ok(None) => Ok(task),
+            Err(e) => Err(Box::new(store_failure(e))),
+        }
+    }
+
     /// Starts the task's next run where `runner` says, and waits until the
     /// run is recorded, or what was to run it has ended.
     async fn start_task_run(
@@ -1134,6 +1158,11 @@ impl PlanbServer {
             Ok(task) => task,
             Err(result) => return Ok(*result),
         };
+        // A hand edit of another file is recorded before this one writes.
+        let task = match self.with_hand_edits(task).await {
+            Ok(task) => task,
+            Err(result) => return Ok(*result),
+        };
         let root = self.data_root();
         let pipeline = match pipeline_of(&root, &task.pipeline) {
             Ok(p) => p,
@@ -1222,6 +1251,11 @@ impl PlanbServer {
             Err(result) => return *result,
         };
         let task = match self.task_checked(id).await {
+            Ok(task) => task,
+            Err(result) => return *result,
+        };
+        // The report and the zip are built with the folder's hand edits.
+        let task = match self.with_hand_edits(task).await {
             Ok(task) => task,
             Err(result) => return *result,
         };

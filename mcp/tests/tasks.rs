@@ -1722,3 +1722,59 @@ async fn a_model_program_and_what_it_started_end_with_its_step_or_its_worker() {
         server.client.cancel().await.expect("close");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_edit_is_recorded_before_a_tool_writes_another_file_of_the_folder() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = ModelServer::start(Script::INSTANT).await;
+    let server = start_planb(dir.path(), Some(&model), &[]).await;
+    let task = create(&server, "fast").await;
+    completed(&server, dir.path(), &task).await;
+    let folder = dir.path().join("tasks").join(&task);
+    let mut files: Vec<String> = std::fs::read_dir(&folder)
+        .expect("task folder")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(|c: char| c.is_ascii_digit()))
+        .collect();
+    files.sort();
+    let step_of = |name: &str| {
+        name.split_once('-')
+            .and_then(|(_, rest)| rest.split('.').next())
+            .expect("step")
+            .to_owned()
+    };
+    let (by_hand, other) = (&files[0], &files[1]);
+    std::fs::write(folder.join(by_hand), "## Rewritten in an editor\n").expect("hand edit");
+    let written = ok(&call(
+        &server,
+        "task_artifact_write",
+        json!({"task_id": task, "path": other, "content": "## Written by the agent\n"}),
+    )
+    .await);
+    assert_eq!(written["changed"], true, "{written}");
+    assert_eq!(
+        std::fs::read_to_string(folder.join(by_hand)).expect("file"),
+        "## Rewritten in an editor\n",
+        "the hand edit was overwritten"
+    );
+    assert_eq!(
+        edits_in_log(dir.path()),
+        vec![
+            (step_of(by_hand), format!("hand edit of {by_hand}")),
+            (step_of(other), "task_artifact_write".to_owned()),
+        ]
+    );
+    // A later write of the hand-edited step itself takes the tool's text.
+    ok(&call(
+        &server,
+        "task_artifact_write",
+        json!({"task_id": task, "path": by_hand, "content": "## Agent again\n"}),
+    )
+    .await);
+    assert_eq!(
+        std::fs::read_to_string(folder.join(by_hand)).expect("file"),
+        "## Agent again\n"
+    );
+    server.client.cancel().await.expect("close");
+}
