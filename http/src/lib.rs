@@ -13,7 +13,9 @@
 //! - a **request body** must arrive within [`Limits::body_read_timeout`] of
 //!   its headers; past that, reading it fails, the handler answers with an
 //!   error and the connection closes, since the rest of the body never came;
-//! - at most [`Limits::connections_max`] **connections** are open at once.
+//! - at most [`Limits::connections_max`] **connections** are open at once,
+//!   and never more than half the process's descriptor limit
+//!   ([`connections_allowed`]), so the rest stays for its store.
 //!   The loop accepts only while it holds a permit, so further connections
 //!   wait in the kernel's accept backlog, costing this process no
 //!   descriptor, until an open one closes.
@@ -77,6 +79,16 @@ impl Default for Limits {
     }
 }
 
+/// The connections a process may hold open given its descriptor limit:
+/// half of it, so the other half stays for its store (log segments,
+/// indexes, blobs, pipes), and at least 4.
+pub fn connections_allowed() -> usize {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+    limit.map_or(usize::MAX, |soft| {
+        usize::try_from(soft / 2).unwrap_or(usize::MAX).max(4)
+    })
+}
+
 /// How long the loop pauses when accepting fails for want of a resource
 /// (descriptors, memory): retrying at once would only spin.
 const ACCEPT_RETRY_DELAY: Duration = Duration::from_millis(250);
@@ -89,7 +101,14 @@ pub async fn serve(listener: TcpListener, router: Router, limits: Limits) {
         limits.connections_max > 0,
         "connections_max must be positive"
     );
-    let permits = Arc::new(Semaphore::new(limits.connections_max));
+    // Never more than the descriptor limit leaves room for.
+    let cap = limits.connections_max.min(connections_allowed());
+    if cap < limits.connections_max {
+        tracing::info!(
+            "at most {cap} connections at once: half of this process's descriptor limit"
+        );
+    }
+    let permits = Arc::new(Semaphore::new(cap));
     loop {
         // Taken before accepting, so a connection past the limit stays in
         // the backlog instead of holding one of our descriptors.

@@ -386,3 +386,62 @@ fn a_rebuild_killed_at_any_point_leaves_a_root_that_checks_and_rebuilds() {
         .count();
     assert_eq!(sessions as u128, SESSIONS + 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_leave_descriptors_for_saving_under_a_low_limit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        probe.local_addr().expect("addr").port()
+    };
+    let port_text = port.to_string();
+    let server = start(
+        dir.path(),
+        UrlAnswer::NotSupported,
+        &[("PLANB_PORT", &port_text)],
+    )
+    .await;
+    // 128 descriptors, as some systems and containers give a process.
+    let limited = std::process::Command::new("prlimit")
+        .args(["--pid", &server.pid.to_string(), "--nofile=128:128"])
+        .status()
+        .expect("prlimit");
+    assert!(limited.success());
+    let session = new_session(&server).await;
+    save(&server, &session, "# first\n")
+        .await
+        .expect("save_plan before the connections");
+    // A question opens the form server.
+    let asking = support::call_in_background(
+        &server,
+        "ask_user",
+        json!({"sessionId": session, "title": "Q", "questions": [{"id": "q", "kind": "text", "label": "Q"}]}),
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(std::time::Instant::now() < deadline, "no form server");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // 200 idle connections.
+    let mut idle = Vec::new();
+    for _ in 0..200 {
+        match tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+            Ok(stream) => idle.push(stream),
+            Err(e) => panic!("connect: {e}"),
+        }
+    }
+    // Give the server time to accept all it will.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    for n in 0..5 {
+        let content = format!("# plan {n}\n");
+        let path = save(&server, &session, &content)
+            .await
+            .unwrap_or_else(|e| panic!("save_plan {n} with 200 idle connections: {e}"));
+        assert_eq!(std::fs::read_to_string(path).expect("plan file"), content);
+    }
+    drop(idle);
+    asking.abort();
+}

@@ -8,33 +8,16 @@ mod support;
 use std::time::Duration;
 
 use planb_core::{AskId, AskStatus};
-use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::model::CallToolRequestParams;
 use serde_json::{Value, json};
 use support::{
-    Server, UrlAnswer, call, fold_log, new_session, parse_form_url, post_json, sample_ask, start,
-    text_of,
+    UrlAnswer, call, fold_log, new_session, parse_form_url, post_json, sample_ask, start, text_of,
 };
 
 const WAIT: Duration = Duration::from_secs(60);
 
 fn answers() -> Value {
     json!({"name": "Aurora", "summary": "", "language": "Rust", "integrations": ["Slack"], "priority": 4})
-}
-
-fn call_in_background(
-    server: &Server,
-    tool: &'static str,
-    arguments: Value,
-) -> tokio::task::JoinHandle<CallToolResult> {
-    let peer = server.client.peer().clone();
-    let Value::Object(arguments) = arguments else {
-        panic!("object")
-    };
-    tokio::spawn(async move {
-        peer.call_tool(CallToolRequestParams::new(tool).with_arguments(arguments))
-            .await
-            .expect("tools/call")
-    })
 }
 
 /// How the server that opened an ask goes away.
@@ -149,7 +132,8 @@ async fn issue_8_ask_user_with_an_ask_id_serves_the_form_again_and_waits_for_the
     let (ask, old_url, _) = ask_on_a_server_that_dies(dir.path(), &[]).await;
 
     let mut second = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
-    let collecting = call_in_background(&second, "ask_user", json!({"askId": ask.to_string()}));
+    let collecting =
+        support::call_in_background(&second, "ask_user", json!({"askId": ask.to_string()}));
     let url = tokio::time::timeout(WAIT, second.seen.stderr_urls.recv())
         .await
         .expect("in time")
@@ -213,7 +197,8 @@ async fn issue_8_a_waiting_ask_sees_an_answer_recorded_by_another_process() {
     )
     .await;
     let session = new_session(&first).await;
-    let waiting = call_in_background(&first, "ask_user", Value::Object(sample_ask(&session)));
+    let waiting =
+        support::call_in_background(&first, "ask_user", Value::Object(sample_ask(&session)));
     tokio::time::timeout(WAIT, first.seen.urls.recv())
         .await
         .expect("in time")
@@ -228,7 +213,8 @@ async fn issue_8_a_waiting_ask_sees_an_answer_recorded_by_another_process() {
 
     // The person answers the form served by a second server.
     let mut second = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
-    let collecting = call_in_background(&second, "ask_user", json!({"askId": ask.to_string()}));
+    let collecting =
+        support::call_in_background(&second, "ask_user", json!({"askId": ask.to_string()}));
     let url = tokio::time::timeout(WAIT, second.seen.stderr_urls.recv())
         .await
         .expect("in time")

@@ -605,3 +605,19 @@ impl TlsFront {
         TlsFront { port, ca }
     }
 }
+
+pub fn call_in_background(
+    server: &Server,
+    tool: &'static str,
+    arguments: Value,
+) -> tokio::task::JoinHandle<CallToolResult> {
+    let peer = server.client.peer().clone();
+    let Value::Object(arguments) = arguments else {
+        panic!("object")
+    };
+    tokio::spawn(async move {
+        peer.call_tool(CallToolRequestParams::new(tool).with_arguments(arguments))
+            .await
+            .expect("tools/call")
+    })
+}
