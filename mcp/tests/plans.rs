@@ -515,3 +515,40 @@ async fn a_plan_can_be_tied_to_a_session_so_the_arc_replays_together() {
         .expect("read");
     assert_eq!(tied.map(|s| s.to_string()), Some(session));
 }
+
+#[tokio::test]
+async fn temp_files_left_by_killed_writers_are_swept_by_the_next_change_of_any_plan() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = start_server(dir.path(), &[]).await;
+    structured(
+        &call(
+            &server,
+            "write_plan",
+            json!({"planName": "auth", "content": "# Auth\n"}),
+        )
+        .await,
+    );
+    let plans = dir.path().join("docs/plans");
+    // What writers killed mid-write leave: one of this plan, one of another
+    // plan nobody changes again; and files that are not such temp files.
+    let left = [".auth-plan.md.4242.0.tmp", ".billing-plan.md.4243.17.tmp"];
+    let kept = ["notes.tmp", ".billing-plan.md.tmp", "billing-plan.md"];
+    for name in left.iter().chain(&kept) {
+        std::fs::write(plans.join(name), "partial").expect("leftover");
+    }
+    structured(
+        &call(
+            &server,
+            "write_plan",
+            json!({"planName": "db", "content": "# DB\n"}),
+        )
+        .await,
+    );
+    for name in left {
+        assert!(!plans.join(name).exists(), "{name} was not swept");
+    }
+    for name in kept {
+        assert!(plans.join(name).exists(), "{name} was removed");
+    }
+    server.client.cancel().await.expect("shutdown");
+}

@@ -14,9 +14,10 @@
 //! recorded first so the person's version is kept before the command applies.
 //!
 //! **Temp files.** The new content is written to a temp file unique to the
-//! process and the write, then renamed over the plan. Any temp file of the
-//! plan found under the lock belongs to a writer that died mid-write and is
-//! removed.
+//! process and the write, then renamed over the plan. Every plan file is
+//! written under the lock, so any plan's temp file found in the directory
+//! under the lock belongs to a writer that died mid-write: each change of a
+//! plan removes those of every plan beside it.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -218,18 +219,37 @@ fn write_plan_file(
     Ok(())
 }
 
-/// Removes temp files of the plan left by writers that died mid-write. Called
-/// under the append lock, when no writer of this data root is writing one.
+/// Whether `name` is a plan file's temp file:
+/// `.<planName>-plan.md.<pid>.<sequence>.tmp`.
+fn is_plan_temp(name: &str) -> bool {
+    let Some(inner) = name
+        .strip_prefix('.')
+        .and_then(|rest| rest.strip_suffix(".tmp"))
+    else {
+        return false;
+    };
+    let Some((_, numbers)) = inner.rsplit_once("-plan.md.") else {
+        return false;
+    };
+    numbers.split_once('.').is_some_and(|(pid, sequence)| {
+        [pid, sequence]
+            .iter()
+            .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    })
+}
+
+/// Removes the temp files of the plans in `path`'s directory left by writers
+/// that died mid-write. Called under the append lock, when no writer of this
+/// data root is writing one.
 fn remove_stale_temp_files(plan: &PlanName, path: &Path) {
     let Some(dir) = path.parent() else { return };
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
-    let prefix = temp_prefix(path);
     for entry in entries.flatten() {
         let name = entry.file_name();
         let name = name.to_string_lossy();
-        if name.starts_with(&prefix) && name.ends_with(".tmp") {
+        if is_plan_temp(&name) {
             match std::fs::remove_file(entry.path()) {
                 Ok(()) => tracing::info!(
                     plan = plan.as_str(),
