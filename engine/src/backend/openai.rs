@@ -87,13 +87,30 @@ impl OpenAi {
                 }
                 Ok(Err(error)) => error,
             };
-            let transient = matches!(&error, Transient(_));
-            let error = error.into_inner();
-            if !transient || attempt >= ATTEMPTS || Instant::now() + backoff >= deadline {
+            let (error, asked) = match error {
+                Final(error) => return Err(error),
+                Transient(error, asked) => (error, asked),
+            };
+            // The server's Retry-After, when it said one, else the back-off.
+            let wait = asked.unwrap_or(backoff);
+            if attempt >= ATTEMPTS {
                 return Err(error);
             }
-            tracing::info!("model server: {error}; retrying in {backoff:?}");
-            tokio::time::sleep(backoff).await;
+            if Instant::now() + wait >= deadline {
+                return Err(match asked {
+                    Some(asked) => BackendError::Server {
+                        url: self.base.clone(),
+                        problem: format!(
+                            "{error}; it asked to retry after {} s, past the step's time ({} s left)",
+                            asked.as_secs(),
+                            deadline.saturating_duration_since(Instant::now()).as_secs()
+                        ),
+                    },
+                    None => error,
+                });
+            }
+            tracing::info!("model server: {error}; retrying in {wait:?}");
+            tokio::time::sleep(wait).await;
             backoff *= 2;
             attempt += 1;
         }
@@ -116,10 +133,11 @@ impl OpenAi {
             if e.is_connect() && problem.contains("certificate") {
                 Final(http_error(&url, problem))
             } else {
-                Transient(http_error(&url, problem))
+                Transient(http_error(&url, problem), None)
             }
         })?;
         let status = response.status();
+        let asked = retry_after(response.headers());
         let mut bytes = Vec::new();
         loop {
             match response.chunk().await {
@@ -131,10 +149,13 @@ impl OpenAi {
                 }
                 Ok(None) => break,
                 Err(e) => {
-                    return Err(Transient(http_error(
-                        &url,
-                        format!("reading the answer: {}", crate::web::chain(&e)),
-                    )));
+                    return Err(Transient(
+                        http_error(
+                            &url,
+                            format!("reading the answer: {}", crate::web::chain(&e)),
+                        ),
+                        None,
+                    ));
                 }
             }
         }
@@ -143,7 +164,7 @@ impl OpenAi {
             let excerpt: String = text.chars().take(500).collect();
             let error = http_error(&url, format!("HTTP {status}: {}", excerpt.trim()));
             return Err(if status.as_u16() == 429 || status.is_server_error() {
-                Transient(error)
+                Transient(error, asked)
             } else {
                 Final(error)
             });
@@ -159,19 +180,29 @@ fn http_error(url: &str, problem: String) -> BackendError {
     }
 }
 
-/// A failed attempt: worth retrying or not.
+/// A failed attempt: worth retrying (after the wait the server asked for,
+/// if it did) or not.
 enum Retry {
-    Transient(BackendError),
+    Transient(BackendError, Option<Duration>),
     Final(BackendError),
 }
 use Retry::{Final, Transient};
 
-impl Retry {
-    fn into_inner(self) -> BackendError {
-        match self {
-            Transient(error) | Final(error) => error,
-        }
+/// The wait a `Retry-After` header asks for: seconds, or an HTTP date.
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let value = headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim();
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
     }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(
+        at.duration_since(std::time::SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+    )
 }
 
 /// The answer's text and token counts from a chat completion.

@@ -172,3 +172,95 @@ async fn failures_timeouts_and_oversized_answers_are_errors_with_a_reason() {
         "{missing}"
     );
 }
+
+/// A model server on a loopback port answering its requests in turn with
+/// `answers` (status line and extra headers; the last repeats), noting when
+/// each request came.
+async fn model_server(
+    answers: Vec<(&'static str, &'static str)>,
+) -> (
+    u16,
+    std::sync::Arc<std::sync::Mutex<Vec<std::time::Instant>>>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let noted = std::sync::Arc::clone(&seen);
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            let mut request = Vec::new();
+            let mut chunk = [0u8; 4096];
+            // The request ends with its JSON body's closing brace.
+            while !request.ends_with(b"}") {
+                match socket.read(&mut chunk).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => request.extend_from_slice(&chunk[..n]),
+                }
+            }
+            let number = {
+                let mut seen = noted.lock().expect("lock");
+                seen.push(std::time::Instant::now());
+                seen.len()
+            };
+            let (status, headers) = answers[(number - 1).min(answers.len() - 1)];
+            let body = if status.starts_with("200") {
+                r#"{"choices":[{"message":{"role":"assistant","content":"ok"}}]}"#
+            } else {
+                r#"{"error":"slow down"}"#
+            };
+            let response = format!(
+                "HTTP/1.1 {status}\r\ncontent-type: application/json\r\n{headers}content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = socket.write_all(response.as_bytes()).await;
+        }
+    });
+    (port, seen)
+}
+
+fn openai_at(port: u16) -> Backend {
+    let spec = format!("openai:http://127.0.0.1:{port}/v1");
+    let env = move |name: &str| match name {
+        "PLANB_MODEL" => Some(spec.clone()),
+        "PLANB_MODEL_NAME" => Some("m".to_owned()),
+        _ => None,
+    };
+    Backend::configured(None, &env).expect("backend")
+}
+
+#[tokio::test]
+async fn a_retry_after_is_waited_for_or_said_when_it_passes_the_step_s_time() {
+    let (port, seen) = model_server(vec![
+        ("429 Too Many Requests", "retry-after: 2\r\n"),
+        ("200 OK", ""),
+    ])
+    .await;
+    let answer = openai_at(port).ask("hi", LONG).await.expect("answer");
+    assert_eq!(answer.text, "ok");
+    let times = seen.lock().expect("lock").clone();
+    assert_eq!(times.len(), 2);
+    // Never earlier than asked (the back-off alone would wait 0.25 s).
+    assert!(times[1] - times[0] >= Duration::from_secs(2), "{times:?}");
+
+    let (port, seen) =
+        model_server(vec![("503 Service Unavailable", "retry-after: 600\r\n")]).await;
+    let error = openai_at(port)
+        .ask("hi", Duration::from_secs(20))
+        .await
+        .expect_err("refused");
+    assert!(
+        error.to_string().contains("asked to retry after 600 s"),
+        "{error}"
+    );
+    assert_eq!(
+        seen.lock().expect("lock").len(),
+        1,
+        "no retry past the step's time"
+    );
+}
