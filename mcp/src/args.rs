@@ -213,10 +213,14 @@ impl<'a> Args<'a> {
     pub fn finish(mut self) -> Result<(), ArgErrors> {
         for key in self.object.keys() {
             if !self.known.contains(&key.as_str()) {
-                self.errors.0.push(format!(
-                    "{key}: unknown field (expected one of: {})",
-                    self.known.join(", ")
-                ));
+                self.errors.0.push(if self.known.is_empty() {
+                    format!("{key}: unknown field (this tool takes no arguments)")
+                } else {
+                    format!(
+                        "{key}: unknown field (expected one of: {})",
+                        self.known.join(", ")
+                    )
+                });
             }
         }
         if self.errors.0.is_empty() {

@@ -879,14 +879,18 @@ impl PlanbServer {
 
     #[tool(
         name = "plan_list",
-        description = "The execution plans, newest first: {plans: [{id (8 characters + \"...\"), plan_id, title, steps, state of the last run, runs, created_at}]}.",
+        description = "The execution plans, newest first (at most limit, default 200): {plans: [{id (the shortest prefix of plan_id no other listed plan shares, + \"...\"), plan_id, title, steps, state of the last run, runs, created_at}]}.",
         title = "List execution plans",
-        input_schema = schema(json!({"type": "object", "properties": {}, "additionalProperties": false})),
+        input_schema = schema(json!({"type": "object", "properties": {"limit": {"type": "integer", "minimum": 1, "maximum": LIST_MAX, "default": LIST_MAX}}, "additionalProperties": false})),
         output_schema = schema(json!({"type": "object", "properties": {"plans": {"type": "array"}}})),
         annotations(title = "List execution plans", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn plan_list(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
-        if let Err(errors) = Args::new(&arguments).finish() {
+        let mut args = Args::new(&arguments);
+        let limit = args
+            .optional_integer("limit", 1, LIST_MAX as u64)
+            .map_or(LIST_MAX, |n| usize::try_from(n).unwrap_or(LIST_MAX));
+        if let Err(errors) = args.finish() {
             return Ok(failure(errors.to_string()));
         }
         let store = match self.plan_store().await {
@@ -898,30 +902,7 @@ impl PlanbServer {
             .map_err(|e| e.to_string())
             .and_then(|rows| rows);
         Ok(match rows {
-            Ok(rows) => {
-                let plans: Vec<Value> = rows
-                    .into_iter()
-                    .take(LIST_MAX)
-                    .map(|mut row| {
-                        let id = row["plan_id"].as_str().unwrap_or_default().to_owned();
-                        let title: String = row["title"]
-                            .as_str()
-                            .unwrap_or_default()
-                            .chars()
-                            .take(50)
-                            .collect();
-                        if let Value::Object(map) = &mut row {
-                            map.insert(
-                                "id".into(),
-                                format!("{}...", id.chars().take(8).collect::<String>()).into(),
-                            );
-                            map.insert("title".into(), title.into());
-                        }
-                        row
-                    })
-                    .collect();
-                CallToolResult::structured(json!({ "plans": plans }))
-            }
+            Ok(rows) => CallToolResult::structured(json!({ "plans": listed(rows, limit) })),
             Err(message) => failure(message),
         })
     }
@@ -1047,4 +1028,30 @@ fn mark_name(mark: StepMark) -> &'static str {
         StepMark::Completed => "completed",
         StepMark::Failed => "failed",
     }
+}
+
+/// The first `limit` of `rows`, each with a short `id` no other listed plan
+/// shares and its title cut to 50 characters.
+fn listed(rows: Vec<Value>, limit: usize) -> Vec<Value> {
+    let mut rows: Vec<Value> = rows.into_iter().take(limit).collect();
+    let ids: Vec<String> = rows
+        .iter()
+        .map(|row| row["plan_id"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let lengths = planb_core::text::unique_prefix_lengths(&refs, 8);
+    for ((row, id), length) in rows.iter_mut().zip(&ids).zip(lengths) {
+        let title: String = row["title"]
+            .as_str()
+            .unwrap_or_default()
+            .chars()
+            .take(50)
+            .collect();
+        if let Value::Object(map) = row {
+            let short: String = id.chars().take(length).collect();
+            map.insert("id".into(), format!("{short}...").into());
+            map.insert("title".into(), title.into());
+        }
+    }
+    rows
 }

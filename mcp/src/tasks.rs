@@ -704,6 +704,14 @@ impl PlanbServer {
             .unwrap_or_else(|| PROJECT_PLAN.into());
         let profile = args.optional_string("model_profile", 20);
         let request_id = args.optional_string("client_request_id", 200);
+        if prompt.as_deref().is_some_and(|p| p.trim().is_empty()) {
+            args.push("prompt: must not be empty".to_owned());
+        }
+        if !planb_core::state::tasks::SPEEDS.contains(&speed.as_str()) {
+            args.push(format!(
+                "speed_vs_detail: {speed:?} is not one of ping, fast, all"
+            ));
+        }
         if let Some(p) = &profile
             && !PROFILES.contains(&p.as_str())
         {

@@ -176,6 +176,15 @@ async fn an_agent_creates_inspects_dry_runs_and_runs_the_diamond() {
     assert_eq!(listed["plans"][0]["id"], format!("{}...", &id[..8]));
     assert_eq!(listed["plans"][0]["plan_id"], id);
     assert_eq!(listed["plans"][0]["steps"], 4);
+    let limited = ok(&call(&server, "plan_list", json!({"limit": 1})).await);
+    assert_eq!(limited["plans"].as_array().map(Vec::len), Some(1));
+    let refused = error(&call(&server, "plan_list", json!({"limit": 0})).await);
+    assert!(refused.starts_with("limit:"), "{refused}");
+    let refused = error(&call(&server, "plan_list", json!({"page": 2})).await);
+    assert!(
+        refused.contains("page: unknown field (expected one of: limit)"),
+        "{refused}"
+    );
 
     let dry = ok(&call(
         &server,

@@ -913,9 +913,27 @@ async fn a_command_backend_answers_a_ping_and_bad_input_gets_the_seed_codes() {
         json!({"prompt": PROMPT, "speed_vs_detail": "slow"}),
     )
     .await;
-    assert_eq!(error_code(&bad_speed), "INVALID_TARGET");
+    // One rule: a malformed argument is INVALID_ARGUMENT naming its field,
+    // whatever its length; a well-formed name of nothing has its own code.
+    assert_eq!(error_code(&bad_speed), "INVALID_ARGUMENT");
+    let long_speed = call(
+        &server,
+        "task_create",
+        json!({"prompt": PROMPT, "speed_vs_detail": "extremely-detailed"}),
+    )
+    .await;
+    assert_eq!(error_code(&long_speed), "INVALID_ARGUMENT");
+    for refused in [&bad_speed, &long_speed] {
+        let message = structured(refused)["error"]["message"].to_string();
+        assert!(message.contains("speed_vs_detail"), "{message}");
+    }
     let empty = call(&server, "task_create", json!({"prompt": "  "})).await;
-    assert_eq!(error_code(&empty), "CONFLICT");
+    assert_eq!(error_code(&empty), "INVALID_ARGUMENT");
+    assert!(
+        structured(&empty)["error"]["message"]
+            .to_string()
+            .contains("prompt")
+    );
     let first = ok(&call(
         &server,
         "task_create",

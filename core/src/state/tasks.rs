@@ -378,7 +378,7 @@ fn start_attempt(
 ) -> Result<u32, Rejection> {
     if found.plan.is_some() {
         crate::exec_plan::check_step_index(step)
-            .map_err(|e| refuse(TaskErrorCode::InvalidTarget, format!("step: {e}")))?;
+            .map_err(|e| refuse(TaskErrorCode::InvalidArgument, format!("step: {e}")))?;
     } else {
         step_name("step", step)?;
     }
@@ -402,8 +402,10 @@ pub enum TaskErrorCode {
     RunAlreadyActive,
     /// The run is not active (or not running, for a new step).
     RunNotActive,
-    /// A step, target or setting that does not exist.
+    /// A step, target or setting that does not exist (a well-formed name).
     InvalidTarget,
+    /// A malformed argument: empty, too long, not one of the allowed values.
+    InvalidArgument,
     /// An artifact that does not exist.
     InvalidArtifactUri,
     /// The change contradicts what is recorded.
@@ -421,6 +423,7 @@ impl TaskErrorCode {
             TaskErrorCode::RunAlreadyActive => "RUN_ALREADY_ACTIVE",
             TaskErrorCode::RunNotActive => "RUN_NOT_ACTIVE",
             TaskErrorCode::InvalidTarget => "INVALID_TARGET",
+            TaskErrorCode::InvalidArgument => "INVALID_ARGUMENT",
             TaskErrorCode::InvalidArtifactUri => "INVALID_ARTIFACT_URI",
             TaskErrorCode::Conflict => "CONFLICT",
             TaskErrorCode::RunningReadonly => "RUNNING_READONLY",
@@ -444,14 +447,14 @@ fn refuse(code: TaskErrorCode, message: impl Into<String>) -> Rejection {
 fn step_name(field: &str, step: &str) -> Result<(), Rejection> {
     StepId::parse(step)
         .map(|_| ())
-        .map_err(|e| refuse(TaskErrorCode::InvalidTarget, format!("{field}: {e}")))
+        .map_err(|e| refuse(TaskErrorCode::InvalidArgument, format!("{field}: {e}")))
 }
 
 fn chars_at_most(field: &str, text: &str, max: usize) -> Result<(), Rejection> {
     let actual = text.chars().count();
     if actual > max {
         return Err(refuse(
-            TaskErrorCode::Conflict,
+            TaskErrorCode::InvalidArgument,
             format!("{field}: must be at most {max} characters (got {actual})"),
         ));
     }
@@ -700,12 +703,15 @@ impl State {
                     return Ok(None);
                 }
                 if prompt.trim().is_empty() {
-                    return Err(refuse(TaskErrorCode::Conflict, "prompt: must not be empty"));
+                    return Err(refuse(
+                        TaskErrorCode::InvalidArgument,
+                        "prompt: must not be empty",
+                    ));
                 }
                 chars_at_most("prompt", &prompt, TASK_PROMPT_CHARS_MAX)?;
                 if !SPEEDS.contains(&speed.as_str()) {
                     return Err(refuse(
-                        TaskErrorCode::InvalidTarget,
+                        TaskErrorCode::InvalidArgument,
                         format!("speed_vs_detail: {speed:?} is not one of ping, fast, all"),
                     ));
                 }

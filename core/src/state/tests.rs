@@ -1268,7 +1268,7 @@ mod tasks {
         assert_eq!(code(&mut h, step(1, "intake")), TaskErrorCode::Conflict);
         assert_eq!(
             code(&mut h, step(1, "Bad Step")),
-            TaskErrorCode::InvalidTarget
+            TaskErrorCode::InvalidArgument
         );
         assert_eq!(
             code(&mut h, succeed(1, "risks", 9)),
@@ -1408,7 +1408,7 @@ mod tasks {
         let Err(Rejection::Task { code, message }) = h.state.decide(bad) else {
             panic!("a bad speed is refused");
         };
-        assert_eq!(code, TaskErrorCode::InvalidTarget);
+        assert_eq!(code, TaskErrorCode::InvalidArgument);
         assert_eq!(
             message,
             "speed_vs_detail: \"slow\" is not one of ping, fast, all"
