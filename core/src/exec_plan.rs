@@ -1,4 +1,4 @@
-//! Execution plans (DESIGN 6.6, seed 003): a DAG of tool calls on
+//! Execution plans: a DAG of tool calls on
 //! downstream MCP servers, written once, inspected, dry-run, run in
 //! parallel batches and resumed exactly.
 //!
@@ -447,7 +447,7 @@ impl ExecPlan {
         Ok(plan)
     }
 
-    /// The plan as JSON, in the seed's shape: what is recorded, listed and
+    /// The plan as JSON, in its recorded shape: what is recorded, listed and
     /// shown. [`ExecPlan::from_json`] reads it back to the same plan.
     pub fn to_json(&self) -> Value {
         let steps: Vec<Value> = self
@@ -498,7 +498,7 @@ impl ExecPlan {
 
     /// Checks every step's tool with `known`, which answers `None` for a
     /// tool that exists and otherwise the names it could have meant.
-    /// The error is the seed's: `Unknown tool: X. Available: a, b`.
+    /// The error says: `Unknown tool: X. Available: a, b`.
     pub fn check_tools(
         &self,
         known: impl Fn(&str) -> Result<(), Vec<String>>,

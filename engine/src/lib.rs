@@ -1,4 +1,4 @@
-//! `planb-engine`: what runs the DAG engine's steps (DESIGN 6.6). Decisions
+//! `planb-engine`: what runs the DAG engine's steps. Decisions
 //! stay in `planb-core` (`dag`, `state::tasks`); effects are recorded through
 //! `planb-projections`.
 //!

@@ -16,7 +16,7 @@ use planb_projections::DataRoot;
 pub const PROJECT_PLAN: &str = "project-plan";
 /// The target a task aims at unless told otherwise.
 pub const DEFAULT_TARGET: &str = "build_plan";
-/// The targets every planning pipeline offers (seed 001).
+/// The targets every planning pipeline offers.
 pub const STANDARD_TARGETS: [&str; 3] = ["build_plan", "validate_plan", "build_plan_and_validate"];
 /// The built-in renderers a `render` step may name.
 pub const RENDERERS: [&str; 1] = ["report"];

@@ -1,4 +1,4 @@
-//! Execution plans (DESIGN 6.6, seed 003) on the DAG engine: downstream
+//! Execution plans on the DAG engine: downstream
 //! servers ([`servers`]) and the run of a plan ([`run`]).
 //!
 //! A plan is a task whose steps are tool calls. A run records, through the

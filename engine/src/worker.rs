@@ -1,4 +1,4 @@
-//! The worker: runs one run of a task to its end (DESIGN 6.6).
+//! The worker: runs one run of a task to its end.
 //!
 //! `planb-mcp worker <task>` calls [`run`] in a detached process. The worker
 //! takes the task's run lock first and holds it for its whole life: that

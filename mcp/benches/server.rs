@@ -1,4 +1,4 @@
-//! Server benchmarks through the real binary, against DESIGN §9's budgets:
+//! Server benchmarks through the real binary, against the performance budgets:
 //! cold start to a finished `initialize`, durable `save_plan` (median, p99),
 //! the `ask_user` round trip (call → /spec → /submit → result), and idle RSS.
 //! Each is shown beside a floor measured in the same run: spawning a trivial

@@ -33,7 +33,7 @@ pub struct Wait<'a> {
     pub answered: oneshot::Receiver<Answers>,
 }
 
-/// A successful `ask_user` result: `text` for the model (the form the seed
+/// A successful `ask_user` result: `text` for the model (the form the interface
 /// specifies) and the same outcome as `structuredContent` (see
 /// `args::AskUserOutput`).
 fn ask_result(text: String, structured: Value) -> CallToolResult {
@@ -169,7 +169,7 @@ async fn wait_detached(wait: Wait<'_>) -> CallToolResult {
     }
 }
 
-/// `User cancelled.`, the text the seed specifies for a dismissed form.
+/// `User cancelled.`, the text given for a dismissed form.
 pub(crate) fn cancelled_result(ask: AskId) -> CallToolResult {
     ask_result(
         "User cancelled.".into(),

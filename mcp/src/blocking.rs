@@ -1,6 +1,7 @@
 //! The store does blocking file I/O (it fdatasyncs before it returns); async
-//! handlers reach it only through these two functions, which run it on tokio's
-//! blocking pool so a slow disk never stalls the runtime's worker threads.
+//! handlers reach it, and every other blocking file work, only through this
+//! module, which runs it on tokio's blocking pool so a slow disk never stalls
+//! the runtime's worker threads.
 
 use std::path::PathBuf;
 
@@ -17,6 +18,19 @@ fn interrupted(join: tokio::task::JoinError) -> StoreError {
         path: String::new(),
         source: std::io::Error::other(format!("interrupted: {join}")),
     }
+}
+
+/// Blocking work that did not finish: the runtime is shutting down, or it
+/// panicked (a bug, already reported by the panic hook).
+#[derive(Debug, thiserror::Error)]
+#[error("interrupted: {0}")]
+pub struct Interrupted(tokio::task::JoinError);
+
+/// Runs `work` (file or store calls that block) on the blocking pool.
+pub async fn off_thread<R: Send + 'static>(
+    work: impl FnOnce() -> R + Send + 'static,
+) -> Result<R, Interrupted> {
+    tokio::task::spawn_blocking(work).await.map_err(Interrupted)
 }
 
 /// [`Store::execute`], returning the bodies of the recorded events.

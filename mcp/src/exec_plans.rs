@@ -1,4 +1,4 @@
-//! Execution plans' front doors (seed 003): what the `plan` command line and
+//! Execution plans' front doors: what the `plan` command line and
 //! the plan tools share. Finding a plan by id or unique prefix, creating
 //! one (checked against the tools the downstream servers have), listing
 //! and showing plans, and the servers file's place.
@@ -300,7 +300,7 @@ pub(crate) async fn record(
         client_request_id: client_request_id.clone(),
     };
     let store_now = Arc::clone(store);
-    let done = tokio::task::spawn_blocking(move || store_now.execute(command))
+    let done = crate::blocking::off_thread(move || store_now.execute(command))
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;

@@ -24,7 +24,7 @@ use crate::plan_progress::{Display, Live};
 /// What `plan` does.
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum PlanCommand {
-    /// Check a plan file (the seed's JSON) against the servers' tools and record it.
+    /// Check a plan file (plan JSON) against the servers' tools and record it.
     Create {
         /// The plan as JSON.
         #[arg(value_name = "FILE")]

@@ -86,7 +86,7 @@ fn read_json(path: &Path) -> Result<Value, String> {
     serde_json::from_str(&text).map_err(|e| format!("{shown}: not JSON: {e}"))
 }
 
-/// mcp-cli's plan file as a plan of the seed's format.
+/// mcp-cli's plan file as a planb plan.
 pub(crate) fn convert(raw: &Value) -> Result<Value, String> {
     let Value::Object(raw) = raw else {
         return Err("not a JSON object".into());

@@ -1,6 +1,6 @@
 //! How `plan run` / `plan resume` show a run as it goes.
 //!
-//! On a terminal the DAG is redrawn in place (the seed's marks, ○ ◉ ● ✗),
+//! On a terminal the DAG is redrawn in place (marks ○ ◉ ● ✗),
 //! with a line of counts and the latest failures under it; each frame
 //! replaces the last one by moving the cursor up over it and clearing to
 //! the end of the screen. A DAG taller than the terminal is shown as the

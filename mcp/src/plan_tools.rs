@@ -1,9 +1,9 @@
-//! The execution-plan tools (seed 003): `plan_create`, `plan_execute`,
+//! The execution-plan tools: `plan_create`, `plan_execute`,
 //! `plan_create_and_execute`, `plan_list`, `plan_show`.
 //!
-//! Results are the seed's JSON shapes, in both `structuredContent` and the
+//! Results are fixed JSON shapes, in both `structuredContent` and the
 //! text; a request that cannot be carried out is `{"error": "<text>"}` with
-//! `isError`, the texts the seed's ("plan_id is required.", "Plan not found:
+//! `isError`, fixed texts ("plan_id is required.", "Plan not found:
 //! <id>", "Goal description is required."). A run executes inside this
 //! server process, in the background: the call that started it waits for
 //! it (with a progress notification per step when the request carries a
@@ -312,7 +312,7 @@ impl PlanbServer {
             return Ok(store);
         }
         let handle = self.store().clone();
-        tokio::task::spawn_blocking(move || handle.wait())
+        crate::blocking::off_thread(move || handle.wait())
             .await
             .map_err(|e| e.to_string())?
             .map_err(|e| format!("planb could not open its store: {e}"))
@@ -326,7 +326,7 @@ impl PlanbServer {
         };
         let store = self.plan_store().await.map_err(failure)?;
         let found = Arc::clone(&store);
-        let task = tokio::task::spawn_blocking(move || exec_plans::find(&found, &id))
+        let task = crate::blocking::off_thread(move || exec_plans::find(&found, &id))
             .await
             .map_err(|e| failure(e.to_string()))?
             .map_err(failure)?;
@@ -866,7 +866,7 @@ impl PlanbServer {
             Err(refused) => return Ok(refused),
         };
         let created = Arc::clone(&store);
-        let task = tokio::task::spawn_blocking(move || created.read(|s| s.task(&id).cloned()))
+        let task = crate::blocking::off_thread(move || created.read(|s| s.task(&id).cloned()))
             .await
             .map_err(|e| e.to_string())
             .and_then(|read| read.map_err(|e| e.to_string()));
@@ -897,7 +897,7 @@ impl PlanbServer {
             Ok(store) => store,
             Err(message) => return Ok(failure(message)),
         };
-        let rows = tokio::task::spawn_blocking(move || exec_plans::list(&store))
+        let rows = crate::blocking::off_thread(move || exec_plans::list(&store))
             .await
             .map_err(|e| e.to_string())
             .and_then(|rows| rows);
@@ -929,7 +929,7 @@ impl PlanbServer {
         // `plan_named` has ended a run whose process died (failed,
         // recoverable): no stop is left waiting for a process that is gone.
         let last = task.runs.last().map(|run| run.state.as_str());
-        let asked = tokio::task::spawn_blocking(move || {
+        let asked = crate::blocking::off_thread(move || {
             store.execute(Command::RequestStop { task: plan_id })
         })
         .await

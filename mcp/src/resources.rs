@@ -1,4 +1,4 @@
-//! A task's outputs as MCP resources (DESIGN 6.6):
+//! A task's outputs as MCP resources:
 //! `planb://task/<id>/report` (the HTML report), `planb://task/<id>/zip`
 //! (every artifact, the report and the run log) and
 //! `planb://task/<id>/artifact/<name>` (one step's artifact, named as in
@@ -187,7 +187,7 @@ impl PlanbServer {
         let more = page.len() > PAGE;
         let page: Vec<Entry> = page.into_iter().take(PAGE).collect();
         let root = self.data_root();
-        let resources = tokio::task::spawn_blocking(move || {
+        let resources = crate::blocking::off_thread(move || {
             page.into_iter()
                 .filter_map(|entry| describe(&root, entry))
                 .collect::<Vec<Resource>>()
@@ -213,7 +213,7 @@ impl PlanbServer {
             .map_err(|e| ErrorData::internal_error(e.to_string(), None))?
             .ok_or_else(|| not_found(format!("uri: no task {id} (task_list shows the tasks)")))?;
         let root = self.data_root();
-        let read = tokio::task::spawn_blocking(move || read(&root, &task, part, &uri))
+        let read = crate::blocking::off_thread(move || read(&root, &task, part, &uri))
             .await
             .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
         read.map(|contents| ReadResourceResult::new(vec![contents]))

@@ -1,11 +1,11 @@
-//! The task tools (seed 001 on the DAG engine, DESIGN 6.6): `prompt_examples`,
+//! The task tools (on the DAG engine): `prompt_examples`,
 //! `task_create`, `task_status`, `task_stop`, `task_resume`, `task_list`,
 //! `task_get_latest`, `task_wait`, `task_logs_tail`, `task_file_info`,
 //! `task_download`, `task_artifact_write`, and the `worker` subcommand.
 //!
 //! Every result is JSON in both `structuredContent` and the text; every
 //! error is `{"error": {"code", "message", "details"}}` with `isError`, the
-//! code one of the seed's. A run is executed by a detached worker process
+//! code one of the task interface's. A run is executed by a detached worker process
 //! (`planb-mcp worker <task>`) that this server starts and does not wait
 //! for, so a run outlives the agent's session.
 
@@ -403,7 +403,7 @@ impl PlanbServer {
     /// it) and returns the task as it is then.
     async fn with_hand_edits(&self, task: Task) -> Result<Task, Box<CallToolResult>> {
         let handle = self.store().clone();
-        let store = tokio::task::spawn_blocking(move || handle.wait())
+        let store = crate::blocking::off_thread(move || handle.wait())
             .await
             .map_err(|e| boxed("INTERNAL_ERROR", e.to_string(), json!({})))?
             .map_err(|e| boxed("INTERNAL_ERROR", e.to_string(), json!({})))?;
@@ -453,7 +453,7 @@ impl PlanbServer {
         // Tool steps use this server's downstream connections.
         options.servers = self.plan_runs().downstream.get(&self.config().servers).ok();
         let handle = self.store().clone();
-        let store = tokio::task::spawn_blocking(move || handle.wait())
+        let store = crate::blocking::off_thread(move || handle.wait())
             .await
             .map_err(|e| boxed("INTERNAL_ERROR", e.to_string(), json!({})))?
             .map_err(|e| boxed("INTERNAL_ERROR", e.to_string(), json!({})))?;
@@ -1188,7 +1188,7 @@ impl PlanbServer {
         let blobs = root.blobs();
         let bytes = content.into_bytes();
         let size = bytes.len() as u64;
-        let hash = match tokio::task::spawn_blocking(move || blobs.put(&bytes)).await {
+        let hash = match crate::blocking::off_thread(move || blobs.put(&bytes)).await {
             Ok(Ok(hash)) => hash,
             Ok(Err(e)) => return Ok(error("INTERNAL_ERROR", e.to_string(), json!({}))),
             Err(e) => return Ok(error("INTERNAL_ERROR", e.to_string(), json!({}))),
@@ -1213,7 +1213,7 @@ impl PlanbServer {
             .collect();
         if let Ok(Some(task)) = self.task_now(id).await {
             let root = root.clone();
-            let _ = tokio::task::spawn_blocking(move || {
+            let _ = crate::blocking::off_thread(move || {
                 planb_engine::task_files::project(&root, &pipeline, &task, true)
             })
             .await;
@@ -1293,7 +1293,7 @@ impl PlanbServer {
         }
         let written = {
             let root = root.clone();
-            tokio::task::spawn_blocking(move || {
+            crate::blocking::off_thread(move || {
                 planb_engine::task_files::project(&root, &pipeline, &task, true)
             })
             .await

@@ -1,4 +1,4 @@
-//! The planb-mcp file layout (DESIGN 5.1) as a projection of the state:
+//! The planb-mcp file layout as a projection of the state:
 //!
 //! ```text
 //! <root>/sessions/<sessionId>/session.json

@@ -1,5 +1,5 @@
 //! `planb-retro`: the read-only web app in which a person replays how a
-//! planning session unfolded (DESIGN section 7).
+//! planning session unfolded.
 //!
 //! - [`Retro`] holds the [`planb_projections::Timeline`] (every event, the
 //!   state at the end and periodic snapshots) and a follower that tails the

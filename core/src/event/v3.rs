@@ -1,6 +1,6 @@
 //! Event schema version 3. FROZEN once released.
 //!
-//! Version 3 adds the DAG engine's facts (DESIGN 6.6): a task created, a run
+//! Version 3 adds the DAG engine's facts: a task created, a run
 //! started, a step started, succeeded or failed, an artifact edited, a stop
 //! requested, a run ended, and bounded run-log lines. Artifacts are named by
 //! the SHA-256 of their bytes, which live in the blob store, never in the

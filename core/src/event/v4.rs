@@ -1,6 +1,6 @@
 //! Event schema version 4. FROZEN once released.
 //!
-//! Version 4 adds execution plans (DESIGN 6.6, seed 003) to the DAG engine:
+//! Version 4 adds execution plans to the DAG engine:
 //! a plan created (its checked definition, as JSON) and deleted; a run's
 //! call-time variables; and, for a tool step, the call as made (tool and
 //! resolved arguments, in the blob store) named by its start. Every version

@@ -1,4 +1,4 @@
-//! The plan as ASCII art, in seed 003's format:
+//! The plan as ASCII art, in this format:
 //!
 //! ```text
 //!   ○ 1. Read auth module                    [read_file] ∥

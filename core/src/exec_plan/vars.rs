@@ -1,4 +1,4 @@
-//! `${var}` references in a step's arguments (seed 003's rules).
+//! `${var}` references in a step's arguments (the rules of docs/execution-plans.md).
 //!
 //! - A string that is exactly one `${path}` becomes the value itself, of any
 //!   JSON type (`"${users}"` → `[{"id": 1}]`).

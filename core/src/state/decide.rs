@@ -404,7 +404,7 @@ pub enum Rejection {
         /// The size the edits would give.
         actual: usize,
     },
-    /// A task command the seed's rules refuse, with the seed's error code.
+    /// A task command the task rules refuse, with its error code.
     #[error("{code}: {message}")]
     Task {
         /// `TASK_NOT_FOUND`, `RUN_ALREADY_ACTIVE`, ….

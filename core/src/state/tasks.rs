@@ -1,6 +1,6 @@
-//! The DAG engine's tasks and runs (DESIGN 6.6, seed 001): what the log says
+//! The DAG engine's tasks and runs: what the log says
 //! about each task, and which changes are allowed. A refused change carries
-//! the seed's error code ([`TaskErrorCode`]) for the tools to return.
+//! the error code ([`TaskErrorCode`]) for the tools to return.
 //!
 //! A task is a pipeline and an immutable configuration; a run is one attempt
 //! at it. At most one run of a task is active (`running` or `stopping`); a
@@ -391,7 +391,7 @@ fn start_attempt(
     Ok(active.attempts.get(step).map_or(1, |a| a.saturating_add(1)))
 }
 
-/// The error codes of seed 001 that the task rules produce.
+/// The error codes the task rules produce, as the task tools return them.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum TaskErrorCode {
     /// No task of that id.
@@ -601,7 +601,7 @@ impl State {
     }
 
     /// Decides a task command: the event, none (a repeat that changes
-    /// nothing), or a rejection with the seed's code.
+    /// nothing), or a rejection with its code.
     /// [`Command::SettleAndStart`]: the ends, then each start.
     pub(super) fn decide_settle_and_start(
         &self,

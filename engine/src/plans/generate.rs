@@ -1,5 +1,5 @@
 //! A plan from a goal: the model is shown the downstream tools that exist
-//! and asked for a plan in the seed's JSON; the answer is checked exactly as
+//! and asked for a plan in the plan JSON; the answer is checked exactly as
 //! a written plan is (structure, dependencies, cycles, every tool against
 //! the servers). A rejected answer is sent back with the reason, a bounded
 //! number of times.

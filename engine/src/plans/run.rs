@@ -154,7 +154,7 @@ pub struct PlanOutcome {
 }
 
 impl PlanOutcome {
-    /// The seed's result shape: `{success, plan_id, title, duration,
+    /// The result shape the plan tools return: `{success, plan_id, title, duration,
     /// steps_completed, steps_total, error?, results, steps}`; `results` holds
     /// every variable, whole.
     pub fn to_json(&self) -> Value {

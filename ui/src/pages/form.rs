@@ -3,7 +3,7 @@
 //! The page is complete without its script: every tab, question, option
 //! illustration and draft value is in the HTML, and the script only moves
 //! between tabs, keeps the dots and the Submit button current, saves drafts
-//! and submits. The tab layout follows DESIGN 6.4: an optional intro tab,
+//! and submits. The tab layout: an optional intro tab,
 //! then one tab per distinct question `tab` in first-appearance order; with
 //! a single tab there is no tab strip at all.
 

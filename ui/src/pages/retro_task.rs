@@ -396,7 +396,7 @@ pub struct ArtifactVersion {
     pub text: Result<String, String>,
 }
 
-/// The seed's mark for a step's state as of the cursor.
+/// The mark for a step's state as of the cursor (○ ◉ ● ✗).
 fn ascii_mark(mark: Option<&StepMark>) -> exec_plan::StepMark {
     match mark {
         Some(StepMark::Running { .. }) => exec_plan::StepMark::Running,
@@ -406,7 +406,7 @@ fn ascii_mark(mark: Option<&StepMark>) -> exec_plan::StepMark {
     }
 }
 
-/// An execution plan's steps as of the cursor: the seed's text rendering,
+/// An execution plan's steps as of the cursor: the plan's text rendering,
 /// then the batches with each step's state, linking to its calls.
 fn plan_dag(plan: &ExecPlan, view: &TaskView<'_>) -> Markup {
     let id = view.at.task.id;

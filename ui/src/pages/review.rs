@@ -1,5 +1,5 @@
 //! [`review_page`]: the page on which a person reviews a named plan the agent
-//! submitted (DESIGN 6.5).
+//! submitted.
 //!
 //! The server renders everything the person reads: the plan through
 //! [`crate::markdown::render`], and, from the second round on, a line diff of
