@@ -39,7 +39,7 @@ pub struct Config {
     /// `--prompt-file`: replaces the built-in `plan` prompt (`$ARGUMENTS` substituted).
     pub prompt_template: Option<String>,
     /// Execution plans' downstream servers.
-    pub servers: crate::exec_plans::ServersSource,
+    pub servers: planb_app::plans::ServersSource,
     /// Fires when the client's connection closes.
     pub disconnect: crate::stdio::Disconnect,
 }
@@ -77,8 +77,8 @@ impl Config {
                 anyhow::anyhow!("PLANB_PORT: expected a port number 0-65535, got {text:?}")
             })?,
         };
-        let servers = crate::exec_plans::ServersSource {
-            file: crate::exec_plans::servers_path(&data_root, None),
+        let servers = planb_app::plans::ServersSource {
+            file: planb_app::plans::servers_path(&data_root, None),
             project: None,
         };
         Ok(Config {

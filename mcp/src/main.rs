@@ -13,12 +13,10 @@ mod collect;
 mod config;
 mod deliver;
 mod demo;
-mod exec_plans;
 mod forms;
 mod http;
 mod opening;
 mod plan_cli;
-mod plan_import;
 mod plan_progress;
 mod plan_tools;
 mod plans;
@@ -156,14 +154,14 @@ fn data_root(cli: &Cli) -> anyhow::Result<PathBuf> {
 fn servers_source(
     root: &planb_projections::DataRoot,
     cli: &Cli,
-) -> anyhow::Result<exec_plans::ServersSource> {
+) -> anyhow::Result<planb_app::plans::ServersSource> {
     let project = if cli.project_servers {
         Some(std::env::current_dir()?.join(".mcp.json"))
     } else {
         None
     };
-    Ok(exec_plans::ServersSource {
-        file: exec_plans::servers_path(root.root(), cli.servers.as_deref()),
+    Ok(planb_app::plans::ServersSource {
+        file: planb_app::plans::servers_path(root.root(), cli.servers.as_deref()),
         project,
     })
 }
@@ -336,9 +334,12 @@ fn main() -> ExitCode {
             Some(Command::AcceptLoss) => admin::accept_loss(&root, &mut out),
             Some(Command::Export { to }) => admin::export(&root, to, &mut out),
             Some(Command::Import { from }) => admin::import(&root, from, &mut out),
-            Some(Command::Worker { task, runs_seen }) => {
-                tasks::worker_main(root.root(), &servers_source(&root, &cli)?, task, *runs_seen)
-            }
+            Some(Command::Worker { task, runs_seen }) => Ok(tasks::worker_main(
+                root.root(),
+                &servers_source(&root, &cli)?,
+                task,
+                *runs_seen,
+            )),
             Some(Command::Plan { command }) => {
                 let live = plan_progress::stdout_is_live();
                 plan_cli::main(

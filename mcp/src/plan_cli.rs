@@ -18,8 +18,8 @@ use planb_engine::plans::{self, Guards, PlanOutcome, Progress, RunOptions};
 use planb_projections::{DataRoot, Store, SystemEnvironment};
 use serde_json::{Map, Value};
 
-use crate::exec_plans;
 use crate::plan_progress::{Display, Live};
+use planb_app::plans as exec_plans;
 
 /// What `plan` does.
 #[derive(Debug, clap::Subcommand)]
@@ -309,10 +309,10 @@ pub(crate) fn main(
         PlanCommand::Import { dir } => {
             let dir = match dir {
                 Some(dir) => dir.clone(),
-                None => crate::plan_import::default_dir()
+                None => planb_app::import::default_dir()
                     .ok_or_else(|| anyhow::anyhow!("HOME is not set: give the directory"))?,
             };
-            let saved = crate::plan_import::saved(&dir).map_err(|e| anyhow::anyhow!(e))?;
+            let saved = planb_app::import::saved(&dir).map_err(|e| anyhow::anyhow!(e))?;
             if saved.is_empty() {
                 writeln!(out, "No mcp-cli plans in {}.", dir.display())?;
                 return Ok(ExitCode::SUCCESS);
@@ -322,9 +322,9 @@ pub(crate) fn main(
             let mut failed = 0;
             for plan in &saved {
                 let imported =
-                    runtime.block_on(crate::plan_import::import(&store, &downstream, plan));
+                    runtime.block_on(planb_app::import::import(&store, &downstream, plan));
                 match imported {
-                    Ok(crate::plan_import::Imported::New {
+                    Ok(planb_app::import::Imported::New {
                         task,
                         title,
                         steps,
@@ -342,7 +342,7 @@ pub(crate) fn main(
                             writeln!(out, "  {note}")?;
                         }
                     }
-                    Ok(crate::plan_import::Imported::Already(task)) => {
+                    Ok(planb_app::import::Imported::Already(task)) => {
                         writeln!(out, "{}: imported before, as {task}", plan.id)?;
                     }
                     Err(error) => {

@@ -28,8 +28,8 @@ use serde_json::{Map, Value, json};
 use tokio::sync::{broadcast, watch};
 
 use crate::args::Args;
-use crate::exec_plans::{self, DownstreamCache};
 use crate::server::PlanbServer;
+use planb_app::plans::{self as exec_plans, DownstreamCache};
 
 /// Most plans `plan_list` returns.
 const LIST_MAX: usize = 200;

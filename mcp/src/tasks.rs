@@ -27,6 +27,9 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, Peer, RoleServer, tool, tool_router};
 use serde_json::{Value, json};
 
+use planb_app::ErrorCode;
+use planb_app::settings::{SettingError, run_limits, worker_options};
+
 use crate::args::Args;
 use crate::server::PlanbServer;
 
@@ -459,7 +462,7 @@ impl PlanbServer {
             .map_err(|e| boxed("INTERNAL_ERROR", e.to_string(), json!({})))?;
         // Says why the run could not go on; closed without a word when it
         // ran to its end.
-        let (failed, mut failure) = tokio::sync::oneshot::channel::<String>();
+        let (failed, mut failure) = tokio::sync::oneshot::channel::<(ErrorCode, String)>();
         tokio::spawn(async move {
             match planb_engine::worker::run(store, id, options).await {
                 Ok(ended) => tracing::info!(
@@ -469,24 +472,20 @@ impl PlanbServer {
                 ),
                 Err(e) => {
                     tracing::warn!("task {id}: the run could not go on: {e}");
-                    let _ = failed.send(e.to_string());
+                    let _ = failed.send((planb_app::worker::code_of(&e), e.to_string()));
                 }
             }
         });
         let mut ended = || {
-            let message = match failure.try_recv() {
+            let (code, message) = match failure.try_recv() {
                 Err(tokio::sync::oneshot::error::TryRecvError::Empty) => return None,
-                Ok(message) => message,
-                Err(tokio::sync::oneshot::error::TryRecvError::Closed) => {
-                    "the run ended before it was recorded".to_owned()
-                }
+                Ok(failure) => failure,
+                Err(tokio::sync::oneshot::error::TryRecvError::Closed) => (
+                    ErrorCode::InternalError,
+                    "the run ended before it was recorded".to_owned(),
+                ),
             };
-            let code = if message.starts_with("RUN_ALREADY_ACTIVE") {
-                "RUN_ALREADY_ACTIVE"
-            } else {
-                "INTERNAL_ERROR"
-            };
-            Some(boxed(code, message, json!({})))
+            Some(boxed(code.as_str(), message, json!({})))
         };
         let mine = move |run: &Run| started.get() == Some(&run.id);
         self.until_run_recorded(id, runs_before, "the run", json!({}), &mut ended, &mine)
@@ -518,13 +517,12 @@ impl PlanbServer {
         let mut exited = || {
             let status = child.try_wait().ok().flatten()?;
             let tail = tail_of(&log_path, log_from, 2000);
-            let code = if tail.contains("MODEL_NOT_CONFIGURED") {
-                "MODEL_NOT_CONFIGURED"
-            } else if tail.contains("RUN_ALREADY_ACTIVE") {
-                "RUN_ALREADY_ACTIVE"
-            } else {
-                "INTERNAL_ERROR"
-            };
+            // Its exit status says why; the log's tail says what happened.
+            let code = status
+                .code()
+                .and_then(ErrorCode::from_exit_status)
+                .unwrap_or(ErrorCode::InternalError)
+                .as_str();
             Some(boxed(
                 code,
                 format!("the worker exited ({status}) before starting a run: {tail}"),
@@ -1352,130 +1350,6 @@ impl PlanbServer {
     }
 }
 
-/// A `PLANB_*` setting of the environment that cannot be used.
-#[derive(Debug, thiserror::Error)]
-#[error("{variable}: {problem}")]
-pub(crate) struct SettingError {
-    /// The variable.
-    pub(crate) variable: &'static str,
-    /// What is wrong with its value.
-    pub(crate) problem: String,
-}
-
-/// A duration in seconds from the environment: more than 0, at most a year.
-pub(crate) fn env_seconds(name: &'static str) -> Result<Option<Duration>, SettingError> {
-    let Ok(text) = std::env::var(name) else {
-        return Ok(None);
-    };
-    let seconds = text.trim().parse::<f64>().ok();
-    match seconds.and_then(|s| {
-        (s > 0.0 && s <= 365.0 * 86_400.0)
-            .then(|| Duration::try_from_secs_f64(s).ok())
-            .flatten()
-    }) {
-        Some(duration) => Ok(Some(duration)),
-        None => Err(SettingError {
-            variable: name,
-            problem: format!(
-                "must be a number of seconds above 0 and at most a year (got {text:?})"
-            ),
-        }),
-    }
-}
-
-/// `planb-mcp worker <task>`: runs one run of the task, then exits. Its
-/// stderr is the task's `worker.log`.
-pub(crate) fn worker_main(
-    root: &Path,
-    servers: &crate::exec_plans::ServersSource,
-    task: &str,
-    runs_seen: Option<usize>,
-) -> anyhow::Result<std::process::ExitCode> {
-    let task = TaskId::parse(task.trim()).map_err(|e| anyhow::anyhow!("task: {e}"))?;
-    let root = DataRoot::new(root);
-    let (store, _) = planb_projections::Store::open(
-        root.clone(),
-        Arc::new(planb_projections::SystemEnvironment),
-    )?;
-    let profile = store.read(|s| s.task(&task).map(|t| t.model_profile.clone()))?;
-    let Some(profile) = profile else {
-        anyhow::bail!("TASK_NOT_FOUND: no task {task}");
-    };
-    let backend = Backend::configured(profile.as_deref(), &|n| std::env::var(n).ok())
-        .map_err(|e| anyhow::anyhow!("{}: {e}", e.code()))?;
-    let mut options = worker_options(backend)?;
-    options.runs_seen = runs_seen;
-    // Tool steps call the servers of the servers file; without one (or with
-    // one that cannot be read) they fail saying so, and model steps run on.
-    if servers.file.exists() {
-        match crate::exec_plans::downstream(servers) {
-            Ok(downstream) => options.servers = Some(downstream),
-            Err(problem) => eprintln!("task {task}: no downstream servers: {problem}"),
-        }
-    }
-    // One thread: the run's model calls, tool calls and appends (made
-    // inline) take turns on it, with no hand-off between threads.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let store = Arc::new(store);
-    let ended = runtime.block_on(planb_engine::worker::run(store, task, options))?;
-    eprintln!(
-        "task {task}: run {} ended {:?}{}",
-        ended.run,
-        ended.outcome,
-        ended.reason.map(|r| format!(" ({r})")).unwrap_or_default()
-    );
-    Ok(std::process::ExitCode::SUCCESS)
-}
-
-/// A run's options on `backend`, with the limits the environment sets
-/// (`PLANB_STEP_TIMEOUT_SEC`, `PLANB_INACTIVITY_SEC`, `PLANB_CONCURRENCY`).
-fn worker_options(backend: Backend) -> anyhow::Result<planb_engine::worker::Options> {
-    let mut options = planb_engine::worker::Options::new(backend);
-    let limits = run_limits()?;
-    if let Some(d) = limits.step_timeout {
-        options.step_timeout = d;
-    }
-    if let Some(d) = limits.inactivity {
-        options.inactivity = d;
-    }
-    if let Some(n) = limits.concurrency {
-        options.concurrency = n;
-    }
-    Ok(options)
-}
-
-/// The limits of a task's run the environment sets, when it sets them.
-struct RunLimits {
-    step_timeout: Option<Duration>,
-    inactivity: Option<Duration>,
-    concurrency: Option<usize>,
-}
-
-/// Reads `PLANB_STEP_TIMEOUT_SEC`, `PLANB_INACTIVITY_SEC` and
-/// `PLANB_CONCURRENCY`; the error names the variable that is wrong.
-fn run_limits() -> Result<RunLimits, SettingError> {
-    let concurrency = match std::env::var("PLANB_CONCURRENCY") {
-        Err(_) => None,
-        Ok(text) => Some(
-            text.trim()
-                .parse::<usize>()
-                .ok()
-                .filter(|n| (1..=64).contains(n))
-                .ok_or_else(|| SettingError {
-                    variable: "PLANB_CONCURRENCY",
-                    problem: format!("must be a whole number from 1 to 64 (got {text:?})"),
-                })?,
-        ),
-    };
-    Ok(RunLimits {
-        step_timeout: env_seconds("PLANB_STEP_TIMEOUT_SEC")?,
-        inactivity: env_seconds("PLANB_INACTIVITY_SEC")?,
-        concurrency,
-    })
-}
-
 /// A run setting of the environment that cannot be used, as a tool error
 /// naming the variable: checked before anything is recorded.
 fn unusable_setting(problem: &SettingError) -> Box<CallToolResult> {
@@ -1492,6 +1366,32 @@ enum Runner {
     Worker,
     /// This process, on this backend (the client's model).
     Here(Backend),
+}
+
+/// `planb-mcp worker <task>`: runs one run of the task, then exits; why it
+/// could not run is its exit status ([`ErrorCode::exit_status`]) and a line
+/// on its stderr, the task's `worker.log`.
+pub(crate) fn worker_main(
+    root: &Path,
+    servers: &planb_app::plans::ServersSource,
+    task: &str,
+    runs_seen: Option<usize>,
+) -> std::process::ExitCode {
+    match planb_app::worker::run(root, servers, task, runs_seen) {
+        Ok(ended) => {
+            eprintln!(
+                "task {task}: run {} ended {:?}{}",
+                ended.run,
+                ended.outcome,
+                ended.reason.map(|r| format!(" ({r})")).unwrap_or_default()
+            );
+            std::process::ExitCode::SUCCESS
+        }
+        Err(failure) => {
+            eprintln!("task {task}: {failure}");
+            std::process::ExitCode::from(failure.code.exit_status())
+        }
+    }
 }
 
 #[cfg(test)]

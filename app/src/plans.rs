@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 /// The servers file: `--servers`, else `$PLANB_SERVERS`, else
 /// `<root>/servers.json`.
-pub(crate) fn servers_path(root: &Path, flag: Option<&Path>) -> PathBuf {
+pub fn servers_path(root: &Path, flag: Option<&Path>) -> PathBuf {
     if let Some(path) = flag {
         return path.to_owned();
     }
@@ -29,7 +29,7 @@ pub(crate) fn servers_path(root: &Path, flag: Option<&Path>) -> PathBuf {
 /// Where the downstream servers are configured: the servers file, and the
 /// project's `.mcp.json` when asked for (`--project-servers`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ServersSource {
+pub struct ServersSource {
     /// The servers file (missing: no servers).
     pub file: PathBuf,
     /// The project's `.mcp.json`, when its servers are wanted too.
@@ -55,7 +55,7 @@ fn is_planb(spec: &ServerSpec) -> bool {
 impl ServersSource {
     /// The servers of both files: the servers file's entry wins a name both
     /// have; planb's own entry in `.mcp.json` is left out.
-    pub(crate) fn load(&self) -> Result<Servers, String> {
+    pub fn load(&self) -> Result<Servers, String> {
         let mut servers = Servers::load(&self.file)?;
         if let Some(project) = &self.project {
             for (name, spec) in Servers::load(project)?.servers {
@@ -83,12 +83,12 @@ impl ServersSource {
 
 /// The downstream servers of `source`, none started; each may take
 /// `PLANB_SERVER_START_SEC` (default 30) to start and list its tools.
-pub(crate) fn downstream(source: &ServersSource) -> Result<Arc<Downstream>, String> {
+pub fn downstream(source: &ServersSource) -> Result<Arc<Downstream>, String> {
     configured(source).map(Arc::new)
 }
 
 fn configured(source: &ServersSource) -> Result<Downstream, String> {
-    let start = crate::tasks::env_seconds("PLANB_SERVER_START_SEC")
+    let start = crate::settings::env_seconds("PLANB_SERVER_START_SEC")
         .map_err(|e| e.to_string())?
         .unwrap_or(std::time::Duration::from_secs(30));
     Ok(Downstream::new(source.load()?, start))
@@ -98,13 +98,13 @@ fn configured(source: &ServersSource) -> Result<Downstream, String> {
 /// kept between tool calls and replaced (new connections; runs under way keep theirs) when a servers
 /// file changes.
 #[derive(Debug, Default)]
-pub(crate) struct DownstreamCache {
+pub struct DownstreamCache {
     current: std::sync::Mutex<Option<(Stamp, Arc<Downstream>)>>,
 }
 
 impl DownstreamCache {
     /// The servers of `source` as they are configured now.
-    pub(crate) fn get(&self, source: &ServersSource) -> Result<Arc<Downstream>, String> {
+    pub fn get(&self, source: &ServersSource) -> Result<Arc<Downstream>, String> {
         let stamp = source.stamp();
         let mut current = self
             .current
@@ -138,7 +138,7 @@ fn plans(state: &planb_core::State) -> Vec<&Task> {
 }
 
 /// The plan named by `text`: its whole id or a prefix only it has.
-pub(crate) fn find(store: &Store, text: &str) -> Result<Task, String> {
+pub fn find(store: &Store, text: &str) -> Result<Task, String> {
     // An id as `plan list` shows it ("1a2b3c4d…", "1a2b3c4d...") works too.
     let text = text
         .trim()
@@ -187,7 +187,7 @@ pub(crate) fn find(store: &Store, text: &str) -> Result<Task, String> {
 
 /// Checks `value` as a plan and every tool against the servers, then
 /// records it. Returns the new plan's id and the checked plan.
-pub(crate) async fn create(
+pub async fn create(
     store: &Arc<Store>,
     downstream: &Downstream,
     value: &Value,
@@ -209,7 +209,8 @@ pub(crate) async fn create(
 }
 
 /// A plan just recorded.
-pub(crate) struct Created {
+#[derive(Debug)]
+pub struct Created {
     pub id: TaskId,
     pub plan: ExecPlan,
     /// Servers not waited for: still starting when every tool name of the
@@ -221,7 +222,7 @@ pub(crate) struct Created {
 /// `sampler` (MCP sampling), for a plan for `goal` over the servers' tools,
 /// checks it as a written plan is checked, and records it; the goal becomes
 /// the description when the model gave none.
-pub(crate) async fn create_from_goal(
+pub async fn create_from_goal(
     store: &Arc<Store>,
     downstream: &Downstream,
     goal: &str,
@@ -259,7 +260,7 @@ pub(crate) async fn create_from_goal(
         ));
     }
     // As long as a model step of a task may take.
-    let timeout = crate::tasks::env_seconds("PLANB_STEP_TIMEOUT_SEC")
+    let timeout = crate::settings::env_seconds("PLANB_STEP_TIMEOUT_SEC")
         .map_err(|e| e.to_string())?
         .unwrap_or(std::time::Duration::from_secs(600));
     let mut plan = generate::generate(&backend, goal, &tools, timeout)
@@ -288,7 +289,7 @@ pub(crate) async fn create_from_goal(
 /// Records `plan`; with `client_request_id` used before (by this process or
 /// another), the plan that request created instead. The flag says whether
 /// this call created it.
-pub(crate) async fn record(
+pub async fn record(
     store: &Arc<Store>,
     plan: ExecPlan,
     client_request_id: Option<String>,
@@ -300,7 +301,7 @@ pub(crate) async fn record(
         client_request_id: client_request_id.clone(),
     };
     let store_now = Arc::clone(store);
-    let done = crate::blocking::off_thread(move || store_now.execute(command))
+    let done = crate::off_thread(move || store_now.execute(command))
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
@@ -328,7 +329,7 @@ pub(crate) async fn record(
 }
 
 /// Each step's mark from the plan's latest run.
-pub(crate) fn marks(task: &Task, plan: &ExecPlan) -> Vec<StepMark> {
+pub fn marks(task: &Task, plan: &ExecPlan) -> Vec<StepMark> {
     let Some(run) = task.runs.last() else {
         return vec![StepMark::Pending; plan.steps.len()];
     };
@@ -354,13 +355,13 @@ pub(crate) fn marks(task: &Task, plan: &ExecPlan) -> Vec<StepMark> {
 }
 
 /// The DAG of `task`'s plan with its latest run's marks.
-pub(crate) fn rendered(task: &Task, plan: &ExecPlan) -> String {
+pub fn rendered(task: &Task, plan: &ExecPlan) -> String {
     let marks = marks(task, plan);
     render_dag(plan, |at| marks[at])
 }
 
 /// One row of `plan list`.
-pub(crate) fn summary_json(task: &Task) -> Value {
+pub fn summary_json(task: &Task) -> Value {
     let steps = task
         .plan
         .as_ref()
@@ -378,7 +379,7 @@ pub(crate) fn summary_json(task: &Task) -> Value {
 }
 
 /// Every plan, newest first, as rows.
-pub(crate) fn list(store: &Store) -> Result<Vec<Value>, String> {
+pub fn list(store: &Store) -> Result<Vec<Value>, String> {
     store.reap_dead_runs().map_err(|e| e.to_string())?;
     store
         .read(|s| plans(s).into_iter().rev().map(summary_json).collect())

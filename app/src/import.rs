@@ -34,7 +34,7 @@ const CUT_MARKER: &str = "... [truncated]";
 
 /// One saved mcp-cli plan.
 #[derive(Debug)]
-pub(crate) struct Saved {
+pub struct Saved {
     /// mcp-cli's id (the file's stem).
     pub id: String,
     /// The plan file.
@@ -44,7 +44,7 @@ pub(crate) struct Saved {
 }
 
 /// The plans in `dir`, by id.
-pub(crate) fn saved(dir: &Path) -> Result<Vec<Saved>, String> {
+pub fn saved(dir: &Path) -> Result<Vec<Saved>, String> {
     let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut found = Vec::new();
     for entry in entries {
@@ -87,7 +87,7 @@ fn read_json(path: &Path) -> Result<Value, String> {
 }
 
 /// mcp-cli's plan file as a planb plan.
-pub(crate) fn convert(raw: &Value) -> Result<Value, String> {
+pub fn convert(raw: &Value) -> Result<Value, String> {
     let Value::Object(raw) = raw else {
         return Err("not a JSON object".into());
     };
@@ -156,7 +156,7 @@ fn was_cut(value: &Value) -> bool {
 
 /// What a checkpoint says, as a run of `plan`; and the steps left out, with
 /// why.
-pub(crate) fn foreign_run(
+pub fn foreign_run(
     checkpoint: &Value,
     plan: &ExecPlan,
 ) -> Result<(ForeignRun, Vec<String>), String> {
@@ -237,7 +237,8 @@ pub(crate) fn foreign_run(
 }
 
 /// How one plan's import went, for people.
-pub(crate) enum Imported {
+#[derive(Debug)]
+pub enum Imported {
     /// Recorded now: the new id, what its checkpoint gave, and warnings.
     New {
         task: TaskId,
@@ -251,7 +252,7 @@ pub(crate) enum Imported {
 }
 
 /// Imports one saved plan (and its checkpoint).
-pub(crate) async fn import(
+pub async fn import(
     store: &Arc<Store>,
     downstream: &Arc<Downstream>,
     saved: &Saved,
@@ -266,7 +267,7 @@ pub(crate) async fn import(
     let raw = read_json(&saved.path)?;
     let value = convert(&raw).map_err(|e| format!("{}: {e}", saved.path.display()))?;
     let plan = ExecPlan::from_json(&value).map_err(|e| format!("{}: {e}", saved.path.display()))?;
-    let (task, plan, created) = crate::exec_plans::record(store, plan, Some(key)).await?;
+    let (task, plan, created) = crate::plans::record(store, plan, Some(key)).await?;
     if !created {
         // Another import recorded it since the look above: its checkpoint
         // is that import's to record.
@@ -309,7 +310,7 @@ pub(crate) async fn import(
 }
 
 /// mcp-cli's plans directory: `~/.mcp-cli/plans`.
-pub(crate) fn default_dir() -> Option<PathBuf> {
+pub fn default_dir() -> Option<PathBuf> {
     std::env::var_os("HOME")
         .filter(|h| !h.is_empty())
         .map(|home| PathBuf::from(home).join(".mcp-cli").join("plans"))

@@ -1,0 +1,84 @@
+//! The error codes every front door answers with, in one enum: the strings
+//! the tools return (`TASK_NOT_FOUND`, …) and the exit status a detached
+//! worker tells its starter why it could not run with.
+
+/// What went wrong, as the tools name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorCode {
+    /// No task (or plan) of that id.
+    TaskNotFound,
+    /// The task has a run already, or one began after the caller looked.
+    RunAlreadyActive,
+    /// No model is configured (or its setting cannot be read).
+    ModelNotConfigured,
+    /// A `PLANB_*` setting that cannot be used.
+    InvalidConfiguration,
+    /// A malformed argument.
+    InvalidArgument,
+    /// Anything else: a store that failed, a process that could not start.
+    InternalError,
+}
+
+/// Every code, in the order of their exit statuses.
+const ALL: [ErrorCode; 6] = [
+    ErrorCode::TaskNotFound,
+    ErrorCode::RunAlreadyActive,
+    ErrorCode::ModelNotConfigured,
+    ErrorCode::InvalidConfiguration,
+    ErrorCode::InvalidArgument,
+    ErrorCode::InternalError,
+];
+
+/// The first exit status a code is told by (below it: the usual 0, 1, 2).
+const FIRST_EXIT_STATUS: u8 = 70;
+
+impl ErrorCode {
+    /// `TASK_NOT_FOUND`, … as the tools return it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::TaskNotFound => "TASK_NOT_FOUND",
+            ErrorCode::RunAlreadyActive => "RUN_ALREADY_ACTIVE",
+            ErrorCode::ModelNotConfigured => "MODEL_NOT_CONFIGURED",
+            ErrorCode::InvalidConfiguration => "INVALID_CONFIGURATION",
+            ErrorCode::InvalidArgument => "INVALID_ARGUMENT",
+            ErrorCode::InternalError => "INTERNAL_ERROR",
+        }
+    }
+
+    /// The exit status a worker that could not run for this reason exits
+    /// with.
+    pub fn exit_status(self) -> u8 {
+        let at = ALL.iter().position(|c| *c == self).unwrap_or(ALL.len() - 1);
+        FIRST_EXIT_STATUS + u8::try_from(at).unwrap_or(0)
+    }
+
+    /// The code a worker's exit status tells, if it tells one.
+    pub fn from_exit_status(status: i32) -> Option<ErrorCode> {
+        let at = usize::try_from(status.checked_sub(i32::from(FIRST_EXIT_STATUS))?).ok()?;
+        ALL.get(at).copied()
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_code_round_trips_through_its_exit_status_and_no_other_does() {
+        for code in ALL {
+            assert_eq!(
+                ErrorCode::from_exit_status(code.exit_status().into()),
+                Some(code)
+            );
+        }
+        for status in [0, 1, 2, 69, 76, 255, -1] {
+            assert_eq!(ErrorCode::from_exit_status(status), None, "{status}");
+        }
+    }
+}

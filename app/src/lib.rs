@@ -1,0 +1,22 @@
+//! `planb-app`: the application layer every front door calls (the MCP
+//! tools, the `plan` command line, the detached worker): execution plans
+//! (find, create, list, import), the worker's entry, the `PLANB_*` run
+//! settings and the error codes. Plain data in and out; the JSON shapes and
+//! wording of the tools stay with the front doors.
+
+pub mod error;
+pub mod import;
+pub mod plans;
+pub mod settings;
+pub mod worker;
+
+pub use error::ErrorCode;
+
+/// Runs `work` (store or file calls that block) on tokio's blocking pool.
+pub(crate) async fn off_thread<R: Send + 'static>(
+    work: impl FnOnce() -> R + Send + 'static,
+) -> Result<R, String> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| format!("interrupted: {e}"))
+}

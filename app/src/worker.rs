@@ -1,0 +1,88 @@
+//! The detached worker: one run of a task, then exit. Why it could not run
+//! reaches whoever started it as a [`WorkerFailure`], whose code the binary
+//! turns into its exit status ([`ErrorCode::exit_status`]).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use planb_core::TaskId;
+use planb_engine::backend::{Backend, BackendError};
+use planb_engine::worker::{Ended, WorkerError};
+use planb_projections::{DataRoot, Store, SystemEnvironment};
+
+use crate::error::ErrorCode;
+use crate::plans::ServersSource;
+
+/// Why a worker did not run.
+#[derive(Debug, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct WorkerFailure {
+    /// What kind of failure.
+    pub code: ErrorCode,
+    /// What happened.
+    pub message: String,
+}
+
+fn failed(code: ErrorCode, message: impl ToString) -> WorkerFailure {
+    WorkerFailure {
+        code,
+        message: message.to_string(),
+    }
+}
+
+/// Runs one run of `task` in the data root `root` to its end, with the
+/// servers of `servers` for its tool steps. `runs_seen` is how many runs its
+/// starter saw: one begun since refuses this run.
+pub fn run(
+    root: &Path,
+    servers: &ServersSource,
+    task: &str,
+    runs_seen: Option<usize>,
+) -> Result<Ended, WorkerFailure> {
+    let task = TaskId::parse(task.trim())
+        .map_err(|e| failed(ErrorCode::InvalidArgument, format!("task: {e}")))?;
+    let root = DataRoot::new(root);
+    let internal = |e: &dyn std::fmt::Display| failed(ErrorCode::InternalError, e);
+    let (store, _) = Store::open(root, Arc::new(SystemEnvironment)).map_err(|e| internal(&e))?;
+    let profile = store
+        .read(|s| s.task(&task).map(|t| t.model_profile.clone()))
+        .map_err(|e| internal(&e))?
+        .ok_or_else(|| failed(ErrorCode::TaskNotFound, format!("no task {task}")))?;
+    let backend = Backend::configured(profile.as_deref(), &|n| std::env::var(n).ok()).map_err(
+        |e| match e {
+            BackendError::NotConfigured | BackendError::BadSpec { .. } => {
+                failed(ErrorCode::ModelNotConfigured, e)
+            }
+            other => internal(&other),
+        },
+    )?;
+    let mut options = crate::settings::worker_options(backend)
+        .map_err(|e| failed(ErrorCode::InvalidConfiguration, e))?;
+    options.runs_seen = runs_seen;
+    // Tool steps call the servers of the servers file; without one (or with
+    // one that cannot be read) they fail saying so, and model steps run on.
+    if servers.file.exists() {
+        match crate::plans::downstream(servers) {
+            Ok(downstream) => options.servers = Some(downstream),
+            Err(problem) => tracing::warn!("task {task}: no downstream servers: {problem}"),
+        }
+    }
+    // One thread: the run's model calls, tool calls and appends (made
+    // inline) take turns on it, with no hand-off between threads.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| internal(&e))?;
+    runtime
+        .block_on(planb_engine::worker::run(Arc::new(store), task, options))
+        .map_err(|e| failed(code_of(&e), e))
+}
+
+/// The code of a run that could not go on.
+pub fn code_of(error: &WorkerError) -> ErrorCode {
+    match error {
+        WorkerError::Busy(_) | WorkerError::StartedMeanwhile { .. } => ErrorCode::RunAlreadyActive,
+        WorkerError::NoTask(_) => ErrorCode::TaskNotFound,
+        _ => ErrorCode::InternalError,
+    }
+}
