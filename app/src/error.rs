@@ -11,6 +11,8 @@ pub enum ErrorCode {
     RunAlreadyActive,
     /// No model is configured (or its setting cannot be read).
     ModelNotConfigured,
+    /// The model failed in a way no retry helps.
+    ModelError,
     /// A `PLANB_*` setting that cannot be used.
     InvalidConfiguration,
     /// A malformed argument.
@@ -20,10 +22,11 @@ pub enum ErrorCode {
 }
 
 /// Every code, in the order of their exit statuses.
-const ALL: [ErrorCode; 6] = [
+const ALL: [ErrorCode; 7] = [
     ErrorCode::TaskNotFound,
     ErrorCode::RunAlreadyActive,
     ErrorCode::ModelNotConfigured,
+    ErrorCode::ModelError,
     ErrorCode::InvalidConfiguration,
     ErrorCode::InvalidArgument,
     ErrorCode::InternalError,
@@ -39,6 +42,7 @@ impl ErrorCode {
             ErrorCode::TaskNotFound => "TASK_NOT_FOUND",
             ErrorCode::RunAlreadyActive => "RUN_ALREADY_ACTIVE",
             ErrorCode::ModelNotConfigured => "MODEL_NOT_CONFIGURED",
+            ErrorCode::ModelError => "MODEL_ERROR",
             ErrorCode::InvalidConfiguration => "INVALID_CONFIGURATION",
             ErrorCode::InvalidArgument => "INVALID_ARGUMENT",
             ErrorCode::InternalError => "INTERNAL_ERROR",
@@ -56,6 +60,35 @@ impl ErrorCode {
     pub fn from_exit_status(status: i32) -> Option<ErrorCode> {
         let at = usize::try_from(status.checked_sub(i32::from(FIRST_EXIT_STATUS))?).ok()?;
         ALL.get(at).copied()
+    }
+}
+
+/// A refusal or failure as the front doors answer it: the code, what
+/// happened, and details a caller can act on (plain JSON).
+#[derive(Debug, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct Error {
+    /// What kind.
+    pub code: ErrorCode,
+    /// What happened, naming the field or setting.
+    pub message: String,
+    /// Machine-readable particulars (`{}` when none).
+    pub details: serde_json::Value,
+}
+
+impl Error {
+    /// An error without details.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Error {
+        Error::with(code, message, serde_json::json!({}))
+    }
+
+    /// An error with `details`.
+    pub fn with(code: ErrorCode, message: impl Into<String>, details: serde_json::Value) -> Error {
+        Error {
+            code,
+            message: message.into(),
+            details,
+        }
     }
 }
 

@@ -6,11 +6,12 @@
 
 pub mod error;
 pub mod import;
+pub mod launch;
 pub mod plans;
 pub mod settings;
 pub mod worker;
 
-pub use error::ErrorCode;
+pub use error::{Error, ErrorCode};
 
 /// Runs `work` (store or file calls that block) on tokio's blocking pool.
 pub(crate) async fn off_thread<R: Send + 'static>(

@@ -10,15 +10,15 @@
 //! for, so a run outlives the agent's session.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use planb_core::dag::{Pipeline, StepId};
 use planb_core::state::ContentHash;
-use planb_core::{Command, Rejection, Run, RunState, Task, TaskId};
+use planb_core::{Command, Rejection, RunState, Task, TaskId};
+use planb_engine::backend::PROFILES;
 use planb_engine::backend::sampling::Sampler;
-use planb_engine::backend::{Backend, BackendError, PROFILES};
 use planb_engine::pipelines::{self, DEFAULT_TARGET, PROJECT_PLAN};
 use planb_engine::task_files::SaveError;
 use planb_projections::{DataRoot, StoreError};
@@ -27,16 +27,13 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, Peer, RoleServer, tool, tool_router};
 use serde_json::{Value, json};
 
-use planb_app::ErrorCode;
-use planb_app::settings::{SettingError, run_limits, worker_options};
+use planb_app::launch::{Launch, Runner};
 
 use crate::args::Args;
 use crate::server::PlanbServer;
 
 /// Most files listed in a status.
 const STATUS_FILES_MAX: usize = 10;
-/// How long `task_create` and `task_resume` wait for the worker to start.
-const WORKER_START: Duration = Duration::from_secs(15);
 
 fn error(code: &str, message: impl Into<String>, details: Value) -> CallToolResult {
     CallToolResult::structured_error(json!({
@@ -308,57 +305,6 @@ fn task_args<T>(
     Ok((id, rest))
 }
 
-/// The worker's stderr, kept beside its task.
-fn worker_log(root: &DataRoot, task: &TaskId) -> PathBuf {
-    root.task_dir(task).join("worker.log")
-}
-
-/// What was appended to `path` after its first `from` bytes, at most its
-/// last `chars` characters.
-fn tail_of(path: &Path, from: u64, chars: usize) -> String {
-    let bytes = std::fs::read(path).unwrap_or_default();
-    let start = usize::try_from(from).unwrap_or(usize::MAX).min(bytes.len());
-    let text = String::from_utf8_lossy(&bytes[start..]);
-    let tail: Vec<char> = text.chars().rev().take(chars).collect();
-    tail.into_iter().rev().collect::<String>().trim().to_owned()
-}
-
-/// Starts `planb-mcp worker <task>` detached: its own process group, no
-/// stdin, stdout discarded, stderr appended to `tasks/<task>/worker.log`.
-/// Starts `planb-mcp worker <task>` detached, its stderr the task's
-/// worker log; `servers` is the servers file its tool steps use.
-fn spawn_worker(
-    root: &DataRoot,
-    task: TaskId,
-    runs_seen: usize,
-    servers: &Path,
-) -> std::io::Result<std::process::Child> {
-    use std::os::unix::process::CommandExt;
-    let log_path = worker_log(root, &task);
-    if let Some(dir) = log_path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log_path)?;
-    let exe = std::env::current_exe()?;
-    std::process::Command::new(exe)
-        .arg("--data-dir")
-        .arg(root.root())
-        .arg("--servers")
-        .arg(servers)
-        .arg("worker")
-        .arg(task.to_string())
-        .arg("--runs-seen")
-        .arg(runs_seen.to_string())
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(log)
-        .process_group(0)
-        .spawn()
-}
-
 impl PlanbServer {
     pub(crate) fn data_root(&self) -> DataRoot {
         DataRoot::new(self.config().data_root.clone())
@@ -434,196 +380,41 @@ impl PlanbServer {
         runs_before: usize,
         runner: Runner,
     ) -> Result<Task, Box<CallToolResult>> {
-        match runner {
-            Runner::Worker => self.start_worker(id, runs_before).await,
-            Runner::Here(backend) => self.run_here(id, runs_before, backend).await,
-        }
-    }
-
-    /// Runs the task's next run in this process, on `backend` (the client's
-    /// model): it lasts as long as this process.
-    async fn run_here(
-        &self,
-        id: TaskId,
-        runs_before: usize,
-        backend: Backend,
-    ) -> Result<Task, Box<CallToolResult>> {
-        let mut options = worker_options(backend)
-            .map_err(|e| boxed("INVALID_ARGUMENT", e.to_string(), json!({})))?;
-        options.runs_seen = Some(runs_before);
-        let started = Arc::new(OnceLock::new());
-        options.started = Some(Arc::clone(&started));
-        // Tool steps use this server's downstream connections.
-        options.servers = self.plan_runs().downstream.get(&self.config().servers).ok();
         let handle = self.store().clone();
         let store = crate::blocking::off_thread(move || handle.wait())
             .await
             .map_err(|e| boxed("INTERNAL_ERROR", e.to_string(), json!({})))?
-            .map_err(|e| boxed("INTERNAL_ERROR", e.to_string(), json!({})))?;
-        // Says why the run could not go on; closed without a word when it
-        // ran to its end.
-        let (failed, mut failure) = tokio::sync::oneshot::channel::<(ErrorCode, String)>();
-        tokio::spawn(async move {
-            match planb_engine::worker::run(store, id, options).await {
-                Ok(ended) => tracing::info!(
-                    "task {id}: run {} ended {:?} (in this process, on the client's model)",
-                    ended.run,
-                    ended.outcome
-                ),
-                Err(e) => {
-                    tracing::warn!("task {id}: the run could not go on: {e}");
-                    let _ = failed.send((planb_app::worker::code_of(&e), e.to_string()));
-                }
-            }
-        });
-        let mut ended = || {
-            let (code, message) = match failure.try_recv() {
-                Err(tokio::sync::oneshot::error::TryRecvError::Empty) => return None,
-                Ok(failure) => failure,
-                Err(tokio::sync::oneshot::error::TryRecvError::Closed) => (
-                    ErrorCode::InternalError,
-                    "the run ended before it was recorded".to_owned(),
-                ),
-            };
-            Some(boxed(code.as_str(), message, json!({})))
+            .map_err(|e| Box::new(store_failure(e)))?;
+        // An in-process run's tool steps use this server's connections.
+        let downstream = match runner {
+            Runner::Here(_) => self.plan_runs().downstream.get(&self.config().servers).ok(),
+            Runner::Worker => None,
         };
-        let mine = move |run: &Run| started.get() == Some(&run.id);
-        self.until_run_recorded(id, runs_before, "the run", json!({}), &mut ended, &mine)
+        let launch = Launch {
+            store,
+            servers_file: self.config().servers.file.clone(),
+            downstream,
+        };
+        planb_app::launch::start(&launch, id, runs_before, runner)
             .await
+            .map_err(app_error)
     }
 
-    /// Starts a worker and waits until its run is recorded, or it exits.
-    async fn start_worker(
-        &self,
-        id: TaskId,
-        runs_before: usize,
-    ) -> Result<Task, Box<CallToolResult>> {
-        let root = self.data_root();
-        // The log keeps earlier workers' lines: only this one's say why it exited.
-        let log_from = std::fs::metadata(worker_log(&root, &id)).map_or(0, |m| m.len());
-        let mut child = match spawn_worker(&root, id, runs_before, &self.config().servers.file) {
-            Ok(child) => child,
-            Err(e) => {
-                return Err(boxed(
-                    "INTERNAL_ERROR",
-                    format!("the worker could not start: {e}"),
-                    json!({}),
-                ));
-            }
-        };
-        let log_path = worker_log(&root, &id);
-        let details = json!({"worker_log": log_path.display().to_string()});
-        let pid = child.id();
-        let mut exited = || {
-            let status = child.try_wait().ok().flatten()?;
-            let tail = tail_of(&log_path, log_from, 2000);
-            // Its exit status says why; the log's tail says what happened.
-            let code = status
-                .code()
-                .and_then(ErrorCode::from_exit_status)
-                .unwrap_or(ErrorCode::InternalError)
-                .as_str();
-            Some(boxed(
-                code,
-                format!("the worker exited ({status}) before starting a run: {tail}"),
-                details.clone(),
-            ))
-        };
-        let mine = move |run: &Run| run.owner_pid == pid;
-        let recorded = self
-            .until_run_recorded(
-                id,
-                runs_before,
-                "the worker",
-                details.clone(),
-                &mut exited,
-                &mine,
-            )
-            .await;
-        // Reap it whenever it exits; the run does not depend on us.
-        std::thread::spawn(move || child.wait());
-        recorded
-    }
-
-    /// Waits until the task has more than `runs_before` runs: the next one
-    /// is `mine` (started by `what`, the worker or the run, this call
-    /// started), or another caller's, which refuses this call
-    /// (`RUN_ALREADY_ACTIVE`; what this call started then records no run).
-    /// `ended` says why `what` has ended without recording one, if it has;
-    /// past [`WORKER_START`] the wait fails with `details`.
-    async fn until_run_recorded(
-        &self,
-        id: TaskId,
-        runs_before: usize,
-        what: &str,
-        details: Value,
-        ended: &mut (dyn FnMut() -> Option<Box<CallToolResult>> + Send),
-        mine: &(dyn Fn(&Run) -> bool + Send + Sync),
-    ) -> Result<Task, Box<CallToolResult>> {
-        let started = Instant::now();
-        let settled = |task: Task| match task.runs.get(runs_before) {
-            Some(run) if mine(run) => Ok(task),
-            Some(run) => Err(boxed(
-                "RUN_ALREADY_ACTIVE",
-                format!(
-                    "run {} of task {id} started after this call looked; it is {}",
-                    run.id,
-                    run.state.as_str()
-                ),
-                json!({"run_id": run.id.to_string()}),
-            )),
-            None => Err(boxed("INTERNAL_ERROR", "no run", json!({}))),
-        };
-        loop {
-            match self.task_now(id).await {
-                Ok(Some(task)) if task.runs.len() > runs_before => return settled(task),
-                Ok(_) => {}
-                Err(e) => return Err(Box::new(store_failure(e))),
-            }
-            if let Some(failure) = ended() {
-                // It may have recorded its run just before it ended.
-                if let Ok(Some(task)) = self.task_now(id).await
-                    && task.runs.len() > runs_before
-                {
-                    return settled(task);
-                }
-                return Err(failure);
-            }
-            if started.elapsed() > WORKER_START {
-                return Err(boxed(
-                    "INTERNAL_ERROR",
-                    format!(
-                        "{what} did not start a run within {} s",
-                        WORKER_START.as_secs()
-                    ),
-                    details,
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// Where a run of a task with `profile` goes: a detached worker when a
-    /// model is configured, else this process on the client's model when
-    /// the client declared sampling, else `MODEL_NOT_CONFIGURED`.
+    /// Where a run of a task with `profile` goes (see
+    /// [`planb_app::launch::runner`]), the client's model offered when it
+    /// declared sampling.
     fn runner(
         &self,
         profile: Option<&str>,
         peer: &Peer<RoleServer>,
     ) -> Result<Runner, Box<CallToolResult>> {
-        run_limits().map_err(|e| unusable_setting(&e))?;
-        match Backend::configured(profile, &|name| std::env::var(name).ok()) {
-            Ok(_) => Ok(Runner::Worker),
-            Err(BackendError::NotConfigured) => match Sampler::of(peer, profile) {
-                Some(sampler) => Ok(Runner::Here(Backend::Sampling(sampler))),
-                None => {
-                    let e = BackendError::NotConfigured;
-                    Err(boxed(e.code(), e.to_string(), json!({})))
-                }
-            },
-            Err(e) => Err(boxed(e.code(), e.to_string(), json!({}))),
-        }
+        planb_app::launch::runner(profile, Sampler::of(peer, profile)).map_err(app_error)
     }
+}
+
+/// An application error as the tools answer it.
+fn app_error(e: planb_app::Error) -> Box<CallToolResult> {
+    boxed(e.code.as_str(), e.message, e.details)
 }
 
 const EXAMPLES: [&str; 3] = [
@@ -1348,24 +1139,6 @@ impl PlanbServer {
             "download_url": format!("file://{}", path.display()),
         }))
     }
-}
-
-/// A run setting of the environment that cannot be used, as a tool error
-/// naming the variable: checked before anything is recorded.
-fn unusable_setting(problem: &SettingError) -> Box<CallToolResult> {
-    boxed(
-        "INVALID_CONFIGURATION",
-        format!("{problem}; fix or unset it in the server's environment"),
-        json!({"variable": problem.variable}),
-    )
-}
-
-/// Where a task's run goes.
-enum Runner {
-    /// A detached `planb-mcp worker` on the configured model.
-    Worker,
-    /// This process, on this backend (the client's model).
-    Here(Backend),
 }
 
 /// `planb-mcp worker <task>`: runs one run of the task, then exits; why it
