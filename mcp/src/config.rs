@@ -40,6 +40,8 @@ pub struct Config {
     pub prompt_template: Option<String>,
     /// Execution plans' downstream servers.
     pub servers: planb_app::plans::ServersSource,
+    /// The tool groups listed and served.
+    pub tools: crate::groups::Selection,
     /// Fires when the client's connection closes.
     pub disconnect: crate::stdio::Disconnect,
 }
@@ -93,6 +95,7 @@ impl Config {
             submit_command: Vec::new(),
             prompt_template: None,
             servers,
+            tools: crate::groups::Selection::default(),
             disconnect: crate::stdio::Disconnect::never(),
         })
     }

@@ -14,6 +14,7 @@ mod config;
 mod deliver;
 mod demo;
 mod forms;
+mod groups;
 mod http;
 mod opening;
 mod plan_cli;
@@ -54,6 +55,10 @@ struct Cli {
     /// directory) for execution plans; planb itself is left out.
     #[arg(long, global = true)]
     project_servers: bool,
+    /// The tool groups to list and serve, comma-separated: sessions,
+    /// review, tasks, plans, or all (default: $PLANB_TOOLS, else all).
+    #[arg(long, value_name = "GROUPS")]
+    tools: Option<String>,
     /// Replaces the built-in `plan` prompt; `$ARGUMENTS` is substituted.
     #[arg(long, value_name = "FILE")]
     prompt_file: Option<PathBuf>,
@@ -166,6 +171,21 @@ fn servers_source(
     })
 }
 
+/// The tool groups `--tools`, else `PLANB_TOOLS`, names; all when neither
+/// does, or when the one given cannot be read (said on stderr, so a client's
+/// server still starts).
+fn tool_selection(flag: Option<&str>) -> groups::Selection {
+    let (source, text) = match (flag, std::env::var("PLANB_TOOLS").ok()) {
+        (Some(text), _) => ("--tools", text.to_owned()),
+        (None, Some(text)) if !text.trim().is_empty() => ("PLANB_TOOLS", text),
+        _ => return groups::Selection::default(),
+    };
+    groups::Selection::parse(&text).unwrap_or_else(|problem| {
+        tracing::warn!("{source}: {problem}; serving every tool");
+        groups::Selection::default()
+    })
+}
+
 /// Runs the MCP server on stdin/stdout until the client closes the connection.
 fn serve(root: PathBuf, cli: &Cli) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&root)
@@ -175,6 +195,7 @@ fn serve(root: PathBuf, cli: &Cli) -> anyhow::Result<ExitCode> {
     config.plans_dir = std::env::current_dir()?.join(&cli.plans_dir);
     config.review = cli.review;
     config.submit_command = cli.submit_command.clone();
+    config.tools = tool_selection(cli.tools.as_deref());
     config.servers = servers_source(&planb_projections::DataRoot::new(&root), cli)?;
     if let Some(file) = &cli.prompt_file {
         let text = std::fs::read_to_string(file)

@@ -134,6 +134,21 @@ fn execute_properties() -> Map<String, Value> {
     map
 }
 
+/// `properties` (a map of property schemas) without their descriptions,
+/// nested ones included.
+fn without_descriptions(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            if map.get("description").is_some_and(Value::is_string) {
+                map.remove("description");
+            }
+            map.values_mut().for_each(without_descriptions);
+        }
+        Value::Array(items) => items.iter_mut().for_each(without_descriptions),
+        _ => {}
+    }
+}
+
 fn object_schema(properties: Map<String, Value>, required: &[&str]) -> Arc<JsonObject> {
     schema(json!({
         "type": "object",
@@ -836,12 +851,19 @@ impl PlanbServer {
 
     #[tool(
         name = "plan_create_and_execute",
-        description = "plan_create then plan_execute in one call: the arguments of both (title and steps, or goal; variables, dry_run, guards). Returns plan_execute's result.",
+        description = "plan_create then plan_execute in one call: the arguments of both, as those tools describe them (title and steps, or goal; variables, dry_run, review, guards). Returns plan_execute's result.",
         title = "Create and run an execution plan",
         input_schema = {
+            // The same arguments as plan_create's and plan_execute's, whose
+            // schemas describe them: not described twice.
             let mut properties = create_properties();
             properties.extend(execute_properties());
             properties.remove("resume");
+            let mut properties = Value::Object(properties);
+            without_descriptions(&mut properties);
+            let Value::Object(properties) = properties else {
+                unreachable!("an object stays an object")
+            };
             object_schema(properties, &[])
         },
         output_schema = executed_output(),

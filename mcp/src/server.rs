@@ -74,6 +74,19 @@ pub(crate) fn new_sid() -> Result<String, getrandom::Error> {
 impl PlanbServer {
     /// A server over `store`.
     pub fn new(store: StoreHandle, config: Config) -> PlanbServer {
+        let mut tool_router = Self::tool_router()
+            + Self::plan_tool_router()
+            + Self::task_tool_router()
+            + Self::plan_exec_tool_router();
+        for route in tool_router.map.values_mut() {
+            crate::groups::lean(&mut route.attr);
+        }
+        // Tools of the groups not selected are neither listed nor served.
+        for tool in tool_router.list_all() {
+            if !config.tools.serves(&tool.name) {
+                tool_router.disable_route(tool.name.to_string());
+            }
+        }
         PlanbServer {
             store,
             config: Arc::new(config),
@@ -82,10 +95,7 @@ impl PlanbServer {
             answer_watch: Arc::default(),
             plan_runs: Arc::default(),
             http: Arc::new(OnceCell::new()),
-            tool_router: Self::tool_router()
-                + Self::plan_tool_router()
-                + Self::task_tool_router()
-                + Self::plan_exec_tool_router(),
+            tool_router,
             prompt_router: Self::prompt_router(),
         }
     }
@@ -444,20 +454,20 @@ impl ServerHandler for PlanbServer {
                 .build(),
         )
         .with_server_info(Implementation::new("planb", env!("CARGO_PKG_VERSION")));
-        info.instructions = Some(
-            "planb records a planning arc: call init_planb_session once, ask the person with ask_user (a browser form) \
-             instead of guessing, and save the full plan with save_plan; every question, answer and plan version is kept. \
-             For a plan the person must approve, write it with write_plan, revise it with edit_plan and ask for a verdict \
-             with submit_plan. To generate a full project-plan draft (executive summary, Gantt schedule, risk register, \
-             governance, SWOT, ...) from a goal, call prompt_examples, then task_create with a detailed prompt; a background \
-             worker runs many model calls, so wait with task_wait or poll task_status every few minutes, then open the \
-             report via task_file_info. The result is a draft to refine, not a final plan. \
-             To run a fixed sequence of tool calls on the downstream MCP servers configured for planb (reproducibly, \
-             with parallel batches, a dry run and an exact resume after an interruption), write it once with plan_create \
-             and run it with plan_execute; plan_list and plan_show find and show plans, plan_stop stops a run."
-                .into(),
-        );
+        info.instructions = Some(instructions(&self.config.tools));
         info
+    }
+
+    async fn call_tool(
+        &self,
+        request: rmcp::model::CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CallToolResponse, ErrorData> {
+        if self.tool_router.is_disabled(&request.name) {
+            return Ok(tool_error(crate::groups::Selection::refusal(&request.name)).into());
+        }
+        let call = rmcp::handler::server::tool::ToolCallContext::new(self, request, context);
+        self.tool_router.call(call).await
     }
 
     async fn list_resources(
@@ -486,6 +496,42 @@ impl ServerHandler for PlanbServer {
     ) -> Result<ReadResourceResponse, ErrorData> {
         self.read_task_resource(request.uri).await.map(Into::into)
     }
+}
+
+/// What the client is told planb is for: a sentence per group served.
+fn instructions(tools: &crate::groups::Selection) -> String {
+    use crate::groups::Group;
+    let parts = [
+        (
+            Group::Sessions,
+            "planb records a planning arc: call init_planb_session once, ask the person with ask_user (a browser form) \
+             instead of guessing, and save the full plan with save_plan; every question, answer and plan version is kept.",
+        ),
+        (
+            Group::Review,
+            "For a plan the person must approve, write it with write_plan, revise it with edit_plan and ask for a verdict \
+             with submit_plan.",
+        ),
+        (
+            Group::Tasks,
+            "To generate a full project-plan draft (executive summary, Gantt schedule, risk register, \
+             governance, SWOT, ...) from a goal, call prompt_examples, then task_create with a detailed prompt; a background \
+             worker runs many model calls, so wait with task_wait or poll task_status every few minutes, then open the \
+             report via task_file_info. The result is a draft to refine, not a final plan.",
+        ),
+        (
+            Group::Plans,
+            "To run a fixed sequence of tool calls on the downstream MCP servers configured for planb (reproducibly, \
+             with parallel batches, a dry run and an exact resume after an interruption), write it once with plan_create \
+             and run it with plan_execute; plan_list and plan_show find and show plans, plan_stop stops a run.",
+        ),
+    ];
+    parts
+        .iter()
+        .filter(|(group, _)| tools.has(*group))
+        .map(|(_, text)| *text)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// A human name for how long the server waits for an answer.

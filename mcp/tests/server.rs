@@ -890,3 +890,99 @@ fn the_demo_runs_end_to_end_on_a_headless_machine() {
         "{plan}"
     );
 }
+
+/// The rough token count of a tool list every client can be held to: the
+/// compact JSON of `tools/list`'s result, divided by 4.
+async fn listed_tokens(server: &support::Server) -> (Vec<String>, usize) {
+    let tools = server.client.list_all_tools().await.expect("tools/list");
+    let names = tools.iter().map(|t| t.name.to_string()).collect();
+    let json = serde_json::to_string(&json!({"tools": tools})).expect("json");
+    (names, json.len() / 4)
+}
+
+/// What the whole tool list may cost today. The list is being cut towards
+/// 6,000 tokens; this bound only keeps it from growing back meanwhile.
+const ALL_TOOLS_TOKENS_MAX: usize = 7_800;
+
+#[tokio::test]
+async fn tool_groups_list_and_serve_only_their_tools_and_each_group_s_cost_is_measured() {
+    let groups = [
+        (
+            "sessions",
+            vec!["ask_user", "init_planb_session", "save_plan"],
+        ),
+        ("review", vec!["edit_plan", "submit_plan", "write_plan"]),
+        (
+            "tasks",
+            vec!["prompt_examples", "task_create", "task_status"],
+        ),
+        ("plans", vec!["plan_create", "plan_execute", "plan_list"]),
+    ];
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut costs = Vec::new();
+    let mut sum = 0;
+    for (group, some) in &groups {
+        let server = start(
+            dir.path(),
+            UrlAnswer::NotSupported,
+            &[("PLANB_TOOLS", group)],
+        )
+        .await;
+        let (names, tokens) = listed_tokens(&server).await;
+        for name in some {
+            assert!(
+                names.iter().any(|n| n == name),
+                "{group}: {name} missing from {names:?}"
+            );
+        }
+        for (other, theirs) in &groups {
+            if other != group {
+                for name in theirs {
+                    assert!(!names.iter().any(|n| n == name), "{group} lists {name}");
+                }
+            }
+        }
+        costs.push(format!("{group}: {} tools, {tokens} tokens", names.len()));
+        sum += tokens;
+        server.client.cancel().await.expect("shutdown");
+    }
+    // The flag wins over the variable; a tool of another group is refused
+    // by name, with the flag that serves it.
+    let server = support::start_with(
+        dir.path(),
+        UrlAnswer::NotSupported,
+        None,
+        &[("PLANB_TOOLS", "tasks")],
+        &["--tools", "sessions,review"],
+    )
+    .await;
+    let (names, tokens) = listed_tokens(&server).await;
+    assert_eq!(names.len(), 6, "{names:?}");
+    let refused = call(&server, "task_list", json!({})).await;
+    assert_eq!(refused.is_error, Some(true));
+    let text = text_of(&refused);
+    assert!(text.contains("--tools tasks"), "{text}");
+    costs.push(format!("sessions,review: {tokens} tokens"));
+    server.client.cancel().await.expect("shutdown");
+    // An unreadable selection serves everything, saying why on stderr.
+    let server = start(
+        dir.path(),
+        UrlAnswer::NotSupported,
+        &[("PLANB_TOOLS", "everything")],
+    )
+    .await;
+    let (names, all) = listed_tokens(&server).await;
+    assert_eq!(names.len(), 24, "{names:?}");
+    costs.push(format!(
+        "all: {} tools, {all} tokens (groups summed: {sum})",
+        names.len()
+    ));
+    eprintln!("tools/list cost (JSON bytes / 4): {}", costs.join("; "));
+    assert!(all <= ALL_TOOLS_TOKENS_MAX, "{}", costs.join("; "));
+    server.client.cancel().await.expect("shutdown");
+    let said = server.stderr.lock().await.join("\n");
+    assert!(
+        said.contains("PLANB_TOOLS") && said.contains("everything"),
+        "{said}"
+    );
+}

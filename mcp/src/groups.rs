@@ -1,0 +1,162 @@
+//! Tool groups: which tools a server lists and serves (`--tools`,
+//! `PLANB_TOOLS`), so an agent that needs only some pays only for those in
+//! its context. Every tool belongs to one group; the default is all.
+
+use std::collections::BTreeSet;
+
+/// A group of tools.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Group {
+    /// `init_planb_session`, `ask_user`, `save_plan`.
+    Sessions,
+    /// `write_plan`, `edit_plan`, `submit_plan` (and the `plan` prompt).
+    Review,
+    /// `prompt_examples` and the `task_*` tools.
+    Tasks,
+    /// The execution-plan tools `plan_*`.
+    Plans,
+}
+
+/// Every group, in the order they are named.
+pub const GROUPS: [Group; 4] = [Group::Sessions, Group::Review, Group::Tasks, Group::Plans];
+
+impl Group {
+    /// Its name in `--tools`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Group::Sessions => "sessions",
+            Group::Review => "review",
+            Group::Tasks => "tasks",
+            Group::Plans => "plans",
+        }
+    }
+
+    /// The group of the tool `tool`.
+    pub fn of(tool: &str) -> Option<Group> {
+        match tool {
+            "init_planb_session" | "ask_user" | "save_plan" => Some(Group::Sessions),
+            "write_plan" | "edit_plan" | "submit_plan" => Some(Group::Review),
+            "prompt_examples" => Some(Group::Tasks),
+            t if t.starts_with("task_") => Some(Group::Tasks),
+            t if t.starts_with("plan_") => Some(Group::Plans),
+            _ => None,
+        }
+    }
+}
+
+/// The groups a server serves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Selection(BTreeSet<Group>);
+
+impl Default for Selection {
+    fn default() -> Selection {
+        Selection(GROUPS.into_iter().collect())
+    }
+}
+
+impl Selection {
+    /// `sessions,review`, `all`: names separated by commas (spaces allowed).
+    /// An unknown name is an error listing the known ones.
+    pub fn parse(text: &str) -> Result<Selection, String> {
+        let mut chosen = BTreeSet::new();
+        for word in text.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+            if word == "all" {
+                chosen.extend(GROUPS);
+                continue;
+            }
+            let group = GROUPS
+                .into_iter()
+                .find(|g| g.name() == word)
+                .ok_or_else(|| {
+                    format!(
+                        "unknown tool group {word:?} (groups: sessions, review, tasks, plans, all)"
+                    )
+                })?;
+            chosen.insert(group);
+        }
+        if chosen.is_empty() {
+            return Err("names no tool group (groups: sessions, review, tasks, plans, all)".into());
+        }
+        Ok(Selection(chosen))
+    }
+
+    /// Whether `group` is served.
+    pub fn has(&self, group: Group) -> bool {
+        self.0.contains(&group)
+    }
+
+    /// Whether the tool `tool` is served (a tool of no group always is).
+    pub fn serves(&self, tool: &str) -> bool {
+        Group::of(tool).is_none_or(|g| self.has(g))
+    }
+
+    /// What a call of `tool`, which is not served, is told.
+    pub fn refusal(tool: &str) -> String {
+        let group = Group::of(tool).map_or("all", Group::name);
+        format!(
+            "{tool} is not enabled in this planb-mcp: its group is \"{group}\". Start planb-mcp with --tools {group} (or PLANB_TOOLS={group}; \"all\" serves every tool) to use it"
+        )
+    }
+}
+
+/// `tool` as listed, without what costs every agent tokens and tells it
+/// nothing: the schemas' `$schema` and titles, the input schema's own
+/// description (the tool's says it), and the descriptions inside the output
+/// schema (which serves validation; the tool's description says what comes
+/// back).
+pub fn lean(tool: &mut rmcp::model::Tool) {
+    let mut input = (*tool.input_schema).clone();
+    for key in ["$schema", "title", "description"] {
+        input.remove(key);
+    }
+    tool.input_schema = std::sync::Arc::new(input);
+    if let Some(output) = &tool.output_schema {
+        let mut output = serde_json::Value::Object((**output).clone());
+        strip_prose(&mut output);
+        if let serde_json::Value::Object(output) = output {
+            tool.output_schema = Some(std::sync::Arc::new(output));
+        }
+    }
+}
+
+/// Removes `$schema`, `title` and `description` keywords from a schema and
+/// its subschemas (a property that happens to be named so is kept).
+fn strip_prose(schema: &mut serde_json::Value) {
+    match schema {
+        serde_json::Value::Object(map) => {
+            for key in ["$schema", "title", "description"] {
+                if !map.get(key).is_some_and(serde_json::Value::is_object) {
+                    map.remove(key);
+                }
+            }
+            for (key, value) in map.iter_mut() {
+                if key == "properties" || key == "$defs" {
+                    if let serde_json::Value::Object(named) = value {
+                        named.values_mut().for_each(strip_prose);
+                    }
+                } else {
+                    strip_prose(value);
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(strip_prose),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_parse_by_name_and_every_tool_has_one() {
+        let picked = Selection::parse("sessions, plans").expect("valid");
+        assert!(picked.serves("ask_user") && picked.serves("plan_execute"));
+        assert!(!picked.serves("task_create") && !picked.serves("write_plan"));
+        assert_eq!(Selection::parse("all"), Ok(Selection::default()));
+        let unknown = Selection::parse("sessions,everything").expect_err("unknown");
+        assert!(unknown.contains("\"everything\""), "{unknown}");
+        assert!(Selection::parse(" , ").is_err());
+        assert!(Selection::refusal("task_create").contains("--tools tasks"));
+    }
+}
