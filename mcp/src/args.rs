@@ -268,36 +268,34 @@ pub struct SavePlanInput {
     title: Option<String>,
 }
 
-/// One answer option: a plain string, or a value with a Markdown illustration.
+/// An option: its value, or {value, markdown} with Markdown shown beside
+/// the question when the option is focused.
 #[derive(Debug, JsonSchema)]
 #[serde(untagged)]
 #[allow(dead_code, reason = "describes the input schema only")]
+#[allow(missing_docs, reason = "described by the enum's own text")]
 pub enum OptionInput {
-    /// The option's value, shown as its label.
     Plain(String),
-    /// A value with an illustration shown in the tab's side panel.
     Illustrated {
-        /// The option's value, returned as the answer.
         value: String,
-        /// GitHub-flavoured Markdown shown when the option is focused.
         markdown: Option<String>,
     },
 }
 
-/// The kind of a question.
+// The kind of a question: text and longtext (a line, several lines; the
+// answer is a string), single (radio buttons; the chosen option's value),
+// multi (checkboxes; an array of option values), scale (a slider; a
+// number). Said in the tool's description, so not documented per variant
+// here: each variant's text would be listed to every agent again.
 #[derive(Debug, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 #[allow(dead_code, reason = "describes the input schema only")]
+#[allow(missing_docs, reason = "described in ask_user's description")]
 pub enum KindInput {
-    /// Single-line text; the answer is a string.
     Text,
-    /// Multi-line text; the answer is a string.
     Longtext,
-    /// Radio group; the answer is the chosen option's value.
     Single,
-    /// Checkbox group; the answer is an array of option values.
     Multi,
-    /// Range slider; the answer is a number.
     Scale,
 }
 
@@ -305,25 +303,19 @@ pub enum KindInput {
 #[derive(Debug, JsonSchema)]
 #[allow(dead_code, reason = "describes the input schema only")]
 pub struct QuestionInput {
-    /// Unique id: the key of this question's answer (letters, digits, `_`, `-`, `.`).
+    /// The key of its answer (letters, digits, `_`, `-`, `.`).
     id: String,
-    /// What to show for the question (plain text).
+    /// The question, plain text.
     label: String,
-    /// The question kind.
     kind: KindInput,
-    /// Whether an answer is required before the form can be submitted.
     required: Option<bool>,
-    /// Groups the question into a named tab (tabs appear in first-use order).
+    /// A tab's name (tabs appear in first-use order).
     tab: Option<String>,
-    /// Placeholder text (text and longtext).
     placeholder: Option<String>,
-    /// 1 to 50 options with unique values (single and multi).
+    /// 1 to 50, unique values (single and multi).
     options: Option<Vec<OptionInput>>,
-    /// Smallest value (scale).
     min: Option<f64>,
-    /// Largest value, greater than min (scale).
     max: Option<f64>,
-    /// Step between values (scale, optional).
     step: Option<f64>,
 }
 

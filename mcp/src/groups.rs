@@ -109,13 +109,37 @@ pub fn lean(tool: &mut rmcp::model::Tool) {
     for key in ["$schema", "title", "description"] {
         input.remove(key);
     }
-    tool.input_schema = std::sync::Arc::new(input);
+    let mut input = serde_json::Value::Object(input);
+    optional_not_null(&mut input);
+    if let serde_json::Value::Object(input) = input {
+        tool.input_schema = std::sync::Arc::new(input);
+    }
     if let Some(output) = &tool.output_schema {
         let mut output = serde_json::Value::Object((**output).clone());
         strip_prose(&mut output);
         if let serde_json::Value::Object(output) = output {
             tool.output_schema = Some(std::sync::Arc::new(output));
         }
+    }
+}
+
+/// `"type": ["string", "null"]` as `"type": "string"` throughout an input
+/// schema: an optional argument is one left out (a null is taken as left
+/// out all the same).
+fn optional_not_null(schema: &mut serde_json::Value) {
+    match schema {
+        serde_json::Value::Object(map) => {
+            if let Some(serde_json::Value::Array(types)) = map.get("type")
+                && types.len() == 2
+                && types.iter().any(|t| t == "null")
+                && let Some(kept) = types.iter().find(|t| *t != "null").cloned()
+            {
+                map.insert("type".into(), kept);
+            }
+            map.values_mut().for_each(optional_not_null);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(optional_not_null),
+        _ => {}
     }
 }
 

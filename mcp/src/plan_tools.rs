@@ -120,11 +120,11 @@ fn create_properties() -> Map<String, Value> {
 fn execute_properties() -> Map<String, Value> {
     let Value::Object(map) = json!({
         "variables": {"type": "object", "description": "Call-time variables; they override the plan's."},
-        "dry_run": {"type": "boolean", "default": false, "description": "Trace the plan with its arguments resolved; no tool is called."},
-        "resume": {"type": "boolean", "default": false, "description": "Resume the plan's last run: steps that succeeded are not called again."},
-        "review": {"type": "boolean", "default": false, "description": "Show the person the DAG and the first batch's calls with their arguments resolved in a browser form, and run only once they approve."},
-        "max_calls": {"type": "integer", "minimum": 0, "maximum": 100000, "description": "Most tool calls in the run; a call past it is blocked, not made."},
-        "tool_caps": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}, "description": "Most calls per tool, by the tool name the plan uses."},
+        "dry_run": {"type": "boolean", "default": false},
+        "resume": {"type": "boolean", "default": false},
+        "review": {"type": "boolean", "default": false, "description": "Run only once the person approves the DAG and the first calls in a browser form."},
+        "max_calls": {"type": "integer", "minimum": 0, "maximum": 100000, "description": "Most tool calls in the run."},
+        "tool_caps": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}, "description": "Most calls per tool name."},
         "max_seconds": {"type": "integer", "minimum": 1, "maximum": 604800, "description": "No call starts after this many seconds."},
         "concurrency": {"type": "integer", "minimum": 1, "maximum": 64, "default": 4},
         "step_timeout_sec": {"type": "integer", "minimum": 1, "maximum": 86400, "default": 300}
@@ -785,7 +785,7 @@ fn review_form(id: TaskId, plan: &ExecPlan, request: &ExecRequest) -> Value {
 impl PlanbServer {
     #[tool(
         name = "plan_create",
-        description = "Create an execution plan: a DAG of tool calls on the downstream MCP servers configured for planb. Give title and steps (each {index, title, tool, args, depends_on, result_variable}; \"${var}\" in args reads a variable or an earlier step's result) and optional variables; or, when a model is configured, goal alone. Every tool is checked against the servers, cycles and unknown dependencies are refused. Returns {success, plan_id, title, steps, dag}. Run it with plan_execute.",
+        description = "Create an execution plan: a DAG of tool calls on the downstream MCP servers configured for planb. Give title and steps (\"${var}\" in args reads a variable or an earlier step's result) and optional variables; or, with a model configured, goal alone. Tools are checked against the servers; cycles are refused. Returns {success, plan_id, title, steps, dag}; run it with plan_execute.",
         title = "Create an execution plan",
         input_schema = object_schema(create_properties(), &[]),
         output_schema = created_output(),
@@ -822,7 +822,7 @@ impl PlanbServer {
 
     #[tool(
         name = "plan_execute",
-        description = "Run an execution plan by plan_id (or a unique prefix): batches of independent steps run in parallel (4 at a time), each result binds its result_variable, a failed step stops the run. variables override the plan's; dry_run traces it without calling anything; resume continues the last run without calling again any step that succeeded; max_calls, tool_caps and max_seconds are guards checked before each call; review shows the person the DAG and the first batch's calls (arguments resolved) on a browser form and runs only once they approve. Sends a progress notification per step. Returns {success, plan_id, title, duration, steps_completed, steps_total, error?, results, steps, dag}.",
+        description = "Run an execution plan (plan_id or a unique prefix): independent steps run in parallel, each result binds its result_variable, a failed step stops the run. dry_run calls nothing; resume continues the last run without calling again a step that succeeded; max_calls, tool_caps, max_seconds are guards; review asks the person to approve first. A progress notification per step. Returns {success, plan_id, duration, steps_completed, steps_total, error?, results, steps, dag}.",
         title = "Run an execution plan",
         input_schema = {
             let mut properties = execute_properties();
@@ -931,7 +931,7 @@ impl PlanbServer {
 
     #[tool(
         name = "plan_stop",
-        description = "Stop the running execution plan plan_id (or a unique prefix), whichever planb process runs it: no new call starts, the calls in flight are cancelled and their steps recorded as failed, and the run ends stopped. plan_execute with resume: true continues it later without calling again any step that succeeded. Returns {success, plan_id, message}.",
+        description = "Stop the running execution plan plan_id (or a unique prefix), whichever planb process runs it: no new call starts, calls in flight are cancelled (their steps failed). plan_execute with resume: true continues it later. Returns {success, plan_id, message}.",
         title = "Stop an execution plan",
         input_schema = schema(json!({"type": "object", "properties": {"plan_id": plan_id_schema()}, "required": ["plan_id"], "additionalProperties": false})),
         output_schema = schema(json!({"type": "object", "properties": {"success": {"type": "boolean"}, "plan_id": {"type": "string"}, "message": {"type": "string"}, "error": {"type": "string"}}})),

@@ -268,7 +268,7 @@ impl PlanbServer {
 
     #[tool(
         name = "submit_plan",
-        description = "Submit a named plan for the person's review and wait for the verdict. Returns {approved, feedback?}; when not approved, revise with edit_plan using the feedback (comments quote the passages they are about) and submit again. When the request carries no progress token the call returns after about 45 s with {pending: true, reviewUrl}: call submit_plan again with the same planName to keep waiting on that review.",
+        description = "Submit a named plan for the person's review and wait for the verdict. Returns {approved, feedback?}; when not approved, revise with edit_plan using the feedback (comments quote their passages) and submit again. Without a progress token the call returns after about 45 s with {pending: true, reviewUrl}: call again with the same planName to keep waiting.",
         title = "Submit a plan for review",
         input_schema = args::schema::<args::SubmitPlanInput>(),
         output_schema = args::schema::<args::SubmitPlanOutput>(),

@@ -246,7 +246,7 @@ impl PlanbServer {
 
     #[tool(
         name = "ask_user",
-        description = "Ask the person one or more structured questions in a browser form and get their answers back as JSON {questionId: value}. Kinds: text, longtext, single, multi (options: strings or {value, markdown}), scale (min, max, step). Group questions into tabs with `tab`; an optional Markdown intro (tables, code, mermaid) opens the form. Waits until the person submits (or the wait times out). To collect the answer to an earlier ask (after a timeout, or from another window), call with {askId} alone: returns the answer if there is one, else waits on the form (serving it again if need be). When the request carries no progress token the call returns after about 45 s with status \"waiting\" and the form's URL, so clients with short request timeouts do not fail: call again with {askId} to keep waiting. For non-sensitive input only.",
+        description = "Ask the person structured questions in a browser form; returns their answers as JSON {questionId: value}. Kinds: text, longtext (strings), single (an option's value), multi (option values), scale (a number; min, max, step). Questions group into tabs by `tab`; an optional Markdown intro (tables, code, mermaid) opens the form. Waits for the person. After a timeout or a \"waiting\" result (about 45 s when the request has no progress token), call with {askId} alone to collect the answer or keep waiting. For non-sensitive input only.",
         title = "Ask the user (browser form)",
         input_schema = args::schema::<args::AskUserInput>(),
         output_schema = args::schema::<args::AskUserOutput>(),

@@ -88,14 +88,10 @@ fn status_output() -> Arc<JsonObject> {
         "type": "object",
         "properties": {
             "task_id": {"type": "string"},
-            "state": {"type": "string", "enum": ["created", "running", "stopping", "stopped", "completed", "failed"]},
-            "progress_percentage": {"type": "number", "minimum": 0, "maximum": 100},
+            "state": {"enum": ["created", "running", "stopping", "stopped", "completed", "failed"]},
+            "progress_percentage": {"type": "number"},
             "steps_completed": {"type": "integer"},
             "steps_total": {"type": "integer"},
-            "current_step": {"type": ["string", "null"]},
-            "timing": {"type": "object"},
-            "files": {"type": "array"},
-            "files_count": {"type": "integer"},
             "error": {"type": "object"}
         }
     }))
@@ -454,7 +450,7 @@ impl PlanbServer {
 
     #[tool(
         name = "task_create",
-        description = "Start generating a project plan from a detailed prompt: a detached worker runs a pipeline of model steps (goal and constraints, assumptions, risks, scenarios, team, governance, SWOT, work breakdown, Gantt schedule, expert review, premortem, executive summary) into an HTML report and a zip of every artifact. speed_vs_detail: \"ping\" (default) makes one model call to check the setup, \"fast\" runs every step briefly, \"all\" runs every step in full. target: build_plan (default), validate_plan or build_plan_and_validate. Returns {task_id, created_at, state}; then call task_wait or poll task_status now and then (a full run takes minutes).",
+        description = "Start generating a project plan from a detailed prompt: a detached worker runs model steps (assumptions, risks, team, governance, SWOT, work breakdown, Gantt schedule, premortem, executive summary, ...) into an HTML report and a zip. speed_vs_detail: \"ping\" (default) makes one call to check the setup, \"fast\" runs every step briefly, \"all\" in full. Returns {task_id, created_at, state}; then task_wait, or poll task_status (a full run takes minutes).",
         title = "Create a plan-generation task",
         input_schema = schema(json!({
             "type": "object",
@@ -596,7 +592,7 @@ impl PlanbServer {
 
     #[tool(
         name = "task_status",
-        description = "A task's state (created, running, stopping, stopped, completed, failed), progress_percentage (0-100, never decreasing within a run), steps_completed/steps_total, current_step, timing, the latest files and, for a failure, error {failure_reason, failed_step, recoverable}. Answered from memory; poll every few minutes at most, or use task_wait.",
+        description = "A task's state, progress_percentage (never decreasing within a run), steps_completed/steps_total, current_step, timing, latest files and, for a failure, error {failure_reason, failed_step, recoverable}. Poll every few minutes at most, or use task_wait.",
         title = "Task status",
         input_schema = input_task_only(),
         output_schema = status_output(),
