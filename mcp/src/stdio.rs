@@ -6,8 +6,16 @@
 //! damaged on the way waits forever. Here every line is read with a bound
 //! ([`LINE_BYTES_MAX`]) and checked against the message types rmcp decodes;
 //! a line rmcp could not take gets the JSON-RPC error the specification
-//! prescribes (parse error `-32700` with `id: null`, invalid request `-32600`,
-//! invalid params `-32602` with the request's id) and never reaches rmcp.
+//! prescribes (parse error `-32700`, invalid request `-32600`, invalid params
+//! `-32602`) and never reaches rmcp. The error carries the request's id
+//! whenever it can be read, even from a line that does not parse, so the
+//! client's call fails at once instead of waiting out its own timeout.
+//!
+//! **Lone surrogates.** A `\uD83D` escape without its other half (a string
+//! cut inside an emoji, as JavaScript's `JSON.stringify` and Python's
+//! `json.dumps` write it) is valid JSON text that Rust strings cannot hold:
+//! it is taken as U+FFFD, and the replacement is logged with the request's
+//! id.
 //! Notifications and responses get no answer (JSON-RPC forbids it) but are
 //! logged.
 //!
@@ -73,6 +81,9 @@ impl Disconnect {
 pub enum Verdict {
     /// Hand it to rmcp.
     Forward,
+    /// Hand rmcp this repaired line instead: the client's, with each lone
+    /// surrogate escape (a cut-off emoji) made U+FFFD; how many were.
+    Repaired(Vec<u8>, usize),
     /// Answer with this error response; rmcp never sees the line.
     Answer(Value),
     /// Neither (a blank line, or a malformed notification or response).
@@ -92,7 +103,7 @@ pub fn check_line(line: &[u8]) -> Verdict {
     }
     if line.len() > LINE_BYTES_MAX {
         return Verdict::Answer(error_response(
-            Value::Null,
+            planb_engine::plans::framing::top_level_id(line).unwrap_or(Value::Null),
             -32700,
             format!("Parse error: message over the {LINE_BYTES_MAX}-byte (16 MiB) line limit"),
         ));
@@ -105,11 +116,15 @@ pub fn check_line(line: &[u8]) -> Verdict {
     let value: Value = match serde_json::from_slice(line) {
         Ok(value) => value,
         Err(error) => {
-            return Verdict::Answer(error_response(
-                Value::Null,
-                -32700,
-                format!("Parse error: {error}"),
-            ));
+            if let Some((repaired, count)) = without_lone_surrogates(line)
+                && serde_json::from_slice::<ClientJsonRpcMessage>(&repaired).is_ok()
+            {
+                return Verdict::Repaired(repaired, count);
+            }
+            // The id, when it can be read, so the client's call fails now
+            // instead of waiting for an answer that cannot come.
+            let id = planb_engine::plans::framing::top_level_id(line).unwrap_or(Value::Null);
+            return Verdict::Answer(error_response(id, -32700, format!("Parse error: {error}")));
         }
     };
     let Value::Object(object) = &value else {
@@ -170,6 +185,54 @@ pub fn check_line(line: &[u8]) -> Verdict {
             "Invalid Request: no \"method\"".into(),
         )),
     }
+}
+
+/// `line` with each `\uXXXX` escape of a lone surrogate (one not paired
+/// with its other half) inside a string replaced by `\uFFFD`, and how many
+/// were; `None` when there was none.
+fn without_lone_surrogates(line: &[u8]) -> Option<(Vec<u8>, usize)> {
+    let surrogate = |at: usize| -> Option<u16> {
+        let hex = line.get(at + 2..at + 6)?;
+        let unit = u16::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?;
+        (line.get(at..at + 2) == Some(b"\\u") && (0xD800..=0xDFFF).contains(&unit)).then_some(unit)
+    };
+    let mut out = Vec::with_capacity(line.len());
+    let (mut at, mut count, mut in_string) = (0, 0, false);
+    while at < line.len() {
+        let byte = line[at];
+        if !in_string {
+            in_string = byte == b'"';
+            out.push(byte);
+            at += 1;
+            continue;
+        }
+        match byte {
+            b'"' => in_string = false,
+            b'\\' => {
+                if let Some(unit) = surrogate(at) {
+                    let paired =
+                        unit < 0xDC00 && surrogate(at + 6).is_some_and(|next| next >= 0xDC00);
+                    if paired {
+                        out.extend_from_slice(&line[at..at + 12]);
+                        at += 12;
+                    } else {
+                        out.extend_from_slice(b"\\uFFFD");
+                        count += 1;
+                        at += 6;
+                    }
+                } else {
+                    // Any other escape: itself and the character it escapes.
+                    out.extend_from_slice(&line[at..(at + 2).min(line.len())]);
+                    at += 2;
+                }
+                continue;
+            }
+            _ => {}
+        }
+        out.push(byte);
+        at += 1;
+    }
+    (count > 0).then_some((out, count))
 }
 
 /// Reads one line of at most [`LINE_BYTES_MAX`] bytes (plus one, to tell
@@ -278,6 +341,17 @@ fn start_on(
                         break;
                     }
                 }
+                Verdict::Repaired(mut repaired, count) => {
+                    let id = planb_engine::plans::framing::top_level_id(&repaired)
+                        .map_or_else(|| "without an id".to_owned(), |id| id.to_string());
+                    tracing::warn!(
+                        "request {id}: {count} lone surrogate escape(s) (a cut-off emoji?) taken as U+FFFD"
+                    );
+                    repaired.push(b'\n');
+                    if to_rmcp.write_all(&repaired).await.is_err() {
+                        break;
+                    }
+                }
                 Verdict::Answer(response) => {
                     tracing::warn!("answered a malformed message: {}", response["error"]);
                     let _ = answers.send(response);
@@ -343,18 +417,19 @@ mod tests {
     #[test]
     fn malformed_lines_get_the_error_the_specification_prescribes() {
         let cases = [
-            (
-                r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":{"s":"\ud83d"}}"#,
-                -32700,
-                Value::Null,
-            ),
+            // Unparsable, but the id is readable: the error carries it.
             (
                 r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":{"n":1e400}}"#,
                 -32700,
-                Value::Null,
+                json!(1),
             ),
             (
-                r#"{"jsonrpc":"2.0","id":1,"method":"tools/li"#,
+                r#"{"jsonrpc":"2.0","id":"r-9","method":"tools/li"#,
+                -32700,
+                json!("r-9"),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","method":"tools/li"#,
                 -32700,
                 Value::Null,
             ),
@@ -379,6 +454,22 @@ mod tests {
         }
         let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
         assert_eq!(answered(&deep)["error"]["code"], -32700);
+    }
+
+    #[test]
+    fn a_lone_surrogate_is_taken_as_u_fffd_and_a_pair_or_an_escaped_backslash_is_not() {
+        // What Node's JSON.stringify writes for a string cut inside an emoji.
+        let cut = br#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"save_plan","arguments":{"plan":"ok \ud83d","t":"\udc00 \ud83d\ude00 \\ud83d"}}}"#;
+        let Verdict::Repaired(repaired, count) = check_line(cut) else {
+            panic!("not repaired: {:?}", check_line(cut));
+        };
+        assert_eq!(count, 2);
+        let value: Value = serde_json::from_slice(&repaired).expect("json");
+        let arguments = &value["params"]["arguments"];
+        assert_eq!(arguments["plan"], "ok \u{FFFD}");
+        assert_eq!(arguments["t"], "\u{FFFD} \u{1F600} \\ud83d");
+        // A line without one is left to the usual checks.
+        assert_eq!(without_lone_surrogates(br#"{"a":"\ud83d\ude00"}"#), None);
     }
 
     #[test]

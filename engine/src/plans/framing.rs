@@ -70,6 +70,15 @@ pub async fn relay(
     to.shutdown().await
 }
 
+/// The top-level `"id"` of the JSON-RPC message `bytes` (a string or a
+/// number), read without parsing the rest: found even in a message that is
+/// cut short or broken after it.
+pub fn top_level_id(bytes: &[u8]) -> Option<Value> {
+    let mut scanner = IdScanner::default();
+    scanner.feed(bytes);
+    scanner.id()
+}
+
 /// The error line answering request `id` whose answer was `bytes` long.
 fn too_long(id: Value, bytes: usize, max: usize) -> Vec<u8> {
     let answer = json!({
