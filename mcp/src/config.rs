@@ -40,6 +40,8 @@ pub struct Config {
     pub prompt_template: Option<String>,
     /// Execution plans' downstream servers.
     pub servers: planb_app::plans::ServersSource,
+    /// Why `--prompt-file` was not used, when it could not be read.
+    pub prompt_problem: Option<String>,
     /// The tool groups listed and served.
     pub tools: crate::groups::Selection,
     /// Fires when the client's connection closes.
@@ -96,6 +98,7 @@ impl Config {
             prompt_template: None,
             servers,
             tools: crate::groups::Selection::default(),
+            prompt_problem: None,
             disconnect: crate::stdio::Disconnect::never(),
         })
     }

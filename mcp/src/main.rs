@@ -64,8 +64,9 @@ struct Cli {
     prompt_file: Option<PathBuf>,
     #[command(subcommand)]
     command: Option<Command>,
-    /// A submit command (after `--`): submit_plan runs it with the plan's
-    /// absolute path appended; its stdout comes back as feedback.
+    /// A submit command (after planb's own options, with or without `--`):
+    /// submit_plan runs it with the plan's absolute path appended; its
+    /// stdout comes back as feedback.
     #[arg(last = true, value_name = "SUBMIT_COMMAND")]
     submit_command: Vec<String>,
 }
@@ -171,6 +172,43 @@ fn servers_source(
     })
 }
 
+/// `args` with `--` before the first word that is neither one of planb's
+/// options (or an option's value) nor a subcommand: the words from there on
+/// are the submit command, as they are for other plan servers, which take
+/// it without `--`. A first word naming a subcommand stays the subcommand.
+fn with_submit_separator(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    use clap::CommandFactory;
+    let command = Cli::command();
+    let takes_value = |long: &str| {
+        command.get_arguments().any(|a| {
+            a.get_long() == Some(long) && a.get_action().takes_values() && !a.is_positional()
+        })
+    };
+    let subcommand = |word: &str| {
+        word == "help"
+            || command
+                .get_subcommands()
+                .any(|s| s.get_name() == word || s.get_all_aliases().any(|a| a == word))
+    };
+    let mut at = 1;
+    while at < args.len() {
+        let word = args[at].to_string_lossy().into_owned();
+        if word == "--" || subcommand(&word) {
+            return args;
+        }
+        match word.strip_prefix("--") {
+            Some(long) if !long.contains('=') && takes_value(long) => at += 2,
+            Some(_) => at += 1,
+            None if word.starts_with('-') && word.len() > 1 => at += 1,
+            None => {
+                args.insert(at, "--".into());
+                return args;
+            }
+        }
+    }
+    args
+}
+
 /// The tool groups `--tools`, else `PLANB_TOOLS`, names; all when neither
 /// does, or when the one given cannot be read (said on stderr, so a client's
 /// server still starts).
@@ -198,9 +236,16 @@ fn serve(root: PathBuf, cli: &Cli) -> anyhow::Result<ExitCode> {
     config.tools = tool_selection(cli.tools.as_deref());
     config.servers = servers_source(&planb_projections::DataRoot::new(&root), cli)?;
     if let Some(file) = &cli.prompt_file {
-        let text = std::fs::read_to_string(file)
-            .map_err(|e| anyhow::anyhow!("--prompt-file {}: {e}", file.display()))?;
-        config.prompt_template = Some(text);
+        // A prompt file that cannot be read leaves the built-in prompt, and
+        // says why: a server that does not start shows the person nothing.
+        match std::fs::read_to_string(file) {
+            Ok(text) => config.prompt_template = Some(text),
+            Err(e) => {
+                let problem = format!("--prompt-file {}: {e}", file.display());
+                tracing::warn!("{problem}; the built-in plan prompt is used");
+                config.prompt_problem = Some(problem);
+            }
+        }
     }
     // The store opens beside the handshake: `initialize` does not wait for
     // the log to be folded (see `opening.rs`).
@@ -343,7 +388,7 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(log_filter())
         .init();
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(with_submit_separator(std::env::args_os().collect()));
     let result = data_root(&cli).and_then(|root| {
         let root = planb_projections::DataRoot::new(root);
         // Only the admin commands and the demo print; the server must not even
@@ -395,7 +440,44 @@ fn main() -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use super::describe;
+    use super::{describe, with_submit_separator};
+
+    #[test]
+    fn words_after_planb_s_options_are_the_submit_command_unless_a_subcommand() {
+        let split = |words: &str| -> String {
+            let args = std::iter::once("planb-mcp")
+                .chain(words.split(' '))
+                .map(Into::into)
+                .collect();
+            with_submit_separator(args)
+                .iter()
+                .skip(1)
+                .map(|w| w.to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let cases = [
+            (
+                "contextbridge plan --project aether",
+                "-- contextbridge plan --project aether",
+            ),
+            (
+                "--plans-dir p reviewer --project x",
+                "--plans-dir p -- reviewer --project x",
+            ),
+            (
+                "--review=form --project-servers lint",
+                "--review=form --project-servers -- lint",
+            ),
+            ("--data-dir d plan list", "--data-dir d plan list"),
+            ("--servers s.json check", "--servers s.json check"),
+            ("-- plan", "-- plan"),
+            ("--tools sessions", "--tools sessions"),
+        ];
+        for (given, expected) in cases {
+            assert_eq!(split(given), expected, "{given}");
+        }
+    }
 
     /// An error that prints its cause and also returns it as its source, as
     /// the store's and the log's errors do.

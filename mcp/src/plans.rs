@@ -681,8 +681,14 @@ impl PlanbServer {
             .as_deref()
             .unwrap_or(built_in_plan_prompt());
         let text = template.replace("$ARGUMENTS", &args.arguments);
+        // A prompt file that could not be read is said where the person
+        // looks when the prompt is not theirs.
+        let description = match &self.config().prompt_problem {
+            Some(problem) => format!("Plan mode with planb (the built-in prompt: {problem})"),
+            None => "Plan mode with planb".to_owned(),
+        };
         GetPromptResult::new(vec![PromptMessage::new_text(Role::User, text)])
-            .with_description("Plan mode with planb")
+            .with_description(description)
     }
 }
 

@@ -552,3 +552,65 @@ async fn temp_files_left_by_killed_writers_are_swept_by_the_next_change_of_any_p
     }
     server.client.cancel().await.expect("shutdown");
 }
+
+#[tokio::test]
+async fn configs_written_for_other_plan_servers_start_a_submit_command_without_separator_and_a_missing_prompt_file()
+ {
+    // The submit command follows planb's own options, without `--`, as
+    // other plan servers take it.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = start_server(
+        dir.path(),
+        &[
+            "--plans-dir",
+            "docs/plans",
+            "sh",
+            "-c",
+            "echo \"reviewed $(basename \"$1\")\"",
+            "reviewer",
+        ],
+    )
+    .await;
+    structured(
+        &call(
+            &server,
+            "write_plan",
+            json!({"planName": "ops", "content": "# Ops"}),
+        )
+        .await,
+    );
+    let verdict = structured(&call(&server, "submit_plan", json!({"planName": "ops"})).await);
+    assert_eq!(
+        verdict,
+        json!({"approved": false, "feedback": "reviewed ops-plan.md"})
+    );
+    server.client.cancel().await.expect("shutdown");
+
+    // A prompt file that does not exist: the server starts with the built-in
+    // prompt and says what was wrong.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = dir.path().join("no-such-prompt.md");
+    let server = start_server(
+        dir.path(),
+        &["--prompt-file", missing.to_str().expect("utf8")],
+    )
+    .await;
+    let Value::Object(args) = json!({"ARGUMENTS": "ship it"}) else {
+        unreachable!()
+    };
+    let prompt = server
+        .client
+        .get_prompt(GetPromptRequestParams::new("plan").with_arguments(args))
+        .await
+        .expect("prompts/get");
+    let text = serde_json::to_string(&prompt.messages).expect("json");
+    assert!(
+        text.contains("ship it") && text.contains("submit_plan"),
+        "{text}"
+    );
+    let description = prompt.description.unwrap_or_default();
+    assert!(description.contains("no-such-prompt.md"), "{description}");
+    server.client.cancel().await.expect("shutdown");
+    let said = server.stderr.lock().await.join("\n");
+    assert!(said.contains("no-such-prompt.md"), "{said}");
+}
