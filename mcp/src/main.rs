@@ -13,6 +13,7 @@ mod collect;
 mod config;
 mod deliver;
 mod demo;
+mod examples;
 mod forms;
 mod groups;
 mod http;

@@ -413,21 +413,6 @@ fn app_error(e: planb_app::Error) -> Box<CallToolResult> {
     boxed(e.code.as_str(), e.message, e.details)
 }
 
-const EXAMPLES: [&str; 3] = [
-    "Open a neighbourhood bakery with a small café corner in Lyon, France, within 9 months and a budget of EUR 180,000. \
-     The owner is a trained baker with no business experience; two staff will be hired. Success means break-even by month 18, \
-     a daily average of 250 customers and a local supplier for 80% of the flour. Constraints: the premises must be rented, \
-     not bought; no franchise; opening hours must respect French labour law. Out of scope: delivery apps and a second shop.",
-    "Migrate a 12-year-old monolithic PHP e-commerce site (400k monthly visitors, MySQL 5.7, 30 GB of product images) to a \
-     containerised service architecture on a managed cloud within 12 months, with a team of 6 engineers and a budget of \
-     USD 900,000. Zero data loss, under 1 hour of total downtime, and no drop in conversion rate are the success criteria. \
-     Payments stay with the current provider; no rewrite of the pricing engine in year one.",
-    "Organise a two-day open-source developer conference for 600 people in Nairobi, Kenya, 10 months from now, budget \
-     USD 250,000 from sponsors and ticket sales. Include a diversity scholarship programme, live streaming and a hack day. \
-     Success: 600 attendees, 40% first-time speakers, break-even, and a post-event survey score above 4 of 5. \
-     Banned: single-use plastics and speaker panels without women.",
-];
-
 #[tool_router(router = task_tool_router, vis = "pub(crate)")]
 impl PlanbServer {
     #[tool(
@@ -442,8 +427,13 @@ impl PlanbServer {
         if let Err(errors) = Args::new(&arguments).finish() {
             return Ok(invalid(errors));
         }
+        let examples = &crate::examples::EXAMPLES;
         Ok(CallToolResult::structured(json!({
-            "samples": EXAMPLES,
+            "samples": examples.iter().map(|e| e.prompt).collect::<Vec<_>>(),
+            "examples": examples
+                .iter()
+                .map(|e| json!({"title": e.title, "tags": e.tags, "prompt": e.prompt}))
+                .collect::<Vec<_>>(),
             "message": "Good prompts run 300-800 words: background, constraints (budget, timeline, location, technology), success criteria and anything banned. Refine yours to this standard, then call task_create.",
         })))
     }
