@@ -330,7 +330,7 @@ impl PlanbServer {
             return Ok(self.review_by_command(&plan, round, &path).await);
         }
         match self.config().review {
-            ReviewMode::Form => Ok(self.review_by_form(&plan, round, &context).await),
+            ReviewMode::Form => Ok(self.review_by_form(&plan, round, &content, &context).await),
             ReviewMode::Browser => Ok(self
                 .review_in_browser(
                     &context,
@@ -413,11 +413,15 @@ impl PlanbServer {
         verdict_result(false, outcome.feedback)
     }
 
-    /// Form-mode elicitation: a flat `decision` (approve/deny, default deny) and `feedback`.
+    /// Form-mode elicitation: a flat `decision` (approve/deny, default deny)
+    /// and `feedback`, with the plan itself in `_meta` (`ui: "planReview"`,
+    /// `planName`, `round`, `plan` as Markdown) so that a client with a plan
+    /// review view of its own can show it.
     async fn review_by_form(
         &self,
         plan: &PlanKey,
         round: u32,
+        content: &str,
         context: &RequestContext<RoleServer>,
     ) -> CallToolResult {
         if !context
@@ -440,8 +444,15 @@ impl PlanbServer {
         let Ok(schema) = serde_json::from_value(schema) else {
             return tool_error("internal error: the review form schema is invalid");
         };
+        let mut meta = rmcp::model::JsonObject::new();
+        meta.insert("ui".into(), "planReview".into());
+        meta.insert("planName".into(), plan.name.as_str().into());
+        meta.insert("round".into(), round.into());
+        meta.insert("plan".into(), content.into());
         let request = rmcp::model::ElicitRequestParams::FormElicitationParams {
-            meta: None,
+            meta: Some(rmcp::model::RequestMetaObject(rmcp::model::MetaObject(
+                meta,
+            ))),
             message: format!(
                 "Review plan \"{}\" (round {round}) at {}",
                 plan.name.as_str(),

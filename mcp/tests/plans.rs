@@ -365,6 +365,12 @@ async fn the_review_form_elicitation_records_the_decision() {
         );
         let verdict = structured(&call(&server, "submit_plan", json!({"planName": "p"})).await);
         assert_eq!(verdict, expected);
+        // The plan rides along for a client with its own review view.
+        let mut server = server;
+        let form = server.seen.forms.try_recv().expect("the form request");
+        assert_eq!(form["_meta"]["ui"], "planReview", "{form}");
+        assert_eq!(form["_meta"]["plan"], "# P", "{form}");
+        assert_eq!(form["_meta"]["planName"], "p", "{form}");
         server.client.cancel().await.expect("shutdown");
     }
 }

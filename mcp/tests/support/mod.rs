@@ -45,6 +45,8 @@ pub struct Seen {
     pub stderr_urls: mpsc::UnboundedReceiver<String>,
     /// The prompts of `sampling/createMessage` requests, as answered.
     pub samples: mpsc::UnboundedReceiver<String>,
+    /// Form-mode elicitation requests, as JSON.
+    pub forms: mpsc::UnboundedReceiver<Value>,
 }
 
 #[derive(Debug)]
@@ -58,6 +60,7 @@ pub struct TestClient {
     /// Answers sampling requests with this (declaring the capability).
     sampler: Option<Sampling>,
     samples: mpsc::UnboundedSender<String>,
+    forms: mpsc::UnboundedSender<Value>,
 }
 
 impl ClientHandler for TestClient {
@@ -94,7 +97,7 @@ impl ClientHandler for TestClient {
     async fn create_elicitation(
         &self,
         request: ElicitRequestParams,
-        _context: RequestContext<RoleClient>,
+        context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
         match (request, &self.url_answer) {
             (
@@ -108,16 +111,13 @@ impl ClientHandler for TestClient {
                 let _ = self.urls.send((url, elicitation_id));
                 Ok(ElicitResult::new(action.clone()))
             }
-            (ElicitRequestParams::FormElicitationParams { .. }, _) => match &self.form_reply {
-                Some((action, content)) => {
-                    let mut result = ElicitResult::new(action.clone());
-                    if let Some(content) = content {
-                        result = result.with_content(content.clone());
-                    }
-                    Ok(result)
-                }
-                None => Ok(ElicitResult::new(ElicitationAction::Decline)),
-            },
+            (form @ ElicitRequestParams::FormElicitationParams { .. }, _) => {
+                // rmcp hands a request's `_meta` to the context, not the params.
+                let mut seen = serde_json::to_value(&form).unwrap_or(Value::Null);
+                seen["_meta"] = serde_json::to_value(&context.meta).unwrap_or(Value::Null);
+                let _ = self.forms.send(seen);
+                Ok(form_reply(self.form_reply.as_ref()))
+            }
             _ => Ok(ElicitResult::new(ElicitationAction::Decline)),
         }
     }
@@ -273,6 +273,7 @@ async fn launch(
     let (completions_tx, completions) = mpsc::unbounded_channel();
     let (progress_tx, progress) = mpsc::unbounded_channel();
     let (samples_tx, samples) = mpsc::unbounded_channel();
+    let (forms_tx, forms) = mpsc::unbounded_channel();
     let handler = TestClient {
         url_answer,
         form_reply,
@@ -281,6 +282,7 @@ async fn launch(
         progress: progress_tx,
         sampler,
         samples: samples_tx,
+        forms: forms_tx,
     };
     let client = handler.serve(transport).await.expect("initialize");
     Server {
@@ -291,6 +293,7 @@ async fn launch(
             progress,
             stderr_urls,
             samples,
+            forms,
         },
         stderr: lines,
         stderr_closed,
@@ -620,4 +623,18 @@ pub fn call_in_background(
             .await
             .expect("tools/call")
     })
+}
+
+/// The answer to a form-mode elicitation: `reply`, else a decline.
+fn form_reply(reply: Option<&(ElicitationAction, Option<Value>)>) -> ElicitResult {
+    match reply {
+        Some((action, content)) => {
+            let result = ElicitResult::new(action.clone());
+            match content {
+                Some(content) => result.with_content(content.clone()),
+                None => result,
+            }
+        }
+        None => ElicitResult::new(ElicitationAction::Decline),
+    }
 }
