@@ -42,6 +42,9 @@ pub struct Config {
     pub servers: planb_app::plans::ServersSource,
     /// Why `--prompt-file` was not used, when it could not be read.
     pub prompt_problem: Option<String>,
+    /// Whether `init_browser_plan_session` is listed (`BROWSER_PLAN_DATA_DIR`
+    /// set, or `--browser-plan-names`).
+    pub browser_plan_names: bool,
     /// The tool groups listed and served.
     pub tools: crate::groups::Selection,
     /// Fires when the client's connection closes.
@@ -99,6 +102,7 @@ impl Config {
             servers,
             tools: crate::groups::Selection::default(),
             prompt_problem: None,
+            browser_plan_names: var("BROWSER_PLAN_DATA_DIR").is_some(),
             disconnect: crate::stdio::Disconnect::never(),
         })
     }

@@ -34,7 +34,9 @@ impl Group {
     /// The group of the tool `tool`.
     pub fn of(tool: &str) -> Option<Group> {
         match tool {
-            "init_planb_session" | "ask_user" | "save_plan" => Some(Group::Sessions),
+            "init_planb_session" | "init_browser_plan_session" | "ask_user" | "save_plan" => {
+                Some(Group::Sessions)
+            }
             "write_plan" | "edit_plan" | "submit_plan" => Some(Group::Review),
             "prompt_examples" => Some(Group::Tasks),
             t if t.starts_with("task_") => Some(Group::Tasks),

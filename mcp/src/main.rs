@@ -60,6 +60,10 @@ struct Cli {
     /// review, tasks, plans, or all (default: $PLANB_TOOLS, else all).
     #[arg(long, value_name = "GROUPS")]
     tools: Option<String>,
+    /// Also list `init_browser_plan_session`, the name skills written for
+    /// browser-plan call (listed anyway when BROWSER_PLAN_DATA_DIR is set).
+    #[arg(long)]
+    browser_plan_names: bool,
     /// Replaces the built-in `plan` prompt; `$ARGUMENTS` is substituted.
     #[arg(long, value_name = "FILE")]
     prompt_file: Option<PathBuf>,
@@ -151,6 +155,10 @@ fn data_root(cli: &Cli) -> anyhow::Result<PathBuf> {
     if let Some(dir) = std::env::var_os("PLANB_MCP_DATA_DIR").filter(|d| !d.is_empty()) {
         return Ok(PathBuf::from(dir));
     }
+    // A setup written for browser-plan, planb's forerunner, keeps its root.
+    if let Some(dir) = std::env::var_os("BROWSER_PLAN_DATA_DIR").filter(|d| !d.is_empty()) {
+        return Ok(PathBuf::from(dir));
+    }
     let home = std::env::var_os("HOME")
         .filter(|h| !h.is_empty())
         .ok_or_else(|| anyhow::anyhow!("HOME is not set; pass --data-dir or PLANB_MCP_DATA_DIR"))?;
@@ -235,6 +243,7 @@ fn serve(root: PathBuf, cli: &Cli) -> anyhow::Result<ExitCode> {
     config.review = cli.review;
     config.submit_command = cli.submit_command.clone();
     config.tools = tool_selection(cli.tools.as_deref());
+    config.browser_plan_names |= cli.browser_plan_names;
     config.servers = servers_source(&planb_projections::DataRoot::new(&root), cli)?;
     if let Some(file) = &cli.prompt_file {
         // A prompt file that cannot be read leaves the built-in prompt, and

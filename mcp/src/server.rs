@@ -81,9 +81,13 @@ impl PlanbServer {
         for route in tool_router.map.values_mut() {
             crate::groups::lean(&mut route.attr);
         }
-        // Tools of the groups not selected are neither listed nor served.
+        // Tools of the groups not selected are neither listed nor served;
+        // the browser-plan name only for those who brought browser-plan's
+        // setup along.
         for tool in tool_router.list_all() {
-            if !config.tools.serves(&tool.name) {
+            let alias_unwanted =
+                tool.name == "init_browser_plan_session" && !config.browser_plan_names;
+            if alias_unwanted || !config.tools.serves(&tool.name) {
                 tool_router.disable_route(tool.name.to_string());
             }
         }
@@ -169,30 +173,27 @@ impl PlanbServer {
         )
     )]
     async fn init_planb_session(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
-        let mut args = Args::new(&arguments);
-        let title = args.optional_string("title", 200);
-        let intent = args.optional_string("intent", 2000);
-        let project_path = args.optional_string("projectPath", 4096);
-        if let Err(errors) = args.finish() {
-            return Ok(tool_error(errors.to_string()));
-        }
-        let session = SessionId::from_uuid(self.store.env().random_id());
-        let command = Command::CreateSession {
-            session,
-            title,
-            intent,
-            project_path,
-        };
-        if let Err(error) = self.execute(command).await {
-            return Ok(store_error(error));
-        }
-        let dir = planb_projections::files::session_dir(&self.config.data_root, &session);
-        Ok(text(format!(
-            "sessionId: {session}\n\nPass this sessionId to every ask_user and save_plan call of this planning session. \
-             Ask the person with ask_user before guessing, batch related questions into one form, and save the full plan \
-             with save_plan whenever it changes: every call keeps a new version. Everything is recorded under {}.",
-            dir.display()
-        )))
+        self.start_session(arguments).await
+    }
+
+    #[tool(
+        name = "init_browser_plan_session",
+        description = "The same as init_planb_session, under the name skills written for browser-plan call.",
+        title = "Start a planning session (browser-plan name)",
+        input_schema = args::schema::<args::InitSessionInput>(),
+        annotations(
+            title = "Start a planning session (browser-plan name)",
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
+    )]
+    async fn init_browser_plan_session(
+        &self,
+        arguments: JsonObject,
+    ) -> Result<CallToolResult, ErrorData> {
+        self.start_session(arguments).await
     }
 
     #[tool(
@@ -537,4 +538,34 @@ fn instructions(tools: &crate::groups::Selection) -> String {
 /// A human name for how long the server waits for an answer.
 pub(crate) fn timeout_text(config: &Config) -> String {
     human_duration(config.answer_timeout)
+}
+
+impl PlanbServer {
+    /// `init_planb_session` (and its browser-plan name).
+    async fn start_session(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
+        let mut args = Args::new(&arguments);
+        let title = args.optional_string("title", 200);
+        let intent = args.optional_string("intent", 2000);
+        let project_path = args.optional_string("projectPath", 4096);
+        if let Err(errors) = args.finish() {
+            return Ok(tool_error(errors.to_string()));
+        }
+        let session = SessionId::from_uuid(self.store.env().random_id());
+        let command = Command::CreateSession {
+            session,
+            title,
+            intent,
+            project_path,
+        };
+        if let Err(error) = self.execute(command).await {
+            return Ok(store_error(error));
+        }
+        let dir = planb_projections::files::session_dir(&self.config.data_root, &session);
+        Ok(text(format!(
+            "sessionId: {session}\n\nPass this sessionId to every ask_user and save_plan call of this planning session. \
+             Ask the person with ask_user before guessing, batch related questions into one form, and save the full plan \
+             with save_plan whenever it changes: every call keeps a new version. Everything is recorded under {}.",
+            dir.display()
+        )))
+    }
 }

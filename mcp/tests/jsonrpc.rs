@@ -164,3 +164,58 @@ fn send_initialized(exchange: &mut impl FnMut(&str) -> Value) {
     );
     assert_eq!(pong["id"], "after-initialized", "{pong}");
 }
+
+#[test]
+fn a_browser_plan_setup_keeps_its_data_root_and_its_session_tool_name() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("browser-plan-root");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_planb-mcp"))
+        .env_remove("PLANB_MCP_DATA_DIR")
+        .env("BROWSER_PLAN_DATA_DIR", &root)
+        .current_dir(dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut exchange = |line: Value| -> Value {
+        stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .expect("write");
+        stdin.flush().expect("flush");
+        loop {
+            let reply = stdout.next().expect("a reply").expect("read");
+            let reply: Value = serde_json::from_str(&reply).expect("json");
+            if reply.get("id") == line.get("id") {
+                return reply;
+            }
+        }
+    };
+    exchange(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}),
+    );
+    let listed = exchange(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
+    let names: Vec<&str> = listed["result"]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(names.contains(&"init_browser_plan_session"), "{names:?}");
+    let started = exchange(
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "init_browser_plan_session", "arguments": {"title": "Old skill"}}}),
+    );
+    let text = started["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.starts_with("sessionId: "), "{started}");
+    assert!(
+        root.join("log").is_dir(),
+        "the log is not under BROWSER_PLAN_DATA_DIR"
+    );
+    drop(exchange);
+    let _ = child.kill();
+    let _ = child.wait();
+}
