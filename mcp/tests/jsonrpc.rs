@@ -215,7 +215,6 @@ fn a_browser_plan_setup_keeps_its_data_root_and_its_session_tool_name() {
         root.join("log").is_dir(),
         "the log is not under BROWSER_PLAN_DATA_DIR"
     );
-    drop(exchange);
     let _ = child.kill();
     let _ = child.wait();
 }
