@@ -1,15 +1,33 @@
 //! `planb-retro`: serves the read-only replay of the planb log on
-//! 127.0.0.1:4317 (`PORT` overrides), from `PLANB_MCP_DATA_DIR` (default
-//! `~/.planb-mcp`). Glue only: read the environment, open, serve.
+//! 127.0.0.1:4317 (`--port`, else `PORT`), from `--data-dir`, else
+//! `PLANB_MCP_DATA_DIR` (default `~/.planb-mcp`). Glue only: read the
+//! command line and the environment, open, serve.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
+use clap::Parser;
 use planb_projections::DataRoot;
 use planb_retro::{DEFAULT_PORT, POLL_INTERVAL, Retro, serve};
 
-fn data_root() -> anyhow::Result<DataRoot> {
+/// The replay of planb's log in the browser: every planning session, plan
+/// review and task as it unfolded, with time-travel scrubbing.
+#[derive(Debug, Parser)]
+#[command(name = "planb-retro", version, about)]
+struct Cli {
+    /// Data root (default: $PLANB_MCP_DATA_DIR, else ~/.planb-mcp).
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Port on 127.0.0.1 (default: $PORT, else 4317).
+    #[arg(long, value_name = "PORT")]
+    port: Option<u16>,
+}
+
+fn data_root(cli: &Cli) -> anyhow::Result<DataRoot> {
+    if let Some(dir) = &cli.data_dir {
+        return Ok(DataRoot::new(dir.clone()));
+    }
     if let Some(dir) = std::env::var_os("PLANB_MCP_DATA_DIR").filter(|d| !d.is_empty()) {
         return Ok(DataRoot::new(PathBuf::from(dir)));
     }
@@ -19,7 +37,10 @@ fn data_root() -> anyhow::Result<DataRoot> {
     Ok(DataRoot::new(PathBuf::from(home).join(".planb-mcp")))
 }
 
-fn port() -> anyhow::Result<u16> {
+fn port(cli: &Cli) -> anyhow::Result<u16> {
+    if let Some(port) = cli.port {
+        return Ok(port);
+    }
     match std::env::var("PORT") {
         Ok(text) if !text.is_empty() => match text.parse() {
             Ok(port) => Ok(port),
@@ -29,9 +50,9 @@ fn port() -> anyhow::Result<u16> {
     }
 }
 
-async fn run() -> anyhow::Result<()> {
-    let root = data_root()?;
-    let port = port()?;
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let root = data_root(&cli)?;
+    let port = port(&cli)?;
     let (retro, follower) = Retro::open(&root);
     if let Some(problem) = retro.problem() {
         eprintln!("planb-retro: {problem}");
@@ -55,6 +76,9 @@ async fn run() -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
+    // `--help`, `--version` and an unknown argument end here, before anything
+    // is served.
+    let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -66,7 +90,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run()) {
+    match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("planb-retro: {error:#}");
