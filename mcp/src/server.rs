@@ -456,6 +456,14 @@ impl ServerHandler for PlanbServer {
         )
         .with_server_info(Implementation::new("planb", env!("CARGO_PKG_VERSION")));
         info.instructions = Some(instructions(&self.config.tools));
+        // The version of the task interface the task tools implement,
+        // readable without a call.
+        let mut meta = rmcp::model::JsonObject::new();
+        meta.insert(
+            "planexe.version".into(),
+            crate::tasks::PLANEXE_VERSION.into(),
+        );
+        info.meta = Some(rmcp::model::MetaObject(meta));
         info
     }
 

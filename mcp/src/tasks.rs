@@ -32,6 +32,9 @@ use planb_app::launch::{Launch, Runner};
 use crate::args::Args;
 use crate::server::PlanbServer;
 
+/// The version of the task interface (PlanExe's) these tools implement.
+pub(crate) const PLANEXE_VERSION: &str = "1.0";
+
 /// Most files listed in a status.
 const STATUS_FILES_MAX: usize = 10;
 
@@ -220,6 +223,7 @@ pub(crate) fn status(root: &DataRoot, task: &Task, now: planb_core::Timestamp) -
         "timing": timing,
         "files": files,
         "files_count": files_count,
+        "planexe": {"version": PLANEXE_VERSION},
     });
     if let Some(run) = run.filter(|r| r.state == RunState::Failed)
         && let Value::Object(map) = &mut value

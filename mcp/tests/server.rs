@@ -63,6 +63,10 @@ fn recorded_kinds(root: &std::path::Path) -> Vec<&'static str> {
 async fn tools_are_listed_with_schemas_and_annotations() {
     let dir = tempfile::tempdir().expect("tempdir");
     let server = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
+    // The task interface's version is readable without a call.
+    let info = server.client.peer_info().expect("initialize result");
+    let meta = serde_json::to_value(&info.meta).expect("json");
+    assert_eq!(meta["planexe.version"], "1.0", "{meta}");
     let tools = server.client.list_all_tools().await.expect("tools/list");
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
     assert_eq!(names.len(), 24, "{names:?}");

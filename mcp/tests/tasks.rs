@@ -344,6 +344,7 @@ async fn a_fast_task_runs_to_a_report_and_a_zip() {
     let task = create(&server, "fast").await;
     let done = wait(&server, &task).await;
     assert_eq!(done["state"], "completed", "{done}");
+    assert_eq!(done["planexe"]["version"], "1.0", "{done}");
     assert_eq!(done["progress_percentage"], 100.0);
     let closure = closure_of("build_plan");
     assert_eq!(done["steps_total"], closure.len());
