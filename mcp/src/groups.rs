@@ -46,40 +46,58 @@ impl Group {
     }
 }
 
-/// The groups a server serves.
+/// Whether `tool` is another name for a tool (served, listed only when
+/// `aliases` is selected).
+pub fn is_alias(tool: &str) -> bool {
+    matches!(tool, "task_recent" | "init_browser_plan_session")
+}
+
+/// The groups a server serves, and whether it lists the other names tools
+/// have (`aliases`: `task_recent`, `init_browser_plan_session`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Selection(BTreeSet<Group>);
+pub struct Selection(BTreeSet<Group>, bool);
 
 impl Default for Selection {
     fn default() -> Selection {
-        Selection(GROUPS.into_iter().collect())
+        Selection(GROUPS.into_iter().collect(), false)
     }
 }
 
+/// What a selection may name.
+const KNOWN: &str = "groups: sessions, review, tasks, plans, all; and aliases";
+
 impl Selection {
-    /// `sessions,review`, `all`: names separated by commas (spaces allowed).
-    /// An unknown name is an error listing the known ones.
+    /// `sessions,review`, `all`, `tasks,aliases`: names separated by commas
+    /// (spaces allowed). `aliases` alone lists the other names beside every
+    /// tool. An unknown name is an error listing the known ones.
     pub fn parse(text: &str) -> Result<Selection, String> {
         let mut chosen = BTreeSet::new();
+        let mut aliases = false;
         for word in text.split(',').map(str::trim).filter(|w| !w.is_empty()) {
-            if word == "all" {
-                chosen.extend(GROUPS);
-                continue;
+            match word {
+                "all" => chosen.extend(GROUPS),
+                "aliases" => aliases = true,
+                _ => {
+                    let group = GROUPS
+                        .into_iter()
+                        .find(|g| g.name() == word)
+                        .ok_or_else(|| format!("unknown tool group {word:?} ({KNOWN})"))?;
+                    chosen.insert(group);
+                }
             }
-            let group = GROUPS
-                .into_iter()
-                .find(|g| g.name() == word)
-                .ok_or_else(|| {
-                    format!(
-                        "unknown tool group {word:?} (groups: sessions, review, tasks, plans, all)"
-                    )
-                })?;
-            chosen.insert(group);
+        }
+        if chosen.is_empty() && !aliases {
+            return Err(format!("names no tool group ({KNOWN})"));
         }
         if chosen.is_empty() {
-            return Err("names no tool group (groups: sessions, review, tasks, plans, all)".into());
+            chosen.extend(GROUPS);
         }
-        Ok(Selection(chosen))
+        Ok(Selection(chosen, aliases))
+    }
+
+    /// Whether the other names tools have are listed.
+    pub fn aliases(&self) -> bool {
+        self.1
     }
 
     /// Whether `group` is served.
@@ -184,5 +202,8 @@ mod tests {
         assert!(unknown.contains("\"everything\""), "{unknown}");
         assert!(Selection::parse(" , ").is_err());
         assert!(Selection::refusal("task_create").contains("--tools tasks"));
+        let named = Selection::parse("aliases").expect("valid");
+        assert!(named.aliases() && named.serves("task_list") && named.serves("plan_show"));
+        assert!(!Selection::default().aliases());
     }
 }

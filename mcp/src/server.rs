@@ -81,13 +81,9 @@ impl PlanbServer {
         for route in tool_router.map.values_mut() {
             crate::groups::lean(&mut route.attr);
         }
-        // Tools of the groups not selected are neither listed nor served;
-        // the browser-plan name only for those who brought browser-plan's
-        // setup along.
+        // Tools of the groups not selected are neither listed nor served.
         for tool in tool_router.list_all() {
-            let alias_unwanted =
-                tool.name == "init_browser_plan_session" && !config.browser_plan_names;
-            if alias_unwanted || !config.tools.serves(&tool.name) {
+            if !config.tools.serves(&tool.name) {
                 tool_router.disable_route(tool.name.to_string());
             }
         }
@@ -465,6 +461,26 @@ impl ServerHandler for PlanbServer {
         );
         info.meta = Some(rmcp::model::MetaObject(meta));
         info
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<rmcp::model::PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListToolsResult, ErrorData> {
+        // Another name for a tool is served always, listed only when asked
+        // for, so the list every agent reads does not grow.
+        let config = &self.config;
+        let tools = self
+            .tool_router
+            .list_all()
+            .into_iter()
+            .filter(|tool| match tool.name.as_ref() {
+                "init_browser_plan_session" => config.browser_plan_names || config.tools.aliases(),
+                name => !crate::groups::is_alias(name) || config.tools.aliases(),
+            })
+            .collect();
+        Ok(rmcp::model::ListToolsResult::with_all_items(tools))
     }
 
     async fn call_tool(

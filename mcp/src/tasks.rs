@@ -711,35 +711,19 @@ impl PlanbServer {
         annotations(title = "List tasks", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn task_list(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
-        let mut args = Args::new(&arguments);
-        let limit = args
-            .optional_integer("limit", 1, 100)
-            .map_or(10, |n| usize::try_from(n).unwrap_or(100));
-        if let Err(errors) = args.finish() {
-            return Ok(invalid(errors));
-        }
-        let listed = self
-            .read_state(move |s| {
-                let mut tasks: Vec<&Task> = s.pipeline_tasks().collect();
-                tasks.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
-                tasks
-                    .into_iter()
-                    .take(limit)
-                    .map(|t| {
-                        json!({
-                            "task_id": t.id.to_string(),
-                            "created_at": t.created_at.to_iso8601(),
-                            "state": state_name(t),
-                            "prompt_summary": prompt_summary(&t.prompt),
-                        })
-                    })
-                    .collect::<Vec<Value>>()
-            })
-            .await;
-        Ok(match listed {
-            Ok(tasks) => CallToolResult::structured(json!({"tasks": tasks})),
-            Err(e) => store_failure(e),
-        })
+        self.recent_tasks(arguments).await
+    }
+
+    #[tool(
+        name = "task_recent",
+        description = "The same as task_list, under the task interface's other name for it.",
+        title = "List tasks (task_recent)",
+        input_schema = schema(json!({"type": "object", "properties": {"limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 10}}, "additionalProperties": false})),
+        output_schema = schema(json!({"type": "object", "properties": {"tasks": {"type": "array"}}})),
+        annotations(title = "List tasks (task_recent)", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn task_recent(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
+        self.recent_tasks(arguments).await
     }
 
     #[tool(
@@ -1154,6 +1138,41 @@ pub(crate) fn worker_main(
             eprintln!("task {task}: {failure}");
             std::process::ExitCode::from(failure.code.exit_status())
         }
+    }
+}
+
+impl PlanbServer {
+    /// `task_list` (and `task_recent`): the newest tasks.
+    async fn recent_tasks(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
+        let mut args = Args::new(&arguments);
+        let limit = args
+            .optional_integer("limit", 1, 100)
+            .map_or(10, |n| usize::try_from(n).unwrap_or(100));
+        if let Err(errors) = args.finish() {
+            return Ok(invalid(errors));
+        }
+        let listed = self
+            .read_state(move |s| {
+                let mut tasks: Vec<&Task> = s.pipeline_tasks().collect();
+                tasks.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
+                tasks
+                    .into_iter()
+                    .take(limit)
+                    .map(|t| {
+                        json!({
+                            "task_id": t.id.to_string(),
+                            "created_at": t.created_at.to_iso8601(),
+                            "state": state_name(t),
+                            "prompt_summary": prompt_summary(&t.prompt),
+                        })
+                    })
+                    .collect::<Vec<Value>>()
+            })
+            .await;
+        Ok(match listed {
+            Ok(tasks) => CallToolResult::structured(json!({"tasks": tasks})),
+            Err(e) => store_failure(e),
+        })
     }
 }
 

@@ -990,3 +990,27 @@ async fn tool_groups_list_and_serve_only_their_tools_and_each_group_s_cost_is_me
         "{said}"
     );
 }
+
+#[tokio::test]
+async fn other_names_of_tools_are_served_always_and_listed_when_asked_for() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
+    let (names, _) = listed_tokens(&server).await;
+    assert!(!names.iter().any(|n| n == "task_recent"), "{names:?}");
+    // A client written against the other name still works.
+    let recent = call(&server, "task_recent", json!({"limit": 5})).await;
+    assert_eq!(recent.is_error, Some(false), "{}", text_of(&recent));
+    assert!(recent.structured_content.expect("structured")["tasks"].is_array());
+    server.client.cancel().await.expect("shutdown");
+    let server = start(
+        dir.path(),
+        UrlAnswer::NotSupported,
+        &[("PLANB_TOOLS", "all,aliases")],
+    )
+    .await;
+    let (names, _) = listed_tokens(&server).await;
+    for alias in ["task_recent", "init_browser_plan_session"] {
+        assert!(names.iter().any(|n| n == alias), "{alias} not in {names:?}");
+    }
+    server.client.cancel().await.expect("shutdown");
+}
