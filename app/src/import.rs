@@ -32,6 +32,10 @@ const PLANS_MAX: usize = 10_000;
 const CUT_CHARS: usize = 1000;
 const CUT_MARKER: &str = "... [truncated]";
 
+/// The idempotency key of an imported plan: this, then mcp-cli's id. The
+/// plan answers to that id too.
+pub const KEY_PREFIX: &str = "mcp-cli:";
+
 /// One saved mcp-cli plan.
 #[derive(Debug)]
 pub struct Saved {
@@ -257,7 +261,7 @@ pub async fn import(
     downstream: &Arc<Downstream>,
     saved: &Saved,
 ) -> Result<Imported, String> {
-    let key = format!("mcp-cli:{}", saved.id);
+    let key = format!("{KEY_PREFIX}{}", saved.id);
     let existing = store
         .read(|s| s.task_by_request(&key).map(|t| t.id))
         .map_err(|e| e.to_string())?;

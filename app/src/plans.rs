@@ -138,6 +138,25 @@ fn plans(state: &planb_core::State) -> Vec<&Task> {
 }
 
 /// The plan named by `text`: its whole id or a prefix only it has.
+/// The plans imported from mcp-cli whose mcp-cli id starts with `prefix`
+/// (lowercase).
+fn imported_as(store: &Store, prefix: &str) -> Result<Vec<Task>, String> {
+    store
+        .read(|s| {
+            plans(s)
+                .into_iter()
+                .filter(|t| {
+                    t.client_request_id
+                        .as_deref()
+                        .and_then(|key| key.strip_prefix(crate::import::KEY_PREFIX))
+                        .is_some_and(|id| id.to_ascii_lowercase().starts_with(prefix))
+                })
+                .cloned()
+                .collect()
+        })
+        .map_err(|e| e.to_string())
+}
+
 pub fn find(store: &Store, text: &str) -> Result<Task, String> {
     // An id as `plan list` shows it ("1a2b3c4d…", "1a2b3c4d...") works too.
     let text = text
@@ -166,6 +185,13 @@ pub fn find(store: &Store, text: &str) -> Result<Task, String> {
                 .collect(),
         })
         .map_err(|e| e.to_string())?;
+    // A plan imported from mcp-cli also answers to mcp-cli's id (or a
+    // prefix of it), which it was recorded under.
+    let matches = if matches.is_empty() {
+        imported_as(store, &prefix)?
+    } else {
+        matches
+    };
     let count = matches.len();
     let mut matches = matches.into_iter();
     match (matches.next(), count) {

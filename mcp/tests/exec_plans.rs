@@ -972,13 +972,18 @@ fn mcp_cli_plans_and_checkpoints_are_imported_and_resume_where_they_stopped() {
     let (_, listed) = setup.run(&["list"]);
     assert_eq!(listed.lines().count(), 4, "{listed}");
 
-    // The plan that never ran kept its dependency-free steps and shows them.
+    // The plan that never ran kept its dependency-free steps and shows them,
+    // found by planb's id or by a prefix of mcp-cli's.
     let (code, shown) = setup.run(&["show", &never]);
     assert_eq!(code, 0, "{shown}");
     assert!(shown.contains("Raw registry plan"), "{shown}");
+    let (code, by_mcp_cli) = setup.run(&["show", "32593754"]);
+    assert_eq!(code, 0, "{by_mcp_cli}");
+    assert!(by_mcp_cli.contains(&never), "{by_mcp_cli}");
 
-    // The completed diamond resumes without a call.
-    let (code, out) = setup.run(&["resume", &diamond]);
+    // The completed diamond resumes without a call, named by mcp-cli's id.
+    assert!(!diamond.is_empty());
+    let (code, out) = setup.run(&["resume", "e9b14d1f-5728-48f3-b6db-622c2a84bacf"]);
     assert_eq!(code, 0, "{out}");
     assert!(setup.calls().is_empty(), "{:?}", setup.calls());
 
