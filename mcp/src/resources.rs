@@ -3,7 +3,9 @@
 //! (every artifact, the report and the run log) and
 //! `planb://task/<id>/artifact/<name>` (one step's artifact, named as in
 //! `tasks/<id>/`, e.g. `03-assumptions.md`, or by the step's id). Each
-//! carries its mime type, size and SHA-256 (in `_meta.sha256`).
+//! carries its mime type, size, SHA-256 and when it was made (in
+//! `_meta.sha256` and `_meta.generated_at`). `planexe://task/…` names the
+//! same resources, as the task interface writes them.
 //!
 //! The list pages through tasks newest first, [`PAGE`] resources at a time;
 //! the cursor is the position of the next resource in that order. Reading
@@ -27,9 +29,12 @@ use crate::tasks::pipeline_of;
 pub(crate) const PAGE: usize = 100;
 /// The scheme and authority every task resource starts with.
 const PREFIX: &str = "planb://task/";
-/// The largest resource returned whole (a zip of many large artifacts can
-/// exceed it; `task_download` writes it to a file instead).
-const READ_BYTES_MAX: usize = 32 << 20;
+/// The same resources under the task interface's scheme.
+const PLANEXE_PREFIX: &str = "planexe://task/";
+/// The largest resource returned whole, the task interface's bound (a zip
+/// of many large artifacts can exceed it; `task_download` writes it to a
+/// file instead).
+const READ_BYTES_MAX: usize = 10 << 20;
 
 /// What a task resource URI names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,7 +46,10 @@ enum Part {
 
 /// Parses a task resource URI; the message names what is wrong with it.
 fn parse(uri: &str) -> Result<(TaskId, Part), String> {
-    let Some(rest) = uri.strip_prefix(PREFIX) else {
+    let Some(rest) = uri
+        .strip_prefix(PREFIX)
+        .or_else(|| uri.strip_prefix(PLANEXE_PREFIX))
+    else {
         return Err(format!(
             "uri: {uri:?} is not a planb task resource (planb://task/<task_id>/report, …/zip or …/artifact/<name>)"
         ));
@@ -67,6 +75,14 @@ fn meta_sha256(hash: &ContentHash) -> MetaObject {
     MetaObject(meta)
 }
 
+/// A listed resource's `_meta`: its SHA-256, when there is one, and when
+/// it was made.
+fn meta_listed(hash: Option<&ContentHash>, at: planb_core::Timestamp) -> MetaObject {
+    let mut meta = hash.map_or_else(serde_json::Map::new, |hash| meta_sha256(hash).0);
+    meta.insert("generated_at".into(), json!(at.to_iso8601()));
+    MetaObject(meta)
+}
+
 /// The resource templates: one per kind of task resource.
 pub(crate) fn templates() -> Vec<ResourceTemplate> {
     vec![
@@ -88,11 +104,26 @@ pub(crate) fn templates() -> Vec<ResourceTemplate> {
 
 /// One listed resource before its artifact's name is known.
 enum Entry {
-    /// Task, pipeline name, target step, artifact, size.
-    Report(TaskId, String, String, ContentHash, u64),
-    Zip(TaskId),
-    /// Task, pipeline name, step, artifact, size.
-    Artifact(TaskId, String, String, ContentHash, u64),
+    /// Task, pipeline name, target step, artifact, size, made at.
+    Report(
+        TaskId,
+        String,
+        String,
+        ContentHash,
+        u64,
+        planb_core::Timestamp,
+    ),
+    /// Task, when its newest artifact was made.
+    Zip(TaskId, planb_core::Timestamp),
+    /// Task, pipeline name, step, artifact, size, made at.
+    Artifact(
+        TaskId,
+        String,
+        String,
+        ContentHash,
+        u64,
+        planb_core::Timestamp,
+    ),
 }
 
 /// Every resource of the tasks, newest task first: report, zip, then the
@@ -110,6 +141,7 @@ fn entries<'s>(tasks: Vec<&'s Task>) -> impl Iterator<Item = Entry> + 's {
                     task.target.clone(),
                     ContentHash(success.artifact),
                     success.bytes,
+                    success.at,
                 )
             });
             let artifacts = task.successes.iter().map(|(step, success)| {
@@ -119,11 +151,18 @@ fn entries<'s>(tasks: Vec<&'s Task>) -> impl Iterator<Item = Entry> + 's {
                     step.clone(),
                     ContentHash(success.artifact),
                     success.bytes,
+                    success.at,
                 )
             });
+            let newest = task
+                .successes
+                .values()
+                .map(|s| s.at)
+                .max()
+                .unwrap_or(task.created_at);
             report
                 .into_iter()
-                .chain(std::iter::once(Entry::Zip(task.id)))
+                .chain(std::iter::once(Entry::Zip(task.id, newest)))
                 .chain(artifacts)
         })
 }
@@ -132,8 +171,14 @@ fn not_found(message: String) -> ErrorData {
     ErrorData::resource_not_found(message, None)
 }
 
-fn contents(uri: &str, mime: &str, bytes: Vec<u8>, hash: &ContentHash) -> ResourceContents {
-    let meta = Some(meta_sha256(hash));
+fn contents(
+    uri: &str,
+    mime: &str,
+    bytes: Vec<u8>,
+    hash: &ContentHash,
+    at: planb_core::Timestamp,
+) -> ResourceContents {
+    let meta = Some(meta_listed(Some(hash), at));
     let bytes = if mime == "application/zip" {
         bytes
     } else {
@@ -224,7 +269,7 @@ impl PlanbServer {
 /// that renders no report, or an artifact whose blob cannot be read (logged).
 fn describe(root: &planb_projections::DataRoot, entry: Entry) -> Option<Resource> {
     Some(match entry {
-        Entry::Report(task, pipeline, target, hash, size) => {
+        Entry::Report(task, pipeline, target, hash, size, at) => {
             let pipeline = pipeline_of(root, &pipeline).ok()?;
             let step = pipeline.step(&planb_core::dag::StepId::parse(&target).ok()?)?;
             if !matches!(step.action, planb_core::dag::Action::Render { .. }) {
@@ -235,15 +280,16 @@ fn describe(root: &planb_projections::DataRoot, entry: Entry) -> Option<Resource
                 .with_description(format!("The HTML report of task {task}."))
                 .with_mime_type("text/html")
                 .with_size(size)
-                .with_meta(meta_sha256(&hash))
+                .with_meta(meta_listed(Some(&hash), at))
         }
-        Entry::Zip(task) => Resource::new(format!("{PREFIX}{task}/zip"), format!("{task}-zip"))
+        Entry::Zip(task, at) => Resource::new(format!("{PREFIX}{task}/zip"), format!("{task}-zip"))
             .with_title("Archive")
             .with_description(format!(
                 "Every artifact of task {task}, its report and its run log."
             ))
-            .with_mime_type("application/zip"),
-        Entry::Artifact(task, pipeline, step, hash, size) => {
+            .with_mime_type("application/zip")
+            .with_meta(meta_listed(None, at)),
+        Entry::Artifact(task, pipeline, step, hash, size, at) => {
             let pipeline = pipeline_of(root, &pipeline).ok()?;
             let found = root
                 .blobs()
@@ -259,7 +305,7 @@ fn describe(root: &planb_projections::DataRoot, entry: Entry) -> Option<Resource
             .with_title(step.clone())
             .with_mime_type(task_files::content_type(&name))
             .with_size(size)
-            .with_meta(meta_sha256(&hash))
+            .with_meta(meta_listed(Some(&hash), at))
         }
     })
 }
@@ -283,6 +329,14 @@ fn read(
     let pipeline = pipeline_of(root, &task.pipeline)
         .map_err(|problem| ErrorData::internal_error(problem, None))?;
     let id = task.id;
+    // When what is read was made: its step's artifact, or the newest one.
+    let newest = task
+        .successes
+        .values()
+        .map(|s| s.at)
+        .max()
+        .unwrap_or(task.created_at);
+    let mut at = newest;
     let (mime, bytes) = match part {
         Part::Report => {
             let bytes = task_files::report(root, &pipeline, task).ok_or_else(|| {
@@ -290,6 +344,7 @@ fn read(
                     "uri: task {id} has no report yet (it is written when the run reaches a report target)"
                 ))
             })?;
+            at = task.successes.get(&task.target).map_or(newest, |s| s.at);
             ("text/html", bytes)
         }
         Part::Zip => {
@@ -315,6 +370,7 @@ fn read(
             if success.bytes > READ_BYTES_MAX as u64 {
                 return Err(too_large(uri, success.bytes as usize));
             }
+            at = success.at;
             let bytes = root.blobs().get(&success.artifact).map_err(|e| {
                 ErrorData::internal_error(format!("task {id}: artifact of {step}: {e}"), None)
             })?;
@@ -327,5 +383,5 @@ fn read(
         return Err(too_large(uri, bytes.len()));
     }
     let hash = ContentHash::of_bytes(&bytes);
-    Ok(contents(uri, mime, bytes, &hash))
+    Ok(contents(uri, mime, bytes, &hash, at))
 }

@@ -569,6 +569,17 @@ async fn resources_match_the_files(
         entry.meta.as_ref().expect("meta").0["sha256"],
         report["sha256"]
     );
+    // Every listed resource says when it was made.
+    for resource in &listed {
+        let at = resource.meta.as_ref().map(|m| m.0["generated_at"].clone());
+        assert!(
+            at.as_ref()
+                .and_then(Value::as_str)
+                .is_some_and(|t| t.ends_with('Z')),
+            "{} has no generated_at: {at:?}",
+            resource.uri
+        );
+    }
     let read = |uri: String| async move {
         server
             .client
@@ -576,6 +587,18 @@ async fn resources_match_the_files(
             .await
     };
     let html = read(report_uri.clone()).await.expect("read the report");
+    // The task interface's name for the same resource reads the same.
+    let again = read(format!("planexe://task/{task}/report"))
+        .await
+        .expect("read by the planexe name");
+    let (
+        ResourceContents::TextResourceContents { text: first, .. },
+        ResourceContents::TextResourceContents { text: second, .. },
+    ) = (&html.contents[0], &again.contents[0])
+    else {
+        panic!("the report is text");
+    };
+    assert_eq!(first, second);
     let ResourceContents::TextResourceContents {
         text, mime_type, ..
     } = &html.contents[0]
