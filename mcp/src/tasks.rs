@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use planb_core::dag::{Pipeline, StepId};
 use planb_core::state::ContentHash;
-use planb_core::{Command, Rejection, RunState, Task, TaskId};
+use planb_core::{Command, Rejection, Run, RunState, Task, TaskId};
 use planb_engine::backend::PROFILES;
 use planb_engine::backend::sampling::Sampler;
 use planb_engine::pipelines::{self, DEFAULT_TARGET, PROJECT_PLAN};
@@ -74,6 +74,16 @@ fn schema(value: Value) -> Arc<JsonObject> {
 
 fn task_id_schema() -> Value {
     json!({"type": "string", "description": "The task's id, as task_create returned it."})
+}
+
+/// A task and, optionally, one of its runs (its latest by default).
+fn input_task_and_run() -> Arc<JsonObject> {
+    schema(json!({
+        "type": "object",
+        "properties": {"task_id": task_id_schema(), "run_id": {"type": "string"}},
+        "required": ["task_id"],
+        "additionalProperties": false
+    }))
 }
 
 fn input_task_only() -> Arc<JsonObject> {
@@ -162,6 +172,12 @@ fn progress(pipeline: &Pipeline, task: &Task) -> (usize, usize, Option<String>) 
 
 /// `task_status`'s answer, from memory.
 pub(crate) fn status(root: &DataRoot, task: &Task, now: planb_core::Timestamp) -> Value {
+    status_of(root, task, task.runs.last().map(|r| &**r), now)
+}
+
+/// `task_status`'s answer for the run `run` of `task` (its latest, or an
+/// earlier one named by `run_id`).
+fn status_of(root: &DataRoot, task: &Task, run: Option<&Run>, now: planb_core::Timestamp) -> Value {
     let pipeline = pipeline_of(root, &task.pipeline).ok();
     let (done, total, current) = pipeline
         .as_ref()
@@ -171,7 +187,6 @@ pub(crate) fn status(root: &DataRoot, task: &Task, now: planb_core::Timestamp) -
     } else {
         100.0 * done as f64 / total as f64
     };
-    let run = task.runs.last();
     let timing = match run {
         None => json!({"created_at": task.created_at.to_iso8601()}),
         Some(run) => {
@@ -210,7 +225,7 @@ pub(crate) fn status(root: &DataRoot, task: &Task, now: planb_core::Timestamp) -
         .collect();
     let mut value = json!({
         "task_id": task.id.to_string(),
-        "state": state_name(task),
+        "state": run.map_or("created", |r| r.state.as_str()),
         "progress_percentage": percentage,
         "steps_completed": done,
         "steps_total": total,
@@ -284,6 +299,44 @@ fn parse_task_id(args: &mut Args<'_>) -> Option<TaskId> {
             None
         }
     }
+}
+
+/// The optional `run_id` argument: one run of the task.
+fn parse_run_id(args: &mut Args<'_>) -> Option<planb_core::RunId> {
+    let text = args.optional_string("run_id", 100)?;
+    match planb_core::RunId::parse(text.trim()) {
+        Ok(id) => Some(id),
+        Err(e) => {
+            args.push(format!("run_id: {e}"));
+            None
+        }
+    }
+}
+
+/// The run `run` names of `task` (its latest when `None`), or
+/// `RUN_NOT_FOUND` for an id that is none of the task's runs.
+fn run_of(
+    task: &Task,
+    run: Option<planb_core::RunId>,
+) -> Result<Option<&Run>, Box<CallToolResult>> {
+    let Some(id) = run else {
+        return Ok(task.runs.last().map(|r| &**r));
+    };
+    task.runs
+        .iter()
+        .find(|r| r.id == id)
+        .map(|r| Some(&**r))
+        .ok_or_else(|| {
+            boxed(
+                "RUN_NOT_FOUND",
+                format!(
+                    "run_id: {id} is not a run of task {} (it has {} run(s); task_status gives the latest run_id)",
+                    task.id,
+                    task.runs.len()
+                ),
+                json!({"run_id": id.to_string()}),
+            )
+        })
 }
 
 fn invalid(errors: impl ToString) -> CallToolResult {
@@ -588,19 +641,24 @@ impl PlanbServer {
         name = "task_status",
         description = "A task's state, progress_percentage (never decreasing within a run), steps_completed/steps_total, current_step, timing, latest files and, for a failure, error {failure_reason, failed_step, recoverable}. Poll every few minutes at most, or use task_wait.",
         title = "Task status",
-        input_schema = input_task_only(),
+        input_schema = input_task_and_run(),
         output_schema = status_output(),
         annotations(title = "Task status", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn task_status(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
-        let (id, ()) = match task_args(&arguments, |_| ()) {
+        let (id, run_id) = match task_args(&arguments, parse_run_id) {
             Ok(parsed) => parsed,
             Err(result) => return Ok(*result),
         };
-        Ok(match self.task_checked(id).await {
-            Ok(task) => CallToolResult::structured(status(
+        let task = match self.task_checked(id).await {
+            Ok(task) => task,
+            Err(result) => return Ok(*result),
+        };
+        Ok(match run_of(&task, run_id) {
+            Ok(run) => CallToolResult::structured(status_of(
                 &self.data_root(),
                 &task,
+                run,
                 self.store().env().now(),
             )),
             Err(result) => *result,
@@ -840,7 +898,7 @@ impl PlanbServer {
         name = "task_logs_tail",
         description = "The latest run-log lines of a task (every run), oldest first: what started, failed, was retried or cancelled. since_cursor returns only lines after that cursor (the next_cursor of an earlier call).",
         title = "Task log",
-        input_schema = schema(json!({"type": "object", "properties": {"task_id": task_id_schema(), "max_lines": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}, "since_cursor": {"type": "integer", "minimum": 0}}, "required": ["task_id"], "additionalProperties": false})),
+        input_schema = schema(json!({"type": "object", "properties": {"task_id": task_id_schema(), "max_lines": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}, "since_cursor": {"type": "integer", "minimum": 0}, "run_id": {"type": "string"}}, "required": ["task_id"], "additionalProperties": false})),
         output_schema = schema(json!({"type": "object", "properties": {"lines": {"type": "array"}, "next_cursor": {"type": "integer"}}})),
         annotations(title = "Task log", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
@@ -850,9 +908,10 @@ impl PlanbServer {
                 args.optional_integer("max_lines", 1, 500).unwrap_or(50),
                 args.optional_integer("since_cursor", 0, u64::MAX)
                     .unwrap_or(0),
+                parse_run_id(args),
             )
         });
-        let (id, (max, since)) = match parsed {
+        let (id, (max, since, run_id)) = match parsed {
             Ok(parsed) => parsed,
             Err(result) => return Ok(*result),
         };
@@ -861,8 +920,15 @@ impl PlanbServer {
             Ok(task) => task,
             Err(result) => return Ok(*result),
         };
-        let newer: Vec<&planb_core::LogLine> =
-            task.log_tail.iter().filter(|l| l.number > since).collect();
+        if let Err(result) = run_of(&task, run_id) {
+            return Ok(*result);
+        }
+        // One run's lines when a run_id is given.
+        let newer: Vec<&planb_core::LogLine> = task
+            .log_tail
+            .iter()
+            .filter(|l| l.number > since && run_id.is_none_or(|r| l.run == r))
+            .collect();
         let skip = newer.len().saturating_sub(max);
         let lines: Vec<Value> = newer[skip..]
             .iter()

@@ -1679,6 +1679,40 @@ async fn two_resumes_of_one_task_at_once_start_one_run_and_refuse_the_other() {
     }
     let done = wait(&second, &task).await;
     assert_eq!(done["state"], "completed", "{done}");
+    // An earlier run answers for itself; an id of no run of the task is
+    // RUN_NOT_FOUND, a malformed one INVALID_ARGUMENT.
+    let (state, _) = support::fold_log(dir.path());
+    let earliest = state.tasks().values().next().expect("task").runs[0]
+        .id
+        .to_string();
+    let then = ok(&call(
+        &first,
+        "task_status",
+        json!({"task_id": task, "run_id": earliest}),
+    )
+    .await);
+    assert_eq!(then["state"], "stopped", "{then}");
+    assert_eq!(then["run_id"], earliest.as_str(), "{then}");
+    let lines = ok(&call(
+        &first,
+        "task_logs_tail",
+        json!({"task_id": task, "run_id": earliest, "max_lines": 500}),
+    )
+    .await);
+    let runs: std::collections::BTreeSet<&str> = lines["lines"]
+        .as_array()
+        .expect("lines")
+        .iter()
+        .filter_map(|l| l["run_id"].as_str())
+        .collect();
+    assert!(runs.iter().all(|r| *r == earliest), "{lines}");
+    let elsewhere = "01a00000-0000-7000-8000-000000000000";
+    for tool in ["task_status", "task_logs_tail"] {
+        let refused = call(&first, tool, json!({"task_id": task, "run_id": elsewhere})).await;
+        assert_eq!(error_code(&refused), "RUN_NOT_FOUND", "{tool}");
+        let refused = call(&first, tool, json!({"task_id": task, "run_id": "nope"})).await;
+        assert_eq!(error_code(&refused), "INVALID_ARGUMENT", "{tool}");
+    }
     first.client.cancel().await.expect("close");
     second.client.cancel().await.expect("close");
 }
