@@ -102,28 +102,34 @@ pub(crate) fn templates() -> Vec<ResourceTemplate> {
     ]
 }
 
+/// A step's artifact as listed: its task and pipeline, the step, the
+/// artifact, its size and when it was made.
+struct Made {
+    task: TaskId,
+    pipeline: String,
+    step: String,
+    hash: ContentHash,
+    size: u64,
+    at: planb_core::Timestamp,
+}
+
 /// One listed resource before its artifact's name is known.
 enum Entry {
-    /// Task, pipeline name, target step, artifact, size, made at.
-    Report(
-        TaskId,
-        String,
-        String,
-        ContentHash,
-        u64,
-        planb_core::Timestamp,
-    ),
+    /// The report: the target step's artifact.
+    Report(Made),
     /// Task, when its newest artifact was made.
     Zip(TaskId, planb_core::Timestamp),
-    /// Task, pipeline name, step, artifact, size, made at.
-    Artifact(
-        TaskId,
-        String,
-        String,
-        ContentHash,
-        u64,
-        planb_core::Timestamp,
-    ),
+    /// One step's artifact.
+    Artifact(Made),
+}
+
+/// When the newest artifact of `task` was made (its creation, before any).
+fn newest(task: &Task) -> planb_core::Timestamp {
+    task.successes
+        .values()
+        .map(|s| s.at)
+        .max()
+        .unwrap_or(task.created_at)
 }
 
 /// Every resource of the tasks, newest task first: report, zip, then the
@@ -134,35 +140,25 @@ fn entries<'s>(tasks: Vec<&'s Task>) -> impl Iterator<Item = Entry> + 's {
         .filter(|task| !task.successes.is_empty())
         .flat_map(|task| {
             // Kept only if the target renders a report (`describe` checks).
-            let report = task.successes.get(&task.target).map(|success| {
-                Entry::Report(
-                    task.id,
-                    task.pipeline.clone(),
-                    task.target.clone(),
-                    ContentHash(success.artifact),
-                    success.bytes,
-                    success.at,
-                )
-            });
-            let artifacts = task.successes.iter().map(|(step, success)| {
-                Entry::Artifact(
-                    task.id,
-                    task.pipeline.clone(),
-                    step.clone(),
-                    ContentHash(success.artifact),
-                    success.bytes,
-                    success.at,
-                )
-            });
-            let newest = task
+            let made = |step: &String, success: &planb_core::state::tasks::StepSuccess| Made {
+                task: task.id,
+                pipeline: task.pipeline.clone(),
+                step: step.clone(),
+                hash: ContentHash(success.artifact),
+                size: success.bytes,
+                at: success.at,
+            };
+            let report = task
                 .successes
-                .values()
-                .map(|s| s.at)
-                .max()
-                .unwrap_or(task.created_at);
+                .get(&task.target)
+                .map(|success| Entry::Report(made(&task.target, success)));
+            let artifacts = task
+                .successes
+                .iter()
+                .map(move |(step, success)| Entry::Artifact(made(step, success)));
             report
                 .into_iter()
-                .chain(std::iter::once(Entry::Zip(task.id, newest)))
+                .chain(std::iter::once(Entry::Zip(task.id, newest(task))))
                 .chain(artifacts)
         })
 }
@@ -269,7 +265,14 @@ impl PlanbServer {
 /// that renders no report, or an artifact whose blob cannot be read (logged).
 fn describe(root: &planb_projections::DataRoot, entry: Entry) -> Option<Resource> {
     Some(match entry {
-        Entry::Report(task, pipeline, target, hash, size, at) => {
+        Entry::Report(Made {
+            task,
+            pipeline,
+            step: target,
+            hash,
+            size,
+            at,
+        }) => {
             let pipeline = pipeline_of(root, &pipeline).ok()?;
             let step = pipeline.step(&planb_core::dag::StepId::parse(&target).ok()?)?;
             if !matches!(step.action, planb_core::dag::Action::Render { .. }) {
@@ -289,7 +292,14 @@ fn describe(root: &planb_projections::DataRoot, entry: Entry) -> Option<Resource
             ))
             .with_mime_type("application/zip")
             .with_meta(meta_listed(None, at)),
-        Entry::Artifact(task, pipeline, step, hash, size, at) => {
+        Entry::Artifact(Made {
+            task,
+            pipeline,
+            step,
+            hash,
+            size,
+            at,
+        }) => {
             let pipeline = pipeline_of(root, &pipeline).ok()?;
             let found = root
                 .blobs()
@@ -330,12 +340,7 @@ fn read(
         .map_err(|problem| ErrorData::internal_error(problem, None))?;
     let id = task.id;
     // When what is read was made: its step's artifact, or the newest one.
-    let newest = task
-        .successes
-        .values()
-        .map(|s| s.at)
-        .max()
-        .unwrap_or(task.created_at);
+    let newest = newest(task);
     let mut at = newest;
     let (mime, bytes) = match part {
         Part::Report => {

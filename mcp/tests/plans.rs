@@ -375,20 +375,20 @@ async fn the_review_form_elicitation_records_the_decision() {
     }
 }
 
-#[tokio::test]
-async fn an_external_submit_command_gives_feedback_never_approval() {
+/// A submit command that prints the name of the plan file it is given.
+const ECHO_REVIEWER: [&str; 4] = [
+    "sh",
+    "-c",
+    "echo \"reviewed $(basename \"$1\")\"",
+    "reviewer",
+];
+
+/// Starts a server with `args` (ending with [`ECHO_REVIEWER`]), writes and
+/// submits a plan, and checks the command's output comes back as feedback,
+/// never as approval.
+async fn reviewed_by_echo(args: &[&str]) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let server = start_server(
-        dir.path(),
-        &[
-            "--",
-            "sh",
-            "-c",
-            "echo \"reviewed $(basename \"$1\")\"",
-            "reviewer",
-        ],
-    )
-    .await;
+    let server = start_server(dir.path(), args).await;
     structured(
         &call(
             &server,
@@ -403,6 +403,13 @@ async fn an_external_submit_command_gives_feedback_never_approval() {
         json!({"approved": false, "feedback": "reviewed ops-plan.md"})
     );
     server.client.cancel().await.expect("shutdown");
+}
+
+#[tokio::test]
+async fn an_external_submit_command_gives_feedback_never_approval() {
+    let mut args = vec!["--"];
+    args.extend(ECHO_REVIEWER);
+    reviewed_by_echo(&args).await;
 
     let dir = tempfile::tempdir().expect("tempdir");
     let server = start_server(
@@ -564,33 +571,9 @@ async fn configs_written_for_other_plan_servers_start_a_submit_command_without_s
  {
     // The submit command follows planb's own options, without `--`, as
     // other plan servers take it.
-    let dir = tempfile::tempdir().expect("tempdir");
-    let server = start_server(
-        dir.path(),
-        &[
-            "--plans-dir",
-            "docs/plans",
-            "sh",
-            "-c",
-            "echo \"reviewed $(basename \"$1\")\"",
-            "reviewer",
-        ],
-    )
-    .await;
-    structured(
-        &call(
-            &server,
-            "write_plan",
-            json!({"planName": "ops", "content": "# Ops"}),
-        )
-        .await,
-    );
-    let verdict = structured(&call(&server, "submit_plan", json!({"planName": "ops"})).await);
-    assert_eq!(
-        verdict,
-        json!({"approved": false, "feedback": "reviewed ops-plan.md"})
-    );
-    server.client.cancel().await.expect("shutdown");
+    let mut args = vec!["--plans-dir", "docs/plans"];
+    args.extend(ECHO_REVIEWER);
+    reviewed_by_echo(&args).await;
 
     // A prompt file that does not exist: the server starts with the built-in
     // prompt and says what was wrong.
