@@ -188,114 +188,15 @@ pub(crate) fn main(
     out: &mut dyn Write,
 ) -> anyhow::Result<ExitCode> {
     let store = open(root)?;
+    let find = |id: &str| exec_plans::find(&store, id).map_err(|e| anyhow::anyhow!(e));
     match command {
         PlanCommand::Create { file, goal } => {
-            let downstream = exec_plans::downstream(servers).map_err(|e| anyhow::anyhow!(e))?;
-            let created = if let Some(goal) = goal {
-                runtime()?.block_on(exec_plans::create_from_goal(
-                    &store,
-                    &downstream,
-                    goal,
-                    None,
-                    None,
-                ))
-            } else {
-                let Some(file) = file else {
-                    anyhow::bail!("plan create: give a plan file (JSON) or --goal TEXT");
-                };
-                let value = read_plan_file(file)?;
-                runtime()?.block_on(exec_plans::create(&store, &downstream, &value, None))
-            };
-            let exec_plans::Created {
-                id: task,
-                plan,
-                silent,
-            } = created.map_err(|e| anyhow::anyhow!(e))?;
-            writeln!(
-                out,
-                "\nPlan: {} ({} steps)\n",
-                shown(&plan.title),
-                plan.steps.len()
-            )?;
-            writeln!(out, "{}", render_dag(&plan, |_| StepMark::Pending))?;
-            writeln!(out, "\nPlan saved: {task}")?;
-            not_waited_for(out, &silent)?;
-            Ok(ExitCode::SUCCESS)
+            create(&store, servers, file.as_deref(), goal.as_deref(), out)
         }
-        PlanCommand::List => {
-            let rows = exec_plans::list(&store).map_err(|e| anyhow::anyhow!(e))?;
-            if rows.is_empty() {
-                writeln!(out, "No saved plans. Use plan create FILE to create one.")?;
-                return Ok(ExitCode::SUCCESS);
-            }
-            // Each id as its shortest prefix no other listed plan shares
-            // (plans made within a minute share their first 8 characters).
-            let ids: Vec<&str> = rows
-                .iter()
-                .map(|row| row["plan_id"].as_str().unwrap_or(""))
-                .collect();
-            let lengths = unique_prefix_lengths(&ids, 8);
-            let shorts: Vec<String> = ids
-                .iter()
-                .zip(&lengths)
-                .map(|(id, &n)| id.chars().take(n).collect())
-                .collect();
-            let width = shorts.iter().map(String::len).max().unwrap_or(0).max(8);
-            writeln!(
-                out,
-                "{:<width$}  {:<50} {:>5}  LAST RUN",
-                "ID", "TITLE", "STEPS"
-            )?;
-            for (row, id) in rows.iter().zip(&shorts) {
-                let title: String = shown(row["title"].as_str().unwrap_or(""))
-                    .chars()
-                    .take(50)
-                    .collect();
-                writeln!(
-                    out,
-                    "{id:<width$}  {:<50} {:>5}  {}",
-                    title,
-                    row["steps"],
-                    row["state"].as_str().unwrap_or("")
-                )?;
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        PlanCommand::Show { id } => {
-            let task = exec_plans::find(&store, id).map_err(|e| anyhow::anyhow!(e))?;
-            let plan = plans::load(&task)?;
-            writeln!(
-                out,
-                "\nPlan: {} ({} steps)",
-                shown(&plan.title),
-                plan.steps.len()
-            )?;
-            writeln!(out, "id: {}\n", task.id)?;
-            writeln!(out, "{}", exec_plans::rendered(&task, &plan))?;
-            let vars: Vec<&str> = plan
-                .steps
-                .iter()
-                .filter_map(|s| s.result_variable.as_deref())
-                .collect();
-            if !vars.is_empty() {
-                writeln!(out, "\nVariables: {}", vars.join(", "))?;
-            }
-            if let Some(run) = task.runs.last() {
-                writeln!(
-                    out,
-                    "\nLast run {}: {}{}",
-                    run.id,
-                    run.state.as_str(),
-                    run.reason
-                        .as_ref()
-                        .map(|r| format!(" ({r})"))
-                        .unwrap_or_default()
-                )?;
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        PlanCommand::List => list(&store, out),
+        PlanCommand::Show { id } => show(&find(id)?, out),
         PlanCommand::Stop { id } => {
-            let task = exec_plans::find(&store, id).map_err(|e| anyhow::anyhow!(e))?;
+            let task = find(id)?;
             if store
                 .execute(Command::RequestStop { task: task.id })?
                 .is_empty()
@@ -306,114 +207,244 @@ pub(crate) fn main(
             }
             Ok(ExitCode::SUCCESS)
         }
-        PlanCommand::Import { dir } => {
-            let dir = match dir {
-                Some(dir) => dir.clone(),
-                None => planb_app::import::default_dir()
-                    .ok_or_else(|| anyhow::anyhow!("HOME is not set: give the directory"))?,
-            };
-            let saved = planb_app::import::saved(&dir).map_err(|e| anyhow::anyhow!(e))?;
-            if saved.is_empty() {
-                writeln!(out, "No mcp-cli plans in {}.", dir.display())?;
-                return Ok(ExitCode::SUCCESS);
-            }
-            let downstream = exec_plans::downstream(servers).map_err(|e| anyhow::anyhow!(e))?;
-            let runtime = runtime()?;
-            let mut failed = 0;
-            for plan in &saved {
-                let imported =
-                    runtime.block_on(planb_app::import::import(&store, &downstream, plan));
-                match imported {
-                    Ok(planb_app::import::Imported::New {
-                        task,
-                        title,
-                        steps,
-                        run,
-                        notes,
-                    }) => {
-                        writeln!(
-                            out,
-                            "{}: imported as {task}: {title} ({steps} steps){}",
-                            plan.id,
-                            run.map(|r| format!("; its checkpoint: {r}"))
-                                .unwrap_or_default()
-                        )?;
-                        for note in notes {
-                            writeln!(out, "  {note}")?;
-                        }
-                    }
-                    Ok(planb_app::import::Imported::Already(task)) => {
-                        writeln!(out, "{}: imported before, as {task}", plan.id)?;
-                    }
-                    Err(error) => {
-                        failed += 1;
-                        writeln!(out, "{}: not imported: {error}", plan.id)?;
-                    }
-                }
-            }
-            Ok(if failed == 0 {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            })
-        }
+        PlanCommand::Import { dir } => import(&store, servers, dir.as_deref(), out),
         PlanCommand::Delete { id } => {
-            let task = exec_plans::find(&store, id).map_err(|e| anyhow::anyhow!(e))?;
+            let task = find(id)?;
             store.execute(Command::DeletePlan { task: task.id })?;
             writeln!(out, "Plan deleted: {}", task.id)?;
             Ok(ExitCode::SUCCESS)
         }
         PlanCommand::Run { id, dry_run, knobs } => {
-            let task = exec_plans::find(&store, id).map_err(|e| anyhow::anyhow!(e))?;
-            let plan = plans::load(&task)?;
-            let variables = knobs.variables()?;
+            let task = find(id)?;
             if *dry_run {
-                writeln!(out, "[DRY RUN] Executing plan: {}", shown(&plan.title))?;
-                let outcome = plans::dry_run(&plan, task.id, &variables.unwrap_or_default());
-                for step in &outcome.steps {
-                    let after: Vec<&str> = plan
-                        .position(&step.index)
-                        .map(|at| {
-                            plan.needs(at)
-                                .iter()
-                                .map(|&n| plan.steps[n].index.as_str())
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    writeln!(
-                        out,
-                        "  Step {}: {} [{}] args {}{} → {}",
-                        step.index,
-                        shown(&step.title),
-                        step.tool,
-                        step.args,
-                        if after.is_empty() {
-                            String::new()
-                        } else {
-                            format!(" (after {})", after.join(", "))
-                        },
-                        step.result.as_ref().map_or(Value::Null, Clone::clone)
-                    )?;
-                }
-                writeln!(
-                    out,
-                    "Variables: {}",
-                    serde_json::to_string(&outcome.variables)?
-                )?;
-                writeln!(
-                    out,
-                    "[DRY RUN] Plan completed: {} steps, no tool called",
-                    outcome.steps.len()
-                )?;
-                return Ok(ExitCode::SUCCESS);
+                return trace(&task, knobs, out);
             }
             execute(&store, servers, &task, false, knobs, live, out)
         }
         PlanCommand::Resume { id, knobs } => {
-            let task = exec_plans::find(&store, id).map_err(|e| anyhow::anyhow!(e))?;
+            let task = find(id)?;
             execute(&store, servers, &task, true, knobs, live, out)
         }
     }
+}
+
+/// `plan create FILE` or `plan create --goal TEXT`.
+fn create(
+    store: &Arc<Store>,
+    servers: &exec_plans::ServersSource,
+    file: Option<&Path>,
+    goal: Option<&str>,
+    out: &mut dyn Write,
+) -> anyhow::Result<ExitCode> {
+    let downstream = exec_plans::downstream(servers).map_err(|e| anyhow::anyhow!(e))?;
+    let created = if let Some(goal) = goal {
+        runtime()?.block_on(exec_plans::create_from_goal(
+            store,
+            &downstream,
+            goal,
+            None,
+            None,
+        ))
+    } else {
+        let Some(file) = file else {
+            anyhow::bail!("plan create: give a plan file (JSON) or --goal TEXT");
+        };
+        let value = read_plan_file(file)?;
+        runtime()?.block_on(exec_plans::create(store, &downstream, &value, None))
+    };
+    let exec_plans::Created {
+        id: task,
+        plan,
+        silent,
+    } = created.map_err(|e| anyhow::anyhow!(e))?;
+    writeln!(
+        out,
+        "\nPlan: {} ({} steps)\n",
+        shown(&plan.title),
+        plan.steps.len()
+    )?;
+    writeln!(out, "{}", render_dag(&plan, |_| StepMark::Pending))?;
+    writeln!(out, "\nPlan saved: {task}")?;
+    not_waited_for(out, &silent)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `plan list`: each id as its shortest prefix no other listed plan shares
+/// (plans made within a minute share their first 8 characters).
+fn list(store: &Arc<Store>, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
+    let rows = exec_plans::list(store).map_err(|e| anyhow::anyhow!(e))?;
+    if rows.is_empty() {
+        writeln!(out, "No saved plans. Use plan create FILE to create one.")?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    // Each id as its shortest prefix no other listed plan shares
+    // (plans made within a minute share their first 8 characters).
+    let ids: Vec<&str> = rows
+        .iter()
+        .map(|row| row["plan_id"].as_str().unwrap_or(""))
+        .collect();
+    let lengths = unique_prefix_lengths(&ids, 8);
+    let shorts: Vec<String> = ids
+        .iter()
+        .zip(&lengths)
+        .map(|(id, &n)| id.chars().take(n).collect())
+        .collect();
+    let width = shorts.iter().map(String::len).max().unwrap_or(0).max(8);
+    writeln!(
+        out,
+        "{:<width$}  {:<50} {:>5}  LAST RUN",
+        "ID", "TITLE", "STEPS"
+    )?;
+    for (row, id) in rows.iter().zip(&shorts) {
+        let title: String = shown(row["title"].as_str().unwrap_or(""))
+            .chars()
+            .take(50)
+            .collect();
+        writeln!(
+            out,
+            "{id:<width$}  {:<50} {:>5}  {}",
+            title,
+            row["steps"],
+            row["state"].as_str().unwrap_or("")
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `plan show ID`.
+fn show(task: &planb_core::Task, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
+    let plan = plans::load(task)?;
+    writeln!(
+        out,
+        "\nPlan: {} ({} steps)",
+        shown(&plan.title),
+        plan.steps.len()
+    )?;
+    writeln!(out, "id: {}\n", task.id)?;
+    writeln!(out, "{}", exec_plans::rendered(task, &plan))?;
+    let vars: Vec<&str> = plan
+        .steps
+        .iter()
+        .filter_map(|s| s.result_variable.as_deref())
+        .collect();
+    if !vars.is_empty() {
+        writeln!(out, "\nVariables: {}", vars.join(", "))?;
+    }
+    if let Some(run) = task.runs.last() {
+        writeln!(
+            out,
+            "\nLast run {}: {}{}",
+            run.id,
+            run.state.as_str(),
+            run.reason
+                .as_ref()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default()
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `plan import [DIR]`: mcp-cli's saved plans.
+fn import(
+    store: &Arc<Store>,
+    servers: &exec_plans::ServersSource,
+    dir: Option<&Path>,
+    out: &mut dyn Write,
+) -> anyhow::Result<ExitCode> {
+    let dir = match dir {
+        Some(dir) => dir.to_owned(),
+        None => planb_app::import::default_dir()
+            .ok_or_else(|| anyhow::anyhow!("HOME is not set: give the directory"))?,
+    };
+    let saved = planb_app::import::saved(&dir).map_err(|e| anyhow::anyhow!(e))?;
+    if saved.is_empty() {
+        writeln!(out, "No mcp-cli plans in {}.", dir.display())?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let downstream = exec_plans::downstream(servers).map_err(|e| anyhow::anyhow!(e))?;
+    let runtime = runtime()?;
+    let mut failed = 0;
+    for plan in &saved {
+        let imported = runtime.block_on(planb_app::import::import(store, &downstream, plan));
+        match imported {
+            Ok(planb_app::import::Imported::New {
+                task,
+                title,
+                steps,
+                run,
+                notes,
+            }) => {
+                writeln!(
+                    out,
+                    "{}: imported as {task}: {title} ({steps} steps){}",
+                    plan.id,
+                    run.map(|r| format!("; its checkpoint: {r}"))
+                        .unwrap_or_default()
+                )?;
+                for note in notes {
+                    writeln!(out, "  {note}")?;
+                }
+            }
+            Ok(planb_app::import::Imported::Already(task)) => {
+                writeln!(out, "{}: imported before, as {task}", plan.id)?;
+            }
+            Err(error) => {
+                failed += 1;
+                writeln!(out, "{}: not imported: {error}", plan.id)?;
+            }
+        }
+    }
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// `plan run ID --dry-run`: the plan traced with its arguments resolved,
+/// nothing called.
+fn trace(task: &planb_core::Task, knobs: &Knobs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
+    let plan = plans::load(task)?;
+    let variables = knobs.variables()?;
+    writeln!(out, "[DRY RUN] Executing plan: {}", shown(&plan.title))?;
+    let outcome = plans::dry_run(&plan, task.id, &variables.unwrap_or_default());
+    for step in &outcome.steps {
+        let after: Vec<&str> = plan
+            .position(&step.index)
+            .map(|at| {
+                plan.needs(at)
+                    .iter()
+                    .map(|&n| plan.steps[n].index.as_str())
+                    .collect()
+            })
+            .unwrap_or_default();
+        writeln!(
+            out,
+            "  Step {}: {} [{}] args {}{} → {}",
+            step.index,
+            shown(&step.title),
+            step.tool,
+            step.args,
+            if after.is_empty() {
+                String::new()
+            } else {
+                format!(" (after {})", after.join(", "))
+            },
+            step.result.as_ref().map_or(Value::Null, Clone::clone)
+        )?;
+    }
+    writeln!(
+        out,
+        "Variables: {}",
+        serde_json::to_string(&outcome.variables)?
+    )?;
+    writeln!(
+        out,
+        "[DRY RUN] Plan completed: {} steps, no tool called",
+        outcome.steps.len()
+    )?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn execute(
