@@ -688,7 +688,7 @@ impl State {
     }
 
     pub(super) fn decide_task(&self, command: Command) -> Result<Option<EventBody>, Rejection> {
-        Ok(Some(match command {
+        match command {
             Command::CreateTask {
                 task,
                 pipeline,
@@ -698,86 +698,22 @@ impl State {
                 target,
                 model_profile,
                 client_request_id,
-            } => {
-                if self.is_repeat(task, client_request_id.as_deref(), false)? {
-                    return Ok(None);
-                }
-                if prompt.trim().is_empty() {
-                    return Err(refuse(
-                        TaskErrorCode::InvalidArgument,
-                        "prompt: must not be empty",
-                    ));
-                }
-                chars_at_most("prompt", &prompt, TASK_PROMPT_CHARS_MAX)?;
-                if !SPEEDS.contains(&speed.as_str()) {
-                    return Err(refuse(
-                        TaskErrorCode::InvalidArgument,
-                        format!("speed_vs_detail: {speed:?} is not one of ping, fast, all"),
-                    ));
-                }
-                step_name("target", &target)?;
-                EventBody::TaskCreated {
-                    task,
-                    pipeline,
-                    pipeline_version,
-                    prompt,
-                    speed,
-                    target,
-                    model_profile,
-                    client_request_id,
-                }
-            }
+            } => self.decide_create_task(
+                task,
+                pipeline,
+                pipeline_version,
+                prompt,
+                speed,
+                target,
+                model_profile,
+                client_request_id,
+            ),
             Command::CreatePlan {
                 task,
                 definition,
                 client_request_id,
-            } => {
-                if self.is_repeat(task, client_request_id.as_deref(), true)? {
-                    return Ok(None);
-                }
-                if definition.len() > PLAN_DEFINITION_BYTES_MAX {
-                    return Err(refuse(
-                        TaskErrorCode::Conflict,
-                        format!(
-                            "the plan is {} bytes; at most {PLAN_DEFINITION_BYTES_MAX} are accepted",
-                            definition.len()
-                        ),
-                    ));
-                }
-                // What is recorded must read back as the plan it claims to be.
-                let plan = crate::exec_plan::ExecPlan::from_definition(&definition)
-                    .map_err(|e| refuse(TaskErrorCode::Conflict, format!("definition: {e}")))?;
-                let title = plan.title;
-                EventBody::PlanCreated {
-                    task,
-                    title,
-                    definition,
-                    client_request_id,
-                }
-            }
-            Command::DeletePlan { task } => {
-                let found = self.known_task(task)?;
-                let Some(plan) = &found.plan else {
-                    return Err(refuse(
-                        TaskErrorCode::TaskNotFound,
-                        format!("{task} is a task, not an execution plan"),
-                    ));
-                };
-                if plan.deleted {
-                    return Ok(None);
-                }
-                if let Some(active) = found.active_run() {
-                    return Err(refuse(
-                        TaskErrorCode::RunAlreadyActive,
-                        format!(
-                            "run {} of plan {task} is {}; stop it before deleting the plan",
-                            active.id,
-                            active.state.as_str()
-                        ),
-                    ));
-                }
-                EventBody::PlanDeleted { task }
-            }
+            } => self.decide_create_plan(task, definition, client_request_id),
+            Command::DeletePlan { task } => self.decide_delete_plan(task),
             Command::StartRun {
                 task,
                 run,
@@ -785,87 +721,14 @@ impl State {
                 owner_pid,
                 host,
                 variables,
-            } => {
-                let found = self.known_task(task)?;
-                if found.plan.as_ref().is_some_and(|p| p.deleted) {
-                    return Err(refuse(
-                        TaskErrorCode::TaskNotFound,
-                        format!("plan {task} was deleted"),
-                    ));
-                }
-                if let Some(active) = found.active_run() {
-                    return Err(refuse(
-                        TaskErrorCode::RunAlreadyActive,
-                        format!(
-                            "run {} of task {task} is {}",
-                            active.id,
-                            active.state.as_str()
-                        ),
-                    ));
-                }
-                // A plan is a recipe: running it again is expected.
-                if found.plan.is_none()
-                    && found
-                        .runs
-                        .last()
-                        .is_some_and(|r| r.state == RunState::Completed)
-                {
-                    return Err(refuse(
-                        TaskErrorCode::Conflict,
-                        format!("task {task} is completed; create a new task to plan again"),
-                    ));
-                }
-                if found.runs.iter().any(|r| r.id == run) {
-                    return Err(refuse(TaskErrorCode::Conflict, format!("run {run} exists")));
-                }
-                if let Some(previous) = resumed_from {
-                    found.run(previous)?;
-                }
-                if let Some(variables) = &variables
-                    && variables.len() > PLAN_DEFINITION_BYTES_MAX
-                {
-                    return Err(refuse(
-                        TaskErrorCode::Conflict,
-                        format!(
-                            "variables: {} bytes; at most {PLAN_DEFINITION_BYTES_MAX} are accepted",
-                            variables.len()
-                        ),
-                    ));
-                }
-                EventBody::RunStarted {
-                    task,
-                    run,
-                    resumed_from,
-                    owner_pid,
-                    host,
-                    variables,
-                }
-            }
+            } => self.decide_start_run(task, run, resumed_from, owner_pid, host, variables),
             Command::StartStep {
                 task,
                 run,
                 step,
                 input,
                 call,
-            } => {
-                let found = self.known_task(task)?;
-                let active = found.active(run)?;
-                if active.state != RunState::Running {
-                    return Err(refuse(
-                        TaskErrorCode::RunNotActive,
-                        format!("run {run} is stopping: no new step starts"),
-                    ));
-                }
-                let attempt = start_attempt(found, active, &step, |s| active.running.contains(s))?;
-                EventBody::StepStarted {
-                    task,
-                    run,
-                    step,
-                    attempt,
-                    input,
-                    call,
-                }
-            }
+            } => self.decide_start_step(task, run, step, input, call),
             Command::SucceedStep {
                 task,
                 run,
@@ -876,20 +739,17 @@ impl State {
                 duration_ms,
                 tokens_in,
                 tokens_out,
-            } => {
-                self.running_step(task, run, &step)?;
-                EventBody::StepSucceeded {
-                    task,
-                    run,
-                    step,
-                    input,
-                    artifact,
-                    bytes,
-                    duration_ms,
-                    tokens_in,
-                    tokens_out,
-                }
-            }
+            } => self.decide_succeed_step(
+                task,
+                run,
+                step,
+                input,
+                artifact,
+                bytes,
+                duration_ms,
+                tokens_in,
+                tokens_out,
+            ),
             Command::FailStep {
                 task,
                 run,
@@ -897,66 +757,15 @@ impl State {
                 class,
                 message,
                 recoverable,
-            } => {
-                self.running_step(task, run, &step)?;
-                chars_at_most("message", &message, STEP_MESSAGE_CHARS_MAX)?;
-                EventBody::StepFailed {
-                    task,
-                    run,
-                    step,
-                    class,
-                    message,
-                    recoverable,
-                }
-            }
+            } => self.decide_fail_step(task, run, step, class, message, recoverable),
             Command::EditArtifact {
                 task,
                 step,
                 artifact,
                 bytes,
                 by,
-            } => {
-                let found = self.known_task(task)?;
-                if let Some(active) = found.active_run() {
-                    return Err(refuse(
-                        TaskErrorCode::RunningReadonly,
-                        format!(
-                            "run {} is {}: stop it (task_stop) before editing an artifact",
-                            active.id,
-                            active.state.as_str()
-                        ),
-                    ));
-                }
-                let Some(current) = found.successes.get(&step) else {
-                    return Err(refuse(
-                        TaskErrorCode::InvalidArtifactUri,
-                        format!("step {step:?} of task {task} has no artifact"),
-                    ));
-                };
-                if current.artifact == artifact {
-                    return Ok(None);
-                }
-                EventBody::ArtifactEdited {
-                    task,
-                    step,
-                    artifact,
-                    bytes,
-                    by,
-                }
-            }
-            Command::RequestStop { task } => {
-                let found = self.known_task(task)?;
-                match found.active_run() {
-                    Some(run) if run.state == RunState::Stopping => return Ok(None),
-                    Some(run) => EventBody::StopRequested { task, run: run.id },
-                    None => {
-                        return Err(refuse(
-                            TaskErrorCode::RunNotActive,
-                            format!("task {task} has no active run to stop"),
-                        ));
-                    }
-                }
-            }
+            } => self.decide_edit_artifact(task, step, artifact, bytes, by),
+            Command::RequestStop { task } => self.decide_request_stop(task),
             Command::EndRun {
                 task,
                 run,
@@ -964,51 +773,395 @@ impl State {
                 reason,
                 failed_step,
                 recoverable,
-            } => {
-                let active = self.known_task(task)?.active(run)?;
-                if outcome == RunOutcome::Completed && !active.running.is_empty() {
-                    return Err(refuse(
-                        TaskErrorCode::Conflict,
-                        format!(
-                            "run {run} cannot complete with steps still running: {}",
-                            active
-                                .running
-                                .iter()
-                                .cloned()
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        ),
-                    ));
-                }
-                EventBody::RunEnded {
-                    task,
-                    run,
-                    outcome,
-                    reason,
-                    failed_step,
-                    recoverable,
-                }
-            }
+            } => self.decide_end_run(task, run, outcome, reason, failed_step, recoverable),
             Command::AppendRunLog { task, run, lines } => {
-                self.known_task(task)?.active(run)?;
-                if lines.len() > RUN_LOG_LINES_MAX {
-                    return Err(refuse(
-                        TaskErrorCode::Conflict,
-                        format!(
-                            "lines: at most {RUN_LOG_LINES_MAX} in one record (got {})",
-                            lines.len()
-                        ),
-                    ));
-                }
-                for (i, line) in lines.iter().enumerate() {
-                    chars_at_most(&format!("lines[{i}]"), line, RUN_LOG_LINE_CHARS_MAX)?;
-                }
-                if lines.is_empty() {
-                    return Ok(None);
-                }
-                EventBody::RunLog { task, run, lines }
+                self.decide_append_run_log(task, run, lines)
             }
             other => unreachable!("decide_task is only called for task commands: {other:?}"),
+        }
+    }
+
+    /// Decides a `CreateTask` command.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "one argument per field of its command"
+    )]
+    fn decide_create_task(
+        &self,
+        task: crate::id::TaskId,
+        pipeline: String,
+        pipeline_version: u32,
+        prompt: String,
+        speed: String,
+        target: String,
+        model_profile: Option<String>,
+        client_request_id: Option<String>,
+    ) -> Result<Option<EventBody>, Rejection> {
+        Ok(Some({
+            if self.is_repeat(task, client_request_id.as_deref(), false)? {
+                return Ok(None);
+            }
+            if prompt.trim().is_empty() {
+                return Err(refuse(
+                    TaskErrorCode::InvalidArgument,
+                    "prompt: must not be empty",
+                ));
+            }
+            chars_at_most("prompt", &prompt, TASK_PROMPT_CHARS_MAX)?;
+            if !SPEEDS.contains(&speed.as_str()) {
+                return Err(refuse(
+                    TaskErrorCode::InvalidArgument,
+                    format!("speed_vs_detail: {speed:?} is not one of ping, fast, all"),
+                ));
+            }
+            step_name("target", &target)?;
+            EventBody::TaskCreated {
+                task,
+                pipeline,
+                pipeline_version,
+                prompt,
+                speed,
+                target,
+                model_profile,
+                client_request_id,
+            }
+        }))
+    }
+
+    /// Decides a `CreatePlan` command.
+    fn decide_create_plan(
+        &self,
+        task: crate::id::TaskId,
+        definition: String,
+        client_request_id: Option<String>,
+    ) -> Result<Option<EventBody>, Rejection> {
+        Ok(Some({
+            if self.is_repeat(task, client_request_id.as_deref(), true)? {
+                return Ok(None);
+            }
+            if definition.len() > PLAN_DEFINITION_BYTES_MAX {
+                return Err(refuse(
+                    TaskErrorCode::Conflict,
+                    format!(
+                        "the plan is {} bytes; at most {PLAN_DEFINITION_BYTES_MAX} are accepted",
+                        definition.len()
+                    ),
+                ));
+            }
+            // What is recorded must read back as the plan it claims to be.
+            let plan = crate::exec_plan::ExecPlan::from_definition(&definition)
+                .map_err(|e| refuse(TaskErrorCode::Conflict, format!("definition: {e}")))?;
+            let title = plan.title;
+            EventBody::PlanCreated {
+                task,
+                title,
+                definition,
+                client_request_id,
+            }
+        }))
+    }
+
+    /// Decides a `DeletePlan` command.
+    fn decide_delete_plan(&self, task: crate::id::TaskId) -> Result<Option<EventBody>, Rejection> {
+        Ok(Some({
+            let found = self.known_task(task)?;
+            let Some(plan) = &found.plan else {
+                return Err(refuse(
+                    TaskErrorCode::TaskNotFound,
+                    format!("{task} is a task, not an execution plan"),
+                ));
+            };
+            if plan.deleted {
+                return Ok(None);
+            }
+            if let Some(active) = found.active_run() {
+                return Err(refuse(
+                    TaskErrorCode::RunAlreadyActive,
+                    format!(
+                        "run {} of plan {task} is {}; stop it before deleting the plan",
+                        active.id,
+                        active.state.as_str()
+                    ),
+                ));
+            }
+            EventBody::PlanDeleted { task }
+        }))
+    }
+
+    /// Decides a `StartRun` command.
+    fn decide_start_run(
+        &self,
+        task: crate::id::TaskId,
+        run: crate::id::RunId,
+        resumed_from: Option<crate::id::RunId>,
+        owner_pid: u32,
+        host: String,
+        variables: Option<String>,
+    ) -> Result<Option<EventBody>, Rejection> {
+        Ok(Some({
+            let found = self.known_task(task)?;
+            if found.plan.as_ref().is_some_and(|p| p.deleted) {
+                return Err(refuse(
+                    TaskErrorCode::TaskNotFound,
+                    format!("plan {task} was deleted"),
+                ));
+            }
+            if let Some(active) = found.active_run() {
+                return Err(refuse(
+                    TaskErrorCode::RunAlreadyActive,
+                    format!(
+                        "run {} of task {task} is {}",
+                        active.id,
+                        active.state.as_str()
+                    ),
+                ));
+            }
+            // A plan is a recipe: running it again is expected.
+            if found.plan.is_none()
+                && found
+                    .runs
+                    .last()
+                    .is_some_and(|r| r.state == RunState::Completed)
+            {
+                return Err(refuse(
+                    TaskErrorCode::Conflict,
+                    format!("task {task} is completed; create a new task to plan again"),
+                ));
+            }
+            if found.runs.iter().any(|r| r.id == run) {
+                return Err(refuse(TaskErrorCode::Conflict, format!("run {run} exists")));
+            }
+            if let Some(previous) = resumed_from {
+                found.run(previous)?;
+            }
+            if let Some(variables) = &variables
+                && variables.len() > PLAN_DEFINITION_BYTES_MAX
+            {
+                return Err(refuse(
+                    TaskErrorCode::Conflict,
+                    format!(
+                        "variables: {} bytes; at most {PLAN_DEFINITION_BYTES_MAX} are accepted",
+                        variables.len()
+                    ),
+                ));
+            }
+            EventBody::RunStarted {
+                task,
+                run,
+                resumed_from,
+                owner_pid,
+                host,
+                variables,
+            }
+        }))
+    }
+
+    /// Decides a `StartStep` command.
+    fn decide_start_step(
+        &self,
+        task: crate::id::TaskId,
+        run: crate::id::RunId,
+        step: String,
+        input: [u8; 32],
+        call: Option<[u8; 32]>,
+    ) -> Result<Option<EventBody>, Rejection> {
+        Ok(Some({
+            let found = self.known_task(task)?;
+            let active = found.active(run)?;
+            if active.state != RunState::Running {
+                return Err(refuse(
+                    TaskErrorCode::RunNotActive,
+                    format!("run {run} is stopping: no new step starts"),
+                ));
+            }
+            let attempt = start_attempt(found, active, &step, |s| active.running.contains(s))?;
+            EventBody::StepStarted {
+                task,
+                run,
+                step,
+                attempt,
+                input,
+                call,
+            }
+        }))
+    }
+
+    /// Decides a `SucceedStep` command.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "one argument per field of its command"
+    )]
+    fn decide_succeed_step(
+        &self,
+        task: crate::id::TaskId,
+        run: crate::id::RunId,
+        step: String,
+        input: [u8; 32],
+        artifact: [u8; 32],
+        bytes: u64,
+        duration_ms: u64,
+        tokens_in: u64,
+        tokens_out: u64,
+    ) -> Result<Option<EventBody>, Rejection> {
+        Ok(Some({
+            self.running_step(task, run, &step)?;
+            EventBody::StepSucceeded {
+                task,
+                run,
+                step,
+                input,
+                artifact,
+                bytes,
+                duration_ms,
+                tokens_in,
+                tokens_out,
+            }
+        }))
+    }
+
+    /// Decides a `FailStep` command.
+    fn decide_fail_step(
+        &self,
+        task: crate::id::TaskId,
+        run: crate::id::RunId,
+        step: String,
+        class: String,
+        message: String,
+        recoverable: bool,
+    ) -> Result<Option<EventBody>, Rejection> {
+        Ok(Some({
+            self.running_step(task, run, &step)?;
+            chars_at_most("message", &message, STEP_MESSAGE_CHARS_MAX)?;
+            EventBody::StepFailed {
+                task,
+                run,
+                step,
+                class,
+                message,
+                recoverable,
+            }
+        }))
+    }
+
+    /// Decides a `EditArtifact` command.
+    fn decide_edit_artifact(
+        &self,
+        task: crate::id::TaskId,
+        step: String,
+        artifact: [u8; 32],
+        bytes: u64,
+        by: String,
+    ) -> Result<Option<EventBody>, Rejection> {
+        Ok(Some({
+            let found = self.known_task(task)?;
+            if let Some(active) = found.active_run() {
+                return Err(refuse(
+                    TaskErrorCode::RunningReadonly,
+                    format!(
+                        "run {} is {}: stop it (task_stop) before editing an artifact",
+                        active.id,
+                        active.state.as_str()
+                    ),
+                ));
+            }
+            let Some(current) = found.successes.get(&step) else {
+                return Err(refuse(
+                    TaskErrorCode::InvalidArtifactUri,
+                    format!("step {step:?} of task {task} has no artifact"),
+                ));
+            };
+            if current.artifact == artifact {
+                return Ok(None);
+            }
+            EventBody::ArtifactEdited {
+                task,
+                step,
+                artifact,
+                bytes,
+                by,
+            }
+        }))
+    }
+
+    /// Decides a `RequestStop` command.
+    fn decide_request_stop(&self, task: crate::id::TaskId) -> Result<Option<EventBody>, Rejection> {
+        Ok(Some({
+            let found = self.known_task(task)?;
+            match found.active_run() {
+                Some(run) if run.state == RunState::Stopping => return Ok(None),
+                Some(run) => EventBody::StopRequested { task, run: run.id },
+                None => {
+                    return Err(refuse(
+                        TaskErrorCode::RunNotActive,
+                        format!("task {task} has no active run to stop"),
+                    ));
+                }
+            }
+        }))
+    }
+
+    /// Decides a `EndRun` command.
+    fn decide_end_run(
+        &self,
+        task: crate::id::TaskId,
+        run: crate::id::RunId,
+        outcome: crate::event::RunOutcome,
+        reason: Option<String>,
+        failed_step: Option<String>,
+        recoverable: bool,
+    ) -> Result<Option<EventBody>, Rejection> {
+        Ok(Some({
+            let active = self.known_task(task)?.active(run)?;
+            if outcome == RunOutcome::Completed && !active.running.is_empty() {
+                return Err(refuse(
+                    TaskErrorCode::Conflict,
+                    format!(
+                        "run {run} cannot complete with steps still running: {}",
+                        active
+                            .running
+                            .iter()
+                            .cloned()
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                ));
+            }
+            EventBody::RunEnded {
+                task,
+                run,
+                outcome,
+                reason,
+                failed_step,
+                recoverable,
+            }
+        }))
+    }
+
+    /// Decides a `AppendRunLog` command.
+    fn decide_append_run_log(
+        &self,
+        task: crate::id::TaskId,
+        run: crate::id::RunId,
+        lines: Vec<String>,
+    ) -> Result<Option<EventBody>, Rejection> {
+        Ok(Some({
+            self.known_task(task)?.active(run)?;
+            if lines.len() > RUN_LOG_LINES_MAX {
+                return Err(refuse(
+                    TaskErrorCode::Conflict,
+                    format!(
+                        "lines: at most {RUN_LOG_LINES_MAX} in one record (got {})",
+                        lines.len()
+                    ),
+                ));
+            }
+            for (i, line) in lines.iter().enumerate() {
+                chars_at_most(&format!("lines[{i}]"), line, RUN_LOG_LINE_CHARS_MAX)?;
+            }
+            if lines.is_empty() {
+                return Ok(None);
+            }
+            EventBody::RunLog { task, run, lines }
         }))
     }
 
@@ -1026,7 +1179,7 @@ impl State {
     /// Folds a DAG engine event. Events the rules would have refused (a
     /// damaged or hand-made log) change nothing.
     pub(super) fn apply_task(&mut self, body: &EventBody, at: Timestamp) {
-        match body {
+        let touched = match body {
             EventBody::TaskCreated {
                 task,
                 pipeline,
@@ -1036,60 +1189,24 @@ impl State {
                 target,
                 model_profile,
                 client_request_id,
-            } => {
-                self.tasks.entry(*task).or_insert_with(|| Task {
-                    id: *task,
-                    created_at: at,
-                    updated_at: at,
-                    pipeline: pipeline.clone(),
-                    pipeline_version: *pipeline_version,
-                    prompt: prompt.clone(),
-                    speed: speed.clone(),
-                    target: target.clone(),
-                    model_profile: model_profile.clone(),
-                    client_request_id: client_request_id.clone(),
-                    runs: Runs::default(),
-                    successes: BTreeMap::new(),
-                    log_tail: std::collections::VecDeque::new(),
-                    log_lines: 0,
-                    plan: None,
-                });
-                return;
-            }
+            } => self.apply_task_created(
+                task,
+                pipeline,
+                pipeline_version,
+                prompt,
+                speed,
+                target,
+                model_profile,
+                client_request_id,
+                at,
+            ),
             EventBody::PlanCreated {
                 task,
                 title,
                 definition,
                 client_request_id,
-            } => {
-                self.tasks.entry(*task).or_insert_with(|| Task {
-                    id: *task,
-                    created_at: at,
-                    updated_at: at,
-                    pipeline: EXEC_PLAN_PIPELINE.to_owned(),
-                    pipeline_version: 1,
-                    prompt: title.clone(),
-                    speed: String::new(),
-                    target: String::new(),
-                    model_profile: None,
-                    client_request_id: client_request_id.clone(),
-                    runs: Runs::default(),
-                    successes: BTreeMap::new(),
-                    log_tail: std::collections::VecDeque::new(),
-                    log_lines: 0,
-                    plan: Some(PlanInfo {
-                        title: title.clone(),
-                        definition: definition.clone(),
-                        deleted: false,
-                    }),
-                });
-                return;
-            }
-            EventBody::PlanDeleted { task } => {
-                if let Some(plan) = self.tasks.get_mut(task).and_then(|t| t.plan.as_mut()) {
-                    plan.deleted = true;
-                }
-            }
+            } => self.apply_plan_created(task, title, definition, client_request_id, at),
+            EventBody::PlanDeleted { task } => self.apply_plan_deleted(task),
             EventBody::RunStarted {
                 task,
                 run,
@@ -1097,46 +1214,14 @@ impl State {
                 owner_pid,
                 host,
                 variables,
-            } => {
-                let Some(found) = self.tasks.get_mut(task) else {
-                    return;
-                };
-                if found.runs.iter().any(|r| r.id == *run) {
-                    return;
-                }
-                found.runs.push(Arc::new(Run {
-                    id: *run,
-                    resumed_from: *resumed_from,
-                    owner_pid: *owner_pid,
-                    host: host.clone(),
-                    started_at: at,
-                    last_progress_at: at,
-                    state: RunState::Running,
-                    ended_at: None,
-                    reason: None,
-                    failed_step: None,
-                    recoverable: false,
-                    running: BTreeSet::new(),
-                    attempts: BTreeMap::new(),
-                    succeeded: BTreeSet::new(),
-                    failures: 0,
-                    log_lines: 0,
-                    variables: variables.clone(),
-                }));
-            }
+            } => self.apply_run_started(task, run, resumed_from, owner_pid, host, variables, at),
             EventBody::StepStarted {
                 task,
                 run,
                 step,
                 attempt,
                 ..
-            } => {
-                if let Some(found) = self.run_mut(*task, *run) {
-                    found.running.insert(step.clone());
-                    found.attempts.insert(step.clone(), *attempt);
-                    found.last_progress_at = at;
-                }
-            }
+            } => self.apply_step_started(task, run, step, attempt, at),
             EventBody::StepSucceeded {
                 task,
                 run,
@@ -1145,60 +1230,18 @@ impl State {
                 artifact,
                 bytes,
                 ..
-            } => {
-                let Some(found) = self.run_mut(*task, *run) else {
-                    return;
-                };
-                found.running.remove(step);
-                found.succeeded.insert(step.clone());
-                found.last_progress_at = at;
-                if let Some(task) = self.tasks.get_mut(task) {
-                    task.successes.insert(
-                        step.clone(),
-                        StepSuccess {
-                            input: *input,
-                            artifact: *artifact,
-                            bytes: *bytes,
-                            edited: false,
-                            at,
-                        },
-                    );
-                }
-            }
+            } => self.apply_step_succeeded(task, run, step, input, artifact, bytes, at),
             EventBody::StepFailed {
                 task, run, step, ..
-            } => {
-                if let Some(found) = self.run_mut(*task, *run) {
-                    found.running.remove(step);
-                    found.failures = found.failures.saturating_add(1);
-                    found.last_progress_at = at;
-                }
-            }
+            } => self.apply_step_failed(task, run, step, at),
             EventBody::ArtifactEdited {
                 task,
                 step,
                 artifact,
                 bytes,
                 ..
-            } => {
-                if let Some(success) = self
-                    .tasks
-                    .get_mut(task)
-                    .and_then(|t| t.successes.get_mut(step))
-                {
-                    success.artifact = *artifact;
-                    success.bytes = *bytes;
-                    success.edited = true;
-                    success.at = at;
-                }
-            }
-            EventBody::StopRequested { task, run } => {
-                if let Some(found) = self.run_mut(*task, *run)
-                    && found.state == RunState::Running
-                {
-                    found.state = RunState::Stopping;
-                }
-            }
+            } => self.apply_artifact_edited(task, step, artifact, bytes, at),
+            EventBody::StopRequested { task, run } => self.apply_stop_requested(task, run),
             EventBody::RunEnded {
                 task,
                 run,
@@ -1206,47 +1249,290 @@ impl State {
                 reason,
                 failed_step,
                 recoverable,
-            } => {
-                if let Some(found) = self.run_mut(*task, *run)
-                    && found.state.is_active()
-                {
-                    found.state = match outcome {
-                        RunOutcome::Completed => RunState::Completed,
-                        RunOutcome::Stopped => RunState::Stopped,
-                        RunOutcome::Failed => RunState::Failed,
-                    };
-                    found.ended_at = Some(at);
-                    found.reason.clone_from(reason);
-                    found.failed_step.clone_from(failed_step);
-                    found.recoverable = *recoverable;
-                    found.running.clear();
-                }
-            }
-            EventBody::RunLog { task, run, lines } => {
-                let Some(found) = self.run_mut(*task, *run) else {
-                    return;
-                };
-                found.log_lines = found.log_lines.saturating_add(lines.len() as u64);
-                if let Some(found) = self.tasks.get_mut(task) {
-                    for line in lines {
-                        found.log_lines = found.log_lines.saturating_add(1);
-                        if found.log_tail.len() == LOG_TAIL_LINES {
-                            found.log_tail.pop_front();
-                        }
-                        found.log_tail.push_back(LogLine {
-                            number: found.log_lines,
-                            run: *run,
-                            at,
-                            text: line.clone(),
-                        });
-                    }
-                }
-            }
-            _ => return,
-        }
-        if let Some(task) = body.task().and_then(|t| self.tasks.get_mut(&t)) {
+            } => self.apply_run_ended(task, run, outcome, reason, failed_step, recoverable, at),
+            EventBody::RunLog { task, run, lines } => self.apply_run_log(task, run, lines, at),
+            _ => false,
+        };
+        if touched && let Some(task) = body.task().and_then(|t| self.tasks.get_mut(&t)) {
             task.updated_at = task.updated_at.max(at);
         }
+    }
+
+    /// Applies a `TaskCreated` event; whether it touched its task.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "one argument per field of its event"
+    )]
+    fn apply_task_created(
+        &mut self,
+        task: &TaskId,
+        pipeline: &str,
+        pipeline_version: &u32,
+        prompt: &str,
+        speed: &str,
+        target: &str,
+        model_profile: &Option<String>,
+        client_request_id: &Option<String>,
+        at: Timestamp,
+    ) -> bool {
+        self.tasks.entry(*task).or_insert_with(|| Task {
+            id: *task,
+            created_at: at,
+            updated_at: at,
+            pipeline: pipeline.to_owned(),
+            pipeline_version: *pipeline_version,
+            prompt: prompt.to_owned(),
+            speed: speed.to_owned(),
+            target: target.to_owned(),
+            model_profile: model_profile.clone(),
+            client_request_id: client_request_id.clone(),
+            runs: Runs::default(),
+            successes: BTreeMap::new(),
+            log_tail: std::collections::VecDeque::new(),
+            log_lines: 0,
+            plan: None,
+        });
+        false
+    }
+
+    /// Applies a `PlanCreated` event; whether it touched its task.
+    fn apply_plan_created(
+        &mut self,
+        task: &TaskId,
+        title: &str,
+        definition: &str,
+        client_request_id: &Option<String>,
+        at: Timestamp,
+    ) -> bool {
+        self.tasks.entry(*task).or_insert_with(|| Task {
+            id: *task,
+            created_at: at,
+            updated_at: at,
+            pipeline: EXEC_PLAN_PIPELINE.to_owned(),
+            pipeline_version: 1,
+            prompt: title.to_owned(),
+            speed: String::new(),
+            target: String::new(),
+            model_profile: None,
+            client_request_id: client_request_id.clone(),
+            runs: Runs::default(),
+            successes: BTreeMap::new(),
+            log_tail: std::collections::VecDeque::new(),
+            log_lines: 0,
+            plan: Some(PlanInfo {
+                title: title.to_owned(),
+                definition: definition.to_owned(),
+                deleted: false,
+            }),
+        });
+        false
+    }
+
+    /// Applies a `PlanDeleted` event; whether it touched its task.
+    fn apply_plan_deleted(&mut self, task: &TaskId) -> bool {
+        if let Some(plan) = self.tasks.get_mut(task).and_then(|t| t.plan.as_mut()) {
+            plan.deleted = true;
+        }
+        true
+    }
+
+    /// Applies a `RunStarted` event; whether it touched its task.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "one argument per field of its event"
+    )]
+    fn apply_run_started(
+        &mut self,
+        task: &TaskId,
+        run: &RunId,
+        resumed_from: &Option<RunId>,
+        owner_pid: &u32,
+        host: &str,
+        variables: &Option<String>,
+        at: Timestamp,
+    ) -> bool {
+        let Some(found) = self.tasks.get_mut(task) else {
+            return false;
+        };
+        if found.runs.iter().any(|r| r.id == *run) {
+            return false;
+        }
+        found.runs.push(Arc::new(Run {
+            id: *run,
+            resumed_from: *resumed_from,
+            owner_pid: *owner_pid,
+            host: host.to_owned(),
+            started_at: at,
+            last_progress_at: at,
+            state: RunState::Running,
+            ended_at: None,
+            reason: None,
+            failed_step: None,
+            recoverable: false,
+            running: BTreeSet::new(),
+            attempts: BTreeMap::new(),
+            succeeded: BTreeSet::new(),
+            failures: 0,
+            log_lines: 0,
+            variables: variables.clone(),
+        }));
+        true
+    }
+
+    /// Applies a `StepStarted` event; whether it touched its task.
+    fn apply_step_started(
+        &mut self,
+        task: &TaskId,
+        run: &RunId,
+        step: &str,
+        attempt: &u32,
+        at: Timestamp,
+    ) -> bool {
+        if let Some(found) = self.run_mut(*task, *run) {
+            found.running.insert(step.to_owned());
+            found.attempts.insert(step.to_owned(), *attempt);
+            found.last_progress_at = at;
+        }
+        true
+    }
+
+    /// Applies a `StepSucceeded` event; whether it touched its task.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "one argument per field of its event"
+    )]
+    fn apply_step_succeeded(
+        &mut self,
+        task: &TaskId,
+        run: &RunId,
+        step: &str,
+        input: &[u8; 32],
+        artifact: &[u8; 32],
+        bytes: &u64,
+        at: Timestamp,
+    ) -> bool {
+        let Some(found) = self.run_mut(*task, *run) else {
+            return false;
+        };
+        found.running.remove(step);
+        found.succeeded.insert(step.to_owned());
+        found.last_progress_at = at;
+        if let Some(task) = self.tasks.get_mut(task) {
+            task.successes.insert(
+                step.to_owned(),
+                StepSuccess {
+                    input: *input,
+                    artifact: *artifact,
+                    bytes: *bytes,
+                    edited: false,
+                    at,
+                },
+            );
+        }
+        true
+    }
+
+    /// Applies a `StepFailed` event; whether it touched its task.
+    fn apply_step_failed(&mut self, task: &TaskId, run: &RunId, step: &str, at: Timestamp) -> bool {
+        if let Some(found) = self.run_mut(*task, *run) {
+            found.running.remove(step);
+            found.failures = found.failures.saturating_add(1);
+            found.last_progress_at = at;
+        }
+        true
+    }
+
+    /// Applies a `ArtifactEdited` event; whether it touched its task.
+    fn apply_artifact_edited(
+        &mut self,
+        task: &TaskId,
+        step: &str,
+        artifact: &[u8; 32],
+        bytes: &u64,
+        at: Timestamp,
+    ) -> bool {
+        if let Some(success) = self
+            .tasks
+            .get_mut(task)
+            .and_then(|t| t.successes.get_mut(step))
+        {
+            success.artifact = *artifact;
+            success.bytes = *bytes;
+            success.edited = true;
+            success.at = at;
+        }
+        true
+    }
+
+    /// Applies a `StopRequested` event; whether it touched its task.
+    fn apply_stop_requested(&mut self, task: &TaskId, run: &RunId) -> bool {
+        if let Some(found) = self.run_mut(*task, *run)
+            && found.state == RunState::Running
+        {
+            found.state = RunState::Stopping;
+        }
+        true
+    }
+
+    /// Applies a `RunEnded` event; whether it touched its task.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "one argument per field of its event"
+    )]
+    fn apply_run_ended(
+        &mut self,
+        task: &TaskId,
+        run: &RunId,
+        outcome: &RunOutcome,
+        reason: &Option<String>,
+        failed_step: &Option<String>,
+        recoverable: &bool,
+        at: Timestamp,
+    ) -> bool {
+        if let Some(found) = self.run_mut(*task, *run)
+            && found.state.is_active()
+        {
+            found.state = match outcome {
+                RunOutcome::Completed => RunState::Completed,
+                RunOutcome::Stopped => RunState::Stopped,
+                RunOutcome::Failed => RunState::Failed,
+            };
+            found.ended_at = Some(at);
+            found.reason.clone_from(reason);
+            found.failed_step.clone_from(failed_step);
+            found.recoverable = *recoverable;
+            found.running.clear();
+        }
+        true
+    }
+
+    /// Applies a `RunLog` event; whether it touched its task.
+    fn apply_run_log(
+        &mut self,
+        task: &TaskId,
+        run: &RunId,
+        lines: &Vec<String>,
+        at: Timestamp,
+    ) -> bool {
+        let Some(found) = self.run_mut(*task, *run) else {
+            return false;
+        };
+        found.log_lines = found.log_lines.saturating_add(lines.len() as u64);
+        if let Some(found) = self.tasks.get_mut(task) {
+            for line in lines {
+                found.log_lines = found.log_lines.saturating_add(1);
+                if found.log_tail.len() == LOG_TAIL_LINES {
+                    found.log_tail.pop_front();
+                }
+                found.log_tail.push_back(LogLine {
+                    number: found.log_lines,
+                    run: *run,
+                    at,
+                    text: line.clone(),
+                });
+            }
+        }
+        true
     }
 
     fn run_mut(&mut self, task: TaskId, run: RunId) -> Option<&mut Run> {
