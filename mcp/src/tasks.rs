@@ -130,7 +130,16 @@ fn state_name(task: &Task) -> &'static str {
     task.runs.last().map_or("created", |run| run.state.as_str())
 }
 
+/// Whether prompts are kept out of lists and replays
+/// (`PLANB_REDACT_PROMPTS=1`).
+pub(crate) fn prompts_redacted() -> bool {
+    std::env::var("PLANB_REDACT_PROMPTS").is_ok_and(|v| v.trim() == "1")
+}
+
 fn prompt_summary(prompt: &str) -> String {
+    if prompts_redacted() {
+        return "[prompt redacted]".to_owned();
+    }
     let flat: String = prompt.split_whitespace().collect::<Vec<_>>().join(" ");
     planb_core::text::clip(&flat, 120)
 }
@@ -240,6 +249,14 @@ fn status_of(root: &DataRoot, task: &Task, run: Option<&Run>, now: planb_core::T
         "files_count": files_count,
         "planexe": {"version": PLANEXE_VERSION},
     });
+    if prompts_redacted()
+        && let Value::Object(map) = &mut value
+    {
+        map.insert(
+            "prompt_redacted".into(),
+            "the prompt is kept out of task lists, run logs and planb-retro (PLANB_REDACT_PROMPTS=1); the log keeps it for the run".into(),
+        );
+    }
     if let Some(run) = run.filter(|r| r.state == RunState::Failed)
         && let Value::Object(map) = &mut value
     {

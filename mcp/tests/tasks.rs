@@ -1854,3 +1854,29 @@ async fn a_hand_edit_is_recorded_before_a_tool_writes_another_file_of_the_folder
     );
     server.client.cancel().await.expect("close");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_prompts_redacted_lists_show_no_prompt_and_the_status_says_so() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = ModelServer::start(Script::INSTANT).await;
+    let server = start_planb(dir.path(), Some(&model), &[("PLANB_REDACT_PROMPTS", "1")]).await;
+    let task = create(&server, "ping").await;
+    let listed = ok(&call(&server, "task_list", json!({})).await);
+    let text = listed.to_string();
+    assert!(!text.contains("bakery"), "{text}");
+    assert_eq!(
+        listed["tasks"][0]["prompt_summary"], "[prompt redacted]",
+        "{listed}"
+    );
+    let done = wait(&server, &task).await;
+    assert!(done["prompt_redacted"].is_string(), "{done}");
+    // The run's log carries no prompt text either.
+    let logs = ok(&call(
+        &server,
+        "task_logs_tail",
+        json!({"task_id": task, "max_lines": 500}),
+    )
+    .await);
+    assert!(!logs.to_string().contains("bakery"), "{logs}");
+    server.client.cancel().await.expect("close");
+}

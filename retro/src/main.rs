@@ -79,6 +79,10 @@ fn main() -> ExitCode {
     // `--help`, `--version` and an unknown argument end here, before anything
     // is served.
     let cli = Cli::parse();
+    // Prompts kept out of everything but the log itself.
+    planb_ui::pages::redact_prompts(
+        std::env::var("PLANB_REDACT_PROMPTS").is_ok_and(|v| v.trim() == "1"),
+    );
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -32,6 +32,80 @@ fn help_version_and_unknown_arguments_end_before_anything_is_served() {
     assert!(said.contains("--bogus") && said.contains("Usage"), "{said}");
 }
 
+/// GETs `path` from a `planb-retro` on `port`, waiting for it to listen.
+fn get(port: u16, path: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            stream
+                .write_all(
+                    format!(
+                        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+                    )
+                    .as_bytes(),
+                )
+                .expect("request");
+            let mut page = String::new();
+            stream.read_to_string(&mut page).expect("response");
+            return page;
+        }
+        assert!(Instant::now() < deadline, "nothing served on {port}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn free_port() -> u16 {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    probe.local_addr().expect("addr").port()
+}
+
+#[test]
+fn with_prompts_redacted_no_page_shows_a_task_s_prompt() {
+    use planb_core::{Command, TaskId, Timestamp};
+    use planb_projections::{DataRoot, FixedEnvironment, Store};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = DataRoot::new(dir.path());
+    let env = std::sync::Arc::new(FixedEnvironment::new(Timestamp(1_700_000_000_000), 1_000));
+    let (store, _) = Store::open(root, env).expect("open store");
+    let task = TaskId::from_uuid(uuid::Uuid::new_v4());
+    let pipeline = planb_engine::pipelines::project_plan();
+    store
+        .execute(Command::CreateTask {
+            task,
+            pipeline: pipeline.name().into(),
+            pipeline_version: pipeline.version(),
+            prompt: "Secret merger of Acme and Globex".into(),
+            speed: "fast".into(),
+            target: "build_plan".into(),
+            model_profile: None,
+            client_request_id: None,
+        })
+        .expect("create");
+    drop(store);
+    for (redact, shown) in [("1", false), ("0", true)] {
+        let port = free_port();
+        let mut child = retro()
+            .args(["--data-dir", dir.path().to_str().expect("utf8")])
+            .args(["--port", &port.to_string()])
+            .env("PLANB_REDACT_PROMPTS", redact)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn");
+        for path in ["/".to_owned(), format!("/tasks/{task}")] {
+            let page = get(port, &path);
+            assert!(page.starts_with("HTTP/1.1 200"), "{path}: {page}");
+            assert_eq!(
+                page.contains("Secret merger"),
+                shown,
+                "{path} (redact={redact})"
+            );
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
 #[test]
 fn data_dir_and_port_choose_what_is_served_where() {
     let dir = tempfile::tempdir().expect("tempdir");

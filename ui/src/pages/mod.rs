@@ -32,7 +32,7 @@ pub use retro::{
 };
 pub use retro_task::{
     ArtifactVersion, CallEnd, PlanCall, PlanStepView, PromptView, RUNS_SHOWN, StepView, Steps,
-    TaskView, retro_plan_step_page, retro_step_page, retro_task_page,
+    TaskView, redact_prompts, retro_plan_step_page, retro_step_page, retro_task_page,
 };
 pub use review::{ReviewView, review_page};
 pub use shell::message_page;

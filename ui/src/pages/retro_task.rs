@@ -24,7 +24,27 @@ fn state_of(task: &Task) -> &'static str {
     task.runs.last().map_or("created", |run| run.state.as_str())
 }
 
+/// Whether a task's prompt is kept off the replay (`PLANB_REDACT_PROMPTS`):
+/// set once by the process that serves it.
+static REDACT_PROMPTS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// What a page shows in place of a prompt kept off it.
+pub const REDACTED: &str = "[prompt redacted]";
+
+/// Keeps tasks' prompts off every page rendered after this (their titles
+/// and the prompts steps sent), for `PLANB_REDACT_PROMPTS=1`.
+pub fn redact_prompts(on: bool) {
+    REDACT_PROMPTS.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn redacted() -> bool {
+    REDACT_PROMPTS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 fn summary(prompt: &str) -> String {
+    if redacted() {
+        return REDACTED.to_owned();
+    }
     let line = prompt.lines().next().unwrap_or("").trim();
     let mut text: String = line.chars().take(120).collect();
     if line.chars().count() > 120 {
@@ -643,6 +663,7 @@ pub fn retro_step_page(timeline: &Timeline, view: &StepView<'_>) -> Markup {
             section.retro-prompt aria-label="Prompt" {
                 h2 { "Prompt" }
                 @match &view.prompt {
+                    _ if redacted() => p.retro-muted { "Prompts are kept off the replay (PLANB_REDACT_PROMPTS)." },
                     None => p.retro-muted { "Not started by this point." },
                     Some(Err(why)) => p.retro-muted { "The prompt cannot be rebuilt: " (why) },
                     Some(Ok(prompt)) => {
