@@ -247,11 +247,11 @@ fn kind(value: &Value) -> &'static str {
 #[serde(rename_all = "camelCase")]
 #[allow(dead_code, reason = "describes the input schema only")]
 pub struct InitSessionInput {
-    /// Optional short title for the planning session (at most 200 characters).
+    /// At most 200 characters.
     title: Option<String>,
-    /// Optional one-line description of what is being planned (at most 2000 characters).
+    /// What is being planned, one line (at most 2000 characters).
     intent: Option<String>,
-    /// Optional absolute path of the project the session is about.
+    /// The project's absolute path.
     project_path: Option<String>,
 }
 
@@ -260,11 +260,10 @@ pub struct InitSessionInput {
 #[serde(rename_all = "camelCase")]
 #[allow(dead_code, reason = "describes the input schema only")]
 pub struct SavePlanInput {
-    /// The sessionId returned by init_planb_session.
+    /// From init_planb_session.
     session_id: String,
-    /// The full plan as Markdown (at most 4 MiB). Every call saves a new version.
+    /// The whole plan, Markdown (at most 4 MiB); each call saves a version.
     plan: String,
-    /// Optional title of this plan version.
     title: Option<String>,
 }
 
@@ -324,20 +323,18 @@ pub struct QuestionInput {
 #[serde(rename_all = "camelCase")]
 #[allow(dead_code, reason = "describes the input schema only")]
 pub struct AskUserInput {
-    /// The sessionId returned by init_planb_session (required unless askId is given).
+    /// From init_planb_session (required unless askId).
     session_id: Option<String>,
-    /// Heading at the top of the form, plain text (required unless askId is given).
+    /// The form's heading, plain text (required unless askId).
     title: Option<String>,
-    /// Title of the intro tab (default "Overview").
+    /// The intro tab's title (default "Overview").
     intro_title: Option<String>,
-    /// Optional intro, GitHub-flavoured Markdown (tables, code, mermaid diagrams).
+    /// Markdown shown first.
     intro: Option<String>,
-    /// 1 to 20 questions (required unless askId is given).
+    /// Required unless askId.
     #[schemars(length(min = 1, max = 20))]
     questions: Option<Vec<QuestionInput>>,
-    /// Instead of asking anew: the askId of an earlier ask_user call (from a
-    /// "waiting" or "timed out" result) to collect its answers or keep waiting
-    /// for them. Pass it alone, or with that ask's sessionId.
+    /// An earlier ask's id, alone: collect its answers or keep waiting.
     ask_id: Option<String>,
 }
 
@@ -421,11 +418,11 @@ pub struct SubmitPlanOutput {
 #[serde(rename_all = "camelCase")]
 #[allow(dead_code, reason = "describes the input schema only")]
 pub struct WritePlanInput {
-    /// The plan's name: letters, digits, `-` and `_` (the file is `<planName>-plan.md`).
+    /// Letters, digits, `-`, `_`; the file is `<planName>-plan.md`.
     plan_name: String,
-    /// The full plan as Markdown (at most 4 MiB).
+    /// The whole plan, Markdown (at most 4 MiB).
     content: String,
-    /// Optional planb session to tie the plan to, so its whole arc replays together.
+    /// A session to replay the plan with.
     session_id: Option<String>,
 }
 
@@ -434,11 +431,9 @@ pub struct WritePlanInput {
 #[serde(rename_all = "camelCase")]
 #[allow(dead_code, reason = "describes the input schema only")]
 pub struct EditInput {
-    /// Exact text to find; must match exactly once unless replaceAll.
+    /// Must match exactly once unless replaceAll.
     old_string: String,
-    /// Replacement text.
     new_string: String,
-    /// Replace every match.
     replace_all: Option<bool>,
 }
 
@@ -447,15 +442,12 @@ pub struct EditInput {
 #[serde(rename_all = "camelCase")]
 #[allow(dead_code, reason = "describes the input schema only")]
 pub struct EditPlanInput {
-    /// The plan's name.
     plan_name: String,
-    /// Exact text to find (single edit).
+    /// One edit: must match exactly once unless replaceAll.
     old_string: Option<String>,
-    /// Replacement text (single edit).
     new_string: Option<String>,
-    /// Replace every match (single edit).
     replace_all: Option<bool>,
-    /// Several edits applied atomically, all matched against the text before any applies.
+    /// Several edits, applied together against the text before any.
     edits: Option<Vec<EditInput>>,
 }
 

@@ -92,10 +92,10 @@ fn step_schema() -> Value {
     json!({
         "type": "object",
         "properties": {
-            "index": {"type": "string", "description": "The step's id, e.g. \"1\"; depends_on names these."},
+            "index": {"type": "string", "description": "The step's id (\"1\"), named by depends_on."},
             "title": {"type": "string"},
-            "tool": {"type": "string", "description": "A downstream tool: server__tool, or a tool name only one server has."},
-            "args": {"type": "object", "description": "The tool's arguments; \"${var}\" is replaced by a variable (whole value), \"${var.field}\" by a field of it."},
+            "tool": {"type": "string", "description": "server__tool, or a name only one server has."},
+            "args": {"type": "object", "description": "\"${var}\" is a variable's whole value, \"${var.field}\" a field of it."},
             "depends_on": {"type": "array", "items": {"type": "string"}},
             "result_variable": {"type": "string", "description": "Binds the step's result for later steps."}
         },
@@ -105,12 +105,12 @@ fn step_schema() -> Value {
 
 fn create_properties() -> Map<String, Value> {
     let Value::Object(map) = json!({
-        "title": {"type": "string", "description": "The plan's title (with steps)."},
+        "title": {"type": "string"},
         "description": {"type": "string"},
-        "steps": {"type": "array", "items": step_schema(), "description": "The tool calls; steps that do not depend on each other run in parallel."},
-        "variables": {"type": "object", "description": "Initial variables the steps' args may reference as ${name}."},
-        "goal": {"type": "string", "description": "Instead of title and steps: a goal the configured model (PLANB_MODEL) turns into steps, checked against the tools that exist."},
-        "client_request_id": {"type": "string", "description": "Makes a retried create return the plan the first one made."}
+        "steps": {"type": "array", "items": step_schema()},
+        "variables": {"type": "object"},
+        "goal": {"type": "string", "description": "Instead of title and steps: the configured model plans it."},
+        "client_request_id": {"type": "string", "description": "A retry with it returns the first plan."}
     }) else {
         return Map::new();
     };
@@ -181,19 +181,11 @@ fn executed_output() -> Arc<JsonObject> {
         "properties": {
             "success": {"type": "boolean"},
             "plan_id": {"type": "string"},
-            "title": {"type": "string"},
-            "duration": {"type": "number"},
-            "steps_completed": {"type": "integer"},
-            "steps_total": {"type": "integer"},
             "error": {"type": "string"},
-            "stopped": {"type": "boolean"},
             "running": {"type": "boolean"},
-            "dry_run": {"type": "boolean"},
-            "run_id": {"type": "string"},
             "results": {"type": "object"},
-            "steps": {"type": "array", "items": {"type": "object"}},
-            "dag": {"type": "string"},
-            "message": {"type": "string"}
+            "steps": {"type": "array"},
+            "dag": {"type": "string"}
         }
     }))
 }
@@ -785,7 +777,7 @@ fn review_form(id: TaskId, plan: &ExecPlan, request: &ExecRequest) -> Value {
 impl PlanbServer {
     #[tool(
         name = "plan_create",
-        description = "Create an execution plan: a DAG of tool calls on the downstream MCP servers configured for planb. Give title and steps (\"${var}\" in args reads a variable or an earlier step's result) and optional variables; or, with a model configured, goal alone. Tools are checked against the servers; cycles are refused. Returns {success, plan_id, title, steps, dag}; run it with plan_execute.",
+        description = "Create an execution plan: a DAG of tool calls on planb's downstream MCP servers. Give title and steps (\"${var}\" in args reads a variable or an earlier result), or, with a model configured, goal alone. Tools are checked, cycles refused. Returns {success, plan_id, steps, dag}.",
         title = "Create an execution plan",
         input_schema = object_schema(create_properties(), &[]),
         output_schema = created_output(),
@@ -822,7 +814,7 @@ impl PlanbServer {
 
     #[tool(
         name = "plan_execute",
-        description = "Run an execution plan (plan_id or a unique prefix): independent steps run in parallel, each result binds its result_variable, a failed step stops the run. dry_run calls nothing; resume continues the last run without calling again a step that succeeded; max_calls, tool_caps, max_seconds are guards; review asks the person to approve first. A progress notification per step. Returns {success, plan_id, duration, steps_completed, steps_total, error?, results, steps, dag}.",
+        description = "Run an execution plan (plan_id or a unique prefix): independent steps in parallel, each result bound to its result_variable, a failure stops the run. dry_run calls nothing; resume skips what succeeded; max_calls, tool_caps, max_seconds are guards; review asks the person first. Returns {success, error?, results, steps, dag, ...}.",
         title = "Run an execution plan",
         input_schema = {
             let mut properties = execute_properties();
@@ -901,7 +893,7 @@ impl PlanbServer {
 
     #[tool(
         name = "plan_list",
-        description = "The execution plans, newest first (at most limit, default 200): {plans: [{id (the shortest prefix of plan_id no other listed plan shares, + \"...\"), plan_id, title, steps, state of the last run, runs, created_at}]}.",
+        description = "The execution plans, newest first: {plans: [{id (a short unique prefix), plan_id, title, steps, state, runs, created_at}]}.",
         title = "List execution plans",
         input_schema = schema(json!({"type": "object", "properties": {"limit": {"type": "integer", "minimum": 1, "maximum": LIST_MAX, "default": LIST_MAX}}, "additionalProperties": false})),
         output_schema = schema(json!({"type": "object", "properties": {"plans": {"type": "array"}}})),
@@ -931,7 +923,7 @@ impl PlanbServer {
 
     #[tool(
         name = "plan_stop",
-        description = "Stop the running execution plan plan_id (or a unique prefix), whichever planb process runs it: no new call starts, calls in flight are cancelled (their steps failed). plan_execute with resume: true continues it later. Returns {success, plan_id, message}.",
+        description = "Stop a running execution plan, whichever planb process runs it: no call starts, calls in flight are cancelled. plan_execute with resume: true continues it. Returns {success, plan_id, message}.",
         title = "Stop an execution plan",
         input_schema = schema(json!({"type": "object", "properties": {"plan_id": plan_id_schema()}, "required": ["plan_id"], "additionalProperties": false})),
         output_schema = schema(json!({"type": "object", "properties": {"success": {"type": "boolean"}, "plan_id": {"type": "string"}, "message": {"type": "string"}, "error": {"type": "string"}}})),
@@ -982,7 +974,7 @@ impl PlanbServer {
 
     #[tool(
         name = "plan_show",
-        description = "One execution plan by plan_id (or a unique prefix): its steps, variables, the DAG marked with the last run's state (○ pending, ◉ running, ● done, ✗ failed), and the last run's state and error.",
+        description = "One execution plan (plan_id or a unique prefix): steps, variables, the DAG marked with the last run's states, that run's state and error.",
         title = "Show an execution plan",
         input_schema = schema(json!({"type": "object", "properties": {"plan_id": plan_id_schema()}, "required": ["plan_id"], "additionalProperties": false})),
         output_schema = schema(json!({"type": "object", "properties": {"success": {"type": "boolean"}, "plan_id": {"type": "string"}, "title": {"type": "string"}, "description": {"type": ["string", "null"]}, "variables": {"type": "object"}, "steps": {"type": "array"}, "dag": {"type": "string"}, "runs": {"type": "integer"}, "last_run": {"type": ["object", "null"]}, "error": {"type": "string"}}})),

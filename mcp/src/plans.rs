@@ -197,7 +197,7 @@ impl PlanbServer {
 impl PlanbServer {
     #[tool(
         name = "write_plan",
-        description = "Write (create or replace) a named plan as Markdown at <plans-dir>/<planName>-plan.md. Every change is kept as a version; writing the content the plan already holds records nothing. Returns {planName, planPath, bytesWritten}.",
+        description = "Write (create or replace) a named plan, Markdown, at <plans-dir>/<planName>-plan.md; every change is kept as a version. Returns {planName, planPath, bytesWritten}.",
         title = "Write a plan",
         input_schema = args::schema::<args::WritePlanInput>(),
         output_schema = args::schema::<args::WritePlanOutput>(),
@@ -232,7 +232,7 @@ impl PlanbServer {
 
     #[tool(
         name = "edit_plan",
-        description = "Edit a named plan by exact string replacement: oldString -> newString (replaceAll to replace every match), or `edits: [{oldString, newString, replaceAll?}]` applied atomically against the current text. An oldString that is missing, ambiguous without replaceAll, or overlapping another edit is an error and nothing changes. Hand edits to the file are kept. Returns {planName, planPath, replacementsMade}.",
+        description = "Edit a named plan by exact replacement: oldString -> newString, or several `edits` at once. A missing, ambiguous (without replaceAll) or overlapping match changes nothing. Hand edits to the file are kept. Returns {planName, planPath, replacementsMade}.",
         title = "Edit a plan",
         input_schema = args::schema::<args::EditPlanInput>(),
         output_schema = args::schema::<args::EditPlanOutput>(),
@@ -268,7 +268,7 @@ impl PlanbServer {
 
     #[tool(
         name = "submit_plan",
-        description = "Submit a named plan for the person's review and wait for the verdict. Returns {approved, feedback?}; when not approved, revise with edit_plan using the feedback (comments quote their passages) and submit again. Without a progress token the call returns after about 45 s with {pending: true, reviewUrl}: call again with the same planName to keep waiting.",
+        description = "Submit a named plan for the person's review and wait for the verdict: {approved, feedback?}. Not approved: revise with edit_plan and submit again. {pending: true, reviewUrl} (after ~45 s without a progress token): call again to keep waiting.",
         title = "Submit a plan for review",
         input_schema = args::schema::<args::SubmitPlanInput>(),
         output_schema = args::schema::<args::SubmitPlanOutput>(),

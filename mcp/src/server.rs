@@ -157,7 +157,7 @@ impl PlanbServer {
 impl PlanbServer {
     #[tool(
         name = "init_planb_session",
-        description = "Start a planning session and get its sessionId. Call this once at the start of a planning arc, then pass the sessionId to every ask_user and save_plan call so questions, answers and plan versions are recorded together and can be replayed. No browser opens.",
+        description = "Start a planning session; returns its sessionId. Call once per planning arc and pass the id to ask_user and save_plan, so questions, answers and plan versions are kept and replayed together.",
         title = "Start a planning session",
         input_schema = args::schema::<args::InitSessionInput>(),
         annotations(
@@ -194,7 +194,7 @@ impl PlanbServer {
 
     #[tool(
         name = "save_plan",
-        description = "Save the full plan (Markdown) of a planning session as a new version. Every call adds a version (v1, v2, ...); earlier versions are kept so the plan's evolution can be replayed. No browser opens.",
+        description = "Save a session's whole plan (Markdown) as its next version (v1, v2, ...); earlier versions are kept for the replay.",
         title = "Save a plan version",
         input_schema = args::schema::<args::SavePlanInput>(),
         annotations(

@@ -491,7 +491,7 @@ fn app_error(e: planb_app::Error) -> Box<CallToolResult> {
 impl PlanbServer {
     #[tool(
         name = "prompt_examples",
-        description = "Example prompts that set the bar for task_create: call this first and write your prompt to the same standard (context, budget, timeline, location, success criteria, what is banned). A one-liner gives a thin plan.",
+        description = "Example prompts for task_create: call first and write yours to the same standard (context, budget, timeline, place, success criteria, what is banned).",
         title = "Example task prompts",
         input_schema = schema(json!({"type": "object", "properties": {}, "additionalProperties": false})),
         output_schema = schema(json!({"type": "object", "properties": {"samples": {"type": "array", "items": {"type": "string"}}, "message": {"type": "string"}}})),
@@ -514,15 +514,15 @@ impl PlanbServer {
 
     #[tool(
         name = "task_create",
-        description = "Start generating a project plan from a detailed prompt: a detached worker runs model steps (assumptions, risks, team, governance, SWOT, work breakdown, Gantt schedule, premortem, executive summary, ...) into an HTML report and a zip. speed_vs_detail: \"ping\" (default) makes one call to check the setup, \"fast\" runs every step briefly, \"all\" in full. Returns {task_id, created_at, state}; then task_wait, or poll task_status (a full run takes minutes).",
+        description = "Generate a project plan from a detailed prompt: a background worker runs model steps (risks, team, SWOT, work breakdown, Gantt, premortem, summary, ...) into an HTML report and a zip. speed_vs_detail: \"ping\" (default) checks the setup with one call, \"fast\" brief, \"all\" full. Returns {task_id, state}; then task_wait.",
         title = "Create a plan-generation task",
         input_schema = schema(json!({
             "type": "object",
             "properties": {
                 "prompt": {"type": "string", "description": "What to plan: 300-800 words with context, constraints, success criteria (see prompt_examples)."},
                 "speed_vs_detail": {"type": "string", "enum": ["ping", "fast", "all"], "default": "ping"},
-                "target": {"type": "string", "description": "The final step: build_plan (default), validate_plan, build_plan_and_validate."},
-                "pipeline": {"type": "string", "description": "project-plan (default) or a pipeline file's name under <data-root>/pipelines/."},
+                "target": {"type": "string", "description": "build_plan (default), validate_plan or build_plan_and_validate."},
+                "pipeline": {"type": "string", "description": "project-plan (default) or a file's name in <data-root>/pipelines/."},
                 "model_profile": {"type": "string", "enum": PROFILES},
                 "client_request_id": {"type": "string", "description": "Makes the call idempotent: the same id returns the same task."}
             },
@@ -656,7 +656,7 @@ impl PlanbServer {
 
     #[tool(
         name = "task_status",
-        description = "A task's state, progress_percentage (never decreasing within a run), steps_completed/steps_total, current_step, timing, latest files and, for a failure, error {failure_reason, failed_step, recoverable}. Poll every few minutes at most, or use task_wait.",
+        description = "A task's state, progress_percentage, steps, timing, latest files and, after a failure, error {failure_reason, failed_step, recoverable}. Poll every few minutes at most.",
         title = "Task status",
         input_schema = input_task_and_run(),
         output_schema = status_output(),
@@ -684,7 +684,7 @@ impl PlanbServer {
 
     #[tool(
         name = "task_stop",
-        description = "Stop a task's active run. In-flight model calls are cancelled; completed steps are kept, so task_resume continues where it stopped. Returns the state once the worker has stopped (or \"stopping\" if it is still winding down).",
+        description = "Stop a task's run: calls in flight are cancelled, completed steps kept for task_resume. Returns the state (\"stopping\" while it winds down).",
         title = "Stop a task",
         input_schema = input_task_only(),
         output_schema = status_output(),
@@ -720,7 +720,7 @@ impl PlanbServer {
 
     #[tool(
         name = "task_resume",
-        description = "Start a new run of a stopped or failed task. Steps that succeeded on unchanged inputs are kept; only missing steps and those downstream of an edited artifact run again. A completed task is not run again (create a new task).",
+        description = "Start a new run of a stopped or failed task: only steps missing or downstream of an edit run again.",
         title = "Resume a task",
         input_schema = input_task_only(),
         output_schema = status_output(),
@@ -840,7 +840,7 @@ impl PlanbServer {
 
     #[tool(
         name = "task_wait",
-        description = "Block until the task's run ends (completed, stopped or failed) or timeout_sec passes (default 60, at most 3600), sending progress notifications while it waits. Returns the task_status fields plus next_steps.",
+        description = "Wait until the task's run ends or timeout_sec passes (default 60), with progress notifications. Returns task_status's fields and next_steps.",
         title = "Wait for a task",
         input_schema = schema(json!({"type": "object", "properties": {"task_id": task_id_schema(), "timeout_sec": {"type": "number", "minimum": 0, "maximum": 3600, "default": 60}, "poll_interval_sec": {"type": "number", "minimum": 0.05, "maximum": 60}}, "required": ["task_id"], "additionalProperties": false})),
         output_schema = status_output(),
@@ -913,7 +913,7 @@ impl PlanbServer {
 
     #[tool(
         name = "task_logs_tail",
-        description = "The latest run-log lines of a task (every run), oldest first: what started, failed, was retried or cancelled. since_cursor returns only lines after that cursor (the next_cursor of an earlier call).",
+        description = "A task's latest run-log lines, oldest first; since_cursor (an earlier next_cursor) returns only newer ones.",
         title = "Task log",
         input_schema = schema(json!({"type": "object", "properties": {"task_id": task_id_schema(), "max_lines": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}, "since_cursor": {"type": "integer", "minimum": 0}, "run_id": {"type": "string"}}, "required": ["task_id"], "additionalProperties": false})),
         output_schema = schema(json!({"type": "object", "properties": {"lines": {"type": "array"}, "next_cursor": {"type": "integer"}}})),
@@ -961,7 +961,7 @@ impl PlanbServer {
 
     #[tool(
         name = "task_file_info",
-        description = "Where a task's report (artifact \"report\": report.html, self-contained, opens in a browser without a server) or zip of every artifact (\"zip\": run.zip) is: {content_type, sha256, size, path, download_url (file://)}.",
+        description = "Where a task's \"report\" (self-contained HTML) or \"zip\" (every artifact) is: {content_type, sha256, size, path, download_url}.",
         title = "Task file info",
         input_schema = schema(json!({"type": "object", "properties": {"task_id": task_id_schema(), "artifact": {"type": "string", "enum": ["report", "zip"], "default": "report"}}, "required": ["task_id"], "additionalProperties": false})),
         output_schema = open_output(),
@@ -973,7 +973,7 @@ impl PlanbServer {
 
     #[tool(
         name = "task_download",
-        description = "Save a task's report (\"report\") or zip (\"zip\") to save_path (a file or an existing directory outside planb's data root; an existing file is replaced only with overwrite: true; default: leave it in the task's folder) and return {content_type, sha256, size, path}.",
+        description = "Save a task's \"report\" or \"zip\" to save_path (outside planb's data root; an existing file only with overwrite: true). Returns {content_type, sha256, size, path}.",
         title = "Download a task file",
         input_schema = schema(json!({"type": "object", "properties": {"task_id": task_id_schema(), "artifact": {"type": "string", "enum": ["report", "zip"], "default": "report"}, "save_path": {"type": "string"}, "overwrite": {"type": "boolean", "default": false}}, "required": ["task_id"], "additionalProperties": false})),
         output_schema = open_output(),
@@ -985,7 +985,7 @@ impl PlanbServer {
 
     #[tool(
         name = "task_artifact_write",
-        description = "Replace the artifact of one step of a stopped or failed task (path: its file name as task_status lists it, like \"04-assumptions\", or the step id). The edit is recorded, and the next task_resume re-runs exactly the steps downstream of it. Refused while a run is active (RUNNING_READONLY).",
+        description = "Replace one step's artifact of a stopped or failed task (path: \"04-assumptions\" as task_status lists it, or the step id); task_resume then re-runs what depends on it. Refused while a run is active.",
         title = "Edit a task artifact",
         input_schema = schema(json!({"type": "object", "properties": {"task_id": task_id_schema(), "path": {"type": "string"}, "content": {"type": "string"}}, "required": ["task_id", "path", "content"], "additionalProperties": false})),
         output_schema = open_output(),
