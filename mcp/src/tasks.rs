@@ -963,7 +963,7 @@ impl PlanbServer {
         name = "task_file_info",
         description = "Where a task's \"report\" (self-contained HTML) or \"zip\" (every artifact) is: {content_type, sha256, size, path, download_url}.",
         title = "Task file info",
-        input_schema = schema(json!({"type": "object", "properties": {"task_id": task_id_schema(), "artifact": {"type": "string", "enum": ["report", "zip"], "default": "report"}}, "required": ["task_id"], "additionalProperties": false})),
+        input_schema = schema(json!({"type": "object", "properties": {"task_id": task_id_schema(), "artifact": {"type": "string", "enum": ["report", "zip"], "default": "report"}, "run_id": {"type": "string"}}, "required": ["task_id"], "additionalProperties": false})),
         output_schema = open_output(),
         annotations(title = "Task file info", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
@@ -1098,14 +1098,21 @@ impl PlanbServer {
                 .then(|| args.optional_string("save_path", 4096))
                 .flatten();
             let overwrite = download && args.optional_bool("overwrite").unwrap_or(false);
-            (artifact, save, overwrite)
+            let run = (!download).then(|| parse_run_id(args)).flatten();
+            (artifact, save, overwrite, run)
         });
-        let (id, (artifact, save, overwrite)) = match parsed {
+        let (id, (artifact, save, overwrite, run_id)) = match parsed {
             Ok(parsed) => parsed,
             Err(result) => return *result,
         };
         let task = match self.task_checked(id).await {
             Ok(task) => task,
+            Err(result) => return *result,
+        };
+        // The files are those of the task as it is now, which is its latest
+        // run's; an earlier run's id is accepted and the answer says so.
+        let earlier = match run_of(&task, run_id) {
+            Ok(run) => run.is_some_and(|r| task.runs.last().is_some_and(|last| last.id != r.id)),
             Err(result) => return *result,
         };
         // The report and the zip are built with the folder's hand edits.
@@ -1186,7 +1193,7 @@ impl PlanbServer {
             };
         }
         let path = path.canonicalize().unwrap_or(path);
-        CallToolResult::structured(json!({
+        let mut info = json!({
             "task_id": id.to_string(),
             "artifact": artifact,
             "content_type": planb_engine::task_files::content_type(name),
@@ -1194,7 +1201,11 @@ impl PlanbServer {
             "size": bytes.len(),
             "path": path.display().to_string(),
             "download_url": format!("file://{}", path.display()),
-        }))
+        });
+        if earlier {
+            info["note"] = "the files are kept for the task as it is now (its latest run); an earlier run's report is not kept apart".into();
+        }
+        CallToolResult::structured(info)
     }
 }
 

@@ -1706,8 +1706,20 @@ async fn two_resumes_of_one_task_at_once_start_one_run_and_refuse_the_other() {
         .filter_map(|l| l["run_id"].as_str())
         .collect();
     assert!(runs.iter().all(|r| *r == earliest), "{lines}");
+    let info = ok(&call(
+        &first,
+        "task_file_info",
+        json!({"task_id": task, "run_id": earliest}),
+    )
+    .await);
+    assert!(
+        info["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("latest run")),
+        "{info}"
+    );
     let elsewhere = "01a00000-0000-7000-8000-000000000000";
-    for tool in ["task_status", "task_logs_tail"] {
+    for tool in ["task_status", "task_logs_tail", "task_file_info"] {
         let refused = call(&first, tool, json!({"task_id": task, "run_id": elsewhere})).await;
         assert_eq!(error_code(&refused), "RUN_NOT_FOUND", "{tool}");
         let refused = call(&first, tool, json!({"task_id": task, "run_id": "nope"})).await;
