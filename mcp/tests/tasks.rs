@@ -821,10 +821,8 @@ async fn a_killed_worker_is_a_recoverable_worker_error_and_resume_completes() {
     assert_eq!(failed["error"]["failure_reason"], "worker_error");
     assert_eq!(failed["error"]["recoverable"], true);
     // The process that recorded the end wrote why in the folder.
-    let recorded: Value = serde_json::from_slice(
-        &std::fs::read(run_error_file(dir.path(), &task)).expect("run_error.json"),
-    )
-    .expect("JSON");
+    let recorded: Value =
+        serde_json::from_slice(&written(&run_error_file(dir.path(), &task)).await).expect("JSON");
     assert_eq!(recorded["failure_reason"], "worker_error", "{recorded}");
     resume_reruns_nothing_done(&server, dir.path(), &task).await;
     // Files the killed worker had not written yet are not taken for edits.
@@ -1123,8 +1121,7 @@ async fn a_run_without_progress_fails_with_inactivity_timeout_and_resume_complet
     assert_eq!(failed["error"]["recoverable"], true);
     // The folder says why, with the run's last log lines.
     let error_file = run_error_file(dir.path(), &task);
-    let recorded: Value =
-        serde_json::from_slice(&std::fs::read(&error_file).expect("run_error.json")).expect("JSON");
+    let recorded: Value = serde_json::from_slice(&written(&error_file).await).expect("JSON");
     assert_eq!(
         recorded["failure_reason"], "inactivity_timeout",
         "{recorded}"
@@ -1159,6 +1156,23 @@ async fn a_run_without_progress_fails_with_inactivity_timeout_and_resume_complet
         "a completed task has no run_error.json"
     );
     server.client.cancel().await.expect("close");
+}
+
+/// The bytes of `path` once the process that recorded a run's end has
+/// written it (just after the end is in the log, which status reads first).
+async fn written(path: &Path) -> Vec<u8> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match std::fs::read(path) {
+            Ok(bytes) => return bytes,
+            Err(e) => assert!(
+                std::time::Instant::now() < deadline,
+                "{}: {e}",
+                path.display()
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 fn run_error_file(dir: &Path, task: &str) -> std::path::PathBuf {
