@@ -1,5 +1,5 @@
 //! Rebuilding beside running servers and killed half-way, and a log that
-//! lost its tail (issue 8, items 3 and 4), with the real binaries.
+//! lost its tail, with the real binaries.
 
 mod support;
 
@@ -36,7 +36,7 @@ fn copy_dir(from: &Path, to: &Path) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn issue_8_rebuild_beside_running_servers_loses_no_plan_file() {
+async fn rebuild_beside_running_servers_loses_no_plan_file() {
     const SAVES: usize = 40;
     let dir = tempfile::tempdir().expect("tempdir");
     let servers = [
@@ -86,7 +86,7 @@ async fn issue_8_rebuild_beside_running_servers_loses_no_plan_file() {
 }
 
 #[test]
-fn issue_8_check_notices_a_tree_that_claims_more_than_it_holds() {
+fn check_notices_a_tree_that_claims_more_than_it_holds() {
     let dir = tempfile::tempdir().expect("tempdir");
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let plan = runtime.block_on(async {
@@ -110,7 +110,7 @@ fn issue_8_check_notices_a_tree_that_claims_more_than_it_holds() {
 }
 
 #[test]
-fn issue_8_a_log_that_lost_its_tail_is_noticed_and_nothing_is_overwritten() {
+fn a_log_that_lost_its_tail_is_noticed_and_nothing_is_overwritten() {
     let dir = tempfile::tempdir().expect("tempdir");
     let backup = tempfile::tempdir().expect("backup dir");
     let log = dir.path().join("log");

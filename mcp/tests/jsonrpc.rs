@@ -1,4 +1,4 @@
-//! Malformed JSON-RPC lines get an answer (issue 8, item 6), through the real
+//! Malformed JSON-RPC lines get an answer, through the real
 //! binary: a client whose request was damaged never waits forever, and the
 //! server stays healthy.
 
@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 #[test]
-fn issue_8_every_malformed_line_gets_the_prescribed_error_and_the_server_stays_healthy() {
+fn every_malformed_line_gets_the_prescribed_error_and_the_server_stays_healthy() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut child = Command::new(env!("CARGO_BIN_EXE_planb-mcp"))
         .env("PLANB_MCP_DATA_DIR", dir.path())

@@ -1,4 +1,4 @@
-//! Limits agree from the form down to the log (issue 8, item 5): answers that
+//! Limits agree from the form down to the log: answers that
 //! pass every per-question limit but would not fit in one log record are a
 //! 422 naming the limit, the ask stays open, and nothing is lost.
 
@@ -23,7 +23,7 @@ fn long_answers(chars_each: usize) -> Value {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn issue_8_answers_within_every_field_limit_but_over_a_record_get_422_and_lose_nothing() {
+async fn answers_within_every_field_limit_but_over_a_record_get_422_and_lose_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut server = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
     let session = new_session(&server).await;

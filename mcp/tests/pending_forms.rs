@@ -1,4 +1,4 @@
-//! A pending ask outlives the server that opened it (issue 8, item 12): after
+//! A pending ask outlives the server that opened it: after
 //! a `kill -9`, another server on the data root serves its form (by its old
 //! link on a fixed port, or again on its own port through `ask_user
 //! {askId}`), records the answer, and hands it to the agent.
@@ -77,7 +77,7 @@ async fn ask_on_a_server_that_ends(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn issue_8_the_old_link_works_again_on_a_fixed_port_and_the_agent_collects_the_answer() {
+async fn the_old_link_works_again_on_a_fixed_port_and_the_agent_collects_the_answer() {
     old_link_on_a_fixed_port(End::Killed, AskStatus::Answered).await;
 }
 
@@ -127,7 +127,7 @@ async fn old_link_on_a_fixed_port(end: End, status_after: AskStatus) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn issue_8_ask_user_with_an_ask_id_serves_the_form_again_and_waits_for_the_answer() {
+async fn ask_user_with_an_ask_id_serves_the_form_again_and_waits_for_the_answer() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (ask, old_url, _) = ask_on_a_server_that_dies(dir.path(), &[]).await;
 
@@ -187,7 +187,7 @@ async fn issue_8_ask_user_with_an_ask_id_serves_the_form_again_and_waits_for_the
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn issue_8_a_waiting_ask_sees_an_answer_recorded_by_another_process() {
+async fn a_waiting_ask_sees_an_answer_recorded_by_another_process() {
     let dir = tempfile::tempdir().expect("tempdir");
     // The first client takes the form as a URL elicitation.
     let mut first = start(

@@ -1,5 +1,5 @@
 //! Named plans changed by several `planb-mcp` processes at once, and by
-//! processes killed mid-change (issue 8, item 1): no acknowledged edit is ever
+//! processes killed mid-change: no acknowledged edit is ever
 //! undone, a file that is merely behind the log is never taken for a hand
 //! edit, and no temp file is left behind.
 
@@ -87,7 +87,7 @@ async fn edit(server: &Server, process: usize, index: usize) -> Result<(), Strin
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn issue_8_concurrent_edit_plan_from_three_processes_undoes_nothing() {
+async fn concurrent_edit_plan_from_three_processes_undoes_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut servers = Vec::new();
     for _ in 0..PROCESSES {
@@ -147,7 +147,7 @@ async fn issue_8_concurrent_edit_plan_from_three_processes_undoes_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn issue_8_kill_9_during_edit_plan_leaves_no_spurious_hand_edit_or_temp_file() {
+async fn kill_9_during_edit_plan_leaves_no_spurious_hand_edit_or_temp_file() {
     const ROUNDS: usize = 8;
     const EDITS_PER_ROUND: usize = 12;
     let dir = tempfile::tempdir().expect("tempdir");
@@ -236,7 +236,7 @@ async fn issue_8_kill_9_during_edit_plan_leaves_no_spurious_hand_edit_or_temp_fi
 }
 
 #[tokio::test]
-async fn issue_8_a_file_behind_the_log_is_brought_up_to_date_not_recorded_as_a_hand_edit() {
+async fn a_file_behind_the_log_is_brought_up_to_date_not_recorded_as_a_hand_edit() {
     let dir = tempfile::tempdir().expect("tempdir");
     let server = start_server(dir.path()).await;
     let v1 = "# Plan\n- one\n";
@@ -290,7 +290,7 @@ async fn issue_8_a_file_behind_the_log_is_brought_up_to_date_not_recorded_as_a_h
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn issue_8_two_projects_with_one_plan_name_keep_two_plans() {
+async fn two_projects_with_one_plan_name_keep_two_plans() {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path().canonicalize().expect("root");
     let mut servers = Vec::new();

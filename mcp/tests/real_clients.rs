@@ -45,7 +45,7 @@ fn text(output: &Output) -> String {
 /// no login. Every stderr line of a server lands in Claude Code's MCP log as
 /// an error, so the log must hold none.
 #[test]
-fn issue_9_claude_code_lists_planb_connected_from_another_project_with_a_clean_log() {
+fn claude_code_lists_planb_connected_from_another_project_with_a_clean_log() {
     let claude = client("node_modules/.bin/claude");
     let home = tempfile::tempdir().expect("home");
     let data = tempfile::tempdir().expect("data root");
@@ -116,7 +116,7 @@ fn issue_9_claude_code_lists_planb_connected_from_another_project_with_a_clean_l
 /// (a fixed `PLANB_PORT`, so the next process serves it) and collected by
 /// the next call.
 #[test]
-fn issue_9_the_inspector_cli_lists_the_tools_and_completes_an_ask_answered_later() {
+fn the_inspector_cli_lists_the_tools_and_completes_an_ask_answered_later() {
     let inspector = client("node_modules/.bin/mcp-inspector");
     let data = tempfile::tempdir().expect("data root");
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -274,7 +274,7 @@ fn issue_9_the_inspector_cli_lists_the_tools_and_completes_an_ask_answered_later
 /// answer. The SDK checks every structured result against the tool's
 /// declared output schema.
 #[test]
-fn issue_9_the_python_sdk_without_progress_gets_an_answer_given_after_its_timeout() {
+fn the_python_sdk_without_progress_gets_an_answer_given_after_its_timeout() {
     use std::io::{BufRead, BufReader};
     let python = client(".venv/bin/python");
     let data = tempfile::tempdir().expect("data root");

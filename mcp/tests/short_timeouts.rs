@@ -174,7 +174,7 @@ fn text(result: &Value) -> &str {
 }
 
 #[tokio::test]
-async fn issue_9_an_ask_hands_back_still_open_and_the_next_call_gets_the_answer() {
+async fn an_ask_hands_back_still_open_and_the_next_call_gets_the_answer() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut client = RawClient::start(dir.path()).await;
     let created = finished(client.call("init_planb_session", json!({}))).await;
@@ -232,7 +232,7 @@ async fn issue_9_an_ask_hands_back_still_open_and_the_next_call_gets_the_answer(
 }
 
 #[tokio::test]
-async fn issue_9_a_review_hands_back_still_open_and_submitting_again_rejoins_it() {
+async fn a_review_hands_back_still_open_and_submitting_again_rejoins_it() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut client = RawClient::start(dir.path()).await;
     let written = finished(client.call(

@@ -1,4 +1,4 @@
-//! Closing the connection while a tool waits for a person (issue 8, item 8):
+//! Closing the connection while a tool waits for a person:
 //! the server exits promptly, without a panic, and the ask is closed in the
 //! log with a recorded outcome.
 
@@ -70,7 +70,7 @@ fn initialize(
 }
 
 #[test]
-fn issue_8_closing_stdin_while_ask_user_waits_closes_the_ask_and_exits_cleanly() {
+fn closing_stdin_while_ask_user_waits_closes_the_ask_and_exits_cleanly() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut child = spawn_server(dir.path(), &[("ASK_NO_OPEN", "1"), ("RUST_LOG", "info")]);
     let mut stdin = child.stdin.take().expect("stdin");

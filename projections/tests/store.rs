@@ -122,7 +122,7 @@ fn plan_versions_count_up_across_two_processes_sharing_a_root() {
 }
 
 #[test]
-fn issue_8_one_store_owns_the_index_and_another_takes_over_when_it_closes() {
+fn one_store_owns_the_index_and_another_takes_over_when_it_closes() {
     let dir = tempfile::tempdir().expect("tempdir");
     let owner = open(dir.path());
     let other = open(dir.path());
@@ -367,7 +367,7 @@ proptest! {
     }
 }
 
-/// Issue 8 item 9: a session's plan versions are not held in memory. The
+/// A session's plan versions are not held in memory. The
 /// state (and so `state.snapshot`) keeps each version's length and hash, its
 /// text stays in the log, and every way of writing the tree still writes it:
 /// the write path from the event at hand, a full rewrite and a rebuild from

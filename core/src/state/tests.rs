@@ -754,7 +754,7 @@ fn a_plan_tied_to_an_unknown_session_is_refused() {
 }
 
 #[test]
-fn issue_8_plans_of_one_name_in_two_directories_keep_two_histories() {
+fn plans_of_one_name_in_two_directories_keep_two_histories() {
     let mut h = Harness::new();
     let first = crate::state::PlanKey::new("/src/app/docs/plans", plan_name("auth-refactor"));
     let second = crate::state::PlanKey::new("/src/lib/docs/plans", plan_name("auth-refactor"));
@@ -805,7 +805,7 @@ fn issue_8_plans_of_one_name_in_two_directories_keep_two_histories() {
 }
 
 #[test]
-fn issue_8_the_log_holds_a_hash_of_the_form_secret_never_the_secret() {
+fn the_log_holds_a_hash_of_the_form_secret_never_the_secret() {
     let secret = "4f1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e";
     let (address, hash) = split_form_url(&format!("http://127.0.0.1:9/ask?sid={secret}"));
     assert_eq!(address, "http://127.0.0.1:9/ask");
