@@ -206,11 +206,9 @@ pub(crate) async fn off_workers<R: Send + 'static>(
 pub(crate) async fn blocking<R: Send + 'static>(
     f: impl FnOnce() -> Result<R, StoreError> + Send + 'static,
 ) -> Result<R, StoreError> {
-    off_workers(f).await.map_err(|e| StoreError::Io {
-        op: "run a store call",
-        path: String::new(),
-        source: std::io::Error::other(e.to_string()),
-    })?
+    off_workers(f)
+        .await
+        .map_err(|e| StoreError::Interrupted(e.to_string()))?
 }
 
 /// How storing a step's artifact and recording its success went.
@@ -339,11 +337,7 @@ pub(crate) async fn take_run_lock(root: &DataRoot, task: TaskId) -> Result<RunLo
         // A try: a lock held elsewhere is `Held` at once.
         let taken = off_workers(move || RunLock::acquire(&root, &task))
             .await
-            .map_err(|e| StoreError::Io {
-                op: "take the run lock",
-                path: task.to_string(),
-                source: std::io::Error::other(e.to_string()),
-            })?;
+            .map_err(|e| StoreError::Interrupted(format!("taking the run lock of {task}: {e}")))?;
         match taken {
             Ok(lock) => return Ok(lock),
             Err(RunLockError::Held(_)) if started.elapsed() < LOCK_PATIENCE => {

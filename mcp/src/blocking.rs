@@ -13,11 +13,7 @@ use crate::opening::StoreHandle;
 /// A store call that did not finish: the runtime is shutting down, or the
 /// call panicked (a bug, already reported by the panic hook).
 fn interrupted(join: tokio::task::JoinError) -> StoreError {
-    StoreError::Io {
-        op: "finish a store call",
-        path: String::new(),
-        source: std::io::Error::other(format!("interrupted: {join}")),
-    }
+    StoreError::Interrupted(join.to_string())
 }
 
 /// Blocking work that did not finish: the runtime is shutting down, or it

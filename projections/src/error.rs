@@ -43,6 +43,10 @@ pub enum StoreError {
         /// The cursor the state names.
         cursor: u64,
     },
+    /// A store call handed to another thread did not finish: the runtime
+    /// is shutting down, or the call panicked (a bug).
+    #[error("a store call did not finish: {0}")]
+    Interrupted(String),
     /// A file-system operation on a projection failed.
     #[error("{op} {path}: {source}")]
     Io {
