@@ -871,6 +871,9 @@ impl Downstream {
             );
         }
         found.silent = waiting.into_iter().map(str::to_owned).collect();
+        // In the servers' order, whichever answered first: the names offered
+        // for an ambiguous or unknown tool read the same every time.
+        found.tools.sort_by(|a, b| a.server.cmp(&b.server));
         Ok(found)
     }
 
