@@ -100,6 +100,15 @@ impl Selection {
         self.1
     }
 
+    /// Whether `tool` (one served) is listed: another name only with
+    /// `aliases`, or, for browser-plan's, when its setup was brought along.
+    pub fn lists(&self, tool: &str, browser_plan_names: bool) -> bool {
+        match tool {
+            "init_browser_plan_session" => browser_plan_names || self.aliases(),
+            _ => !is_alias(tool) || self.aliases(),
+        }
+    }
+
     /// Whether `group` is served.
     pub fn has(&self, group: Group) -> bool {
         self.0.contains(&group)

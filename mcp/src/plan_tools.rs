@@ -313,7 +313,9 @@ fn steps_summary(plan: &ExecPlan) -> Value {
 }
 
 impl PlanbServer {
-    async fn plan_store(&self) -> Result<Arc<Store>, String> {
+    /// The opened store (at once once it is open), for the calls that hold
+    /// it across several steps: plan runs, task launches, hand edits.
+    pub(crate) async fn plan_store(&self) -> Result<Arc<Store>, String> {
         // Open long since, but for the first calls: no trip to the pool.
         if let Some(store) = self.store().get() {
             return Ok(store);

@@ -475,10 +475,7 @@ impl ServerHandler for PlanbServer {
             .tool_router
             .list_all()
             .into_iter()
-            .filter(|tool| match tool.name.as_ref() {
-                "init_browser_plan_session" => config.browser_plan_names || config.tools.aliases(),
-                name => !crate::groups::is_alias(name) || config.tools.aliases(),
-            })
+            .filter(|tool| config.tools.lists(&tool.name, config.browser_plan_names))
             .collect();
         Ok(rmcp::model::ListToolsResult::with_all_items(tools))
     }

@@ -421,11 +421,10 @@ impl PlanbServer {
     /// Records the hand edits of `task`'s folder (before this process writes
     /// it) and returns the task as it is then.
     async fn with_hand_edits(&self, task: Task) -> Result<Task, Box<CallToolResult>> {
-        let handle = self.store().clone();
-        let store = crate::blocking::off_thread(move || handle.wait())
+        let store = self
+            .plan_store()
             .await
-            .map_err(|e| boxed("INTERNAL_ERROR", e.to_string(), json!({})))?
-            .map_err(|e| boxed("INTERNAL_ERROR", e.to_string(), json!({})))?;
+            .map_err(|e| boxed("INTERNAL_ERROR", e, json!({})))?;
         let notes = planb_engine::worker::record_hand_edits(&store, &task)
             .await
             .map_err(|e| Box::new(store_failure(e)))?;
@@ -450,11 +449,10 @@ impl PlanbServer {
         runs_before: usize,
         runner: Runner,
     ) -> Result<Task, Box<CallToolResult>> {
-        let handle = self.store().clone();
-        let store = crate::blocking::off_thread(move || handle.wait())
+        let store = self
+            .plan_store()
             .await
-            .map_err(|e| boxed("INTERNAL_ERROR", e.to_string(), json!({})))?
-            .map_err(|e| Box::new(store_failure(e)))?;
+            .map_err(|e| boxed("INTERNAL_ERROR", e, json!({})))?;
         // An in-process run's tool steps use this server's connections.
         let downstream = match runner {
             Runner::Here(_) => self.plan_runs().downstream.get(&self.config().servers).ok(),
