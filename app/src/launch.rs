@@ -11,6 +11,7 @@ use planb_core::{Run, Task, TaskId};
 use planb_engine::backend::sampling::Sampler;
 use planb_engine::backend::{Backend, BackendError};
 use planb_engine::plans::Downstream;
+pub use planb_engine::worker::Start;
 use planb_projections::{DataRoot, Store};
 use serde_json::{Value, json};
 
@@ -74,17 +75,19 @@ pub struct Launch {
     pub downstream: Option<Arc<Downstream>>,
 }
 
-/// Starts task `id`'s next run where `runner` says, `runs_before` being the
-/// runs the caller saw, and returns the task once the run is recorded.
+/// Starts task `id`'s next run where `runner` says, beginning where `from`
+/// says, `runs_before` being the runs the caller saw, and returns the task
+/// once the run is recorded.
 pub async fn start(
     launch: &Launch,
     id: TaskId,
     runs_before: usize,
     runner: Runner,
+    from: Start,
 ) -> Result<Task, Error> {
     match runner {
-        Runner::Worker => start_worker(launch, id, runs_before).await,
-        Runner::Here(backend) => run_here(launch, id, runs_before, backend).await,
+        Runner::Worker => start_worker(launch, id, runs_before, from).await,
+        Runner::Here(backend) => run_here(launch, id, runs_before, backend, from).await,
     }
 }
 
@@ -110,6 +113,7 @@ fn spawn_worker(
     task: TaskId,
     runs_seen: usize,
     servers: &Path,
+    from: Start,
 ) -> std::io::Result<std::process::Child> {
     use std::os::unix::process::CommandExt;
     let log_path = worker_log(root, &task);
@@ -120,7 +124,8 @@ fn spawn_worker(
         .create(true)
         .append(true)
         .open(&log_path)?;
-    std::process::Command::new(std::env::current_exe()?)
+    let mut command = std::process::Command::new(std::env::current_exe()?);
+    command
         .arg("--data-dir")
         .arg(root.root())
         .arg("--servers")
@@ -128,7 +133,11 @@ fn spawn_worker(
         .arg("worker")
         .arg(task.to_string())
         .arg("--runs-seen")
-        .arg(runs_seen.to_string())
+        .arg(runs_seen.to_string());
+    if from == Start::Retry {
+        command.arg("--retry");
+    }
+    command
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(log)
@@ -143,9 +152,11 @@ async fn run_here(
     id: TaskId,
     runs_before: usize,
     backend: Backend,
+    from: Start,
 ) -> Result<Task, Error> {
     let mut options = worker_options(backend).map_err(|e| unusable_setting(&e))?;
     options.runs_seen = Some(runs_before);
+    options.start = from;
     let started = Arc::new(OnceLock::new());
     options.started = Some(Arc::clone(&started));
     options.servers.clone_from(&launch.downstream);
@@ -186,17 +197,23 @@ async fn run_here(
 }
 
 /// Starts a worker and waits until its run is recorded, or it exits.
-async fn start_worker(launch: &Launch, id: TaskId, runs_before: usize) -> Result<Task, Error> {
+async fn start_worker(
+    launch: &Launch,
+    id: TaskId,
+    runs_before: usize,
+    from: Start,
+) -> Result<Task, Error> {
     let root = launch.store.root().clone();
     // The log keeps earlier workers' lines: only this one's say why it exited.
     let log_path = worker_log(&root, &id);
     let log_from = std::fs::metadata(&log_path).map_or(0, |m| m.len());
-    let mut child = spawn_worker(&root, id, runs_before, &launch.servers_file).map_err(|e| {
-        Error::new(
-            ErrorCode::InternalError,
-            format!("the worker could not start: {e}"),
-        )
-    })?;
+    let mut child =
+        spawn_worker(&root, id, runs_before, &launch.servers_file, from).map_err(|e| {
+            Error::new(
+                ErrorCode::InternalError,
+                format!("the worker could not start: {e}"),
+            )
+        })?;
     let details = json!({"worker_log": log_path.display().to_string()});
     let pid = child.id();
     let mut exited = || {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use planb_core::TaskId;
 use planb_engine::backend::{Backend, BackendError};
-use planb_engine::worker::{Ended, WorkerError};
+use planb_engine::worker::{Ended, Start, WorkerError};
 use planb_projections::{DataRoot, Store, SystemEnvironment};
 
 use crate::error::ErrorCode;
@@ -32,12 +32,14 @@ fn failed(code: ErrorCode, message: impl ToString) -> WorkerFailure {
 
 /// Runs one run of `task` in the data root `root` to its end, with the
 /// servers of `servers` for its tool steps. `runs_seen` is how many runs its
-/// starter saw: one begun since refuses this run.
+/// starter saw: one begun since refuses this run. `start` says where the
+/// run begins.
 pub fn run(
     root: &Path,
     servers: &ServersSource,
     task: &str,
     runs_seen: Option<usize>,
+    start: Start,
 ) -> Result<Ended, WorkerFailure> {
     let task = TaskId::parse(task.trim())
         .map_err(|e| failed(ErrorCode::InvalidArgument, format!("task: {e}")))?;
@@ -59,6 +61,7 @@ pub fn run(
     let mut options = crate::settings::worker_options(backend)
         .map_err(|e| failed(ErrorCode::InvalidConfiguration, e))?;
     options.runs_seen = runs_seen;
+    options.start = start;
     // Tool steps call the servers of the servers file; without one (or with
     // one that cannot be read) they fail saying so, and model steps run on.
     if servers.file.exists() {

@@ -329,6 +329,8 @@ pub(crate) fn event_body() -> impl Strategy<Value = EventBody> {
             )
             .boxed(),
         task_id().prop_map(|task| B::PlanDeleted { task }).boxed(),
+        task_id().prop_map(|task| B::TaskArchived { task }).boxed(),
+        task_id().prop_map(|task| B::TaskDeleted { task }).boxed(),
         (
             (task_id(), run_id(), text()),
             (any::<[u8; 32]>(), any::<[u8; 32]>()),

@@ -6,7 +6,7 @@
 //! ```text
 //! offset  size  field
 //! 0       2     magic  b"PE" (planb event)
-//! 2       2     schema version, u16 little-endian (currently 5)
+//! 2       2     schema version, u16 little-endian (currently 6)
 //! 4       n     rkyv archive of the `Event` of that schema version
 //! ```
 //!
@@ -15,7 +15,7 @@
 //! copies the payload into an aligned buffer and validates it with bytecheck
 //! before deserializing, so damaged bytes give an error, never a panic or
 //! undefined behaviour. The current schema lives in the frozen module
-//! [`v5`]; older versions are upcast to it on decode.
+//! [`v6`]; older versions are upcast to it on decode.
 
 #[cfg(test)]
 mod golden;
@@ -28,6 +28,7 @@ pub mod v2;
 pub mod v3;
 pub mod v4;
 pub mod v5;
+pub mod v6;
 
 use rkyv::rancor;
 use rkyv::util::AlignedVec;
@@ -37,12 +38,12 @@ use crate::time::Cursor;
 
 pub use v1::{DeclineAction, Delivery, ReviewChannel, ReviewComment, Verdict};
 pub use v3::RunOutcome;
-pub use v5::{Event, EventBody};
+pub use v6::{Event, EventBody};
 
 /// First two bytes of every event payload.
 pub const MAGIC: [u8; 2] = *b"PE";
 /// The schema version [`encode`] writes.
-pub const SCHEMA_VERSION: u16 = 5;
+pub const SCHEMA_VERSION: u16 = 6;
 /// Bytes before the rkyv archive: magic and schema version.
 pub const HEADER_LEN: usize = 4;
 
@@ -151,6 +152,7 @@ pub fn decode(payload: &[u8], cursor: Cursor) -> Result<Envelope, DecodeError> {
         3 => decode_archive::<v3::Event>(archive).map_err(malformed)?,
         4 => decode_archive::<v4::Event>(archive).map_err(malformed)?,
         5 => decode_archive::<v5::Event>(archive).map_err(malformed)?,
+        6 => decode_archive::<v6::Event>(archive).map_err(malformed)?,
         _ => return Err(DecodeError::UnknownVersion { cursor, version }),
     };
     Ok(Envelope { cursor, event })
@@ -213,6 +215,8 @@ impl EventBody {
             EventBody::PlanCreated { .. } => "plan_created",
             EventBody::PlanDeleted { .. } => "plan_deleted",
             EventBody::BlobStored { .. } => "blob_stored",
+            EventBody::TaskArchived { .. } => "task_archived",
+            EventBody::TaskDeleted { .. } => "task_deleted",
         }
     }
 
@@ -230,7 +234,9 @@ impl EventBody {
             | EventBody::RunLog { task, .. }
             | EventBody::PlanCreated { task, .. }
             | EventBody::PlanDeleted { task }
-            | EventBody::BlobStored { task, .. } => Some(*task),
+            | EventBody::BlobStored { task, .. }
+            | EventBody::TaskArchived { task }
+            | EventBody::TaskDeleted { task } => Some(*task),
             _ => None,
         }
     }

@@ -241,6 +241,8 @@ mod tests {
             log_tail: Default::default(),
             log_lines: 0,
             plan: None,
+            archived_at: None,
+            deleted_at: None,
         };
         let id = |s: &str| StepId::parse(s).expect("id");
         let step = StepDef {

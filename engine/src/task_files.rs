@@ -478,6 +478,12 @@ pub fn rewrite_all(root: &DataRoot, state: &planb_core::State) -> Rewritten {
     let mut done = Rewritten::default();
     for task in state.tasks().values().filter(|t| t.plan.is_none()) {
         let id = task.id.to_string();
+        if task.deleted_at.is_some() {
+            if let Err(error) = remove_folder(root, &task.id) {
+                done.left.push((id, error.to_string()));
+            }
+            continue;
+        }
         if task.active_run().is_some() {
             done.left.push((id, "its run is active".into()));
             continue;
@@ -513,6 +519,15 @@ pub fn rewrite_all(root: &DataRoot, state: &planb_core::State) -> Rewritten {
         }
     }
     done
+}
+
+/// Removes a deleted task's folder, `tasks/<task>/`, whole (none there is
+/// fine).
+pub fn remove_folder(root: &DataRoot, task: &planb_core::TaskId) -> std::io::Result<()> {
+    match std::fs::remove_dir_all(root.task_dir(task)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
 }
 
 /// Why a copy of a task file was not saved where it was asked for.

@@ -54,6 +54,20 @@ pub struct Options {
     pub runs_seen: Option<usize>,
     /// Set to the run's id once it is recorded.
     pub started: Option<Arc<std::sync::OnceLock<RunId>>>,
+    /// Where the run begins.
+    pub start: Start,
+}
+
+/// Where a task's run begins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Start {
+    /// After what the latest run (and the runs it resumed) completed: a
+    /// task's first run, or a resume.
+    #[default]
+    Resume,
+    /// At the first step, reusing nothing (`task_retry`): earlier runs are
+    /// kept in the history, their successes leave the task's current view.
+    Retry,
 }
 
 impl Options {
@@ -69,6 +83,7 @@ impl Options {
             servers: None,
             runs_seen: None,
             started: None,
+            start: Start::Resume,
         }
     }
 }
@@ -226,6 +241,8 @@ struct Runner {
     store: Arc<Store>,
     task: TaskId,
     run: RunId,
+    /// The run this one resumes, whose completed steps it reuses.
+    resumed_from: Option<RunId>,
     log_lines: Vec<String>,
 }
 
@@ -405,7 +422,11 @@ pub async fn run(store: Arc<Store>, task: TaskId, options: Options) -> Result<En
             .await?
             .ok_or(WorkerError::NoTask(task))?
     };
-    let run_id = start_run(&store, task, found.runs.last().map(|r| r.id), None).await?;
+    let resumed_from = match options.start {
+        Start::Resume => found.runs.last().map(|r| r.id),
+        Start::Retry => None,
+    };
+    let run_id = start_run(&store, task, resumed_from, None).await?;
     if let Some(started) = &options.started {
         let _ = started.set(run_id);
     }
@@ -413,6 +434,7 @@ pub async fn run(store: Arc<Store>, task: TaskId, options: Options) -> Result<En
         store: Arc::clone(&store),
         task,
         run: run_id,
+        resumed_from,
         log_lines: Vec::new(),
     };
     for line in edit_notes {
@@ -558,7 +580,7 @@ async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<En
             .await;
     };
     let recorded: BTreeMap<StepId, Success> = task
-        .resumable_successes(task.runs.last().map(|r| r.id))
+        .resumable_successes(runner.resumed_from)
         .iter()
         .filter_map(|(id, s)| {
             Some((
@@ -578,8 +600,13 @@ async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<En
             .collect(),
     );
     let task = Arc::new(task.clone());
+    let retry = if runner.resumed_from.is_none() && !task.runs.is_empty() {
+        ", a retry from the first step"
+    } else {
+        ""
+    };
     runner.note(format!(
-        "run started: {} of pipeline {} toward {} ({} steps, speed {})",
+        "run started: {} of pipeline {} toward {} ({} steps, speed {}{retry})",
         runner.run,
         pipeline.name(),
         target,

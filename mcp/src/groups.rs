@@ -134,6 +134,12 @@ impl Selection {
 /// schema (which serves validation; the tool's description says what comes
 /// back).
 pub fn lean(tool: &mut rmcp::model::Tool) {
+    if let Some(hints) = &mut tool.annotations {
+        lean_hints(hints, tool.title.as_deref());
+        if *hints == rmcp::model::ToolAnnotations::default() {
+            tool.annotations = None;
+        }
+    }
     let mut input = (*tool.input_schema).clone();
     for key in ["$schema", "title", "description"] {
         input.remove(key);
@@ -149,6 +155,30 @@ pub fn lean(tool: &mut rmcp::model::Tool) {
         if let serde_json::Value::Object(output) = output {
             tool.output_schema = Some(std::sync::Arc::new(output));
         }
+    }
+}
+
+/// Leaves out of a tool's annotations what the protocol already says: a
+/// title the tool's own repeats, a hint at its default value (read-only
+/// false, destructive true, idempotent false, open-world true), and the
+/// destructive and idempotent hints of a read-only tool, which mean nothing
+/// there.
+fn lean_hints(hints: &mut rmcp::model::ToolAnnotations, title: Option<&str>) {
+    if hints.title.as_deref() == title {
+        hints.title = None;
+    }
+    let read_only = hints.read_only_hint == Some(true);
+    if hints.read_only_hint == Some(false) {
+        hints.read_only_hint = None;
+    }
+    if read_only || hints.destructive_hint == Some(true) {
+        hints.destructive_hint = None;
+    }
+    if read_only || hints.idempotent_hint == Some(false) {
+        hints.idempotent_hint = None;
+    }
+    if hints.open_world_hint == Some(true) {
+        hints.open_world_hint = None;
     }
 }
 

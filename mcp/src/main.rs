@@ -33,6 +33,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use planb_app::launch::Start;
 use planb_engine::backend::keeper;
 
 /// planb: a planning companion for AI coding agents.
@@ -113,6 +114,9 @@ enum Command {
         /// began since, this one is refused.
         #[arg(long, value_name = "N")]
         runs_seen: Option<usize>,
+        /// Begin at the first step, reusing nothing (task_retry).
+        #[arg(long)]
+        retry: bool,
     },
     /// Execution plans: DAGs of tool calls on downstream MCP servers.
     Plan {
@@ -410,11 +414,16 @@ fn main() -> ExitCode {
             Some(Command::AcceptLoss) => admin::accept_loss(&root, &mut out),
             Some(Command::Export { to }) => admin::export(&root, to, &mut out),
             Some(Command::Import { from }) => admin::import(&root, from, &mut out),
-            Some(Command::Worker { task, runs_seen }) => Ok(tasks::worker_main(
+            Some(Command::Worker {
+                task,
+                runs_seen,
+                retry,
+            }) => Ok(tasks::worker_main(
                 root.root(),
                 &servers_source(&root, &cli)?,
                 task,
                 *runs_seen,
+                if *retry { Start::Retry } else { Start::Resume },
             )),
             Some(Command::Plan { command }) => {
                 let live = plan_progress::stdout_is_live();

@@ -27,7 +27,7 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, Peer, RoleServer, tool, tool_router};
 use serde_json::{Value, json};
 
-use planb_app::launch::{Launch, Runner};
+use planb_app::launch::{Launch, Runner, Start};
 
 use crate::args::Args;
 use crate::server::PlanbServer;
@@ -107,6 +107,18 @@ fn status_output() -> Arc<JsonObject> {
             "steps_total": {"type": "integer"},
             "error": {"type": "object"}
         }
+    }))
+}
+
+/// `task_list`'s (and `task_recent`'s) arguments.
+fn list_input() -> Arc<JsonObject> {
+    schema(json!({
+        "type": "object",
+        "properties": {
+            "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 10},
+            "include_archived": {"type": "boolean", "default": false}
+        },
+        "additionalProperties": false
     }))
 }
 
@@ -234,6 +246,7 @@ fn status_of(root: &DataRoot, task: &Task, run: Option<&Run>, now: planb_core::T
         .collect();
     let mut value = json!({
         "task_id": task.id.to_string(),
+        "lifecycle": task.lifecycle().as_str(),
         "state": run.map_or("created", |r| r.state.as_str()),
         "progress_percentage": percentage,
         "steps_completed": done,
@@ -257,6 +270,11 @@ fn status_of(root: &DataRoot, task: &Task, run: Option<&Run>, now: planb_core::T
             "the prompt is kept out of task lists, run logs and planb-retro (PLANB_REDACT_PROMPTS=1); the log keeps it for the run".into(),
         );
     }
+    if let Some(at) = task.archived_at
+        && let Value::Object(map) = &mut value
+    {
+        map.insert("archived_at".into(), at.to_iso8601().into());
+    }
     if let Some(run) = run.filter(|r| r.state == RunState::Failed)
         && let Value::Object(map) = &mut value
     {
@@ -279,6 +297,11 @@ fn status_of(root: &DataRoot, task: &Task, run: Option<&Run>, now: planb_core::T
 
 fn next_steps(task: &Task) -> Vec<String> {
     let id = task.id;
+    if task.archived_at.is_some() {
+        return vec![
+            "The task is archived: its status, files and replay stay readable; create a new task to plan again.".into(),
+        ];
+    }
     match task.runs.last().map(|r| (r.state, r.recoverable)) {
         None => vec![format!(
             "The worker has not started the run yet; call task_status {{task_id: \"{id}\"}} again shortly."
@@ -302,7 +325,7 @@ fn next_steps(task: &Task) -> Vec<String> {
             "See why with task_logs_tail {{task_id: \"{id}\"}}, fix the cause, then task_resume {{task_id: \"{id}\"}}."
         )],
         Some((RunState::Failed, false)) => vec![format!(
-            "See why with task_logs_tail {{task_id: \"{id}\"}}; this failure is not recoverable by resuming, so create a new task."
+            "See why with task_logs_tail {{task_id: \"{id}\"}}; resuming cannot recover this failure: fix the cause, then task_retry {{task_id: \"{id}\"}} runs it again from the first step."
         )],
     }
 }
@@ -448,6 +471,7 @@ impl PlanbServer {
         id: TaskId,
         runs_before: usize,
         runner: Runner,
+        from: Start,
     ) -> Result<Task, Box<CallToolResult>> {
         let store = self
             .plan_store()
@@ -463,7 +487,7 @@ impl PlanbServer {
             servers_file: self.config().servers.file.clone(),
             downstream,
         };
-        planb_app::launch::start(&launch, id, runs_before, runner)
+        planb_app::launch::start(&launch, id, runs_before, runner, from)
             .await
             .map_err(app_error)
     }
@@ -478,6 +502,78 @@ impl PlanbServer {
     ) -> Result<Runner, Box<CallToolResult>> {
         planb_app::launch::runner(profile, Sampler::of(peer, profile)).map_err(app_error)
     }
+}
+
+impl PlanbServer {
+    /// `task_resume` and `task_retry`: the task's next run, beginning where
+    /// `from` says, once no run is active and the task is not completed.
+    async fn next_run(
+        &self,
+        arguments: JsonObject,
+        peer: &Peer<RoleServer>,
+        from: Start,
+    ) -> CallToolResult {
+        let (id, ()) = match task_args(&arguments, |_| ()) {
+            Ok(parsed) => parsed,
+            Err(result) => return *result,
+        };
+        let task = match self.task_checked(id).await {
+            Ok(task) => task,
+            Err(result) => return *result,
+        };
+        if let Err(result) = may_run_again(&task) {
+            return *result;
+        }
+        let runner = match self.runner(task.model_profile.as_deref(), peer) {
+            Ok(runner) => runner,
+            Err(result) => return *result,
+        };
+        match self.start_task_run(id, task.runs.len(), runner, from).await {
+            Ok(task) => CallToolResult::structured(status(
+                &self.data_root(),
+                &task,
+                self.store().env().now(),
+            )),
+            Err(result) => *result,
+        }
+    }
+}
+
+/// Refuses a new run of `task` while one is active, once it is completed
+/// or archived (the worker's start is refused the same way; this answers
+/// before one is started).
+fn may_run_again(task: &Task) -> Result<(), Box<CallToolResult>> {
+    let id = task.id;
+    if let Some(active) = task.active_run() {
+        return Err(boxed(
+            "RUN_ALREADY_ACTIVE",
+            format!(
+                "run {} of task {id} is {}",
+                active.id,
+                active.state.as_str()
+            ),
+            json!({"run_id": active.id.to_string()}),
+        ));
+    }
+    if task.archived_at.is_some() {
+        return Err(boxed(
+            "CONFLICT",
+            format!("task {id} is archived: it can be read, not run again; create a new task"),
+            json!({}),
+        ));
+    }
+    if task
+        .runs
+        .last()
+        .is_some_and(|r| r.state == RunState::Completed)
+    {
+        return Err(boxed(
+            "CONFLICT",
+            format!("task {id} is completed; create a new task to plan again"),
+            json!({}),
+        ));
+    }
+    Ok(())
 }
 
 /// An application error as the tools answer it.
@@ -646,10 +742,12 @@ impl PlanbServer {
             },
             Err(e) => return Ok(store_failure(e)),
         };
-        Ok(match self.start_task_run(id, 0, runner).await {
-            Ok(task) => CallToolResult::structured(created(&task)),
-            Err(result) => *result,
-        })
+        Ok(
+            match self.start_task_run(id, 0, runner, Start::Resume).await {
+                Ok(task) => CallToolResult::structured(created(&task)),
+                Err(result) => *result,
+            },
+        )
     }
 
     #[tool(
@@ -682,10 +780,10 @@ impl PlanbServer {
 
     #[tool(
         name = "task_stop",
-        description = "Stop a task's run: calls in flight are cancelled, completed steps kept for task_resume. Returns the state (\"stopping\" while it winds down).",
+        description = "Stop a task's run: calls in flight are cancelled, completed steps kept for task_resume. Returns task_status's fields (state \"stopping\" while it winds down).",
         title = "Stop a task",
         input_schema = input_task_only(),
-        output_schema = status_output(),
+        output_schema = open_output(),
         annotations(title = "Stop a task", read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn task_stop(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
@@ -718,10 +816,10 @@ impl PlanbServer {
 
     #[tool(
         name = "task_resume",
-        description = "Start a new run of a stopped or failed task: only steps missing or downstream of an edit run again.",
+        description = "Start a new run of a stopped or failed task: only steps missing or downstream of an edit run again. Returns task_status's fields.",
         title = "Resume a task",
         input_schema = input_task_only(),
-        output_schema = status_output(),
+        output_schema = open_output(),
         annotations(title = "Resume a task", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = true)
     )]
     async fn task_resume(
@@ -729,57 +827,104 @@ impl PlanbServer {
         arguments: JsonObject,
         peer: Peer<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
+        Ok(self.next_run(arguments, &peer, Start::Resume).await)
+    }
+
+    #[tool(
+        name = "task_retry",
+        description = "Run a stopped or failed task again from its first step under the same id, reusing nothing (task_resume keeps completed steps); earlier runs stay in its history.",
+        title = "Retry a task from the start",
+        input_schema = input_task_only(),
+        output_schema = open_output(),
+        annotations(title = "Retry a task from the start", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = true)
+    )]
+    async fn task_retry(
+        &self,
+        arguments: JsonObject,
+        peer: Peer<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        Ok(self.next_run(arguments, &peer, Start::Retry).await)
+    }
+
+    #[tool(
+        name = "task_archive",
+        description = "Freeze a task that is not running: status, files and replay stay readable; it can no longer be resumed, retried, edited or stopped, and task_list leaves it out unless include_archived.",
+        title = "Archive a task",
+        input_schema = input_task_only(),
+        output_schema = open_output(),
+        annotations(title = "Archive a task", read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn task_archive(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
         let (id, ()) = match task_args(&arguments, |_| ()) {
             Ok(parsed) => parsed,
             Err(result) => return Ok(*result),
         };
-        let task = match self.task_checked(id).await {
-            Ok(task) => task,
+        if let Err(result) = self.task_checked(id).await {
+            return Ok(*result);
+        }
+        if let Err(e) = self.execute(Command::ArchiveTask { task: id }).await {
+            return Ok(store_failure(e));
+        }
+        Ok(match self.task_checked(id).await {
+            Ok(task) => CallToolResult::structured(status(
+                &self.data_root(),
+                &task,
+                self.store().env().now(),
+            )),
+            Err(result) => *result,
+        })
+    }
+
+    #[tool(
+        name = "task_delete",
+        description = "Delete a task that is not running: it leaves every list and its folder is removed; its history stays in planb-retro.",
+        title = "Delete a task",
+        input_schema = input_task_only(),
+        output_schema = open_output(),
+        annotations(title = "Delete a task", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
+    )]
+    async fn task_delete(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
+        let (id, ()) = match task_args(&arguments, |_| ()) {
+            Ok(parsed) => parsed,
             Err(result) => return Ok(*result),
         };
-        if let Some(active) = task.active_run() {
-            return Ok(error(
-                "RUN_ALREADY_ACTIVE",
-                format!(
-                    "run {} of task {id} is {}",
-                    active.id,
-                    active.state.as_str()
-                ),
-                json!({"run_id": active.id.to_string()}),
-            ));
+        if let Err(result) = self.task_checked(id).await {
+            return Ok(*result);
         }
-        if task
-            .runs
-            .last()
-            .is_some_and(|r| r.state == RunState::Completed)
-        {
-            return Ok(error(
-                "CONFLICT",
-                format!("task {id} is completed; create a new task to plan again"),
-                json!({}),
-            ));
+        if let Err(e) = self.execute(Command::DeleteTask { task: id }).await {
+            return Ok(store_failure(e));
         }
-        let runner = match self.runner(task.model_profile.as_deref(), &peer) {
-            Ok(runner) => runner,
-            Err(result) => return Ok(*result),
-        };
-        Ok(
-            match self.start_task_run(id, task.runs.len(), runner).await {
-                Ok(task) => CallToolResult::structured(status(
-                    &self.data_root(),
-                    &task,
-                    self.store().env().now(),
-                )),
-                Err(result) => *result,
-            },
-        )
+        let root = self.data_root();
+        let removed = crate::blocking::off_thread(move || {
+            planb_engine::task_files::remove_folder(&root, &id)
+        })
+        .await;
+        let folder = self.data_root().task_dir(&id).display().to_string();
+        Ok(match removed {
+            Ok(Ok(())) => CallToolResult::structured(json!({
+                "task_id": id.to_string(),
+                "lifecycle": "deleted",
+                "folder_removed": folder,
+            })),
+            // The deletion is recorded; `planb-mcp rebuild` removes the folder.
+            Ok(Err(e)) => error(
+                "INTERNAL_ERROR",
+                format!("task {id} is deleted, but its folder {folder} could not be removed: {e}"),
+                json!({"task_id": id.to_string()}),
+            ),
+            Err(e) => error(
+                "INTERNAL_ERROR",
+                e.to_string(),
+                json!({"task_id": id.to_string()}),
+            ),
+        })
     }
 
     #[tool(
         name = "task_list",
-        description = "The most recently created tasks, newest first: task_id, created_at, state and a prompt summary. Use it to find a task_id again.",
+        description = "The most recently created tasks, newest first: task_id, created_at, state, lifecycle and a prompt summary; archived ones only with include_archived. Use it to find a task_id again.",
         title = "List tasks",
-        input_schema = schema(json!({"type": "object", "properties": {"limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 10}}, "additionalProperties": false})),
+        input_schema = list_input(),
         output_schema = schema(json!({"type": "object", "properties": {"tasks": {"type": "array"}}})),
         annotations(title = "List tasks", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
@@ -791,7 +936,7 @@ impl PlanbServer {
         name = "task_recent",
         description = "The same as task_list, under the task interface's other name for it.",
         title = "List tasks (task_recent)",
-        input_schema = schema(json!({"type": "object", "properties": {"limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 10}}, "additionalProperties": false})),
+        input_schema = list_input(),
         output_schema = schema(json!({"type": "object", "properties": {"tasks": {"type": "array"}}})),
         annotations(title = "List tasks (task_recent)", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
@@ -801,10 +946,10 @@ impl PlanbServer {
 
     #[tool(
         name = "task_get_latest",
-        description = "The status of the most recently created task (the simplest way back to a task whose id was lost).",
+        description = "task_status of the most recently created task (the simplest way back to a task whose id was lost).",
         title = "Latest task",
         input_schema = schema(json!({"type": "object", "properties": {}, "additionalProperties": false})),
-        output_schema = status_output(),
+        output_schema = open_output(),
         annotations(title = "Latest task", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn task_get_latest(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
@@ -841,7 +986,7 @@ impl PlanbServer {
         description = "Wait until the task's run ends or timeout_sec passes (default 60), with progress notifications. Returns task_status's fields and next_steps.",
         title = "Wait for a task",
         input_schema = schema(json!({"type": "object", "properties": {"task_id": task_id_schema(), "timeout_sec": {"type": "number", "minimum": 0, "maximum": 3600, "default": 60}, "poll_interval_sec": {"type": "number", "minimum": 0.05, "maximum": 60}}, "required": ["task_id"], "additionalProperties": false})),
-        output_schema = status_output(),
+        output_schema = open_output(),
         annotations(title = "Wait for a task", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn task_wait(
@@ -1215,8 +1360,9 @@ pub(crate) fn worker_main(
     servers: &planb_app::plans::ServersSource,
     task: &str,
     runs_seen: Option<usize>,
+    start: Start,
 ) -> std::process::ExitCode {
-    match planb_app::worker::run(root, servers, task, runs_seen) {
+    match planb_app::worker::run(root, servers, task, runs_seen, start) {
         Ok(ended) => {
             eprintln!(
                 "task {task}: run {} ended {:?}{}",
@@ -1240,12 +1386,16 @@ impl PlanbServer {
         let limit = args
             .optional_integer("limit", 1, 100)
             .map_or(10, |n| usize::try_from(n).unwrap_or(100));
+        let archived = args.optional_bool("include_archived").unwrap_or(false);
         if let Err(errors) = args.finish() {
             return Ok(invalid(errors));
         }
         let listed = self
             .read_state(move |s| {
-                let mut tasks: Vec<&Task> = s.pipeline_tasks().collect();
+                let mut tasks: Vec<&Task> = s
+                    .pipeline_tasks()
+                    .filter(|t| archived || t.archived_at.is_none())
+                    .collect();
                 tasks.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
                 tasks
                     .into_iter()
@@ -1255,6 +1405,7 @@ impl PlanbServer {
                             "task_id": t.id.to_string(),
                             "created_at": t.created_at.to_iso8601(),
                             "state": state_name(t),
+                            "lifecycle": t.lifecycle().as_str(),
                             "prompt_summary": prompt_summary(&t.prompt),
                         })
                     })

@@ -171,7 +171,7 @@ fn the_inspector_cli_lists_the_tools_and_completes_an_ask_answered_later() {
 
     let listed = done(call("tools/list", &[]));
     let tools = listed["tools"].as_array().expect("tools");
-    assert_eq!(tools.len(), 24, "{listed}");
+    assert_eq!(tools.len(), 27, "{listed}");
     for tool in tools {
         assert!(tool["title"].is_string(), "{tool}");
     }

@@ -69,7 +69,7 @@ async fn tools_are_listed_with_schemas_and_annotations() {
     assert_eq!(meta["planexe.version"], "1.0", "{meta}");
     let tools = server.client.list_all_tools().await.expect("tools/list");
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
-    assert_eq!(names.len(), 24, "{names:?}");
+    assert_eq!(names.len(), 27, "{names:?}");
     for name in [
         "init_planb_session",
         "ask_user",
@@ -82,6 +82,9 @@ async fn tools_are_listed_with_schemas_and_annotations() {
         "task_status",
         "task_stop",
         "task_resume",
+        "task_retry",
+        "task_archive",
+        "task_delete",
         "task_list",
         "task_get_latest",
         "task_wait",
@@ -114,8 +117,28 @@ async fn tools_are_listed_with_schemas_and_annotations() {
         properties.get("askId").is_some(),
         "ask_user schema lacks askId: {schema}"
     );
+    // Hints at the protocol's defaults are left out: ask_user writes
+    // (read-only false) and is not idempotent; it destroys nothing and stays
+    // within planb, which are said.
     let annotations = ask.annotations.as_ref().expect("annotations");
-    assert_eq!(annotations.read_only_hint, Some(false));
+    assert_eq!(annotations.read_only_hint, None);
+    assert_eq!(annotations.destructive_hint, Some(false));
+    assert_eq!(annotations.idempotent_hint, None);
+    assert_eq!(annotations.open_world_hint, Some(false));
+    let delete = tools
+        .iter()
+        .find(|t| t.name == "task_delete")
+        .expect("task_delete");
+    let hints = delete.annotations.as_ref().expect("annotations");
+    assert_eq!(
+        (
+            hints.read_only_hint,
+            hints.destructive_hint,
+            hints.open_world_hint
+        ),
+        (None, None, Some(false)),
+        "task_delete destroys (the default), within planb"
+    );
     for tool in &tools {
         let schemas =
             serde_json::to_string(&(&tool.input_schema, &tool.output_schema)).expect("schemas");
@@ -126,9 +149,10 @@ async fn tools_are_listed_with_schemas_and_annotations() {
                 tool.name
             );
         }
+        // The title is the tool's own; the annotations do not repeat it.
         let annotated = tool.annotations.as_ref().and_then(|a| a.title.clone());
         assert!(tool.title.is_some(), "{} has no title", tool.name);
-        assert_eq!(tool.title, annotated, "{}", tool.name);
+        assert_eq!(annotated, None, "{}", tool.name);
         // Tools that return JSON declare its shape.
         let returns_json = !matches!(tool.name.as_ref(), "init_planb_session" | "save_plan");
         assert_eq!(
@@ -976,7 +1000,7 @@ async fn tool_groups_list_and_serve_only_their_tools_and_each_group_s_cost_is_me
     )
     .await;
     let (names, all) = listed_tokens(&server).await;
-    assert_eq!(names.len(), 24, "{names:?}");
+    assert_eq!(names.len(), 27, "{names:?}");
     costs.push(format!(
         "all: {} tools, {all} tokens (groups summed: {sum})",
         names.len()

@@ -1906,3 +1906,139 @@ async fn with_prompts_redacted_lists_show_no_prompt_and_the_status_says_so() {
     assert!(!logs.to_string().contains("bakery"), "{logs}");
     server.client.cancel().await.expect("close");
 }
+
+/// What `tool` answers for `task`: its state, or its error code.
+async fn answer(server: &Server, tool: &'static str, args: Value) -> String {
+    let result = call(server, tool, args).await;
+    if result.is_error == Some(true) {
+        error_code(&result)
+    } else {
+        structured(&result)["state"]
+            .as_str()
+            .unwrap_or("ok")
+            .to_owned()
+    }
+}
+
+/// The ids `task_list` shows, with or without archived tasks.
+async fn listed(server: &Server, include_archived: bool) -> Vec<String> {
+    let list = ok(&call(
+        server,
+        "task_list",
+        json!({"include_archived": include_archived}),
+    )
+    .await);
+    list["tasks"]
+        .as_array()
+        .expect("tasks")
+        .iter()
+        .map(|t| t["task_id"].as_str().expect("id").to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_retries_from_its_first_step_then_is_archived_and_deleted_never_under_a_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = ModelServer::start(Script {
+        delay: Duration::from_millis(200),
+        fail_first: 0,
+    })
+    .await;
+    let first = start_planb(dir.path(), Some(&model), &[]).await;
+    let second = start_planb(dir.path(), Some(&model), &[]).await;
+    let task = create(&first, "fast").await;
+    let args = json!({"task_id": task});
+    until_completed(&first, &task, 2).await;
+    // Another process cannot retry, archive or delete under a live run.
+    for tool in ["task_retry", "task_archive", "task_delete"] {
+        assert_eq!(
+            answer(&second, tool, args.clone()).await,
+            "RUN_ALREADY_ACTIVE",
+            "{tool}"
+        );
+    }
+    let stopped = ok(&call(&first, "task_stop", args.clone()).await);
+    assert_eq!(stopped["state"], "stopped", "{stopped}");
+    assert!(
+        stopped["steps_completed"].as_u64().unwrap_or(0) >= 2,
+        "{stopped}"
+    );
+    // A retry starts over: the new run starts every step of the target's
+    // closure again, the stopped run stays in the history.
+    let retried = ok(&call(&second, "task_retry", args.clone()).await);
+    assert_eq!(retried["state"], "running", "{retried}");
+    assert_eq!(retried["runs"], 2, "{retried}");
+    let done = completed(&second, dir.path(), &task).await;
+    let runs = started_by_run(dir.path());
+    let mut again = runs.last().expect("the retry").clone();
+    again.sort();
+    let mut everything = closure_of(done["target"].as_str().expect("target"));
+    everything.sort();
+    assert_eq!(again, everything, "the retry ran every step");
+    let earlier = ok(&call(
+        &first,
+        "task_status",
+        json!({"task_id": task, "run_id": stopped["run_id"]}),
+    )
+    .await);
+    assert_eq!(earlier["state"], "stopped", "{earlier}");
+    assert_eq!(
+        answer(&first, "task_retry", args.clone()).await,
+        "CONFLICT",
+        "a completed task is not run again"
+    );
+    // Archived: readable, frozen, out of the default list.
+    let archived = ok(&call(&first, "task_archive", args.clone()).await);
+    assert_eq!(archived["lifecycle"], "archived", "{archived}");
+    assert_eq!(archived["state"], "completed", "{archived}");
+    assert!(archived["archived_at"].is_string(), "{archived}");
+    let again = ok(&call(&second, "task_archive", args.clone()).await);
+    assert_eq!(
+        again["archived_at"], archived["archived_at"],
+        "archiving twice changes nothing"
+    );
+    assert!(listed(&first, false).await.is_empty());
+    assert_eq!(listed(&first, true).await, vec![task.clone()]);
+    assert_eq!(status(&second, &task).await["lifecycle"], "archived");
+    let report = ok(&call(
+        &second,
+        "task_file_info",
+        json!({"task_id": task, "artifact": "report"}),
+    )
+    .await);
+    assert!(report["path"].is_string(), "{report}");
+    for (tool, extra) in [
+        ("task_resume", json!({})),
+        ("task_retry", json!({})),
+        ("task_stop", json!({})),
+        (
+            "task_artifact_write",
+            json!({"path": "intake", "content": "x"}),
+        ),
+    ] {
+        let mut call_args = extra;
+        call_args["task_id"] = json!(task);
+        assert_eq!(answer(&second, tool, call_args).await, "CONFLICT", "{tool}");
+    }
+    // Deleted: gone from every list and its folder removed; the log keeps
+    // its history.
+    let folder = dir.path().join("tasks").join(&task);
+    assert!(folder.is_dir());
+    let deleted = ok(&call(&second, "task_delete", args.clone()).await);
+    assert_eq!(deleted["lifecycle"], "deleted", "{deleted}");
+    assert!(!folder.exists(), "{}", folder.display());
+    assert!(listed(&first, true).await.is_empty());
+    for tool in ["task_status", "task_delete", "task_archive", "task_retry"] {
+        assert_eq!(
+            answer(&first, tool, args.clone()).await,
+            "TASK_NOT_FOUND",
+            "{tool}"
+        );
+    }
+    let (state, _) = support::fold_log(dir.path());
+    let kept = state.tasks().values().next().expect("the task's history");
+    assert_eq!(kept.runs.len(), 2);
+    assert!(kept.deleted_at.is_some() && kept.archived_at.is_some());
+    first.client.cancel().await.expect("close");
+    second.client.cancel().await.expect("close");
+}

@@ -87,8 +87,10 @@ pub enum IndexedTaskState {
     Failed = 4,
     /// The latest run stopped on request.
     Stopped = 5,
-    /// An execution plan deleted.
+    /// An execution plan or a task deleted.
     Deleted = 6,
+    /// A task archived.
+    Archived = 7,
 }
 
 /// Every table's content, in key order: for tests and `planb-mcp` debugging.
@@ -638,8 +640,12 @@ fn apply(t: &mut Tables<'_>, envelope: &Envelope) -> Result<(), redb::Error> {
             set_task_state(t, bytes(task.as_uuid()), state)?;
             None
         }
-        EventBody::PlanDeleted { task } => {
+        EventBody::PlanDeleted { task } | EventBody::TaskDeleted { task } => {
             set_task_state(t, bytes(task.as_uuid()), IndexedTaskState::Deleted)?;
+            None
+        }
+        EventBody::TaskArchived { task } => {
+            set_task_state(t, bytes(task.as_uuid()), IndexedTaskState::Archived)?;
             None
         }
         other => {

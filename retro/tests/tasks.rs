@@ -254,6 +254,39 @@ async fn the_index_lists_tasks_and_a_task_shows_its_dag_runs_and_log() {
 }
 
 #[tokio::test]
+async fn an_archived_then_deleted_task_keeps_its_replay_marked_so() {
+    let f = fixture();
+    let env = Arc::new(FixedEnvironment::new(Timestamp(1_700_000_100_000), 1_000));
+    let (store, _) = Store::open(f.root.clone(), env).expect("open store");
+    let task = f.task.to_string();
+    store
+        .execute(Command::ArchiveTask { task: f.task })
+        .expect("archive");
+    check(&router(&f.root), "/", StatusCode::OK, &[">archived<"]).await;
+    store
+        .execute(Command::DeleteTask { task: f.task })
+        .expect("delete");
+    let router = router(&f.root);
+    let index = check(&router, "/", StatusCode::OK, &[">deleted<"]).await;
+    assert!(
+        index.contains(&format!("href=\"/tasks/{task}\"")),
+        "{index}"
+    );
+    check(
+        &router,
+        &format!("/tasks/{task}"),
+        StatusCode::OK,
+        &[
+            ">deleted<",
+            "task archived",
+            "task deleted",
+            "model_timeout",
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
 async fn a_step_shows_its_rebuilt_prompt_its_answer_and_its_versions() {
     let f = fixture();
     let router = router(&f.root);

@@ -1,5 +1,5 @@
 //! The golden logs of every released event schema:
-//! `fixtures/golden/events-v1.bin` to `events-v5.bin` each
+//! `fixtures/golden/events-v1.bin` to `events-v6.bin` each
 //! hold one fixed event of every variant. The tests prove the current code decodes each file
 //! to exactly those events (older versions upcast to the current one), and that each
 //! version's types still encode to exactly those bytes. Run with
@@ -430,7 +430,8 @@ pub(crate) fn fixed_events_v4() -> Vec<v4::Event> {
 
 /// One event of every version 5 variant: the version 4 events, upcast,
 /// then a small blob recorded in the log.
-pub(crate) fn fixed_events() -> Vec<Event> {
+pub(crate) fn fixed_events_v5() -> Vec<v5::Event> {
+    use v5::{Event, EventBody};
     let plan = TaskId::from_uuid(Uuid::from_u128(0x0190_f5a2_9200_7000_8000_0000_0000_0fff));
     let mut events: Vec<Event> = fixed_events_v4().into_iter().map(Event::from).collect();
     events.push(Event {
@@ -440,6 +441,28 @@ pub(crate) fn fixed_events() -> Vec<Event> {
             task: plan,
             bytes: br#"{"tool":"fs__read_file","args":{"path":"a.py"}}"#.to_vec(),
         },
+    });
+    events
+}
+
+/// One event of every version 6 variant: the version 5 events, upcast,
+/// then the task of version 3 archived and deleted.
+pub(crate) fn fixed_events() -> Vec<Event> {
+    let mut events: Vec<Event> = fixed_events_v5().into_iter().map(Event::from).collect();
+    let id = |n: u128| {
+        EventId::from_uuid(Uuid::from_u128(
+            0x0190_f5a2_9400_7000_8000_0000_0000_0000 + n,
+        ))
+    };
+    events.push(Event {
+        id: id(1),
+        at: Timestamp(1_780_856_800_000),
+        body: EventBody::TaskArchived { task: task() },
+    });
+    events.push(Event {
+        id: id(2),
+        at: Timestamp(1_780_856_800_001),
+        body: EventBody::TaskDeleted { task: task() },
     });
     events
 }
@@ -549,9 +572,17 @@ fn golden_log_v4_still_decodes_and_encodes_byte_for_byte() {
 
 #[test]
 fn golden_log_v5_still_decodes_and_encodes_byte_for_byte() {
+    let events = fixed_events_v5();
+    let payloads: Vec<Vec<u8>> = events.iter().map(|e| encode_old(e, 5)).collect();
+    let upcast: Vec<Event> = events.into_iter().map(Event::from).collect();
+    check_golden(5, &payloads, &upcast);
+}
+
+#[test]
+fn golden_log_v6_still_decodes_and_encodes_byte_for_byte() {
     let events = fixed_events();
     let payloads: Vec<Vec<u8>> = events.iter().map(|e| encode(e).unwrap()).collect();
-    check_golden(5, &payloads, &events);
+    check_golden(6, &payloads, &events);
 }
 
 /// The golden edit applies to the golden plan's content and gives the

@@ -136,7 +136,7 @@ fn decode_errors_name_the_cursor_and_the_problem() {
     );
     check(
         b"PE\x07\x00",
-        "event at cursor 12: unknown schema version 7 (this build reads 1 to 5)",
+        "event at cursor 12: unknown schema version 7 (this build reads 1 to 6)",
     );
     let error = decode(b"PE\x01\x00\x00", Cursor(12)).unwrap_err();
     assert!(
@@ -168,7 +168,7 @@ fn decode_rejects_invalid_plan_names() {
     let error = decode(&payload, Cursor(5)).unwrap_err();
     assert_eq!(
         error.to_string(),
-        "event at cursor 5: malformed schema v5 payload: planName: must contain only letters, digits, '-' and '_' (found '.')"
+        "event at cursor 5: malformed schema v6 payload: planName: must contain only letters, digits, '-' and '_' (found '.')"
     );
 }
 
@@ -183,7 +183,7 @@ fn kind_names_are_distinct_and_snake_case() {
     );
     names.sort_unstable();
     names.dedup();
-    assert_eq!(names.len(), 26);
+    assert_eq!(names.len(), 28);
 }
 
 #[test]
@@ -237,6 +237,8 @@ fn body_names_its_session_ask_plan_and_task() {
             ("run_ended", false, false, false, true),
             ("plan_deleted", false, false, false, true),
             ("blob_stored", false, false, false, true),
+            ("task_archived", false, false, false, true),
+            ("task_deleted", false, false, false, true),
         ]
     );
 }

@@ -295,6 +295,16 @@ pub enum Command {
         /// The plan.
         task: crate::id::TaskId,
     },
+    /// `task_archive`: freezes a task, refused while a run is active.
+    ArchiveTask {
+        /// The task.
+        task: crate::id::TaskId,
+    },
+    /// `task_delete`: refused while a run is active.
+    DeleteTask {
+        /// The task.
+        task: crate::id::TaskId,
+    },
     /// `task_stop`.
     RequestStop {
         /// The task.
@@ -580,6 +590,8 @@ impl State {
             Command::CreateTask { .. }
             | Command::CreatePlan { .. }
             | Command::DeletePlan { .. }
+            | Command::ArchiveTask { .. }
+            | Command::DeleteTask { .. }
             | Command::StartRun { .. }
             | Command::StartStep { .. }
             | Command::SucceedStep { .. }

@@ -7,7 +7,14 @@
 //! completed task is not run again (a new task is). A step's success is kept
 //! across runs with the input hash it ran on, which is what lets a resumed
 //! run skip it (see `dag::Schedule`); an edited artifact replaces the
-//! success's artifact, so the steps that read it run again.
+//! success's artifact, so the steps that read it run again. A run of a task
+//! that resumes nothing while earlier runs exist is a retry: it starts from
+//! the first step, and the earlier successes leave the task's current view
+//! (their runs keep them).
+//!
+//! A task's lifecycle for a caller: created (no run), active (a run exists),
+//! archived (frozen: readable, never run, edited or stopped again). A
+//! deleted task is gone for every command; its history stays in the log.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -74,6 +81,10 @@ pub struct Task {
     /// For an execution plan: its title, definition and whether it was
     /// deleted. `None` for a task of a pipeline.
     pub plan: Option<PlanInfo>,
+    /// When it was archived.
+    pub archived_at: Option<Timestamp>,
+    /// When it was deleted.
+    pub deleted_at: Option<Timestamp>,
 }
 
 /// A task's runs, oldest first.
@@ -461,7 +472,45 @@ fn chars_at_most(field: &str, text: &str, max: usize) -> Result<(), Rejection> {
     Ok(())
 }
 
+/// Where a task is in its life, as a caller sees it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Lifecycle {
+    /// No run yet.
+    Created,
+    /// At least one run, running or not.
+    Active,
+    /// Frozen: readable, never run, edited or stopped again.
+    Archived,
+    /// Gone from every list and command; its history stays in the log.
+    Deleted,
+}
+
+impl Lifecycle {
+    /// `created`, `active`, `archived`, `deleted` as the tools report it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Lifecycle::Created => "created",
+            Lifecycle::Active => "active",
+            Lifecycle::Archived => "archived",
+            Lifecycle::Deleted => "deleted",
+        }
+    }
+}
+
 impl Task {
+    /// Where the task is in its life.
+    pub fn lifecycle(&self) -> Lifecycle {
+        if self.deleted_at.is_some() {
+            Lifecycle::Deleted
+        } else if self.archived_at.is_some() {
+            Lifecycle::Archived
+        } else if self.runs.is_empty() {
+            Lifecycle::Created
+        } else {
+            Lifecycle::Active
+        }
+    }
+
     /// The active run (`running` or `stopping`), if any.
     pub fn active_run(&self) -> Option<&Run> {
         self.runs
@@ -546,14 +595,19 @@ impl State {
             .find(|t| t.client_request_id.as_deref() == Some(client_request_id))
     }
 
-    /// A task of a pipeline (not an execution plan).
+    /// A task of a pipeline (not an execution plan), unless it was deleted.
     pub fn pipeline_task(&self, id: &TaskId) -> Option<&Task> {
-        self.tasks.get(id).filter(|t| t.plan.is_none())
+        self.tasks
+            .get(id)
+            .filter(|t| t.plan.is_none() && t.deleted_at.is_none())
     }
 
-    /// Every task of a pipeline, by id; execution plans are left out.
+    /// Every task of a pipeline not deleted, by id; execution plans are
+    /// left out.
     pub fn pipeline_tasks(&self) -> impl Iterator<Item = &Task> {
-        self.tasks.values().filter(|t| t.plan.is_none())
+        self.tasks
+            .values()
+            .filter(|t| t.plan.is_none() && t.deleted_at.is_none())
     }
 
     /// Whether a create command repeats an earlier one (its idempotency key
@@ -598,6 +652,31 @@ impl State {
                 format!("task_id: no task {task}"),
             )
         })
+    }
+
+    /// The task, unless it is unknown or deleted (`TASK_NOT_FOUND`).
+    fn live_task(&self, task: TaskId) -> Result<&Task, Rejection> {
+        let found = self.known_task(task)?;
+        if found.deleted_at.is_some() {
+            return Err(refuse(
+                TaskErrorCode::TaskNotFound,
+                format!("task_id: task {task} was deleted"),
+            ));
+        }
+        Ok(found)
+    }
+
+    /// The task, unless it is unknown, deleted or archived (`CONFLICT`: an
+    /// archived task is never run, edited or stopped again).
+    fn changeable_task(&self, task: TaskId) -> Result<&Task, Rejection> {
+        let found = self.live_task(task)?;
+        if found.archived_at.is_some() {
+            return Err(refuse(
+                TaskErrorCode::Conflict,
+                format!("task {task} is archived: it can be read, not run, edited or stopped"),
+            ));
+        }
+        Ok(found)
     }
 
     /// Decides a task command: the event, none (a repeat that changes
@@ -714,6 +793,8 @@ impl State {
                 client_request_id,
             } => self.decide_create_plan(task, definition, client_request_id),
             Command::DeletePlan { task } => self.decide_delete_plan(task),
+            Command::ArchiveTask { task } => self.decide_archive_task(task),
+            Command::DeleteTask { task } => self.decide_delete_task(task),
             Command::StartRun {
                 task,
                 run,
@@ -888,6 +969,43 @@ impl State {
         }))
     }
 
+    /// The pipeline task `task` while no run of it is active: what archiving
+    /// or deleting it needs.
+    fn idle_pipeline_task(&self, task: TaskId, doing: &str) -> Result<&Task, Rejection> {
+        let found = self.live_task(task)?;
+        if found.plan.is_some() {
+            return Err(refuse(
+                TaskErrorCode::TaskNotFound,
+                format!(
+                    "task_id: {task} is an execution plan, not a task (plan delete removes it)"
+                ),
+            ));
+        }
+        if let Some(active) = found.active_run() {
+            return Err(refuse(
+                TaskErrorCode::RunAlreadyActive,
+                format!(
+                    "run {} of task {task} is {}; stop it (task_stop) before {doing} the task",
+                    active.id,
+                    active.state.as_str()
+                ),
+            ));
+        }
+        Ok(found)
+    }
+
+    /// Decides an `ArchiveTask` command (archiving twice records nothing).
+    fn decide_archive_task(&self, task: TaskId) -> Result<Option<EventBody>, Rejection> {
+        let found = self.idle_pipeline_task(task, "archiving")?;
+        Ok((found.archived_at.is_none()).then_some(EventBody::TaskArchived { task }))
+    }
+
+    /// Decides a `DeleteTask` command.
+    fn decide_delete_task(&self, task: TaskId) -> Result<Option<EventBody>, Rejection> {
+        self.idle_pipeline_task(task, "deleting")?;
+        Ok(Some(EventBody::TaskDeleted { task }))
+    }
+
     /// Decides a `StartRun` command.
     fn decide_start_run(
         &self,
@@ -899,7 +1017,7 @@ impl State {
         variables: Option<String>,
     ) -> Result<Option<EventBody>, Rejection> {
         Ok(Some({
-            let found = self.known_task(task)?;
+            let found = self.changeable_task(task)?;
             if found.plan.as_ref().is_some_and(|p| p.deleted) {
                 return Err(refuse(
                     TaskErrorCode::TaskNotFound,
@@ -1053,7 +1171,7 @@ impl State {
         by: String,
     ) -> Result<Option<EventBody>, Rejection> {
         Ok(Some({
-            let found = self.known_task(task)?;
+            let found = self.changeable_task(task)?;
             if let Some(active) = found.active_run() {
                 return Err(refuse(
                     TaskErrorCode::RunningReadonly,
@@ -1086,7 +1204,7 @@ impl State {
     /// Decides a `RequestStop` command.
     fn decide_request_stop(&self, task: crate::id::TaskId) -> Result<Option<EventBody>, Rejection> {
         Ok(Some({
-            let found = self.known_task(task)?;
+            let found = self.changeable_task(task)?;
             match found.active_run() {
                 Some(run) if run.state == RunState::Stopping => return Ok(None),
                 Some(run) => EventBody::StopRequested { task, run: run.id },
@@ -1207,6 +1325,8 @@ impl State {
                 client_request_id,
             } => self.apply_plan_created(task, title, definition, client_request_id, at),
             EventBody::PlanDeleted { task } => self.apply_plan_deleted(task),
+            EventBody::TaskArchived { task } => self.apply_lifecycle(task, at, false),
+            EventBody::TaskDeleted { task } => self.apply_lifecycle(task, at, true),
             EventBody::RunStarted {
                 task,
                 run,
@@ -1291,6 +1411,8 @@ impl State {
             log_tail: std::collections::VecDeque::new(),
             log_lines: 0,
             plan: None,
+            archived_at: None,
+            deleted_at: None,
         });
         false
     }
@@ -1324,6 +1446,8 @@ impl State {
                 definition: definition.to_owned(),
                 deleted: false,
             }),
+            archived_at: None,
+            deleted_at: None,
         });
         false
     }
@@ -1333,6 +1457,21 @@ impl State {
         if let Some(plan) = self.tasks.get_mut(task).and_then(|t| t.plan.as_mut()) {
             plan.deleted = true;
         }
+        true
+    }
+
+    /// Applies a `TaskArchived` (or, `deleted`, a `TaskDeleted`) event;
+    /// whether it touched its task. The first time counts.
+    fn apply_lifecycle(&mut self, task: &TaskId, at: Timestamp, deleted: bool) -> bool {
+        let Some(found) = self.tasks.get_mut(task) else {
+            return false;
+        };
+        let when = if deleted {
+            &mut found.deleted_at
+        } else {
+            &mut found.archived_at
+        };
+        when.get_or_insert(at);
         true
     }
 
@@ -1356,6 +1495,10 @@ impl State {
         };
         if found.runs.iter().any(|r| r.id == *run) {
             return false;
+        }
+        if found.plan.is_none() && resumed_from.is_none() && !found.runs.is_empty() {
+            // A retry: from the first step, reusing nothing.
+            found.successes.clear();
         }
         found.runs.push(Arc::new(Run {
             id: *run,

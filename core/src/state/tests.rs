@@ -1141,6 +1141,63 @@ mod tasks {
     }
 
     #[test]
+    fn a_retry_starts_from_the_first_step_and_an_archived_or_deleted_task_runs_no_more() {
+        use crate::state::tasks::Lifecycle;
+        let mut h = Harness::new();
+        h.run(create(None)).expect("create");
+        let lifecycle = |h: &Harness| h.state.task(&task_id()).expect("task").lifecycle();
+        assert_eq!(lifecycle(&h), Lifecycle::Created);
+        h.run(start(1, None)).expect("run");
+        h.run(step(1, "intake")).expect("intake");
+        h.run(succeed(1, "intake", 3)).expect("intake done");
+        assert_eq!(
+            code(&mut h, Command::ArchiveTask { task: task_id() }),
+            TaskErrorCode::RunAlreadyActive
+        );
+        assert_eq!(
+            code(&mut h, Command::DeleteTask { task: task_id() }),
+            TaskErrorCode::RunAlreadyActive
+        );
+        h.run(end(1, RunOutcome::Failed)).expect("failed");
+        assert_eq!(lifecycle(&h), Lifecycle::Active);
+        // A resume keeps what succeeded; a retry (resuming nothing) does not.
+        h.run(start(2, Some(1))).expect("resume");
+        let successes = |h: &Harness| h.state.task(&task_id()).expect("task").successes.len();
+        assert_eq!(successes(&h), 1);
+        h.run(end(2, RunOutcome::Failed)).expect("failed again");
+        h.run(start(3, None)).expect("retry");
+        assert_eq!(successes(&h), 0);
+        assert_eq!(h.state.task(&task_id()).expect("task").runs.len(), 3);
+        h.run(end(3, RunOutcome::Stopped)).expect("stopped");
+        assert_eq!(
+            h.run(Command::ArchiveTask { task: task_id() }),
+            Ok(vec!["task_archived"])
+        );
+        assert_eq!(h.run(Command::ArchiveTask { task: task_id() }), Ok(vec![]));
+        assert_eq!(lifecycle(&h), Lifecycle::Archived);
+        assert_eq!(code(&mut h, start(4, Some(3))), TaskErrorCode::Conflict);
+        assert_eq!(
+            code(&mut h, Command::RequestStop { task: task_id() }),
+            TaskErrorCode::Conflict
+        );
+        assert!(h.state.pipeline_task(&task_id()).is_some());
+        assert_eq!(
+            h.run(Command::DeleteTask { task: task_id() }),
+            Ok(vec!["task_deleted"])
+        );
+        assert_eq!(lifecycle(&h), Lifecycle::Deleted);
+        assert!(h.state.pipeline_task(&task_id()).is_none());
+        assert_eq!(h.state.pipeline_tasks().count(), 0);
+        for again in [
+            start(4, None),
+            Command::DeleteTask { task: task_id() },
+            Command::ArchiveTask { task: task_id() },
+        ] {
+            assert_eq!(code(&mut h, again), TaskErrorCode::TaskNotFound);
+        }
+    }
+
+    #[test]
     fn a_plan_is_recorded_only_as_a_valid_definition_and_runs_again_but_not_once_deleted() {
         let mut h = Harness::new();
         let definition = serde_json::json!({"title": "Diamond", "steps": [

@@ -313,7 +313,9 @@ fn entry_body(timeline: &Timeline, envelope: &Envelope) -> Markup {
         | EventBody::RunLog { .. }
         | EventBody::PlanCreated { .. }
         | EventBody::PlanDeleted { .. }
-        | EventBody::BlobStored { .. } => html! {
+        | EventBody::BlobStored { .. }
+        | EventBody::TaskArchived { .. }
+        | EventBody::TaskDeleted { .. } => html! {
             p { "Task event (" (body.kind_name().replace('_', " ")) ")" }
         },
     }

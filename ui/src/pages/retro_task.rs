@@ -69,6 +69,7 @@ pub(super) fn tasks_section(timeline: &Timeline) -> Markup {
                         li.retro-task {
                             a.retro-session-title href={"/tasks/" (task.id)} { (summary(&task.prompt)) }
                             " " span.retro-badge.{"task-" (state_of(task))} { (state_of(task)) }
+                            @if let Some(mark) = lifecycle_mark(task) { " " span.retro-badge { (mark) } }
                             p.retro-muted {
                                 code { (short(&task.id)) } " · "
                                 @if task.plan.is_some() { "execution plan" }
@@ -81,6 +82,17 @@ pub(super) fn tasks_section(timeline: &Timeline) -> Markup {
                 }
             }
         }
+    }
+}
+
+/// `deleted` or `archived` for a task (or plan) in that state.
+fn lifecycle_mark(task: &Task) -> Option<&'static str> {
+    if task.deleted_at.is_some() || task.plan.as_ref().is_some_and(|p| p.deleted) {
+        Some("deleted")
+    } else if task.archived_at.is_some() {
+        Some("archived")
+    } else {
+        None
     }
 }
 
@@ -214,6 +226,8 @@ fn event_line(envelope: &Envelope) -> Option<Markup> {
         }
         EventBody::PlanCreated { title, .. } => format!("execution plan created: {title}"),
         EventBody::PlanDeleted { .. } => "execution plan deleted".to_owned(),
+        EventBody::TaskArchived { .. } => "task archived".to_owned(),
+        EventBody::TaskDeleted { .. } => "task deleted".to_owned(),
         EventBody::RunStarted {
             run, resumed_from, ..
         } => match resumed_from {
@@ -287,11 +301,9 @@ pub fn retro_task_page(timeline: &Timeline, view: &TaskView<'_>) -> Markup {
             h1.form-title { (title) }
             p.retro-muted {
                 code { (id) } " · "
-                @if is_plan {
-                    "execution plan"
-                    @if task.plan.as_ref().is_some_and(|p| p.deleted) { " " span.retro-badge { "deleted" } }
-                }
+                @if is_plan { "execution plan" }
                 @else { (task.pipeline) " v" (task.pipeline_version) " → " (task.target) " · " (task.speed) }
+                @if let Some(mark) = lifecycle_mark(task) { " " span.retro-badge { (mark) } }
                 " · created " (when(task.created_at))
             }
         }
