@@ -20,8 +20,9 @@
 //! round trip to the same downstream server.
 //!
 //! Run with `cargo bench -p planb-mcp` (everything),
-//! `cargo bench -p planb-mcp --bench server -- tasks` (the task engine
-//! only) or `-- plans` (execution plans only). The data root goes under cargo's target tmp dir (a real disk) or
+//! `cargo bench -p planb-mcp --bench server -- sessions` (start, saves,
+//! asks and memory only), `-- tasks` (the task engine only) or `-- plans`
+//! (execution plans only). The data root goes under cargo's target tmp dir (a real disk) or
 //! `PLANB_BENCH_DIR`.
 
 #![allow(clippy::print_stdout, reason = "a benchmark reports on stdout")]
@@ -491,8 +492,53 @@ fn main() {
         idle_kib as f64 / 1024.0
     );
     drop(server);
+    short_session_rss(&ask, &answers, &plan);
+    if std::env::args().any(|a| a == "sessions") {
+        return;
+    }
     history(raw_median, &plan);
     tasks::run(raw_median);
+}
+
+/// Resident memory of a fresh server after a short session: 20 saves and
+/// 5 asks answered.
+fn short_session_rss(ask: &Value, answers: &Value, plan: &str) {
+    let root = bench_root("server-short");
+    let mut server = Server::spawn(&root);
+    server.initialize();
+    let created = server.call("init_planb_session", json!({"title": "short"}));
+    let session = created
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("sessionId: "))
+        .expect("session")
+        .to_string();
+    for i in 0..20 {
+        let text = server.call(
+            "save_plan",
+            json!({"sessionId": session, "plan": format!("# v{i}\n{plan}")}),
+        );
+        assert!(text.starts_with("Saved plan v"), "{text}");
+    }
+    let mut ask = ask.clone();
+    ask["sessionId"] = json!(session);
+    for _ in 0..5 {
+        let id = server.send_call("ask_user", ask.clone());
+        let url = server.stderr.recv().expect("url");
+        let rest = url.strip_prefix("http://127.0.0.1:").expect("url");
+        let (port, query) = rest.split_once('/').expect("path");
+        let port: u16 = port.parse().expect("port");
+        let sid = query.strip_prefix("ask?sid=").expect("sid");
+        let body = json!({"sid": sid, "answers": answers}).to_string();
+        let submitted = http(port, "POST", "/submit", &body);
+        assert!(submitted.starts_with("HTTP/1.1 200"), "{submitted}");
+        server.wait_reply(id);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    println!(
+        "resident memory after 20 saves and 5 asks: {:.1} MB (budget <= 15 MB)",
+        server.rss_kib() as f64 / 1024.0
+    );
 }
 
 /// The median of raw write + fdatasync of a plan-sized record.

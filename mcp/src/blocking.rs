@@ -1,7 +1,8 @@
 //! The store does blocking file I/O (it fdatasyncs before it returns); async
 //! handlers reach it, and every other blocking file work, only through this
-//! module, which runs it on tokio's blocking pool so a slow disk never stalls
-//! the runtime's worker threads.
+//! module, which runs it so a slow disk never stalls the runtime's other
+//! tasks: in place on a worker that hands its other tasks over
+//! (`block_in_place`), or on tokio's blocking pool.
 
 use std::path::PathBuf;
 
@@ -29,12 +30,42 @@ pub async fn off_thread<R: Send + 'static>(
     tokio::task::spawn_blocking(work).await.map_err(Interrupted)
 }
 
-/// [`Store::execute`], returning the bodies of the recorded events.
-pub async fn execute(store: &StoreHandle, command: Command) -> Result<Vec<EventBody>, StoreError> {
+/// [`Store::execute_then_project`]: returns once the events are durable and
+/// a saved plan version's Markdown file is written; the other session files
+/// follow off the caller's path.
+pub async fn execute_then_project(
+    store: &StoreHandle,
+    command: Command,
+) -> Result<Vec<EventBody>, StoreError> {
+    on_store(store, move |store| store.execute_then_project(command))
+        .await
+        .map(|envelopes| envelopes.into_iter().map(|e| e.event.body).collect())
+}
+
+/// Runs `work` on the open store. Once the store is open and the runtime
+/// has other workers to carry on its tasks, the work runs in place
+/// (`block_in_place`): the caller's reply leaves from this thread, without
+/// a hop to the blocking pool and back. Otherwise (still opening, a
+/// single-threaded runtime) it goes to the blocking pool.
+async fn on_store<R: Send + 'static>(
+    store: &StoreHandle,
+    work: impl FnOnce(&planb_projections::Store) -> Result<R, StoreError> + Send + 'static,
+) -> Result<R, StoreError> {
+    let in_place = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if in_place && let Some(open) = store.get() {
+        return tokio::task::block_in_place(|| work(&open));
+    }
     let store = store.clone();
-    tokio::task::spawn_blocking(move || store.wait()?.execute(command))
+    tokio::task::spawn_blocking(move || store.wait().and_then(|open| work(&open)))
         .await
         .unwrap_or_else(|join| Err(interrupted(join)))
+}
+
+/// [`Store::execute`], returning the bodies of the recorded events.
+pub async fn execute(store: &StoreHandle, command: Command) -> Result<Vec<EventBody>, StoreError> {
+    on_store(store, move |store| store.execute(command))
+        .await
         .map(|envelopes| envelopes.into_iter().map(|e| e.event.body).collect())
 }
 
@@ -43,10 +74,7 @@ pub async fn read<R: Send + 'static>(
     store: &StoreHandle,
     f: impl FnOnce(&State) -> R + Send + 'static,
 ) -> Result<R, StoreError> {
-    let store = store.clone();
-    tokio::task::spawn_blocking(move || store.wait()?.read(f))
-        .await
-        .unwrap_or_else(|join| Err(interrupted(join)))
+    on_store(store, move |store| store.read(f)).await
 }
 
 /// [`Store::execute_on_plan_file`]: records a hand edit of the plan's file,

@@ -217,13 +217,14 @@ impl PlanbServer {
             // `finish` has already reported both; kept as a plain error, not a panic.
             return Ok(tool_error("sessionId and plan are required"));
         };
-        let recorded = self
-            .execute(Command::SavePlan {
-                session,
-                title,
-                content: plan,
-            })
-            .await;
+        let save = Command::SavePlan {
+            session,
+            title,
+            content: plan,
+        };
+        // The agent reads the version's file by the path it is given; the
+        // manifests follow off this reply's path.
+        let recorded = crate::blocking::execute_then_project(&self.store, save).await;
         match recorded {
             Ok(events) => match events.as_slice() {
                 [EventBody::PlanVersionSaved { version, .. }] => Ok(text(format!(

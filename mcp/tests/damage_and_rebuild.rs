@@ -293,6 +293,68 @@ async fn a_session_manifest_a_killed_server_left_behind_is_written_by_the_next_o
     assert!(output.status.success(), "{}", all_output(&output));
 }
 
+/// The cursor the session files show (`sessions.cursor`), if any.
+fn checkpoint(root: &Path) -> u64 {
+    std::fs::read_to_string(root.join("sessions.cursor"))
+        .ok()
+        .and_then(|t| t.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The log's last cursor.
+fn log_end(root: &Path) -> u64 {
+    let (state, _) = support::fold_log(root);
+    state.last_cursor().0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saved_version_s_file_is_there_at_the_reply_and_its_manifest_follows_even_past_a_kill() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
+    let session = new_session(&server).await;
+    let path = save(&server, &session, "# v1\n").await.expect("save");
+    // The version's Markdown is written before the reply.
+    assert_eq!(std::fs::read_to_string(&path).expect("v1.md"), "# v1\n");
+    // The manifest follows: a reader waits for the checkpoint to reach the
+    // log's end, and then finds the version listed.
+    let end = log_end(dir.path());
+    let started = std::time::Instant::now();
+    while checkpoint(dir.path()) < end {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "the session files never caught up with cursor {end}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert_eq!(plan_count(dir.path(), &session), 1);
+    server.client.cancel().await.expect("shutdown");
+    // Killed right after a reply, before its manifest caught up: the next
+    // server to open the root writes it.
+    let mut saved = 1;
+    let mut behind_at_kill = false;
+    for _attempt in 0..5 {
+        let server = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
+        saved += 1;
+        let path = save(&server, &session, &format!("# v{saved}\n"))
+            .await
+            .expect("save");
+        server.kill_9();
+        let _ = server.client.cancel().await;
+        assert!(path.is_file(), "{}", path.display());
+        if plan_count(dir.path(), &session) < saved {
+            behind_at_kill = true;
+            break;
+        }
+    }
+    assert!(behind_at_kill, "the manifest was never behind at a kill");
+    let next = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
+    new_session(&next).await;
+    assert_eq!(plan_count(dir.path(), &session), saved);
+    next.client.cancel().await.expect("shutdown");
+    let output = planb(dir.path(), &["check"]);
+    assert!(output.status.success(), "{}", all_output(&output));
+}
+
 /// `planb-mcp rebuild` killed with SIGKILL at points over its run:
 /// after each kill the data root still checks out (`check`), a server opens
 /// it and writes, and a final rebuild completes and leaves nothing of the

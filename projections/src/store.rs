@@ -205,6 +205,27 @@ impl Locked<'_, '_> {
         Ok(envelopes)
     }
 
+    /// Writes the Markdown file of each plan version in `envelopes` (what a
+    /// `save_plan` caller reads at once by the path it is given); the rest of
+    /// the session files stay pending for the next projection.
+    pub(crate) fn write_plan_texts(&self, envelopes: &[Envelope]) {
+        for envelope in envelopes {
+            if let EventBody::PlanVersionSaved {
+                session,
+                version,
+                content,
+                ..
+            } = &envelope.event.body
+            {
+                let path = files::plan_file(self.store.root.root(), session, *version);
+                if let Err(error) = files::write_if_changed(&path, content.as_bytes()) {
+                    // The projection that follows writes it again.
+                    tracing::warn!(%error, "could not write {}", path.display());
+                }
+            }
+        }
+    }
+
     /// Rewrites the session files the applied events changed.
     pub(crate) fn project(&mut self) {
         let folded = &mut *self.folded;
@@ -218,6 +239,12 @@ impl Locked<'_, '_> {
         self.store.flusher.schedule(due);
     }
 }
+
+/// The most the session files other than a saved version's Markdown lag
+/// behind [`Store::execute_then_project`] while its process lives: saves in
+/// quick succession share one projection, and so one set of file renames
+/// for the next append's sync to carry.
+pub const PROJECTION_LAG: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// The store over one data root.
 #[derive(Debug)]
@@ -398,6 +425,28 @@ impl Store {
     /// the events are durable by then (`rebuild` rewrites the files).
     pub fn execute(&self, command: Command) -> Result<Vec<Envelope>, StoreError> {
         self.execute_stamped(command, None)
+    }
+
+    /// [`execute`](Self::execute), returning once the events are durable and
+    /// each saved plan version's Markdown file is written; the other session
+    /// files (`session.json`, the version's `vN.json`, the checkpoint) follow
+    /// within [`PROJECTION_LAG`] on the store's flusher thread, or with this
+    /// process's next call, whichever comes first (and when the store
+    /// closes; a process killed before leaves the checkpoint behind, and the
+    /// next process to open the root writes them). A reader of those files
+    /// waits for the checkpoint (`sessions.cursor`) to reach the events'
+    /// cursor.
+    pub fn execute_then_project(&self, command: Command) -> Result<Vec<Envelope>, StoreError> {
+        let envelopes = self.locked(|locked| {
+            let envelopes = locked.decide_and_append(command, None)?;
+            locked.write_plan_texts(&envelopes);
+            Ok(envelopes)
+        })?;
+        if !envelopes.is_empty() {
+            self.flusher
+                .schedule(Some(std::time::Instant::now() + PROJECTION_LAG));
+        }
+        Ok(envelopes)
     }
 
     /// [`execute`](Self::execute) with the events stamped `at` instead of the
@@ -602,7 +651,11 @@ impl Store {
 impl Drop for Store {
     fn drop(&mut self) {
         self.flusher.stop();
-        if self.lost_tail.is_none() && lock_folded(&self.folded).pending.next_due().is_some() {
+        let behind = {
+            let folded = lock_folded(&self.folded);
+            folded.pending.next_due().is_some() || !folded.pending.is_empty(&folded.state)
+        };
+        if self.lost_tail.is_none() && behind {
             flush_manifests(&self.root, &self.log, &self.folded, true);
         }
         self.save_snapshot_if_behind();

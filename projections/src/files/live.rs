@@ -5,7 +5,11 @@
 //! append lock, on a state caught up to the end of the log. Lock holders
 //! follow one another in log order, so a later projection always writes a
 //! newer state and an older one can never overwrite it. The writer of an
-//! event projects it right after appending it (`Store::execute`); a process
+//! event projects it right after appending it (`Store::execute`), or, for a
+//! saved plan version, writes its Markdown at once and the rest on its
+//! flusher thread within `PROJECTION_LAG` (`Store::execute_then_project`:
+//! the version file is a new file holding the event's own text, so writing
+//! it ahead of the projection cannot show an older state); a process
 //! that folds events another process appended projects them too when the
 //! checkpoint shows nobody did (that process crashed between append and
 //! projection, or failed to write).
