@@ -97,12 +97,13 @@ enum Command {
         #[arg(long = "to", value_name = "DIR")]
         to: PathBuf,
     },
-    /// Turn an existing planb-mcp data root (written by the Node tool) into log
-    /// events; importing twice changes nothing.
+    /// Turn an existing data root of the Node planb-mcp or of browser-plan
+    /// into log events; importing twice changes nothing.
     Import {
-        /// The data root (or its `sessions/` folder) to import.
+        /// The data root (or its `sessions/` folder) to import; by default
+        /// browser-plan's ($BROWSER_PLAN_DATA_DIR, else ~/.browser-plan).
         #[arg(value_name = "DIR")]
-        from: PathBuf,
+        from: Option<PathBuf>,
     },
     /// Run one run of a task to its end (task_create and task_resume start
     /// this detached; it is not meant to be typed).
@@ -167,6 +168,38 @@ fn data_root(cli: &Cli) -> anyhow::Result<PathBuf> {
         .filter(|h| !h.is_empty())
         .ok_or_else(|| anyhow::anyhow!("HOME is not set; pass --data-dir or PLANB_MCP_DATA_DIR"))?;
     Ok(PathBuf::from(home).join(".planb-mcp"))
+}
+
+/// browser-plan's data root, which `import` reads when given no directory:
+/// `$BROWSER_PLAN_DATA_DIR`, else `~/.browser-plan`; never planb's own.
+fn browser_plan_root(own: &planb_projections::DataRoot) -> anyhow::Result<PathBuf> {
+    let from = match std::env::var_os("BROWSER_PLAN_DATA_DIR").filter(|d| !d.is_empty()) {
+        Some(dir) => PathBuf::from(dir),
+        None => std::env::var_os("HOME")
+            .filter(|h| !h.is_empty())
+            .map(|home| PathBuf::from(home).join(".browser-plan"))
+            .ok_or_else(|| anyhow::anyhow!("HOME is not set; name the directory to import"))?,
+    };
+    let same = |a: &std::path::Path, b: &std::path::Path| {
+        a == b
+            || matches!(
+                (std::fs::canonicalize(a), std::fs::canonicalize(b)),
+                (Ok(a), Ok(b)) if a == b
+            )
+    };
+    if same(&from, own.root()) {
+        anyhow::bail!(
+            "{} is this planb's own data root (BROWSER_PLAN_DATA_DIR names it); copy its sessions/ elsewhere and import that directory, or set PLANB_MCP_DATA_DIR to a new root",
+            from.display()
+        );
+    }
+    if !from.is_dir() {
+        anyhow::bail!(
+            "no browser-plan data root at {} (BROWSER_PLAN_DATA_DIR or ~/.browser-plan); name the directory to import",
+            from.display()
+        );
+    }
+    Ok(from)
 }
 
 /// Where execution plans' downstream servers are configured.
@@ -413,7 +446,13 @@ fn main() -> ExitCode {
             Some(Command::Rebuild) => admin::rebuild(&root, &mut out),
             Some(Command::AcceptLoss) => admin::accept_loss(&root, &mut out),
             Some(Command::Export { to }) => admin::export(&root, to, &mut out),
-            Some(Command::Import { from }) => admin::import(&root, from, &mut out),
+            Some(Command::Import { from }) => {
+                let from = match from {
+                    Some(from) => from.clone(),
+                    None => browser_plan_root(&root)?,
+                };
+                admin::import(&root, &from, &mut out)
+            }
             Some(Command::Worker {
                 task,
                 runs_seen,

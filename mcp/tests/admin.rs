@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use planb_core::{Command as Cmd, SessionId, Timestamp};
 use planb_projections::{DataRoot, FixedEnvironment, Store};
-use support::planb;
+use support::{all_output, planb};
 
 fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
@@ -197,6 +197,76 @@ fn import_of_a_node_data_root_is_idempotent_and_export_writes_the_layout() {
         .expect("json");
         assert_eq!(manifest["schemaVersion"], 1);
     }
+}
+
+/// Copies the directory `from` to `to`, files and folders.
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("read dir") {
+        let entry = entry.expect("entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("type").is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy");
+        }
+    }
+}
+
+/// `planb-mcp import` without a directory reads browser-plan's root:
+/// `~/.browser-plan`, or `BROWSER_PLAN_DATA_DIR`, never planb's own.
+#[test]
+fn import_without_a_directory_reads_the_browser_plan_root() {
+    let home = tempfile::tempdir().expect("home");
+    let fixture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/import/node-root");
+    let run = |root: &std::path::Path, env: &[(&str, &std::path::Path)]| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_planb-mcp"));
+        command
+            .env_remove("BROWSER_PLAN_DATA_DIR")
+            .env_remove("PLANB_MCP_DATA_DIR")
+            .env("HOME", home.path())
+            .arg("--data-dir")
+            .arg(root)
+            .arg("import");
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        command.output().expect("run planb-mcp")
+    };
+    let root = home.path().join(".planb-mcp");
+    let none = run(&root, &[]);
+    assert_eq!(none.status.code(), Some(2), "{}", all_output(&none));
+    assert!(
+        all_output(&none).contains(".browser-plan"),
+        "{}",
+        all_output(&none)
+    );
+    copy_tree(&fixture, &home.path().join(".browser-plan"));
+    let imported = run(&root, &[]);
+    assert!(
+        stdout(&imported).contains("2 session(s)"),
+        "{}",
+        all_output(&imported)
+    );
+    // A root named by the variable, imported into another planb root.
+    let elsewhere = home.path().join("bp");
+    copy_tree(&fixture, &elsewhere);
+    let other = home.path().join("other");
+    let named = run(&other, &[("BROWSER_PLAN_DATA_DIR", &elsewhere)]);
+    assert!(
+        stdout(&named).contains("2 session(s)"),
+        "{}",
+        all_output(&named)
+    );
+    // Never planb's own root.
+    let own = run(&elsewhere, &[("BROWSER_PLAN_DATA_DIR", &elsewhere)]);
+    assert_eq!(own.status.code(), Some(2), "{}", all_output(&own));
+    assert!(
+        all_output(&own).contains("own data root"),
+        "{}",
+        all_output(&own)
+    );
 }
 
 /// `check` verifies every blob the log names: present, and holding the bytes
