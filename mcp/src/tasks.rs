@@ -671,7 +671,11 @@ impl PlanbServer {
         };
         if let Some(key) = request_id.clone()
             && let Ok(Some(task)) = self
-                .read_state(move |s| s.task_by_request(&key).cloned())
+                .read_state(move |s| {
+                    s.task_by_request(&key)
+                        .filter(|t| t.deleted_at.is_none())
+                        .cloned()
+                })
                 .await
         {
             return Ok(CallToolResult::structured(created(&task)));

@@ -622,6 +622,15 @@ impl State {
     ) -> Result<bool, Rejection> {
         if let Some(key) = client_request_id {
             if let Some(earlier) = self.task_by_request(key) {
+                if earlier.deleted_at.is_some() {
+                    return Err(refuse(
+                        TaskErrorCode::Conflict,
+                        format!(
+                            "client_request_id: {key:?} was used for task {}, since deleted; use another key",
+                            earlier.id
+                        ),
+                    ));
+                }
                 if earlier.plan.is_some() != plan {
                     return Err(refuse(
                         TaskErrorCode::Conflict,

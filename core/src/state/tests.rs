@@ -1195,6 +1195,12 @@ mod tasks {
         ] {
             assert_eq!(code(&mut h, again), TaskErrorCode::TaskNotFound);
         }
+        // The key of a deleted task's create is not handed out again.
+        let mut h = Harness::new();
+        h.run(create(Some("key-1"))).expect("create");
+        h.run(Command::DeleteTask { task: task_id() })
+            .expect("delete");
+        assert_eq!(code(&mut h, create(Some("key-1"))), TaskErrorCode::Conflict);
     }
 
     #[test]
