@@ -128,11 +128,7 @@ impl DownstreamCache {
 
 /// The plans a person may name: not deleted, newest last.
 fn plans(state: &planb_core::State) -> Vec<&Task> {
-    let mut found: Vec<&Task> = state
-        .tasks()
-        .values()
-        .filter(|t| t.plan.as_ref().is_some_and(|p| !p.deleted))
-        .collect();
+    let mut found: Vec<&Task> = state.exec_plans().collect();
     found.sort_by_key(|t| (t.created_at, t.id));
     found
 }
@@ -172,12 +168,7 @@ pub fn find(store: &Store, text: &str) -> Result<Task, String> {
     let prefix = text.to_ascii_lowercase();
     let matches: Vec<Task> = store
         .read(|s| match whole {
-            Some(id) => s
-                .task(&id)
-                .filter(|t| t.plan.as_ref().is_some_and(|p| !p.deleted))
-                .into_iter()
-                .cloned()
-                .collect(),
+            Some(id) => s.exec_plan(&id).into_iter().cloned().collect(),
             None => plans(s)
                 .into_iter()
                 .filter(|t| t.id.to_string().starts_with(&prefix))

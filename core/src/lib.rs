@@ -48,7 +48,7 @@ pub use id::{AskId, EventId, IdError, PlanName, RunId, SessionId, TaskId};
 pub use plan_edit::{EditError, PlanEdit, apply_edits};
 pub use question::{AskSpec, Choice, FieldError, Question, QuestionKind, SpecError};
 pub use state::tasks::{
-    LOST_RUN_REASON, Lifecycle, LogLine, Run, RunState, Runs, RunsIter, StepSuccess, Task,
+    LOST_RUN_REASON, Lifecycle, LogLine, Run, RunState, Runs, RunsIter, Speed, StepSuccess, Task,
     TaskErrorCode,
 };
 pub use state::{

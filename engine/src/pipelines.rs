@@ -103,7 +103,7 @@ pub fn check_runnable(pipeline: &Pipeline) -> Result<(), String> {
 /// The step a run aims at: the task's target, or for `ping` the pipeline's
 /// first step (one model call that shows the backend answers).
 pub fn run_target(pipeline: &Pipeline, task: &Task) -> Result<StepId, String> {
-    if task.speed == "ping" {
+    if task.speed() == Some(planb_core::Speed::Ping) {
         let first = pipeline
             .steps()
             .iter()

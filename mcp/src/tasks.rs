@@ -650,10 +650,8 @@ impl PlanbServer {
         if prompt.as_deref().is_some_and(|p| p.trim().is_empty()) {
             args.push("prompt: must not be empty".to_owned());
         }
-        if !planb_core::state::tasks::SPEEDS.contains(&speed.as_str()) {
-            args.push(format!(
-                "speed_vs_detail: {speed:?} is not one of ping, fast, all"
-            ));
+        if planb_core::Speed::parse(&speed).is_none() {
+            args.push(planb_core::Speed::refusal(&speed));
         }
         if let Some(p) = &profile
             && !PROFILES.contains(&p.as_str())

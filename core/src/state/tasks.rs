@@ -40,8 +40,40 @@ pub const LOG_TAIL_LINES: usize = 500;
 /// process that finds it so records it. A run its own process ends never
 /// has this reason alone.
 pub const LOST_RUN_REASON: &str = "worker_error";
-/// The `speed_vs_detail` values.
-pub const SPEEDS: [&str; 3] = ["ping", "fast", "all"];
+/// How much detail a task's runs go into (`speed_vs_detail`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Speed {
+    /// One model call that checks the setup; no report.
+    Ping,
+    /// Every step, briefly.
+    Fast,
+    /// Every step in full.
+    All,
+}
+
+impl Speed {
+    /// Every speed, in the order they are offered.
+    pub const EVERY: [Speed; 3] = [Speed::Ping, Speed::Fast, Speed::All];
+
+    /// `ping`, `fast` or `all`, as recorded and as the tools take it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Speed::Ping => "ping",
+            Speed::Fast => "fast",
+            Speed::All => "all",
+        }
+    }
+
+    /// The speed named `text`, if any.
+    pub fn parse(text: &str) -> Option<Speed> {
+        Speed::EVERY.into_iter().find(|s| s.as_str() == text)
+    }
+
+    /// What a value that names no speed is told.
+    pub fn refusal(text: &str) -> String {
+        format!("speed_vs_detail: {text:?} is not one of ping, fast, all")
+    }
+}
 
 /// A long-running task.
 #[derive(Clone, PartialEq, Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
@@ -498,6 +530,11 @@ impl Lifecycle {
 }
 
 impl Task {
+    /// Its speed (`None` for an execution plan, which has none).
+    pub fn speed(&self) -> Option<Speed> {
+        Speed::parse(&self.speed)
+    }
+
     /// Where the task is in its life.
     pub fn lifecycle(&self) -> Lifecycle {
         if self.deleted_at.is_some() {
@@ -608,6 +645,20 @@ impl State {
         self.tasks
             .values()
             .filter(|t| t.plan.is_none() && t.deleted_at.is_none())
+    }
+
+    /// Every execution plan not deleted, by id.
+    pub fn exec_plans(&self) -> impl Iterator<Item = &Task> {
+        self.tasks
+            .values()
+            .filter(|t| t.plan.as_ref().is_some_and(|p| !p.deleted))
+    }
+
+    /// The execution plan `id`, unless it was deleted.
+    pub fn exec_plan(&self, id: &TaskId) -> Option<&Task> {
+        self.tasks
+            .get(id)
+            .filter(|t| t.plan.as_ref().is_some_and(|p| !p.deleted))
     }
 
     /// Whether a create command repeats an earlier one (its idempotency key
@@ -898,10 +949,10 @@ impl State {
                 ));
             }
             chars_at_most("prompt", &prompt, TASK_PROMPT_CHARS_MAX)?;
-            if !SPEEDS.contains(&speed.as_str()) {
+            if Speed::parse(&speed).is_none() {
                 return Err(refuse(
                     TaskErrorCode::InvalidArgument,
-                    format!("speed_vs_detail: {speed:?} is not one of ping, fast, all"),
+                    Speed::refusal(&speed),
                 ));
             }
             step_name("target", &target)?;
