@@ -31,6 +31,7 @@ pub mod exec_plan;
 pub mod id;
 mod json;
 pub mod plan_edit;
+pub mod progress;
 pub mod question;
 pub mod state;
 pub mod text;

@@ -100,43 +100,7 @@ pub fn check_runnable(pipeline: &Pipeline) -> Result<(), String> {
     Ok(())
 }
 
-/// The step a run aims at: the task's target, or for `ping` the pipeline's
-/// first step (one model call that shows the backend answers).
-pub fn run_target(pipeline: &Pipeline, task: &Task) -> Result<StepId, String> {
-    if task.speed() == Some(planb_core::Speed::Ping) {
-        let first = pipeline
-            .steps()
-            .iter()
-            .find(|s| s.needs.is_empty() && matches!(s.action, Action::Model { .. }))
-            .or_else(|| pipeline.steps().first())
-            .ok_or("the pipeline has no steps")?;
-        return Ok(first.id.clone());
-    }
-    let target = StepId::parse(&task.target).map_err(|e| format!("target: {e}"))?;
-    if pipeline.step(&target).is_none() {
-        return Err(format!(
-            "target: {:?} is not a step of pipeline {}",
-            task.target,
-            pipeline.name()
-        ));
-    }
-    Ok(target)
-}
-
-/// What every step of a task's runs reads besides its inputs: the prompt
-/// and the settings. Part of each step's input hash.
-pub fn context(task: &Task) -> Vec<u8> {
-    let mut bytes = Vec::new();
-    for field in [
-        task.prompt.as_str(),
-        task.speed.as_str(),
-        task.model_profile.as_deref().unwrap_or(""),
-    ] {
-        bytes.extend_from_slice(&(field.len() as u64).to_le_bytes());
-        bytes.extend_from_slice(field.as_bytes());
-    }
-    bytes
-}
+pub use planb_core::progress::{context, run_target};
 
 /// The `{{detail}}` text for a speed.
 pub fn detail(speed: &str) -> &'static str {

@@ -556,7 +556,7 @@ async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<En
     let target = match pipelines::run_target(&pipeline, task) {
         Ok(target) => target,
         Err(problem) => {
-            runner.note(problem.clone());
+            runner.note(problem.to_string());
             return runner
                 .end(
                     RunOutcome::Failed,

@@ -9,7 +9,6 @@
 //! (`planb-mcp worker <task>`) that this server starts and does not wait
 //! for, so a run outlives the agent's session.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -156,39 +155,11 @@ fn prompt_summary(prompt: &str) -> String {
     planb_core::text::clip(&flat, 120)
 }
 
-/// The steps of the latest run's closure that are done: succeeded in the
-/// run, or kept from an earlier run because their inputs are unchanged
-/// (the worker's own rule, `dag::Schedule`). Only grows within a run.
+/// Settled steps, steps of the target's closure, and a running step (the
+/// rule is core's [`Task::progress`]).
 fn progress(pipeline: &Pipeline, task: &Task) -> (usize, usize, Option<String>) {
-    let Ok(target) = pipelines::run_target(pipeline, task) else {
-        return (0, 0, None);
-    };
-    let Some(closure) = pipeline.closure(&target) else {
-        return (0, 0, None);
-    };
-    let total = closure.len();
-    let Some(run) = task.runs.last() else {
-        return (0, total, None);
-    };
-    if run.state == RunState::Completed {
-        return (total, total, None);
-    }
-    let context = pipelines::context(task);
-    let mut settled: BTreeMap<StepId, ContentHash> = BTreeMap::new();
-    for step in &closure {
-        let Some(success) = task.successes.get(step.as_str()) else {
-            continue;
-        };
-        let fresh = run.succeeded.contains(step.as_str())
-            || pipeline
-                .input_hash(&context, step, &settled)
-                .is_some_and(|hash| hash.0 == success.input);
-        if fresh {
-            settled.insert(step.clone(), ContentHash(success.artifact));
-        }
-    }
-    let current = run.running.iter().next().cloned();
-    (settled.len(), total, current)
+    let progress = task.progress(pipeline);
+    (progress.done, progress.total, progress.current)
 }
 
 /// `task_status`'s answer, from memory.

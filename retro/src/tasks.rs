@@ -24,7 +24,7 @@ fn settled(task: &Task) -> BTreeMap<StepId, ContentHash> {
 /// The steps whose artifact was made from inputs that have changed since
 /// (an upstream edit or re-run): the next run does them again.
 pub fn out_of_date(pipeline: &Pipeline, task: &Task) -> BTreeSet<String> {
-    let context = pipelines::context(task);
+    let context = planb_core::progress::context(task);
     let artifacts = settled(task);
     task.successes
         .iter()
@@ -86,7 +86,7 @@ pub fn prompt(
     }
     let verified = pipeline
         .input_hash(
-            &pipelines::context(&then.task),
+            &planb_core::progress::context(&then.task),
             &step.id,
             &settled(&then.task),
         )
