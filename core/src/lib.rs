@@ -49,8 +49,8 @@ pub use id::{AskId, EventId, IdError, PlanName, RunId, SessionId, TaskId};
 pub use plan_edit::{EditError, PlanEdit, apply_edits};
 pub use question::{AskSpec, Choice, FieldError, Question, QuestionKind, SpecError};
 pub use state::tasks::{
-    LOST_RUN_REASON, Lifecycle, LogLine, Run, RunState, Runs, RunsIter, Speed, StepSuccess, Task,
-    TaskErrorCode,
+    LOST_RUN_REASON, Lifecycle, LogLine, Run, RunEndReason, RunState, Runs, RunsIter, Speed,
+    StepSuccess, Task, TaskErrorCode,
 };
 pub use state::{
     Ask, AskStatus, Command, ContentHash, INLINE_BLOB_BYTES_MAX, INLINE_BLOBS_BYTES_MAX, NamedPlan,

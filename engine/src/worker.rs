@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 use planb_core::dag::{Action, Decision, Pipeline, Schedule, StepId, Success};
 use planb_core::state::ContentHash;
 use planb_core::{
-    Command, EventBody, INLINE_BLOB_BYTES_MAX, Rejection, RunId, RunOutcome, RunState, StepStart,
-    Task, TaskErrorCode, TaskId,
+    Command, EventBody, INLINE_BLOB_BYTES_MAX, Rejection, RunEndReason, RunId, RunOutcome,
+    RunState, StepStart, Task, TaskErrorCode, TaskId,
 };
 use planb_projections::{DataRoot, RunLock, RunLockError, Store, StoreError};
 use tokio::task::JoinSet;
@@ -446,7 +446,7 @@ pub async fn run(store: Arc<Store>, task: TaskId, options: Options) -> Result<En
         Err(error) => {
             // Record what can be recorded; a store that fails here is
             // reported by the next process as worker_error.
-            let reason = format!("worker_error: {error}");
+            let reason = RunEndReason::WorkerError(Some(error.to_string())).to_wire();
             let _ = runner
                 .end(RunOutcome::Failed, Some(reason), None, true)
                 .await;
@@ -538,7 +538,7 @@ async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<En
             return runner
                 .end(
                     RunOutcome::Failed,
-                    Some(format!("pipeline_error: {problem}")),
+                    Some(RunEndReason::PipelineError(problem.to_string()).to_wire()),
                     None,
                     true,
                 )
@@ -560,7 +560,7 @@ async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<En
             return runner
                 .end(
                     RunOutcome::Failed,
-                    Some(format!("INVALID_TARGET: {problem}")),
+                    Some(RunEndReason::InvalidTarget(Some(problem.to_string())).to_wire()),
                     None,
                     false,
                 )
@@ -573,7 +573,7 @@ async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<En
         return runner
             .end(
                 RunOutcome::Failed,
-                Some("INVALID_TARGET".into()),
+                Some(RunEndReason::InvalidTarget(None).to_wire()),
                 None,
                 false,
             )
@@ -689,7 +689,7 @@ async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<En
             return runner
                 .end(
                     RunOutcome::Failed,
-                    Some("inactivity_timeout".into()),
+                    Some(RunEndReason::InactivityTimeout.to_wire()),
                     None,
                     true,
                 )
@@ -730,7 +730,12 @@ async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<En
         if in_flight.is_empty() {
             if let Some((step, class, recoverable)) = failed {
                 return runner
-                    .end(RunOutcome::Failed, Some(class), Some(step), recoverable)
+                    .end(
+                        RunOutcome::Failed,
+                        Some(RunEndReason::Step(class).to_wire()),
+                        Some(step),
+                        recoverable,
+                    )
                     .await;
             }
             if schedule.steps().iter().all(|s| settled.contains_key(s)) {
@@ -740,7 +745,7 @@ async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<En
             return runner
                 .end(
                     RunOutcome::Failed,
-                    Some("worker_error: no step is ready".into()),
+                    Some(RunEndReason::WorkerError(Some("no step is ready".into())).to_wire()),
                     None,
                     true,
                 )

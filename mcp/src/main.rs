@@ -365,7 +365,7 @@ fn end_own_runs(store: &planb_projections::Store) {
             task,
             run,
             outcome: planb_core::RunOutcome::Failed,
-            reason: Some(planb_core::LOST_RUN_REASON.into()),
+            reason: Some(planb_core::RunEndReason::WorkerError(None).to_wire()),
             failed_step,
             recoverable: true,
         });

@@ -116,7 +116,7 @@ impl Store {
             task,
             run,
             outcome: RunOutcome::Failed,
-            reason: Some(planb_core::LOST_RUN_REASON.into()),
+            reason: Some(planb_core::RunEndReason::WorkerError(None).to_wire()),
             failed_step,
             recoverable: true,
         };

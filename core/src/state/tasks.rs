@@ -40,6 +40,73 @@ pub const LOG_TAIL_LINES: usize = 500;
 /// process that finds it so records it. A run its own process ends never
 /// has this reason alone.
 pub const LOST_RUN_REASON: &str = "worker_error";
+/// Why a run ended other than completed, as its `RunEnded` event records it
+/// (`reason`). The wire strings are the ones the log has always held: a
+/// code, and for some a `: ` and what went wrong.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum RunEndReason {
+    /// `worker_error`: its process died (alone: found lost by another
+    /// process, [`LOST_RUN_REASON`]) or could not record its steps (with
+    /// what went wrong).
+    WorkerError(Option<String>),
+    /// `inactivity_timeout`: no step started or ended within the limit.
+    InactivityTimeout,
+    /// `pipeline_error: …`: the task's pipeline could not be read.
+    PipelineError(String),
+    /// `INVALID_TARGET`, `INVALID_TARGET: …`: the target is not a step.
+    InvalidTarget(Option<String>),
+    /// `step_failed`: a step of an execution plan failed.
+    StepFailed,
+    /// A task's failed step's class (`model_timeout`, `model_error`, …).
+    Step(String),
+}
+
+impl RunEndReason {
+    /// The text the event records.
+    pub fn to_wire(&self) -> String {
+        let with = |code: &str, detail: &Option<String>| match detail {
+            Some(detail) => format!("{code}: {detail}"),
+            None => code.to_owned(),
+        };
+        match self {
+            RunEndReason::WorkerError(detail) => with(LOST_RUN_REASON, detail),
+            RunEndReason::InactivityTimeout => "inactivity_timeout".to_owned(),
+            RunEndReason::PipelineError(detail) => format!("pipeline_error: {detail}"),
+            RunEndReason::InvalidTarget(detail) => with("INVALID_TARGET", detail),
+            RunEndReason::StepFailed => "step_failed".to_owned(),
+            RunEndReason::Step(class) => class.clone(),
+        }
+    }
+
+    /// The reason a recorded text says (any text not another's is a step's
+    /// class).
+    pub fn parse(wire: &str) -> RunEndReason {
+        let (code, detail) = match wire.split_once(": ") {
+            Some((code, detail)) => (code, Some(detail.to_owned())),
+            None => (wire, None),
+        };
+        match (code, detail) {
+            (LOST_RUN_REASON, detail) => RunEndReason::WorkerError(detail),
+            ("inactivity_timeout", None) => RunEndReason::InactivityTimeout,
+            ("pipeline_error", Some(detail)) => RunEndReason::PipelineError(detail),
+            ("INVALID_TARGET", detail) => RunEndReason::InvalidTarget(detail),
+            ("step_failed", None) => RunEndReason::StepFailed,
+            _ => RunEndReason::Step(wire.to_owned()),
+        }
+    }
+
+    /// Whether another process found the run lost (its process died).
+    pub fn is_lost(&self) -> bool {
+        *self == RunEndReason::WorkerError(None)
+    }
+}
+
+impl std::fmt::Display for RunEndReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.to_wire())
+    }
+}
+
 /// How much detail a task's runs go into (`speed_vs_detail`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Speed {

@@ -1141,6 +1141,36 @@ mod tasks {
     }
 
     #[test]
+    fn run_end_reasons_keep_the_texts_the_log_holds() {
+        use crate::state::tasks::RunEndReason as R;
+        let cases = [
+            (R::WorkerError(None), "worker_error"),
+            (
+                R::WorkerError(Some("disk full".into())),
+                "worker_error: disk full",
+            ),
+            (R::InactivityTimeout, "inactivity_timeout"),
+            (
+                R::PipelineError("no such file".into()),
+                "pipeline_error: no such file",
+            ),
+            (R::InvalidTarget(None), "INVALID_TARGET"),
+            (
+                R::InvalidTarget(Some("target: \"x\"".into())),
+                "INVALID_TARGET: target: \"x\"",
+            ),
+            (R::StepFailed, "step_failed"),
+            (R::Step("model_timeout".into()), "model_timeout"),
+        ];
+        for (reason, wire) in cases {
+            assert_eq!(reason.to_wire(), wire);
+            assert_eq!(R::parse(wire), reason, "{wire}");
+        }
+        assert!(R::parse("worker_error").is_lost());
+        assert!(!R::parse("worker_error: disk full").is_lost());
+    }
+
+    #[test]
     fn a_retry_starts_from_the_first_step_and_an_archived_or_deleted_task_runs_no_more() {
         use crate::state::tasks::Lifecycle;
         let mut h = Harness::new();

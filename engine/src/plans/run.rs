@@ -19,7 +19,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use planb_core::exec_plan::{ExecPlan, resolve_args};
 use planb_core::{
     Command, ContentHash, EventBody, INLINE_BLOB_BYTES_MAX, INLINE_BLOBS_BYTES_MAX, Rejection,
-    RunId, RunOutcome, RunState, StepStart, Task, TaskErrorCode, TaskId,
+    RunEndReason, RunId, RunOutcome, RunState, StepStart, Task, TaskErrorCode, TaskId,
 };
 use planb_projections::{Store, StoreError};
 use serde_json::{Map, Value, json};
@@ -625,7 +625,12 @@ fn refuse_a_second_run(found: &Task, seen: Option<(RunId, bool)>) -> Result<(), 
     };
     let when = match seen {
         Some((id, _)) if id != latest.id => "started after this call was made",
-        Some((_, true)) if latest.reason.as_deref() != Some(planb_core::LOST_RUN_REASON) => {
+        Some((_, true))
+            if !latest
+                .reason
+                .as_deref()
+                .is_some_and(|r| RunEndReason::parse(r).is_lost()) =>
+        {
             "was running when this call was made"
         }
         None => "started after this call was made",
@@ -805,12 +810,12 @@ pub async fn run_plan(
             outcome.error = Some(message);
             (
                 RunOutcome::Failed,
-                Some("step_failed".to_owned()),
+                Some(RunEndReason::StepFailed.to_wire()),
                 Some(step),
             )
         }
         Err(error) => {
-            let reason = format!("worker_error: {error}");
+            let reason = RunEndReason::WorkerError(Some(error.to_string())).to_wire();
             let _ = shared
                 .execute(Command::EndRun {
                     task,
