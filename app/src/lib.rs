@@ -1,8 +1,9 @@
 //! `planb-app`: the application layer every front door calls (the MCP
 //! tools, the `plan` command line, the detached worker): execution plans
-//! (find, create, list, import), the worker's entry, the `PLANB_*` run
-//! settings and the error codes. Plain data in and out; the JSON shapes and
-//! wording of the tools stay with the front doors.
+//! (find, create, list, import), the worker's entry and the end of a
+//! process's own runs at exit, the `PLANB_*` run settings and the error
+//! codes. Plain data in and out; the JSON shapes and wording of the tools
+//! stay with the front doors.
 
 pub mod error;
 pub mod import;

@@ -89,3 +89,35 @@ pub fn code_of(error: &WorkerError) -> ErrorCode {
         _ => ErrorCode::InternalError,
     }
 }
+
+/// Ends the active runs this process owned (dropped with its runtimes) as
+/// a dead worker's: `failed`, `worker_error`, recoverable. Each is named by
+/// its id, so a run another process has started on the task since is never
+/// the one ended (the core refuses to end a run that is not active).
+pub fn end_own_runs(store: &planb_projections::Store) {
+    let me = std::process::id();
+    let own = store.read(|state| {
+        state
+            .tasks()
+            .values()
+            .filter_map(|task| {
+                let run = task.active_run().filter(|run| run.owner_pid == me)?;
+                Some((task.id, run.id, run.running.iter().next().cloned()))
+            })
+            .collect::<Vec<_>>()
+    });
+    for (task, run, failed_step) in own.unwrap_or_default() {
+        let ended = store.execute(planb_core::Command::EndRun {
+            task,
+            run,
+            outcome: planb_core::RunOutcome::Failed,
+            reason: Some(planb_core::RunEndReason::WorkerError(None).to_wire()),
+            failed_step,
+            recoverable: true,
+        });
+        match ended {
+            Ok(_) | Err(planb_projections::StoreError::Rejected(_)) => {}
+            Err(error) => tracing::warn!("the run of {task} was not ended: {error}"),
+        }
+    }
+}

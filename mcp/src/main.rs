@@ -336,44 +336,12 @@ fn serve(root: PathBuf, cli: &Cli) -> anyhow::Result<ExitCode> {
         // The runs this process was running are dropped, their locks free:
         // recorded ended now (failed, recoverable), not left for the next
         // process on the root to find.
-        end_own_runs(&store);
+        planb_app::worker::end_own_runs(&store);
         // The next process on this root starts from where this one stands.
         store.save_snapshot_if_behind();
     }
     served?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// Ends the active runs this process owned (dropped with its runtimes) as
-/// a dead worker's: `failed`, `worker_error`, recoverable. Each is named by
-/// its id, so a run another process has started on the task since is never
-/// the one ended (the core refuses to end a run that is not active).
-fn end_own_runs(store: &planb_projections::Store) {
-    let me = std::process::id();
-    let own = store.read(|state| {
-        state
-            .tasks()
-            .values()
-            .filter_map(|task| {
-                let run = task.active_run().filter(|run| run.owner_pid == me)?;
-                Some((task.id, run.id, run.running.iter().next().cloned()))
-            })
-            .collect::<Vec<_>>()
-    });
-    for (task, run, failed_step) in own.unwrap_or_default() {
-        let ended = store.execute(planb_core::Command::EndRun {
-            task,
-            run,
-            outcome: planb_core::RunOutcome::Failed,
-            reason: Some(planb_core::RunEndReason::WorkerError(None).to_wire()),
-            failed_step,
-            recoverable: true,
-        });
-        match ended {
-            Ok(_) | Err(planb_projections::StoreError::Rejected(_)) => {}
-            Err(error) => tracing::warn!("the run of {task} was not ended: {error}"),
-        }
-    }
 }
 
 /// `error` and its causes in one line. Many errors print their cause as part
