@@ -547,6 +547,130 @@ fn may_run_again(task: &Task) -> Result<(), Box<CallToolResult>> {
     Ok(())
 }
 
+/// `task_create`'s arguments, checked.
+struct CreateArgs {
+    prompt: String,
+    speed: String,
+    target: String,
+    pipeline: String,
+    profile: Option<String>,
+    request_id: Option<String>,
+}
+
+impl CreateArgs {
+    /// Reads and checks the arguments; every problem is named at once.
+    fn parse(arguments: &JsonObject) -> Result<CreateArgs, Box<CallToolResult>> {
+        let mut args = Args::new(arguments);
+        let prompt = args.string(
+            "prompt",
+            4 * planb_core::state::tasks::TASK_PROMPT_CHARS_MAX,
+        );
+        let speed = args
+            .optional_string("speed_vs_detail", 10)
+            .unwrap_or_else(|| "ping".into());
+        let target = args
+            .optional_string("target", 64)
+            .unwrap_or_else(|| DEFAULT_TARGET.into());
+        let pipeline = args
+            .optional_string("pipeline", 64)
+            .unwrap_or_else(|| PROJECT_PLAN.into());
+        let profile = args.optional_string("model_profile", 20);
+        let request_id = args.optional_string("client_request_id", 200);
+        if prompt.as_deref().is_some_and(|p| p.trim().is_empty()) {
+            args.push("prompt: must not be empty".to_owned());
+        }
+        if planb_core::Speed::parse(&speed).is_none() {
+            args.push(planb_core::Speed::refusal(&speed));
+        }
+        if let Some(p) = &profile
+            && !PROFILES.contains(&p.as_str())
+        {
+            args.push(format!(
+                "model_profile: {p:?} is not one of {}",
+                PROFILES.join(", ")
+            ));
+        }
+        args.finish().map_err(|errors| Box::new(invalid(errors)))?;
+        let prompt = prompt.ok_or_else(|| Box::new(invalid("prompt: required")))?;
+        Ok(CreateArgs {
+            prompt,
+            speed,
+            target,
+            pipeline,
+            profile,
+            request_id,
+        })
+    }
+}
+
+/// The pipeline `create` names, once its target is one of its steps
+/// (`INVALID_TARGET` naming the standard targets otherwise).
+fn checked_pipeline(root: &DataRoot, create: &CreateArgs) -> Result<Pipeline, Box<CallToolResult>> {
+    let pipeline = pipeline_of(root, &create.pipeline)
+        .map_err(|problem| boxed("INVALID_TARGET", problem, json!({})))?;
+    let target_ok = StepId::parse(&create.target)
+        .ok()
+        .is_some_and(|t| pipeline.step(&t).is_some());
+    if target_ok {
+        return Ok(pipeline);
+    }
+    let finals: Vec<&str> = pipeline
+        .steps()
+        .iter()
+        .map(|s| s.id.as_str())
+        .filter(|id| pipelines::STANDARD_TARGETS.contains(id))
+        .collect();
+    Err(boxed(
+        "INVALID_TARGET",
+        format!(
+            "target: {:?} is not a step of pipeline {} (targets: {})",
+            create.target,
+            create.pipeline,
+            finals.join(", ")
+        ),
+        json!({"targets": finals}),
+    ))
+}
+
+impl PlanbServer {
+    /// Records the task `create` describes and returns its id: the one of
+    /// the task another process recorded meanwhile with the same
+    /// `client_request_id`, if so.
+    async fn record_task(
+        &self,
+        create: CreateArgs,
+        pipeline: &Pipeline,
+    ) -> Result<TaskId, Box<CallToolResult>> {
+        let id = TaskId::from_uuid(self.store().env().event_id());
+        let request_id = create.request_id.clone();
+        let command = Command::CreateTask {
+            task: id,
+            pipeline: create.pipeline,
+            pipeline_version: pipeline.version(),
+            prompt: create.prompt,
+            speed: create.speed,
+            target: create.target,
+            model_profile: create.profile,
+            client_request_id: create.request_id,
+        };
+        let not_recorded = || boxed("INTERNAL_ERROR", "the task was not recorded", json!({}));
+        match self.execute(command).await {
+            Ok(events) if !events.is_empty() => Ok(id),
+            Ok(_) => {
+                let key = request_id.ok_or_else(not_recorded)?;
+                match self
+                    .read_state(move |s| s.task_by_request(&key).map(|t| t.id))
+                    .await
+                {
+                    Ok(Some(existing)) => Ok(existing),
+                    _ => Err(not_recorded()),
+                }
+            }
+            Err(e) => Err(Box::new(store_failure(e))),
+        }
+    }
+}
+
 /// An application error as the tools answer it.
 fn app_error(e: planb_app::Error) -> Box<CallToolResult> {
     boxed(e.code.as_str(), e.message, e.details)
@@ -602,43 +726,11 @@ impl PlanbServer {
         arguments: JsonObject,
         peer: Peer<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
-        let mut args = Args::new(&arguments);
-        let prompt = args.string(
-            "prompt",
-            4 * planb_core::state::tasks::TASK_PROMPT_CHARS_MAX,
-        );
-        let speed = args
-            .optional_string("speed_vs_detail", 10)
-            .unwrap_or_else(|| "ping".into());
-        let target = args
-            .optional_string("target", 64)
-            .unwrap_or_else(|| DEFAULT_TARGET.into());
-        let pipeline_name = args
-            .optional_string("pipeline", 64)
-            .unwrap_or_else(|| PROJECT_PLAN.into());
-        let profile = args.optional_string("model_profile", 20);
-        let request_id = args.optional_string("client_request_id", 200);
-        if prompt.as_deref().is_some_and(|p| p.trim().is_empty()) {
-            args.push("prompt: must not be empty".to_owned());
-        }
-        if planb_core::Speed::parse(&speed).is_none() {
-            args.push(planb_core::Speed::refusal(&speed));
-        }
-        if let Some(p) = &profile
-            && !PROFILES.contains(&p.as_str())
-        {
-            args.push(format!(
-                "model_profile: {p:?} is not one of {}",
-                PROFILES.join(", ")
-            ));
-        }
-        if let Err(errors) = args.finish() {
-            return Ok(invalid(errors));
-        }
-        let Some(prompt) = prompt else {
-            return Ok(invalid("prompt: required"));
+        let create = match CreateArgs::parse(&arguments) {
+            Ok(create) => create,
+            Err(result) => return Ok(*result),
         };
-        if let Some(key) = request_id.clone()
+        if let Some(key) = create.request_id.clone()
             && let Ok(Some(task)) = self
                 .read_state(move |s| {
                     s.task_by_request(&key)
@@ -649,71 +741,17 @@ impl PlanbServer {
         {
             return Ok(CallToolResult::structured(created(&task)));
         }
-        let runner = match self.runner(profile.as_deref(), &peer) {
+        let runner = match self.runner(create.profile.as_deref(), &peer) {
             Ok(runner) => runner,
             Err(result) => return Ok(*result),
         };
-        let root = self.data_root();
-        let pipeline = match pipeline_of(&root, &pipeline_name) {
+        let pipeline = match checked_pipeline(&self.data_root(), &create) {
             Ok(pipeline) => pipeline,
-            Err(problem) => return Ok(error("INVALID_TARGET", problem, json!({}))),
+            Err(result) => return Ok(*result),
         };
-        let target_ok = StepId::parse(&target)
-            .ok()
-            .is_some_and(|t| pipeline.step(&t).is_some());
-        if !target_ok {
-            let finals: Vec<&str> = pipeline
-                .steps()
-                .iter()
-                .map(|s| s.id.as_str())
-                .filter(|id| pipelines::STANDARD_TARGETS.contains(id))
-                .collect();
-            return Ok(error(
-                "INVALID_TARGET",
-                format!(
-                    "target: {target:?} is not a step of pipeline {pipeline_name} (targets: {})",
-                    finals.join(", ")
-                ),
-                json!({"targets": finals}),
-            ));
-        }
-        let id = TaskId::from_uuid(self.store().env().event_id());
-        let command = Command::CreateTask {
-            task: id,
-            pipeline: pipeline_name,
-            pipeline_version: pipeline.version(),
-            prompt,
-            speed,
-            target,
-            model_profile: profile,
-            client_request_id: request_id.clone(),
-        };
-        let id = match self.execute(command).await {
-            Ok(events) if !events.is_empty() => id,
-            // A repeated client_request_id, recorded by another process meanwhile.
-            Ok(_) => match request_id {
-                Some(key) => match self
-                    .read_state(move |s| s.task_by_request(&key).map(|t| t.id))
-                    .await
-                {
-                    Ok(Some(existing)) => existing,
-                    _ => {
-                        return Ok(error(
-                            "INTERNAL_ERROR",
-                            "the task was not recorded",
-                            json!({}),
-                        ));
-                    }
-                },
-                None => {
-                    return Ok(error(
-                        "INTERNAL_ERROR",
-                        "the task was not recorded",
-                        json!({}),
-                    ));
-                }
-            },
-            Err(e) => return Ok(store_failure(e)),
+        let id = match self.record_task(create, &pipeline).await {
+            Ok(id) => id,
+            Err(result) => return Ok(*result),
         };
         Ok(
             match self.start_task_run(id, 0, runner, Start::Resume).await {
