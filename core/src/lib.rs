@@ -30,6 +30,7 @@ pub mod event;
 pub mod exec_plan;
 pub mod id;
 mod json;
+pub mod pipelines;
 pub mod plan_edit;
 pub mod progress;
 pub mod question;

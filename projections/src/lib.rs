@@ -24,6 +24,7 @@ mod health;
 mod import;
 mod index;
 mod indexer;
+pub mod pipelines;
 mod plan_file;
 mod plan_texts;
 mod rebuild;

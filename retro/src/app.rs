@@ -472,7 +472,7 @@ fn task_page(state: &AppState, id: &str, query: &AtQuery) -> Result<Response, Pa
     let steps = match &plan {
         Some(plan) => pages::Steps::Plan(plan.as_ref().as_ref().map_err(String::as_str)),
         None => {
-            resolved = planb_engine::pipelines::resolve(root, &at.task.pipeline);
+            resolved = planb_projections::pipelines::resolve(root, &at.task.pipeline);
             pages::Steps::Pipeline(resolved.as_ref().map_err(String::as_str))
         }
     };
@@ -549,7 +549,7 @@ fn step_page(
         ));
     }
     let pipeline =
-        planb_engine::pipelines::resolve(root, &at.task.pipeline).map_err(|problem| {
+        planb_projections::pipelines::resolve(root, &at.task.pipeline).map_err(|problem| {
             PageError::new(
                 StatusCode::NOT_FOUND,
                 "Pipeline not readable",

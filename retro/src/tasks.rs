@@ -5,9 +5,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use planb_core::dag::{Action, Pipeline, StepDef, StepId};
+use planb_core::pipelines;
 use planb_core::state::ContentHash;
 use planb_core::{Cursor, EventBody, Task};
-use planb_engine::pipelines;
 use planb_projections::{DataRoot, TaskAt, Timeline};
 use planb_ui::pages::{ArtifactVersion, CallEnd, PlanCall, PromptView};
 

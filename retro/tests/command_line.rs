@@ -68,7 +68,7 @@ fn with_prompts_redacted_no_page_shows_a_task_s_prompt() {
     let env = std::sync::Arc::new(FixedEnvironment::new(Timestamp(1_700_000_000_000), 1_000));
     let (store, _) = Store::open(root, env).expect("open store");
     let task = TaskId::from_uuid(uuid::Uuid::new_v4());
-    let pipeline = planb_engine::pipelines::project_plan();
+    let pipeline = planb_core::pipelines::project_plan();
     store
         .execute(Command::CreateTask {
             task,

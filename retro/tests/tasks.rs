@@ -14,9 +14,9 @@ use axum::http::StatusCode;
 use fantoccini::key::Key;
 use oneshot::{PORT, check};
 use planb_core::dag::StepId;
+use planb_core::pipelines;
 use planb_core::state::ContentHash;
 use planb_core::{Command, RunId, RunOutcome, TaskId, Timestamp};
-use planb_engine::pipelines;
 use planb_projections::{DataRoot, FixedEnvironment, Store};
 use planb_retro::{AppState, Retro, app};
 use uuid::Uuid;
@@ -75,7 +75,7 @@ fn fixture() -> Fixture {
             .collect();
         pipeline
             .input_hash(
-                &pipelines::context(&found),
+                &planb_core::progress::context(&found),
                 &StepId::parse(step).expect("id"),
                 &artifacts,
             )
