@@ -41,6 +41,7 @@ pub fn env_seconds(name: &'static str) -> Result<Option<Duration>, SettingError>
 /// (`PLANB_STEP_TIMEOUT_SEC`, `PLANB_INACTIVITY_SEC`, `PLANB_CONCURRENCY`).
 pub fn worker_options(backend: Backend) -> Result<Options, SettingError> {
     let mut options = Options::new(backend);
+    options.report = Some(planb_ui::pages::report::render);
     let limits = run_limits()?;
     if let Some(d) = limits.step_timeout {
         options.step_timeout = d;

@@ -34,6 +34,7 @@ pub mod pipelines;
 pub mod plan_edit;
 pub mod progress;
 pub mod question;
+pub mod report;
 pub mod state;
 pub mod text;
 pub mod time;

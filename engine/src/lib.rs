@@ -6,7 +6,8 @@
 //! - [`pipelines`]: the built-in `project-plan` pipeline, users' pipeline
 //!   files, and how a step's prompt is filled;
 //! - [`worker`]: runs one run of a task to its end, holding the run lock;
-//! - [`report`] and [`zip`]: the built-in renderers;
+//! - [`zip`]: the run's zip (the report page is `planb-ui`'s, handed to
+//!   the worker in its [`worker::Options`]);
 //! - [`task_files`]: `tasks/<task>/` as files;
 //! - [`web`]: the process's outgoing HTTP(S) client;
 //! - [`runtime`]: the engine thread where a server process runs plans.
@@ -18,7 +19,6 @@
 pub mod backend;
 pub mod pipelines;
 pub mod plans;
-pub mod report;
 pub mod runtime;
 pub mod task_files;
 pub mod web;

@@ -56,7 +56,14 @@ pub struct Options {
     pub started: Option<Arc<std::sync::OnceLock<RunId>>>,
     /// Where the run begins.
     pub start: Start,
+    /// Draws the `report` page (`render: report` steps); without one such a
+    /// step fails `unsupported`.
+    pub report: Option<RenderReport>,
 }
+
+/// Draws a report page: its title, the request, when it was generated, and
+/// its sections.
+pub type RenderReport = fn(&str, &str, &str, &[planb_core::report::Section<'_>]) -> String;
 
 /// Where a task's run begins.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -84,6 +91,7 @@ impl Options {
             runs_seen: None,
             started: None,
             start: Start::Resume,
+            report: None,
         }
     }
 }
@@ -166,11 +174,11 @@ fn checked_answer(kind: Option<&str>, text: &str) -> Result<String, String> {
     let Some(kind) = kind else {
         return Ok(text.to_owned());
     };
-    let body = crate::report::unfenced(trimmed);
+    let body = planb_core::report::unfenced(trimmed);
     serde_json::from_str::<serde_json::Value>(body)
         .map_err(|e| format!("the answer is not JSON ({e})"))?;
     if kind == "schedule" {
-        crate::report::schedule(body)?;
+        planb_core::report::schedule(body)?;
     }
     Ok(body.to_owned())
 }
@@ -623,6 +631,7 @@ async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<En
         backend: options.backend.clone(),
         timeout: options.step_timeout,
         servers: options.servers.clone(),
+        report: options.report,
         made: Mutex::default(),
     });
     let mut settled: BTreeMap<StepId, ContentHash> = BTreeMap::new();
@@ -1003,6 +1012,7 @@ struct Launcher {
     backend: Backend,
     timeout: Duration,
     servers: Option<Arc<crate::plans::Downstream>>,
+    report: Option<RenderReport>,
     /// The small artifacts this run made, by hash: the steps that need them
     /// read them here, not from the log (whose places of small blobs are
     /// noted a little later).
@@ -1148,11 +1158,11 @@ impl Job {
                 }
             }
             Action::Render { what } if what == "report" => {
-                let sections: Vec<crate::report::Section<'_>> = def
+                let sections: Vec<planb_core::report::Section<'_>> = def
                     .needs
                     .iter()
                     .filter_map(|need| {
-                        Some(crate::report::Section {
+                        Some(planb_core::report::Section {
                             id: need.as_str(),
                             title: self
                                 .shared
@@ -1163,8 +1173,15 @@ impl Job {
                         })
                     })
                     .collect();
+                let Some(render) = self.shared.report else {
+                    return Err(StepFailure {
+                        class: "unsupported".into(),
+                        message: "this process has no report renderer".into(),
+                        recoverable: false,
+                    });
+                };
                 let title = format!("Plan: {}", first_line(&self.shared.task.prompt));
-                let html = crate::report::render(
+                let html = render(
                     &title,
                     &self.shared.task.prompt,
                     &self.shared.task.created_at.to_iso8601(),

@@ -16,6 +16,7 @@ mod assets;
 mod diff;
 mod form;
 mod question;
+pub mod report;
 mod retro;
 mod retro_entry;
 mod retro_task;
