@@ -2041,4 +2041,15 @@ async fn a_task_retries_from_its_first_step_then_is_archived_and_deleted_never_u
     assert!(kept.deleted_at.is_some() && kept.archived_at.is_some());
     first.client.cancel().await.expect("close");
     second.client.cancel().await.expect("close");
+    // A folder of a deleted task found later (a copy put back) goes with
+    // the next rebuild.
+    std::fs::create_dir_all(&folder).expect("folder");
+    std::fs::write(folder.join("01-intake.md"), "old").expect("file");
+    let rebuilt = support::planb(dir.path(), &["rebuild"]);
+    assert!(
+        rebuilt.status.success(),
+        "{}",
+        support::all_output(&rebuilt)
+    );
+    assert!(!folder.exists(), "{}", folder.display());
 }
