@@ -337,6 +337,8 @@ fn serve(root: PathBuf, cli: &Cli) -> anyhow::Result<ExitCode> {
         // recorded ended now (failed, recoverable), not left for the next
         // process on the root to find.
         planb_app::worker::end_own_runs(&store);
+        // The session files its last saves left to follow are written now.
+        store.finish_projection();
         // The next process on this root starts from where this one stands.
         store.save_snapshot_if_behind();
     }

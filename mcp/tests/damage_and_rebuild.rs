@@ -327,10 +327,23 @@ async fn a_saved_version_s_file_is_there_at_the_reply_and_its_manifest_follows_e
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
     assert_eq!(plan_count(dir.path(), &session), 1);
-    server.client.cancel().await.expect("shutdown");
+    // A server that exits right after a save writes what followed it.
+    let path = save(&server, &session, "# v2\n").await.expect("save");
+    let Server {
+        client,
+        stderr_closed,
+        ..
+    } = server;
+    client.cancel().await.expect("shutdown");
+    tokio::time::timeout(std::time::Duration::from_secs(10), stderr_closed)
+        .await
+        .expect("the server exits")
+        .expect("stderr reader");
+    assert!(path.is_file());
+    assert_eq!(plan_count(dir.path(), &session), 2);
     // Killed right after a reply, before its manifest caught up: the next
     // server to open the root writes it.
-    let mut saved = 1;
+    let mut saved = 2;
     let mut behind_at_kill = false;
     for _attempt in 0..5 {
         let server = start(dir.path(), UrlAnswer::NotSupported, &[]).await;

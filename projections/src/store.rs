@@ -598,6 +598,20 @@ impl Store {
         self.read(State::clone)
     }
 
+    /// Writes now the session files this process left to follow (the
+    /// manifests of its latest saves, large manifests lagging): what a
+    /// store does when it closes, for a process that exits without dropping
+    /// it.
+    pub fn finish_projection(&self) {
+        let behind = {
+            let folded = self.folded();
+            folded.pending.next_due().is_some() || !folded.pending.is_empty(&folded.state)
+        };
+        if self.lost_tail.is_none() && behind {
+            flush_manifests(&self.root, &self.log, &self.folded, true);
+        }
+    }
+
     /// [`save_snapshot`](Self::save_snapshot) when this process folded at
     /// least [`SNAPSHOT_AFTER_EVENTS`] events past the newest snapshot it
     /// read or wrote: what a store does when it closes.
@@ -651,13 +665,7 @@ impl Store {
 impl Drop for Store {
     fn drop(&mut self) {
         self.flusher.stop();
-        let behind = {
-            let folded = lock_folded(&self.folded);
-            folded.pending.next_due().is_some() || !folded.pending.is_empty(&folded.state)
-        };
-        if self.lost_tail.is_none() && behind {
-            flush_manifests(&self.root, &self.log, &self.folded, true);
-        }
+        self.finish_projection();
         self.save_snapshot_if_behind();
     }
 }
