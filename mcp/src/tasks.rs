@@ -510,41 +510,19 @@ impl PlanbServer {
     }
 }
 
-/// Refuses a new run of `task` while one is active, once it is completed
-/// or archived (the worker's start is refused the same way; this answers
-/// before one is started).
+/// Core's refusal of a new run of `task` ([`Task::may_start_run`], the rule
+/// the worker's start is decided by), answered before a worker is started.
 fn may_run_again(task: &Task) -> Result<(), Box<CallToolResult>> {
-    let id = task.id;
-    if let Some(active) = task.active_run() {
-        return Err(boxed(
-            "RUN_ALREADY_ACTIVE",
-            format!(
-                "run {} of task {id} is {}",
-                active.id,
-                active.state.as_str()
-            ),
-            json!({"run_id": active.id.to_string()}),
-        ));
-    }
-    if task.archived_at.is_some() {
-        return Err(boxed(
-            "CONFLICT",
-            format!("task {id} is archived: it can be read, not run again; create a new task"),
-            json!({}),
-        ));
-    }
-    if task
-        .runs
-        .last()
-        .is_some_and(|r| r.state == RunState::Completed)
-    {
-        return Err(boxed(
-            "CONFLICT",
-            format!("task {id} is completed; create a new task to plan again"),
-            json!({}),
-        ));
-    }
-    Ok(())
+    task.may_start_run().map_err(|rejection| {
+        let details = task
+            .active_run()
+            .map_or(json!({}), |run| json!({"run_id": run.id.to_string()}));
+        let (code, message) = match rejection {
+            Rejection::Task { code, message } => (code.as_str(), message),
+            other => ("CONFLICT", other.to_string()),
+        };
+        boxed(code, message, details)
+    })
 }
 
 /// `task_create`'s arguments, checked.

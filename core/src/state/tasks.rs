@@ -580,7 +580,8 @@ pub enum Lifecycle {
     Active,
     /// Frozen: readable, never run, edited or stopped again.
     Archived,
-    /// Gone from every list and command; its history stays in the log.
+    /// Gone from every list and command (a task or an execution plan); its
+    /// history stays in the log.
     Deleted,
 }
 
@@ -604,7 +605,7 @@ impl Task {
 
     /// Where the task is in its life.
     pub fn lifecycle(&self) -> Lifecycle {
-        if self.deleted_at.is_some() {
+        if self.deleted_at.is_some() || self.plan.as_ref().is_some_and(|p| p.deleted) {
             Lifecycle::Deleted
         } else if self.archived_at.is_some() {
             Lifecycle::Archived
@@ -613,6 +614,68 @@ impl Task {
         } else {
             Lifecycle::Active
         }
+    }
+
+    /// Refuses a deleted task (`TASK_NOT_FOUND`).
+    fn live(&self) -> Result<(), Rejection> {
+        if self.deleted_at.is_some() || self.plan.as_ref().is_some_and(|p| p.deleted) {
+            return Err(refuse(
+                TaskErrorCode::TaskNotFound,
+                format!("task_id: task {} was deleted", self.id),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Refuses a deleted or an archived task (`CONFLICT` for an archived one:
+    /// it is never run, edited or stopped again).
+    fn changeable(&self) -> Result<(), Rejection> {
+        self.live()?;
+        if self.archived_at.is_some() {
+            return Err(refuse(
+                TaskErrorCode::Conflict,
+                format!(
+                    "task {} is archived: it can be read, not run, edited or stopped",
+                    self.id
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether a new run may start now: not while a run is active, not of a
+    /// deleted or archived task, not of a completed task of a pipeline (a
+    /// plan is a recipe: running it again is expected). The rule
+    /// `StartRun` is decided by, for a caller to answer before starting a
+    /// worker.
+    pub fn may_start_run(&self) -> Result<(), Rejection> {
+        self.changeable()?;
+        if let Some(active) = self.active_run() {
+            return Err(refuse(
+                TaskErrorCode::RunAlreadyActive,
+                format!(
+                    "run {} of task {} is {}",
+                    active.id,
+                    self.id,
+                    active.state.as_str()
+                ),
+            ));
+        }
+        if self.plan.is_none()
+            && self
+                .runs
+                .last()
+                .is_some_and(|r| r.state == RunState::Completed)
+        {
+            return Err(refuse(
+                TaskErrorCode::Conflict,
+                format!(
+                    "task {} is completed; create a new task to plan again",
+                    self.id
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// The active run (`running` or `stopping`), if any.
@@ -784,25 +847,15 @@ impl State {
     /// The task, unless it is unknown or deleted (`TASK_NOT_FOUND`).
     fn live_task(&self, task: TaskId) -> Result<&Task, Rejection> {
         let found = self.known_task(task)?;
-        if found.deleted_at.is_some() {
-            return Err(refuse(
-                TaskErrorCode::TaskNotFound,
-                format!("task_id: task {task} was deleted"),
-            ));
-        }
+        found.live()?;
         Ok(found)
     }
 
     /// The task, unless it is unknown, deleted or archived (`CONFLICT`: an
     /// archived task is never run, edited or stopped again).
     fn changeable_task(&self, task: TaskId) -> Result<&Task, Rejection> {
-        let found = self.live_task(task)?;
-        if found.archived_at.is_some() {
-            return Err(refuse(
-                TaskErrorCode::Conflict,
-                format!("task {task} is archived: it can be read, not run, edited or stopped"),
-            ));
-        }
+        let found = self.known_task(task)?;
+        found.changeable()?;
         Ok(found)
     }
 
@@ -1103,9 +1156,7 @@ impl State {
         if found.plan.is_some() {
             return Err(refuse(
                 TaskErrorCode::TaskNotFound,
-                format!(
-                    "task_id: {task} is an execution plan, not a task (plan delete removes it)"
-                ),
+                format!("task_id: {task} is an execution plan, not a task of a pipeline"),
             ));
         }
         if let Some(active) = found.active_run() {
@@ -1144,35 +1195,8 @@ impl State {
         variables: Option<String>,
     ) -> Result<Option<EventBody>, Rejection> {
         Ok(Some({
-            let found = self.changeable_task(task)?;
-            if found.plan.as_ref().is_some_and(|p| p.deleted) {
-                return Err(refuse(
-                    TaskErrorCode::TaskNotFound,
-                    format!("plan {task} was deleted"),
-                ));
-            }
-            if let Some(active) = found.active_run() {
-                return Err(refuse(
-                    TaskErrorCode::RunAlreadyActive,
-                    format!(
-                        "run {} of task {task} is {}",
-                        active.id,
-                        active.state.as_str()
-                    ),
-                ));
-            }
-            // A plan is a recipe: running it again is expected.
-            if found.plan.is_none()
-                && found
-                    .runs
-                    .last()
-                    .is_some_and(|r| r.state == RunState::Completed)
-            {
-                return Err(refuse(
-                    TaskErrorCode::Conflict,
-                    format!("task {task} is completed; create a new task to plan again"),
-                ));
-            }
+            let found = self.known_task(task)?;
+            found.may_start_run()?;
             if found.runs.iter().any(|r| r.id == run) {
                 return Err(refuse(TaskErrorCode::Conflict, format!("run {run} exists")));
             }

@@ -87,12 +87,11 @@ pub(super) fn tasks_section(timeline: &Timeline) -> Markup {
 
 /// `deleted` or `archived` for a task (or plan) in that state.
 fn lifecycle_mark(task: &Task) -> Option<&'static str> {
-    if task.deleted_at.is_some() || task.plan.as_ref().is_some_and(|p| p.deleted) {
-        Some("deleted")
-    } else if task.archived_at.is_some() {
-        Some("archived")
-    } else {
-        None
+    match task.lifecycle() {
+        planb_core::Lifecycle::Deleted | planb_core::Lifecycle::Archived => {
+            Some(task.lifecycle().as_str())
+        }
+        planb_core::Lifecycle::Created | planb_core::Lifecycle::Active => None,
     }
 }
 
