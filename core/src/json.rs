@@ -72,3 +72,41 @@ mod tests {
         assert_eq!(number_to_json(f64::NAN), Value::Null);
     }
 }
+
+/// Serializes a SHA-256 (or any byte array) as lowercase hex.
+pub(crate) fn hex<S: serde::Serializer>(
+    bytes: &[u8; 32],
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&to_hex(bytes))
+}
+
+/// [`hex`] for an optional hash; `None` is `null`.
+pub(crate) fn hex_option<S: serde::Serializer>(
+    bytes: &Option<[u8; 32]>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match bytes {
+        Some(bytes) => hex(bytes, serializer),
+        None => serializer.serialize_none(),
+    }
+}
+
+/// Serializes bytes by their count, for a rendering that names a blob
+/// without carrying it.
+pub(crate) fn byte_count<S: serde::Serializer>(
+    bytes: &[u8],
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.serialize_u64(bytes.len() as u64)
+}
+
+fn to_hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut out, b| {
+            let _ = write!(out, "{b:02x}");
+            out
+        })
+}

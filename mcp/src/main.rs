@@ -26,6 +26,7 @@ mod resources;
 mod server;
 mod stdio;
 mod tasks;
+mod team_cli;
 #[cfg(test)]
 mod testing;
 
@@ -128,6 +129,12 @@ enum Command {
     Log {
         #[command(subcommand)]
         command: LogCommand,
+    },
+    /// The team store: this data root's log shipped to PostgreSQL
+    /// (PLANB_TEAM_URL, PLANB_TEAM_MEMBER, PLANB_TEAM_PROJECTS).
+    Team {
+        #[command(subcommand)]
+        command: team_cli::TeamCommand,
     },
 }
 
@@ -300,6 +307,12 @@ fn serve(root: PathBuf, cli: &Cli) -> anyhow::Result<ExitCode> {
         planb_projections::DataRoot::new(&root),
         std::sync::Arc::new(planb_projections::SystemEnvironment),
     );
+    // Shipping to a team database, when one is set, runs on its own thread
+    // and never in a tool call's way.
+    let _team = planb_app::team::start_shipping({
+        let store = store.clone();
+        move || store.wait().ok()
+    });
     tracing::info!(
         "planb-mcp {} serving on stdio; data root {}",
         env!("CARGO_PKG_VERSION"),
@@ -454,6 +467,7 @@ fn main() -> ExitCode {
             Some(Command::Log {
                 command: LogCommand::Tail { lines, no_follow },
             }) => admin::tail(&root, *lines, !no_follow, &mut out),
+            Some(Command::Team { command }) => team_cli::main(&root, command, &mut out),
             None => serve(root.root().to_path_buf(), &cli),
         }
     });

@@ -242,3 +242,17 @@ fn body_names_its_session_ask_plan_and_task() {
         ]
     );
 }
+
+#[test]
+fn the_json_rendering_names_each_kind_as_kind_name_does_and_shows_hashes_in_hex() {
+    for event in super::golden_events_for_tests() {
+        let json = serde_json::to_value(&event).expect("every event renders");
+        assert_eq!(json["body"]["kind"], event.body.kind_name(), "{json}");
+        assert!(json["at"].is_string(), "{json}");
+        if let EventBody::StepSucceeded { artifact, .. } = &event.body {
+            let hex = json["body"]["artifact"].as_str().expect("hex");
+            assert_eq!(hex.len(), 64);
+            assert_eq!(hex[..2], format!("{:02x}", artifact[0]));
+        }
+    }
+}

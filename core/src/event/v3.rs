@@ -306,7 +306,18 @@ pub enum EventBody {
 }
 
 /// How a run ended.
-#[derive(Clone, Copy, PartialEq, Eq, Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Debug,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+    serde::Serialize,
+)]
+#[serde(rename_all = "snake_case")]
 pub enum RunOutcome {
     /// Every step of the target's closure succeeded.
     Completed,

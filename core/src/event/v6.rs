@@ -21,7 +21,13 @@ use super::v1::{DeclineAction, Delivery, ReviewChannel, ReviewComment, Verdict};
 use super::v3::RunOutcome;
 
 /// One fact recorded in the log: what happened, when, under which id.
-#[derive(Clone, PartialEq, Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+///
+/// `serde::Serialize` gives the JSON rendering SQL readers of a team store
+/// see (hashes in hex, a blob's bytes by size); it plays no part in the
+/// archived bytes.
+#[derive(
+    Clone, PartialEq, Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, serde::Serialize,
+)]
 pub struct Event {
     /// Unique id of this event (a UUID v7 minted by the writer).
     pub id: EventId,
@@ -32,7 +38,10 @@ pub struct Event {
 }
 
 /// What happened. Each variant is a fact, named in the past tense.
-#[derive(Clone, PartialEq, Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+#[derive(
+    Clone, PartialEq, Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, serde::Serialize,
+)]
+#[serde(tag = "kind", rename_all = "snake_case")]
 pub enum EventBody {
     /// `init_planb_session` created a session.
     SessionCreated {
@@ -59,6 +68,7 @@ pub enum EventBody {
         url: String,
         /// SHA-256 of the form's secret sid, so any planb process can tell a
         /// link to this form from others without the log holding the secret.
+        #[serde(serialize_with = "crate::json::hex")]
         sid_sha256: [u8; 32],
     },
     /// The form autosaved a partial answer.
@@ -223,9 +233,11 @@ pub enum EventBody {
         /// 1 for the first attempt in this run, then one more each retry.
         attempt: u32,
         /// The hash of what the step reads (see `dag::Pipeline::input_hash`).
+        #[serde(serialize_with = "crate::json::hex")]
         input: [u8; 32],
         /// For a tool step: the SHA-256 of the call as made (tool and
         /// resolved arguments, JSON) in the blob store.
+        #[serde(serialize_with = "crate::json::hex_option")]
         call: Option<[u8; 32]>,
     },
     /// A step produced its artifact.
@@ -237,8 +249,10 @@ pub enum EventBody {
         /// The step's id.
         step: String,
         /// The input hash it ran on.
+        #[serde(serialize_with = "crate::json::hex")]
         input: [u8; 32],
         /// The SHA-256 of the artifact's bytes (in the blob store).
+        #[serde(serialize_with = "crate::json::hex")]
         artifact: [u8; 32],
         /// The artifact's size in bytes.
         bytes: u64,
@@ -272,6 +286,7 @@ pub enum EventBody {
         /// The step whose artifact changed.
         step: String,
         /// The SHA-256 of the new bytes (in the blob store).
+        #[serde(serialize_with = "crate::json::hex")]
         artifact: [u8; 32],
         /// Their size.
         bytes: u64,
@@ -337,6 +352,7 @@ pub enum EventBody {
         /// The task whose step made them.
         task: TaskId,
         /// The bytes.
+        #[serde(rename = "size", serialize_with = "crate::json::byte_count")]
         bytes: Vec<u8>,
     },
     /// A task was archived: it stays readable (status, files, resources,

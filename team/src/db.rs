@@ -1,0 +1,186 @@
+//! The database side: connecting, and the schema planb creates and
+//! migrates itself.
+//!
+//! The schema's version is one row in `planb_schema`. Migrations run in
+//! one transaction under a transaction-scoped advisory lock, so processes
+//! starting together migrate once; a database whose schema is newer than
+//! this build knows is refused, never written.
+
+use std::time::Duration;
+
+use tokio_postgres::{Client, NoTls};
+
+use crate::settings::TeamSettings;
+
+/// The schema version this build writes and reads.
+pub const SCHEMA_VERSION: i32 = 1;
+
+/// Longest any one statement or round trip may take before the shipper
+/// gives up on the connection and tries again later.
+pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Key of the advisory lock migrations take (`planb` in ASCII).
+const MIGRATION_LOCK: i64 = 0x706c_616e_62;
+
+/// Each migration, in order: `MIGRATIONS[n]` takes the schema from version
+/// `n` to `n + 1`.
+const MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE planb_origins (
+    origin           uuid PRIMARY KEY,
+    member           text NOT NULL,
+    host             text NOT NULL,
+    data_root        text NOT NULL,
+    shipped_to       bigint NOT NULL DEFAULT 0,
+    shipped_checksum bigint,
+    first_seen       timestamptz NOT NULL DEFAULT now(),
+    last_shipped_at  timestamptz
+);
+COMMENT ON COLUMN planb_origins.shipped_to IS
+    'every record of the origin''s log up to this cursor was examined: shipped, or withheld by scope';
+COMMENT ON COLUMN planb_origins.shipped_checksum IS
+    'the checksum of the record at shipped_to, which chains every record before it';
+CREATE TABLE planb_events (
+    origin   uuid NOT NULL REFERENCES planb_origins,
+    cursor   bigint NOT NULL,
+    member   text NOT NULL,
+    at       timestamptz NOT NULL,
+    kind     text NOT NULL,
+    project  text,
+    checksum bigint NOT NULL,
+    payload  bytea NOT NULL,
+    body     jsonb NOT NULL,
+    PRIMARY KEY (origin, cursor)
+);
+CREATE INDEX planb_events_at ON planb_events (at);
+CREATE INDEX planb_events_project ON planb_events (project) WHERE project IS NOT NULL;
+CREATE TABLE planb_blobs (
+    hash  bytea PRIMARY KEY CHECK (length(hash) = 32),
+    bytes bytea NOT NULL
+);
+"#];
+
+/// Why the database could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    /// Connecting, or a statement, failed (down, refused, bad password, TLS,
+    /// full disk …).
+    #[error("database: {0}")]
+    Postgres(#[from] tokio_postgres::Error),
+    /// Too slow: no answer within the limit.
+    #[error("database: no answer within {0:?} ({1})")]
+    Timeout(Duration, &'static str),
+    /// The schema was made by a newer planb.
+    #[error(
+        "database schema version {found} is newer than this planb knows ({SCHEMA_VERSION}): upgrade planb on this machine"
+    )]
+    SchemaTooNew {
+        /// The version found.
+        found: i32,
+    },
+}
+
+impl DbError {
+    /// The error's text without a driver's details that change from one
+    /// try to the next, for saying it once per change.
+    pub fn summary(&self) -> String {
+        self.to_string()
+    }
+}
+
+/// Runs `future` with [`STATEMENT_TIMEOUT`].
+pub async fn timed<T>(
+    what: &'static str,
+    future: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
+) -> Result<T, DbError> {
+    match tokio::time::timeout(STATEMENT_TIMEOUT, future).await {
+        Ok(result) => Ok(result?),
+        Err(_) => Err(DbError::Timeout(STATEMENT_TIMEOUT, what)),
+    }
+}
+
+/// Connects and brings the schema to [`SCHEMA_VERSION`]. The connection
+/// runs on the current tokio runtime until the client is dropped.
+pub async fn connect(settings: &TeamSettings) -> Result<Client, DbError> {
+    let (client, connection) = timed("connect", settings.config.connect(NoTls)).await?;
+    tokio::spawn(async move {
+        if let Err(error) = connection.await {
+            tracing::debug!(%error, "team database connection ended");
+        }
+    });
+    migrate(&client).await?;
+    Ok(client)
+}
+
+/// Applies the migrations this database lacks.
+pub async fn migrate(client: &Client) -> Result<(), DbError> {
+    let version = schema_version(client).await?;
+    if version == Some(SCHEMA_VERSION) {
+        return Ok(());
+    }
+    timed("migrate", async {
+        client.batch_execute("BEGIN").await?;
+        client
+            .execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+            .await?;
+        client
+            .batch_execute("CREATE TABLE IF NOT EXISTS planb_schema (version integer NOT NULL)")
+            .await?;
+        Ok(())
+    })
+    .await?;
+    let result = apply_missing(client).await;
+    let end = if result.is_ok() { "COMMIT" } else { "ROLLBACK" };
+    timed("migrate", client.batch_execute(end)).await?;
+    result
+}
+
+async fn apply_missing(client: &Client) -> Result<(), DbError> {
+    let found: i32 = timed(
+        "migrate",
+        client.query_one("SELECT coalesce(max(version), 0) FROM planb_schema", &[]),
+    )
+    .await?
+    .get(0);
+    if found > SCHEMA_VERSION {
+        return Err(DbError::SchemaTooNew { found });
+    }
+    for (from, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+        timed("migrate", client.batch_execute(sql)).await?;
+        tracing::info!(to = from + 1, "team database schema migrated");
+    }
+    timed("migrate", async {
+        client.execute("DELETE FROM planb_schema", &[]).await?;
+        client
+            .execute(
+                "INSERT INTO planb_schema (version) VALUES ($1)",
+                &[&SCHEMA_VERSION],
+            )
+            .await
+    })
+    .await?;
+    Ok(())
+}
+
+/// The schema's version, `None` before planb made one; a newer one than
+/// this build knows is an error.
+pub async fn schema_version(client: &Client) -> Result<Option<i32>, DbError> {
+    let rows = timed(
+        "read the schema version",
+        client.query("SELECT max(version) FROM planb_schema", &[]),
+    )
+    .await;
+    let version = match rows {
+        Ok(rows) => rows.first().and_then(|row| row.get::<_, Option<i32>>(0)),
+        // The table does not exist yet.
+        Err(DbError::Postgres(e))
+            if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) =>
+        {
+            None
+        }
+        Err(e) => return Err(e),
+    };
+    match version {
+        Some(found) if found > SCHEMA_VERSION => Err(DbError::SchemaTooNew { found }),
+        other => Ok(other),
+    }
+}

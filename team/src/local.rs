@@ -1,0 +1,210 @@
+//! The team files of a data root, under `<root>/team/`: `origin` (this
+//! log's identity in the database, made once and never changed; a copy of
+//! the root carries it, which is how a restored backup is recognised),
+//! `shipper.lock` (an exclusive `flock`: the one process shipping this
+//! root) and `status.json` (what the last shipper saw: how far, the last
+//! error), which `team status` reads.
+
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use planb_core::time::Timestamp;
+use planb_projections::DataRoot;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// Longest status file read, in bytes.
+const STATUS_BYTES_MAX: u64 = 64 * 1024;
+
+/// The folder of the team files.
+pub fn team_dir(root: &DataRoot) -> PathBuf {
+    root.root().join("team")
+}
+
+/// A team file could not be read or written.
+#[derive(Debug, thiserror::Error)]
+#[error("{action} {path}: {source}")]
+pub struct LocalError {
+    /// What was being done.
+    pub action: &'static str,
+    /// The file.
+    pub path: String,
+    /// The error.
+    pub source: std::io::Error,
+}
+
+fn local_error(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> LocalError {
+    let path = path.display().to_string();
+    move |source| LocalError {
+        action,
+        path,
+        source,
+    }
+}
+
+/// This root's origin id, made (random, written and synced) on first use.
+pub fn origin(root: &DataRoot) -> Result<Uuid, LocalError> {
+    let dir = team_dir(root);
+    let path = dir.join("origin");
+    if let Some(id) = read_origin(&path)? {
+        return Ok(id);
+    }
+    std::fs::create_dir_all(&dir).map_err(local_error("create", &dir))?;
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).map_err(|e| LocalError {
+        action: "draw an origin id for",
+        path: path.display().to_string(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    let id = uuid::Builder::from_random_bytes(bytes).into_uuid();
+    let temp = dir.join(format!("origin.{}.tmp", std::process::id()));
+    let mut file = File::create(&temp).map_err(local_error("create", &temp))?;
+    file.write_all(format!("{id}\n").as_bytes())
+        .and_then(|()| file.sync_all())
+        .map_err(local_error("write", &temp))?;
+    // Two processes starting at once: the first link wins, both read it.
+    match std::fs::hard_link(&temp, &path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(local_error("write", &path)(e)),
+    }
+    let _ = std::fs::remove_file(&temp);
+    File::open(&dir)
+        .and_then(|d| d.sync_all())
+        .map_err(local_error("sync", &dir))?;
+    read_origin(&path)?
+        .ok_or_else(|| local_error("read", &path)(std::io::ErrorKind::NotFound.into()))
+}
+
+fn read_origin(path: &Path) -> Result<Option<Uuid>, LocalError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Uuid::parse_str(text.trim())
+            .map(Some)
+            .map_err(|e| LocalError {
+                action: "read",
+                path: path.display().to_string(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("not an origin id: {e}"),
+                ),
+            }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(local_error("read", path)(e)),
+    }
+}
+
+/// The shipper's role, held while the file stays open.
+#[derive(Debug)]
+pub struct ShipperLock {
+    _file: File,
+}
+
+/// Takes the shipper's role for `root` if no other process holds it.
+pub fn try_shipper_lock(root: &DataRoot) -> Result<Option<ShipperLock>, LocalError> {
+    let dir = team_dir(root);
+    std::fs::create_dir_all(&dir).map_err(local_error("create", &dir))?;
+    let path = dir.join("shipper.lock");
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(local_error("open", &path))?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(ShipperLock { _file: file })),
+        Err(TryLockError::WouldBlock) => Ok(None),
+        Err(TryLockError::Error(e)) => Err(local_error("lock", &path)(e)),
+    }
+}
+
+/// What the last shipper of a root saw.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Status {
+    /// The database, without a password.
+    pub database: String,
+    /// The origin id.
+    pub origin: String,
+    /// The member name shipped under.
+    pub member: String,
+    /// Every record up to this cursor is in the database (or withheld).
+    pub shipped_to: u64,
+    /// The local log's last cursor when last looked at.
+    pub log_end: u64,
+    /// Events shipped and withheld by this shipper since it started.
+    pub shipped: u64,
+    /// Events withheld by the projects' scope since it started.
+    pub withheld: u64,
+    /// When the database last took a batch (or was found up to date).
+    pub last_success: Option<Timestamp>,
+    /// Why the last try failed, when it did.
+    pub last_error: Option<String>,
+    /// When it failed.
+    pub last_error_at: Option<Timestamp>,
+    /// Shipping stopped for good until a person acts (divergence,
+    /// damage, a newer schema).
+    pub halted: bool,
+    /// The shipping process.
+    pub pid: u32,
+    /// When this file was written.
+    pub updated_at: Option<Timestamp>,
+}
+
+/// Writes `status` (temp name and rename).
+pub fn write_status(root: &DataRoot, status: &Status) -> Result<(), LocalError> {
+    let dir = team_dir(root);
+    std::fs::create_dir_all(&dir).map_err(local_error("create", &dir))?;
+    let path = dir.join("status.json");
+    let temp = dir.join(format!("status.json.{}.tmp", std::process::id()));
+    let bytes = serde_json::to_vec_pretty(status).unwrap_or_default();
+    std::fs::write(&temp, bytes).map_err(local_error("write", &temp))?;
+    std::fs::rename(&temp, &path).map_err(local_error("write", &path))
+}
+
+/// The last status written, `None` when no shipper has run.
+pub fn read_status(root: &DataRoot) -> Result<Option<Status>, LocalError> {
+    let path = team_dir(root).join("status.json");
+    let file = match File::open(&path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(local_error("read", &path)(e)),
+    };
+    let reader = std::io::Read::take(file, STATUS_BYTES_MAX);
+    serde_json::from_reader(reader)
+        .map(Some)
+        .map_err(|e| LocalError {
+            action: "read",
+            path: path.display().to_string(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_origin_is_made_once_and_kept() {
+        let dir = tempfile::tempdir().expect("temp");
+        let root = DataRoot::new(dir.path());
+        let first = origin(&root).expect("made");
+        assert_eq!(origin(&root).expect("read"), first);
+        std::fs::write(team_dir(&root).join("origin"), "junk").expect("write");
+        assert!(
+            origin(&root)
+                .expect_err("junk")
+                .to_string()
+                .contains("not an origin id")
+        );
+    }
+
+    #[test]
+    fn one_process_at_a_time_holds_the_shipper_role() {
+        let dir = tempfile::tempdir().expect("temp");
+        let root = DataRoot::new(dir.path());
+        let held = try_shipper_lock(&root).expect("lock").expect("free");
+        assert!(try_shipper_lock(&root).expect("lock").is_none());
+        drop(held);
+        assert!(try_shipper_lock(&root).expect("lock").is_some());
+    }
+}

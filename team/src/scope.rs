@@ -1,0 +1,245 @@
+//! Which events leave the machine: the projects a person named in
+//! `PLANB_TEAM_PROJECTS`, and the rule that places each event in one.
+//!
+//! A session belongs to the project path it was created with; its asks,
+//! answers and plan versions follow it. A named plan belongs to the folder
+//! its file is in. Tasks and execution plans record no project, so they are
+//! shipped only when the list is `*` (everything). An event whose place is
+//! unknown is withheld: nothing leaves by default.
+
+use std::path::{Component, Path};
+
+use planb_core::event::EventBody;
+use planb_core::state::State;
+
+/// Longest `PLANB_TEAM_PROJECTS` value read, in bytes.
+pub const PROJECTS_BYTES_MAX: usize = 64 * 1024;
+/// Most entries in `PLANB_TEAM_PROJECTS`.
+pub const PROJECTS_MAX: usize = 256;
+
+/// The projects whose events are shipped.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Projects {
+    everything: bool,
+    patterns: Vec<Vec<String>>,
+    written: Vec<String>,
+}
+
+impl std::fmt::Display for Projects {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.written.join(", "))
+    }
+}
+
+/// Why an entry of `PLANB_TEAM_PROJECTS` cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("PLANB_TEAM_PROJECTS: entry {entry:?} {problem}")]
+pub struct ProjectsError {
+    /// The entry as written (shortened).
+    pub entry: String,
+    /// What is wrong with it.
+    pub problem: &'static str,
+}
+
+/// Where an event goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Place {
+    /// Shipped, under this project path when it has one.
+    Ship {
+        /// The session's project path or the named plan's folder.
+        project: Option<String>,
+    },
+    /// Kept on this machine.
+    Withhold,
+}
+
+impl Projects {
+    /// Parses a list of absolute paths or globs separated by `:` or new
+    /// lines (`*` in a component matches within it, `**` any number of
+    /// components, `~/` is `home`); `*` alone is everything. A path names
+    /// its folder and everything under it.
+    pub fn parse(text: &str, home: Option<&Path>) -> Result<Projects, ProjectsError> {
+        let problem = |entry: &str, problem| ProjectsError {
+            entry: entry.chars().take(80).collect(),
+            problem,
+        };
+        if text.len() > PROJECTS_BYTES_MAX {
+            return Err(problem("", "makes the value longer than 64 KiB"));
+        }
+        let mut projects = Projects::default();
+        for entry in text
+            .split([':', '\n'])
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+        {
+            if projects.patterns.len() >= PROJECTS_MAX {
+                return Err(problem(entry, "is past the 256 entries read"));
+            }
+            projects.written.push(entry.to_string());
+            if entry == "*" {
+                projects.everything = true;
+                continue;
+            }
+            let path = match (entry.strip_prefix("~/"), home) {
+                (Some(rest), Some(home)) => home.join(rest),
+                (Some(_), None) => {
+                    return Err(problem(entry, "starts with ~/ but HOME is not set"));
+                }
+                (None, _) => Path::new(entry).to_path_buf(),
+            };
+            if !path.is_absolute() {
+                return Err(problem(entry, "is not an absolute path (nor `*`)"));
+            }
+            projects.patterns.push(components(&path));
+        }
+        Ok(projects)
+    }
+
+    /// Everything is shipped (`*`).
+    pub fn everything() -> Projects {
+        Projects {
+            everything: true,
+            patterns: Vec::new(),
+            written: vec!["*".into()],
+        }
+    }
+
+    /// Nothing is shipped (the list is empty).
+    pub fn is_empty(&self) -> bool {
+        !self.everything && self.patterns.is_empty()
+    }
+
+    /// Whether tasks and execution plans are shipped.
+    pub fn ships_tasks(&self) -> bool {
+        self.everything
+    }
+
+    /// Whether `path` (a project folder or a folder under one) is shipped.
+    pub fn includes(&self, path: &str) -> bool {
+        if self.everything {
+            return true;
+        }
+        let path = Path::new(path);
+        if !path.is_absolute() {
+            return false;
+        }
+        let parts = components(path);
+        self.patterns
+            .iter()
+            .any(|pattern| (0..=parts.len()).any(|n| matches(pattern, &parts[..n])))
+    }
+
+    /// Where `body` goes, looking its session up in `state` (which must
+    /// hold every event before it).
+    pub fn place(&self, body: &EventBody, state: &State) -> Place {
+        if body.task().is_some() {
+            return if self.ships_tasks() {
+                Place::Ship { project: None }
+            } else {
+                Place::Withhold
+            };
+        }
+        let path = match body {
+            EventBody::SessionCreated { project_path, .. } => project_path.clone(),
+            EventBody::NamedPlanWritten { plans_dir, .. }
+            | EventBody::NamedPlanEdited { plans_dir, .. }
+            | EventBody::NamedPlanChangedOutside { plans_dir, .. }
+            | EventBody::NamedPlanSubmitted { plans_dir, .. }
+            | EventBody::NamedPlanReviewed { plans_dir, .. } => Some(plans_dir.clone()),
+            _ => session_of(body, state).and_then(|s| state.session(&s)?.project_path.clone()),
+        };
+        match path.filter(|p| !p.is_empty()) {
+            Some(path) if self.includes(&path) => Place::Ship {
+                project: Some(path),
+            },
+            None if self.everything => Place::Ship { project: None },
+            _ => Place::Withhold,
+        }
+    }
+}
+
+/// The session an event is about, directly or through its ask.
+fn session_of(body: &EventBody, state: &State) -> Option<planb_core::id::SessionId> {
+    body.session()
+        .or_else(|| body.ask().and_then(|ask| Some(state.ask(&ask)?.session)))
+}
+
+fn components(path: &Path) -> Vec<String> {
+    path.components()
+        .filter_map(|c| match c {
+            Component::Normal(part) => Some(part.to_string_lossy().into_owned()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Whether the components `path` match `pattern` whole.
+fn matches(pattern: &[String], path: &[String]) -> bool {
+    match pattern.split_first() {
+        None => path.is_empty(),
+        Some((first, rest)) if first == "**" => {
+            (0..=path.len()).any(|skip| matches(rest, &path[skip..]))
+        }
+        Some((first, rest)) => match path.split_first() {
+            Some((part, path_rest)) => {
+                glob(first.as_bytes(), part.as_bytes()) && matches(rest, path_rest)
+            }
+            None => false,
+        },
+    }
+}
+
+/// `*` and `?` within one component.
+fn glob(pattern: &[u8], text: &[u8]) -> bool {
+    match pattern.split_first() {
+        None => text.is_empty(),
+        Some((b'*', rest)) => (0..=text.len()).any(|skip| glob(rest, &text[skip..])),
+        Some((b'?', rest)) => !text.is_empty() && glob(rest, &text[1..]),
+        Some((c, rest)) => text.first() == Some(c) && glob(rest, &text[1..]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn projects(text: &str) -> Projects {
+        Projects::parse(text, Some(Path::new("/home/ana"))).expect("parses")
+    }
+
+    #[test]
+    fn a_path_names_its_folder_and_everything_under_it() {
+        let p = projects("/src/shop");
+        assert!(p.includes("/src/shop"));
+        assert!(p.includes("/src/shop/docs/plans"));
+        assert!(!p.includes("/src/shopping"));
+        assert!(!p.includes("/src"));
+        assert!(!p.includes("src/shop"));
+        assert!(!p.ships_tasks());
+    }
+
+    #[test]
+    fn globs_match_within_a_component_or_across_with_two_stars() {
+        let p = projects("~/work/*-api:/srv/**/plans");
+        assert!(p.includes("/home/ana/work/shop-api/docs"));
+        assert!(!p.includes("/home/ana/work/shop-web"));
+        assert!(p.includes("/srv/a/b/plans"));
+        assert!(p.includes("/srv/plans/x"));
+        assert!(!p.includes("/srv/a/b"));
+    }
+
+    #[test]
+    fn star_alone_is_everything_and_empty_is_nothing() {
+        assert!(projects("*").includes("relative/too"));
+        assert!(projects("*").ships_tasks());
+        assert!(projects(" : \n").is_empty());
+    }
+
+    #[test]
+    fn a_relative_entry_is_refused_naming_it() {
+        let error = Projects::parse("/ok:docs/x", None).expect_err("relative");
+        assert_eq!(error.entry, "docs/x");
+        assert!(error.to_string().contains("PLANB_TEAM_PROJECTS"), "{error}");
+        assert!(Projects::parse("~/x", None).is_err());
+    }
+}

@@ -1,0 +1,165 @@
+//! The team settings a process reads from its environment:
+//! `PLANB_TEAM_URL`, `PLANB_TEAM_MEMBER` and `PLANB_TEAM_PROJECTS`, each
+//! checked when read, the error naming the variable.
+
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use crate::scope::{Projects, ProjectsError};
+
+/// Longest member name kept, in characters.
+pub const MEMBER_CHARS_MAX: usize = 200;
+/// Longest `PLANB_TEAM_URL` read, in bytes.
+pub const URL_BYTES_MAX: usize = 4096;
+
+/// Where and as whom this data root ships, and what.
+#[derive(Clone)]
+pub struct TeamSettings {
+    /// The database, as libpq's URL or key=value form.
+    pub url: String,
+    /// The parsed connection settings (password included: never printed).
+    pub config: tokio_postgres::Config,
+    /// Who the events are from.
+    pub member: String,
+    /// Which projects' events leave the machine.
+    pub projects: Projects,
+}
+
+impl std::fmt::Debug for TeamSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TeamSettings")
+            .field("database", &self.database())
+            .field("member", &self.member)
+            .field("projects", &self.projects)
+            .finish()
+    }
+}
+
+/// A team setting of the environment that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SettingsError {
+    /// `PLANB_TEAM_URL` does not parse (the URL itself is not repeated: it
+    /// may hold a password).
+    #[error("PLANB_TEAM_URL: {0}")]
+    Url(String),
+    /// `PLANB_TEAM_MEMBER` is unusable.
+    #[error("PLANB_TEAM_MEMBER: {0}")]
+    Member(&'static str),
+    /// An entry of `PLANB_TEAM_PROJECTS` is unusable.
+    #[error(transparent)]
+    Projects(#[from] ProjectsError),
+}
+
+impl TeamSettings {
+    /// The settings of this process's environment; `None` when
+    /// `PLANB_TEAM_URL` is unset or empty (no team).
+    pub fn from_env() -> Result<Option<TeamSettings>, SettingsError> {
+        let var = |name| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let Some(url) = var("PLANB_TEAM_URL") else {
+            return Ok(None);
+        };
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let projects = Projects::parse(
+            &var("PLANB_TEAM_PROJECTS").unwrap_or_default(),
+            home.as_deref(),
+        )?;
+        let member = match var("PLANB_TEAM_MEMBER") {
+            Some(member) => member,
+            None => default_member(),
+        };
+        TeamSettings::new(&url, &member, projects).map(Some)
+    }
+
+    /// Settings from values: the URL parsed, the member checked.
+    pub fn new(url: &str, member: &str, projects: Projects) -> Result<TeamSettings, SettingsError> {
+        if url.len() > URL_BYTES_MAX {
+            return Err(SettingsError::Url("longer than 4 KiB".into()));
+        }
+        let mut config = tokio_postgres::Config::from_str(url.trim())
+            .map_err(|e| SettingsError::Url(format!("not a PostgreSQL connection URL: {e}")))?;
+        if config.get_hosts().is_empty() {
+            return Err(SettingsError::Url("names no host".into()));
+        }
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(std::time::Duration::from_secs(10));
+        }
+        config.application_name("planb");
+        let member = member.trim();
+        if member.is_empty() {
+            return Err(SettingsError::Member("is empty"));
+        }
+        if member.chars().count() > MEMBER_CHARS_MAX || member.chars().any(char::is_control) {
+            return Err(SettingsError::Member(
+                "is over 200 characters or holds a control character",
+            ));
+        }
+        Ok(TeamSettings {
+            url: url.trim().to_string(),
+            config,
+            member: member.to_string(),
+            projects,
+        })
+    }
+
+    /// The database as `user@host:port/dbname`, without the password.
+    pub fn database(&self) -> String {
+        let host = match self.config.get_hosts().first() {
+            Some(tokio_postgres::config::Host::Tcp(host)) => host.clone(),
+            Some(tokio_postgres::config::Host::Unix(path)) => path.display().to_string(),
+            None => String::new(),
+        };
+        let port = self.config.get_ports().first().copied().unwrap_or(5432);
+        format!(
+            "{}@{host}:{port}/{}",
+            self.config.get_user().unwrap_or("?"),
+            self.config.get_dbname().unwrap_or("?")
+        )
+    }
+}
+
+/// `git config user.name`, else `$USER`, else `unknown`.
+fn default_member() -> String {
+    let git = std::process::Command::new("git")
+        .args(["config", "--get", "user.name"])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output();
+    if let Ok(output) = git
+        && output.status.success()
+    {
+        let name = String::from_utf8_lossy(&output.stdout).trim().to_string();
+        if !name.is_empty() {
+            return name;
+        }
+    }
+    std::env::var("USER").unwrap_or_else(|_| "unknown".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_url_is_shown_without_its_password() {
+        let settings = TeamSettings::new(
+            "postgres://planb:secret@db.internal:6543/team?sslmode=disable",
+            "ana",
+            Projects::default(),
+        )
+        .expect("parses");
+        assert_eq!(settings.database(), "planb@db.internal:6543/team");
+        assert!(!format!("{settings:?}").contains("secret"));
+    }
+
+    #[test]
+    fn a_bad_url_or_member_names_the_variable() {
+        let error = TeamSettings::new("mysql://x", "ana", Projects::default()).expect_err("bad");
+        assert!(error.to_string().starts_with("PLANB_TEAM_URL:"), "{error}");
+        let error =
+            TeamSettings::new("postgres://h/db", " ", Projects::default()).expect_err("bad");
+        assert!(
+            error.to_string().starts_with("PLANB_TEAM_MEMBER:"),
+            "{error}"
+        );
+    }
+}

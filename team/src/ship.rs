@@ -1,0 +1,585 @@
+//! Shipping one data root's log into the team database, exactly once.
+//!
+//! The database keeps, per origin, how far the log was examined
+//! (`shipped_to`) and the checksum of the record there. Since each record's
+//! checksum covers the one before it, an equal checksum at `shipped_to`
+//! means the same history up to it. A pass reads the database's mark,
+//! checks the local record there, then ships the records after it in
+//! batches, each one transaction: the mark is compared and moved in the
+//! same transaction as the rows, so a batch lands whole or not at all, and
+//! a shipper killed anywhere leaves neither a gap nor a duplicate. A row
+//! already present with other bytes is divergence (an older copy of the
+//! root writing on), refused and reported; it is never overwritten.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use planb_core::event::{self, EventBody};
+use planb_core::time::Cursor;
+use planb_log::{LogOptions, LogReader, Record};
+use planb_projections::{BlobHash, Store};
+use sha2::Digest;
+use tokio_postgres::Client;
+use uuid::Uuid;
+
+use crate::db::{self, DbError, timed};
+use crate::local::{self, LocalError};
+use crate::scope::Place;
+use crate::settings::TeamSettings;
+
+/// Most records in one batch.
+pub const BATCH_RECORDS_MAX: usize = 2_000;
+/// Most bytes (payloads and blobs) in one batch, past its first record.
+pub const BATCH_BYTES_MAX: usize = 8 << 20;
+
+/// Why a pass stopped short.
+#[derive(Debug, thiserror::Error)]
+pub enum ShipError {
+    /// The database is down, slow, refusing or out of space; try later.
+    #[error(transparent)]
+    Db(#[from] DbError),
+    /// A team file of the root.
+    #[error(transparent)]
+    Local(#[from] LocalError),
+    /// The local log is damaged at `cursor`: everything before it is
+    /// shipped.
+    #[error(
+        "the local log is damaged at cursor {cursor}: shipped up to it, not past it ({detail})"
+    )]
+    Damaged {
+        /// The first record not shipped.
+        cursor: u64,
+        /// What is wrong there.
+        detail: String,
+    },
+    /// The database holds other events under this origin's cursors.
+    #[error("divergence at cursor {cursor}: {detail}; nothing was overwritten")]
+    Divergence {
+        /// The first cursor whose record differs.
+        cursor: u64,
+        /// What differs.
+        detail: String,
+    },
+    /// The store could not be read.
+    #[error("reading the data root: {0}")]
+    Store(#[from] planb_projections::StoreError),
+    /// Another shipper of this origin moved its mark meanwhile.
+    #[error("another process shipped this origin meanwhile")]
+    Raced,
+}
+
+impl ShipError {
+    /// Whether trying again cannot help until a person acts.
+    pub fn halts(&self) -> bool {
+        matches!(
+            self,
+            ShipError::Damaged { .. }
+                | ShipError::Divergence { .. }
+                | ShipError::Db(DbError::SchemaTooNew { .. })
+        )
+    }
+}
+
+/// What a pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pass {
+    /// Events written to the database.
+    pub shipped: u64,
+    /// Events kept on this machine by scope.
+    pub withheld: u64,
+    /// The mark after the pass.
+    pub shipped_to: u64,
+}
+
+/// The database's mark for an origin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Mark {
+    to: u64,
+    checksum: Option<u32>,
+}
+
+/// A reader standing just past the mark.
+#[derive(Debug)]
+struct Position {
+    reader: LogReader,
+    mark: Mark,
+}
+
+/// Ships one data root.
+#[derive(Debug)]
+pub struct Shipper {
+    store: Arc<Store>,
+    settings: TeamSettings,
+    origin: Uuid,
+    client: Option<Client>,
+    position: Option<Position>,
+}
+
+/// One event as the database stores it.
+struct Row {
+    cursor: i64,
+    at: SystemTime,
+    kind: &'static str,
+    project: Option<String>,
+    checksum: i64,
+    payload: Vec<u8>,
+    body: serde_json::Value,
+}
+
+/// A batch ready to commit.
+#[derive(Default)]
+struct Batch {
+    rows: Vec<Row>,
+    blobs: BTreeMap<BlobHash, Vec<u8>>,
+    withheld: u64,
+    last: Option<Mark>,
+}
+
+impl Shipper {
+    /// A shipper for `store`'s root (its origin id made on first use).
+    pub fn new(store: Arc<Store>, settings: TeamSettings) -> Result<Shipper, ShipError> {
+        let origin = local::origin(store.root())?;
+        Ok(Shipper {
+            store,
+            settings,
+            origin,
+            client: None,
+            position: None,
+        })
+    }
+
+    /// This root's origin id.
+    pub fn origin(&self) -> Uuid {
+        self.origin
+    }
+
+    /// The data root shipped.
+    pub fn root(&self) -> &planb_projections::DataRoot {
+        self.store.root()
+    }
+
+    /// The settings shipped under.
+    pub fn settings(&self) -> &TeamSettings {
+        &self.settings
+    }
+
+    /// The local log's next cursor.
+    pub fn log_end(&self) -> u64 {
+        self.position
+            .as_ref()
+            .map_or(0, |p| p.reader.next_cursor().0.saturating_sub(1))
+    }
+
+    /// Ships every record up to the end of the log as it stands.
+    pub async fn ship_to_end(&mut self) -> Result<Pass, ShipError> {
+        let result = self.pass().await;
+        if matches!(result, Err(ShipError::Db(_))) {
+            self.client = None;
+        }
+        if result.is_err() {
+            self.position = None;
+        }
+        result
+    }
+
+    async fn pass(&mut self) -> Result<Pass, ShipError> {
+        if self.client.is_none() {
+            self.client = Some(db::connect(&self.settings).await?);
+        }
+        let mut mark = self.register().await?;
+        self.stand_at(mark)?;
+        let mut pass = Pass::default();
+        loop {
+            let (batch, damage) = self.next_batch()?;
+            if let Some(last) = batch.last {
+                pass.shipped += batch.rows.len() as u64;
+                pass.withheld += batch.withheld;
+                self.commit(mark, &batch).await?;
+                mark = last;
+                if let Some(position) = &mut self.position {
+                    position.mark = last;
+                }
+            }
+            if let Some(damage) = damage {
+                return Err(damage);
+            }
+            if batch.last.is_none() {
+                pass.shipped_to = mark.to;
+                return Ok(pass);
+            }
+        }
+    }
+
+    fn client(&mut self) -> &mut Client {
+        self.client
+            .as_mut()
+            .expect("connected at the start of the pass")
+    }
+
+    /// Makes the origin's row if it is new; its mark.
+    async fn register(&mut self) -> Result<Mark, ShipError> {
+        let origin = self.origin;
+        let member = self.settings.member.clone();
+        let root = self.store.root().root().display().to_string();
+        let host = host_name();
+        let client = self.client();
+        timed(
+            "register the origin",
+            client.execute(
+                "INSERT INTO planb_origins (origin, member, host, data_root) VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT (origin) DO NOTHING",
+                &[&origin, &member, &host, &root],
+            ),
+        )
+        .await?;
+        let row = timed(
+            "read the origin's mark",
+            client.query_one(
+                "SELECT shipped_to, shipped_checksum FROM planb_origins WHERE origin = $1",
+                &[&origin],
+            ),
+        )
+        .await?;
+        Ok(mark_of(row.get(0), row.get(1)))
+    }
+
+    /// Puts a reader just past `mark`, after checking the local record
+    /// there is the one the database has.
+    fn stand_at(&mut self, mark: Mark) -> Result<(), ShipError> {
+        if self.position.as_ref().is_some_and(|p| p.mark == mark) {
+            return Ok(());
+        }
+        self.position = None;
+        let dir = self.store.root().log_dir();
+        let mut reader = planb_log::read_dir(
+            &dir,
+            LogOptions::default(),
+            planb_log::Cursor(mark.to.max(1)),
+        )
+        .map_err(|e| damaged(mark.to.max(1), &e))?;
+        if mark.to > 0 {
+            let record = reader.next().map_err(|e| damaged(mark.to, &e))?;
+            match record {
+                Some(record) if Some(record.checksum) == mark.checksum => {}
+                Some(_) => {
+                    return Err(ShipError::Divergence {
+                        cursor: mark.to,
+                        detail: format!(
+                            "the local record at cursor {} is not the one the database has for origin {}: this data root's log is not the one shipped before (an older copy restored?)",
+                            mark.to, self.origin
+                        ),
+                    });
+                }
+                None => {
+                    return Err(ShipError::Divergence {
+                        cursor: mark.to,
+                        detail: format!(
+                            "the database has origin {} shipped to cursor {}, but the local log ends at {} (an older copy restored?)",
+                            self.origin,
+                            mark.to,
+                            reader.next_cursor().0.saturating_sub(1)
+                        ),
+                    });
+                }
+            }
+        }
+        self.position = Some(Position { reader, mark });
+        Ok(())
+    }
+
+    /// Reads the next batch; damage met after some records is returned
+    /// beside them, so they are shipped first.
+    fn next_batch(&mut self) -> Result<(Batch, Option<ShipError>), ShipError> {
+        let position = self.position.as_mut().expect("placed by stand_at");
+        let mut records = Vec::new();
+        let mut bytes = 0;
+        let mut damage = None;
+        while records.len() < BATCH_RECORDS_MAX && bytes < BATCH_BYTES_MAX {
+            let cursor = position.reader.next_cursor().0;
+            match position.reader.next() {
+                Ok(Some(record)) => {
+                    bytes += record.payload.len();
+                    records.push(record);
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    damage = Some(damaged(cursor, &e));
+                    break;
+                }
+            }
+        }
+        let batch = self.batch_of(records)?;
+        Ok((batch, damage))
+    }
+
+    /// Decodes `records`, places each by scope and gathers the blobs the
+    /// shipped ones name.
+    fn batch_of(&self, records: Vec<Record>) -> Result<Batch, ShipError> {
+        let mut batch = Batch::default();
+        let Some(last) = records.last() else {
+            return Ok(batch);
+        };
+        batch.last = Some(Mark {
+            to: last.cursor.0,
+            checksum: Some(last.checksum),
+        });
+        let mut envelopes = Vec::with_capacity(records.len());
+        for record in records {
+            let envelope =
+                event::decode(&record.payload, Cursor(record.cursor.0)).map_err(|e| {
+                    ShipError::Damaged {
+                        cursor: record.cursor.0,
+                        detail: e.to_string(),
+                    }
+                })?;
+            envelopes.push((record, envelope));
+        }
+        let projects = &self.settings.projects;
+        let places: Vec<Place> = self.store.read(|state| {
+            envelopes
+                .iter()
+                .map(|(_, envelope)| projects.place(&envelope.event.body, state))
+                .collect()
+        })?;
+        let mut wanted = BTreeSet::new();
+        for ((record, envelope), place) in envelopes.into_iter().zip(places) {
+            let Place::Ship { project } = place else {
+                batch.withheld += 1;
+                continue;
+            };
+            collect_blobs(&envelope.event.body, &mut batch.blobs, &mut wanted);
+            batch.rows.push(row_of(record, &envelope.event, project));
+        }
+        let blobs = self.store.root().blobs();
+        for hash in wanted {
+            if batch.blobs.contains_key(&hash) {
+                continue;
+            }
+            let bytes = blobs.get(&hash).map_err(|e| ShipError::Damaged {
+                cursor: batch.rows.first().map_or(0, |r| r.cursor as u64),
+                detail: format!("blob {} named by an event: {e}", hex(&hash)),
+            })?;
+            batch.blobs.insert(hash, bytes);
+        }
+        Ok(batch)
+    }
+
+    /// Writes `batch` and moves the mark from `from`, in one transaction.
+    async fn commit(&mut self, from: Mark, batch: &Batch) -> Result<(), ShipError> {
+        let origin = self.origin;
+        let member = self.settings.member.clone();
+        let last = batch.last.expect("a batch with records");
+        let client = self.client();
+        let tx = timed("begin", client.transaction()).await?;
+        let row = timed(
+            "lock the origin",
+            tx.query_one(
+                "SELECT shipped_to, shipped_checksum FROM planb_origins WHERE origin = $1 FOR UPDATE",
+                &[&origin],
+            ),
+        )
+        .await?;
+        if mark_of(row.get(0), row.get(1)) != from {
+            return Err(ShipError::Raced);
+        }
+        insert_blobs(&tx, &batch.blobs).await?;
+        insert_rows(&tx, origin, &member, &batch.rows).await?;
+        timed(
+            "move the mark",
+            tx.execute(
+                "UPDATE planb_origins SET shipped_to = $2, shipped_checksum = $3, member = $4, \
+                 last_shipped_at = now() WHERE origin = $1",
+                &[
+                    &origin,
+                    &(last.to as i64),
+                    &last.checksum.map(i64::from),
+                    &member,
+                ],
+            ),
+        )
+        .await?;
+        if !batch.rows.is_empty() {
+            timed(
+                "notify",
+                tx.execute(
+                    "SELECT pg_notify('planb_events', $1)",
+                    &[&origin.to_string()],
+                ),
+            )
+            .await?;
+        }
+        timed("commit", tx.commit()).await?;
+        Ok(())
+    }
+}
+
+/// Stores the blobs the database lacks (each once by its hash).
+async fn insert_blobs(
+    tx: &tokio_postgres::Transaction<'_>,
+    blobs: &BTreeMap<BlobHash, Vec<u8>>,
+) -> Result<(), ShipError> {
+    if blobs.is_empty() {
+        return Ok(());
+    }
+    let hashes: Vec<&[u8]> = blobs.keys().map(|h| h.as_slice()).collect();
+    let present: BTreeSet<Vec<u8>> = timed(
+        "look up blobs",
+        tx.query(
+            "SELECT hash FROM planb_blobs WHERE hash = ANY($1)",
+            &[&hashes],
+        ),
+    )
+    .await?
+    .iter()
+    .map(|row| row.get(0))
+    .collect();
+    let (hashes, bytes): (Vec<&[u8]>, Vec<&[u8]>) = blobs
+        .iter()
+        .filter(|(hash, _)| !present.contains(hash.as_slice()))
+        .map(|(hash, bytes)| (hash.as_slice(), bytes.as_slice()))
+        .unzip();
+    if hashes.is_empty() {
+        return Ok(());
+    }
+    timed(
+        "store blobs",
+        tx.execute(
+            "INSERT INTO planb_blobs (hash, bytes) SELECT * FROM unnest($1::bytea[], $2::bytea[]) \
+             ON CONFLICT (hash) DO NOTHING",
+            &[&hashes, &bytes],
+        ),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Inserts `rows`; a row already there must hold the same bytes.
+async fn insert_rows(
+    tx: &tokio_postgres::Transaction<'_>,
+    origin: Uuid,
+    member: &str,
+    rows: &[Row],
+) -> Result<(), ShipError> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let cursors: Vec<i64> = rows.iter().map(|r| r.cursor).collect();
+    let ats: Vec<SystemTime> = rows.iter().map(|r| r.at).collect();
+    let kinds: Vec<&str> = rows.iter().map(|r| r.kind).collect();
+    let projects: Vec<Option<&str>> = rows.iter().map(|r| r.project.as_deref()).collect();
+    let checksums: Vec<i64> = rows.iter().map(|r| r.checksum).collect();
+    let payloads: Vec<&[u8]> = rows.iter().map(|r| r.payload.as_slice()).collect();
+    let bodies: Vec<&serde_json::Value> = rows.iter().map(|r| &r.body).collect();
+    let inserted = timed(
+        "store events",
+        tx.query(
+            "INSERT INTO planb_events (origin, cursor, member, at, kind, project, checksum, payload, body) \
+             SELECT $1, c, $2, a, k, p, s, b, j FROM unnest($3::bigint[], $4::timestamptz[], $5::text[], \
+             $6::text[], $7::bigint[], $8::bytea[], $9::jsonb[]) AS t(c, a, k, p, s, b, j) \
+             ON CONFLICT (origin, cursor) DO NOTHING RETURNING cursor",
+            &[&origin, &member, &cursors, &ats, &kinds, &projects, &checksums, &payloads, &bodies],
+        ),
+    )
+    .await?;
+    if inserted.len() == rows.len() {
+        return Ok(());
+    }
+    let inserted: BTreeSet<i64> = inserted.iter().map(|row| row.get(0)).collect();
+    let present: Vec<i64> = cursors
+        .iter()
+        .copied()
+        .filter(|c| !inserted.contains(c))
+        .collect();
+    let held = timed(
+        "compare events",
+        tx.query(
+            "SELECT cursor, payload FROM planb_events WHERE origin = $1 AND cursor = ANY($2) ORDER BY cursor",
+            &[&origin, &present],
+        ),
+    )
+    .await?;
+    for row in held {
+        let cursor: i64 = row.get(0);
+        let payload: &[u8] = row.get(1);
+        let ours = rows
+            .iter()
+            .find(|r| r.cursor == cursor)
+            .map(|r| r.payload.as_slice());
+        if ours != Some(payload) {
+            return Err(ShipError::Divergence {
+                cursor: cursor as u64,
+                detail: format!(
+                    "the database already holds another event of origin {origin} at cursor {cursor}"
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn mark_of(to: i64, checksum: Option<i64>) -> Mark {
+    Mark {
+        to: to.max(0) as u64,
+        checksum: checksum.and_then(|c| u32::try_from(c).ok()),
+    }
+}
+
+fn row_of(record: Record, event: &planb_core::event::Event, project: Option<String>) -> Row {
+    let ms = event.at.unix_ms();
+    let at = if ms >= 0 {
+        UNIX_EPOCH + Duration::from_millis(ms as u64)
+    } else {
+        UNIX_EPOCH - Duration::from_millis(ms.unsigned_abs())
+    };
+    Row {
+        cursor: record.cursor.0 as i64,
+        at,
+        kind: event.body.kind_name(),
+        project,
+        checksum: i64::from(record.checksum),
+        body: serde_json::to_value(event).unwrap_or(serde_json::Value::Null),
+        payload: record.payload,
+    }
+}
+
+/// The blobs `body` names: bytes it carries into `have`, hashes it only
+/// names into `wanted`.
+fn collect_blobs(
+    body: &EventBody,
+    have: &mut BTreeMap<BlobHash, Vec<u8>>,
+    wanted: &mut BTreeSet<BlobHash>,
+) {
+    match body {
+        EventBody::BlobStored { bytes, .. } => {
+            have.insert(sha2::Sha256::digest(bytes).into(), bytes.clone());
+        }
+        EventBody::StepStarted {
+            call: Some(hash), ..
+        }
+        | EventBody::StepSucceeded { artifact: hash, .. }
+        | EventBody::ArtifactEdited { artifact: hash, .. } => {
+            wanted.insert(*hash);
+        }
+        _ => {}
+    }
+}
+
+fn damaged(cursor: u64, error: &planb_log::LogError) -> ShipError {
+    ShipError::Damaged {
+        cursor,
+        detail: error.to_string(),
+    }
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
