@@ -2,18 +2,15 @@
 //! a long-lived process, shipping now (`team push`), and where shipping
 //! stands (`team status`), as plain data.
 
-use std::sync::Arc;
 use std::time::SystemTime;
 
-use planb_projections::{DataRoot, Store};
+use planb_projections::DataRoot;
 pub use planb_team::{Background, DatabaseMark, Pass, Projects, Status, TeamSettings};
 
 /// Starts the background shipper when `PLANB_TEAM_URL` is set. A setting
 /// that cannot be used is said on stderr and ships nothing: the process
 /// itself works on.
-pub fn start_shipping(
-    open: impl FnOnce() -> Option<Arc<Store>> + Send + 'static,
-) -> Option<Background> {
+pub fn start_shipping(root: DataRoot) -> Option<Background> {
     let settings = match TeamSettings::from_env() {
         Ok(Some(settings)) => settings,
         Ok(None) => return None,
@@ -22,7 +19,7 @@ pub fn start_shipping(
             return None;
         }
     };
-    match planb_team::background::start(settings, open) {
+    match planb_team::background::start(settings, root) {
         Ok(background) => Some(background),
         Err(error) => {
             tracing::warn!(%error, "team shipping not started");
@@ -45,9 +42,9 @@ pub enum TeamError {
     /// Shipping failed.
     #[error(transparent)]
     Ship(#[from] planb_team::ShipError),
-    /// The data root could not be read.
+    /// The log could not be read.
     #[error(transparent)]
-    Store(#[from] planb_projections::StoreError),
+    Log(#[from] planb_log::LogError),
     /// A team file could not be read.
     #[error(transparent)]
     Local(#[from] planb_team::local::LocalError),
@@ -79,11 +76,11 @@ pub struct Pushed {
 }
 
 /// Ships everything the log holds now, and returns when it is in.
-pub fn push(store: Arc<Store>) -> Result<Pushed, TeamError> {
+pub fn push(root: &DataRoot) -> Result<Pushed, TeamError> {
     let settings = settings()?;
     let database = settings.database();
     let projects = settings.projects.clone();
-    let pass = runtime()?.block_on(planb_team::push(store, settings))?;
+    let pass = runtime()?.block_on(planb_team::push(root.clone(), settings))?;
     Ok(Pushed {
         database,
         pass,
@@ -114,10 +111,10 @@ pub struct TeamStatus {
 
 /// Reads the local log's end, the last shipper's status file and the
 /// database's mark (which may fail: the status says why).
-pub fn status(root: &DataRoot, store: &Store) -> Result<TeamStatus, TeamError> {
+pub fn status(root: &DataRoot) -> Result<TeamStatus, TeamError> {
     let settings = settings()?;
     let origin = planb_team::local::origin(root)?;
-    let log_end = store.read(|state| state.last_cursor().get())?;
+    let log_end = log_end(root)?;
     let database_mark = runtime()?
         .block_on(planb_team::database_mark(&settings, origin))
         .map_err(|e| e.to_string());
@@ -131,4 +128,15 @@ pub fn status(root: &DataRoot, store: &Store) -> Result<TeamStatus, TeamError> {
         shipper: planb_team::local::read_status(root)?,
         now: SystemTime::now(),
     })
+}
+
+/// The last cursor of `root`'s log (0 when empty), read through.
+fn log_end(root: &DataRoot) -> Result<u64, planb_log::LogError> {
+    let mut reader = planb_log::read_dir(
+        &root.log_dir(),
+        Default::default(),
+        planb_log::Cursor(u64::MAX),
+    )?;
+    while reader.next()?.is_some() {}
+    Ok(reader.passed_to().0.saturating_sub(1))
 }

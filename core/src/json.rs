@@ -59,20 +59,6 @@ pub(crate) fn type_name(value: &Value) -> &'static str {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn integral_numbers_print_without_fraction() {
-        assert_eq!(number_to_json(4.0).to_string(), "4");
-        assert_eq!(number_to_json(-0.0).to_string(), "0");
-        assert_eq!(number_to_json(2.5).to_string(), "2.5");
-        assert_eq!(number_to_json(1e300).to_string(), "1e+300");
-        assert_eq!(number_to_json(f64::NAN), Value::Null);
-    }
-}
-
 /// Serializes a SHA-256 (or any byte array) as lowercase hex.
 pub(crate) fn hex<S: serde::Serializer>(
     bytes: &[u8; 32],
@@ -109,4 +95,18 @@ fn to_hex(bytes: &[u8]) -> String {
             let _ = write!(out, "{b:02x}");
             out
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integral_numbers_print_without_fraction() {
+        assert_eq!(number_to_json(4.0).to_string(), "4");
+        assert_eq!(number_to_json(-0.0).to_string(), "0");
+        assert_eq!(number_to_json(2.5).to_string(), "2.5");
+        assert_eq!(number_to_json(1e300).to_string(), "1e+300");
+        assert_eq!(number_to_json(f64::NAN), Value::Null);
+    }
 }

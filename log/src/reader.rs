@@ -158,6 +158,13 @@ impl LogReader {
         Cursor(self.next_cursor.max(self.from))
     }
 
+    /// The cursor after the last record read or passed over on the way to
+    /// the first one asked for: at the end of a log shorter than that, its
+    /// end plus one.
+    pub fn passed_to(&self) -> Cursor {
+        Cursor(self.next_cursor)
+    }
+
     /// The next record, or `None` if the reader is at the end of the log for now.
     #[allow(
         clippy::should_implement_trait,

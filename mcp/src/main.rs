@@ -309,10 +309,7 @@ fn serve(root: PathBuf, cli: &Cli) -> anyhow::Result<ExitCode> {
     );
     // Shipping to a team database, when one is set, runs on its own thread
     // and never in a tool call's way.
-    let _team = planb_app::team::start_shipping({
-        let store = store.clone();
-        move || store.wait().ok()
-    });
+    let _team = planb_app::team::start_shipping(planb_projections::DataRoot::new(&root));
     tracing::info!(
         "planb-mcp {} serving on stdio; data root {}",
         env!("CARGO_PKG_VERSION"),

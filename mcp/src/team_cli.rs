@@ -2,12 +2,11 @@
 
 use std::io::Write;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::SystemTime;
 
 use clap::Subcommand;
 use planb_app::team::{Projects, Pushed, TeamStatus};
-use planb_projections::{DataRoot, Store, SystemEnvironment};
+use planb_projections::DataRoot;
 
 /// The team commands.
 #[derive(Debug, Subcommand)]
@@ -29,15 +28,14 @@ pub fn main(
     if !root.log_dir().exists() {
         anyhow::bail!("no log at {}: nothing to ship", root.log_dir().display());
     }
-    let (store, _) = Store::open(root.clone(), Arc::new(SystemEnvironment))?;
     match command {
         TeamCommand::Status => {
-            let status = planb_app::team::status(root, &store)?;
+            let status = planb_app::team::status(root)?;
             out.write_all(status_text(&status).as_bytes())?;
             Ok(ExitCode::SUCCESS)
         }
         TeamCommand::Push => {
-            let pushed = planb_app::team::push(Arc::new(store))?;
+            let pushed = planb_app::team::push(root)?;
             writeln!(out, "{}", pushed_text(&pushed))?;
             Ok(ExitCode::SUCCESS)
         }

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use planb_core::time::Timestamp;
-use planb_projections::{DataRoot, Store};
+use planb_projections::DataRoot;
 
 use crate::local::{self, Status};
 use crate::settings::TeamSettings;
@@ -38,12 +38,8 @@ impl Drop for Background {
     }
 }
 
-/// Starts shipping in the background once `open` hands over the store
-/// (`None`: the store could not be opened, and nothing is shipped).
-pub fn start(
-    settings: TeamSettings,
-    open: impl FnOnce() -> Option<Arc<Store>> + Send + 'static,
-) -> std::io::Result<Background> {
+/// Starts shipping `root` in the background.
+pub fn start(settings: TeamSettings, root: DataRoot) -> std::io::Result<Background> {
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     std::thread::Builder::new()
@@ -59,14 +55,12 @@ pub fn start(
                     return;
                 }
             };
-            if let Some(store) = open() {
-                runtime.block_on(run(store, settings, &flag));
-            }
+            runtime.block_on(run(root, settings, &flag));
         })?;
     Ok(Background { stop })
 }
 
-async fn run(store: Arc<Store>, settings: TeamSettings, stop: &AtomicBool) {
+async fn run(root: DataRoot, settings: TeamSettings, stop: &AtomicBool) {
     if settings.projects.is_empty() {
         tracing::warn!(
             "PLANB_TEAM_URL is set but PLANB_TEAM_PROJECTS names no project: nothing is shipped"
@@ -76,14 +70,14 @@ async fn run(store: Arc<Store>, settings: TeamSettings, stop: &AtomicBool) {
         if stop.load(Ordering::Relaxed) {
             return;
         }
-        match local::try_shipper_lock(store.root()) {
+        match local::try_shipper_lock(&root) {
             Ok(Some(lock)) => break lock,
             Ok(None) => {}
             Err(error) => tracing::warn!(%error, "team shipping: cannot take the shipper role"),
         }
         tokio::time::sleep(ROLE_RETRY).await;
     };
-    let mut shipper = match Shipper::new(store, settings) {
+    let mut shipper = match Shipper::new(root, settings) {
         Ok(shipper) => shipper,
         Err(error) => {
             tracing::warn!(%error, "team shipping not started");

@@ -20,7 +20,7 @@ pub const SCHEMA_VERSION: i32 = 1;
 pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Key of the advisory lock migrations take (`planb` in ASCII).
-const MIGRATION_LOCK: i64 = 0x706c_616e_62;
+const MIGRATION_LOCK: i64 = 0x0070_6c61_6e62;
 
 /// Each migration, in order: `MIGRATIONS[n]` takes the schema from version
 /// `n` to `n + 1`.
@@ -32,6 +32,7 @@ CREATE TABLE planb_origins (
     data_root        text NOT NULL,
     shipped_to       bigint NOT NULL DEFAULT 0,
     shipped_checksum bigint,
+    scope            text NOT NULL DEFAULT '',
     first_seen       timestamptz NOT NULL DEFAULT now(),
     last_shipped_at  timestamptz
 );
@@ -39,6 +40,8 @@ COMMENT ON COLUMN planb_origins.shipped_to IS
     'every record of the origin''s log up to this cursor was examined: shipped, or withheld by scope';
 COMMENT ON COLUMN planb_origins.shipped_checksum IS
     'the checksum of the record at shipped_to, which chains every record before it';
+COMMENT ON COLUMN planb_origins.scope IS
+    'the projects shipped up to shipped_to; another scope examines the log again from its start';
 CREATE TABLE planb_events (
     origin   uuid NOT NULL REFERENCES planb_origins,
     cursor   bigint NOT NULL,

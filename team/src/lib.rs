@@ -12,14 +12,12 @@ pub mod scope;
 pub mod settings;
 pub mod ship;
 
-use std::sync::Arc;
-
-use planb_projections::Store;
+use planb_projections::DataRoot;
 
 pub use background::Background;
 pub use db::{DbError, SCHEMA_VERSION};
 pub use local::Status;
-pub use scope::{Place, Projects};
+pub use scope::{Place, Placer, Projects};
 pub use settings::{SettingsError, TeamSettings};
 pub use ship::{Pass, ShipError, Shipper};
 
@@ -29,8 +27,8 @@ const PUSH_PASSES_MAX: u32 = 100;
 
 /// Ships everything up to the log's end now; the total shipped and
 /// withheld, and the mark at the end.
-pub async fn push(store: Arc<Store>, settings: TeamSettings) -> Result<Pass, ShipError> {
-    let mut shipper = Shipper::new(store, settings)?;
+pub async fn push(root: DataRoot, settings: TeamSettings) -> Result<Pass, ShipError> {
+    let mut shipper = Shipper::new(root, settings)?;
     let mut total = Pass::default();
     for _ in 0..PUSH_PASSES_MAX {
         match shipper.ship_to_end().await {

@@ -9,8 +9,10 @@
 
 use std::path::{Component, Path};
 
+use std::collections::HashMap;
+
 use planb_core::event::EventBody;
-use planb_core::state::State;
+use planb_core::id::{AskId, SessionId};
 
 /// Longest `PLANB_TEAM_PROJECTS` value read, in bytes.
 pub const PROJECTS_BYTES_MAX: usize = 64 * 1024;
@@ -104,6 +106,12 @@ impl Projects {
         }
     }
 
+    /// The list as one text (entries joined by `:`), to tell a change of
+    /// scope.
+    pub fn key(&self) -> String {
+        self.written.join(":")
+    }
+
     /// Nothing is shipped (the list is empty).
     pub fn is_empty(&self) -> bool {
         !self.everything && self.patterns.is_empty()
@@ -128,40 +136,96 @@ impl Projects {
             .iter()
             .any(|pattern| (0..=parts.len()).any(|n| matches(pattern, &parts[..n])))
     }
+}
 
-    /// Where `body` goes, looking its session up in `state` (which must
-    /// hold every event before it).
-    pub fn place(&self, body: &EventBody, state: &State) -> Place {
-        if body.task().is_some() {
-            return if self.ships_tasks() {
-                Place::Ship { project: None }
-            } else {
-                Place::Withhold
+/// What placing an event needs to remember of the events before it: the
+/// sessions shipped and their asks. Sessions and asks kept back are not
+/// remembered (not being known is being kept back), so with `*` nothing is.
+#[derive(Debug, Clone, Default)]
+pub struct Placer {
+    projects: Projects,
+    sessions: HashMap<SessionId, String>,
+    asks: HashMap<AskId, SessionId>,
+}
+
+impl Placer {
+    /// A placer that has seen no event yet.
+    pub fn new(projects: Projects) -> Placer {
+        Placer {
+            projects,
+            sessions: HashMap::new(),
+            asks: HashMap::new(),
+        }
+    }
+
+    /// Whether each event must be seen, from the log's start, to place the
+    /// ones after it (not when everything is shipped).
+    pub fn needs_history(&self) -> bool {
+        !self.projects.everything
+    }
+
+    /// Where `body` goes; every event must be placed in the log's order.
+    pub fn place(&mut self, body: &EventBody) -> Place {
+        if self.projects.everything {
+            let project = match body {
+                EventBody::SessionCreated { project_path, .. } => project_path.clone(),
+                _ => plans_dir(body).map(str::to_string),
+            };
+            return Place::Ship {
+                project: project.filter(|p| !p.is_empty()),
             };
         }
-        let path = match body {
-            EventBody::SessionCreated { project_path, .. } => project_path.clone(),
-            EventBody::NamedPlanWritten { plans_dir, .. }
-            | EventBody::NamedPlanEdited { plans_dir, .. }
-            | EventBody::NamedPlanChangedOutside { plans_dir, .. }
-            | EventBody::NamedPlanSubmitted { plans_dir, .. }
-            | EventBody::NamedPlanReviewed { plans_dir, .. } => Some(plans_dir.clone()),
-            _ => session_of(body, state).and_then(|s| state.session(&s)?.project_path.clone()),
-        };
-        match path.filter(|p| !p.is_empty()) {
-            Some(path) if self.includes(&path) => Place::Ship {
-                project: Some(path),
-            },
-            None if self.everything => Place::Ship { project: None },
-            _ => Place::Withhold,
+        if body.task().is_some() {
+            return Place::Withhold;
         }
+        let project = match body {
+            EventBody::SessionCreated {
+                session,
+                project_path: Some(path),
+                ..
+            } if self.projects.includes(path) => {
+                self.sessions.insert(*session, path.clone());
+                Some(path.clone())
+            }
+            EventBody::AskOpened { session, ask, .. } => {
+                let project = self.sessions.get(session).cloned();
+                if project.is_some() {
+                    self.asks.insert(*ask, *session);
+                }
+                project
+            }
+            _ => match plans_dir(body) {
+                Some(dir) => self.projects.includes(dir).then(|| dir.to_string()),
+                None => self
+                    .session_of(body)
+                    .and_then(|s| self.sessions.get(&s).cloned()),
+            },
+        };
+        match project {
+            Some(project) => Place::Ship {
+                project: Some(project),
+            },
+            None => Place::Withhold,
+        }
+    }
+
+    /// The shipped session an event is about, directly or through its ask.
+    fn session_of(&self, body: &EventBody) -> Option<SessionId> {
+        body.session()
+            .or_else(|| body.ask().and_then(|ask| self.asks.get(&ask).copied()))
     }
 }
 
-/// The session an event is about, directly or through its ask.
-fn session_of(body: &EventBody, state: &State) -> Option<planb_core::id::SessionId> {
-    body.session()
-        .or_else(|| body.ask().and_then(|ask| Some(state.ask(&ask)?.session)))
+/// The folder of a named plan's file, for named-plan events.
+fn plans_dir(body: &EventBody) -> Option<&str> {
+    match body {
+        EventBody::NamedPlanWritten { plans_dir, .. }
+        | EventBody::NamedPlanEdited { plans_dir, .. }
+        | EventBody::NamedPlanChangedOutside { plans_dir, .. }
+        | EventBody::NamedPlanSubmitted { plans_dir, .. }
+        | EventBody::NamedPlanReviewed { plans_dir, .. } => Some(plans_dir),
+        _ => None,
+    }
 }
 
 fn components(path: &Path) -> Vec<String> {

@@ -12,20 +12,19 @@
 //! root writing on), refused and reported; it is never overwritten.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use planb_core::event::{self, EventBody};
 use planb_core::time::Cursor;
 use planb_log::{LogOptions, LogReader, Record};
-use planb_projections::{BlobHash, Store};
+use planb_projections::{BlobHash, DataRoot};
 use sha2::Digest;
 use tokio_postgres::Client;
 use uuid::Uuid;
 
 use crate::db::{self, DbError, timed};
 use crate::local::{self, LocalError};
-use crate::scope::Place;
+use crate::scope::{Place, Placer};
 use crate::settings::TeamSettings;
 
 /// Most records in one batch.
@@ -62,8 +61,6 @@ pub enum ShipError {
         detail: String,
     },
     /// The store could not be read.
-    #[error("reading the data root: {0}")]
-    Store(#[from] planb_projections::StoreError),
     /// Another shipper of this origin moved its mark meanwhile.
     #[error("another process shipped this origin meanwhile")]
     Raced,
@@ -99,17 +96,19 @@ struct Mark {
     checksum: Option<u32>,
 }
 
-/// A reader standing just past the mark.
+/// A reader standing just past the mark, and what placing the events
+/// after it needs to know of those before.
 #[derive(Debug)]
 struct Position {
     reader: LogReader,
     mark: Mark,
+    placer: Placer,
 }
 
 /// Ships one data root.
 #[derive(Debug)]
 pub struct Shipper {
-    store: Arc<Store>,
+    root: DataRoot,
     settings: TeamSettings,
     origin: Uuid,
     client: Option<Client>,
@@ -137,11 +136,11 @@ struct Batch {
 }
 
 impl Shipper {
-    /// A shipper for `store`'s root (its origin id made on first use).
-    pub fn new(store: Arc<Store>, settings: TeamSettings) -> Result<Shipper, ShipError> {
-        let origin = local::origin(store.root())?;
+    /// A shipper for `root` (its origin id made on first use).
+    pub fn new(root: DataRoot, settings: TeamSettings) -> Result<Shipper, ShipError> {
+        let origin = local::origin(&root)?;
         Ok(Shipper {
-            store,
+            root,
             settings,
             origin,
             client: None,
@@ -155,8 +154,8 @@ impl Shipper {
     }
 
     /// The data root shipped.
-    pub fn root(&self) -> &planb_projections::DataRoot {
-        self.store.root()
+    pub fn root(&self) -> &DataRoot {
+        &self.root
     }
 
     /// The settings shipped under.
@@ -184,6 +183,10 @@ impl Shipper {
     }
 
     async fn pass(&mut self) -> Result<Pass, ShipError> {
+        if self.settings.projects.is_empty() {
+            // Nothing may leave: not even the origin is made known.
+            return Ok(Pass::default());
+        }
         if self.client.is_none() {
             self.client = Some(db::connect(&self.settings).await?);
         }
@@ -193,9 +196,8 @@ impl Shipper {
         loop {
             let (batch, damage) = self.next_batch()?;
             if let Some(last) = batch.last {
-                pass.shipped += batch.rows.len() as u64;
+                pass.shipped += self.commit(mark, &batch).await?;
                 pass.withheld += batch.withheld;
-                self.commit(mark, &batch).await?;
                 mark = last;
                 if let Some(position) = &mut self.position {
                     position.mark = last;
@@ -217,19 +219,31 @@ impl Shipper {
             .expect("connected at the start of the pass")
     }
 
-    /// Makes the origin's row if it is new; its mark.
+    /// Makes the origin's row if it is new; its mark. A mark made under
+    /// another scope is reset, so the log is examined again from its start
+    /// (what was shipped already compares equal and stays).
     async fn register(&mut self) -> Result<Mark, ShipError> {
         let origin = self.origin;
         let member = self.settings.member.clone();
-        let root = self.store.root().root().display().to_string();
+        let scope = self.settings.projects.key();
+        let root = self.root.root().display().to_string();
         let host = host_name();
         let client = self.client();
         timed(
             "register the origin",
             client.execute(
-                "INSERT INTO planb_origins (origin, member, host, data_root) VALUES ($1, $2, $3, $4) \
-                 ON CONFLICT (origin) DO NOTHING",
-                &[&origin, &member, &host, &root],
+                "INSERT INTO planb_origins (origin, member, host, data_root, scope) \
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (origin) DO NOTHING",
+                &[&origin, &member, &host, &root, &scope],
+            ),
+        )
+        .await?;
+        timed(
+            "reset the mark of another scope",
+            client.execute(
+                "UPDATE planb_origins SET shipped_to = 0, shipped_checksum = NULL, scope = $2 \
+                 WHERE origin = $1 AND scope <> $2",
+                &[&origin, &scope],
             ),
         )
         .await?;
@@ -245,47 +259,71 @@ impl Shipper {
     }
 
     /// Puts a reader just past `mark`, after checking the local record
-    /// there is the one the database has.
+    /// there is the one the database has. When the scope needs them, the
+    /// events before the mark are read to place the ones after it.
     fn stand_at(&mut self, mark: Mark) -> Result<(), ShipError> {
         if self.position.as_ref().is_some_and(|p| p.mark == mark) {
             return Ok(());
         }
         self.position = None;
-        let dir = self.store.root().log_dir();
-        let mut reader = planb_log::read_dir(
-            &dir,
-            LogOptions::default(),
-            planb_log::Cursor(mark.to.max(1)),
-        )
-        .map_err(|e| damaged(mark.to.max(1), &e))?;
+        let mut placer = Placer::new(self.settings.projects.clone());
+        let from = if placer.needs_history() {
+            1
+        } else {
+            mark.to.max(1)
+        };
+        let dir = self.root.log_dir();
+        let mut reader = planb_log::read_dir(&dir, LogOptions::default(), planb_log::Cursor(from))
+            .map_err(|e| damaged(from, &e))?;
         if mark.to > 0 {
-            let record = reader.next().map_err(|e| damaged(mark.to, &e))?;
-            match record {
-                Some(record) if Some(record.checksum) == mark.checksum => {}
-                Some(_) => {
-                    return Err(ShipError::Divergence {
-                        cursor: mark.to,
-                        detail: format!(
-                            "the local record at cursor {} is not the one the database has for origin {}: this data root's log is not the one shipped before (an older copy restored?)",
-                            mark.to, self.origin
-                        ),
-                    });
-                }
-                None => {
-                    return Err(ShipError::Divergence {
-                        cursor: mark.to,
-                        detail: format!(
-                            "the database has origin {} shipped to cursor {}, but the local log ends at {} (an older copy restored?)",
-                            self.origin,
-                            mark.to,
-                            reader.next_cursor().0.saturating_sub(1)
-                        ),
-                    });
-                }
+            self.read_through(&mut reader, &mut placer, mark)?;
+        }
+        self.position = Some(Position {
+            reader,
+            mark,
+            placer,
+        });
+        Ok(())
+    }
+
+    /// Reads `reader` up to the record at `mark` (placing each event when
+    /// the scope needs them) and checks that record is the database's.
+    fn read_through(
+        &self,
+        reader: &mut LogReader,
+        placer: &mut Placer,
+        mark: Mark,
+    ) -> Result<(), ShipError> {
+        loop {
+            let cursor = reader.next_cursor().0;
+            let Some(record) = reader.next().map_err(|e| damaged(cursor, &e))? else {
+                let end = reader.passed_to().0.saturating_sub(1);
+                return Err(self.diverged(mark, &format!("the local log ends at {end}")));
+            };
+            if placer.needs_history() {
+                placer.place(&decoded(&record)?.event.body);
+            }
+            if record.cursor.0 == mark.to {
+                return if Some(record.checksum) == mark.checksum {
+                    Ok(())
+                } else {
+                    Err(self.diverged(
+                        mark,
+                        "the local record there is not the one the database has",
+                    ))
+                };
             }
         }
-        self.position = Some(Position { reader, mark });
-        Ok(())
+    }
+
+    fn diverged(&self, mark: Mark, local: &str) -> ShipError {
+        ShipError::Divergence {
+            cursor: mark.to,
+            detail: format!(
+                "the database has origin {} shipped to cursor {}, but {local}: this data root's log is not the one shipped before (an older copy restored?)",
+                self.origin, mark.to
+            ),
+        }
     }
 
     /// Reads the next batch; damage met after some records is returned
@@ -315,7 +353,7 @@ impl Shipper {
 
     /// Decodes `records`, places each by scope and gathers the blobs the
     /// shipped ones name.
-    fn batch_of(&self, records: Vec<Record>) -> Result<Batch, ShipError> {
+    fn batch_of(&mut self, records: Vec<Record>) -> Result<Batch, ShipError> {
         let mut batch = Batch::default();
         let Some(last) = records.last() else {
             return Ok(batch);
@@ -324,34 +362,18 @@ impl Shipper {
             to: last.cursor.0,
             checksum: Some(last.checksum),
         });
-        let mut envelopes = Vec::with_capacity(records.len());
-        for record in records {
-            let envelope =
-                event::decode(&record.payload, Cursor(record.cursor.0)).map_err(|e| {
-                    ShipError::Damaged {
-                        cursor: record.cursor.0,
-                        detail: e.to_string(),
-                    }
-                })?;
-            envelopes.push((record, envelope));
-        }
-        let projects = &self.settings.projects;
-        let places: Vec<Place> = self.store.read(|state| {
-            envelopes
-                .iter()
-                .map(|(_, envelope)| projects.place(&envelope.event.body, state))
-                .collect()
-        })?;
+        let placer = &mut self.position.as_mut().expect("placed by stand_at").placer;
         let mut wanted = BTreeSet::new();
-        for ((record, envelope), place) in envelopes.into_iter().zip(places) {
-            let Place::Ship { project } = place else {
+        for record in records {
+            let envelope = decoded(&record)?;
+            let Place::Ship { project } = placer.place(&envelope.event.body) else {
                 batch.withheld += 1;
                 continue;
             };
             collect_blobs(&envelope.event.body, &mut batch.blobs, &mut wanted);
             batch.rows.push(row_of(record, &envelope.event, project));
         }
-        let blobs = self.store.root().blobs();
+        let blobs = self.root.blobs();
         for hash in wanted {
             if batch.blobs.contains_key(&hash) {
                 continue;
@@ -365,8 +387,9 @@ impl Shipper {
         Ok(batch)
     }
 
-    /// Writes `batch` and moves the mark from `from`, in one transaction.
-    async fn commit(&mut self, from: Mark, batch: &Batch) -> Result<(), ShipError> {
+    /// Writes `batch` and moves the mark from `from`, in one transaction;
+    /// how many events were new to the database.
+    async fn commit(&mut self, from: Mark, batch: &Batch) -> Result<u64, ShipError> {
         let origin = self.origin;
         let member = self.settings.member.clone();
         let last = batch.last.expect("a batch with records");
@@ -384,7 +407,7 @@ impl Shipper {
             return Err(ShipError::Raced);
         }
         insert_blobs(&tx, &batch.blobs).await?;
-        insert_rows(&tx, origin, &member, &batch.rows).await?;
+        let inserted = insert_rows(&tx, origin, &member, &batch.rows).await?;
         timed(
             "move the mark",
             tx.execute(
@@ -399,7 +422,7 @@ impl Shipper {
             ),
         )
         .await?;
-        if !batch.rows.is_empty() {
+        if inserted > 0 {
             timed(
                 "notify",
                 tx.execute(
@@ -410,7 +433,7 @@ impl Shipper {
             .await?;
         }
         timed("commit", tx.commit()).await?;
-        Ok(())
+        Ok(inserted)
     }
 }
 
@@ -454,15 +477,16 @@ async fn insert_blobs(
     Ok(())
 }
 
-/// Inserts `rows`; a row already there must hold the same bytes.
+/// Inserts `rows`; a row already there must hold the same bytes. How many
+/// were new.
 async fn insert_rows(
     tx: &tokio_postgres::Transaction<'_>,
     origin: Uuid,
     member: &str,
     rows: &[Row],
-) -> Result<(), ShipError> {
+) -> Result<u64, ShipError> {
     if rows.is_empty() {
-        return Ok(());
+        return Ok(0);
     }
     let cursors: Vec<i64> = rows.iter().map(|r| r.cursor).collect();
     let ats: Vec<SystemTime> = rows.iter().map(|r| r.at).collect();
@@ -482,8 +506,9 @@ async fn insert_rows(
         ),
     )
     .await?;
+    let count = inserted.len() as u64;
     if inserted.len() == rows.len() {
-        return Ok(());
+        return Ok(count);
     }
     let inserted: BTreeSet<i64> = inserted.iter().map(|row| row.get(0)).collect();
     let present: Vec<i64> = cursors
@@ -515,7 +540,7 @@ async fn insert_rows(
             });
         }
     }
-    Ok(())
+    Ok(count)
 }
 
 fn mark_of(to: i64, checksum: Option<i64>) -> Mark {
@@ -563,6 +588,13 @@ fn collect_blobs(
         }
         _ => {}
     }
+}
+
+fn decoded(record: &Record) -> Result<event::Envelope, ShipError> {
+    event::decode(&record.payload, Cursor(record.cursor.0)).map_err(|e| ShipError::Damaged {
+        cursor: record.cursor.0,
+        detail: e.to_string(),
+    })
 }
 
 fn damaged(cursor: u64, error: &planb_log::LogError) -> ShipError {

@@ -244,7 +244,9 @@ async fn launch(
         .env_remove("RUST_LOG")
         .env_remove("PLANB_PORT")
         .env_remove("ASK_ANSWER_TIMEOUT_MS")
-        .env_remove("PLANB_MODEL");
+        .env_remove("PLANB_MODEL")
+        .env_remove("PLANB_TEAM_URL")
+        .env_remove("PLANB_TEAM_PROJECTS");
     for (key, value) in env {
         command.env(key, value);
     }
@@ -483,6 +485,7 @@ pub fn planb(root: &Path, args: &[&str]) -> std::process::Output {
         .arg("--data-dir")
         .arg(root)
         .args(args)
+        .env_remove("PLANB_TEAM_URL")
         .output()
         .expect("run planb-mcp")
 }

@@ -1,0 +1,500 @@
+//! The team store against a real PostgreSQL server (a private one per
+//! test): `planb-mcp team push` and the server's background shipper, with
+//! several processes on one root, processes killed mid-batch, a database
+//! that goes away, an older copy of a root, and the projects' scope. What
+//! the database holds is read back with SQL and compared with the logs
+//! byte for byte.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use planb_core::{Event, EventBody, EventId, SessionId, TaskId, Timestamp, encode};
+use planb_tests::postgres::Postgres;
+use serde_json::json;
+use support::{UrlAnswer, all_output, call, new_session, start, text_of};
+
+/// Longest wait for the database to catch up.
+const WAIT: Duration = Duration::from_secs(30);
+
+/// `planb-mcp --data-dir <root> team <args>` against `url`, shipping
+/// `projects`.
+fn team(root: &Path, url: &str, projects: &str, args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_planb-mcp"));
+    command
+        .arg("--data-dir")
+        .arg(root)
+        .arg("team")
+        .args(args)
+        .env("PLANB_TEAM_URL", url)
+        .env("PLANB_TEAM_PROJECTS", projects)
+        .env("PLANB_TEAM_MEMBER", "ana")
+        .stdin(Stdio::null());
+    command
+}
+
+fn push(root: &Path, url: &str, projects: &str) -> std::process::Output {
+    team(root, url, projects, &["push"])
+        .output()
+        .expect("run team push")
+}
+
+fn push_ok(root: &Path, url: &str, projects: &str) -> String {
+    let output = push(root, url, projects);
+    assert!(
+        output.status.success(),
+        "team push failed: {}",
+        all_output(&output)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Appends `sessions` sessions of `project`, each created then saved five
+/// times, straight to the log (as a server would, in one append each).
+fn append_sessions(root: &Path, sessions: u32, project: &str, seed: u32) -> u64 {
+    let (log, _) = planb_log::open_dir(&root.join("log"), Default::default()).expect("open log");
+    let mut appended = 0;
+    for n in 0..sessions {
+        let session = SessionId::from_uuid(uuid::Uuid::now_v7());
+        let mut bodies = vec![EventBody::SessionCreated {
+            session,
+            title: Some(format!("session {seed}-{n}")),
+            intent: None,
+            project_path: Some(project.to_string()),
+        }];
+        bodies.extend((1..=5).map(|version| EventBody::PlanVersionSaved {
+            session,
+            version,
+            title: None,
+            content: format!(
+                "# Plan {seed}-{n} v{version}\n\n{}",
+                "- a step\n".repeat(40)
+            ),
+        }));
+        appended += append(&log, bodies);
+    }
+    appended
+}
+
+fn append(log: &planb_log::Log, bodies: Vec<EventBody>) -> u64 {
+    let payloads: Vec<Vec<u8>> = bodies
+        .into_iter()
+        .map(|body| {
+            let event = Event {
+                id: EventId::from_uuid(uuid::Uuid::now_v7()),
+                at: Timestamp(1_790_000_000_000),
+                body,
+            };
+            encode(&event).expect("encode")
+        })
+        .collect();
+    let refs: Vec<&[u8]> = payloads.iter().map(Vec::as_slice).collect();
+    log.append(&refs).expect("append");
+    payloads.len() as u64
+}
+
+/// Every record of the local log: cursor and payload.
+fn local_records(root: &Path) -> Vec<(i64, Vec<u8>)> {
+    let mut reader =
+        planb_log::read_dir(&root.join("log"), Default::default(), planb_log::Cursor(1))
+            .expect("read log");
+    let mut records = Vec::new();
+    while let Some(record) = reader.next().expect("read") {
+        records.push((record.cursor.0 as i64, record.payload));
+    }
+    records
+}
+
+/// The root's origin id; the nil id before any shipper made one.
+fn origin(root: &Path) -> uuid::Uuid {
+    match std::fs::read_to_string(root.join("team/origin")) {
+        Ok(text) => uuid::Uuid::parse_str(text.trim()).expect("origin id"),
+        Err(_) => uuid::Uuid::nil(),
+    }
+}
+
+async fn connect(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect to the test database");
+    tokio::spawn(connection);
+    client
+}
+
+/// What the database holds from `origin`: cursor and payload, in order.
+async fn shipped(client: &tokio_postgres::Client, origin: uuid::Uuid) -> Vec<(i64, Vec<u8>)> {
+    let rows = match client
+        .query(
+            "SELECT cursor, payload FROM planb_events WHERE origin = $1 ORDER BY cursor",
+            &[&origin],
+        )
+        .await
+    {
+        Ok(rows) => rows,
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) => Vec::new(),
+        Err(e) => panic!("select: {e}"),
+    };
+    rows.iter().map(|row| (row.get(0), row.get(1))).collect()
+}
+
+/// The database's mark for `origin`; `None` before planb made its tables
+/// or the origin's row.
+async fn mark(client: &tokio_postgres::Client, origin: uuid::Uuid) -> Option<i64> {
+    match client
+        .query_opt(
+            "SELECT shipped_to FROM planb_origins WHERE origin = $1",
+            &[&origin],
+        )
+        .await
+    {
+        Ok(row) => row.map(|row| row.get(0)),
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) => None,
+        Err(e) => panic!("select: {e}"),
+    }
+}
+
+/// Waits until the database's mark for `root` is its log's end.
+async fn wait_for_end(client: &tokio_postgres::Client, root: &Path) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let end = local_records(root).last().map(|r| r.0);
+        if end.is_some() && mark(client, origin(root)).await == end {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not shipped to the log's end {end:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Asserts the database holds every record of `root`'s log once, byte
+/// equal, and nothing else of its origin.
+async fn assert_all_shipped(client: &tokio_postgres::Client, root: &Path) {
+    let local = local_records(root);
+    let remote = shipped(client, origin(root)).await;
+    assert_eq!(remote.len(), local.len(), "events shipped vs in the log");
+    for (l, r) in local.iter().zip(&remote) {
+        assert_eq!(l.0, r.0, "cursors in order, no gap");
+        assert!(l.1 == r.1, "the bytes at cursor {} differ", l.0);
+    }
+    assert_eq!(mark(client, origin(root)).await, local.last().map(|r| r.0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_data_roots_ship_at_once_and_the_database_holds_each_event_once_byte_equal() {
+    let pg = Postgres::start();
+    let url = pg.url();
+    let a = tempfile::tempdir().expect("root a");
+    let b = tempfile::tempdir().expect("root b");
+    append_sessions(a.path(), 400, "/src/shop", 1);
+    append_sessions(b.path(), 400, "/src/shop", 2);
+    // A server on root a ships in the background while two pushes run on
+    // a and one on b: three processes racing on one origin, one on another.
+    let server = start(
+        a.path(),
+        UrlAnswer::NotSupported,
+        &[("PLANB_TEAM_URL", &url), ("PLANB_TEAM_PROJECTS", "*")],
+    )
+    .await;
+    let pushes: Vec<Child> = [a.path(), a.path(), b.path()]
+        .iter()
+        .map(|root| {
+            team(root, &url, "*", &["push"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn push")
+        })
+        .collect();
+    for child in pushes {
+        let output = child.wait_with_output().expect("wait");
+        assert!(output.status.success(), "{}", all_output(&output));
+    }
+    // More events on both while the server keeps shipping a.
+    let session = new_session(&server).await;
+    let saved = call(
+        &server,
+        "save_plan",
+        json!({"sessionId": session, "plan": "# after"}),
+    )
+    .await;
+    assert!(!saved.is_error.unwrap_or(false), "{}", text_of(&saved));
+    append_sessions(b.path(), 20, "/src/shop", 3);
+    push_ok(b.path(), &url, "*");
+    let client = connect(&url).await;
+    let a_end = local_records(a.path()).last().expect("events").0;
+    let deadline = Instant::now() + WAIT;
+    while mark(&client, origin(a.path())).await != Some(a_end) {
+        assert!(
+            Instant::now() < deadline,
+            "the server did not ship root a to cursor {a_end}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_all_shipped(&client, a.path()).await;
+    assert_all_shipped(&client, b.path()).await;
+    let total: i64 = client
+        .query_one("SELECT count(*) FROM planb_events", &[])
+        .await
+        .expect("count")
+        .get(0);
+    let local = local_records(a.path()).len() + local_records(b.path()).len();
+    assert_eq!(total as usize, local, "no event twice");
+    let status = team(a.path(), &url, "*", &["status"])
+        .output()
+        .expect("status");
+    let status = all_output(&status);
+    assert!(
+        status.contains(&format!("up to cursor {a_end} (0 behind)")),
+        "{status}"
+    );
+    assert!(status.contains("member      ana"), "{status}");
+    drop(server);
+}
+
+/// A small deterministic generator for the kill points (SplitMix64).
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        (z ^ (z >> 31)) % n.max(1)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shipper_killed_at_random_points_leaves_no_gap_and_no_duplicate() {
+    let pg = Postgres::start();
+    let url = pg.url();
+    let root = tempfile::tempdir().expect("root");
+    append_sessions(root.path(), 4_000, "/src/shop", 1);
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64);
+    eprintln!("kill points drawn with seed {seed}");
+    let mut rng = Rng(seed);
+    let client = connect(&url).await;
+    let mut cut_short = 0;
+    for iteration in 0..24 {
+        let mut child = team(root.path(), &url, "*", &["push"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn push");
+        std::thread::sleep(Duration::from_millis(rng.below(300)));
+        let _ = child.kill();
+        let _ = child.wait();
+        let end = local_records(root.path()).last().expect("events").0;
+        let reached = mark(&client, origin(root.path())).await.unwrap_or(0);
+        eprintln!("push {iteration}: killed at cursor {reached} of {end}");
+        if reached < end {
+            cut_short += 1;
+        }
+        // Whatever landed is a prefix of the log, byte equal.
+        let local = local_records(root.path());
+        let remote = shipped(&client, origin(root.path())).await;
+        assert!(remote.len() <= local.len());
+        assert!(
+            local.iter().zip(&remote).all(|(l, r)| l == r),
+            "iteration {iteration}: not a prefix"
+        );
+        // New work for the next push, more than one batch of it.
+        append_sessions(root.path(), 400, "/src/shop", 100 + iteration);
+    }
+    eprintln!("{cut_short} of 24 pushes were killed before they had shipped everything");
+    push_ok(root.path(), &url, "*");
+    assert_all_shipped(&client, root.path()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_calls_are_answered_while_the_database_is_down_and_all_shipped_after() {
+    let pg = Postgres::start();
+    let url = pg.url();
+    let root = tempfile::tempdir().expect("root");
+    let server = start(
+        root.path(),
+        UrlAnswer::NotSupported,
+        &[("PLANB_TEAM_URL", &url), ("PLANB_TEAM_PROJECTS", "*")],
+    )
+    .await;
+    let session = new_session(&server).await;
+    let client = connect(&url).await;
+    wait_for_end(&client, root.path()).await;
+    drop(client);
+    pg.stop();
+    for n in 0..5 {
+        let saved = call(
+            &server,
+            "save_plan",
+            json!({"sessionId": session, "plan": format!("# Plan while the database is down {n}")}),
+        )
+        .await;
+        assert!(!saved.is_error.unwrap_or(false), "{}", text_of(&saved));
+    }
+    // The shipper says why it is behind.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let status = all_output(
+            &team(root.path(), &url, "*", &["status"])
+                .output()
+                .expect("status"),
+        );
+        if status.contains("last error  database") {
+            assert!(status.contains("shipped     unknown: database"), "{status}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no error in the status: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    pg.start_again();
+    let client = connect(&url).await;
+    wait_for_end(&client, root.path()).await;
+    assert_all_shipped(&client, root.path()).await;
+    let down: i64 = client
+        .query_one(
+            "SELECT count(*) FROM planb_events WHERE kind = 'plan_version_saved' \
+             AND body->'body'->>'content' LIKE '# Plan while the database is down %'",
+            &[],
+        )
+        .await
+        .expect("count")
+        .get(0);
+    assert_eq!(down, 5);
+    drop(server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_copy_of_a_data_root_is_refused_as_divergence_and_nothing_is_overwritten() {
+    let pg = Postgres::start();
+    let url = pg.url();
+    let dir = tempfile::tempdir().expect("dir");
+    let root = dir.path().join("root");
+    let backup = dir.path().join("backup");
+    append_sessions(&root, 10, "/src/shop", 1);
+    push_ok(&root, &url, "*");
+    copy_dir(&root, &backup);
+    append_sessions(&root, 10, "/src/shop", 2);
+    push_ok(&root, &url, "*");
+    let client = connect(&url).await;
+    let before = shipped(&client, origin(&root)).await;
+    // The backup is restored: the same origin, an older log.
+    std::fs::remove_dir_all(&root).expect("remove");
+    copy_dir(&backup, &root);
+    let output = push(&root, &url, "*");
+    assert!(!output.status.success());
+    let text = all_output(&output);
+    assert!(
+        text.contains("divergence at cursor") && text.contains("local log ends at 60"),
+        "{text}"
+    );
+    // It writes on with other events under the cursors already shipped.
+    append_sessions(&root, 12, "/src/elsewhere", 3);
+    let output = push(&root, &url, "*");
+    let text = all_output(&output);
+    assert!(!output.status.success(), "{text}");
+    assert!(
+        text.contains("divergence at cursor 120") && text.contains("nothing was overwritten"),
+        "{text}"
+    );
+    assert_eq!(
+        shipped(&client, origin(&root)).await,
+        before,
+        "the database is unchanged"
+    );
+    // A database whose schema a newer planb made is refused, never written.
+    client
+        .execute("UPDATE planb_schema SET version = 99", &[])
+        .await
+        .expect("update");
+    let output = push(&backup, &url, "*");
+    let text = all_output(&output);
+    assert!(
+        text.contains("schema version 99 is newer than this planb knows"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_projects_named_leave_the_machine() {
+    let pg = Postgres::start();
+    let url = pg.url();
+    let root = tempfile::tempdir().expect("root");
+    append_sessions(root.path(), 3, "/src/shop", 1);
+    append_sessions(root.path(), 2, "/src/secret-project", 2);
+    let (log, _) = planb_log::open_dir(&root.path().join("log"), Default::default()).expect("log");
+    append(
+        &log,
+        vec![EventBody::TaskCreated {
+            task: TaskId::from_uuid(uuid::Uuid::now_v7()),
+            pipeline: "project-plan".into(),
+            pipeline_version: 1,
+            prompt: "a secret task".into(),
+            speed: "fast".into(),
+            target: "report".into(),
+            model_profile: None,
+            client_request_id: None,
+        }],
+    );
+    drop(log);
+    // The URL alone ships nothing, and says so.
+    let none = push_ok(root.path(), &url, "");
+    assert!(
+        none.contains("shipped 0 event(s)") && none.contains("nothing is shipped"),
+        "{none}"
+    );
+    let client = connect(&url).await;
+    assert_eq!(
+        mark(&client, origin(root.path())).await,
+        None,
+        "not even the origin is known"
+    );
+    let out = push_ok(root.path(), &url, "/src/shop:/src/other/**");
+    assert!(
+        out.contains("shipped 18 event(s)") && out.contains("13 kept on this machine"),
+        "{out}"
+    );
+    let rows = client
+        .query(
+            "SELECT project, body::text FROM planb_events WHERE origin = $1",
+            &[&origin(root.path())],
+        )
+        .await
+        .expect("select");
+    assert_eq!(rows.len(), 18);
+    for row in &rows {
+        assert_eq!(
+            row.get::<_, Option<String>>(0).as_deref(),
+            Some("/src/shop")
+        );
+        let body: String = row.get(1);
+        assert!(!body.contains("secret"), "{body}");
+    }
+    // A wider scope examines the log again: what was kept back goes now,
+    // what went already stays as it is.
+    let out = push_ok(root.path(), &url, "*");
+    assert!(
+        out.contains("shipped 13 event(s)") && out.contains("0 kept"),
+        "{out}"
+    );
+    assert_all_shipped(&client, root.path()).await;
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .status()
+        .expect("cp");
+    assert!(status.success());
+}
