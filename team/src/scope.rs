@@ -300,6 +300,61 @@ mod tests {
     }
 
     #[test]
+    fn a_session_s_asks_and_plans_follow_it_and_tasks_need_everything() {
+        use planb_core::id::{PlanName, TaskId};
+        let id = |n: u128| uuid::Uuid::from_u128(n);
+        let (shop, secret) = (SessionId::from_uuid(id(1)), SessionId::from_uuid(id(2)));
+        let session = |session, path: &str| EventBody::SessionCreated {
+            session,
+            title: None,
+            intent: None,
+            project_path: Some(path.into()),
+        };
+        let ask = |session, n| EventBody::AskOpened {
+            session,
+            ask: AskId::from_uuid(id(n)),
+            spec: planb_core::AskSpec::from_json(&serde_json::json!({
+                "title": "t", "questions": [{"id": "q", "kind": "text", "label": "Q"}]
+            }))
+            .expect("spec"),
+            delivery: planb_core::Delivery::BrowserOpened,
+            url: String::new(),
+            sid_sha256: [0; 32],
+        };
+        let timed_out = |n| EventBody::AskTimedOut {
+            ask: AskId::from_uuid(id(n)),
+        };
+        let plan = |dir: &str| EventBody::NamedPlanSubmitted {
+            plan: PlanName::parse("p").expect("name"),
+            plans_dir: dir.into(),
+            round: 1,
+        };
+        let task = EventBody::TaskDeleted {
+            task: TaskId::from_uuid(id(9)),
+        };
+        let mut placer = Placer::new(projects("/src/shop"));
+        let shipped = |place: Place| matches!(place, Place::Ship { project: Some(p) } if p.starts_with("/src/shop"));
+        assert!(shipped(placer.place(&session(shop, "/src/shop"))));
+        assert_eq!(
+            placer.place(&session(secret, "/src/secret")),
+            Place::Withhold
+        );
+        assert!(shipped(placer.place(&ask(shop, 10))));
+        assert_eq!(placer.place(&ask(secret, 11)), Place::Withhold);
+        assert!(shipped(placer.place(&timed_out(10))));
+        assert_eq!(placer.place(&timed_out(11)), Place::Withhold);
+        assert!(shipped(placer.place(&plan("/src/shop/docs/plans"))));
+        assert_eq!(
+            placer.place(&plan("/src/secret/docs/plans")),
+            Place::Withhold
+        );
+        assert_eq!(placer.place(&task), Place::Withhold);
+        let mut everything = Placer::new(Projects::everything());
+        assert!(!everything.needs_history());
+        assert_eq!(everything.place(&task), Place::Ship { project: None });
+    }
+
+    #[test]
     fn a_relative_entry_is_refused_naming_it() {
         let error = Projects::parse("/ok:docs/x", None).expect_err("relative");
         assert_eq!(error.entry, "docs/x");

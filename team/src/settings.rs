@@ -84,6 +84,11 @@ impl TeamSettings {
             config.connect_timeout(std::time::Duration::from_secs(10));
         }
         config.application_name("planb");
+        if config.get_password().is_none()
+            && let Some(password) = password_from_env_or_pgpass(&config)
+        {
+            config.password(password);
+        }
         let member = member.trim();
         if member.is_empty() {
             return Err(SettingsError::Member("is empty"));
@@ -115,6 +120,73 @@ impl TeamSettings {
             self.config.get_dbname().unwrap_or("?")
         )
     }
+}
+
+/// The password libpq would use when the URL has none: `PGPASSWORD`, else
+/// the first matching line of `PGPASSFILE` or `~/.pgpass` (ignored, as by
+/// libpq, when others may read it).
+fn password_from_env_or_pgpass(config: &tokio_postgres::Config) -> Option<String> {
+    if let Ok(password) = std::env::var("PGPASSWORD") {
+        return Some(password);
+    }
+    let path = std::env::var_os("PGPASSFILE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".pgpass")))?;
+    let meta = std::fs::metadata(&path).ok()?;
+    if std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o077 != 0
+        || meta.len() > 1 << 20
+    {
+        tracing::warn!(
+            "{} is readable by others (or over 1 MiB): not used",
+            path.display()
+        );
+        return None;
+    }
+    let text = std::fs::read_to_string(&path).ok()?;
+    let host = match config.get_hosts().first()? {
+        tokio_postgres::config::Host::Tcp(host) => host.clone(),
+        tokio_postgres::config::Host::Unix(_) => "localhost".into(),
+    };
+    let port = config
+        .get_ports()
+        .first()
+        .copied()
+        .unwrap_or(5432)
+        .to_string();
+    let user = config.get_user().unwrap_or_default();
+    let db = config.get_dbname().unwrap_or(user);
+    pgpass_lookup(&text, [&host, &port, db, user])
+}
+
+/// The password of the first line of a `.pgpass` text matching `want`
+/// (host, port, database, user); `*` matches anything, `\` escapes.
+fn pgpass_lookup(text: &str, want: [&str; 4]) -> Option<String> {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .find_map(|line| {
+            let fields = pgpass_fields(line);
+            let [host, port, db, user, password] = fields.as_slice() else {
+                return None;
+            };
+            let matches = [host, port, db, user]
+                .iter()
+                .zip(want)
+                .all(|(field, want)| field.as_str() == "*" || field.as_str() == want);
+            matches.then(|| password.clone())
+        })
+}
+
+fn pgpass_fields(line: &str) -> Vec<String> {
+    let mut fields = vec![String::new()];
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => fields.last_mut().expect("one field").extend(chars.next()),
+            ':' if fields.len() < 5 => fields.push(String::new()),
+            c => fields.last_mut().expect("one field").push(c),
+        }
+    }
+    fields
 }
 
 /// `git config user.name`, else `$USER`, else `unknown`.
@@ -149,6 +221,19 @@ mod tests {
         .expect("parses");
         assert_eq!(settings.database(), "planb@db.internal:6543/team");
         assert!(!format!("{settings:?}").contains("secret"));
+    }
+
+    #[test]
+    fn a_pgpass_line_matches_by_field_with_stars_and_escapes() {
+        let text = "# comment\ndb.internal:5432:other:planb:no\n*:5432:team:planb:p\\:w\\\\d\n";
+        assert_eq!(
+            pgpass_lookup(text, ["db.internal", "5432", "team", "planb"]).as_deref(),
+            Some("p:w\\d")
+        );
+        assert_eq!(
+            pgpass_lookup(text, ["db.internal", "5433", "team", "planb"]),
+            None
+        );
     }
 
     #[test]
