@@ -498,3 +498,54 @@ fn copy_dir(from: &Path, to: &Path) {
         .expect("cp");
     assert!(status.success());
 }
+
+/// A certificate authority and a certificate it signed for 127.0.0.1:
+/// (the authority's PEM, the certificate's PEM, its key's PEM).
+fn authority() -> (String, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, SanType};
+    let ca_key = KeyPair::generate().expect("ca key");
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("ca params");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "planb team test authority");
+    let ca = ca_params.self_signed(&ca_key).expect("ca");
+    let issuer = Issuer::new(ca_params, ca_key);
+    let key = KeyPair::generate().expect("key");
+    let mut params = CertificateParams::new(vec!["localhost".to_owned()]).expect("params");
+    params
+        .subject_alt_names
+        .push(SanType::IpAddress([127, 0, 0, 1].into()));
+    let certificate = params.signed_by(&key, &issuer).expect("certificate");
+    (ca.pem(), certificate.pem(), key.serialize_pem())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sslmode_require_ships_over_tls_once_the_server_s_authority_is_trusted() {
+    let (ca, certificate, key) = authority();
+    let pg = Postgres::start_with_tls(&certificate, &key);
+    let url = format!("{}?sslmode=require", pg.tcp_url());
+    let root = tempfile::tempdir().expect("root");
+    append_sessions(root.path(), 2, "/src/shop", 1);
+    let output = push(root.path(), &url, "*");
+    let text = all_output(&output);
+    assert!(
+        !output.status.success(),
+        "an unknown authority is refused: {text}"
+    );
+    assert!(text.to_lowercase().contains("certificate"), "{text}");
+    let ca_file = root.path().join("ca.pem");
+    std::fs::write(&ca_file, ca).expect("ca file");
+    let output = team(root.path(), &url, "*", &["push"])
+        .env("SSL_CERT_FILE", &ca_file)
+        .output()
+        .expect("push");
+    let text = all_output(&output);
+    assert!(
+        output.status.success() && text.contains("shipped 12 event(s)"),
+        "{text}"
+    );
+    // The rows went over the socket; TLS was the only way in over TCP.
+    let client = connect(&pg.url()).await;
+    assert_all_shipped(&client, root.path()).await;
+}

@@ -31,6 +31,7 @@ mod rebuild;
 mod runs;
 mod snapshot;
 mod store;
+mod team_status;
 pub mod timeline;
 
 pub use blobs::{BLOB_BYTES_MAX, BlobError, BlobHash, Blobs};
@@ -45,4 +46,5 @@ pub use rebuild::{RebuildReport, rebuild};
 pub use runs::{RunLock, RunLockError, worker_alive};
 pub use snapshot::{SnapshotCheck, check_snapshot};
 pub use store::{DataRoot, OpenReport, SNAPSHOT_AFTER_EVENTS, Store};
+pub use team_status::{TeamStatus, read_team_status, write_team_status};
 pub use timeline::{StepMark, TaskAt, Timeline};

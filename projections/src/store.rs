@@ -74,6 +74,12 @@ impl DataRoot {
         self.root.join("state.snapshot")
     }
 
+    /// The team files: this root's origin id in a team database, the
+    /// shipper's lock and its status (`docs/team.md`).
+    pub fn team_dir(&self) -> PathBuf {
+        self.root.join("team")
+    }
+
     /// The blob store: artifact bytes the log names by hash. Ground truth,
     /// like the log, for blobs too large to be in the log.
     pub fn blobs_dir(&self) -> PathBuf {

@@ -176,10 +176,52 @@ async fn index(State(state): State<AppState>, Query(query): Query<IndexQuery>) -
         project: query.project.as_deref().filter(|p| !p.is_empty()),
         query: query.q.as_deref().map(str::trim).filter(|q| !q.is_empty()),
     };
+    let team = team_line(state.retro.root());
     html(
         StatusCode::OK,
-        pages::retro_index_page(&timeline, filter, problem.as_deref()),
+        pages::retro_index_page(&timeline, filter, problem.as_deref(), team.as_ref()),
     )
+}
+
+/// What the data root's team shipper last said, when one has run.
+fn team_line(root: &planb_projections::DataRoot) -> Option<pages::TeamLine> {
+    let status = match planb_projections::read_team_status(root) {
+        Ok(status) => status?,
+        Err(error) => {
+            return Some(pages::TeamLine {
+                text: format!("Team database: the shipper's status cannot be read ({error})"),
+                failing: true,
+            });
+        }
+    };
+    let behind = status.log_end.saturating_sub(status.shipped_to);
+    let text = match (&status.last_error, status.last_error_at) {
+        (Some(error), Some(at)) => format!(
+            "Team database {}: not shipping since {} ({} event(s) behind{}): {error}",
+            status.database,
+            at.to_iso8601(),
+            behind,
+            if status.halted {
+                ", halted until a person acts"
+            } else {
+                ""
+            }
+        ),
+        _ => format!(
+            "Team database {}: shipped as {} to cursor {}{}",
+            status.database,
+            status.member,
+            status.shipped_to,
+            status
+                .updated_at
+                .map(|at| format!(" (as of {})", at.to_iso8601()))
+                .unwrap_or_default()
+        ),
+    };
+    Some(pages::TeamLine {
+        text,
+        failing: status.last_error.is_some(),
+    })
 }
 
 #[derive(Debug, Deserialize)]

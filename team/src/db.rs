@@ -69,6 +69,9 @@ pub enum DbError {
     /// full disk …).
     #[error("database: {0}")]
     Postgres(#[from] tokio_postgres::Error),
+    /// TLS could not be set up on this machine (no usable roots).
+    #[error("database: cannot set up TLS: {0}")]
+    Tls(String),
     /// Too slow: no answer within the limit.
     #[error("database: no answer within {0:?} ({1})")]
     Timeout(Duration, &'static str),
@@ -102,16 +105,45 @@ pub async fn timed<T>(
 }
 
 /// Connects and brings the schema to [`SCHEMA_VERSION`]. The connection
-/// runs on the current tokio runtime until the client is dropped.
+/// runs on the current tokio runtime until the client is dropped. TLS is
+/// used as `sslmode` says (libpq's default, `prefer`, when unset), with the
+/// system's roots; `disable`, and a Unix socket, connect in the clear.
 pub async fn connect(settings: &TeamSettings) -> Result<Client, DbError> {
-    let (client, connection) = timed("connect", settings.config.connect(NoTls)).await?;
-    tokio::spawn(async move {
-        if let Err(error) = connection.await {
-            tracing::debug!(%error, "team database connection ended");
-        }
-    });
+    let config = &settings.config;
+    // A Unix socket never carries TLS (as with libpq).
+    let local = config
+        .get_hosts()
+        .iter()
+        .all(|host| matches!(host, tokio_postgres::config::Host::Unix(_)));
+    let client = if local || config.get_ssl_mode() == tokio_postgres::config::SslMode::Disable {
+        let (client, connection) = timed("connect", config.connect(NoTls)).await?;
+        tokio::spawn(watch(connection));
+        client
+    } else {
+        let (client, connection) = timed("connect", config.connect(tls()?)).await?;
+        tokio::spawn(watch(connection));
+        client
+    };
     migrate(&client).await?;
     Ok(client)
+}
+
+async fn watch(connection: impl std::future::Future<Output = Result<(), tokio_postgres::Error>>) {
+    if let Err(error) = connection.await {
+        tracing::debug!(%error, "team database connection ended");
+    }
+}
+
+/// The TLS connector: rustls over ring with the platform's verifier.
+fn tls() -> Result<tokio_postgres_rustls::MakeRustlsConnect, DbError> {
+    use rustls_platform_verifier::BuilderVerifierExt;
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .and_then(|builder| builder.with_platform_verifier())
+        .map_err(|e| DbError::Tls(e.to_string()))?
+        .with_no_client_auth();
+    Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
 }
 
 /// Applies the migrations this database lacks.

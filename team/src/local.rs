@@ -9,17 +9,12 @@ use std::fs::{File, OpenOptions, TryLockError};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use planb_core::time::Timestamp;
 use planb_projections::DataRoot;
-use serde::{Deserialize, Serialize};
 use uuid::Uuid;
-
-/// Longest status file read, in bytes.
-const STATUS_BYTES_MAX: u64 = 64 * 1024;
 
 /// The folder of the team files.
 pub fn team_dir(root: &DataRoot) -> PathBuf {
-    root.root().join("team")
+    root.team_dir()
 }
 
 /// A team file could not be read or written.
@@ -118,65 +113,20 @@ pub fn try_shipper_lock(root: &DataRoot) -> Result<Option<ShipperLock>, LocalErr
     }
 }
 
-/// What the last shipper of a root saw.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Status {
-    /// The database, without a password.
-    pub database: String,
-    /// The origin id.
-    pub origin: String,
-    /// The member name shipped under.
-    pub member: String,
-    /// Every record up to this cursor is in the database (or withheld).
-    pub shipped_to: u64,
-    /// The local log's last cursor when last looked at.
-    pub log_end: u64,
-    /// Events shipped and withheld by this shipper since it started.
-    pub shipped: u64,
-    /// Events withheld by the projects' scope since it started.
-    pub withheld: u64,
-    /// When the database last took a batch (or was found up to date).
-    pub last_success: Option<Timestamp>,
-    /// Why the last try failed, when it did.
-    pub last_error: Option<String>,
-    /// When it failed.
-    pub last_error_at: Option<Timestamp>,
-    /// Shipping stopped for good until a person acts (divergence,
-    /// damage, a newer schema).
-    pub halted: bool,
-    /// The shipping process.
-    pub pid: u32,
-    /// When this file was written.
-    pub updated_at: Option<Timestamp>,
-}
+/// What the last shipper of a root saw (the file's format is the data
+/// root's, so planb-retro reads it without this crate).
+pub use planb_projections::TeamStatus as Status;
 
 /// Writes `status` (temp name and rename).
 pub fn write_status(root: &DataRoot, status: &Status) -> Result<(), LocalError> {
-    let dir = team_dir(root);
-    std::fs::create_dir_all(&dir).map_err(local_error("create", &dir))?;
-    let path = dir.join("status.json");
-    let temp = dir.join(format!("status.json.{}.tmp", std::process::id()));
-    let bytes = serde_json::to_vec_pretty(status).unwrap_or_default();
-    std::fs::write(&temp, bytes).map_err(local_error("write", &temp))?;
-    std::fs::rename(&temp, &path).map_err(local_error("write", &path))
+    planb_projections::write_team_status(root, status)
+        .map_err(local_error("write", &team_dir(root).join("status.json")))
 }
 
 /// The last status written, `None` when no shipper has run.
 pub fn read_status(root: &DataRoot) -> Result<Option<Status>, LocalError> {
-    let path = team_dir(root).join("status.json");
-    let file = match File::open(&path) {
-        Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(local_error("read", &path)(e)),
-    };
-    let reader = std::io::Read::take(file, STATUS_BYTES_MAX);
-    serde_json::from_reader(reader)
-        .map(Some)
-        .map_err(|e| LocalError {
-            action: "read",
-            path: path.display().to_string(),
-            source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()),
-        })
+    planb_projections::read_team_status(root)
+        .map_err(local_error("read", &team_dir(root).join("status.json")))
 }
 
 #[cfg(test)]

@@ -17,6 +17,8 @@ pub struct Postgres {
     bin: PathBuf,
     port: u16,
     run_as: Option<&'static str>,
+    /// Also listening on 127.0.0.1 with TLS (`server.crt`, `server.key`).
+    tls: bool,
 }
 
 /// The directory of the newest installed server's binaries.
@@ -43,11 +45,32 @@ impl Postgres {
     /// A fresh cluster, started; the superuser is `planb`, trusted on the
     /// socket.
     pub fn start() -> Postgres {
+        Postgres::start_with(None)
+    }
+
+    /// [`Postgres::start`], also listening on 127.0.0.1 (the port of
+    /// [`Postgres::tcp_url`]) with TLS: the certificate chain and the key,
+    /// PEM.
+    pub fn start_with_tls(certificate: &str, key: &str) -> Postgres {
+        Postgres::start_with(Some((certificate, key)))
+    }
+
+    fn start_with(tls: Option<(&str, &str)>) -> Postgres {
         let dir = tempfile::Builder::new()
             .prefix("planb-pg")
             .tempdir()
             .expect("a temporary directory");
         let run_as = running_as_root().then_some("postgres");
+        if let Some((certificate, key)) = tls {
+            let key_path = dir.path().join("server.key");
+            std::fs::write(dir.path().join("server.crt"), certificate).expect("certificate");
+            std::fs::write(&key_path, key).expect("key");
+            std::fs::set_permissions(
+                &key_path,
+                std::os::unix::fs::PermissionsExt::from_mode(0o600),
+            )
+            .expect("chmod the key");
+        }
         if let Some(user) = run_as {
             let status = Command::new("chown")
                 .args(["-R", user, &dir.path().display().to_string()])
@@ -59,6 +82,7 @@ impl Postgres {
             bin: server_bin(),
             port: free_port(),
             run_as,
+            tls: tls.is_some(),
             dir,
         };
         postgres.run(
@@ -93,13 +117,22 @@ impl Postgres {
         format!("postgresql://planb@{host}:{}/postgres", self.port)
     }
 
+    /// A libpq URL over TCP on 127.0.0.1 (a server started with TLS).
+    pub fn tcp_url(&self) -> String {
+        format!("postgresql://planb@127.0.0.1:{}/postgres", self.port)
+    }
+
     /// Starts the server (again) and waits until it takes connections.
     pub fn start_again(&self) {
-        let options = format!(
-            "-k {} -c listen_addresses= -p {} -c fsync=off",
-            self.socket_dir().display(),
-            self.port
-        );
+        let dir = self.socket_dir().display();
+        let mut options = format!("-k {dir} -p {} -c fsync=off", self.port);
+        if self.tls {
+            options.push_str(&format!(
+                " -c listen_addresses=127.0.0.1 -c ssl=on -c ssl_cert_file={dir}/server.crt -c ssl_key_file={dir}/server.key"
+            ));
+        } else {
+            options.push_str(" -c listen_addresses=");
+        }
         let log = self.dir.path().join("server.log").display().to_string();
         self.run(
             "pg_ctl",

@@ -27,7 +27,7 @@ mod shell;
 pub use assets::{ASSETS_PREFIX, Asset, asset, asset_paths};
 pub use form::{DEFAULT_INTRO_TITLE, form_page};
 pub use retro::{
-    ENTRIES_WINDOW, EntriesBeyond, RetroFilter, retro_diff_page, retro_entries_after,
+    ENTRIES_WINDOW, EntriesBeyond, RetroFilter, TeamLine, retro_diff_page, retro_entries_after,
     retro_entries_fragment, retro_index_page, retro_message_page, retro_plan_page,
     retro_session_page, retro_state_fragment,
 };

@@ -97,13 +97,25 @@ fn back_link() -> Markup {
     html! { a.retro-back href="/" { "‹ All sessions and tasks" } }
 }
 
+/// Where shipping to a team database stands, for the index page: a
+/// quiet line, or an alert when it is failing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TeamLine {
+    /// What to say.
+    pub text: String,
+    /// Shipping is failing (said as an alert).
+    pub failing: bool,
+}
+
 /// The sessions index: the inbox of waiting questions, then the sessions
 /// the filter keeps, newest activity first. `problem`, when the log cannot
-/// be read, is shown as a banner above them.
+/// be read, is shown as a banner above them; so is `team` when shipping to
+/// a team database fails (a quiet line when it works).
 pub fn retro_index_page(
     timeline: &Timeline,
     filter: RetroFilter<'_>,
     problem: Option<&str>,
+    team: Option<&TeamLine>,
 ) -> Markup {
     let state = timeline.state();
     let mut sessions: Vec<&Session> = state
@@ -132,6 +144,13 @@ pub fn retro_index_page(
         div.retro-body {
             @if let Some(problem) = problem {
                 div.banner.banner-error role="alert" { (problem) }
+            }
+            @if let Some(team) = team {
+                @if team.failing {
+                    div.banner #team-status role="alert" { (team.text) }
+                } @else {
+                    p.retro-muted #team-status { (team.text) }
+                }
             }
             section #inbox .retro-inbox aria-labelledby="inbox-title" data-swap {
                 h2 #inbox-title { "Waiting for an answer" span.retro-muted { " · " (pending.len()) } }
