@@ -815,3 +815,118 @@ async fn the_task_scrubber_moved_with_the_keyboard_shows_each_step_as_of_each_ev
     );
     browser.close().await;
 }
+
+#[tokio::test]
+async fn the_built_in_pipeline_is_drawn_with_an_arrow_per_need_and_fits_the_page() {
+    let f = fixture();
+    let pipeline = pipelines::project_plan();
+    let needs: usize = pipeline.steps().iter().map(|s| s.needs.len()).sum();
+    assert!(pipeline.steps().len() >= 20 && needs > pipeline.steps().len());
+    // One arrow per need that no other need of the step already leads to.
+    let mut before: BTreeMap<&str, std::collections::BTreeSet<&str>> = BTreeMap::new();
+    fn upstream<'p>(
+        pipeline: &'p planb_core::dag::Pipeline,
+        step: &'p str,
+        memo: &mut BTreeMap<&'p str, std::collections::BTreeSet<&'p str>>,
+    ) -> std::collections::BTreeSet<&'p str> {
+        if let Some(set) = memo.get(step) {
+            return set.clone();
+        }
+        let mut set = std::collections::BTreeSet::new();
+        for need in &pipeline
+            .steps()
+            .iter()
+            .find(|s| s.id.as_str() == step)
+            .expect("step")
+            .needs
+        {
+            set.insert(need.as_str());
+            set.extend(upstream(pipeline, need.as_str(), memo));
+        }
+        memo.insert(step, set.clone());
+        set
+    }
+    let arrows: usize = pipeline
+        .steps()
+        .iter()
+        .map(|step| {
+            step.needs
+                .iter()
+                .filter(|need| {
+                    !step.needs.iter().any(|other| {
+                        other != *need
+                            && upstream(&pipeline, other.as_str(), &mut before)
+                                .contains(need.as_str())
+                    })
+                })
+                .count()
+        })
+        .sum();
+    assert!(
+        arrows < needs,
+        "the built-in pipeline has needs other paths show"
+    );
+    let server = support::RetroServer::start(f.root.root()).await;
+    let browser = support::Browser::start().await;
+    browser
+        .open(&server.url(&format!("/tasks/{}", f.task)))
+        .await;
+    let context = "JSON.stringify(document.querySelector('.dag').getBoundingClientRect())";
+    browser
+        .wait_until(
+            "the drawing",
+            "document.querySelectorAll('.dag-step').length > 0",
+            context,
+        )
+        .await;
+    assert_eq!(
+        number(&browser, "document.querySelectorAll('.dag-edge').length").await as usize,
+        arrows
+    );
+    assert_eq!(
+        number(&browser, "document.querySelectorAll('.dag-step').length").await as usize,
+        pipeline.steps().len()
+    );
+    // No horizontal scrolling, and the drawing inside its card.
+    assert!(
+        number(
+            &browser,
+            "document.documentElement.scrollWidth - window.innerWidth"
+        )
+        .await
+            <= 0.0,
+        "the page scrolls sideways"
+    );
+    assert!(
+        number(&browser, "document.querySelector('.dag').getBoundingClientRect().right - document.querySelector('main').getBoundingClientRect().right")
+        .await
+            <= 0.0
+    );
+    // Every box inside the drawing, none over another.
+    let overlaps = "(() => { const r = [...document.querySelectorAll('.dag-step')].map(e => e.getBoundingClientRect()); \
+        const d = document.querySelector('.dag').getBoundingClientRect(); let bad = 0; \
+        r.forEach((a, i) => { if (a.left < d.left - 1 || a.right > d.right + 1 || a.top < d.top - 1 || a.bottom > d.bottom + 1) bad++; \
+          r.forEach((b, j) => { if (i < j && a.left < b.right - 1 && b.left < a.right - 1 && a.top < b.bottom - 1 && b.top < a.bottom - 1) bad++; }); }); \
+        return bad; })()";
+    let shown = browser
+        .string(
+            "JSON.stringify([document.querySelector('.dag').getBoundingClientRect(), \
+             ...[...document.querySelectorAll('.dag-step')].slice(0, 4).map(e => [e.dataset.step, e.getBoundingClientRect(), getComputedStyle(e).position])])",
+        )
+        .await;
+    assert_eq!(
+        number(&browser, overlaps).await,
+        0.0,
+        "boxes outside the drawing or over each other: {shown}"
+    );
+    browser.close().await;
+}
+
+/// The JavaScript `expression`'s value as a number.
+async fn number(browser: &support::Browser, expression: &str) -> f64 {
+    browser
+        .string(&format!("String({expression})"))
+        .await
+        .parse()
+        .expect("a number")
+}

@@ -13,6 +13,7 @@
 //! in `data-*` attributes.
 
 mod assets;
+mod dag_graph;
 mod diff;
 mod form;
 mod question;

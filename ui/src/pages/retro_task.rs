@@ -14,6 +14,7 @@ use planb_core::exec_plan::{self, ExecPlan, PlanStep, render_dag};
 use planb_core::{Cursor, Envelope, EventBody, RunId, RunOutcome, Task, TaskId, Timestamp};
 use planb_projections::{StepMark, TaskAt, Timeline};
 
+use super::dag_graph::{GraphNode, dag_graph};
 use super::diff::Folds;
 use super::retro::page;
 use super::retro_entry::{count, diff_view, short, when};
@@ -130,23 +131,28 @@ fn need_links(task: TaskId, cursor: Cursor, needs: &[&str]) -> Markup {
     }
 }
 
-/// One step in a DAG layer: a link to its page, its state, what it waits for.
-fn dag_step(
+/// One step of a DAG: a link to its page, its state, and (for readers
+/// who do not see the arrows) what it waits for.
+fn dag_step<'a>(
     href: &str,
-    id: &str,
+    id: &'a str,
     label: Markup,
     mark: Option<&StepMark>,
     stale: bool,
-    needs: &[&str],
-) -> Markup {
-    html! {
-        li.dag-step.(mark_class(mark, stale)) data-step=(id) {
-            a href=(href) { strong { (label) } }
-            span.dag-state { (mark_text(mark, stale)) }
-            @if !needs.is_empty() {
-                span.dag-needs.retro-muted { "← " (needs.join(", ")) }
-            }
+    needs: Vec<&'a str>,
+) -> GraphNode<'a> {
+    let body = html! {
+        a href=(href) title=(id) { strong { (label) } }
+        span.dag-state { (mark_text(mark, stale)) }
+        @if !needs.is_empty() {
+            span.visually-hidden { "needs " (needs.join(", ")) }
         }
+    };
+    GraphNode {
+        id,
+        body,
+        class: mark_class(mark, stale),
+        needs,
     }
 }
 
@@ -244,9 +250,13 @@ fn event_line(envelope: &Envelope) -> Option<Markup> {
             tokens_out,
             ..
         } => {
-            format!(
-                "{step} done: {bytes} bytes in {duration_ms} ms, {tokens_in} tokens in, {tokens_out} out"
-            )
+            // A tool call's step reads no model: no token counts to show.
+            let tokens = if tokens_in + tokens_out > 0 {
+                format!(", {tokens_in} tokens in, {tokens_out} out")
+            } else {
+                String::new()
+            };
+            format!("{step} done: {bytes} bytes in {duration_ms} ms{tokens}")
         }
         EventBody::StepFailed {
             step,
@@ -342,23 +352,7 @@ pub fn retro_task_page(timeline: &Timeline, view: &TaskView<'_>) -> Markup {
                         Steps::Pipeline(Err(problem)) => {
                             div.banner.banner-error role="alert" { "The pipeline cannot be read: " (problem) }
                         },
-                        Steps::Pipeline(Ok(pipeline)) => div.dag {
-                            @for (depth, layer) in layers(pipeline).iter().enumerate() {
-                                ol.dag-layer aria-label={"Layer " (depth + 1)} {
-                                    @for step in layer {
-                                        @let needs: Vec<&str> = step.needs.iter().map(StepId::as_str).collect();
-                                        (dag_step(
-                                            &format!("/tasks/{id}/steps/{}?at={}", step.id.as_str(), view.cursor),
-                                            step.id.as_str(),
-                                            html! { (step.title) },
-                                            view.at.steps.get(step.id.as_str()),
-                                            view.out_of_date.contains(step.id.as_str()),
-                                            &needs,
-                                        ))
-                                    }
-                                }
-                            }
-                        },
+                        Steps::Pipeline(Ok(pipeline)) => (pipeline_dag(pipeline, view)),
                     }
                 }
                 section.retro-runs aria-label="Runs" {
@@ -437,8 +431,32 @@ fn ascii_mark(mark: Option<&StepMark>) -> exec_plan::StepMark {
     }
 }
 
+/// A pipeline's steps as of the cursor, drawn with their needs.
+fn pipeline_dag(pipeline: &Pipeline, view: &TaskView<'_>) -> Markup {
+    let id = view.at.task.id;
+    let layers: Vec<Vec<GraphNode<'_>>> = layers(pipeline)
+        .into_iter()
+        .map(|layer| {
+            layer
+                .into_iter()
+                .map(|step| {
+                    dag_step(
+                        &format!("/tasks/{id}/steps/{}?at={}", step.id.as_str(), view.cursor),
+                        step.id.as_str(),
+                        html! { (step.title) },
+                        view.at.steps.get(step.id.as_str()),
+                        view.out_of_date.contains(step.id.as_str()),
+                        step.needs.iter().map(StepId::as_str).collect(),
+                    )
+                })
+                .collect()
+        })
+        .collect();
+    dag_graph(&layers, "Layer")
+}
+
 /// An execution plan's steps as of the cursor: the plan's text rendering,
-/// then the batches with each step's state, linking to its calls.
+/// then the batches drawn with each step's state, linking to its calls.
 fn plan_dag(plan: &ExecPlan, view: &TaskView<'_>) -> Markup {
     let id = view.at.task.id;
     let marks: Vec<exec_plan::StepMark> = plan
@@ -446,26 +464,32 @@ fn plan_dag(plan: &ExecPlan, view: &TaskView<'_>) -> Markup {
         .iter()
         .map(|step| ascii_mark(view.at.steps.get(&step.index)))
         .collect();
+    let layers: Vec<Vec<GraphNode<'_>>> = plan
+        .batches()
+        .iter()
+        .map(|batch| {
+            batch
+                .iter()
+                .map(|&at| {
+                    let step = &plan.steps[at];
+                    dag_step(
+                        &format!("/tasks/{id}/steps/{}?at={}", step.index, view.cursor),
+                        &step.index,
+                        html! { (step.index) ". " (step.title) " " code { (step.tool) } },
+                        view.at.steps.get(&step.index),
+                        false,
+                        plan.needs(at)
+                            .iter()
+                            .map(|&n| plan.steps[n].index.as_str())
+                            .collect(),
+                    )
+                })
+                .collect()
+        })
+        .collect();
     html! {
         pre.plan-dag aria-label="The plan as text" { (render_dag(plan, |at| marks[at])) }
-        div.dag {
-            @for (number, batch) in plan.batches().iter().enumerate() {
-                ol.dag-layer aria-label={"Batch " (number + 1)} {
-                    @for &at in batch {
-                        @let step = &plan.steps[at];
-                        @let needs: Vec<&str> = plan.needs(at).iter().map(|&n| plan.steps[n].index.as_str()).collect();
-                        (dag_step(
-                            &format!("/tasks/{id}/steps/{}?at={}", step.index, view.cursor),
-                            &step.index,
-                            html! { (step.index) ". " (step.title) " " code { (step.tool) } },
-                            view.at.steps.get(&step.index),
-                            false,
-                            &needs,
-                        ))
-                    }
-                }
-            }
-        }
+        (dag_graph(&layers, "Batch"))
     }
 }
 
