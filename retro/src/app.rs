@@ -159,6 +159,7 @@ fn within_log(retro: &Retro, cursor: u64) -> Result<Cursor, PageError> {
 struct IndexQuery {
     project: Option<String>,
     q: Option<String>,
+    member: Option<String>,
 }
 
 async fn index(State(state): State<AppState>, Query(query): Query<IndexQuery>) -> Response {
@@ -175,11 +176,28 @@ async fn index(State(state): State<AppState>, Query(query): Query<IndexQuery>) -
     let filter = RetroFilter {
         project: query.project.as_deref().filter(|p| !p.is_empty()),
         query: query.q.as_deref().map(str::trim).filter(|q| !q.is_empty()),
+        member: query.member.as_deref().filter(|m| !m.is_empty()),
     };
     let team = team_line(state.retro.root());
+    let members = state.retro.members();
+    let member_of = |session: &planb_core::SessionId| members.as_deref()?.of_session(session);
+    let team_index = members.as_deref().map(|m| pages::TeamIndex {
+        origins: m
+            .origins
+            .values()
+            .map(|o| (o.member.as_str(), o.host.as_str(), o.events))
+            .collect(),
+        member_of: &member_of,
+    });
     html(
         StatusCode::OK,
-        pages::retro_index_page(&timeline, filter, problem.as_deref(), team.as_ref()),
+        pages::retro_index_page(
+            &timeline,
+            filter,
+            problem.as_deref(),
+            team.as_ref(),
+            team_index.as_ref(),
+        ),
     )
 }
 

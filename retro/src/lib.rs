@@ -19,6 +19,7 @@
 mod app;
 mod live;
 mod tasks;
+pub mod team;
 
 pub use app::{AppState, PageError, app};
 pub use live::{Follower, POLL_INTERVAL, Retro};

@@ -19,6 +19,8 @@ use planb_log::{LogError, LogOptions, LogReader};
 use planb_projections::timeline::Incomplete;
 use planb_projections::{DataRoot, Timeline};
 use planb_ui::pages::EntryCache;
+
+use crate::team::{Members, TeamSource};
 use tokio::sync::broadcast;
 
 /// How often the follower looks for new events.
@@ -51,12 +53,16 @@ struct Inner {
     /// Each execution plan read back once (a plan's definition never
     /// changes after it is created), by task.
     plans: Mutex<HashMap<TaskId, Arc<Result<ExecPlan, String>>>>,
+    /// A team replay's members and origins; `None` for a local log.
+    members: RwLock<Option<Arc<Members>>>,
 }
 
 /// Reads the log forward from where the timeline ends.
 #[derive(Debug)]
 pub struct Follower {
     reader: Option<LogReader>,
+    /// A team replay reads its database instead of a log.
+    team: Option<TeamSource>,
     /// Set when a record cannot be read or decoded: following on would skip
     /// events and show wrong states, so the follower stops and the timeline
     /// says why ([`Timeline::incomplete`]).
@@ -71,10 +77,39 @@ impl Retro {
         let retro = Retro::empty(root);
         let mut follower = Follower {
             reader: None,
+            team: None,
             stopped: false,
         };
         follower.poll(&retro);
         (retro, follower)
+    }
+
+    /// A replay of every origin shipped to a team database, loaded as far
+    /// as the database goes now; the blobs its events name are copied into
+    /// `cache` (a data root holding only `blobs/`).
+    pub fn open_team(source: TeamSource, cache: &DataRoot) -> (Retro, Follower) {
+        let retro = Retro::empty(cache);
+        *retro
+            .inner
+            .members
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(Members::default()));
+        let mut follower = Follower {
+            reader: None,
+            team: Some(source),
+            stopped: false,
+        };
+        follower.poll(&retro);
+        (retro, follower)
+    }
+
+    /// A team replay's members and origins; `None` for a local log.
+    pub fn members(&self) -> Option<Arc<Members>> {
+        self.inner
+            .members
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     fn empty(root: &DataRoot) -> Retro {
@@ -88,6 +123,7 @@ impl Retro {
                 root: root.clone(),
                 entries: EntryCache::default(),
                 plans: Mutex::default(),
+                members: RwLock::new(None),
             }),
         }
     }
@@ -169,6 +205,9 @@ impl Follower {
     pub fn poll(&mut self, retro: &Retro) -> usize {
         if self.stopped {
             return 0;
+        }
+        if let Some(source) = self.team.as_mut() {
+            return poll_team(source, retro);
         }
         let log_dir = &retro.inner.log_dir;
         if self.reader.is_none() {
@@ -252,4 +291,43 @@ impl Follower {
         retro.set_problem(failure);
         count
     }
+}
+
+/// One poll of a team database: the new events pushed, the members
+/// updated, a failure said on the index page.
+fn poll_team(source: &mut TeamSource, retro: &Retro) -> usize {
+    let polled = match source.poll() {
+        Ok(polled) => polled,
+        Err(error) => {
+            retro.set_problem(Some(format!(
+                "cannot read the team database {}: {error}; retrying",
+                source.database()
+            )));
+            return 0;
+        }
+    };
+    retro.set_problem(None);
+    if let Some(members) = polled.members {
+        *retro
+            .inner
+            .members
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(members));
+    }
+    let count = polled.events.len();
+    if count > 0 {
+        let last = {
+            let mut timeline = retro
+                .inner
+                .timeline
+                .write()
+                .unwrap_or_else(|p| p.into_inner());
+            for envelope in polled.events {
+                timeline.push(envelope);
+            }
+            timeline.last_cursor()
+        };
+        let _ = retro.inner.appended.send(last);
+    }
+    count
 }

@@ -22,6 +22,10 @@ struct Cli {
     /// Port on 127.0.0.1 (default: $PORT, else 4317).
     #[arg(long, value_name = "PORT")]
     port: Option<u16>,
+    /// Replay the whole team from its database (PLANB_TEAM_URL) instead of
+    /// this machine's log.
+    #[arg(long)]
+    team: bool,
 }
 
 fn data_root(cli: &Cli) -> anyhow::Result<DataRoot> {
@@ -50,10 +54,49 @@ fn port(cli: &Cli) -> anyhow::Result<u16> {
     }
 }
 
+/// Where a team replay copies the blobs it shows: `$XDG_CACHE_HOME`, else
+/// `~/.cache`, then `planb-retro/<database>`.
+fn team_cache(database: &str) -> anyhow::Result<DataRoot> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .context("neither XDG_CACHE_HOME nor HOME is set")?;
+    let name: String = database
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    Ok(DataRoot::new(base.join("planb-retro").join(name)))
+}
+
+/// The replay of `--team` or of the data root.
+fn open(cli: &Cli) -> anyhow::Result<(Retro, planb_retro::Follower, String)> {
+    if !cli.team {
+        let root = data_root(cli)?;
+        let (retro, follower) = Retro::open(&root);
+        return Ok((retro, follower, root.root().display().to_string()));
+    }
+    let settings = planb_team::TeamSettings::from_env()?
+        .context("--team reads the team database named by PLANB_TEAM_URL, which is not set")?;
+    let database = settings.database();
+    let cache = team_cache(&database)?;
+    let source = planb_retro::team::TeamSource::new(settings, cache.blobs())
+        .context("starting the database client")?;
+    let (retro, follower) = Retro::open_team(source, &cache);
+    Ok((retro, follower, format!("the team database {database}")))
+}
+
 async fn run(cli: Cli) -> anyhow::Result<()> {
-    let root = data_root(&cli)?;
     let port = port(&cli)?;
-    let (retro, follower) = Retro::open(&root);
+    // A team replay's first load blocks on its own client: off the
+    // runtime's threads.
+    let (retro, follower, what) = tokio::task::block_in_place(|| open(&cli))?;
     if let Some(problem) = retro.problem() {
         eprintln!("planb-retro: {problem}");
     }
@@ -65,10 +108,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     }
     retro.follow(follower, POLL_INTERVAL);
     let address = serve(retro, port).await?;
-    eprintln!(
-        "planb-retro: replaying {} on http://{address}",
-        root.root().display()
-    );
+    eprintln!("planb-retro: replaying {what} on http://{address}");
     tokio::signal::ctrl_c()
         .await
         .context("waiting for Ctrl-C")?;

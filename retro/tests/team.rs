@@ -1,12 +1,14 @@
-//! The replay says where shipping to a team database stands: a quiet line
-//! while it works, an alert naming the error when it does not.
+//! The team: the local replay says where shipping to a team database
+//! stands (a quiet line while it works, an alert naming the error when it
+//! does not), and `--team` replays every member from the database with the
+//! same pages each member's own replay shows.
 
 mod oneshot;
 
 use std::sync::Arc;
 
 use axum::http::StatusCode;
-use oneshot::{PORT, check};
+use oneshot::{PORT, check, get};
 use planb_core::{Command, SessionId, Timestamp};
 use planb_projections::{DataRoot, FixedEnvironment, Store, TeamStatus, write_team_status};
 use planb_retro::{AppState, Retro, app};
@@ -68,4 +70,178 @@ async fn the_index_says_how_far_the_team_shipper_got_and_why_it_stopped() {
         ],
     )
     .await;
+}
+
+/// Two sessions with three plan versions each, in a fresh root.
+fn member_root(title: &str, at: i64) -> (tempfile::TempDir, Vec<SessionId>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = DataRoot::new(dir.path());
+    let env = Arc::new(FixedEnvironment::new(Timestamp(at), 1_000));
+    let (store, _) = Store::open(root, env).expect("open store");
+    let mut sessions = Vec::new();
+    for n in 0..2 {
+        let session = SessionId::from_uuid(uuid::Uuid::new_v4());
+        store
+            .execute(Command::CreateSession {
+                session,
+                title: Some(format!("{title} {n}")),
+                intent: Some("ship it".into()),
+                project_path: Some(format!("/src/{title}")),
+            })
+            .expect("create");
+        for version in 1..=3 {
+            store
+                .execute(Command::SavePlan {
+                    session,
+                    title: Some(format!("v{version}")),
+                    content: format!("# {title} {n}\n\n- step {version}\n- another step\n"),
+                })
+                .expect("save");
+        }
+        sessions.push(session);
+    }
+    (dir, sessions)
+}
+
+/// Asserts two pages are equal, showing where they first differ.
+fn assert_same(mine: &str, theirs: &str, path: &str) {
+    if mine == theirs {
+        return;
+    }
+    let at = mine
+        .char_indices()
+        .zip(theirs.chars())
+        .find(|((_, a), b)| a != b)
+        .map_or(mine.len().min(theirs.len()), |((i, _), _)| i);
+    let around = |text: &str| {
+        let (mut start, mut end) = (at.saturating_sub(150), (at + 150).min(text.len()));
+        while !text.is_char_boundary(start) {
+            start -= 1;
+        }
+        while !text.is_char_boundary(end) {
+            end += 1;
+        }
+        text[start..end].to_string()
+    };
+    panic!(
+        "{path}: the pages differ\nmember's: {}\nteam's:   {}",
+        around(mine),
+        around(theirs)
+    );
+}
+
+/// `html` with every cursor (the log's, or the team's merged one) written
+/// `N`: what differs between a member's replay and the team's.
+fn without_cursors(html: &str) -> String {
+    let markers = [
+        "data-cursors=\"",
+        "data-cursor=\"",
+        "at=",
+        "after=",
+        "id=\"ev-",
+        "#",
+    ];
+    let mut out = String::with_capacity(html.len());
+    let mut rest = html;
+    'outer: while !rest.is_empty() {
+        for marker in markers {
+            if let Some(after) = rest.strip_prefix(marker) {
+                let digits = after
+                    .find(|c: char| !c.is_ascii_digit() && c != ',')
+                    .unwrap_or(after.len());
+                if digits > 0 {
+                    out.push_str(marker);
+                    out.push('N');
+                    rest = &after[digits..];
+                    continue 'outer;
+                }
+            }
+        }
+        let next = rest.chars().next().expect("not empty");
+        out.push(next);
+        rest = &rest[next.len_utf8()..];
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_team_replay_shows_each_member_s_pages_as_their_own_replay_does() {
+    let pg = planb_tests::postgres::Postgres::start();
+    let (ana, ana_sessions) = member_root("shop", 1_700_000_000_000);
+    let (bo, bo_sessions) = member_root("depot", 1_700_000_000_500);
+    for (root, member) in [(&ana, "ana"), (&bo, "bo")] {
+        let settings =
+            planb_team::TeamSettings::new(&pg.url(), member, planb_team::Projects::everything())
+                .expect("settings");
+        planb_team::push(DataRoot::new(root.path()), settings)
+            .await
+            .expect("push");
+    }
+    let settings =
+        planb_team::TeamSettings::new(&pg.url(), "lead", planb_team::Projects::default())
+            .expect("settings");
+    let cache = tempfile::tempdir().expect("cache");
+    let cache = DataRoot::new(cache.path());
+    let (team, _) = tokio::task::spawn_blocking(move || {
+        let source = planb_retro::team::TeamSource::new(settings, cache.blobs()).expect("source");
+        Retro::open_team(source, &cache)
+    })
+    .await
+    .expect("load");
+    let team = app(AppState {
+        retro: team,
+        port: PORT,
+    });
+    for (root, sessions) in [(&ana, &ana_sessions), (&bo, &bo_sessions)] {
+        let (local, mut follower) = Retro::open(&DataRoot::new(root.path()));
+        follower.poll(&local);
+        let local = app(AppState {
+            retro: local,
+            port: PORT,
+        });
+        for session in sessions {
+            let third = |page: &str| {
+                let start = page.find("data-cursors=\"").expect("cursors") + 14;
+                let list = &page[start..start + page[start..].find('"').expect("end")];
+                list.split(',').nth(2).expect("a third event").to_string()
+            };
+            let (_, mine) = get(&local, &format!("/sessions/{session}")).await;
+            let (_, theirs) = get(&team, &format!("/sessions/{session}")).await;
+            // The session as of its third event, in each one's cursors.
+            let (mine_at, theirs_at) = (third(&mine), third(&theirs));
+            for (path, team_path) in [
+                (format!("/sessions/{session}"), None),
+                (format!("/sessions/{session}/plans/2"), None),
+                (format!("/sessions/{session}/plans/1/diff/3"), None),
+                (
+                    format!("/sessions/{session}?at={mine_at}"),
+                    Some(format!("/sessions/{session}?at={theirs_at}")),
+                ),
+            ] {
+                let (status, mine) = get(&local, &path).await;
+                assert_eq!(status, StatusCode::OK, "{path}");
+                let team_path = team_path.unwrap_or_else(|| path.clone());
+                let (status, theirs) = get(&team, &team_path).await;
+                assert_eq!(status, StatusCode::OK, "{team_path}");
+                assert_same(&without_cursors(&mine), &without_cursors(&theirs), &path);
+            }
+        }
+    }
+    // The index names both machines, and filters by member.
+    let index = check(
+        &team,
+        "/",
+        StatusCode::OK,
+        &["ana", "bo", "shop 0", "depot 1", "by bo"],
+    )
+    .await;
+    assert!(index.contains("id=\"filter-member\""), "{index}");
+    let only_bo = check(
+        &team,
+        "/?member=bo",
+        StatusCode::OK,
+        &["depot 0", "depot 1"],
+    )
+    .await;
+    assert!(!only_bo.contains("shop 0"), "{only_bo}");
 }

@@ -109,6 +109,20 @@ pub async fn timed<T>(
 /// used as `sslmode` says (libpq's default, `prefer`, when unset), with the
 /// system's roots; `disable`, and a Unix socket, connect in the clear.
 pub async fn connect(settings: &TeamSettings) -> Result<Client, DbError> {
+    let client = open(settings).await?;
+    migrate(&client).await?;
+    Ok(client)
+}
+
+/// Connects to read: nothing is created or migrated. `Ok(None)` when no
+/// planb has shipped to this database yet; a newer schema is an error.
+pub async fn connect_reader(settings: &TeamSettings) -> Result<Option<Client>, DbError> {
+    let client = open(settings).await?;
+    Ok(schema_version(&client).await?.map(|_| client))
+}
+
+/// A connection, TLS as `sslmode` says.
+async fn open(settings: &TeamSettings) -> Result<Client, DbError> {
     let config = &settings.config;
     // A Unix socket never carries TLS (as with libpq).
     let local = config
@@ -124,7 +138,6 @@ pub async fn connect(settings: &TeamSettings) -> Result<Client, DbError> {
         tokio::spawn(watch(connection));
         client
     };
-    migrate(&client).await?;
     Ok(client)
 }
 

@@ -29,9 +29,34 @@ pub struct RetroFilter<'a> {
     /// Only sessions whose title, intent or project contains this text
     /// (case-insensitive).
     pub query: Option<&'a str>,
+    /// In a team replay, only sessions of this member.
+    pub member: Option<&'a str>,
+}
+
+/// Who is who in a team replay, for the sessions index.
+pub struct TeamIndex<'a> {
+    /// Each origin shipping to the database: member, host, events.
+    pub origins: Vec<(&'a str, &'a str, u64)>,
+    /// The member a session came from.
+    pub member_of: &'a dyn Fn(&SessionId) -> Option<&'a str>,
+}
+
+impl std::fmt::Debug for TeamIndex<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TeamIndex")
+            .field("origins", &self.origins)
+            .finish_non_exhaustive()
+    }
 }
 
 impl RetroFilter<'_> {
+    fn keeps_member(&self, session: &Session, team: Option<&TeamIndex<'_>>) -> bool {
+        match (self.member, team) {
+            (Some(member), Some(team)) => (team.member_of)(&session.id) == Some(member),
+            _ => true,
+        }
+    }
+
     fn keeps(&self, session: &Session) -> bool {
         let project_ok = self
             .project
@@ -116,13 +141,19 @@ pub fn retro_index_page(
     filter: RetroFilter<'_>,
     problem: Option<&str>,
     team: Option<&TeamLine>,
+    team_index: Option<&TeamIndex<'_>>,
 ) -> Markup {
     let state = timeline.state();
     let mut sessions: Vec<&Session> = state
         .sessions()
         .values()
-        .filter(|s| filter.keeps(s))
+        .filter(|s| filter.keeps(s) && filter.keeps_member(s, team_index))
         .collect();
+    let mut members: Vec<&str> = team_index
+        .map(|t| t.origins.iter().map(|o| o.0).collect())
+        .unwrap_or_default();
+    members.sort_unstable();
+    members.dedup();
     sessions.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(b.id.cmp(&a.id)));
     let mut projects: Vec<&str> = state
         .sessions()
@@ -177,6 +208,16 @@ pub fn retro_index_page(
                     }
                 }
             }
+            @if let Some(team_index) = team_index {
+                section #team .retro-team aria-labelledby="team-title" data-swap {
+                    h2 #team-title { "Team" span.retro-muted { " · " (count(team_index.origins.len(), "machine", "machines")) } }
+                    ul.retro-list {
+                        @for (member, host, events) in &team_index.origins {
+                            li { strong { (member) } span.retro-muted { " · " (host) " · " (count(*events as usize, "event", "events")) } }
+                        }
+                    }
+                }
+            }
             (super::retro_task::tasks_section(timeline))
             form.retro-filter method="get" action="/" role="search" {
                 label for="filter-q" { "Search" }
@@ -187,6 +228,15 @@ pub fn retro_index_page(
                     option value="" { "All projects" }
                     @for p in &projects {
                         option value=(p) selected[filter.project == Some(*p)] { (p) }
+                    }
+                }
+                @if team_index.is_some() {
+                    label for="filter-member" { "Member" }
+                    select #filter-member name="member" {
+                        option value="" { "Everyone" }
+                        @for m in &members {
+                            option value=(m) selected[filter.member == Some(*m)] { (m) }
+                        }
                     }
                 }
                 button.btn.btn-secondary type="submit" { "Filter" }
@@ -205,6 +255,7 @@ pub fn retro_index_page(
                             @if waiting { " " span.retro-badge.badge-pending { "question waiting" } }
                             @if let Some(intent) = &s.intent { p.retro-intent { (intent) } }
                             p.retro-muted {
+                                @if let Some(member) = team_index.and_then(|t| (t.member_of)(&s.id)) { "by " (member) " · " }
                                 @if let Some(p) = &s.project_path { code { (p) } " · " }
                                 (count(s.asks.len(), "question", "questions")) " · "
                                 (count(s.plans.len(), "plan version", "plan versions")) " · last activity "

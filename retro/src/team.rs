@@ -1,0 +1,310 @@
+//! `planb-retro --team`: the replay of a whole team, read from its
+//! database instead of a local log.
+//!
+//! Every origin's shipped events are merged into one timeline: the first
+//! load in the order they happened (`at`, then origin, then cursor), later
+//! ones as they arrive. Each event gets a team cursor, its place in that
+//! merged order, which is what the pages' scrubbers move along; ids of
+//! sessions, asks and tasks are UUIDs, so the pages' addresses are the same
+//! as a member's own replay. An origin is read only up to its mark, which
+//! its shipper moves in the same transaction as the rows, so no event is
+//! skipped. The blobs the events name are copied into a cache folder (a data
+//! root holding only `blobs/`), where the task pages read them as they do
+//! from a member's own root.
+
+use std::collections::{BTreeMap, HashMap};
+
+use planb_core::{Cursor, Envelope, EventBody, SessionId, TaskId, decode};
+use planb_projections::{BlobHash, Blobs};
+use planb_team::TeamSettings;
+use tokio_postgres::Client;
+use uuid::Uuid;
+
+/// Most events read from the database in one poll.
+const POLL_EVENTS_MAX: i64 = 50_000;
+
+/// Who shipped an origin's events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    /// Its id.
+    pub id: Uuid,
+    /// The member's name.
+    pub member: String,
+    /// The machine it ships from.
+    pub host: String,
+    /// Events of it in the replay.
+    pub events: u64,
+}
+
+/// Who is who in a team replay: the origins, and the member each session
+/// and task came from.
+#[derive(Debug, Clone, Default)]
+pub struct Members {
+    /// Every origin read, by id.
+    pub origins: BTreeMap<Uuid, Origin>,
+    /// The origin of each session.
+    pub sessions: HashMap<SessionId, Uuid>,
+    /// The origin of each task and execution plan.
+    pub tasks: HashMap<TaskId, Uuid>,
+}
+
+impl Members {
+    /// The member a session came from.
+    pub fn of_session(&self, session: &SessionId) -> Option<&str> {
+        let origin = self.sessions.get(session)?;
+        Some(self.origins.get(origin)?.member.as_str())
+    }
+
+    /// The member a task came from.
+    pub fn of_task(&self, task: &TaskId) -> Option<&str> {
+        let origin = self.tasks.get(task)?;
+        Some(self.origins.get(origin)?.member.as_str())
+    }
+
+    /// The members' names, each once, sorted.
+    pub fn names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.origins.values().map(|o| o.member.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        names
+    }
+}
+
+/// One row read, before it has its team cursor.
+struct Row {
+    origin: Uuid,
+    cursor: i64,
+    at: std::time::SystemTime,
+    payload: Vec<u8>,
+}
+
+/// Reads a team database forward.
+pub struct TeamSource {
+    settings: TeamSettings,
+    /// The client's own runtime (the follower polls from a thread of its
+    /// own); always `Some` until dropped.
+    runtime: Option<tokio::runtime::Runtime>,
+    client: Option<Client>,
+    /// The last cursor read of each origin.
+    read_to: HashMap<Uuid, i64>,
+    /// The team cursor the next event gets.
+    next: u64,
+    /// Where the blobs the events name are copied.
+    blobs: Blobs,
+    members: Members,
+}
+
+impl Drop for TeamSource {
+    /// Ends the runtime without waiting, so a source may be dropped from
+    /// async code too.
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+impl std::fmt::Debug for TeamSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TeamSource")
+            .field("database", &self.settings.database())
+            .field("next", &self.next)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What one poll brought.
+#[derive(Debug, Default)]
+pub struct Polled {
+    /// New events, in team-cursor order.
+    pub events: Vec<Envelope>,
+    /// Who is who, when it changed.
+    pub members: Option<Members>,
+}
+
+impl TeamSource {
+    /// A source reading `settings`' database, copying blobs under `blobs`.
+    pub fn new(settings: TeamSettings, blobs: Blobs) -> std::io::Result<TeamSource> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        Ok(TeamSource {
+            settings,
+            runtime: Some(runtime),
+            client: None,
+            read_to: HashMap::new(),
+            next: 1,
+            blobs,
+            members: Members::default(),
+        })
+    }
+
+    fn runtime(&self) -> &tokio::runtime::Runtime {
+        self.runtime.as_ref().expect("kept until dropped")
+    }
+
+    /// The database, without a password.
+    pub fn database(&self) -> String {
+        self.settings.database()
+    }
+
+    /// Reads every event shipped since the last poll. The error says why
+    /// the database cannot be read now (the next poll tries again).
+    pub fn poll(&mut self) -> Result<Polled, String> {
+        let result = self
+            .runtime
+            .as_ref()
+            .expect("kept until dropped")
+            .block_on(Self::read(&self.settings, &mut self.client, &self.read_to));
+        let (origins, rows) = match result {
+            Ok(Some(read)) => read,
+            Ok(None) => return Ok(Polled::default()),
+            Err(error) => {
+                self.client = None;
+                return Err(error);
+            }
+        };
+        self.take(origins, rows)
+    }
+
+    /// The origins and the rows past what was read, up to each mark.
+    async fn read(
+        settings: &TeamSettings,
+        client: &mut Option<Client>,
+        read_to: &HashMap<Uuid, i64>,
+    ) -> Result<Option<(Vec<(Uuid, String, String, i64)>, Vec<Row>)>, String> {
+        if client.is_none() {
+            match planb_team::db::connect_reader(settings).await {
+                Ok(Some(connected)) => *client = Some(connected),
+                Ok(None) => return Ok(None),
+                Err(error) => return Err(error.to_string()),
+            }
+        }
+        let client = client.as_ref().expect("connected above");
+        let origins: Vec<(Uuid, String, String, i64)> = client
+            .query(
+                "SELECT origin, member, host, shipped_to FROM planb_origins ORDER BY origin",
+                &[],
+            )
+            .await
+            .map_err(|e| format!("database: {e}"))?
+            .iter()
+            .map(|row| (row.get(0), row.get(1), row.get(2), row.get(3)))
+            .collect();
+        let mut rows = Vec::new();
+        for (origin, _, _, mark) in &origins {
+            let from = read_to.get(origin).copied().unwrap_or(0);
+            if *mark <= from {
+                continue;
+            }
+            let read = client
+                .query(
+                    "SELECT cursor, at, payload FROM planb_events \
+                     WHERE origin = $1 AND cursor > $2 AND cursor <= $3 ORDER BY cursor LIMIT $4",
+                    &[origin, &from, mark, &POLL_EVENTS_MAX],
+                )
+                .await
+                .map_err(|e| format!("database: {e}"))?;
+            rows.extend(read.iter().map(|row| Row {
+                origin: *origin,
+                cursor: row.get(0),
+                at: row.get(1),
+                payload: row.get(2),
+            }));
+        }
+        Ok(Some((origins, rows)))
+    }
+
+    /// Gives `rows` their team cursors, decodes them and copies the blobs
+    /// they name.
+    fn take(
+        &mut self,
+        origins: Vec<(Uuid, String, String, i64)>,
+        mut rows: Vec<Row>,
+    ) -> Result<Polled, String> {
+        let mut changed = false;
+        for (id, member, host, _) in origins {
+            let known = self.members.origins.get(&id);
+            if known.is_none_or(|o| o.member != member || o.host != host) {
+                let events = known.map_or(0, |o| o.events);
+                self.members.origins.insert(
+                    id,
+                    Origin {
+                        id,
+                        member,
+                        host,
+                        events,
+                    },
+                );
+                changed = true;
+            }
+        }
+        rows.sort_by_key(|row| (row.at, row.origin, row.cursor));
+        let mut events = Vec::with_capacity(rows.len());
+        for row in rows {
+            let cursor = Cursor(self.next);
+            let envelope = decode(&row.payload, cursor).map_err(|e| {
+                format!(
+                    "origin {} cursor {}: {e}; the replay stops before it",
+                    row.origin, row.cursor
+                )
+            })?;
+            self.next += 1;
+            self.read_to.insert(row.origin, row.cursor);
+            self.note(row.origin, &envelope.event.body)?;
+            changed = true;
+            events.push(envelope);
+        }
+        Ok(Polled {
+            events,
+            members: changed.then(|| self.members.clone()),
+        })
+    }
+
+    /// Remembers whose `body` is and copies the blobs it names.
+    fn note(&mut self, origin: Uuid, body: &EventBody) -> Result<(), String> {
+        if let Some(o) = self.members.origins.get_mut(&origin) {
+            o.events += 1;
+        }
+        if let EventBody::SessionCreated { session, .. } = body {
+            self.members.sessions.insert(*session, origin);
+        }
+        if let Some(task) = body.task() {
+            self.members.tasks.entry(task).or_insert(origin);
+        }
+        match body {
+            EventBody::BlobStored { bytes, .. } => {
+                self.blobs.put(bytes).map_err(|e| e.to_string())?;
+            }
+            EventBody::StepStarted {
+                call: Some(hash), ..
+            }
+            | EventBody::StepSucceeded { artifact: hash, .. }
+            | EventBody::ArtifactEdited { artifact: hash, .. } => self.copy_blob(hash)?,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Copies one blob from the database into the cache, once.
+    fn copy_blob(&mut self, hash: &BlobHash) -> Result<(), String> {
+        if self.blobs.read_file(hash).is_ok() {
+            return Ok(());
+        }
+        let Some(client) = self.client.as_ref() else {
+            return Ok(());
+        };
+        let row = self
+            .runtime()
+            .block_on(client.query_opt(
+                "SELECT bytes FROM planb_blobs WHERE hash = $1",
+                &[&hash.as_slice()],
+            ))
+            .map_err(|e| format!("database: {e}"))?;
+        if let Some(row) = row {
+            let bytes: Vec<u8> = row.get(0);
+            self.blobs.put(&bytes).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+}
