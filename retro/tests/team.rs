@@ -4,6 +4,7 @@
 //! same pages each member's own replay shows.
 
 mod oneshot;
+mod support;
 
 use std::sync::Arc;
 
@@ -244,4 +245,84 @@ async fn the_team_replay_shows_each_member_s_pages_as_their_own_replay_does() {
     )
     .await;
     assert!(!only_bo.contains("shop 0"), "{only_bo}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_browser_the_team_replay_filters_by_member_scrubs_and_shows_new_events_live() {
+    let pg = planb_tests::postgres::Postgres::start();
+    let (ana, ana_sessions) = member_root("shop", 1_700_000_000_000);
+    let (bo, _) = member_root("depot", 1_700_000_000_500);
+    let push = |root: &tempfile::TempDir, member: &str| {
+        let settings =
+            planb_team::TeamSettings::new(&pg.url(), member, planb_team::Projects::everything())
+                .expect("settings");
+        planb_team::push(DataRoot::new(root.path()), settings)
+    };
+    push(&ana, "ana").await.expect("push");
+    push(&bo, "bo").await.expect("push");
+    let cache = tempfile::tempdir().expect("cache");
+    let server = support::RetroServer::start_team(&pg.url(), cache.path()).await;
+    let browser = support::Browser::start().await;
+    browser.open(&server.url("/")).await;
+    let context = "document.querySelector('main').innerText.slice(0, 600)";
+    browser
+        .wait_until(
+            "both machines",
+            "document.querySelector('#team').innerText.includes('bo')",
+            context,
+        )
+        .await;
+    browser.open(&server.url("/?member=ana")).await;
+    browser
+        .wait_until(
+            "ana's sessions only",
+            "document.querySelector('#sessions').innerText.includes('shop 1') && !document.querySelector('#sessions').innerText.includes('depot')",
+            context,
+        )
+        .await;
+    // A session of ana's, scrubbed back one event with the keyboard.
+    let session = ana_sessions[1];
+    browser
+        .open(&server.url(&format!("/sessions/{session}")))
+        .await;
+    browser
+        .wait_until(
+            "the last plan version",
+            "document.querySelector('#scrub-label').innerText.startsWith('Event 4 of 4')",
+            context,
+        )
+        .await;
+    browser.tab_to("scrub", 40).await;
+    browser.press(fantoccini::key::Key::Left).await;
+    browser
+        .wait_until(
+            "one event back",
+            "document.querySelector('#scrub-label').innerText.startsWith('Event 3 of 4')",
+            context,
+        )
+        .await;
+    // Ana saves another version; once shipped, the open page shows it.
+    browser
+        .open(&server.url(&format!("/sessions/{session}")))
+        .await;
+    {
+        let env = Arc::new(FixedEnvironment::new(Timestamp(1_700_000_100_000), 1_000));
+        let (store, _) = Store::open(DataRoot::new(ana.path()), env).expect("open store");
+        store
+            .execute(Command::SavePlan {
+                session,
+                title: Some("v4".into()),
+                content: "# shop 1\n\n- step 4\n".into(),
+            })
+            .expect("save");
+    }
+    push(&ana, "ana").await.expect("push");
+    browser
+        .wait_until(
+            "the new version without a reload",
+            "document.querySelector('#scrub-label').innerText.startsWith('Event 5 of 5')",
+            context,
+        )
+        .await;
+    browser.close().await;
 }

@@ -25,14 +25,36 @@ pub struct RetroServer {
 
 impl RetroServer {
     /// Starts `planb-retro` on `data_root` and waits until it serves pages.
+    #[allow(dead_code, reason = "the team tests start only --team")]
     pub async fn start(data_root: &Path) -> RetroServer {
+        RetroServer::start_with(|command| {
+            command.env("PLANB_MCP_DATA_DIR", data_root);
+        })
+        .await
+    }
+
+    /// Starts `planb-retro --team` on the database at `url`, its blob
+    /// cache under `cache`, and waits until it serves pages.
+    #[allow(dead_code, reason = "the team tests use it")]
+    pub async fn start_team(url: &str, cache: &Path) -> RetroServer {
+        RetroServer::start_with(|command| {
+            command
+                .arg("--team")
+                .env("PLANB_TEAM_URL", url)
+                .env("XDG_CACHE_HOME", cache);
+        })
+        .await
+    }
+
+    async fn start_with(setup: impl Fn(&mut Command)) -> RetroServer {
         let logs = tempfile::tempdir().expect("tempdir for the server log");
         let (process, port) = start_listening(logs.path(), "planb-retro", |port| {
             let mut command = Command::new(env!("CARGO_BIN_EXE_planb-retro"));
             command
                 .env("PORT", port.to_string())
-                .env("PLANB_MCP_DATA_DIR", data_root)
+                .env_remove("PLANB_TEAM_URL")
                 .env_remove("RUST_LOG");
+            setup(&mut command);
             command
         })
         .await;
