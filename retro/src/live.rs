@@ -189,7 +189,7 @@ impl Retro {
             .spawn(move || {
                 while let Some(inner) = weak.upgrade() {
                     follower.poll(&Retro { inner });
-                    std::thread::sleep(interval);
+                    follower.wait(interval);
                 }
             });
         if let Err(error) = spawned {
@@ -201,6 +201,16 @@ impl Retro {
 }
 
 impl Follower {
+    /// Waits before the next poll: `interval` for a log; for a team
+    /// database, until a shipper announces a batch (at most
+    /// [`crate::team::WAIT_MAX`]).
+    pub fn wait(&mut self, interval: Duration) {
+        match self.team.as_mut() {
+            Some(source) => source.wait(crate::team::WAIT_MAX),
+            None => std::thread::sleep(interval),
+        }
+    }
+
     /// Pushes every event appended since the last poll; returns how many.
     pub fn poll(&mut self, retro: &Retro) -> usize {
         if self.stopped {

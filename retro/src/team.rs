@@ -13,6 +13,8 @@
 //! from a member's own root.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
 
 use planb_core::{Cursor, Envelope, EventBody, SessionId, TaskId, decode};
 use planb_projections::{BlobHash, Blobs};
@@ -22,6 +24,10 @@ use uuid::Uuid;
 
 /// Most events read from the database in one poll.
 const POLL_EVENTS_MAX: i64 = 50_000;
+
+/// The longest wait for a notification before polling anyway (a
+/// notification lost with a broken listener, a shipper of another build).
+pub const WAIT_MAX: Duration = Duration::from_secs(2);
 
 /// Who shipped an origin's events.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,6 +91,10 @@ pub struct TeamSource {
     /// own); always `Some` until dropped.
     runtime: Option<tokio::runtime::Runtime>,
     client: Option<Client>,
+    /// The connection that has run `LISTEN planb_events`.
+    listener: Option<Client>,
+    /// Woken by each notification.
+    notified: Arc<tokio::sync::Notify>,
     /// The last cursor read of each origin.
     read_to: HashMap<Uuid, i64>,
     /// The team cursor the next event gets.
@@ -132,6 +142,8 @@ impl TeamSource {
             settings,
             runtime: Some(runtime),
             client: None,
+            listener: None,
+            notified: Arc::new(tokio::sync::Notify::new()),
             read_to: HashMap::new(),
             next: 1,
             blobs,
@@ -141,6 +153,24 @@ impl TeamSource {
 
     fn runtime(&self) -> &tokio::runtime::Runtime {
         self.runtime.as_ref().expect("kept until dropped")
+    }
+
+    /// Waits until a shipper announces a batch, or `longest` (at most
+    /// [`WAIT_MAX`]) passes; listening starts (again) on the first call
+    /// after it broke.
+    pub fn wait(&mut self, longest: Duration) {
+        if self.listener.as_ref().is_none_or(Client::is_closed) {
+            let listening = self.runtime().block_on(planb_team::db::listen(
+                &self.settings,
+                self.notified.clone(),
+            ));
+            self.listener = listening.ok();
+        }
+        let notified = self.notified.clone();
+        let longest = longest.min(WAIT_MAX);
+        self.runtime().block_on(async move {
+            let _ = tokio::time::timeout(longest, notified.notified()).await;
+        });
     }
 
     /// The database, without a password.

@@ -183,12 +183,29 @@ async fn the_team_replay_shows_each_member_s_pages_as_their_own_replay_does() {
             .expect("settings");
     let cache = tempfile::tempdir().expect("cache");
     let cache = DataRoot::new(cache.path());
-    let (team, _) = tokio::task::spawn_blocking(move || {
+    let (team, follower) = tokio::task::spawn_blocking(move || {
         let source = planb_retro::team::TeamSource::new(settings, cache.blobs()).expect("source");
-        Retro::open_team(source, &cache)
+        let (retro, mut follower) = Retro::open_team(source, &cache);
+        // Waiting for the next batch listens for the shippers' notices.
+        follower.wait(std::time::Duration::from_millis(10));
+        (retro, follower)
     })
     .await
     .expect("load");
+    let (client, connection) = tokio_postgres::connect(&pg.url(), tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(connection);
+    let listening: i64 = client
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN planb_events'",
+            &[],
+        )
+        .await
+        .expect("activity")
+        .get(0);
+    assert_eq!(listening, 1, "the replay listens for new batches");
+    drop(follower);
     let team = app(AppState {
         retro: team,
         port: PORT,

@@ -121,23 +121,79 @@ pub async fn connect_reader(settings: &TeamSettings) -> Result<Option<Client>, D
     Ok(schema_version(&client).await?.map(|_| client))
 }
 
+/// The channel each shipped batch is announced on (its payload: the
+/// origin).
+pub const CHANNEL: &str = "planb_events";
+
+/// A connection that has run `LISTEN planb_events`: `notify` is woken
+/// for each batch any shipper commits, until the client is dropped or the
+/// connection breaks (then `notify` is woken once more, so the waiter
+/// polls and reconnects).
+pub async fn listen(
+    settings: &TeamSettings,
+    notify: std::sync::Arc<tokio::sync::Notify>,
+) -> Result<Client, DbError> {
+    let config = &settings.config;
+    let client =
+        if is_local(config) || config.get_ssl_mode() == tokio_postgres::config::SslMode::Disable {
+            let (client, connection) = timed("connect", config.connect(NoTls)).await?;
+            tokio::spawn(forward(connection, notify));
+            client
+        } else {
+            let (client, connection) = timed("connect", config.connect(tls()?)).await?;
+            tokio::spawn(forward(connection, notify));
+            client
+        };
+    timed("listen", client.batch_execute(&format!("LISTEN {CHANNEL}"))).await?;
+    Ok(client)
+}
+
+/// Drives `connection`, waking `notify` on each notification and at its
+/// end.
+async fn forward<S, T>(
+    mut connection: tokio_postgres::Connection<S, T>,
+    notify: std::sync::Arc<tokio::sync::Notify>,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    loop {
+        let message = std::future::poll_fn(|cx| connection.poll_message(cx)).await;
+        match message {
+            Some(Ok(tokio_postgres::AsyncMessage::Notification(_))) => notify.notify_one(),
+            Some(Ok(_)) => {}
+            Some(Err(error)) => {
+                tracing::debug!(%error, "team database listener ended");
+                break;
+            }
+            None => break,
+        }
+    }
+    notify.notify_one();
+}
+
+/// Whether every host is a Unix socket, which never carries TLS.
+fn is_local(config: &tokio_postgres::Config) -> bool {
+    config
+        .get_hosts()
+        .iter()
+        .all(|host| matches!(host, tokio_postgres::config::Host::Unix(_)))
+}
+
 /// A connection, TLS as `sslmode` says.
 async fn open(settings: &TeamSettings) -> Result<Client, DbError> {
     let config = &settings.config;
     // A Unix socket never carries TLS (as with libpq).
-    let local = config
-        .get_hosts()
-        .iter()
-        .all(|host| matches!(host, tokio_postgres::config::Host::Unix(_)));
-    let client = if local || config.get_ssl_mode() == tokio_postgres::config::SslMode::Disable {
-        let (client, connection) = timed("connect", config.connect(NoTls)).await?;
-        tokio::spawn(watch(connection));
-        client
-    } else {
-        let (client, connection) = timed("connect", config.connect(tls()?)).await?;
-        tokio::spawn(watch(connection));
-        client
-    };
+    let client =
+        if is_local(config) || config.get_ssl_mode() == tokio_postgres::config::SslMode::Disable {
+            let (client, connection) = timed("connect", config.connect(NoTls)).await?;
+            tokio::spawn(watch(connection));
+            client
+        } else {
+            let (client, connection) = timed("connect", config.connect(tls()?)).await?;
+            tokio::spawn(watch(connection));
+            client
+        };
     Ok(client)
 }
 
