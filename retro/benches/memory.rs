@@ -8,6 +8,10 @@
 //! - one session with 2 000 plan versions, of a 40-line and of a 300-line
 //!   plan: the time to serve its page, and a scrub step.
 //!
+//! - with `-- team`: ten machines of 100 000 events each shipped to a
+//!   private PostgreSQL server, and `planb-retro --team`'s first page and
+//!   peak memory over them, beside the local replay of one machine.
+//!
 //! Budgets: memory ≤ 2 × log + 30 MB, first page ≤ 1 s, the 2 000-version
 //! session page ≤ 50 ms. The logs are written straight through `planb_log`
 //! in batches (no store, no fsync per event) so building them takes seconds.
@@ -43,6 +47,12 @@ const START_WAIT: Duration = Duration::from_secs(600);
 
 /// Writes `bodies` as a log under `root`; returns the log's size in bytes.
 fn write_log(root: &DataRoot, bodies: impl Iterator<Item = EventBody>) -> u64 {
+    write_origin_log(root, 0, bodies)
+}
+
+/// [`write_log`] for the `origin`th machine of a team: its event ids apart
+/// from the others', its times interleaved with theirs.
+fn write_origin_log(root: &DataRoot, origin: u128, bodies: impl Iterator<Item = EventBody>) -> u64 {
     let (log, _) = planb_log::open_dir(&root.log_dir(), LogOptions::default()).expect("open log");
     let mut batch: Vec<Vec<u8>> = Vec::with_capacity(APPEND_BATCH);
     let flush = |batch: &mut Vec<Vec<u8>>| {
@@ -52,8 +62,8 @@ fn write_log(root: &DataRoot, bodies: impl Iterator<Item = EventBody>) -> u64 {
     };
     for (index, body) in bodies.enumerate() {
         let event = Event {
-            id: EventId::from_uuid(Uuid::from_u128(index as u128 + 1)),
-            at: Timestamp(1_700_000_000_000 + index as i64 * 1_000),
+            id: EventId::from_uuid(Uuid::from_u128((origin << 64) + index as u128 + 1)),
+            at: Timestamp(1_700_000_000_000 + index as i64 * 1_000 + origin as i64),
             body,
         };
         batch.push(encode(&event).expect("encode"));
@@ -117,10 +127,16 @@ fn plan(version: usize, lines: usize) -> String {
 /// `SESSIONS` sessions, each a cycle of plan version, ask, draft, answer,
 /// interleaved in runs of a few events as concurrent agents would write.
 fn many_sessions() -> impl Iterator<Item = EventBody> {
+    origin_sessions(0, EVENTS)
+}
+
+/// [`many_sessions`] of about `events` events, with the ids of the
+/// `origin`th machine of a team.
+fn origin_sessions(origin: u128, events: usize) -> impl Iterator<Item = EventBody> {
     let sessions: Vec<SessionId> = (0..SESSIONS)
-        .map(|i| SessionId::from_uuid(Uuid::from_u128(0x5e55_0000 + i as u128)))
+        .map(|i| SessionId::from_uuid(Uuid::from_u128((origin << 64) + 0x5e55_0000 + i as u128)))
         .collect();
-    let per_session = EVENTS / SESSIONS;
+    let per_session = events / SESSIONS;
     let runs = per_session / 4;
     // Generated lazily per run so the benchmark process stays small.
     (0..runs + 1).flat_map(move |run| {
@@ -136,7 +152,7 @@ fn many_sessions() -> impl Iterator<Item = EventBody> {
                 continue;
             }
             let ask = AskId::from_uuid(Uuid::from_u128(
-                0xa5c0_0000_0000 + (index * runs + run) as u128,
+                (origin << 64) + 0xa5c0_0000_0000 + (index * runs + run) as u128,
             ));
             let answers = Answers(vec![
                 ("storage".into(), AnswerValue::Text("Postgres".into())),
@@ -193,20 +209,27 @@ struct Retro {
 
 impl Retro {
     fn start(root: &Path) -> Retro {
+        Retro::start_with(|command| {
+            command.env("PLANB_MCP_DATA_DIR", root);
+        })
+    }
+
+    fn start_with(setup: impl Fn(&mut Command)) -> Retro {
         let port = std::net::TcpListener::bind(("127.0.0.1", 0))
             .and_then(|l| l.local_addr())
             .expect("a free port")
             .port();
         let address = SocketAddr::from(([127, 0, 0, 1], port));
         let started = Instant::now();
-        let child = Command::new(env!("CARGO_BIN_EXE_planb-retro"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_planb-retro"));
+        command
             .env("PORT", port.to_string())
-            .env("PLANB_MCP_DATA_DIR", root)
+            .env_remove("PLANB_TEAM_URL")
             .env_remove("RUST_LOG")
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start planb-retro");
+            .stderr(Stdio::null());
+        setup(&mut command);
+        let child = command.spawn().expect("start planb-retro");
         let mut retro = Retro {
             child,
             address,
@@ -349,8 +372,81 @@ fn long_session(lines: usize) {
     eprintln!("  scrub step: median {scrub_median:.2?}, max {scrub_max:.2?}");
 }
 
+/// Ten machines of 100 000 events each, shipped to a private PostgreSQL
+/// server: `planb-retro --team`'s first page and memory, beside the local
+/// replay of one machine's log in the same run.
+fn team_replay() {
+    const ORIGINS: u128 = 10;
+    const ORIGIN_EVENTS: usize = 100_000;
+    let pg = planb_tests::postgres::Postgres::start();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let dirs: Vec<tempfile::TempDir> = (0..ORIGINS)
+        .map(|_| tempfile::tempdir().expect("tempdir"))
+        .collect();
+    let mut bytes = 0;
+    let started = Instant::now();
+    for (origin, dir) in dirs.iter().enumerate() {
+        let root = DataRoot::new(dir.path());
+        bytes += write_origin_log(
+            &root,
+            origin as u128 + 1,
+            origin_sessions(origin as u128 + 1, ORIGIN_EVENTS),
+        );
+        let settings = planb_team::TeamSettings::new(
+            &pg.url(),
+            &format!("member-{origin}"),
+            planb_team::Projects::everything(),
+        )
+        .expect("settings");
+        runtime
+            .block_on(planb_team::push(root, settings))
+            .expect("push");
+    }
+    eprintln!(
+        "team of {ORIGINS} machines × {ORIGIN_EVENTS} events ({:.1} MiB of logs) written and shipped in {:.1?}",
+        mib(bytes),
+        started.elapsed()
+    );
+    let local = Retro::start(dirs[0].path());
+    eprintln!(
+        "  the local replay of one machine: first page after {:.2?}",
+        local.first_page
+    );
+    drop(local);
+    let cache = tempfile::tempdir().expect("cache");
+    let team = Retro::start_with(|command| {
+        command
+            .arg("--team")
+            .env("PLANB_TEAM_URL", pg.url())
+            .env("XDG_CACHE_HOME", cache.path());
+    });
+    let (index, index_bytes) = team.time("/");
+    let (peak, now) = team.memory();
+    let budget = 2 * bytes + MEMORY_SLACK_BYTES;
+    eprintln!(
+        "  planb-retro --team over all {}: first page after {:.2?}; the index ({} KiB) then in {index:.2?}",
+        ORIGINS as usize * ORIGIN_EVENTS,
+        team.first_page,
+        index_bytes / 1024
+    );
+    eprintln!(
+        "  resident memory: peak {:.1} MiB, now {:.1} MiB ({} the budget of {:.1} MiB = 2 × logs + 30 MB)",
+        mib(peak),
+        mib(now),
+        verdict(peak <= budget),
+        mib(budget)
+    );
+}
+
 fn main() {
     if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
+    if std::env::args().any(|a| a == "team") {
+        team_replay();
         return;
     }
     large_log();

@@ -17,8 +17,9 @@ use crate::local::{self, Status};
 use crate::settings::TeamSettings;
 use crate::ship::{Pass, ShipError, Shipper};
 
-/// How often an idle shipper looks at the log's end.
-pub const POLL: Duration = Duration::from_millis(100);
+/// How often an idle shipper looks at the log's end: a read of the last
+/// segment's length when nothing is new.
+pub const POLL: Duration = Duration::from_millis(20);
 /// How often a process without the role tries to take it.
 pub const ROLE_RETRY: Duration = Duration::from_secs(2);
 /// The first wait after a failure.
