@@ -32,8 +32,36 @@ pub struct AppState {
     pub port: u16,
 }
 
+/// Who may read the replay.
+#[derive(Debug, Clone)]
+enum Access {
+    /// Whoever reaches the loopback port, naming it as the host (a page of
+    /// another site cannot, by DNS rebinding).
+    Loopback,
+    /// Whoever presents this token: once in the address (`?token=`), which
+    /// sets a cookie, or in an `Authorization: Bearer` header.
+    Token(std::sync::Arc<str>),
+}
+
+/// Shortest token a replay served beyond loopback takes.
+pub const TOKEN_CHARS_MIN: usize = 20;
+/// The cookie the token is kept in.
+const TOKEN_COOKIE: &str = "planb_retro_token";
+
 /// The router; tests call it without a socket.
 pub fn app(state: AppState) -> Router {
+    router(state, Access::Loopback)
+}
+
+/// The router for a replay served beyond loopback: every request must
+/// present `token` (see [`Access::Token`]); the Host check no longer
+/// applies.
+pub fn app_with_token(state: AppState, token: &str) -> Router {
+    router(state, Access::Token(token.into()))
+}
+
+fn router(state: AppState, access: Access) -> Router {
+    let guarded = (state.clone(), access);
     Router::new()
         .route("/", get(index))
         .route("/events", get(all_events))
@@ -47,7 +75,7 @@ pub fn app(state: AppState) -> Router {
         .route("/tasks/{id}/steps/{step}", get(step))
         .route("/assets/{*name}", get(asset))
         .fallback(not_found)
-        .layer(middleware::from_fn_with_state(state.clone(), guard))
+        .layer(middleware::from_fn_with_state(guarded, guard))
         .with_state(state)
 }
 
@@ -97,19 +125,113 @@ fn html(status: StatusCode, markup: Markup) -> Response {
         .into_response()
 }
 
-/// Refuses requests naming another host (DNS rebinding) and sets the
-/// security headers every response carries, refusals included.
-async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let mut response = match checks::loopback_host(request.headers(), request.uri(), state.port) {
-        Ok(()) => next.run(request).await,
-        Err(problem) => {
-            PageError::new(StatusCode::FORBIDDEN, "Wrong host", problem).into_response()
-        }
+/// Refuses requests naming another host (DNS rebinding), or without the
+/// token when one is set, and sets the security headers every response
+/// carries, refusals included.
+async fn guard(
+    State((state, access)): State<(AppState, Access)>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let mut response = match &access {
+        Access::Loopback => match checks::loopback_host(request.headers(), request.uri(), state.port) {
+            Ok(()) => next.run(request).await,
+            Err(problem) => {
+                PageError::new(StatusCode::FORBIDDEN, "Wrong host", problem).into_response()
+            }
+        },
+        Access::Token(token) => match presented(&request, token) {
+            Presented::Kept => next.run(request).await,
+            Presented::InAddress => keep_token(&request, token),
+            Presented::No => PageError::new(
+                StatusCode::UNAUTHORIZED,
+                "Token needed",
+                "this team replay is served beyond this computer: open the link you were given, which carries ?token=…",
+            )
+            .into_response(),
+        },
     };
     for (name, value) in pages::SECURITY_HEADERS {
         response
             .headers_mut()
             .insert(name, HeaderValue::from_static(value));
+    }
+    response
+}
+
+/// How a request shows the token, if it does.
+enum Presented {
+    /// In its cookie or `Authorization` header.
+    Kept,
+    /// In the address: to be moved into the cookie.
+    InAddress,
+    No,
+}
+
+fn presented(request: &Request, token: &str) -> Presented {
+    let headers = request.headers();
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let cookie = headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().strip_prefix(TOKEN_COOKIE)?.strip_prefix('='))
+        .next();
+    if [bearer, cookie]
+        .into_iter()
+        .flatten()
+        .any(|given| same(given, token))
+    {
+        return Presented::Kept;
+    }
+    let in_address = request
+        .uri()
+        .query()
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .filter_map(|pair| pair.strip_prefix("token="))
+        .any(|given| same(given, token));
+    if in_address {
+        Presented::InAddress
+    } else {
+        Presented::No
+    }
+}
+
+/// Compares without stopping at the first difference.
+fn same(given: &str, token: &str) -> bool {
+    given.len() == token.len()
+        && given
+            .bytes()
+            .zip(token.bytes())
+            .fold(0u8, |diff, (a, b)| diff | (a ^ b))
+            == 0
+}
+
+/// Sets the token's cookie and sends the browser to the same address
+/// without it, so it leaves the address bar and the history.
+fn keep_token(request: &Request, token: &str) -> Response {
+    let path = request.uri().path();
+    let rest: Vec<&str> = request
+        .uri()
+        .query()
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .filter(|pair| !pair.starts_with("token="))
+        .collect();
+    let location = if rest.is_empty() {
+        path.to_string()
+    } else {
+        format!("{path}?{}", rest.join("&"))
+    };
+    let cookie = format!("{TOKEN_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict");
+    let mut response = (StatusCode::SEE_OTHER, [(header::LOCATION, location)]).into_response();
+    if let Ok(value) = HeaderValue::from_str(&cookie) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
     }
     response
 }

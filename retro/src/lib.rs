@@ -21,7 +21,7 @@ mod live;
 mod tasks;
 pub mod team;
 
-pub use app::{AppState, PageError, app};
+pub use app::{AppState, PageError, TOKEN_CHARS_MIN, app, app_with_token};
 pub use live::{Follower, POLL_INTERVAL, Retro};
 pub use tasks::CALLS_SHOWN;
 
@@ -58,4 +58,26 @@ pub async fn serve_with(retro: Retro, port: u16, limits: Limits) -> std::io::Res
     });
     tokio::spawn(planb_http::serve(listener, router, limits));
     Ok(address)
+}
+
+/// Serves the replay on `address`, beyond loopback: every request must
+/// present `token` ([`app_with_token`]). Returns the bound address.
+pub async fn serve_with_token(
+    retro: Retro,
+    address: SocketAddr,
+    token: &str,
+) -> std::io::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {address}: {e}")))?;
+    let bound = listener.local_addr()?;
+    let router = app_with_token(
+        AppState {
+            retro,
+            port: bound.port(),
+        },
+        token,
+    );
+    tokio::spawn(planb_http::serve(listener, router, Limits::DEFAULT));
+    Ok(bound)
 }

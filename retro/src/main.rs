@@ -26,6 +26,29 @@ struct Cli {
     /// this machine's log.
     #[arg(long)]
     team: bool,
+    /// Listen on this address instead of 127.0.0.1:PORT, for others to
+    /// read: needs PLANB_RETRO_TOKEN (at least 20 characters), which every
+    /// reader presents (the link `http://ADDR/?token=…`).
+    #[arg(long, value_name = "ADDR:PORT")]
+    listen: Option<std::net::SocketAddr>,
+}
+
+/// The token a replay served beyond loopback takes; the error says what to
+/// set.
+fn token() -> anyhow::Result<String> {
+    let token = std::env::var("PLANB_RETRO_TOKEN").unwrap_or_default();
+    let token = token.trim();
+    if token.chars().count() < planb_retro::TOKEN_CHARS_MIN
+        || !token
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.~".contains(c))
+    {
+        bail!(
+            "--listen serves the replay beyond this computer, so it needs PLANB_RETRO_TOKEN: at least {} letters, digits or -_.~ (for example from `head -c 24 /dev/urandom | base64 | tr '+/' '-_'`)",
+            planb_retro::TOKEN_CHARS_MIN
+        );
+    }
+    Ok(token.to_string())
 }
 
 fn data_root(cli: &Cli) -> anyhow::Result<DataRoot> {
@@ -94,6 +117,10 @@ fn open(cli: &Cli) -> anyhow::Result<(Retro, planb_retro::Follower, String)> {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     let port = port(&cli)?;
+    let token = match cli.listen {
+        Some(address) if !address.ip().is_loopback() => Some(token()?),
+        _ => None,
+    };
     // A team replay's first load blocks on its own client: off the
     // runtime's threads.
     let (retro, follower, what) = tokio::task::block_in_place(|| open(&cli))?;
@@ -107,8 +134,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         );
     }
     retro.follow(follower, POLL_INTERVAL);
-    let address = serve(retro, port).await?;
-    eprintln!("planb-retro: replaying {what} on http://{address}");
+    match (cli.listen, &token) {
+        (Some(address), Some(token)) => {
+            let bound = planb_retro::serve_with_token(retro, address, token).await?;
+            eprintln!("planb-retro: replaying {what} on http://{bound}/ to those given ?token=…");
+        }
+        (listen, _) => {
+            let port = listen.map_or(port, |address| address.port());
+            let address = serve(retro, port).await?;
+            eprintln!("planb-retro: replaying {what} on http://{address}");
+        }
+    }
     tokio::signal::ctrl_c()
         .await
         .context("waiting for Ctrl-C")?;

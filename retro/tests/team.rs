@@ -343,3 +343,89 @@ async fn in_a_browser_the_team_replay_filters_by_member_scrubs_and_shows_new_eve
         .await;
     browser.close().await;
 }
+
+/// GET `path` from `host` with extra headers: status, headers, body.
+async fn get_as(
+    router: &axum::Router,
+    path: &str,
+    host: &str,
+    headers: &[(&str, &str)],
+) -> (StatusCode, axum::http::HeaderMap, String) {
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    let mut request = axum::http::Request::get(path).header("host", host);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = router
+        .clone()
+        .oneshot(request.body(axum::body::Body::empty()).expect("request"))
+        .await
+        .expect("response");
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await.expect("body").to_bytes();
+    (
+        parts.status,
+        parts.headers,
+        String::from_utf8_lossy(&body).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn beyond_loopback_every_request_presents_the_token_once_given_in_the_link() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = DataRoot::new(dir.path());
+    let (retro, _) = Retro::open(&root);
+    let token = "k3y-for-the-team_replay.0123";
+    let router = planb_retro::app_with_token(
+        AppState {
+            retro: retro.clone(),
+            port: PORT,
+        },
+        token,
+    );
+    let host = "team.internal:4317";
+    let (status, _, body) = get_as(&router, "/", host, &[]).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert!(body.contains("?token="), "{body}");
+    let (status, _, _) = get_as(&router, "/?token=k3y-for-the-team_replay.0124", host, &[]).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "a wrong token");
+    let (status, headers, _) =
+        get_as(&router, &format!("/?member=bo&token={token}"), host, &[]).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        headers["location"], "/?member=bo",
+        "the token leaves the address"
+    );
+    let cookie = headers["set-cookie"].to_str().expect("cookie");
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    let kept = cookie.split(';').next().expect("name=value");
+    let (status, _, body) = get_as(&router, "/?member=bo", host, &[("cookie", kept)]).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let bearer = format!("Bearer {token}");
+    let (status, _, _) = get_as(&router, "/", host, &[("authorization", &bearer)]).await;
+    assert_eq!(status, StatusCode::OK);
+    // Served on loopback, the same host is refused: no token, no other host.
+    let loopback = app(AppState { retro, port: PORT });
+    let (status, _, _) = get_as(&loopback, "/", host, &[]).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+}
+
+#[test]
+fn listening_beyond_loopback_without_a_token_is_refused_naming_the_variable() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_planb-retro"))
+        .args(["--listen", "0.0.0.0:0"])
+        .env_remove("PLANB_RETRO_TOKEN")
+        .env("PLANB_MCP_DATA_DIR", std::env::temp_dir())
+        .output()
+        .expect("run planb-retro");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("PLANB_RETRO_TOKEN") && stderr.contains("at least 20"),
+        "{stderr}"
+    );
+}
