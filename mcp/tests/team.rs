@@ -549,3 +549,50 @@ async fn sslmode_require_ships_over_tls_once_the_server_s_authority_is_trusted()
     let client = connect(&pg.url()).await;
     assert_all_shipped(&client, root.path()).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_log_is_shipped_up_to_the_damage_and_the_damage_is_named() {
+    let pg = Postgres::start();
+    let url = pg.url();
+    let root = tempfile::tempdir().expect("root");
+    append_sessions(root.path(), 10, "/src/shop", 1);
+    let segment = std::fs::read_dir(root.path().join("log"))
+        .expect("log")
+        .map(|e| e.expect("entry").path())
+        .find(|p| p.extension().is_some_and(|e| e == "seg"))
+        .expect("a segment");
+    let mut bytes = std::fs::read(&segment).expect("read");
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x40;
+    std::fs::write(&segment, bytes).expect("damage");
+    // What a reader finds: records up to the damage, then an error there.
+    let mut reader = planb_log::read_dir(
+        &root.path().join("log"),
+        Default::default(),
+        planb_log::Cursor(1),
+    )
+    .expect("read");
+    let mut before = Vec::new();
+    let damaged_at = loop {
+        let cursor = reader.next_cursor().0;
+        match reader.next() {
+            Ok(Some(record)) => before.push((record.cursor.0 as i64, record.payload)),
+            Ok(None) => panic!("the damage was not found"),
+            Err(_) => break cursor,
+        }
+    };
+    assert!(!before.is_empty() && damaged_at > 1);
+    let output = push(root.path(), &url, "*");
+    let text = all_output(&output);
+    assert!(!output.status.success(), "{text}");
+    assert!(
+        text.contains(&format!("the local log is damaged at cursor {damaged_at}")),
+        "{text}"
+    );
+    let client = connect(&url).await;
+    assert_eq!(
+        shipped(&client, origin(root.path())).await,
+        before,
+        "shipped up to the damage"
+    );
+}
