@@ -280,26 +280,35 @@ impl Follower {
         // to a damaged log anyway. The pages say where it stopped.
         self.stopped = incomplete.is_some();
         let count = batch.len();
-        if count > 0 || incomplete.is_some() {
-            let last = {
-                let mut timeline = retro
-                    .inner
-                    .timeline
-                    .write()
-                    .unwrap_or_else(|p| p.into_inner());
-                for envelope in batch {
-                    timeline.push(envelope);
-                }
-                if let Some(incomplete) = incomplete {
-                    timeline.mark_incomplete(incomplete);
-                }
-                timeline.last_cursor()
-            };
-            // No subscriber is fine: nobody is watching.
-            let _ = retro.inner.appended.send(last);
-        }
+        retro.append(batch, incomplete);
         retro.set_problem(failure);
         count
+    }
+}
+
+impl Retro {
+    /// Pushes `events` (and where the history stops, if it does) onto the
+    /// timeline and announces its new end.
+    fn append(&self, events: Vec<Envelope>, incomplete: Option<Incomplete>) {
+        if events.is_empty() && incomplete.is_none() {
+            return;
+        }
+        let last = {
+            let mut timeline = self
+                .inner
+                .timeline
+                .write()
+                .unwrap_or_else(|p| p.into_inner());
+            for envelope in events {
+                timeline.push(envelope);
+            }
+            if let Some(incomplete) = incomplete {
+                timeline.mark_incomplete(incomplete);
+            }
+            timeline.last_cursor()
+        };
+        // No subscriber is fine: nobody is watching.
+        let _ = self.inner.appended.send(last);
     }
 }
 
@@ -325,19 +334,6 @@ fn poll_team(source: &mut TeamSource, retro: &Retro) -> usize {
             .unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(members));
     }
     let count = polled.events.len();
-    if count > 0 {
-        let last = {
-            let mut timeline = retro
-                .inner
-                .timeline
-                .write()
-                .unwrap_or_else(|p| p.into_inner());
-            for envelope in polled.events {
-                timeline.push(envelope);
-            }
-            timeline.last_cursor()
-        };
-        let _ = retro.inner.appended.send(last);
-    }
+    retro.append(polled.events, None);
     count
 }
