@@ -303,6 +303,7 @@ async fn index(State(state): State<AppState>, Query(query): Query<IndexQuery>) -
     let team = team_line(state.retro.root());
     let members = state.retro.members();
     let member_of = |session: &planb_core::SessionId| members.as_deref()?.of_session(session);
+    let task_member_of = |task: &TaskId| members.as_deref()?.of_task(task);
     let team_index = members.as_deref().map(|m| pages::TeamIndex {
         origins: m
             .origins
@@ -310,6 +311,7 @@ async fn index(State(state): State<AppState>, Query(query): Query<IndexQuery>) -
             .map(|o| (o.member.as_str(), o.host.as_str(), o.events))
             .collect(),
         member_of: &member_of,
+        task_member_of: &task_member_of,
     });
     html(
         StatusCode::OK,

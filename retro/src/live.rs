@@ -217,7 +217,7 @@ impl Follower {
             return 0;
         }
         if let Some(source) = self.team.as_mut() {
-            return poll_team(source, retro);
+            return poll_team(source, retro, &mut self.stopped);
         }
         let log_dir = &retro.inner.log_dir;
         if self.reader.is_none() {
@@ -314,7 +314,7 @@ impl Retro {
 
 /// One poll of a team database: the new events pushed, the members
 /// updated, a failure said on the index page.
-fn poll_team(source: &mut TeamSource, retro: &Retro) -> usize {
+fn poll_team(source: &mut TeamSource, retro: &Retro, stopped: &mut bool) -> usize {
     let polled = match source.poll() {
         Ok(polled) => polled,
         Err(error) => {
@@ -334,6 +334,9 @@ fn poll_team(source: &mut TeamSource, retro: &Retro) -> usize {
             .unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(members));
     }
     let count = polled.events.len();
-    retro.append(polled.events, None);
+    // Past an event this build cannot read, the team's history would show
+    // wrong states: it stops there, and the pages say so.
+    *stopped = polled.incomplete.is_some();
+    retro.append(polled.events, polled.incomplete);
     count
 }

@@ -128,6 +128,8 @@ impl std::fmt::Debug for TeamSource {
 pub struct Polled {
     /// New events, in team-cursor order.
     pub events: Vec<Envelope>,
+    /// An event this build cannot read: the replay stops before it.
+    pub incomplete: Option<planb_projections::timeline::Incomplete>,
     /// Who is who, when it changed.
     pub members: Option<Members>,
 }
@@ -273,12 +275,28 @@ impl TeamSource {
         let mut events = Vec::with_capacity(rows.len());
         for row in rows {
             let cursor = Cursor(self.next);
-            let envelope = decode(&row.payload, cursor).map_err(|e| {
-                format!(
-                    "origin {} cursor {}: {e}; the replay stops before it",
-                    row.origin, row.cursor
-                )
-            })?;
+            let envelope = match decode(&row.payload, cursor) {
+                Ok(envelope) => envelope,
+                Err(error) => {
+                    let member = self
+                        .members
+                        .origins
+                        .get(&row.origin)
+                        .map_or("?", |o| o.member.as_str());
+                    let reason = format!(
+                        "event {} of origin {} ({member}): {error}",
+                        row.cursor, row.origin
+                    );
+                    return Ok(Polled {
+                        events,
+                        incomplete: Some(planb_projections::timeline::Incomplete {
+                            cursor,
+                            reason,
+                        }),
+                        members: Some(self.members.clone()),
+                    });
+                }
+            };
             self.next += 1;
             self.read_to.insert(row.origin, row.cursor);
             self.note(row.origin, &envelope.event.body)?;
@@ -287,6 +305,7 @@ impl TeamSource {
         }
         Ok(Polled {
             events,
+            incomplete: None,
             members: changed.then(|| self.members.clone()),
         })
     }

@@ -101,6 +101,19 @@ fn member_root(title: &str, at: i64) -> (tempfile::TempDir, Vec<SessionId>) {
         }
         sessions.push(session);
     }
+    let pipeline = planb_core::pipelines::project_plan();
+    store
+        .execute(Command::CreateTask {
+            task: planb_core::TaskId::from_uuid(uuid::Uuid::new_v4()),
+            pipeline: pipeline.name().into(),
+            pipeline_version: pipeline.version(),
+            prompt: format!("Plan the {title} move"),
+            speed: "fast".into(),
+            target: "build_plan".into(),
+            model_profile: None,
+            client_request_id: None,
+        })
+        .expect("task");
     (dir, sessions)
 }
 
@@ -250,7 +263,14 @@ async fn the_team_replay_shows_each_member_s_pages_as_their_own_replay_does() {
         &team,
         "/",
         StatusCode::OK,
-        &["ana", "bo", "shop 0", "depot 1", "by bo"],
+        &[
+            "ana",
+            "bo",
+            "shop 0",
+            "depot 1",
+            "by bo",
+            "Plan the shop move",
+        ],
     )
     .await;
     assert!(index.contains("id=\"filter-member\""), "{index}");
@@ -258,10 +278,13 @@ async fn the_team_replay_shows_each_member_s_pages_as_their_own_replay_does() {
         &team,
         "/?member=bo",
         StatusCode::OK,
-        &["depot 0", "depot 1"],
+        &["depot 0", "depot 1", "Plan the depot move"],
     )
     .await;
-    assert!(!only_bo.contains("shop 0"), "{only_bo}");
+    assert!(
+        !only_bo.contains("shop 0") && !only_bo.contains("Plan the shop move"),
+        "sessions and tasks of bo only: {only_bo}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -428,4 +451,52 @@ fn listening_beyond_loopback_without_a_token_is_refused_naming_the_variable() {
         stderr.contains("PLANB_RETRO_TOKEN") && stderr.contains("at least 20"),
         "{stderr}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_this_build_cannot_read_ends_the_team_history_there_and_says_so() {
+    let pg = planb_tests::postgres::Postgres::start();
+    let (ana, _) = member_root("shop", 1_700_000_000_000);
+    let settings =
+        planb_team::TeamSettings::new(&pg.url(), "ana", planb_team::Projects::everything())
+            .expect("settings");
+    planb_team::push(DataRoot::new(ana.path()), settings.clone())
+        .await
+        .expect("push");
+    // The fifth event as a newer planb would have written it.
+    let (client, connection) = tokio_postgres::connect(&pg.url(), tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(connection);
+    client
+        .execute(
+            "UPDATE planb_events SET payload = '\\x50456300'::bytea WHERE cursor = 5",
+            &[],
+        )
+        .await
+        .expect("update");
+    let cache = tempfile::tempdir().expect("cache");
+    let cache = DataRoot::new(cache.path());
+    let (retro, follower) = tokio::task::spawn_blocking(move || {
+        let source = planb_retro::team::TeamSource::new(settings, cache.blobs()).expect("source");
+        Retro::open_team(source, &cache)
+    })
+    .await
+    .expect("load");
+    assert_eq!(
+        retro.timeline().len(),
+        4,
+        "the events before it: {:?} {:?}",
+        retro.problem(),
+        retro.timeline().incomplete()
+    );
+    let router = app(AppState { retro, port: PORT });
+    check(
+        &router,
+        "/",
+        StatusCode::OK,
+        &["event 5 of origin", "(ana)", "unknown schema version 99"],
+    )
+    .await;
+    drop(follower);
 }

@@ -10,7 +10,7 @@
 use std::ops::Range;
 
 use maud::{Markup, PreEscaped, html};
-use planb_core::{AskStatus, Cursor, Session, SessionId};
+use planb_core::{AskStatus, Cursor, Session, SessionId, TaskId};
 
 use super::assets::{RETRO_CSS, RETRO_JS, REVIEW_CSS};
 use super::diff::Folds;
@@ -39,6 +39,8 @@ pub struct TeamIndex<'a> {
     pub origins: Vec<(&'a str, &'a str, u64)>,
     /// The member a session came from.
     pub member_of: &'a dyn Fn(&SessionId) -> Option<&'a str>,
+    /// The member a task or execution plan came from.
+    pub task_member_of: &'a dyn Fn(&TaskId) -> Option<&'a str>,
 }
 
 impl std::fmt::Debug for TeamIndex<'_> {
@@ -218,7 +220,7 @@ pub fn retro_index_page(
                     }
                 }
             }
-            (super::retro_task::tasks_section(timeline))
+            (super::retro_task::tasks_section(timeline, team_index, filter.member))
             form.retro-filter method="get" action="/" role="search" {
                 label for="filter-q" { "Search" }
                 input #filter-q .text-input type="search" name="q" value=[filter.query]

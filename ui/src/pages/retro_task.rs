@@ -56,8 +56,18 @@ fn summary(prompt: &str) -> String {
 
 /// The tasks section of the index (`id="tasks"`, swapped in live): every
 /// task, newest first.
-pub(super) fn tasks_section(timeline: &Timeline) -> Markup {
-    let mut tasks: Vec<&Task> = timeline.state().tasks().values().collect();
+pub(super) fn tasks_section(
+    timeline: &Timeline,
+    team: Option<&super::retro::TeamIndex<'_>>,
+    member: Option<&str>,
+) -> Markup {
+    let member_of = |task: &Task| team.and_then(|t| (t.task_member_of)(&task.id));
+    let mut tasks: Vec<&Task> = timeline
+        .state()
+        .tasks()
+        .values()
+        .filter(|task| member.is_none() || team.is_none() || member_of(task) == member)
+        .collect();
     tasks.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
     html! {
         section #tasks .retro-tasks aria-labelledby="tasks-title" data-swap {
@@ -72,6 +82,7 @@ pub(super) fn tasks_section(timeline: &Timeline) -> Markup {
                             " " span.retro-badge.{"task-" (state_of(task))} { (state_of(task)) }
                             @if let Some(mark) = lifecycle_mark(task) { " " span.retro-badge { (mark) } }
                             p.retro-muted {
+                                @if let Some(by) = member_of(task) { "by " (by) " · " }
                                 code { (short(&task.id)) } " · "
                                 @if task.plan.is_some() { "execution plan" }
                                 @else { (task.pipeline) " → " (task.target) " · " (task.speed) }
