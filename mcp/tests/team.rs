@@ -596,3 +596,62 @@ async fn a_damaged_log_is_shipped_up_to_the_damage_and_the_damage_is_named() {
         "shipped up to the damage"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_blobs_shipped_events_name_are_shipped_once_by_their_hash() {
+    let pg = Postgres::start();
+    let url = pg.url();
+    let root = tempfile::tempdir().expect("root");
+    let task = TaskId::from_uuid(uuid::Uuid::now_v7());
+    let run = planb_core::RunId::from_uuid(uuid::Uuid::now_v7());
+    // A small artifact travels in the log; a large one only in blobs/.
+    let small = b"# Intake\n\nA bakery in Lyon.\n".to_vec();
+    let large = "a long artifact line\n".repeat(4_000).into_bytes();
+    let large_hash = planb_projections::Blobs::new(root.path().join("blobs"))
+        .put(&large)
+        .expect("put the large blob");
+    let small_hash = planb_core::ContentHash::of_bytes(&small).0;
+    let (log, _) = planb_log::open_dir(&root.path().join("log"), Default::default()).expect("log");
+    let succeeded = |artifact: [u8; 32], bytes: usize| EventBody::StepSucceeded {
+        task,
+        run,
+        step: "intake".into(),
+        input: [7; 32],
+        artifact,
+        bytes: bytes as u64,
+        duration_ms: 5,
+        tokens_in: 0,
+        tokens_out: 0,
+    };
+    append(
+        &log,
+        vec![
+            EventBody::BlobStored {
+                task,
+                bytes: small.clone(),
+            },
+            succeeded(small_hash, small.len()),
+        ],
+    );
+    append(&log, vec![succeeded(large_hash, large.len())]);
+    append(&log, vec![succeeded(large_hash, large.len())]);
+    drop(log);
+    push_ok(root.path(), &url, "*");
+    let client = connect(&url).await;
+    let blobs: Vec<(Vec<u8>, Vec<u8>)> = client
+        .query(
+            "SELECT hash, bytes FROM planb_blobs ORDER BY length(bytes)",
+            &[],
+        )
+        .await
+        .expect("blobs")
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    assert_eq!(
+        blobs,
+        vec![(small_hash.to_vec(), small), (large_hash.to_vec(), large)],
+        "each blob once, by its hash, byte-equal"
+    );
+    assert_all_shipped(&client, root.path()).await;
+}
