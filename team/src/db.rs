@@ -66,8 +66,8 @@ CREATE TABLE planb_blobs (
 #[derive(Debug, thiserror::Error)]
 pub enum DbError {
     /// Connecting, or a statement, failed (down, refused, bad password, TLS,
-    /// full disk …).
-    #[error("database: {0}")]
+    /// full disk …); said with its causes, the server's message included.
+    #[error("database: {}", with_causes(.0))]
     Postgres(#[from] tokio_postgres::Error),
     /// TLS could not be set up on this machine (no usable roots).
     #[error("database: cannot set up TLS: {0}")]
@@ -85,12 +85,21 @@ pub enum DbError {
     },
 }
 
-impl DbError {
-    /// The error's text without a driver's details that change from one
-    /// try to the next, for saying it once per change.
-    pub fn summary(&self) -> String {
-        self.to_string()
+/// `error` and each of its causes not already in the text, joined by `: `
+/// (the client's own text names only the kind of failure, such as "db
+/// error"; the server's message is its cause).
+fn with_causes(error: &tokio_postgres::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = std::error::Error::source(error);
+    while let Some(next) = cause {
+        let said = next.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        cause = next.source();
     }
+    text
 }
 
 /// Runs `future` with [`STATEMENT_TIMEOUT`].

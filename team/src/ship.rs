@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use planb_core::event::{self, EventBody};
 use planb_core::time::Cursor;
-use planb_log::{LogOptions, LogReader, Record};
+use planb_log::{LogOptions, LogReader, ReadPosition, Record};
 use planb_projections::{BlobHash, DataRoot};
 use sha2::Digest;
 use tokio_postgres::Client;
@@ -64,6 +64,15 @@ pub enum ShipError {
     /// Another shipper of this origin moved its mark meanwhile.
     #[error("another process shipped this origin meanwhile")]
     Raced,
+    /// The reader does not stand just past the mark (a defect): nothing
+    /// was written; the next pass reads from the mark again.
+    #[error("the batch read starts at cursor {found}, not just past the mark {mark}: read again")]
+    OutOfStep {
+        /// The mark.
+        mark: u64,
+        /// The batch's first cursor.
+        found: u64,
+    },
 }
 
 impl ShipError {
@@ -102,6 +111,10 @@ struct Mark {
 struct Position {
     reader: LogReader,
     mark: Mark,
+    /// Where the mark's record begins (`None` while the mark is 0): a batch
+    /// the database did not take is read again from there, without reading
+    /// the log from its start.
+    at_mark: Option<ReadPosition>,
     placer: Placer,
 }
 
@@ -132,7 +145,11 @@ struct Batch {
     rows: Vec<Row>,
     blobs: BTreeMap<BlobHash, Vec<u8>>,
     withheld: u64,
+    /// The cursor of its first record.
+    first: Option<u64>,
     last: Option<Mark>,
+    /// Where its last record begins.
+    last_at: Option<ReadPosition>,
 }
 
 impl Shipper {
@@ -176,10 +193,36 @@ impl Shipper {
         if matches!(result, Err(ShipError::Db(_))) {
             self.client = None;
         }
-        if result.is_err() {
-            self.position = None;
+        match &result {
+            Ok(_) => {}
+            // The database did not take the last batch: read it again.
+            Err(ShipError::Db(_)) => {
+                self.position = self.position.take().and_then(|p| self.rewound(p));
+            }
+            Err(_) => self.position = None,
         }
         result
+    }
+
+    /// `position` with its reader back at its mark, its placer kept
+    /// (placing the same events again decides the same); `None` when the
+    /// record there is not the one expected.
+    fn rewound(&self, position: Position) -> Option<Position> {
+        let dir = self.root.log_dir();
+        let Some(at) = position.at_mark else {
+            let reader =
+                planb_log::read_dir(&dir, LogOptions::default(), planb_log::Cursor(1)).ok()?;
+            return Some(Position {
+                reader,
+                placer: Placer::new(self.settings.projects.clone()),
+                ..position
+            });
+        };
+        let mut reader = planb_log::read_dir_at(&dir, LogOptions::default(), at).ok()?;
+        let record = reader.next().ok()??;
+        let same =
+            record.cursor.0 == position.mark.to && Some(record.checksum) == position.mark.checksum;
+        same.then_some(Position { reader, ..position })
     }
 
     async fn pass(&mut self) -> Result<Pass, ShipError> {
@@ -196,11 +239,19 @@ impl Shipper {
         loop {
             let (batch, damage) = self.next_batch()?;
             if let Some(last) = batch.last {
+                let first = batch.first.unwrap_or(0);
+                if first != mark.to + 1 {
+                    return Err(ShipError::OutOfStep {
+                        mark: mark.to,
+                        found: first,
+                    });
+                }
                 pass.shipped += self.commit(mark, &batch).await?;
                 pass.withheld += batch.withheld;
                 mark = last;
                 if let Some(position) = &mut self.position {
                     position.mark = last;
+                    position.at_mark = batch.last_at;
                 }
             }
             if let Some(damage) = damage {
@@ -275,12 +326,15 @@ impl Shipper {
         let dir = self.root.log_dir();
         let mut reader = planb_log::read_dir(&dir, LogOptions::default(), planb_log::Cursor(from))
             .map_err(|e| damaged(from, &e))?;
-        if mark.to > 0 {
-            self.read_through(&mut reader, &mut placer, mark)?;
-        }
+        let at_mark = if mark.to > 0 {
+            Some(self.read_through(&mut reader, &mut placer, mark)?)
+        } else {
+            None
+        };
         self.position = Some(Position {
             reader,
             mark,
+            at_mark,
             placer,
         });
         Ok(())
@@ -293,7 +347,7 @@ impl Shipper {
         reader: &mut LogReader,
         placer: &mut Placer,
         mark: Mark,
-    ) -> Result<(), ShipError> {
+    ) -> Result<ReadPosition, ShipError> {
         loop {
             let cursor = reader.next_cursor().0;
             let Some(record) = reader.next().map_err(|e| damaged(cursor, &e))? else {
@@ -305,7 +359,7 @@ impl Shipper {
             }
             if record.cursor.0 == mark.to {
                 return if Some(record.checksum) == mark.checksum {
-                    Ok(())
+                    Ok(record.position)
                 } else {
                     Err(self.diverged(
                         mark,
@@ -362,6 +416,8 @@ impl Shipper {
             to: last.cursor.0,
             checksum: Some(last.checksum),
         });
+        batch.last_at = Some(last.position);
+        batch.first = records.first().map(|r| r.cursor.0);
         let placer = &mut self.position.as_mut().expect("placed by stand_at").placer;
         let mut wanted = BTreeSet::new();
         for record in records {

@@ -1,0 +1,113 @@
+//! The shipper against a private PostgreSQL server, in process: a batch the
+//! database refuses halfway through a pass is read again from the mark by
+//! the same shipper, so nothing is skipped.
+
+use planb_core::{Event, EventBody, EventId, SessionId, Timestamp, encode};
+use planb_projections::DataRoot;
+use planb_team::{Projects, ShipError, Shipper, TeamSettings};
+
+/// Appends `sessions` sessions of six events each.
+fn append_sessions(root: &DataRoot, sessions: u32) {
+    let (log, _) = planb_log::open_dir(&root.log_dir(), Default::default()).expect("log");
+    for n in 0..sessions {
+        let session = SessionId::from_uuid(uuid::Uuid::now_v7());
+        let mut bodies = vec![EventBody::SessionCreated {
+            session,
+            title: Some(format!("session {n}")),
+            intent: None,
+            project_path: Some("/src/shop".into()),
+        }];
+        bodies.extend((1..=5).map(|version| EventBody::PlanVersionSaved {
+            session,
+            version,
+            title: None,
+            content: format!("# Plan {n} v{version}\n"),
+        }));
+        let payloads: Vec<Vec<u8>> = bodies
+            .into_iter()
+            .map(|body| {
+                encode(&Event {
+                    id: EventId::from_uuid(uuid::Uuid::now_v7()),
+                    at: Timestamp(1_790_000_000_000),
+                    body,
+                })
+                .expect("encode")
+            })
+            .collect();
+        let refs: Vec<&[u8]> = payloads.iter().map(Vec::as_slice).collect();
+        log.append(&refs).expect("append");
+    }
+}
+
+#[tokio::test]
+async fn a_batch_refused_midway_is_shipped_again_from_the_mark_with_no_gap() {
+    let pg = planb_tests::postgres::Postgres::start();
+    let dir = tempfile::tempdir().expect("root");
+    let root = DataRoot::new(dir.path());
+    append_sessions(&root, 1_000);
+    let projects = Projects::parse("/src", None).expect("projects");
+    let settings = TeamSettings::new(&pg.url(), "ana", projects).expect("settings");
+    let (client, connection) = tokio_postgres::connect(&pg.url(), tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(connection);
+    let mut shipper = Shipper::new(root.clone(), settings).expect("shipper");
+    // The first pass makes the schema; then the database refuses the
+    // second batch of a pass while `refuse` holds a row.
+    shipper
+        .ship_to_end()
+        .await
+        .expect("the first pass makes the schema and ships everything");
+    client
+        .batch_execute(
+            "DELETE FROM planb_events; UPDATE planb_origins SET shipped_to = 0, shipped_checksum = NULL;
+             CREATE TABLE refuse (one int);
+             INSERT INTO refuse VALUES (1);
+             CREATE FUNCTION refuse_second_batch() RETURNS trigger AS $$
+             BEGIN
+               IF NEW.cursor > 2000 AND EXISTS (SELECT 1 FROM refuse) THEN
+                 RAISE EXCEPTION 'refused for the test';
+               END IF;
+               RETURN NEW;
+             END $$ LANGUAGE plpgsql;
+             CREATE TRIGGER refuse BEFORE INSERT ON planb_events
+               FOR EACH ROW EXECUTE FUNCTION refuse_second_batch();",
+        )
+        .await
+        .expect("a database that refuses the second batch");
+    let shipper_root = root.clone();
+    let mut shipper = Shipper::new(shipper_root, shipper.settings().clone()).expect("shipper");
+    let error = shipper
+        .ship_to_end()
+        .await
+        .expect_err("the second batch is refused");
+    assert!(matches!(error, ShipError::Db(_)), "{error}");
+    assert!(
+        error.to_string().contains("refused for the test"),
+        "{error}"
+    );
+    let mark: i64 = client
+        .query_one("SELECT shipped_to FROM planb_origins", &[])
+        .await
+        .expect("mark")
+        .get(0);
+    assert_eq!(mark, 2000, "the first batch landed");
+    client
+        .execute("DELETE FROM refuse", &[])
+        .await
+        .expect("allow");
+    let pass = shipper.ship_to_end().await.expect("the rest");
+    assert_eq!(pass.shipped, 4_000);
+    let cursors: Vec<i64> = client
+        .query("SELECT cursor FROM planb_events ORDER BY cursor", &[])
+        .await
+        .expect("rows")
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(
+        cursors,
+        (1..=6_000).collect::<Vec<i64>>(),
+        "every event once, no gap"
+    );
+}
