@@ -11,7 +11,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use planb_core::{Event, EventBody, EventId, SessionId, TaskId, Timestamp, encode};
+use planb_core::{EventBody, TaskId};
+use planb_tests::logs::{append, append_sessions};
 use planb_tests::postgres::Postgres;
 use serde_json::json;
 use support::{UrlAnswer, all_output, call, new_session, start, text_of};
@@ -49,50 +50,6 @@ fn push_ok(root: &Path, url: &str, projects: &str) -> String {
         all_output(&output)
     );
     String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-/// Appends `sessions` sessions of `project`, each created then saved five
-/// times, straight to the log (as a server would, in one append each).
-fn append_sessions(root: &Path, sessions: u32, project: &str, seed: u32) -> u64 {
-    let (log, _) = planb_log::open_dir(&root.join("log"), Default::default()).expect("open log");
-    let mut appended = 0;
-    for n in 0..sessions {
-        let session = SessionId::from_uuid(uuid::Uuid::now_v7());
-        let mut bodies = vec![EventBody::SessionCreated {
-            session,
-            title: Some(format!("session {seed}-{n}")),
-            intent: None,
-            project_path: Some(project.to_string()),
-        }];
-        bodies.extend((1..=5).map(|version| EventBody::PlanVersionSaved {
-            session,
-            version,
-            title: None,
-            content: format!(
-                "# Plan {seed}-{n} v{version}\n\n{}",
-                "- a step\n".repeat(40)
-            ),
-        }));
-        appended += append(&log, bodies);
-    }
-    appended
-}
-
-fn append(log: &planb_log::Log, bodies: Vec<EventBody>) -> u64 {
-    let payloads: Vec<Vec<u8>> = bodies
-        .into_iter()
-        .map(|body| {
-            let event = Event {
-                id: EventId::from_uuid(uuid::Uuid::now_v7()),
-                at: Timestamp(1_790_000_000_000),
-                body,
-            };
-            encode(&event).expect("encode")
-        })
-        .collect();
-    let refs: Vec<&[u8]> = payloads.iter().map(Vec::as_slice).collect();
-    log.append(&refs).expect("append");
-    payloads.len() as u64
 }
 
 /// Every record of the local log: cursor and payload.

@@ -2,49 +2,15 @@
 //! database refuses halfway through a pass is read again from the mark by
 //! the same shipper, so nothing is skipped.
 
-use planb_core::{Event, EventBody, EventId, SessionId, Timestamp, encode};
 use planb_projections::DataRoot;
 use planb_team::{Projects, ShipError, Shipper, TeamSettings};
-
-/// Appends `sessions` sessions of six events each.
-fn append_sessions(root: &DataRoot, sessions: u32) {
-    let (log, _) = planb_log::open_dir(&root.log_dir(), Default::default()).expect("log");
-    for n in 0..sessions {
-        let session = SessionId::from_uuid(uuid::Uuid::now_v7());
-        let mut bodies = vec![EventBody::SessionCreated {
-            session,
-            title: Some(format!("session {n}")),
-            intent: None,
-            project_path: Some("/src/shop".into()),
-        }];
-        bodies.extend((1..=5).map(|version| EventBody::PlanVersionSaved {
-            session,
-            version,
-            title: None,
-            content: format!("# Plan {n} v{version}\n"),
-        }));
-        let payloads: Vec<Vec<u8>> = bodies
-            .into_iter()
-            .map(|body| {
-                encode(&Event {
-                    id: EventId::from_uuid(uuid::Uuid::now_v7()),
-                    at: Timestamp(1_790_000_000_000),
-                    body,
-                })
-                .expect("encode")
-            })
-            .collect();
-        let refs: Vec<&[u8]> = payloads.iter().map(Vec::as_slice).collect();
-        log.append(&refs).expect("append");
-    }
-}
 
 #[tokio::test]
 async fn a_batch_refused_midway_is_shipped_again_from_the_mark_with_no_gap() {
     let pg = planb_tests::postgres::Postgres::start();
     let dir = tempfile::tempdir().expect("root");
     let root = DataRoot::new(dir.path());
-    append_sessions(&root, 1_000);
+    planb_tests::logs::append_sessions(root.root(), 1_000, "/src/shop", 1);
     let projects = Projects::parse("/src", None).expect("projects");
     let settings = TeamSettings::new(&pg.url(), "ana", projects).expect("settings");
     let (client, connection) = tokio_postgres::connect(&pg.url(), tokio_postgres::NoTls)

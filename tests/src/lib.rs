@@ -10,6 +10,7 @@
 //! every wait polls a condition and fails with a message after [`WAIT`].
 
 pub mod browser;
+pub mod logs;
 pub mod postgres;
 pub mod process;
 

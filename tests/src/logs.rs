@@ -1,0 +1,53 @@
+//! Logs written straight through `planb_log`, as a server would append
+//! them but without a store: for tests that need many real events fast.
+
+use std::path::Path;
+
+use planb_core::{Event, EventBody, EventId, SessionId, Timestamp, encode};
+
+/// Appends `bodies` to `log` in one append (one sync), each a fresh event;
+/// how many.
+pub fn append(log: &planb_log::Log, bodies: Vec<EventBody>) -> u64 {
+    let payloads: Vec<Vec<u8>> = bodies
+        .into_iter()
+        .map(|body| {
+            let event = Event {
+                id: EventId::from_uuid(uuid::Uuid::now_v7()),
+                at: Timestamp(1_790_000_000_000),
+                body,
+            };
+            encode(&event).expect("encode")
+        })
+        .collect();
+    let refs: Vec<&[u8]> = payloads.iter().map(Vec::as_slice).collect();
+    log.append(&refs).expect("append");
+    payloads.len() as u64
+}
+
+/// Appends `sessions` sessions of `project` to the log of the data root
+/// `root`, each created then saved five times (six events, one append each
+/// session); `seed` tells their titles apart. How many events.
+pub fn append_sessions(root: &Path, sessions: u32, project: &str, seed: u32) -> u64 {
+    let (log, _) = planb_log::open_dir(&root.join("log"), Default::default()).expect("open log");
+    let mut appended = 0;
+    for n in 0..sessions {
+        let session = SessionId::from_uuid(uuid::Uuid::now_v7());
+        let mut bodies = vec![EventBody::SessionCreated {
+            session,
+            title: Some(format!("session {seed}-{n}")),
+            intent: None,
+            project_path: Some(project.to_string()),
+        }];
+        bodies.extend((1..=5).map(|version| EventBody::PlanVersionSaved {
+            session,
+            version,
+            title: None,
+            content: format!(
+                "# Plan {seed}-{n} v{version}\n\n{}",
+                "- a step\n".repeat(40)
+            ),
+        }));
+        appended += append(&log, bodies);
+    }
+    appended
+}
