@@ -1351,6 +1351,9 @@ pub(crate) fn worker_main(
     runs_seen: Option<usize>,
     start: Start,
 ) -> std::process::ExitCode {
+    // A run may outlive every server on the root: its worker ships too,
+    // when it can take the shipper's role.
+    let _team = planb_app::team::start_shipping(DataRoot::new(root));
     match planb_app::worker::run(root, servers, task, runs_seen, start) {
         Ok(ended) => {
             eprintln!(
