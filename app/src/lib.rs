@@ -10,6 +10,7 @@ pub mod import;
 pub mod launch;
 pub mod plans;
 pub mod settings;
+pub mod tasks;
 pub mod team;
 pub mod worker;
 

@@ -10,7 +10,7 @@
 //! for, so a run outlives the agent's session.
 
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use planb_core::dag::{Pipeline, StepId};
@@ -33,9 +33,6 @@ use crate::server::PlanbServer;
 
 /// The version of the task interface (PlanExe's) these tools implement.
 pub(crate) const PLANEXE_VERSION: &str = "1.0";
-
-/// Most files listed in a status.
-const STATUS_FILES_MAX: usize = 10;
 
 fn error(code: &str, message: impl Into<String>, details: Value) -> CallToolResult {
     CallToolResult::structured_error(json!({
@@ -125,17 +122,7 @@ fn open_output() -> Arc<JsonObject> {
     schema(json!({"type": "object"}))
 }
 
-fn built_in() -> &'static Pipeline {
-    static PIPELINE: OnceLock<Pipeline> = OnceLock::new();
-    PIPELINE.get_or_init(pipelines::project_plan)
-}
-
-pub(crate) fn pipeline_of(root: &DataRoot, name: &str) -> Result<Pipeline, String> {
-    if name == PROJECT_PLAN {
-        return Ok(built_in().clone());
-    }
-    pipelines::resolve(root, name)
-}
+pub(crate) use planb_app::tasks::pipeline_of;
 
 fn state_name(task: &Task) -> &'static str {
     task.runs.last().map_or("created", |run| run.state.as_str())
@@ -155,13 +142,6 @@ fn prompt_summary(prompt: &str) -> String {
     planb_core::text::clip(&flat, 120)
 }
 
-/// Settled steps, steps of the target's closure, and a running step (the
-/// rule is core's [`Task::progress`]).
-fn progress(pipeline: &Pipeline, task: &Task) -> (usize, usize, Option<String>) {
-    let progress = task.progress(pipeline);
-    (progress.done, progress.total, progress.current)
-}
-
 /// `task_status`'s answer, from memory.
 pub(crate) fn status(root: &DataRoot, task: &Task, now: planb_core::Timestamp) -> Value {
     status_of(root, task, task.runs.last().map(|r| &**r), now)
@@ -170,59 +150,37 @@ pub(crate) fn status(root: &DataRoot, task: &Task, now: planb_core::Timestamp) -
 /// `task_status`'s answer for the run `run` of `task` (its latest, or an
 /// earlier one named by `run_id`).
 fn status_of(root: &DataRoot, task: &Task, run: Option<&Run>, now: planb_core::Timestamp) -> Value {
-    let pipeline = pipeline_of(root, &task.pipeline).ok();
-    let (done, total, current) = pipeline
-        .as_ref()
-        .map_or((0, 0, None), |p| progress(p, task));
-    let percentage = if total == 0 {
-        0.0
-    } else {
-        100.0 * done as f64 / total as f64
-    };
+    let status = planb_app::tasks::status(root, task);
     let timing = match run {
         None => json!({"created_at": task.created_at.to_iso8601()}),
-        Some(run) => {
-            let end = run.ended_at.unwrap_or(now);
-            json!({
-                "created_at": task.created_at.to_iso8601(),
-                "started_at": run.started_at.to_iso8601(),
-                "ended_at": run.ended_at.map(|t| t.to_iso8601()),
-                "elapsed_sec": ((end.0 - run.started_at.0).max(0) as f64 / 1000.0),
-                "last_progress_at": run.last_progress_at.to_iso8601(),
-            })
-        }
+        Some(run) => json!({
+            "created_at": task.created_at.to_iso8601(),
+            "started_at": run.started_at.to_iso8601(),
+            "ended_at": run.ended_at.map(|t| t.to_iso8601()),
+            "elapsed_sec": planb_app::tasks::elapsed_sec(run, now),
+            "last_progress_at": run.last_progress_at.to_iso8601(),
+        }),
     };
-    let mut files: Vec<(planb_core::Timestamp, Value)> = Vec::new();
-    if let Some(pipeline) = &pipeline {
-        for (index, step) in pipeline.steps().iter().enumerate() {
-            if let Some(success) = task.successes.get(step.id.as_str()) {
-                files.push((
-                    success.at,
-                    json!({
-                        "path": format!("{:02}-{}", index + 1, step.id.as_str()),
-                        "step": step.id.as_str(),
-                        "updated_at": success.at.to_iso8601(),
-                        "size": success.bytes,
-                    }),
-                ));
-            }
-        }
-    }
-    let files_count = files.len();
-    files.sort_by_key(|f| std::cmp::Reverse(f.0));
-    let files: Vec<Value> = files
-        .into_iter()
-        .take(STATUS_FILES_MAX)
-        .map(|(_, f)| f)
+    let files: Vec<Value> = status
+        .files
+        .iter()
+        .map(|f| {
+            json!({
+                "path": f.path,
+                "step": f.step,
+                "updated_at": f.updated_at.to_iso8601(),
+                "size": f.size,
+            })
+        })
         .collect();
     let mut value = json!({
         "task_id": task.id.to_string(),
         "lifecycle": task.lifecycle().as_str(),
         "state": run.map_or("created", |r| r.state.as_str()),
-        "progress_percentage": percentage,
-        "steps_completed": done,
-        "steps_total": total,
-        "current_step": current,
+        "progress_percentage": status.percentage,
+        "steps_completed": status.progress.done,
+        "steps_total": status.progress.total,
+        "current_step": status.progress.current,
         "run_id": run.map(|r| r.id.to_string()),
         "runs": task.runs.len(),
         "speed_vs_detail": task.speed,
@@ -230,7 +188,7 @@ fn status_of(root: &DataRoot, task: &Task, run: Option<&Run>, now: planb_core::T
         "pipeline": task.pipeline,
         "timing": timing,
         "files": files,
-        "files_count": files_count,
+        "files_count": status.files_count,
         "planexe": {"version": PLANEXE_VERSION},
     });
     if prompts_redacted()
