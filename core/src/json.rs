@@ -59,12 +59,12 @@ pub(crate) fn type_name(value: &Value) -> &'static str {
     }
 }
 
-/// Serializes a SHA-256 (or any byte array) as lowercase hex.
+/// Serializes a SHA-256 as lowercase hex.
 pub(crate) fn hex<S: serde::Serializer>(
     bytes: &[u8; 32],
     serializer: S,
 ) -> Result<S::Ok, S::Error> {
-    serializer.serialize_str(&to_hex(bytes))
+    serializer.serialize_str(&crate::state::ContentHash(*bytes).to_hex())
 }
 
 /// [`hex`] for an optional hash; `None` is `null`.
@@ -85,16 +85,6 @@ pub(crate) fn byte_count<S: serde::Serializer>(
     serializer: S,
 ) -> Result<S::Ok, S::Error> {
     serializer.serialize_u64(bytes.len() as u64)
-}
-
-fn to_hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut out, b| {
-            let _ = write!(out, "{b:02x}");
-            out
-        })
 }
 
 #[cfg(test)]

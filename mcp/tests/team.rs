@@ -456,31 +456,11 @@ fn copy_dir(from: &Path, to: &Path) {
     assert!(status.success());
 }
 
-/// A certificate authority and a certificate it signed for 127.0.0.1:
-/// (the authority's PEM, the certificate's PEM, its key's PEM).
-fn authority() -> (String, String, String) {
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, SanType};
-    let ca_key = KeyPair::generate().expect("ca key");
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("ca params");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "planb team test authority");
-    let ca = ca_params.self_signed(&ca_key).expect("ca");
-    let issuer = Issuer::new(ca_params, ca_key);
-    let key = KeyPair::generate().expect("key");
-    let mut params = CertificateParams::new(vec!["localhost".to_owned()]).expect("params");
-    params
-        .subject_alt_names
-        .push(SanType::IpAddress([127, 0, 0, 1].into()));
-    let certificate = params.signed_by(&key, &issuer).expect("certificate");
-    (ca.pem(), certificate.pem(), key.serialize_pem())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sslmode_require_ships_over_tls_once_the_server_s_authority_is_trusted() {
-    let (ca, certificate, key) = authority();
-    let pg = Postgres::start_with_tls(&certificate, &key);
+    let authority = support::Authority::new();
+    let pg = Postgres::start_with_tls(&authority.certificate.pem(), &authority.key.serialize_pem());
+    let ca = authority.ca_pem;
     let url = format!("{}?sslmode=require", pg.tcp_url());
     let root = tempfile::tempdir().expect("root");
     append_sessions(root.path(), 2, "/src/shop", 1);
@@ -611,4 +591,53 @@ async fn the_blobs_shipped_events_name_are_shipped_once_by_their_hash() {
         "each blob once, by its hash, byte-equal"
     );
     assert_all_shipped(&client, root.path()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_the_window_that_ships_is_killed_another_on_the_root_takes_over() {
+    let pg = Postgres::start();
+    let url = pg.url();
+    let root = tempfile::tempdir().expect("root");
+    let env = [
+        ("PLANB_TEAM_URL", url.as_str()),
+        ("PLANB_TEAM_PROJECTS", "*"),
+    ];
+    let first = start(root.path(), UrlAnswer::NotSupported, &env).await;
+    let second = start(root.path(), UrlAnswer::NotSupported, &env).await;
+    new_session(&first).await;
+    let client = connect(&url).await;
+    wait_for_end(&client, root.path()).await;
+    let data_root = planb_projections::DataRoot::new(root.path());
+    let shipper = || {
+        planb_projections::read_team_status(&data_root)
+            .expect("status")
+            .map(|s| s.pid)
+    };
+    let holder = shipper().expect("a shipper wrote its status");
+    let (killed, survivor) = if holder == first.pid {
+        (first, second)
+    } else {
+        assert_eq!(holder, second.pid, "one of the two windows ships");
+        (second, first)
+    };
+    killed.kill_9();
+    let session = new_session(&survivor).await;
+    let saved = call(
+        &survivor,
+        "save_plan",
+        json!({"sessionId": session, "plan": "# after the shipping window died"}),
+    )
+    .await;
+    assert!(!saved.is_error.unwrap_or(false), "{}", text_of(&saved));
+    wait_for_end(&client, root.path()).await;
+    assert_all_shipped(&client, root.path()).await;
+    // Its status follows each pass it makes.
+    let deadline = Instant::now() + WAIT;
+    while shipper() != Some(survivor.pid) {
+        assert!(
+            Instant::now() < deadline,
+            "the survivor did not take the role"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

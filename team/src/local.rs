@@ -7,15 +7,10 @@
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use planb_projections::DataRoot;
 use uuid::Uuid;
-
-/// The folder of the team files.
-pub fn team_dir(root: &DataRoot) -> PathBuf {
-    root.team_dir()
-}
 
 /// A team file could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -40,7 +35,7 @@ fn local_error(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error)
 
 /// This root's origin id, made (random, written and synced) on first use.
 pub fn origin(root: &DataRoot) -> Result<Uuid, LocalError> {
-    let dir = team_dir(root);
+    let dir = root.team_dir();
     let path = dir.join("origin");
     if let Some(id) = read_origin(&path)? {
         return Ok(id);
@@ -97,7 +92,7 @@ pub struct ShipperLock {
 
 /// Takes the shipper's role for `root` if no other process holds it.
 pub fn try_shipper_lock(root: &DataRoot) -> Result<Option<ShipperLock>, LocalError> {
-    let dir = team_dir(root);
+    let dir = root.team_dir();
     std::fs::create_dir_all(&dir).map_err(local_error("create", &dir))?;
     let path = dir.join("shipper.lock");
     let file = OpenOptions::new()
@@ -120,13 +115,13 @@ pub use planb_projections::TeamStatus as Status;
 /// Writes `status` (temp name and rename).
 pub fn write_status(root: &DataRoot, status: &Status) -> Result<(), LocalError> {
     planb_projections::write_team_status(root, status)
-        .map_err(local_error("write", &team_dir(root).join("status.json")))
+        .map_err(local_error("write", &root.team_dir().join("status.json")))
 }
 
 /// The last status written, `None` when no shipper has run.
 pub fn read_status(root: &DataRoot) -> Result<Option<Status>, LocalError> {
     planb_projections::read_team_status(root)
-        .map_err(local_error("read", &team_dir(root).join("status.json")))
+        .map_err(local_error("read", &root.team_dir().join("status.json")))
 }
 
 #[cfg(test)]
@@ -139,7 +134,7 @@ mod tests {
         let root = DataRoot::new(dir.path());
         let first = origin(&root).expect("made");
         assert_eq!(origin(&root).expect("read"), first);
-        std::fs::write(team_dir(&root).join("origin"), "junk").expect("write");
+        std::fs::write(root.team_dir().join("origin"), "junk").expect("write");
         assert!(
             origin(&root)
                 .expect_err("junk")

@@ -66,7 +66,7 @@ impl Projects {
             problem,
         };
         if text.len() > PROJECTS_BYTES_MAX {
-            return Err(problem("", "makes the value longer than 64 KiB"));
+            return Err(problem(text, "starts a value longer than 64 KiB"));
         }
         let mut projects = Projects::default();
         for entry in text

@@ -180,7 +180,7 @@ impl Shipper {
         &self.settings
     }
 
-    /// The local log's next cursor.
+    /// The local log's last cursor as far as this shipper has read it.
     pub fn log_end(&self) -> u64 {
         self.position
             .as_ref()
@@ -436,7 +436,10 @@ impl Shipper {
             }
             let bytes = blobs.get(&hash).map_err(|e| ShipError::Damaged {
                 cursor: batch.rows.first().map_or(0, |r| r.cursor as u64),
-                detail: format!("blob {} named by an event: {e}", hex(&hash)),
+                detail: format!(
+                    "blob {} named by an event: {e}",
+                    planb_core::ContentHash(hash).to_hex()
+                ),
             })?;
             batch.blobs.insert(hash, bytes);
         }
@@ -666,8 +669,4 @@ fn host_name() -> String {
         .ok()
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "unknown".into())
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -533,6 +533,43 @@ pub fn downstream_binary() -> std::path::PathBuf {
     path
 }
 
+/// A certificate authority made for one test and a certificate it signed
+/// for `127.0.0.1` and `localhost`; nothing but a client given `ca_pem`
+/// (`SSL_CERT_FILE`) trusts it.
+pub struct Authority {
+    /// The authority's certificate, PEM.
+    pub ca_pem: String,
+    /// The server's certificate.
+    pub certificate: rcgen::Certificate,
+    /// Its key.
+    pub key: rcgen::KeyPair,
+}
+
+impl Authority {
+    pub fn new() -> Authority {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, SanType};
+        let ca_key = KeyPair::generate().expect("ca key");
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("ca params");
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "planb test authority");
+        let ca = ca_params.self_signed(&ca_key).expect("ca");
+        let issuer = Issuer::new(ca_params, ca_key);
+        let key = KeyPair::generate().expect("key");
+        let mut params = CertificateParams::new(vec!["localhost".to_owned()]).expect("params");
+        params
+            .subject_alt_names
+            .push(SanType::IpAddress([127, 0, 0, 1].into()));
+        let certificate = params.signed_by(&key, &issuer).expect("certificate");
+        Authority {
+            ca_pem: ca.pem(),
+            certificate,
+            key,
+        }
+    }
+}
+
 /// A TLS front on a loopback port before a plain local server, as a
 /// reverse proxy would stand before it: each connection's TLS is
 /// terminated with a certificate for `127.0.0.1` and `localhost` from a
@@ -546,25 +583,15 @@ pub struct TlsFront {
 
 impl TlsFront {
     pub fn start(dir: &Path, backend: u16) -> TlsFront {
-        use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, SanType};
         use tokio_rustls::rustls;
 
-        let ca_key = KeyPair::generate().expect("ca key");
-        let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("ca params");
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "planb test authority");
-        let ca_cert = ca_params.self_signed(&ca_key).expect("ca");
-        let issuer = Issuer::new(ca_params, ca_key);
-        let leaf_key = KeyPair::generate().expect("leaf key");
-        let mut leaf_params = CertificateParams::new(vec!["localhost".to_owned()]).expect("leaf");
-        leaf_params
-            .subject_alt_names
-            .push(SanType::IpAddress([127, 0, 0, 1].into()));
-        let leaf = leaf_params.signed_by(&leaf_key, &issuer).expect("leaf");
+        let Authority {
+            ca_pem,
+            certificate: leaf,
+            key: leaf_key,
+        } = Authority::new();
         let ca = dir.join(format!("ca-{backend}.pem"));
-        std::fs::write(&ca, ca_cert.pem()).expect("ca file");
+        std::fs::write(&ca, ca_pem).expect("ca file");
 
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let config = rustls::ServerConfig::builder_with_provider(provider)
