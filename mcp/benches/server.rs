@@ -145,6 +145,17 @@ impl Server {
         reply["result"]["structuredContent"].clone()
     }
 
+    /// A new session titled `title`: its id.
+    fn new_session(&mut self, title: &str) -> String {
+        let created = self.call("init_planb_session", json!({"title": title}));
+        created
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("sessionId: "))
+            .expect("session")
+            .to_string()
+    }
+
     fn call(&mut self, tool: &str, arguments: Value) -> String {
         let reply = self.request("tools/call", json!({"name": tool, "arguments": arguments}));
         reply["result"]["content"][0]["text"]
@@ -315,13 +326,7 @@ fn history(raw_median: f64, plan: &str) {
     let empty = bench_root("server-empty");
     let mut server = Server::spawn(&empty);
     server.initialize();
-    let session = server.call("init_planb_session", json!({}));
-    let session = session
-        .lines()
-        .next()
-        .and_then(|l| l.strip_prefix("sessionId: "))
-        .expect("a session id")
-        .to_string();
+    let session = server.new_session("empty");
     drop(server);
     let (init, call) = starts(&empty, &session, 10, true);
     println!(
@@ -423,13 +428,7 @@ fn main() {
     let root = bench_root("server-hot");
     let mut server = Server::spawn(&root);
     server.initialize();
-    let created = server.call("init_planb_session", json!({"title": "bench"}));
-    let session = created
-        .lines()
-        .next()
-        .and_then(|l| l.strip_prefix("sessionId: "))
-        .expect("session")
-        .to_string();
+    let session = server.new_session("bench");
     std::thread::sleep(Duration::from_millis(300));
     let idle_kib = server.rss_kib();
     let mut saves: Vec<Duration> = (0..SAVES)
@@ -506,13 +505,7 @@ fn short_session_rss(ask: &Value, answers: &Value, plan: &str) {
     let root = bench_root("server-short");
     let mut server = Server::spawn(&root);
     server.initialize();
-    let created = server.call("init_planb_session", json!({"title": "short"}));
-    let session = created
-        .lines()
-        .next()
-        .and_then(|l| l.strip_prefix("sessionId: "))
-        .expect("session")
-        .to_string();
+    let session = server.new_session("short");
     for i in 0..20 {
         let text = server.call(
             "save_plan",
