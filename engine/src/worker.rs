@@ -1,37 +1,37 @@
 //! The worker: runs one run of a task to its end.
 //!
-//! `planb-mcp worker <task>` calls [`run`] in a detached process. The worker
-//! takes the task's run lock first and holds it for its whole life: that
-//! lock is how every other process tells a live run from a dead one, and
-//! why at most one run of a task is active across processes. A run still
-//! active when the lock is taken belonged to a worker that died: it is
-//! ended `failed`, `worker_error`, recoverable, before the new run starts.
+//! `planb-mcp worker <task>` calls [`run`] in a detached process. The run
+//! is hosted like every other (`host`: the task's run lock held for the
+//! worker's whole life, a run a dead worker left active ended `failed`,
+//! `worker_error`, recoverable, before the new run starts) and settled by
+//! the shared loop (`settle`), with a task's steps as its kind.
 //!
-//! The run settles the target's closure with `dag::Schedule`: a step whose
+//! The steps are the target's closure under `dag::Schedule`: a step whose
 //! recorded success ran on the inputs it would read now is kept; every
 //! other step runs once its needs are settled, at most `concurrency` at a
-//! time. Each step's start, success (artifact in the blob store first) and
-//! failure is recorded through the store before the next decision. The
-//! worker follows the log for a stop request; on one, or when no step has
-//! progressed for `inactivity`, in-flight calls are cancelled (a command
-//! backend's program is killed), their steps recorded failed, and the run
-//! ended `stopped` or `failed` (`inactivity_timeout`).
+//! time, and the first failure lets nothing more start. A model step asks
+//! the backend (again, saying why, while its answer is refused), a render
+//! step draws the report page, a tool step calls a downstream server. A
+//! success's artifact is stored before its end is recorded and its file
+//! written after; the folder is written whole when the run ends.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures_util::future::BoxFuture;
 use planb_core::dag::{Action, Decision, Pipeline, Schedule, StepId, Success};
 use planb_core::state::ContentHash;
 use planb_core::{
-    Command, EventBody, INLINE_BLOB_BYTES_MAX, Rejection, RunEndReason, RunId, RunOutcome,
-    RunState, StepStart, Task, TaskErrorCode, TaskId,
+    Command, INLINE_BLOB_BYTES_MAX, RunEndReason, RunId, RunOutcome, StepStart, Task, TaskId,
 };
-use planb_projections::{DataRoot, RunLock, RunLockError, Store, StoreError};
-use tokio::task::JoinSet;
+use planb_projections::{DataRoot, Store, StoreError};
 
 use crate::backend::{Backend, BackendError};
+pub use crate::host::WorkerError;
+use crate::host::{RunHost, blocking, hold_task, off_workers};
 use crate::pipelines;
+use crate::settle::{Cut, End, Launch, Next, Pace, Settled, StepKind, settle};
 
 /// How a worker runs.
 #[derive(Debug, Clone)]
@@ -92,43 +92,6 @@ impl Options {
             started: None,
             start: Start::Resume,
             report: None,
-        }
-    }
-}
-
-/// Why a worker could not run.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum WorkerError {
-    /// Another live worker runs the task.
-    #[error("RUN_ALREADY_ACTIVE: another worker runs task {0}")]
-    Busy(TaskId),
-    /// The store failed or refused.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// The task does not exist.
-    #[error("TASK_NOT_FOUND: no task {0}")]
-    NoTask(TaskId),
-    /// A run of the task began after this one was asked for.
-    #[error("RUN_ALREADY_ACTIVE: run {run} of task {task} started after this run was asked for")]
-    StartedMeanwhile {
-        /// The task.
-        task: TaskId,
-        /// The run that began meanwhile.
-        run: RunId,
-    },
-}
-
-impl From<RunLockError> for WorkerError {
-    fn from(error: RunLockError) -> WorkerError {
-        match error {
-            RunLockError::Held(task) => WorkerError::Busy(task),
-            RunLockError::Store(error) => WorkerError::Store(error),
-            other => WorkerError::Store(StoreError::Io {
-                op: "take the run lock",
-                path: String::new(),
-                source: std::io::Error::other(other.to_string()),
-            }),
         }
     }
 }
@@ -199,70 +162,18 @@ impl From<BackendError> for StepFailure {
     }
 }
 
-pub(crate) fn host() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "localhost".into())
-}
-
-/// Runs `f`, which may wait on the disk, off the async workers: on the
-/// blocking pool under a multi-thread runtime, inline on a current-thread
-/// one (see [`blocking`]).
-pub(crate) async fn off_workers<R: Send + 'static>(
-    f: impl FnOnce() -> R + Send + 'static,
-) -> Result<R, tokio::task::JoinError> {
-    if tokio::runtime::Handle::current().runtime_flavor()
-        == tokio::runtime::RuntimeFlavor::CurrentThread
-    {
-        return Ok(f());
-    }
-    tokio::task::spawn_blocking(f).await
-}
-
-/// Runs the store call `f` (which may sync to disk) off the async workers:
-/// on the blocking pool under a multi-thread runtime (whose workers serve
-/// other requests), inline on a current-thread one (the engine thread, a
-/// worker process, a command-line run), where the hand-off to the pool and
-/// back would cost more than the call and the caller waits for it anyway.
-pub(crate) async fn blocking<R: Send + 'static>(
-    f: impl FnOnce() -> Result<R, StoreError> + Send + 'static,
-) -> Result<R, StoreError> {
-    off_workers(f)
-        .await
-        .map_err(|e| StoreError::Interrupted(e.to_string()))?
-}
-
-/// How storing a step's artifact and recording its success went.
-enum Stored {
-    /// Both done; how many of the steps asked to start did (fewer when the
-    /// run is stopping).
-    Recorded(usize),
-    /// The blob could not be stored: the step fails, the run goes on.
-    BlobFailed(String),
-    /// The success could not be recorded: the run cannot go on.
-    Failed(StoreError),
-}
-
+/// A task's run being hosted, and the lines its run log gets.
 struct Runner {
-    store: Arc<Store>,
-    task: TaskId,
-    run: RunId,
+    host: RunHost,
     /// The run this one resumes, whose completed steps it reuses.
     resumed_from: Option<RunId>,
     log_lines: Vec<String>,
 }
 
 impl Runner {
-    async fn execute(&self, command: Command) -> Result<(), StoreError> {
-        let store = Arc::clone(&self.store);
-        blocking(move || store.execute(command).map(|_| ())).await
-    }
-
     fn note(&mut self, line: impl Into<String>) {
         let line: String = line.into();
-        tracing::info!("task {}: {line}", self.task);
+        tracing::info!("task {}: {line}", self.host.task);
         self.log_lines.push(
             line.chars()
                 .take(planb_core::state::tasks::RUN_LOG_LINE_CHARS_MAX)
@@ -277,138 +188,111 @@ impl Runner {
                 .len()
                 .min(planb_core::state::tasks::RUN_LOG_LINES_MAX);
             let lines: Vec<String> = self.log_lines.drain(..take).collect();
-            self.execute(Command::AppendRunLog {
-                task: self.task,
-                run: self.run,
-                lines,
-            })
-            .await?;
+            self.host
+                .execute(Command::AppendRunLog {
+                    task: self.host.task,
+                    run: self.host.run,
+                    lines,
+                })
+                .await?;
         }
         Ok(())
     }
 
-    async fn task(&self) -> Result<Task, StoreError> {
-        let store = Arc::clone(&self.store);
-        let id = self.task;
-        blocking(move || store.read(|s| s.task(&id).cloned()))
-            .await?
-            .ok_or_else(|| StoreError::Io {
-                op: "find the task",
-                path: id.to_string(),
-                source: std::io::Error::other("the task vanished"),
-            })
-    }
-
-    async fn end(
-        &mut self,
-        outcome: RunOutcome,
-        reason: Option<String>,
-        failed_step: Option<String>,
-        recoverable: bool,
-    ) -> Result<Ended, StoreError> {
-        let summary = match (&outcome, &reason) {
+    /// Ends the run: its log, then its folder (report, zip, run.log: whoever
+    /// sees the run ended finds its files), then the end itself.
+    async fn end(&mut self, end: RunEnd) -> Result<Ended, StoreError> {
+        let RunEnd {
+            outcome,
+            reason,
+            failed_step,
+            recoverable,
+        } = end;
+        let reason = reason.map(|r| r.to_wire());
+        self.note(match (&outcome, &reason) {
             (RunOutcome::Completed, _) => "run completed".to_owned(),
             (RunOutcome::Stopped, _) => "run stopped on request".to_owned(),
             (RunOutcome::Failed, Some(reason)) => format!("run failed: {reason}"),
             (RunOutcome::Failed, None) => "run failed".to_owned(),
-        };
-        self.note(summary);
+        });
         self.flush_log().await?;
-        // The folder (report, zip, run.log) is complete before the end is
-        // recorded, so whoever sees the run ended finds its files.
-        if let Ok(task) = self.task().await
-            && let Ok(pipeline) = pipelines::resolve(self.store.root(), &task.pipeline)
-        {
-            let root = self.store.root().clone();
-            let written =
-                off_workers(move || crate::task_files::project(&root, &pipeline, &task, true))
-                    .await;
-            if let Ok(Err(error)) = written {
-                tracing::warn!("task {}: files not written: {error}", self.task);
-            }
-        }
-        self.execute(Command::EndRun {
-            task: self.task,
-            run: self.run,
-            outcome,
-            reason: reason.clone(),
-            failed_step,
-            recoverable,
-        })
-        .await?;
+        self.project_files().await;
+        self.host
+            .execute(Command::EndRun {
+                task: self.host.task,
+                run: self.host.run,
+                outcome,
+                reason: reason.clone(),
+                failed_step,
+                recoverable,
+            })
+            .await?;
         // A failed run's folder also says why (`run_error.json`), which
         // only the recorded end tells.
         if outcome == RunOutcome::Failed
-            && let Ok(task) = self.task().await
+            && let Ok(Some(task)) = self.host.task().await
         {
-            crate::task_files::project_ended(self.store.root().clone(), task).await;
+            crate::task_files::project_ended(self.host.store.root().clone(), task).await;
         }
         Ok(Ended {
-            run: self.run,
+            run: self.host.run,
             outcome,
             reason,
         })
     }
-}
 
-/// How long a worker keeps trying for a run lock another process holds:
-/// a liveness check (`worker_alive`) holds it for an instant.
-const LOCK_PATIENCE: Duration = Duration::from_secs(2);
-
-pub(crate) async fn take_run_lock(root: &DataRoot, task: TaskId) -> Result<RunLock, WorkerError> {
-    let started = Instant::now();
-    loop {
-        let root = root.clone();
-        // A try: a lock held elsewhere is `Held` at once.
-        let taken = off_workers(move || RunLock::acquire(&root, &task))
-            .await
-            .map_err(|e| StoreError::Interrupted(format!("taking the run lock of {task}: {e}")))?;
-        match taken {
-            Ok(lock) => return Ok(lock),
-            Err(RunLockError::Held(_)) if started.elapsed() < LOCK_PATIENCE => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Err(error) => return Err(error.into()),
+    /// Writes the task's folder whole.
+    async fn project_files(&self) {
+        let Ok(Some(task)) = self.host.task().await else {
+            return;
+        };
+        let Ok(pipeline) = pipelines::resolve(self.host.store.root(), &task.pipeline) else {
+            return;
+        };
+        let root = self.host.store.root().clone();
+        let written =
+            off_workers(move || crate::task_files::project(&root, &pipeline, &task, true)).await;
+        if let Ok(Err(error)) = written {
+            tracing::warn!("task {}: files not written: {error}", self.host.task);
         }
     }
 }
 
-/// Takes `task`'s run lock, ends the run still active (it lost its process:
-/// this one holds the lock now) and reads the task as recorded: how a task
-/// worker and a plan's runner begin.
-pub(crate) async fn hold_task(
-    store: &Arc<Store>,
-    task: TaskId,
-) -> Result<(RunLock, Option<Task>), WorkerError> {
-    let lock = take_run_lock(store.root(), task).await?;
-    let held = Arc::clone(store);
-    let found = blocking(move || {
-        held.end_lost_run(task)?;
-        held.read(|s| s.task(&task).cloned())
-    })
-    .await?;
-    Ok((lock, found))
+/// How a task's run ends, as recorded.
+struct RunEnd {
+    outcome: RunOutcome,
+    reason: Option<RunEndReason>,
+    failed_step: Option<String>,
+    recoverable: bool,
 }
 
-/// Records a new run of `task`, owned by this process (under its run lock).
-pub(crate) async fn start_run(
-    store: &Arc<Store>,
-    task: TaskId,
-    resumed_from: Option<RunId>,
-    variables: Option<String>,
-) -> Result<RunId, StoreError> {
-    let run = RunId::from_uuid(store.env().event_id());
-    let start = Command::StartRun {
-        task,
-        run,
-        resumed_from,
-        owner_pid: std::process::id(),
-        host: host(),
-        variables,
-    };
-    let store = Arc::clone(store);
-    blocking(move || store.execute(start).map(|_| ())).await?;
-    Ok(run)
+impl RunEnd {
+    fn completed() -> RunEnd {
+        RunEnd {
+            outcome: RunOutcome::Completed,
+            reason: None,
+            failed_step: None,
+            recoverable: false,
+        }
+    }
+
+    fn stopped() -> RunEnd {
+        RunEnd {
+            outcome: RunOutcome::Stopped,
+            reason: None,
+            failed_step: None,
+            recoverable: true,
+        }
+    }
+
+    fn failed(reason: RunEndReason, recoverable: bool) -> RunEnd {
+        RunEnd {
+            outcome: RunOutcome::Failed,
+            reason: Some(reason),
+            failed_step: None,
+            recoverable,
+        }
+    }
 }
 
 /// Runs task `task` once, from its recorded state to an end. The run lock is
@@ -434,32 +318,27 @@ pub async fn run(store: Arc<Store>, task: TaskId, options: Options) -> Result<En
         Start::Resume => found.runs.last().map(|r| r.id),
         Start::Retry => None,
     };
-    let run_id = start_run(&store, task, resumed_from, None).await?;
+    let host = RunHost::start(&store, task, resumed_from, None).await?;
     if let Some(started) = &options.started {
-        let _ = started.set(run_id);
+        let _ = started.set(host.run);
     }
     let mut runner = Runner {
-        store: Arc::clone(&store),
-        task,
-        run: run_id,
+        host,
         resumed_from,
         log_lines: Vec::new(),
     };
     for line in edit_notes {
         runner.note(line);
     }
-    let ended = drive(&mut runner, &found, &options).await;
-    let ended = match ended {
+    let ended = match drive(&mut runner, &found, &options).await {
         Ok(ended) => ended,
         Err(error) => {
             // Record what can be recorded; a store that fails here is
             // reported by the next process as worker_error.
-            let reason = RunEndReason::WorkerError(Some(error.to_string())).to_wire();
-            let _ = runner
-                .end(RunOutcome::Failed, Some(reason), None, true)
-                .await;
+            let reason = RunEndReason::WorkerError(Some(error.to_string()));
+            let _ = runner.end(RunEnd::failed(reason, true)).await;
             drop(lock);
-            return Err(error.into());
+            return Err(error);
         }
     };
     drop(lock);
@@ -538,21 +417,79 @@ pub async fn record_hand_edits(store: &Arc<Store>, task: &Task) -> Result<Vec<St
     Ok(notes)
 }
 
-async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<Ended, StoreError> {
-    let pipeline = match pipelines::resolve(runner.store.root(), &task.pipeline) {
-        Ok(pipeline) => pipeline,
-        Err(problem) => {
-            runner.note(problem.clone());
-            return runner
-                .end(
-                    RunOutcome::Failed,
-                    Some(RunEndReason::PipelineError(problem.to_string()).to_wire()),
-                    None,
-                    true,
-                )
-                .await;
+/// Runs the task's run to an end and records it.
+async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<Ended, WorkerError> {
+    let prepared = match prepare(runner, task, options) {
+        Ok(prepared) => prepared,
+        Err(end) => return Ok(runner.end(end).await?),
+    };
+    let pipeline = Arc::clone(&prepared.launcher.pipeline);
+    let Some(schedule) = Schedule::new(&pipeline, &prepared.context, &prepared.target) else {
+        let end = RunEnd::failed(RunEndReason::InvalidTarget(None), false);
+        return Ok(runner.end(end).await?);
+    };
+    let retry = if runner.resumed_from.is_none() && !task.runs.is_empty() {
+        ", a retry from the first step"
+    } else {
+        ""
+    };
+    runner.note(format!(
+        "run started: {} of pipeline {} toward {} ({} steps, speed {}{retry})",
+        runner.host.run,
+        pipeline.name(),
+        prepared.target,
+        schedule.steps().len(),
+        task.speed
+    ));
+    runner.flush_log().await?;
+    let pace = Pace {
+        concurrency: options.concurrency,
+        poll: options.poll,
+        inactivity: Some(options.inactivity),
+    };
+    let host = runner.host.clone();
+    let mut steps = TaskSteps {
+        runner: &mut *runner,
+        prepared: &prepared,
+        schedule,
+        settled: BTreeMap::new(),
+        running: BTreeSet::new(),
+        failed: None,
+        to_write: Vec::new(),
+    };
+    let settled = settle(&host, &mut steps, pace).await?;
+    let end = match settled {
+        Settled::Completed => RunEnd::completed(),
+        Settled::Stopped => RunEnd::stopped(),
+        Settled::Inactive => RunEnd::failed(RunEndReason::InactivityTimeout, true),
+        Settled::Failed(end) => end,
+        Settled::EndedElsewhere(_) => {
+            return Ok(Ended {
+                run: runner.host.run,
+                outcome: RunOutcome::Failed,
+                reason: Some("the run was ended by another process".into()),
+            });
         }
     };
+    Ok(runner.end(end).await?)
+}
+
+/// What a task's run settles, read before its first step.
+struct Prepared {
+    launcher: Arc<Launcher>,
+    /// The run's context (what every step's input includes).
+    context: Vec<u8>,
+    target: StepId,
+    /// The successes of the runs this one resumes, by step.
+    recorded: BTreeMap<StepId, Success>,
+}
+
+/// Reads the task's pipeline and target; the run's end when they cannot be.
+fn prepare(runner: &mut Runner, task: &Task, options: &Options) -> Result<Prepared, RunEnd> {
+    let pipeline = pipelines::resolve(runner.host.store.root(), &task.pipeline).map_err(|p| {
+        runner.note(p.clone());
+        RunEnd::failed(RunEndReason::PipelineError(p.to_string()), true)
+    })?;
     if pipeline.version() != task.pipeline_version {
         runner.note(format!(
             "pipeline {} is now version {} (the task was created with version {}): steps whose definition changed run again",
@@ -561,415 +498,262 @@ async fn drive(runner: &mut Runner, task: &Task, options: &Options) -> Result<En
             task.pipeline_version
         ));
     }
-    let target = match pipelines::run_target(&pipeline, task) {
-        Ok(target) => target,
-        Err(problem) => {
-            runner.note(problem.to_string());
-            return runner
-                .end(
-                    RunOutcome::Failed,
-                    Some(RunEndReason::InvalidTarget(Some(problem.to_string())).to_wire()),
-                    None,
-                    false,
-                )
-                .await;
-        }
-    };
-    let pipeline = Arc::new(pipeline);
-    let context = pipelines::context(task);
-    let Some(schedule) = Schedule::new(&pipeline, &context, &target) else {
-        return runner
-            .end(
-                RunOutcome::Failed,
-                Some(RunEndReason::InvalidTarget(None).to_wire()),
-                None,
-                false,
-            )
-            .await;
-    };
-    let recorded: BTreeMap<StepId, Success> = task
+    let target = pipelines::run_target(&pipeline, task).map_err(|p| {
+        runner.note(p.to_string());
+        RunEnd::failed(RunEndReason::InvalidTarget(Some(p.to_string())), false)
+    })?;
+    let recorded = task
         .resumable_successes(runner.resumed_from)
         .iter()
         .filter_map(|(id, s)| {
-            Some((
-                StepId::parse(id).ok()?,
-                Success {
-                    input: ContentHash(s.input),
-                    artifact: ContentHash(s.artifact),
-                },
-            ))
+            let success = Success {
+                input: ContentHash(s.input),
+                artifact: ContentHash(s.artifact),
+            };
+            Some((StepId::parse(id).ok()?, success))
         })
         .collect();
-    let titles: Arc<BTreeMap<StepId, String>> = Arc::new(
-        pipeline
-            .steps()
-            .iter()
-            .map(|s| (s.id.clone(), s.title.clone()))
-            .collect(),
-    );
-    let task = Arc::new(task.clone());
-    let retry = if runner.resumed_from.is_none() && !task.runs.is_empty() {
-        ", a retry from the first step"
-    } else {
-        ""
-    };
-    runner.note(format!(
-        "run started: {} of pipeline {} toward {} ({} steps, speed {}{retry})",
-        runner.run,
-        pipeline.name(),
-        target,
-        schedule.steps().len(),
-        task.speed
-    ));
-    runner.flush_log().await?;
-
+    let titles = pipeline
+        .steps()
+        .iter()
+        .map(|s| (s.id.clone(), s.title.clone()))
+        .collect();
     let launcher = Arc::new(Launcher {
-        root: runner.store.root().clone(),
-        pipeline: Arc::clone(&pipeline),
-        task: Arc::clone(&task),
-        titles: Arc::clone(&titles),
+        root: runner.host.store.root().clone(),
+        pipeline: Arc::new(pipeline),
+        task: Arc::new(task.clone()),
+        titles: Arc::new(titles),
         backend: options.backend.clone(),
         timeout: options.step_timeout,
         servers: options.servers.clone(),
         report: options.report,
         made: Mutex::default(),
     });
-    let mut settled: BTreeMap<StepId, ContentHash> = BTreeMap::new();
-    let mut running: BTreeSet<StepId> = BTreeSet::new();
-    let mut in_flight: JoinSet<StepResult> = JoinSet::new();
-    let mut failed: Option<(String, String, bool)> = None;
-    let mut last_progress = Instant::now();
-    let mut last_poll = Instant::now();
-    // Set when a step start was refused because the run is stopping: the
-    // stop is handled at once instead of as a store failure.
-    let mut stop_seen = false;
-    loop {
-        // Check for a stop request (another process's event).
-        if stop_seen || last_poll.elapsed() >= options.poll || in_flight.is_empty() {
-            stop_seen = false;
-            last_poll = Instant::now();
-            let store = Arc::clone(&runner.store);
-            let (task_id, run_id) = (runner.task, runner.run);
-            let state = blocking(move || {
-                store.read(|s| {
-                    s.task(&task_id)
-                        .and_then(|t| t.runs.iter().find(|r| r.id == run_id))
-                        .map(|r| r.state)
-                })
+    Ok(Prepared {
+        launcher,
+        context: pipelines::context(task),
+        target,
+        recorded,
+    })
+}
+
+/// A task's steps as the settle loop runs them: the schedule decides what
+/// is ready, the launcher does each step's work.
+struct TaskSteps<'r> {
+    runner: &'r mut Runner,
+    prepared: &'r Prepared,
+    schedule: Schedule<'r>,
+    /// Each settled step's artifact.
+    settled: BTreeMap<StepId, ContentHash>,
+    running: BTreeSet<StepId>,
+    /// The first step that failed: nothing more starts.
+    failed: Option<RunEnd>,
+    /// Artifacts recorded whose file is written once their end is.
+    to_write: Vec<(StepId, Vec<u8>)>,
+}
+
+impl StepKind for TaskSteps<'_> {
+    type Work = Job;
+    type Done = StepResult;
+    type Failure = RunEnd;
+
+    async fn next(&mut self, room: usize, idle: bool) -> Result<Next<Job, RunEnd>, StoreError> {
+        if self.failed.is_some() {
+            return Ok(match idle {
+                true => Next::Settle(Settled::Failed(self.failed.take().expect("failed"))),
+                false => Next::Start(Vec::new()),
+            });
+        }
+        let recorded = &self.prepared.recorded;
+        let starts = ready(
+            &self.schedule,
+            &mut self.settled,
+            recorded,
+            &self.running,
+            room,
+        );
+        if starts.is_empty() && idle {
+            return Ok(Next::Settle(self.settle_idle()));
+        }
+        let launches = starts
+            .into_iter()
+            .map(|(step, input)| {
+                self.running.insert(step.clone());
+                let work = self
+                    .prepared
+                    .launcher
+                    .job(step.clone(), input, &self.settled);
+                let start = StepStart {
+                    step: step.as_str().to_owned(),
+                    input: input.0,
+                    call: None,
+                };
+                Launch {
+                    start,
+                    blob: None,
+                    work,
+                }
             })
-            .await?;
-            match state {
-                Some(RunState::Running) => {}
-                Some(RunState::Stopping) => {
-                    cancel(
-                        runner,
-                        &mut in_flight,
-                        &mut running,
-                        "cancelled",
-                        "the run was stopped",
-                    )
-                    .await?;
-                    return runner.end(RunOutcome::Stopped, None, None, true).await;
-                }
-                // Ended by someone else (it should not be): nothing more to record.
-                _ => {
-                    in_flight.abort_all();
-                    return Ok(Ended {
-                        run: runner.run,
-                        outcome: RunOutcome::Failed,
-                        reason: Some("the run was ended by another process".into()),
-                    });
-                }
-            }
-        }
-        if last_progress.elapsed() >= options.inactivity {
-            let message = format!(
-                "no step progressed for {} s",
-                options.inactivity.as_secs_f64()
-            );
-            cancel(
-                runner,
-                &mut in_flight,
-                &mut running,
-                "inactivity_timeout",
-                &message,
-            )
-            .await?;
-            return runner
-                .end(
-                    RunOutcome::Failed,
-                    Some(RunEndReason::InactivityTimeout.to_wire()),
-                    None,
-                    true,
-                )
-                .await;
-        }
-        // Start what is ready, unless a step failed.
-        if failed.is_none() {
-            let limit = options.concurrency.max(1).saturating_sub(running.len());
-            for (step, input) in ready(&schedule, &mut settled, &recorded, &running, limit) {
-                let started = runner
-                    .execute(Command::StartStep {
-                        task: runner.task,
-                        run: runner.run,
-                        step: step.as_str().to_owned(),
-                        input: input.0,
-                        call: None,
-                    })
-                    .await;
-                match started {
-                    Ok(()) => {}
-                    Err(StoreError::Rejected(Rejection::Task {
-                        code: TaskErrorCode::RunNotActive,
-                        ..
-                    })) => {
-                        stop_seen = true;
-                        break;
-                    }
-                    Err(error) => return Err(error),
-                }
-                last_progress = Instant::now();
-                running.insert(step.clone());
-                in_flight.spawn(launcher.job(step, input, &settled).perform());
-            }
-        }
-        if stop_seen {
-            continue;
-        }
-        if in_flight.is_empty() {
-            if let Some((step, class, recoverable)) = failed {
-                return runner
-                    .end(
-                        RunOutcome::Failed,
-                        Some(RunEndReason::Step(class).to_wire()),
-                        Some(step),
-                        recoverable,
-                    )
-                    .await;
-            }
-            if schedule.steps().iter().all(|s| settled.contains_key(s)) {
-                return runner.end(RunOutcome::Completed, None, None, false).await;
-            }
-            // Nothing runs and nothing is ready: cannot happen in a DAG.
-            return runner
-                .end(
-                    RunOutcome::Failed,
-                    Some(RunEndReason::WorkerError(Some("no step is ready".into())).to_wire()),
-                    None,
-                    true,
-                )
-                .await;
-        }
-        let wait = options
-            .poll
-            .min(options.inactivity.saturating_sub(last_progress.elapsed()));
-        let joined = tokio::select! {
-            joined = in_flight.join_next() => joined,
-            () = tokio::time::sleep(wait) => None,
-        };
-        let Some(joined) = joined else {
-            continue;
-        };
-        let result = match joined {
-            Ok(result) => result,
-            Err(error) => {
-                // A step's task panicked: the run cannot know which step.
-                return Err(StoreError::Io {
-                    op: "run a step",
-                    path: String::new(),
-                    source: std::io::Error::other(error.to_string()),
-                });
-            }
-        };
-        running.remove(&result.step);
-        last_progress = Instant::now();
-        match result.outcome {
-            Ok(produced) => {
-                for (n, reason) in produced.refusals.iter().enumerate() {
-                    runner.note(format!(
-                        "step {}: answer {} refused ({reason}); asked again",
-                        result.step,
-                        n + 1
-                    ));
-                }
-                // The steps this success lets start are recorded with it, in
-                // one append; the artifact is stored (synced) first and the
-                // step's file written after, all in one trip to the blocking
-                // pool.
-                let artifact = ContentHash::of_bytes(&produced.bytes);
-                settled.insert(result.step.clone(), artifact);
-                let starts = if failed.is_none() {
-                    let limit = options.concurrency.max(1).saturating_sub(running.len());
-                    ready(&schedule, &mut settled, &recorded, &running, limit)
-                } else {
-                    Vec::new()
-                };
-                let command = Command::SettleAndStart {
-                    task: runner.task,
-                    run: runner.run,
-                    ends: vec![Command::SucceedStep {
-                        task: runner.task,
-                        run: runner.run,
-                        step: result.step.as_str().to_owned(),
-                        input: result.input.0,
-                        artifact: artifact.0,
-                        bytes: produced.bytes.len() as u64,
-                        duration_ms: u64::try_from(produced.duration.as_millis())
-                            .unwrap_or(u64::MAX),
-                        tokens_in: produced.tokens_in.unwrap_or(0),
-                        tokens_out: produced.tokens_out.unwrap_or(0),
-                    }],
-                    starts: starts
-                        .iter()
-                        .map(|(step, input)| StepStart {
-                            step: step.as_str().to_owned(),
-                            input: input.0,
-                            call: None,
-                        })
-                        .collect(),
-                    inline: Vec::new(),
-                };
-                if produced.bytes.len() <= INLINE_BLOB_BYTES_MAX {
-                    launcher.remember(artifact.0, produced.bytes.clone());
-                }
-                let (store, pipeline, task, step, bytes) = (
-                    Arc::clone(&runner.store),
-                    Arc::clone(&pipeline),
-                    runner.task,
-                    result.step.clone(),
-                    produced.bytes,
-                );
-                let settled_step = off_workers(move || {
-                    // A small artifact goes in the log with the success (it
-                    // has no file); a large one is synced in the blob store
-                    // first.
-                    let mut command = command;
-                    let put = if bytes.len() <= INLINE_BLOB_BYTES_MAX {
-                        if let Command::SettleAndStart { inline, .. } = &mut command {
-                            inline.push(bytes.clone());
-                        }
-                        Ok(artifact.0)
-                    } else {
-                        store.root().blobs().put(&bytes)
-                    };
-                    match put {
-                        Ok(hash) if hash == artifact.0 => {}
-                        Ok(_) => {
-                            return Stored::BlobFailed("the blob store named it otherwise".into());
-                        }
-                        Err(error) => return Stored::BlobFailed(error.to_string()),
-                    }
-                    let started = match store.execute(command) {
-                        Ok(events) => events
-                            .iter()
-                            .filter(|e| matches!(e.event.body, EventBody::StepStarted { .. }))
-                            .count(),
-                        Err(error) => return Stored::Failed(error),
-                    };
-                    // Only the new file: the whole folder is written when the run ends.
-                    let root = store.root().clone();
-                    if let Err(error) =
-                        crate::task_files::write_artifact(&root, &pipeline, &task, &step, &bytes)
-                    {
-                        tracing::warn!("task {task}: files not written: {error}");
-                    }
-                    Stored::Recorded(started)
-                })
-                .await
-                .map_err(|error| StoreError::Io {
-                    op: "store an artifact",
-                    path: String::new(),
-                    source: std::io::Error::other(error.to_string()),
-                })?;
-                match settled_step {
-                    Stored::Recorded(started) => {
-                        if started < starts.len() {
-                            // The run is stopping: the starts were left out.
-                            stop_seen = true;
-                        } else {
-                            for (step, input) in starts {
-                                running.insert(step.clone());
-                                in_flight.spawn(launcher.job(step, input, &settled).perform());
-                            }
-                        }
-                    }
-                    Stored::Failed(error) => return Err(error),
-                    Stored::BlobFailed(error) => {
-                        settled.remove(&result.step);
-                        let message = format!("the artifact could not be stored: {error}");
-                        record_failure(runner, &result.step, "storage_error", &message, true)
-                            .await?;
-                        failed.get_or_insert((
-                            result.step.as_str().into(),
-                            "storage_error".into(),
-                            true,
-                        ));
-                        continue;
-                    }
-                }
-            }
+            .collect();
+        Ok(Next::Start(launches))
+    }
+
+    fn launch(work: Job) -> BoxFuture<'static, StepResult> {
+        Box::pin(work.perform())
+    }
+
+    fn step_of(done: &StepResult) -> &str {
+        done.step.as_str()
+    }
+
+    fn started(&mut self, _step: &str) {}
+
+    fn ended(&mut self, done: StepResult) -> End {
+        let step = done.step.clone();
+        self.running.remove(&step);
+        match done.outcome {
+            Ok(produced) => self.succeeded(step, done.input, produced),
             Err(failure) => {
-                runner.note(format!("step {} failed: {}", result.step, failure.message));
-                runner.flush_log().await?;
-                record_failure(
-                    runner,
-                    &result.step,
-                    &failure.class,
-                    &failure.message,
-                    failure.recoverable,
-                )
-                .await?;
-                failed.get_or_insert((
-                    result.step.as_str().into(),
-                    failure.class,
-                    failure.recoverable,
-                ));
+                self.runner
+                    .note(format!("step {step} failed: {}", failure.message));
+                let command =
+                    self.fail(&step, &failure.class, &failure.message, failure.recoverable);
+                End {
+                    command,
+                    blob: None,
+                }
             }
         }
     }
+
+    fn unstored(&mut self, step: &str, error: &StoreError) -> Command {
+        if let Ok(id) = StepId::parse(step) {
+            self.settled.remove(&id);
+        }
+        self.to_write.retain(|(id, _)| id.as_str() != step);
+        let message = format!("the artifact could not be stored: {error}");
+        let step = StepId::parse(step).unwrap_or_else(|_| self.prepared.target.clone());
+        self.fail(&step, "storage_error", &message, true)
+    }
+
+    fn cancelled(&mut self, step: &str, cut: Cut) -> Command {
+        let (class, message) = match cut {
+            Cut::Stopped => ("cancelled", "the run was stopped".to_owned()),
+            Cut::Inactive(limit) => (
+                "inactivity_timeout",
+                format!("no step progressed for {} s", limit.as_secs_f64()),
+            ),
+        };
+        self.runner
+            .note(format!("step {step} cancelled: {message}"));
+        failure(&self.runner.host, step, class, &message, true)
+    }
+
+    async fn recorded(&mut self) -> Result<(), StoreError> {
+        self.runner.flush_log().await?;
+        let written = std::mem::take(&mut self.to_write);
+        if written.is_empty() {
+            return Ok(());
+        }
+        let root = self.runner.host.store.root().clone();
+        let (pipeline, task) = (
+            Arc::clone(&self.prepared.launcher.pipeline),
+            self.runner.host.task,
+        );
+        // Only the new files: the whole folder is written when the run ends.
+        let _ = off_workers(move || {
+            for (step, bytes) in written {
+                if let Err(error) =
+                    crate::task_files::write_artifact(&root, &pipeline, &task, &step, &bytes)
+                {
+                    tracing::warn!("task {task}: files not written: {error}");
+                }
+            }
+        })
+        .await;
+        Ok(())
+    }
 }
 
-async fn record_failure(
-    runner: &Runner,
-    step: &StepId,
-    class: &str,
-    message: &str,
-    recoverable: bool,
-) -> Result<(), StoreError> {
-    let message: String = message
-        .chars()
-        .take(planb_core::state::tasks::STEP_MESSAGE_CHARS_MAX)
-        .collect();
-    runner
-        .execute(Command::FailStep {
-            task: runner.task,
-            run: runner.run,
+impl TaskSteps<'_> {
+    /// How the run settles when nothing runs and nothing is ready.
+    fn settle_idle(&self) -> Settled<RunEnd> {
+        if self
+            .schedule
+            .steps()
+            .iter()
+            .all(|s| self.settled.contains_key(s))
+        {
+            return Settled::Completed;
+        }
+        // Cannot happen in a DAG.
+        let stuck = RunEndReason::WorkerError(Some("no step is ready".into()));
+        Settled::Failed(RunEnd::failed(stuck, true))
+    }
+
+    /// A step's success: its artifact settles it (the steps it lets start
+    /// are asked for with its end recorded).
+    fn succeeded(&mut self, step: StepId, input: ContentHash, produced: Produced) -> End {
+        for (n, reason) in produced.refusals.iter().enumerate() {
+            self.runner.note(format!(
+                "step {step}: answer {} refused ({reason}); asked again",
+                n + 1
+            ));
+        }
+        let artifact = ContentHash::of_bytes(&produced.bytes);
+        self.settled.insert(step.clone(), artifact);
+        if produced.bytes.len() <= INLINE_BLOB_BYTES_MAX {
+            let launcher = &self.prepared.launcher;
+            launcher.remember(artifact.0, produced.bytes.clone());
+        }
+        self.to_write.push((step.clone(), produced.bytes.clone()));
+        let command = Command::SucceedStep {
+            task: self.runner.host.task,
+            run: self.runner.host.run,
             step: step.as_str().to_owned(),
-            class: class.to_owned(),
+            input: input.0,
+            artifact: artifact.0,
+            bytes: produced.bytes.len() as u64,
+            duration_ms: u64::try_from(produced.duration.as_millis()).unwrap_or(u64::MAX),
+            tokens_in: produced.tokens_in.unwrap_or(0),
+            tokens_out: produced.tokens_out.unwrap_or(0),
+        };
+        End {
+            command,
+            blob: Some(produced.bytes),
+        }
+    }
+
+    /// A step's failure, the first of which ends the run once nothing runs.
+    fn fail(&mut self, step: &StepId, class: &str, message: &str, recoverable: bool) -> Command {
+        self.failed.get_or_insert(RunEnd {
+            outcome: RunOutcome::Failed,
+            reason: Some(RunEndReason::Step(class.to_owned())),
+            failed_step: Some(step.as_str().to_owned()),
+            recoverable,
+        });
+        failure(
+            &self.runner.host,
+            step.as_str(),
+            class,
             message,
             recoverable,
-        })
-        .await
-}
-
-/// Cancels every in-flight step and records each as failed with `class`.
-async fn cancel(
-    runner: &mut Runner,
-    in_flight: &mut JoinSet<StepResult>,
-    running: &mut BTreeSet<StepId>,
-    class: &str,
-    message: &str,
-) -> Result<(), StoreError> {
-    in_flight.abort_all();
-    while in_flight.join_next().await.is_some() {}
-    for step in std::mem::take(running) {
-        runner.note(format!("step {step} cancelled: {message}"));
-        record_failure(runner, &step, class, message, true).await?;
+        )
     }
-    Ok(())
 }
 
-/// One step's work, away from the run loop.
+/// A step's failure as recorded, its message clipped.
+fn failure(host: &RunHost, step: &str, class: &str, message: &str, recoverable: bool) -> Command {
+    Command::FailStep {
+        task: host.task,
+        run: host.run,
+        step: step.to_owned(),
+        class: class.to_owned(),
+        message: planb_core::text::clip(message, planb_core::state::tasks::STEP_MESSAGE_CHARS_MAX),
+        recoverable,
+    }
+}
+
 /// The steps ready to start now, at most `limit`, in the schedule's order;
 /// steps whose recorded artifact still holds are settled on the way.
 fn ready(
@@ -1106,162 +890,182 @@ impl Job {
             });
         };
         let inputs = self.read_inputs()?;
-        let started = Instant::now();
         match &def.action {
             Action::Model { prompt, answer } => {
                 let first =
                     pipelines::fill(prompt, &self.shared.task, def, &self.shared.titles, &inputs);
-                let deadline = started + self.shared.timeout;
-                let mut text = first.clone();
-                let mut produced = Produced {
-                    bytes: Vec::new(),
-                    duration: Duration::ZERO,
-                    tokens_in: None,
-                    tokens_out: None,
-                    refusals: Vec::new(),
-                };
-                let add = |sum: Option<u64>, more: Option<u64>| match (sum, more) {
-                    (None, None) => None,
-                    (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
-                };
-                loop {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        return Err(BackendError::Timeout(self.shared.timeout).into());
-                    }
-                    let reply = self.shared.backend.ask(&text, left).await?;
-                    produced.duration += reply.duration;
-                    produced.tokens_in = add(produced.tokens_in, reply.tokens_in);
-                    produced.tokens_out = add(produced.tokens_out, reply.tokens_out);
-                    match checked_answer(answer.as_deref(), &reply.text) {
-                        Ok(kept) => {
-                            produced.bytes = kept.into_bytes();
-                            return Ok(produced);
-                        }
-                        Err(reason) if produced.refusals.len() + 1 >= ANSWER_ATTEMPTS => {
-                            return Err(StepFailure {
-                                class: "model_answer_invalid".into(),
-                                message: format!(
-                                    "the model's answer was refused {ANSWER_ATTEMPTS} times; the last time: {reason}"
-                                ),
-                                recoverable: true,
-                            });
-                        }
-                        Err(reason) => {
-                            text = format!(
-                                "{first}\n\nYour previous answer was refused: {reason}. \
-                                 Answer again, following the instructions exactly."
-                            );
-                            produced.refusals.push(reason);
-                        }
-                    }
-                }
+                self.model(first, answer.as_deref()).await
             }
-            Action::Render { what } if what == "report" => {
-                let sections: Vec<planb_core::report::Section<'_>> = def
-                    .needs
-                    .iter()
-                    .filter_map(|need| {
-                        Some(planb_core::report::Section {
-                            id: need.as_str(),
-                            title: self
-                                .shared
-                                .titles
-                                .get(need)
-                                .map_or(need.as_str(), String::as_str),
-                            text: inputs.get(need)?,
-                        })
-                    })
-                    .collect();
-                let Some(render) = self.shared.report else {
-                    return Err(StepFailure {
-                        class: "unsupported".into(),
-                        message: "this process has no report renderer".into(),
-                        recoverable: false,
-                    });
-                };
-                let title = format!("Plan: {}", first_line(&self.shared.task.prompt));
-                let html = render(
-                    &title,
-                    &self.shared.task.prompt,
-                    &self.shared.task.created_at.to_iso8601(),
-                    &sections,
-                );
-                Ok(Produced {
-                    bytes: html.into_bytes(),
-                    duration: started.elapsed(),
-                    tokens_in: None,
-                    tokens_out: None,
-                    refusals: Vec::new(),
-                })
-            }
+            Action::Render { what } if what == "report" => self.report(def, &inputs),
             Action::Render { what } => Err(StepFailure {
                 class: "unsupported".into(),
                 message: format!("no renderer {what:?}"),
                 recoverable: false,
             }),
-            Action::Tool { server, tool, args } => {
-                let Some(servers) = &self.shared.servers else {
-                    return Err(StepFailure {
-                        class: "server_start".into(),
-                        message: format!(
-                            "step {} calls {server}__{tool}, but no downstream servers are configured (the servers file, PLANB_SERVERS)",
-                            self.step
-                        ),
-                        recoverable: true,
-                    });
-                };
-                let args: serde_json::Map<String, serde_json::Value> =
-                    serde_json::from_str(args).unwrap_or_default();
-                // `${need}` is that need's artifact: its JSON when it is
-                // JSON, else its text.
-                let variables: serde_json::Map<String, serde_json::Value> = inputs
-                    .iter()
-                    .map(|(id, text)| {
-                        let value = serde_json::from_str(text)
-                            .unwrap_or_else(|_| serde_json::Value::String(text.clone()));
-                        (id.as_str().to_owned(), value)
-                    })
-                    .collect();
-                let args = planb_core::exec_plan::resolve_args(&args, &variables);
-                let answer = servers
-                    .call(server, tool, args, self.shared.timeout)
-                    .await
-                    .map_err(|e| StepFailure {
-                        class: e.class.into(),
-                        message: e.message,
-                        recoverable: true,
-                    })?;
-                let value = answer.value().map_err(|message| StepFailure {
-                    class: "tool_error".into(),
-                    message: format!("{server}__{tool}: {message}"),
-                    recoverable: true,
-                })?;
-                let bytes = match value {
-                    serde_json::Value::String(text) => text.into_bytes(),
-                    other => serde_json::to_vec_pretty(&other).unwrap_or_default(),
-                };
-                if bytes.is_empty() {
-                    return Err(StepFailure {
-                        class: "tool_error".into(),
-                        message: format!("{server}__{tool} returned nothing"),
-                        recoverable: true,
-                    });
-                }
-                Ok(Produced {
-                    bytes,
-                    duration: started.elapsed(),
-                    tokens_in: None,
-                    tokens_out: None,
-                    refusals: Vec::new(),
-                })
-            }
+            Action::Tool { server, tool, args } => self.tool(server, tool, args, &inputs).await,
             _ => Err(StepFailure {
                 class: "unsupported".into(),
                 message: "this kind of step is not run yet".into(),
                 recoverable: false,
             }),
         }
+    }
+
+    /// Asks the model `first`, and again (saying why) while its answer is
+    /// refused, up to [`ANSWER_ATTEMPTS`] answers within the step's time.
+    async fn model(&self, first: String, answer: Option<&str>) -> Result<Produced, StepFailure> {
+        let deadline = Instant::now() + self.shared.timeout;
+        let mut text = first.clone();
+        let mut produced = Produced {
+            bytes: Vec::new(),
+            duration: Duration::ZERO,
+            tokens_in: None,
+            tokens_out: None,
+            refusals: Vec::new(),
+        };
+        let add = |sum: Option<u64>, more: Option<u64>| match (sum, more) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
+        };
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(BackendError::Timeout(self.shared.timeout).into());
+            }
+            let reply = self.shared.backend.ask(&text, left).await?;
+            produced.duration += reply.duration;
+            produced.tokens_in = add(produced.tokens_in, reply.tokens_in);
+            produced.tokens_out = add(produced.tokens_out, reply.tokens_out);
+            let reason = match checked_answer(answer, &reply.text) {
+                Ok(kept) => {
+                    produced.bytes = kept.into_bytes();
+                    return Ok(produced);
+                }
+                Err(reason) => reason,
+            };
+            if produced.refusals.len() + 1 >= ANSWER_ATTEMPTS {
+                return Err(StepFailure {
+                    class: "model_answer_invalid".into(),
+                    message: format!(
+                        "the model's answer was refused {ANSWER_ATTEMPTS} times; the last time: {reason}"
+                    ),
+                    recoverable: true,
+                });
+            }
+            text = format!(
+                "{first}\n\nYour previous answer was refused: {reason}. \
+                 Answer again, following the instructions exactly."
+            );
+            produced.refusals.push(reason);
+        }
+    }
+
+    /// Draws the report page from the step's needs.
+    fn report(
+        &self,
+        def: &planb_core::dag::StepDef,
+        inputs: &BTreeMap<StepId, String>,
+    ) -> Result<Produced, StepFailure> {
+        let started = Instant::now();
+        let sections: Vec<planb_core::report::Section<'_>> = def
+            .needs
+            .iter()
+            .filter_map(|need| {
+                Some(planb_core::report::Section {
+                    id: need.as_str(),
+                    title: self
+                        .shared
+                        .titles
+                        .get(need)
+                        .map_or(need.as_str(), String::as_str),
+                    text: inputs.get(need)?,
+                })
+            })
+            .collect();
+        let Some(render) = self.shared.report else {
+            return Err(StepFailure {
+                class: "unsupported".into(),
+                message: "this process has no report renderer".into(),
+                recoverable: false,
+            });
+        };
+        let task = &self.shared.task;
+        let title = format!("Plan: {}", first_line(&task.prompt));
+        let html = render(
+            &title,
+            &task.prompt,
+            &task.created_at.to_iso8601(),
+            &sections,
+        );
+        Ok(Produced {
+            bytes: html.into_bytes(),
+            duration: started.elapsed(),
+            tokens_in: None,
+            tokens_out: None,
+            refusals: Vec::new(),
+        })
+    }
+
+    /// Calls `server`'s `tool` with `args`, `${need}` resolved to that
+    /// need's artifact (its JSON when it is JSON, else its text).
+    async fn tool(
+        &self,
+        server: &str,
+        tool: &str,
+        args: &str,
+        inputs: &BTreeMap<StepId, String>,
+    ) -> Result<Produced, StepFailure> {
+        let started = Instant::now();
+        let Some(servers) = &self.shared.servers else {
+            return Err(StepFailure {
+                class: "server_start".into(),
+                message: format!(
+                    "step {} calls {server}__{tool}, but no downstream servers are configured (the servers file, PLANB_SERVERS)",
+                    self.step
+                ),
+                recoverable: true,
+            });
+        };
+        let args: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(args).unwrap_or_default();
+        let variables: serde_json::Map<String, serde_json::Value> = inputs
+            .iter()
+            .map(|(id, text)| {
+                let value = serde_json::from_str(text)
+                    .unwrap_or_else(|_| serde_json::Value::String(text.clone()));
+                (id.as_str().to_owned(), value)
+            })
+            .collect();
+        let args = planb_core::exec_plan::resolve_args(&args, &variables);
+        let failed = |class: &str, message: String| StepFailure {
+            class: class.into(),
+            message,
+            recoverable: true,
+        };
+        let answer = servers
+            .call(server, tool, args, self.shared.timeout)
+            .await
+            .map_err(|e| failed(e.class, e.message))?;
+        let value = answer
+            .value()
+            .map_err(|message| failed("tool_error", format!("{server}__{tool}: {message}")))?;
+        let bytes = match value {
+            serde_json::Value::String(text) => text.into_bytes(),
+            other => serde_json::to_vec_pretty(&other).unwrap_or_default(),
+        };
+        if bytes.is_empty() {
+            return Err(failed(
+                "tool_error",
+                format!("{server}__{tool} returned nothing"),
+            ));
+        }
+        Ok(Produced {
+            bytes,
+            duration: started.elapsed(),
+            tokens_in: None,
+            tokens_out: None,
+            refusals: Vec::new(),
+        })
     }
 }
 

@@ -486,15 +486,14 @@ fn execute(
     });
     let options = knobs.options()?;
     let outcome: PlanOutcome = runtime()?.block_on(async {
-        let run = plans::run_plan(
-            Arc::clone(store),
-            downstream,
-            task.id,
+        let request = plans::RunRequest {
+            task: task.id,
             variables,
             resume,
             options,
-            Some(progress),
-        );
+            progress: Some(progress),
+        };
+        let run = plans::run_plan(Arc::clone(store), downstream, request);
         tokio::pin!(run);
         let mut ticks = tokio::time::interval(crate::plan_progress::FRAME_INTERVAL);
         loop {

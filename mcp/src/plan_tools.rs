@@ -446,14 +446,17 @@ impl PlanbServer {
         let store = Arc::clone(store);
         let plan = Arc::clone(plan);
         let server = self.clone();
+        let request = plans::RunRequest {
+            task: id,
+            variables: request.variables,
+            resume: request.resume,
+            options: request.options,
+            progress: Some(tell),
+        };
         let run = planb_engine::runtime::spawn(plans::run_plan(
             Arc::clone(&store),
             downstream,
-            id,
-            request.variables,
-            request.resume,
-            request.options,
-            Some(tell),
+            request,
         ));
         tokio::spawn(async move {
             let value = match run.await {

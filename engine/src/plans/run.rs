@@ -10,22 +10,19 @@
 //! and calls again only the steps whose call, resolved now, differs from
 //! the one that succeeded.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_util::FutureExt;
-use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::future::BoxFuture;
 use planb_core::exec_plan::{ExecPlan, resolve_args};
-use planb_core::{
-    Command, ContentHash, EventBody, INLINE_BLOB_BYTES_MAX, INLINE_BLOBS_BYTES_MAX, Rejection,
-    RunEndReason, RunId, RunOutcome, RunState, StepStart, Task, TaskErrorCode, TaskId,
-};
+use planb_core::{Command, ContentHash, RunEndReason, RunId, RunOutcome, StepStart, Task, TaskId};
 use planb_projections::{Store, StoreError};
 use serde_json::{Map, Value, json};
 
 use super::servers::{Downstream, PlanTools, ToolInfo};
-use crate::worker::{WorkerError, blocking, hold_task, start_run};
+use crate::host::{RunHost, WorkerError, blob_error, blocking, hold_task};
+use crate::settle::{Cut, End, Launch, Next, Pace, Settled, StepKind, settle};
 
 /// Largest tool result kept, in bytes of JSON.
 pub const RESULT_BYTES_MAX: usize = 64 * 1024 * 1024;
@@ -339,6 +336,8 @@ pub fn dry_run(plan: &ExecPlan, plan_id: TaskId, call: &Map<String, Value>) -> P
     }
 }
 
+/// A step's call, resolved: the tool, its arguments, and the call's JSON
+/// (what its start names) and hash.
 struct Call {
     at: usize,
     tool: Arc<ToolInfo>,
@@ -356,129 +355,23 @@ struct Finished {
     outcome: Result<(Vec<u8>, [u8; 32]), &'static str>,
 }
 
-/// A step's end not recorded yet, and the blob it needs stored first.
-struct Unrecorded {
-    end: Command,
-    blob: Option<Vec<u8>>,
-    /// The report to tell once it is recorded (kept only when someone
-    /// listens).
-    tell: Option<StepReport>,
-}
-
 /// A step about to start: its start is recorded before its call is made.
 struct Starting {
+    shared: Arc<Shared>,
     call: Call,
     report: StepReport,
     guard: Option<String>,
 }
 
+/// What every call of a run shares.
 struct Shared {
-    store: Arc<Store>,
+    host: RunHost,
     downstream: Arc<Downstream>,
-    task: TaskId,
-    run: RunId,
     timeout: Duration,
     progress: Option<ProgressFn>,
 }
 
-fn blob_error(error: impl std::fmt::Display) -> StoreError {
-    StoreError::Io {
-        op: "store a blob",
-        path: String::new(),
-        source: std::io::Error::other(error.to_string()),
-    }
-}
-
 impl Shared {
-    async fn execute(&self, command: Command) -> Result<(), StoreError> {
-        let store = Arc::clone(&self.store);
-        blocking(move || store.execute(command).map(|_| ())).await
-    }
-
-    /// Records `ends` and `starts` in one append, with the blobs they name:
-    /// one durable write (and, off the engine thread, one trip to the
-    /// blocking pool). A small blob
-    /// goes in the log ahead of them (and has no file); a
-    /// large one is synced in the blob store first. Returns the steps whose
-    /// start was recorded: none of them while the run is stopping.
-    async fn record(
-        &self,
-        blobs: Vec<Vec<u8>>,
-        ends: Vec<Command>,
-        starts: Vec<StepStart>,
-    ) -> Result<Vec<String>, StoreError> {
-        if ends.is_empty() && starts.is_empty() {
-            return Ok(Vec::new());
-        }
-        let store = Arc::clone(&self.store);
-        let (task, run) = (self.task, self.run);
-        blocking(move || {
-            // Small blobs go in the log while one append can hold them (a
-            // wide batch's calls and results can add up to more): the rest
-            // are synced in the blob store first.
-            let mut inline = Vec::new();
-            let mut inlined = 0;
-            for bytes in blobs {
-                if bytes.len() <= INLINE_BLOB_BYTES_MAX
-                    && inlined + bytes.len() <= INLINE_BLOBS_BYTES_MAX
-                {
-                    inlined += bytes.len();
-                    inline.push(bytes);
-                } else {
-                    store.root().blobs().put(&bytes).map_err(blob_error)?;
-                }
-            }
-            let envelopes = store.execute(Command::SettleAndStart {
-                task,
-                run,
-                ends,
-                starts,
-                inline,
-            })?;
-            Ok(envelopes
-                .into_iter()
-                .filter_map(|e| match e.event.body {
-                    EventBody::StepStarted { step, .. } => Some(step),
-                    _ => None,
-                })
-                .collect())
-        })
-        .await
-    }
-
-    /// Records the ends in `unrecorded`, with `starting`'s starts after
-    /// them; tells each end recorded. Returns the starts recorded.
-    async fn settle(
-        &self,
-        unrecorded: &mut Vec<Unrecorded>,
-        starting: &mut [Starting],
-    ) -> Result<Vec<String>, StoreError> {
-        let mut blobs = Vec::new();
-        let mut ends = Vec::new();
-        let mut tell = Vec::new();
-        for one in unrecorded.drain(..) {
-            blobs.extend(one.blob);
-            ends.push(one.end);
-            tell.extend(one.tell);
-        }
-        let starts = starting
-            .iter_mut()
-            .map(|s| {
-                blobs.push(std::mem::take(&mut s.call.bytes));
-                StepStart {
-                    step: s.report.index.clone(),
-                    input: s.call.input.0,
-                    call: Some(s.call.input.0),
-                }
-            })
-            .collect();
-        let started = self.record(blobs, ends, starts).await?;
-        for report in tell {
-            self.tell(Progress::Ended(Box::new(report)));
-        }
-        Ok(started)
-    }
-
     fn tell(&self, progress: Progress) {
         if let Some(tell) = &self.progress {
             tell(&progress);
@@ -492,46 +385,10 @@ impl Shared {
         }
     }
 
-    /// The end of `finished` as it will be recorded, and its report.
-    fn unrecorded(&self, finished: Finished) -> (Unrecorded, StepReport) {
-        let Finished {
-            report,
-            input,
-            outcome,
-            ..
-        } = finished;
-        let (end, blob) = match outcome {
-            Ok((bytes, artifact)) => (
-                Command::SucceedStep {
-                    task: self.task,
-                    run: self.run,
-                    step: report.index.clone(),
-                    input,
-                    artifact,
-                    bytes: bytes.len() as u64,
-                    duration_ms: report.duration_ms,
-                    tokens_in: 0,
-                    tokens_out: 0,
-                },
-                Some(bytes),
-            ),
-            Err(class) => (
-                self.failure(
-                    &report.index,
-                    class,
-                    report.error.as_deref().unwrap_or_default(),
-                ),
-                None,
-            ),
-        };
-        let tell = self.progress.is_some().then(|| report.clone());
-        (Unrecorded { end, blob, tell }, report)
-    }
-
     fn failure(&self, index: &str, class: &str, message: &str) -> Command {
         Command::FailStep {
-            task: self.task,
-            run: self.run,
+            task: self.host.task,
+            run: self.host.run,
             step: index.to_owned(),
             class: class.to_owned(),
             message: planb_core::text::clip(
@@ -541,12 +398,44 @@ impl Shared {
             recoverable: true,
         }
     }
+
+    /// The end of a step's call as it will be recorded.
+    fn end_of(&self, report: &StepReport, input: [u8; 32], outcome: Outcome) -> End {
+        match outcome {
+            Ok((bytes, artifact)) => End {
+                command: Command::SucceedStep {
+                    task: self.host.task,
+                    run: self.host.run,
+                    step: report.index.clone(),
+                    input,
+                    artifact,
+                    bytes: bytes.len() as u64,
+                    duration_ms: report.duration_ms,
+                    tokens_in: 0,
+                    tokens_out: 0,
+                },
+                blob: Some(bytes),
+            },
+            Err(class) => End {
+                command: self.failure(
+                    &report.index,
+                    class,
+                    report.error.as_deref().unwrap_or_default(),
+                ),
+                blob: None,
+            },
+        }
+    }
 }
 
-/// Calls the step's tool (or not, when `guard` blocks it); its start is
-/// recorded already, its end is recorded by the caller.
-async fn perform(shared: Arc<Shared>, starting: Starting) -> Finished {
+/// A call's result as JSON with its hash, or its failure's class.
+type Outcome = Result<(Vec<u8>, [u8; 32]), &'static str>;
+
+/// Calls the step's tool (or not, when its guard blocks it); its start is
+/// recorded already, its end is recorded by the settle loop.
+async fn perform(starting: Starting) -> Finished {
     let Starting {
+        shared,
         call,
         mut report,
         guard,
@@ -554,7 +443,7 @@ async fn perform(shared: Arc<Shared>, starting: Starting) -> Finished {
     let started = Instant::now();
     let outcome = match guard {
         Some(reason) => Err(("guard_blocked", format!("Guard blocked: {reason}"))),
-        None => match shared
+        None => shared
             .downstream
             .call(
                 &call.tool.server,
@@ -563,27 +452,11 @@ async fn perform(shared: Arc<Shared>, starting: Starting) -> Finished {
                 shared.timeout,
             )
             .await
-        {
-            Ok(answer) => answer.value().map_err(|e| ("tool_error", e)),
-            Err(e) => Err((e.class, e.message)),
-        },
+            .map_err(|e| (e.class, e.message))
+            .and_then(|answer| answer.value().map_err(|e| ("tool_error", e))),
     };
     report.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    let outcome = outcome.and_then(|value| {
-        let bytes = serde_json::to_vec(&value).unwrap_or_default();
-        if bytes.len() > RESULT_BYTES_MAX {
-            Err((
-                "result_too_large",
-                format!(
-                    "the result is {} bytes of JSON; at most {RESULT_BYTES_MAX} are kept",
-                    bytes.len()
-                ),
-            ))
-        } else {
-            Ok((value, bytes))
-        }
-    });
-    let outcome = match outcome {
+    let outcome = match outcome.and_then(kept) {
         Ok((value, bytes)) => {
             report.success = true;
             report.result = Some(value);
@@ -601,6 +474,21 @@ async fn perform(shared: Arc<Shared>, starting: Starting) -> Finished {
         input: call.input.0,
         outcome,
     }
+}
+
+/// A result as kept, its JSON at most [`RESULT_BYTES_MAX`] bytes.
+fn kept(value: Value) -> Result<(Value, Vec<u8>), (&'static str, String)> {
+    let bytes = serde_json::to_vec(&value).unwrap_or_default();
+    if bytes.len() > RESULT_BYTES_MAX {
+        return Err((
+            "result_too_large",
+            format!(
+                "the result is {} bytes of JSON; at most {RESULT_BYTES_MAX} are kept",
+                bytes.len()
+            ),
+        ));
+    }
+    Ok((value, bytes))
 }
 
 /// The plan's latest run when a call looks, and whether it was active.
@@ -686,114 +574,160 @@ async fn step_tools(
     Ok((tools, silent))
 }
 
-/// Runs (or, with `resume`, resumes) the plan `task` to an end, holding its
-/// run lock. `variables` are the call-time variables; a resume without them
-/// uses those of the run it resumes.
-pub async fn run_plan(
-    store: Arc<Store>,
-    downstream: Arc<Downstream>,
-    task: TaskId,
-    variables: Option<Map<String, Value>>,
-    resume: bool,
-    options: RunOptions,
-    progress: Option<ProgressFn>,
-) -> Result<PlanOutcome, PlanRunError> {
-    let started = Instant::now();
-    let seen = latest_run(&store, task).await?;
-    let (lock, found, plan) = hold(&store, task).await?;
-    refuse_a_second_run(&found, seen)?;
+/// A run of a plan, as asked for.
+#[derive(Clone)]
+pub struct RunRequest {
+    /// The plan.
+    pub task: TaskId,
+    /// The call-time variables; a resume without them uses those of the
+    /// run it resumes.
+    pub variables: Option<Map<String, Value>>,
+    /// Resume the latest run (reusing what it completed) instead of
+    /// running afresh.
+    pub resume: bool,
+    /// How it runs.
+    pub options: RunOptions,
+    /// Told of each step's start and end.
+    pub progress: Option<ProgressFn>,
+}
+
+impl std::fmt::Debug for RunRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunRequest")
+            .field("task", &self.task)
+            .field("variables", &self.variables)
+            .field("resume", &self.resume)
+            .field("options", &self.options)
+            .field("progress", &self.progress.is_some())
+            .finish()
+    }
+}
+
+impl RunRequest {
+    /// A fresh run of `task` with default options, telling no one.
+    pub fn new(task: TaskId) -> RunRequest {
+        RunRequest {
+            task,
+            variables: None,
+            resume: false,
+            options: RunOptions::default(),
+            progress: None,
+        }
+    }
+}
+
+/// What a run starts from, read under the run lock.
+struct Begun {
+    plan: Arc<ExecPlan>,
+    tools: Vec<Arc<ToolInfo>>,
+    silent: Vec<String>,
+    call_vars: Map<String, Value>,
+    recorded: BTreeMap<String, planb_core::StepSuccess>,
+    resumed_from: Option<RunId>,
+    /// Steps the resumed run called with no success recorded.
+    in_flight: Vec<String>,
+}
+
+/// Checks the request against the plan as recorded (under its run lock)
+/// and reads what the run starts from.
+async fn begin(
+    downstream: &Downstream,
+    found: &Task,
+    plan: Arc<ExecPlan>,
+    request: &mut RunRequest,
+) -> Result<Begun, PlanRunError> {
     let previous = found.runs.last();
-    if resume && previous.is_none() {
+    if request.resume && previous.is_none() {
         return Err(PlanRunError::Invalid(format!(
-            "plan {task} has not run yet: nothing to resume (run it)"
+            "plan {} has not run yet: nothing to resume (run it)",
+            request.task
         )));
     }
-    options.guards.check(&plan).map_err(PlanRunError::Invalid)?;
-    if let Some(given) = &variables {
+    let guards = &request.options.guards;
+    guards.check(&plan).map_err(PlanRunError::Invalid)?;
+    if let Some(given) = &request.variables {
         planb_core::exec_plan::check_variable_names(given, "variables")
             .map_err(|e| PlanRunError::Invalid(e.to_string()))?;
     }
-    let (resolved, silent) = step_tools(&downstream, &plan).await?;
+    let (tools, silent) = step_tools(downstream, &plan).await?;
+    let previous = previous.filter(|_| request.resume);
     // A resume keeps the variables of the run it resumes (the results it
     // reuses were made with them); variables given now override them.
-    let mut call_vars: Map<String, Value> = if resume {
-        previous
-            .and_then(|r| r.variables.as_deref())
-            .and_then(|text| serde_json::from_str(text).ok())
-            .unwrap_or_default()
-    } else {
-        Map::new()
-    };
-    call_vars.extend(variables.unwrap_or_default());
-    let recorded = if resume {
-        found.resumable_successes(previous.map(|r| r.id))
-    } else {
-        BTreeMap::new()
-    };
-    let resumed_from = if resume { previous.map(|r| r.id) } else { None };
+    let mut call_vars: Map<String, Value> = previous
+        .and_then(|r| r.variables.as_deref())
+        .and_then(|text| serde_json::from_str(text).ok())
+        .unwrap_or_default();
+    call_vars.extend(request.variables.take().unwrap_or_default());
     // Called in the run resumed with no success recorded (in flight when it
     // was cut short, or failed): called a second time.
-    let in_flight: Vec<String> = match previous {
-        Some(run) if resume => run
-            .attempts
+    let in_flight = previous.map_or_else(Vec::new, |run| {
+        run.attempts
             .keys()
             .filter(|step| !run.succeeded.contains(*step))
             .cloned()
-            .collect(),
-        _ => Vec::new(),
-    };
+            .collect()
+    });
+    Ok(Begun {
+        recorded: previous.map_or_else(BTreeMap::new, |r| found.resumable_successes(Some(r.id))),
+        resumed_from: previous.map(|r| r.id),
+        plan,
+        tools,
+        silent,
+        call_vars,
+        in_flight,
+    })
+}
+
+/// Runs (or, with `resume`, resumes) the plan to an end, holding its run
+/// lock.
+pub async fn run_plan(
+    store: Arc<Store>,
+    downstream: Arc<Downstream>,
+    mut request: RunRequest,
+) -> Result<PlanOutcome, PlanRunError> {
+    let started = Instant::now();
+    let task = request.task;
+    let seen = latest_run(&store, task).await?;
+    let (lock, found, plan) = hold(&store, task).await?;
+    refuse_a_second_run(&found, seen)?;
+    let begun = begin(&downstream, &found, plan, &mut request).await?;
     // No copy of the task is held while its run starts: the run list it
     // shares would be copied whole.
     drop(found);
-    let run = start_run(
-        &store,
-        task,
-        resumed_from,
-        Some(Value::Object(call_vars.clone()).to_string()),
-    )
-    .await?;
+    let variables = Some(Value::Object(begun.call_vars.clone()).to_string());
+    let host = RunHost::start(&store, task, begun.resumed_from, variables).await?;
     let shared = Arc::new(Shared {
-        store: Arc::clone(&store),
+        host: host.clone(),
         downstream,
-        task,
-        run,
-        timeout: options.step_timeout,
-        progress,
+        timeout: request.options.step_timeout,
+        progress: request.progress.take(),
     });
-    let mut outcome = PlanOutcome {
-        plan_id: task,
-        title: plan.title.clone(),
-        run: Some(run),
-        success: false,
-        stopped: false,
-        duration: Duration::ZERO,
-        steps: Vec::new(),
-        steps_in_plan: plan.steps.len(),
-        variables: merged(&plan, &call_vars),
-        error: None,
-        called_again: Vec::new(),
-        servers_not_answering: silent,
+    let mut steps = PlanSteps::new(shared, &begun, &request.options.guards, started);
+    let pace = Pace {
+        concurrency: request.options.concurrency,
+        poll: request.options.poll,
+        inactivity: None,
     };
-    let ended = drive(
-        &shared,
-        &plan,
-        &resolved,
-        &recorded,
-        &options,
-        started,
-        &mut outcome,
-    )
-    .await;
-    outcome.called_again = in_flight
-        .into_iter()
-        .filter(|i| outcome.steps.iter().any(|s| s.index == *i && !s.reused))
-        .collect();
-    let (result, reason, failed_step) = match ended {
+    let settled = settle(&host, &mut steps, pace).await;
+    let mut outcome = steps.outcome(&begun, task);
+    let ended = finish(&host, settled, &mut outcome).await;
+    drop(lock);
+    outcome.duration = started.elapsed();
+    ended.map(|()| outcome)
+}
+
+/// Records the run's end as it settled, and says it in `outcome`.
+async fn finish(
+    host: &RunHost,
+    settled: Result<Settled<(String, String)>, WorkerError>,
+    outcome: &mut PlanOutcome,
+) -> Result<(), PlanRunError> {
+    let (result, reason, failed_step) = match settled {
         Ok(Settled::Completed) => {
             outcome.success = true;
             (RunOutcome::Completed, None, None)
         }
-        Ok(Settled::Stopped) => {
+        Ok(Settled::Stopped | Settled::Inactive) => {
             outcome.stopped = true;
             outcome.error = Some("the run stopped on request; resume it to go on".into());
             (RunOutcome::Stopped, None, None)
@@ -802,332 +736,351 @@ pub async fn run_plan(
             outcome.error = Some(format!(
                 "the run was ended by another process (it is {state}); resume it to go on"
             ));
-            drop(lock);
-            outcome.duration = started.elapsed();
-            return Ok(outcome);
+            return Ok(());
         }
-        Ok(Settled::Failed { message, step }) => {
+        Ok(Settled::Failed((message, step))) => {
             outcome.error = Some(message);
             (
                 RunOutcome::Failed,
-                Some(RunEndReason::StepFailed.to_wire()),
+                Some(RunEndReason::StepFailed),
                 Some(step),
             )
         }
         Err(error) => {
-            let reason = RunEndReason::WorkerError(Some(error.to_string())).to_wire();
-            let _ = shared
-                .execute(Command::EndRun {
-                    task,
-                    run,
-                    outcome: RunOutcome::Failed,
-                    reason: Some(reason),
-                    failed_step: None,
-                    recoverable: true,
-                })
+            let reason = RunEndReason::WorkerError(Some(error.to_string()));
+            let _ = host
+                .execute(end_run(host, RunOutcome::Failed, Some(reason), None))
                 .await;
-            drop(lock);
             return Err(error.into());
         }
     };
-    shared
-        .execute(Command::EndRun {
-            task,
-            run,
-            outcome: result,
-            reason,
-            failed_step,
-            recoverable: result != RunOutcome::Completed,
-        })
+    host.execute(end_run(host, result, reason, failed_step))
         .await?;
-    drop(lock);
-    outcome.duration = started.elapsed();
-    Ok(outcome)
+    Ok(())
 }
 
-enum Settled {
-    Completed,
-    Stopped,
-    Failed {
-        message: String,
-        step: String,
-    },
-    /// Another process recorded the run's end (it should not: this process
-    /// holds the run lock); there is nothing left to record.
-    EndedElsewhere(String),
+/// The run's end as recorded: recoverable unless it completed.
+fn end_run(
+    host: &RunHost,
+    outcome: RunOutcome,
+    reason: Option<RunEndReason>,
+    failed_step: Option<String>,
+) -> Command {
+    Command::EndRun {
+        task: host.task,
+        run: host.run,
+        outcome,
+        reason: reason.map(|r| r.to_wire()),
+        failed_step,
+        recoverable: outcome != RunOutcome::Completed,
+    }
 }
 
-/// Whether the run goes on: `None` while it runs, else how it settles (a
-/// stop asked for, or an end recorded by someone else).
-async fn look(shared: &Shared) -> Result<Option<Settled>, StoreError> {
-    let store = Arc::clone(&shared.store);
-    let (task, run) = (shared.task, shared.run);
-    let state = blocking(move || {
-        store.read(|s| {
-            s.task(&task)
-                .and_then(|t| t.runs.iter().rev().find(|r| r.id == run))
-                .map(|r| r.state)
-        })
-    })
-    .await?;
-    Ok(match state {
-        Some(RunState::Running) => None,
-        Some(RunState::Stopping) => Some(Settled::Stopped),
-        Some(other) => Some(Settled::EndedElsewhere(other.as_str().to_owned())),
-        None => Some(Settled::EndedElsewhere("gone".to_owned())),
-    })
-}
+/// One queued step of the batch running: its position, its call (none when
+/// its recorded result is reused) and its report.
+type Queued = (usize, Option<Call>, StepReport);
 
-async fn drive(
-    shared: &Arc<Shared>,
-    plan: &ExecPlan,
-    tools: &[Arc<ToolInfo>],
-    recorded: &BTreeMap<String, planb_core::StepSuccess>,
-    options: &RunOptions,
+/// A plan's steps as the settle loop runs them: Kahn batches, one after
+/// another, guards checked before each call, a batch's results bound
+/// before the next batch resolves its arguments.
+struct PlanSteps {
+    shared: Arc<Shared>,
+    plan: Arc<ExecPlan>,
+    tools: Vec<Arc<ToolInfo>>,
+    recorded: BTreeMap<String, planb_core::StepSuccess>,
+    guards: Guards,
     started: Instant,
-    outcome: &mut PlanOutcome,
-) -> Result<Settled, StoreError> {
-    let mut calls_made: u32 = 0;
-    let mut per_tool: BTreeMap<String, u32> = BTreeMap::new();
-    // A stop is looked for before the first batch, then at least every
-    // `poll` (not before every batch: a chain of fast steps would pay a
-    // read of the store per step).
-    let mut last_look: Option<Instant> = None;
-    // Ends not recorded yet. They go with the next starts, in one append;
-    // when a batch ends, with the next batch's first starts. They wait for
-    // nothing else: with calls still in flight and none to start, they are
-    // recorded alone.
-    let mut unrecorded: Vec<Unrecorded> = Vec::new();
-    for (number, batch) in plan.batches().iter().enumerate() {
-        if last_look.is_none_or(|at| at.elapsed() >= options.poll) {
-            last_look = Some(Instant::now());
-            if let Some(settled) = look(shared).await? {
-                let _ = shared.settle(&mut unrecorded, &mut []).await;
-                return Ok(settled);
-            }
+    /// The next batch to open.
+    next_batch: usize,
+    /// The batch running, when one is.
+    batch: Option<usize>,
+    queue: VecDeque<Queued>,
+    /// The batch running's settled steps, by position.
+    reports: BTreeMap<usize, StepReport>,
+    /// The steps of the batches done.
+    done: Vec<StepReport>,
+    variables: Map<String, Value>,
+    calls_made: u32,
+    per_tool: BTreeMap<String, u32>,
+    /// Ends recorded soon, told once they are (when someone listens).
+    to_tell: Vec<StepReport>,
+}
+
+impl PlanSteps {
+    fn new(shared: Arc<Shared>, begun: &Begun, guards: &Guards, started: Instant) -> PlanSteps {
+        PlanSteps {
+            shared,
+            plan: Arc::clone(&begun.plan),
+            tools: begun.tools.clone(),
+            recorded: begun.recorded.clone(),
+            guards: guards.clone(),
+            started,
+            next_batch: 0,
+            batch: None,
+            queue: VecDeque::new(),
+            reports: BTreeMap::new(),
+            done: Vec::new(),
+            variables: merged(&begun.plan, &begun.call_vars),
+            calls_made: 0,
+            per_tool: BTreeMap::new(),
+            to_tell: Vec::new(),
         }
-        let mut queue = Vec::new();
-        for &at in batch {
-            let step = &plan.steps[at];
-            let args = resolve_args(&step.args, &outcome.variables);
-            let call = json!({"tool": tools[at].qualified(), "args": args});
-            let bytes = serde_json::to_vec(&call).unwrap_or_default();
-            let input = ContentHash::of_bytes(&bytes);
+    }
+
+    /// What the run came to, the steps in the order they settled.
+    fn outcome(self, begun: &Begun, task: TaskId) -> PlanOutcome {
+        let mut steps = self.done;
+        steps.extend(self.reports.into_values());
+        let called_again = begun
+            .in_flight
+            .iter()
+            .filter(|i| steps.iter().any(|s| s.index == **i && !s.reused))
+            .cloned()
+            .collect();
+        PlanOutcome {
+            plan_id: task,
+            title: self.plan.title.clone(),
+            run: Some(self.shared.host.run),
+            success: false,
+            stopped: false,
+            duration: Duration::ZERO,
+            steps,
+            steps_in_plan: self.plan.steps.len(),
+            variables: self.variables,
+            error: None,
+            called_again,
+            servers_not_answering: begun.silent.clone(),
+        }
+    }
+
+    /// Queues batch `number`'s steps, their arguments resolved with the
+    /// variables bound so far; a step a resume may reuse is settled here.
+    async fn open(&mut self, number: usize) {
+        let batch = self.plan.batches()[number].clone();
+        for at in batch {
+            let queued = self.queued(at).await;
+            self.queue.push_back(queued);
+        }
+        self.batch = Some(number);
+    }
+
+    async fn queued(&self, at: usize) -> Queued {
+        let step = &self.plan.steps[at];
+        let args = resolve_args(&step.args, &self.variables);
+        let call = json!({"tool": self.tools[at].qualified(), "args": args});
+        let bytes = serde_json::to_vec(&call).unwrap_or_default();
+        let input = ContentHash::of_bytes(&bytes);
+        let report = StepReport {
+            index: step.index.clone(),
+            title: step.title.clone(),
+            tool: step.tool.clone(),
+            args: Value::Object(args.clone()),
+            success: false,
+            result: None,
+            error: None,
+            duration_ms: 0,
+            reused: false,
+        };
+        if let Some(success) = self.recorded.get(&step.index)
+            && success.input == input.0
+            && let Some(value) = restore(&self.shared.host, success.artifact, &step.index).await
+        {
             let report = StepReport {
-                index: step.index.clone(),
-                title: step.title.clone(),
-                tool: step.tool.clone(),
-                args: Value::Object(args.clone()),
-                success: false,
-                result: None,
-                error: None,
-                duration_ms: 0,
-                reused: false,
+                success: true,
+                result: Some(value),
+                reused: true,
+                ..report
             };
-            if let Some(success) = recorded.get(&step.index)
-                && success.input == input.0
-                && let Some(value) = restore(shared, success.artifact, &step.index).await
-            {
-                let report = StepReport {
-                    success: true,
-                    result: Some(value),
-                    reused: true,
-                    ..report
-                };
-                shared.tell_ended(&report);
-                queue.push((at, None, report));
-                continue;
-            }
-            queue.push((
-                at,
-                Some(Call {
-                    at,
-                    tool: Arc::clone(&tools[at]),
-                    args,
-                    bytes,
-                    input,
-                }),
-                report,
-            ));
+            self.shared.tell_ended(&report);
+            return (at, None, report);
         }
-        let mut reports: BTreeMap<usize, StepReport> = BTreeMap::new();
-        // Polled by this task, not spawned: a call's answer wakes the run
-        // itself, with no task in between.
-        let mut in_flight = FuturesUnordered::new();
-        let mut running: Vec<String> = Vec::new();
-        let mut queue = queue.into_iter();
-        loop {
-            let mut starting: Vec<Starting> = Vec::new();
-            while in_flight.len() + starting.len() < options.concurrency.max(1) {
-                let Some((at, call, report)) = queue.next() else {
-                    break;
-                };
-                let Some(call) = call else {
-                    reports.insert(at, report);
-                    continue;
-                };
-                let guard = guard_reason(
-                    &options.guards,
-                    &report.tool,
-                    calls_made,
-                    &per_tool,
-                    started.elapsed(),
-                );
-                if guard.is_none() {
-                    calls_made = calls_made.saturating_add(1);
-                    *per_tool.entry(report.tool.clone()).or_default() += 1;
-                }
-                starting.push(Starting {
-                    call,
-                    report,
-                    guard,
-                });
-            }
-            if starting.is_empty() && in_flight.is_empty() {
+        let tool = Arc::clone(&self.tools[at]);
+        let call = Call {
+            at,
+            tool,
+            args,
+            bytes,
+            input,
+        };
+        (at, Some(call), report)
+    }
+
+    /// Up to `room` calls of the batch running to start.
+    fn take(&mut self, room: usize) -> Vec<Launch<Starting>> {
+        let mut launches = Vec::new();
+        while launches.len() < room {
+            let Some((at, call, report)) = self.queue.pop_front() else {
                 break;
-            }
-            // A refused start means the run no longer runs (which way, the
-            // state says).
-            let mut refused = false;
-            if !starting.is_empty() || !unrecorded.is_empty() {
-                match shared.settle(&mut unrecorded, &mut starting).await {
-                    Ok(started) => {
-                        for one in starting {
-                            if started.contains(&one.report.index) {
-                                shared.tell(Progress::Started {
-                                    index: one.report.index.clone(),
-                                });
-                                running.push(one.report.index.clone());
-                                in_flight.push(
-                                    std::panic::AssertUnwindSafe(perform(Arc::clone(shared), one))
-                                        .catch_unwind(),
-                                );
-                            } else {
-                                refused = true;
-                            }
-                        }
-                    }
-                    Err(StoreError::Rejected(Rejection::Task {
-                        code: TaskErrorCode::RunNotActive,
-                        ..
-                    })) => refused = true,
-                    Err(error) => return Err(error),
-                }
-            }
-            if !refused && !in_flight.is_empty() {
-                let joined = tokio::select! {
-                    joined = in_flight.next() => joined,
-                    () = tokio::time::sleep(options.poll) => None,
-                };
-                let mut ended: Vec<_> = joined.into_iter().collect();
-                if !ended.is_empty() {
-                    // Calls that have ended too are recorded with it, in
-                    // the same append.
-                    while let Some(Some(more)) = in_flight.next().now_or_never() {
-                        ended.push(more);
-                    }
-                }
-                for joined in ended {
-                    match joined {
-                        Ok(finished) => {
-                            running.retain(|i| *i != finished.report.index);
-                            let at = finished.at;
-                            let (end, report) = shared.unrecorded(finished);
-                            unrecorded.push(end);
-                            reports.insert(at, report);
-                        }
-                        Err(panicked) => {
-                            let said = panicked
-                                .downcast_ref::<&str>()
-                                .map(|s| (*s).to_owned())
-                                .or_else(|| panicked.downcast_ref::<String>().cloned())
-                                .unwrap_or_default();
-                            return Err(StoreError::Io {
-                                op: "run a step",
-                                path: String::new(),
-                                source: std::io::Error::other(format!(
-                                    "a call of one of steps {} panicked: {said}",
-                                    running.join(", ")
-                                )),
-                            });
-                        }
-                    }
-                }
-            }
-            // Look for a stop at least every `poll`, however fast calls end.
-            let due = last_look.is_none_or(|at| at.elapsed() >= options.poll);
-            if due {
-                last_look = Some(Instant::now());
-            }
-            if refused || due {
-                let settled = match look(shared).await? {
-                    None if refused => Some(Settled::Stopped),
-                    other => other,
-                };
-                if let Some(settled) = settled {
-                    cancel(
-                        shared,
-                        &mut in_flight,
-                        running,
-                        &mut unrecorded,
-                        &mut reports,
-                    )
-                    .await;
-                    outcome.steps.extend(reports.into_values());
-                    return Ok(settled);
-                }
-            }
+            };
+            let Some(mut call) = call else {
+                self.reports.insert(at, report);
+                continue;
+            };
+            let guard = self.guard(&report.tool);
+            let start = StepStart {
+                step: report.index.clone(),
+                input: call.input.0,
+                call: Some(call.input.0),
+            };
+            let blob = Some(std::mem::take(&mut call.bytes));
+            let shared = Arc::clone(&self.shared);
+            let work = Starting {
+                shared,
+                call,
+                report,
+                guard,
+            };
+            launches.push(Launch { start, blob, work });
         }
-        // Bind in index order, only what succeeded.
+        launches
+    }
+
+    /// Why a call of `tool` may not be made now; counts it when it may.
+    fn guard(&mut self, tool: &str) -> Option<String> {
+        let elapsed = self.started.elapsed();
+        let guard = guard_reason(&self.guards, tool, self.calls_made, &self.per_tool, elapsed);
+        if guard.is_none() {
+            self.calls_made = self.calls_made.saturating_add(1);
+            *self.per_tool.entry(tool.to_owned()).or_default() += 1;
+        }
+        guard
+    }
+
+    /// Closes the batch running: binds, in index order, what succeeded;
+    /// its failure (message, first failed step) when a step failed.
+    fn close(&mut self, number: usize) -> Option<(String, String)> {
+        let batch = &self.plan.batches()[number];
         let mut failed: Vec<&StepReport> = Vec::new();
         for &at in batch {
-            let Some(report) = reports.get(&at) else {
+            let Some(report) = self.reports.get(&at) else {
                 continue;
             };
-            if report.success {
-                if let (Some(var), Some(value)) = (&plan.steps[at].result_variable, &report.result)
-                {
-                    outcome.variables.insert(var.clone(), value.clone());
-                }
-            } else {
+            if !report.success {
                 failed.push(report);
+            } else if let (Some(var), Some(value)) =
+                (&self.plan.steps[at].result_variable, &report.result)
+            {
+                self.variables.insert(var.clone(), value.clone());
             }
         }
-        if !failed.is_empty() {
-            let message = if batch.len() == 1 {
-                format!(
-                    "Step {} failed: {}",
-                    failed[0].index,
-                    failed[0].error.as_deref().unwrap_or("unknown error")
-                )
-            } else {
-                let list: Vec<String> = failed
-                    .iter()
-                    .map(|r| {
-                        format!(
-                            "step {}: {}",
-                            r.index,
-                            r.error.as_deref().unwrap_or("unknown error")
-                        )
-                    })
-                    .collect();
-                format!("Batch {} had failures: {}", number + 1, list.join("; "))
-            };
-            let step = failed[0].index.clone();
-            outcome.steps.extend(reports.into_values());
-            shared.settle(&mut unrecorded, &mut []).await?;
-            return Ok(Settled::Failed { message, step });
-        }
-        outcome.steps.extend(reports.into_values());
+        let failure = (!failed.is_empty()).then(|| {
+            let message = batch_failure(batch.len(), number, &failed);
+            (message, failed[0].index.clone())
+        });
+        self.done
+            .extend(std::mem::take(&mut self.reports).into_values());
+        self.batch = None;
+        failure
     }
-    shared.settle(&mut unrecorded, &mut []).await?;
-    Ok(Settled::Completed)
+
+    fn report_mut(&mut self, step: &str) -> Option<&mut StepReport> {
+        self.reports.values_mut().find(|r| r.index == step)
+    }
+}
+
+/// What a batch's failure says: its one step's error, or each failed
+/// step's.
+fn batch_failure(size: usize, number: usize, failed: &[&StepReport]) -> String {
+    let error = |r: &StepReport| r.error.clone().unwrap_or_else(|| "unknown error".into());
+    if size == 1 {
+        return format!("Step {} failed: {}", failed[0].index, error(failed[0]));
+    }
+    let list: Vec<String> = failed
+        .iter()
+        .map(|r| format!("step {}: {}", r.index, error(r)))
+        .collect();
+    format!("Batch {} had failures: {}", number + 1, list.join("; "))
+}
+
+impl StepKind for PlanSteps {
+    type Work = Starting;
+    type Done = Finished;
+    type Failure = (String, String);
+
+    async fn next(
+        &mut self,
+        room: usize,
+        idle: bool,
+    ) -> Result<Next<Starting, (String, String)>, StoreError> {
+        loop {
+            if let Some(number) = self.batch {
+                let launches = self.take(room);
+                if !launches.is_empty() || !idle || !self.queue.is_empty() {
+                    return Ok(Next::Start(launches));
+                }
+                if let Some(failure) = self.close(number) {
+                    return Ok(Next::Settle(Settled::Failed(failure)));
+                }
+            }
+            if self.next_batch >= self.plan.batches().len() {
+                return Ok(Next::Settle(Settled::Completed));
+            }
+            self.next_batch += 1;
+            self.open(self.next_batch - 1).await;
+        }
+    }
+
+    fn launch(work: Starting) -> BoxFuture<'static, Finished> {
+        Box::pin(perform(work))
+    }
+
+    fn step_of(done: &Finished) -> &str {
+        &done.report.index
+    }
+
+    fn started(&mut self, step: &str) {
+        self.shared.tell(Progress::Started {
+            index: step.to_owned(),
+        });
+    }
+
+    fn ended(&mut self, done: Finished) -> End {
+        let Finished {
+            at,
+            report,
+            input,
+            outcome,
+        } = done;
+        let end = self.shared.end_of(&report, input, outcome);
+        if self.shared.progress.is_some() {
+            self.to_tell.push(report.clone());
+        }
+        self.reports.insert(at, report);
+        end
+    }
+
+    fn unstored(&mut self, step: &str, error: &StoreError) -> Command {
+        let message = format!("the result could not be stored: {error}");
+        if let Some(report) = self.report_mut(step) {
+            report.success = false;
+            report.result = None;
+            report.error = Some(message.clone());
+            let report = report.clone();
+            self.to_tell.retain(|r| r.index != step);
+            if self.shared.progress.is_some() {
+                self.to_tell.push(report);
+            }
+        }
+        self.shared.failure(step, "storage_error", &message)
+    }
+
+    fn cancelled(&mut self, step: &str, _cut: Cut) -> Command {
+        let message = "the run was stopped during the call";
+        self.shared.failure(step, "cancelled", message)
+    }
+
+    async fn recorded(&mut self) -> Result<(), StoreError> {
+        for report in self.to_tell.drain(..) {
+            self.shared.tell(Progress::Ended(Box::new(report)));
+        }
+        Ok(())
+    }
 }
 
 /// The result recorded for a step before, read back whole; `None` (and the
 /// step is called again) when it cannot be.
-async fn restore(shared: &Shared, artifact: [u8; 32], index: &str) -> Option<Value> {
-    let blobs = shared.store.root().blobs();
+async fn restore(host: &RunHost, artifact: [u8; 32], index: &str) -> Option<Value> {
+    let blobs = host.store.root().blobs();
     let restored = blocking(move || blobs.get(&artifact).map_err(blob_error))
         .await
         .ok()
@@ -1136,46 +1089,6 @@ async fn restore(shared: &Shared, artifact: [u8; 32], index: &str) -> Option<Val
         tracing::warn!("step {index}: its recorded result cannot be read back; calling it again");
     }
     restored
-}
-
-/// Cancels the calls in flight, then records in one append the ends of the
-/// steps that finished (a call that ended before it could be cancelled
-/// keeps its outcome) and each other started step failed `cancelled`.
-/// When the run was ended elsewhere nothing more is accepted, and nothing
-/// is.
-async fn cancel<F: Future<Output = std::thread::Result<Finished>>>(
-    shared: &Shared,
-    in_flight: &mut FuturesUnordered<F>,
-    mut running: Vec<String>,
-    unrecorded: &mut Vec<Unrecorded>,
-    reports: &mut BTreeMap<usize, StepReport>,
-) {
-    // The calls whose answers are in are taken; the others are dropped,
-    // which cancels them. A look may end before it has polled every call
-    // (the set yields after a round), so there are as many looks as calls.
-    for _ in 0..=in_flight.len() {
-        let joined = match in_flight.next().now_or_never() {
-            Some(Some(joined)) => joined,
-            Some(None) => break,
-            None => continue,
-        };
-        if let Ok(finished) = joined {
-            running.retain(|i| *i != finished.report.index);
-            let at = finished.at;
-            let (end, report) = shared.unrecorded(finished);
-            unrecorded.push(end);
-            reports.insert(at, report);
-        }
-    }
-    in_flight.clear();
-    for index in running {
-        unrecorded.push(Unrecorded {
-            end: shared.failure(&index, "cancelled", "the run was stopped during the call"),
-            blob: None,
-            tell: None,
-        });
-    }
-    let _ = shared.settle(unrecorded, &mut []).await;
 }
 
 fn guard_reason(
@@ -1236,21 +1149,9 @@ pub async fn record_foreign_run(
 ) -> Result<RunId, PlanRunError> {
     let (lock, _, plan) = hold(&store, task).await?;
     let (tools, _) = step_tools(&downstream, &plan).await?;
-    let run = start_run(
-        &store,
-        task,
-        None,
-        Some(Value::Object(foreign.call_variables.clone()).to_string()),
-    )
-    .await?;
-    let shared = Shared {
-        store: Arc::clone(&store),
-        downstream,
-        task,
-        run,
-        timeout: Duration::ZERO,
-        progress: None,
-    };
+    let variables = Some(Value::Object(foreign.call_variables.clone()).to_string());
+    let host = RunHost::start(&store, task, None, variables).await?;
+    let run = host.run;
     for (step, tool) in plan.steps.iter().zip(&tools) {
         let Some((_, result)) = foreign.completed.iter().find(|(i, _)| *i == step.index) else {
             continue;
@@ -1276,25 +1177,22 @@ pub async fn record_foreign_run(
             input,
             call: Some(input),
         };
-        shared.record(vec![bytes], Vec::new(), vec![start]).await?;
-        shared
-            .record(vec![result], vec![success], Vec::new())
-            .await?;
+        host.record(vec![bytes], Vec::new(), vec![start]).await?;
+        host.record(vec![result], vec![success], Vec::new()).await?;
     }
-    shared
-        .execute(Command::EndRun {
-            task,
-            run,
-            outcome: if foreign.finished {
-                RunOutcome::Completed
-            } else {
-                RunOutcome::Failed
-            },
-            reason: foreign.reason,
-            failed_step: None,
-            recoverable: !foreign.finished,
-        })
-        .await?;
+    host.execute(Command::EndRun {
+        task,
+        run,
+        outcome: if foreign.finished {
+            RunOutcome::Completed
+        } else {
+            RunOutcome::Failed
+        },
+        reason: foreign.reason,
+        failed_step: None,
+        recoverable: !foreign.finished,
+    })
+    .await?;
     drop(lock);
     Ok(run)
 }
