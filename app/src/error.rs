@@ -2,6 +2,9 @@
 //! the tools return (`TASK_NOT_FOUND`, …) and the exit status a detached
 //! worker tells its starter why it could not run with.
 
+use planb_core::{Rejection, TaskErrorCode};
+use planb_projections::StoreError;
+
 /// What went wrong, as the tools name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ErrorCode {
@@ -19,10 +22,26 @@ pub enum ErrorCode {
     InvalidArgument,
     /// Anything else: a store that failed, a process that could not start.
     InternalError,
+    /// No run of that id in the task.
+    RunNotFound,
+    /// The run is not active (stopped, ended) where one must be.
+    RunNotActive,
+    /// The target (or pipeline) cannot be run.
+    InvalidTarget,
+    /// The artifact named is none of the task's.
+    InvalidArtifactUri,
+    /// The request conflicts with what is recorded (an existing file, a
+    /// state that refuses it).
+    Conflict,
+    /// A running task's files cannot be edited.
+    RunningReadonly,
+    /// A path the caller may not write.
+    PermissionDenied,
 }
 
-/// Every code, in the order of their exit statuses.
-const ALL: [ErrorCode; 7] = [
+/// Every code, in the order of their exit statuses (a new code goes last:
+/// the statuses of the others stay).
+const ALL: [ErrorCode; 14] = [
     ErrorCode::TaskNotFound,
     ErrorCode::RunAlreadyActive,
     ErrorCode::ModelNotConfigured,
@@ -30,6 +49,13 @@ const ALL: [ErrorCode; 7] = [
     ErrorCode::InvalidConfiguration,
     ErrorCode::InvalidArgument,
     ErrorCode::InternalError,
+    ErrorCode::RunNotFound,
+    ErrorCode::RunNotActive,
+    ErrorCode::InvalidTarget,
+    ErrorCode::InvalidArtifactUri,
+    ErrorCode::Conflict,
+    ErrorCode::RunningReadonly,
+    ErrorCode::PermissionDenied,
 ];
 
 /// The first exit status a code is told by (below it: the usual 0, 1, 2).
@@ -46,6 +72,13 @@ impl ErrorCode {
             ErrorCode::InvalidConfiguration => "INVALID_CONFIGURATION",
             ErrorCode::InvalidArgument => "INVALID_ARGUMENT",
             ErrorCode::InternalError => "INTERNAL_ERROR",
+            ErrorCode::RunNotFound => "RUN_NOT_FOUND",
+            ErrorCode::RunNotActive => "RUN_NOT_ACTIVE",
+            ErrorCode::InvalidTarget => "INVALID_TARGET",
+            ErrorCode::InvalidArtifactUri => "INVALID_ARTIFACT_URI",
+            ErrorCode::Conflict => "CONFLICT",
+            ErrorCode::RunningReadonly => "RUNNING_READONLY",
+            ErrorCode::PermissionDenied => "PERMISSION_DENIED",
         }
     }
 
@@ -88,6 +121,48 @@ impl Error {
             code,
             message: message.into(),
             details,
+        }
+    }
+}
+
+impl From<TaskErrorCode> for ErrorCode {
+    fn from(code: TaskErrorCode) -> ErrorCode {
+        match code {
+            TaskErrorCode::TaskNotFound => ErrorCode::TaskNotFound,
+            TaskErrorCode::RunNotFound => ErrorCode::RunNotFound,
+            TaskErrorCode::RunAlreadyActive => ErrorCode::RunAlreadyActive,
+            TaskErrorCode::RunNotActive => ErrorCode::RunNotActive,
+            TaskErrorCode::InvalidTarget => ErrorCode::InvalidTarget,
+            TaskErrorCode::InvalidArgument => ErrorCode::InvalidArgument,
+            TaskErrorCode::InvalidArtifactUri => ErrorCode::InvalidArtifactUri,
+            TaskErrorCode::Conflict => ErrorCode::Conflict,
+            TaskErrorCode::RunningReadonly => ErrorCode::RunningReadonly,
+        }
+    }
+}
+
+impl From<Rejection> for Error {
+    fn from(rejection: Rejection) -> Error {
+        match rejection {
+            Rejection::Task { code, message } => Error::new(code.into(), message),
+            other => Error::new(ErrorCode::Conflict, other.to_string()),
+        }
+    }
+}
+
+impl From<StoreError> for Error {
+    /// A refusal keeps its code; any other failure is logged and answered
+    /// `INTERNAL_ERROR`.
+    fn from(failure: StoreError) -> Error {
+        match failure {
+            StoreError::Rejected(rejection) => rejection.into(),
+            other => {
+                tracing::error!("store failure: {other}");
+                Error::new(
+                    ErrorCode::InternalError,
+                    format!("planb could not record this: {other}"),
+                )
+            }
         }
     }
 }

@@ -1,14 +1,29 @@
-//! A task's status as plain data: how far its target's closure got, which
-//! step runs, and the artifact files its successes wrote. The front doors
-//! shape and word it (the MCP tool's JSON, a page).
+//! Plan-generation tasks as every front door uses them: a task's status as
+//! plain data (how far its target's closure got, which step runs, the
+//! artifact files its successes wrote), and [`Tasks`], the operations on
+//! them (find, create, stop, archive, delete, list, the run log, the
+//! report and zip, an artifact's edit). The front doors shape and word
+//! the answers (the MCP tools' JSON, a page).
 
-use std::sync::OnceLock;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use planb_core::dag::Pipeline;
 use planb_core::progress::Progress;
-use planb_core::{Run, Task, Timestamp};
+use planb_core::{Command, Run, RunId, Task, TaskId, Timestamp};
+use planb_engine::host::{blocking, off_workers};
 use planb_engine::pipelines::{self, PROJECT_PLAN};
-use planb_projections::DataRoot;
+use planb_projections::{DataRoot, Store};
+use serde_json::json;
+
+use crate::error::{Error, ErrorCode};
+
+mod create;
+mod files;
+
+pub use create::{CreateRequest, checked_pipeline};
+pub use files::{ArtifactWritten, FileInfo, TaskFile};
 
 /// Most artifact files a status lists (the newest); `files_count` says how
 /// many there are.
@@ -95,4 +110,270 @@ pub fn status(root: &DataRoot, task: &Task) -> TaskStatus {
 pub fn elapsed_sec(run: &Run, now: Timestamp) -> f64 {
     let end = run.ended_at.unwrap_or(now);
     (end.0 - run.started_at.0).max(0) as f64 / 1000.0
+}
+
+/// The name of `task`'s state: its latest run's, `created` before any.
+pub fn state_name(task: &Task) -> &'static str {
+    task.runs.last().map_or("created", |run| run.state.as_str())
+}
+
+/// The task operations every front door calls, over one store.
+#[derive(Clone)]
+pub struct Tasks {
+    store: Arc<Store>,
+}
+
+impl std::fmt::Debug for Tasks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tasks")
+            .field("root", &self.store.root().root())
+            .finish()
+    }
+}
+
+/// One task as a list shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// The task.
+    pub id: TaskId,
+    /// When it was created.
+    pub created_at: Timestamp,
+    /// Its state's name ([`state_name`]).
+    pub state: &'static str,
+    /// Its lifecycle's name (`active`, `archived`, …).
+    pub lifecycle: &'static str,
+    /// Its prompt, whole.
+    pub prompt: String,
+}
+
+/// The newer lines of a task's run log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogTail {
+    /// The lines, oldest first.
+    pub lines: Vec<planb_core::LogLine>,
+    /// What to pass as `since` next time.
+    pub next_cursor: u64,
+    /// Whether lines after `since` were dropped from the kept tail.
+    pub older_lines_dropped: bool,
+}
+
+impl Tasks {
+    /// The operations over `store`.
+    pub fn new(store: Arc<Store>) -> Tasks {
+        Tasks { store }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    fn root(&self) -> DataRoot {
+        self.store.root().clone()
+    }
+
+    /// Runs `f` on the state, after catching up on the log.
+    async fn read<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&planb_core::State) -> R + Send + 'static,
+    ) -> Result<R, Error> {
+        let store = Arc::clone(&self.store);
+        Ok(blocking(move || store.read(f)).await?)
+    }
+
+    /// Executes `command`; how many events it recorded.
+    async fn execute(&self, command: Command) -> Result<usize, Error> {
+        let store = Arc::clone(&self.store);
+        Ok(blocking(move || store.execute(command).map(|events| events.len())).await?)
+    }
+
+    /// The task (not an execution plan) as recorded.
+    pub async fn get(&self, id: TaskId) -> Result<Option<Task>, Error> {
+        self.read(move |s| s.pipeline_task(&id).cloned()).await
+    }
+
+    /// The task, after ending its active run if the process that ran it is
+    /// gone (its folder then says why); `TASK_NOT_FOUND` when there is none.
+    pub async fn find(&self, id: TaskId) -> Result<Task, Error> {
+        let not_found = || {
+            Error::with(
+                ErrorCode::TaskNotFound,
+                format!("task_id: no task {id}"),
+                json!({"task_id": id.to_string()}),
+            )
+        };
+        let task = self.get(id).await?.ok_or_else(not_found)?;
+        if task.active_run().is_none() {
+            return Ok(task);
+        }
+        let store = Arc::clone(&self.store);
+        if blocking(move || store.end_dead_run(id)).await?.is_none() {
+            return Ok(task);
+        }
+        // This process recorded the end: the folder says why.
+        let task = self.get(id).await?.ok_or_else(not_found)?;
+        planb_engine::task_files::project_ended(self.root(), task.clone()).await;
+        Ok(task)
+    }
+
+    /// Records the hand edits of `task`'s folder (before this process
+    /// writes it) and returns the task as it is then.
+    pub async fn with_hand_edits(&self, task: Task) -> Result<Task, Error> {
+        let notes = planb_engine::worker::record_hand_edits(&self.store, &task).await?;
+        if notes.is_empty() {
+            return Ok(task);
+        }
+        for note in &notes {
+            tracing::info!("task {}: {note}", task.id);
+        }
+        Ok(self.get(task.id).await?.unwrap_or(task))
+    }
+
+    /// Asks the task's run to stop, and waits (at most [`STOP_WAIT`]) for
+    /// it to end.
+    pub async fn stop(&self, id: TaskId) -> Result<Task, Error> {
+        self.find(id).await?;
+        self.execute(Command::RequestStop { task: id }).await?;
+        let started = Instant::now();
+        loop {
+            let task = self.find(id).await?;
+            if task.active_run().is_none() || started.elapsed() > STOP_WAIT {
+                return Ok(task);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Archives the task (not while it runs).
+    pub async fn archive(&self, id: TaskId) -> Result<Task, Error> {
+        self.find(id).await?;
+        self.execute(Command::ArchiveTask { task: id }).await?;
+        self.find(id).await
+    }
+
+    /// Deletes the task (not while it runs) and removes its folder; returns
+    /// the folder.
+    pub async fn delete(&self, id: TaskId) -> Result<PathBuf, Error> {
+        self.find(id).await?;
+        self.execute(Command::DeleteTask { task: id }).await?;
+        let root = self.root();
+        let folder = root.task_dir(&id);
+        let removed =
+            off_workers(move || planb_engine::task_files::remove_folder(&root, &id)).await;
+        let details = json!({"task_id": id.to_string()});
+        match removed {
+            Ok(Ok(())) => Ok(folder),
+            // The deletion is recorded; `planb-mcp rebuild` removes the folder.
+            Ok(Err(e)) => Err(Error::with(
+                ErrorCode::InternalError,
+                format!(
+                    "task {id} is deleted, but its folder {} could not be removed: {e}",
+                    folder.display()
+                ),
+                details,
+            )),
+            Err(e) => Err(Error::with(
+                ErrorCode::InternalError,
+                e.to_string(),
+                details,
+            )),
+        }
+    }
+
+    /// The most recently created task.
+    pub async fn latest(&self) -> Result<Task, Error> {
+        let latest = self
+            .read(|s| {
+                s.pipeline_tasks()
+                    .max_by_key(|t| (t.created_at, t.id))
+                    .map(|t| t.id)
+            })
+            .await?;
+        match latest {
+            Some(id) => self.find(id).await,
+            None => Err(Error::new(
+                ErrorCode::TaskNotFound,
+                "there are no tasks yet; create one with task_create",
+            )),
+        }
+    }
+
+    /// The newest `limit` tasks, newest first; archived ones only with
+    /// `archived`.
+    pub async fn list(&self, limit: usize, archived: bool) -> Result<Vec<Listed>, Error> {
+        self.read(move |s| {
+            let mut tasks: Vec<&Task> = s
+                .pipeline_tasks()
+                .filter(|t| archived || t.archived_at.is_none())
+                .collect();
+            tasks.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
+            tasks
+                .into_iter()
+                .take(limit)
+                .map(|t| Listed {
+                    id: t.id,
+                    created_at: t.created_at,
+                    state: state_name(t),
+                    lifecycle: t.lifecycle().as_str(),
+                    prompt: t.prompt.clone(),
+                })
+                .collect()
+        })
+        .await
+    }
+}
+
+/// How long [`Tasks::stop`] waits for the run to end.
+pub const STOP_WAIT: Duration = Duration::from_secs(10);
+
+/// The run `run` names of `task` (its latest when `None`), or
+/// `RUN_NOT_FOUND` for an id that is none of the task's runs.
+pub fn run_of(task: &Task, run: Option<RunId>) -> Result<Option<&Run>, Error> {
+    let Some(id) = run else {
+        return Ok(task.runs.last().map(|r| &**r));
+    };
+    task.runs
+        .iter()
+        .find(|r| r.id == id)
+        .map(|r| Some(&**r))
+        .ok_or_else(|| {
+            Error::with(
+                ErrorCode::RunNotFound,
+                format!(
+                    "run_id: {id} is not a run of task {} (it has {} run(s); task_status gives the latest run_id)",
+                    task.id,
+                    task.runs.len()
+                ),
+                json!({"run_id": id.to_string()}),
+            )
+        })
+}
+
+/// The lines of `task`'s run log after `since` (of the run `run` only,
+/// when given), the newest `max` of them.
+pub fn log_tail(task: &Task, run: Option<RunId>, since: u64, max: usize) -> LogTail {
+    let newer: Vec<&planb_core::LogLine> = task
+        .log_tail
+        .iter()
+        .filter(|l| l.number > since && run.is_none_or(|r| l.run == r))
+        .collect();
+    let skip = newer.len().saturating_sub(max);
+    LogTail {
+        lines: newer[skip..].iter().map(|l| (*l).clone()).collect(),
+        next_cursor: task.log_lines.max(since),
+        older_lines_dropped: task.log_tail.front().is_some_and(|l| l.number > since + 1),
+    }
+}
+
+/// Core's refusal of a new run of `task` ([`Task::may_start_run`], the rule
+/// the worker's start is decided by), answered before a worker is started.
+pub fn may_run_again(task: &Task) -> Result<(), Error> {
+    task.may_start_run().map_err(|rejection| {
+        let details = task
+            .active_run()
+            .map_or(json!({}), |run| json!({"run_id": run.id.to_string()}));
+        let mut error = Error::from(rejection);
+        error.details = details;
+        error
+    })
 }

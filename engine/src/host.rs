@@ -69,7 +69,7 @@ pub(crate) fn host() -> String {
 /// Runs `f`, which may wait on the disk, off the async workers: on the
 /// blocking pool under a multi-thread runtime, inline on a current-thread
 /// one (see [`blocking`]).
-pub(crate) async fn off_workers<R: Send + 'static>(
+pub async fn off_workers<R: Send + 'static>(
     f: impl FnOnce() -> R + Send + 'static,
 ) -> Result<R, tokio::task::JoinError> {
     if tokio::runtime::Handle::current().runtime_flavor()
@@ -85,7 +85,7 @@ pub(crate) async fn off_workers<R: Send + 'static>(
 /// other requests), inline on a current-thread one (the engine thread, a
 /// worker process, a command-line run), where the hand-off to the pool and
 /// back would cost more than the call and the caller waits for it anyway.
-pub(crate) async fn blocking<R: Send + 'static>(
+pub async fn blocking<R: Send + 'static>(
     f: impl FnOnce() -> Result<R, StoreError> + Send + 'static,
 ) -> Result<R, StoreError> {
     off_workers(f)

@@ -5,7 +5,7 @@
 //! - [`backend`]: where a `model` step's prompt goes (`command:`, `openai:`);
 //! - [`pipelines`]: the built-in `project-plan` pipeline, users' pipeline
 //!   files, and how a step's prompt is filled;
-//! - `host`: the run lock, a run's start and appends, and the one bridge
+//! - [`host`]: the run lock, a run's start and appends, and the one bridge
 //!   from async code to the store's blocking calls;
 //! - `settle`: the settle loop both runners share, generic over a step kind;
 //! - [`worker`]: runs one run of a task to its end, holding the run lock;
@@ -20,7 +20,7 @@
 //! they refuse whoever asks.
 
 pub mod backend;
-mod host;
+pub mod host;
 pub mod pipelines;
 pub mod plans;
 pub mod runtime;

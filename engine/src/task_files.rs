@@ -619,3 +619,29 @@ pub fn save_copy(
         Err(e) => Err(SaveError::Io(shown(&to), e)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn artifact_paths_never_leave_the_task() {
+        let pipeline = crate::pipelines::project_plan();
+        let step = |p: &str| step_of_name(&pipeline, p).map(|s| s.as_str().to_owned());
+        assert_eq!(step("01-intake").as_deref(), Some("intake"));
+        assert_eq!(step("01-intake.md").as_deref(), Some("intake"));
+        assert_eq!(step("intake").as_deref(), Some("intake"));
+        for bad in [
+            "../01-intake",
+            "/etc/passwd",
+            "02-intake",
+            "99-nothing",
+            "x/01-intake",
+            "",
+            "..",
+            "nothing",
+        ] {
+            assert_eq!(step(bad), None, "{bad}");
+        }
+    }
+}

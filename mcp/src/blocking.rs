@@ -90,14 +90,3 @@ pub async fn on_plan_file(
         .await
         .unwrap_or_else(|join| Err(interrupted(join)))
 }
-
-/// [`planb_projections::Store::end_dead_run`] on the blocking pool.
-pub async fn end_dead_run(
-    store: &StoreHandle,
-    task: planb_core::TaskId,
-) -> Result<Option<planb_core::RunId>, StoreError> {
-    let store = store.clone();
-    tokio::task::spawn_blocking(move || store.wait()?.end_dead_run(task))
-        .await
-        .map_err(interrupted)?
-}

@@ -453,11 +453,8 @@ impl PlanbServer {
             options: request.options,
             progress: Some(tell),
         };
-        let run = planb_engine::runtime::spawn(plans::run_plan(
-            Arc::clone(&store),
-            downstream,
-            request,
-        ));
+        let run =
+            planb_engine::runtime::spawn(plans::run_plan(Arc::clone(&store), downstream, request));
         tokio::spawn(async move {
             let value = match run.await {
                 Err(stopped) => json!({ "error": format!(

@@ -9,24 +9,22 @@
 //! (`planb-mcp worker <task>`) that this server starts and does not wait
 //! for, so a run outlives the agent's session.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use planb_core::dag::{Pipeline, StepId};
-use planb_core::state::ContentHash;
-use planb_core::{Command, Rejection, Run, RunState, Task, TaskId};
+use planb_core::{Run, RunState, Task, TaskId};
 use planb_engine::backend::PROFILES;
 use planb_engine::backend::sampling::Sampler;
-use planb_engine::pipelines::{self, DEFAULT_TARGET, PROJECT_PLAN};
-use planb_engine::task_files::SaveError;
-use planb_projections::{DataRoot, StoreError};
+use planb_engine::pipelines::{DEFAULT_TARGET, PROJECT_PLAN};
+use planb_projections::DataRoot;
 use rmcp::model::{CallToolResult, JsonObject};
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, Peer, RoleServer, tool, tool_router};
 use serde_json::{Value, json};
 
 use planb_app::launch::{Launch, Runner, Start};
+use planb_app::tasks::{CreateRequest, TaskFile, Tasks, checked_pipeline};
 
 use crate::args::Args;
 use crate::server::PlanbServer;
@@ -44,21 +42,9 @@ fn boxed(code: &str, message: impl Into<String>, details: Value) -> Box<CallTool
     Box::new(error(code, message, details))
 }
 
-fn store_failure(failure: StoreError) -> CallToolResult {
-    match failure {
-        StoreError::Rejected(Rejection::Task { code, message }) => {
-            error(code.as_str(), message, json!({}))
-        }
-        StoreError::Rejected(other) => error("CONFLICT", other.to_string(), json!({})),
-        other => {
-            tracing::error!("store failure: {other}");
-            error(
-                "INTERNAL_ERROR",
-                format!("planb could not record this: {other}"),
-                json!({}),
-            )
-        }
-    }
+/// An application error as the tools answer it.
+fn app_failure(e: planb_app::Error) -> CallToolResult {
+    error(e.code.as_str(), e.message, e.details)
 }
 
 fn schema(value: Value) -> Arc<JsonObject> {
@@ -124,9 +110,7 @@ fn open_output() -> Arc<JsonObject> {
 
 pub(crate) use planb_app::tasks::pipeline_of;
 
-fn state_name(task: &Task) -> &'static str {
-    task.runs.last().map_or("created", |run| run.state.as_str())
-}
+use planb_app::tasks::state_name;
 
 /// Whether prompts are kept out of lists and replays
 /// (`PLANB_REDACT_PROMPTS=1`).
@@ -282,32 +266,6 @@ fn parse_run_id(args: &mut Args<'_>) -> Option<planb_core::RunId> {
     }
 }
 
-/// The run `run` names of `task` (its latest when `None`), or
-/// `RUN_NOT_FOUND` for an id that is none of the task's runs.
-fn run_of(
-    task: &Task,
-    run: Option<planb_core::RunId>,
-) -> Result<Option<&Run>, Box<CallToolResult>> {
-    let Some(id) = run else {
-        return Ok(task.runs.last().map(|r| &**r));
-    };
-    task.runs
-        .iter()
-        .find(|r| r.id == id)
-        .map(|r| Some(&**r))
-        .ok_or_else(|| {
-            boxed(
-                "RUN_NOT_FOUND",
-                format!(
-                    "run_id: {id} is not a run of task {} (it has {} run(s); task_status gives the latest run_id)",
-                    task.id,
-                    task.runs.len()
-                ),
-                json!({"run_id": id.to_string()}),
-            )
-        })
-}
-
 fn invalid(errors: impl ToString) -> CallToolResult {
     error("INVALID_ARGUMENT", errors.to_string(), json!({}))
 }
@@ -332,87 +290,38 @@ impl PlanbServer {
         DataRoot::new(self.config().data_root.clone())
     }
 
-    async fn task_now(&self, id: TaskId) -> Result<Option<Task>, StoreError> {
-        // Execution plans are tasks of the engine, reached by the plan commands.
-        self.read_state(move |s| s.pipeline_task(&id).cloned())
+    /// The task operations, once the store is open.
+    async fn tasks(&self) -> Result<Tasks, Box<CallToolResult>> {
+        self.plan_store()
             .await
+            .map(Tasks::new)
+            .map_err(|e| boxed("INTERNAL_ERROR", e, json!({})))
     }
 
     /// The task, after ending its active run if the worker is gone.
-    async fn task_checked(&self, id: TaskId) -> Result<Task, Box<CallToolResult>> {
-        let not_found = || {
-            boxed(
-                "TASK_NOT_FOUND",
-                format!("task_id: no task {id}"),
-                json!({"task_id": id.to_string()}),
-            )
-        };
-        let task = match self.task_now(id).await {
-            Ok(Some(task)) => task,
-            Ok(None) => return Err(not_found()),
-            Err(e) => return Err(Box::new(store_failure(e))),
-        };
-        if task.active_run().is_none() {
-            return Ok(task);
-        }
-        match crate::blocking::end_dead_run(self.store(), id).await {
-            Ok(None) => Ok(task),
-            // This process recorded the end: the folder says why.
-            Ok(Some(_)) => match self.task_now(id).await {
-                Ok(Some(task)) => {
-                    planb_engine::task_files::project_ended(self.data_root(), task.clone()).await;
-                    Ok(task)
-                }
-                Ok(None) => Err(not_found()),
-                Err(e) => Err(Box::new(store_failure(e))),
-            },
-            Err(e) => Err(Box::new(store_failure(e))),
-        }
-    }
-
-    /// Records the hand edits of `task`'s folder (before this process writes
-    /// it) and returns the task as it is then.
-    async fn with_hand_edits(&self, task: Task) -> Result<Task, Box<CallToolResult>> {
-        let store = self
-            .plan_store()
-            .await
-            .map_err(|e| boxed("INTERNAL_ERROR", e, json!({})))?;
-        let notes = planb_engine::worker::record_hand_edits(&store, &task)
-            .await
-            .map_err(|e| Box::new(store_failure(e)))?;
-        if notes.is_empty() {
-            return Ok(task);
-        }
-        for note in &notes {
-            tracing::info!("task {}: {note}", task.id);
-        }
-        match self.task_now(task.id).await {
-            Ok(Some(task)) => Ok(task),
-            Ok(None) => Ok(task),
-            Err(e) => Err(Box::new(store_failure(e))),
-        }
+    async fn task_checked(&self, id: TaskId) -> Result<(Tasks, Task), Box<CallToolResult>> {
+        let tasks = self.tasks().await?;
+        let task = tasks.find(id).await.map_err(app_error)?;
+        Ok((tasks, task))
     }
 
     /// Starts the task's next run where `runner` says, and waits until the
     /// run is recorded, or what was to run it has ended.
     async fn start_task_run(
         &self,
+        tasks: &Tasks,
         id: TaskId,
         runs_before: usize,
         runner: Runner,
         from: Start,
     ) -> Result<Task, Box<CallToolResult>> {
-        let store = self
-            .plan_store()
-            .await
-            .map_err(|e| boxed("INTERNAL_ERROR", e, json!({})))?;
         // An in-process run's tool steps use this server's connections.
         let downstream = match runner {
             Runner::Here(_) => self.plan_runs().downstream.get(&self.config().servers).ok(),
             Runner::Worker => None,
         };
         let launch = Launch {
-            store,
+            store: Arc::clone(tasks.store()),
             servers_file: self.config().servers.file.clone(),
             downstream,
         };
@@ -431,6 +340,11 @@ impl PlanbServer {
     ) -> Result<Runner, Box<CallToolResult>> {
         planb_app::launch::runner(profile, Sampler::of(peer, profile)).map_err(app_error)
     }
+
+    /// The task's status as the tools answer it.
+    fn answer_status(&self, task: &Task) -> CallToolResult {
+        CallToolResult::structured(status(&self.data_root(), task, self.store().env().now()))
+    }
 }
 
 impl PlanbServer {
@@ -446,165 +360,69 @@ impl PlanbServer {
             Ok(parsed) => parsed,
             Err(result) => return *result,
         };
-        let task = match self.task_checked(id).await {
-            Ok(task) => task,
+        let (tasks, task) = match self.task_checked(id).await {
+            Ok(found) => found,
             Err(result) => return *result,
         };
-        if let Err(result) = may_run_again(&task) {
-            return *result;
+        if let Err(e) = planb_app::tasks::may_run_again(&task) {
+            return app_failure(e);
         }
         let runner = match self.runner(task.model_profile.as_deref(), peer) {
             Ok(runner) => runner,
             Err(result) => return *result,
         };
-        match self.start_task_run(id, task.runs.len(), runner, from).await {
-            Ok(task) => CallToolResult::structured(status(
-                &self.data_root(),
-                &task,
-                self.store().env().now(),
-            )),
+        match self
+            .start_task_run(&tasks, id, task.runs.len(), runner, from)
+            .await
+        {
+            Ok(task) => self.answer_status(&task),
             Err(result) => *result,
         }
     }
 }
 
-/// Core's refusal of a new run of `task` ([`Task::may_start_run`], the rule
-/// the worker's start is decided by), answered before a worker is started.
-fn may_run_again(task: &Task) -> Result<(), Box<CallToolResult>> {
-    task.may_start_run().map_err(|rejection| {
-        let details = task
-            .active_run()
-            .map_or(json!({}), |run| json!({"run_id": run.id.to_string()}));
-        let (code, message) = match rejection {
-            Rejection::Task { code, message } => (code.as_str(), message),
-            other => ("CONFLICT", other.to_string()),
-        };
-        boxed(code, message, details)
+/// `task_create`'s arguments, checked; every problem is named at once.
+fn create_request(arguments: &JsonObject) -> Result<CreateRequest, Box<CallToolResult>> {
+    let mut args = Args::new(arguments);
+    let prompt = args.string(
+        "prompt",
+        4 * planb_core::state::tasks::TASK_PROMPT_CHARS_MAX,
+    );
+    let speed = args
+        .optional_string("speed_vs_detail", 10)
+        .unwrap_or_else(|| "ping".into());
+    let target = args
+        .optional_string("target", 64)
+        .unwrap_or_else(|| DEFAULT_TARGET.into());
+    let pipeline = args
+        .optional_string("pipeline", 64)
+        .unwrap_or_else(|| PROJECT_PLAN.into());
+    let profile = args.optional_string("model_profile", 20);
+    let request_id = args.optional_string("client_request_id", 200);
+    if prompt.as_deref().is_some_and(|p| p.trim().is_empty()) {
+        args.push("prompt: must not be empty".to_owned());
+    }
+    if planb_core::Speed::parse(&speed).is_none() {
+        args.push(planb_core::Speed::refusal(&speed));
+    }
+    if let Some(p) = &profile
+        && !PROFILES.contains(&p.as_str())
+    {
+        args.push(format!(
+            "model_profile: {p:?} is not one of {}",
+            PROFILES.join(", ")
+        ));
+    }
+    args.finish().map_err(|errors| Box::new(invalid(errors)))?;
+    let prompt = prompt.ok_or_else(|| Box::new(invalid("prompt: required")))?;
+    Ok(CreateRequest {
+        prompt,
+        speed,
+        target,
+        pipeline,
+        profile,
+        request_id,
     })
-}
-
-/// `task_create`'s arguments, checked.
-struct CreateArgs {
-    prompt: String,
-    speed: String,
-    target: String,
-    pipeline: String,
-    profile: Option<String>,
-    request_id: Option<String>,
-}
-
-impl CreateArgs {
-    /// Reads and checks the arguments; every problem is named at once.
-    fn parse(arguments: &JsonObject) -> Result<CreateArgs, Box<CallToolResult>> {
-        let mut args = Args::new(arguments);
-        let prompt = args.string(
-            "prompt",
-            4 * planb_core::state::tasks::TASK_PROMPT_CHARS_MAX,
-        );
-        let speed = args
-            .optional_string("speed_vs_detail", 10)
-            .unwrap_or_else(|| "ping".into());
-        let target = args
-            .optional_string("target", 64)
-            .unwrap_or_else(|| DEFAULT_TARGET.into());
-        let pipeline = args
-            .optional_string("pipeline", 64)
-            .unwrap_or_else(|| PROJECT_PLAN.into());
-        let profile = args.optional_string("model_profile", 20);
-        let request_id = args.optional_string("client_request_id", 200);
-        if prompt.as_deref().is_some_and(|p| p.trim().is_empty()) {
-            args.push("prompt: must not be empty".to_owned());
-        }
-        if planb_core::Speed::parse(&speed).is_none() {
-            args.push(planb_core::Speed::refusal(&speed));
-        }
-        if let Some(p) = &profile
-            && !PROFILES.contains(&p.as_str())
-        {
-            args.push(format!(
-                "model_profile: {p:?} is not one of {}",
-                PROFILES.join(", ")
-            ));
-        }
-        args.finish().map_err(|errors| Box::new(invalid(errors)))?;
-        let prompt = prompt.ok_or_else(|| Box::new(invalid("prompt: required")))?;
-        Ok(CreateArgs {
-            prompt,
-            speed,
-            target,
-            pipeline,
-            profile,
-            request_id,
-        })
-    }
-}
-
-/// The pipeline `create` names, once its target is one of its steps
-/// (`INVALID_TARGET` naming the standard targets otherwise).
-fn checked_pipeline(root: &DataRoot, create: &CreateArgs) -> Result<Pipeline, Box<CallToolResult>> {
-    let pipeline = pipeline_of(root, &create.pipeline)
-        .map_err(|problem| boxed("INVALID_TARGET", problem, json!({})))?;
-    let target_ok = StepId::parse(&create.target)
-        .ok()
-        .is_some_and(|t| pipeline.step(&t).is_some());
-    if target_ok {
-        return Ok(pipeline);
-    }
-    let finals: Vec<&str> = pipeline
-        .steps()
-        .iter()
-        .map(|s| s.id.as_str())
-        .filter(|id| pipelines::STANDARD_TARGETS.contains(id))
-        .collect();
-    Err(boxed(
-        "INVALID_TARGET",
-        format!(
-            "target: {:?} is not a step of pipeline {} (targets: {})",
-            create.target,
-            create.pipeline,
-            finals.join(", ")
-        ),
-        json!({"targets": finals}),
-    ))
-}
-
-impl PlanbServer {
-    /// Records the task `create` describes and returns its id: the one of
-    /// the task another process recorded meanwhile with the same
-    /// `client_request_id`, if so.
-    async fn record_task(
-        &self,
-        create: CreateArgs,
-        pipeline: &Pipeline,
-    ) -> Result<TaskId, Box<CallToolResult>> {
-        let id = TaskId::from_uuid(self.store().env().event_id());
-        let request_id = create.request_id.clone();
-        let command = Command::CreateTask {
-            task: id,
-            pipeline: create.pipeline,
-            pipeline_version: pipeline.version(),
-            prompt: create.prompt,
-            speed: create.speed,
-            target: create.target,
-            model_profile: create.profile,
-            client_request_id: create.request_id,
-        };
-        let not_recorded = || boxed("INTERNAL_ERROR", "the task was not recorded", json!({}));
-        match self.execute(command).await {
-            Ok(events) if !events.is_empty() => Ok(id),
-            Ok(_) => {
-                let key = request_id.ok_or_else(not_recorded)?;
-                match self
-                    .read_state(move |s| s.task_by_request(&key).map(|t| t.id))
-                    .await
-                {
-                    Ok(Some(existing)) => Ok(existing),
-                    _ => Err(not_recorded()),
-                }
-            }
-            Err(e) => Err(Box::new(store_failure(e))),
-        }
-    }
 }
 
 /// An application error as the tools answer it.
@@ -662,18 +480,16 @@ impl PlanbServer {
         arguments: JsonObject,
         peer: Peer<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
-        let create = match CreateArgs::parse(&arguments) {
+        let create = match create_request(&arguments) {
             Ok(create) => create,
             Err(result) => return Ok(*result),
         };
+        let tasks = match self.tasks().await {
+            Ok(tasks) => tasks,
+            Err(result) => return Ok(*result),
+        };
         if let Some(key) = create.request_id.clone()
-            && let Ok(Some(task)) = self
-                .read_state(move |s| {
-                    s.task_by_request(&key)
-                        .filter(|t| t.deleted_at.is_none())
-                        .cloned()
-                })
-                .await
+            && let Ok(Some(task)) = tasks.by_request(key).await
         {
             return Ok(CallToolResult::structured(created(&task)));
         }
@@ -681,16 +497,20 @@ impl PlanbServer {
             Ok(runner) => runner,
             Err(result) => return Ok(*result),
         };
-        let pipeline = match checked_pipeline(&self.data_root(), &create) {
+        let checked = checked_pipeline(&self.data_root(), &create.pipeline, &create.target);
+        let pipeline = match checked {
             Ok(pipeline) => pipeline,
-            Err(result) => return Ok(*result),
+            Err(e) => return Ok(app_failure(e)),
         };
-        let id = match self.record_task(create, &pipeline).await {
+        let id = match tasks.create(create, &pipeline).await {
             Ok(id) => id,
-            Err(result) => return Ok(*result),
+            Err(e) => return Ok(app_failure(e)),
         };
         Ok(
-            match self.start_task_run(id, 0, runner, Start::Resume).await {
+            match self
+                .start_task_run(&tasks, id, 0, runner, Start::Resume)
+                .await
+            {
                 Ok(task) => CallToolResult::structured(created(&task)),
                 Err(result) => *result,
             },
@@ -710,18 +530,14 @@ impl PlanbServer {
             Ok(parsed) => parsed,
             Err(result) => return Ok(*result),
         };
-        let task = match self.task_checked(id).await {
-            Ok(task) => task,
+        let (_, task) = match self.task_checked(id).await {
+            Ok(found) => found,
             Err(result) => return Ok(*result),
         };
-        Ok(match run_of(&task, run_id) {
-            Ok(run) => CallToolResult::structured(status_of(
-                &self.data_root(),
-                &task,
-                run,
-                self.store().env().now(),
-            )),
-            Err(result) => *result,
+        let now = self.store().env().now();
+        Ok(match planb_app::tasks::run_of(&task, run_id) {
+            Ok(run) => CallToolResult::structured(status_of(&self.data_root(), &task, run, now)),
+            Err(e) => app_failure(e),
         })
     }
 
@@ -738,27 +554,13 @@ impl PlanbServer {
             Ok(parsed) => parsed,
             Err(result) => return Ok(*result),
         };
-        if let Err(result) = self.task_checked(id).await {
-            return Ok(*result);
-        }
-        if let Err(e) = self.execute(Command::RequestStop { task: id }).await {
-            return Ok(store_failure(e));
-        }
-        let started = Instant::now();
-        loop {
-            let task = match self.task_checked(id).await {
-                Ok(task) => task,
-                Err(result) => return Ok(*result),
-            };
-            if task.active_run().is_none() || started.elapsed() > Duration::from_secs(10) {
-                return Ok(CallToolResult::structured(status(
-                    &self.data_root(),
-                    &task,
-                    self.store().env().now(),
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        Ok(match self.tasks().await {
+            Ok(tasks) => match tasks.stop(id).await {
+                Ok(task) => self.answer_status(&task),
+                Err(e) => app_failure(e),
+            },
+            Err(result) => *result,
+        })
     }
 
     #[tool(
@@ -806,18 +608,11 @@ impl PlanbServer {
             Ok(parsed) => parsed,
             Err(result) => return Ok(*result),
         };
-        if let Err(result) = self.task_checked(id).await {
-            return Ok(*result);
-        }
-        if let Err(e) = self.execute(Command::ArchiveTask { task: id }).await {
-            return Ok(store_failure(e));
-        }
-        Ok(match self.task_checked(id).await {
-            Ok(task) => CallToolResult::structured(status(
-                &self.data_root(),
-                &task,
-                self.store().env().now(),
-            )),
+        Ok(match self.tasks().await {
+            Ok(tasks) => match tasks.archive(id).await {
+                Ok(task) => self.answer_status(&task),
+                Err(e) => app_failure(e),
+            },
             Err(result) => *result,
         })
     }
@@ -835,35 +630,17 @@ impl PlanbServer {
             Ok(parsed) => parsed,
             Err(result) => return Ok(*result),
         };
-        if let Err(result) = self.task_checked(id).await {
-            return Ok(*result);
-        }
-        if let Err(e) = self.execute(Command::DeleteTask { task: id }).await {
-            return Ok(store_failure(e));
-        }
-        let root = self.data_root();
-        let removed = crate::blocking::off_thread(move || {
-            planb_engine::task_files::remove_folder(&root, &id)
-        })
-        .await;
-        let folder = self.data_root().task_dir(&id).display().to_string();
-        Ok(match removed {
-            Ok(Ok(())) => CallToolResult::structured(json!({
+        let tasks = match self.tasks().await {
+            Ok(tasks) => tasks,
+            Err(result) => return Ok(*result),
+        };
+        Ok(match tasks.delete(id).await {
+            Ok(folder) => CallToolResult::structured(json!({
                 "task_id": id.to_string(),
                 "lifecycle": "deleted",
-                "folder_removed": folder,
+                "folder_removed": folder.display().to_string(),
             })),
-            // The deletion is recorded; `planb-mcp rebuild` removes the folder.
-            Ok(Err(e)) => error(
-                "INTERNAL_ERROR",
-                format!("task {id} is deleted, but its folder {folder} could not be removed: {e}"),
-                json!({"task_id": id.to_string()}),
-            ),
-            Err(e) => error(
-                "INTERNAL_ERROR",
-                e.to_string(),
-                json!({"task_id": id.to_string()}),
-            ),
+            Err(e) => app_failure(e),
         })
     }
 
@@ -903,28 +680,12 @@ impl PlanbServer {
         if let Err(errors) = Args::new(&arguments).finish() {
             return Ok(invalid(errors));
         }
-        let latest = self
-            .read_state(|s| {
-                s.pipeline_tasks()
-                    .max_by_key(|t| (t.created_at, t.id))
-                    .map(|t| t.id)
-            })
-            .await;
-        Ok(match latest {
-            Ok(Some(id)) => match self.task_checked(id).await {
-                Ok(task) => CallToolResult::structured(status(
-                    &self.data_root(),
-                    &task,
-                    self.store().env().now(),
-                )),
-                Err(result) => *result,
+        Ok(match self.tasks().await {
+            Ok(tasks) => match tasks.latest().await {
+                Ok(task) => self.answer_status(&task),
+                Err(e) => app_failure(e),
             },
-            Ok(None) => error(
-                "TASK_NOT_FOUND",
-                "there are no tasks yet; create one with task_create",
-                json!({}),
-            ),
-            Err(e) => store_failure(e),
+            Err(result) => *result,
         })
     }
 
@@ -963,8 +724,8 @@ impl PlanbServer {
         let started = Instant::now();
         let mut last_sent = -1.0;
         loop {
-            let task = match self.task_checked(id).await {
-                Ok(task) => task,
+            let (_, task) = match self.task_checked(id).await {
+                Ok(found) => found,
                 Err(result) => return Ok(*result),
             };
             let mut value = status(&self.data_root(), &task, self.store().env().now());
@@ -1023,29 +784,25 @@ impl PlanbServer {
             Err(result) => return Ok(*result),
         };
         let max = usize::try_from(max).unwrap_or(usize::MAX);
-        let task = match self.task_checked(id).await {
-            Ok(task) => task,
+        let (_, task) = match self.task_checked(id).await {
+            Ok(found) => found,
             Err(result) => return Ok(*result),
         };
-        if let Err(result) = run_of(&task, run_id) {
-            return Ok(*result);
+        if let Err(e) = planb_app::tasks::run_of(&task, run_id) {
+            return Ok(app_failure(e));
         }
         // One run's lines when a run_id is given.
-        let newer: Vec<&planb_core::LogLine> = task
-            .log_tail
-            .iter()
-            .filter(|l| l.number > since && run_id.is_none_or(|r| l.run == r))
-            .collect();
-        let skip = newer.len().saturating_sub(max);
-        let lines: Vec<Value> = newer[skip..]
+        let tail = planb_app::tasks::log_tail(&task, run_id, since, max);
+        let lines: Vec<Value> = tail
+            .lines
             .iter()
             .map(|l| json!({"cursor": l.number, "at": l.at.to_iso8601(), "run_id": l.run.to_string(), "text": l.text}))
             .collect();
         Ok(CallToolResult::structured(json!({
             "task_id": id.to_string(),
             "lines": lines,
-            "next_cursor": task.log_lines.max(since),
-            "older_lines_dropped": task.log_tail.front().is_some_and(|l| l.number > since + 1),
+            "next_cursor": tail.next_cursor,
+            "older_lines_dropped": tail.older_lines_dropped,
         })))
     }
 
@@ -1098,70 +855,21 @@ impl PlanbServer {
             // `task_args` has reported a missing path or content already.
             return Ok(invalid("path and content are required"));
         };
-        let task = match self.task_checked(id).await {
-            Ok(task) => task,
+        let tasks = match self.tasks().await {
+            Ok(tasks) => tasks,
             Err(result) => return Ok(*result),
         };
-        // A hand edit of another file is recorded before this one writes.
-        let task = match self.with_hand_edits(task).await {
-            Ok(task) => task,
-            Err(result) => return Ok(*result),
-        };
-        let root = self.data_root();
-        let pipeline = match pipeline_of(&root, &task.pipeline) {
-            Ok(p) => p,
-            Err(problem) => return Ok(error("INTERNAL_ERROR", problem, json!({}))),
-        };
-        let Some(step) = planb_engine::task_files::step_of_name(&pipeline, &path) else {
-            return Ok(error(
-                "INVALID_ARTIFACT_URI",
-                format!(
-                    "path: {path:?} names no artifact of this task (use a name task_status lists, like \"01-intake\", or a step id; no folders)"
-                ),
-                json!({"path": path}),
-            ));
-        };
-        let blobs = root.blobs();
-        let bytes = content.into_bytes();
-        let size = bytes.len() as u64;
-        let hash = match crate::blocking::off_thread(move || blobs.put(&bytes)).await {
-            Ok(Ok(hash)) => hash,
-            Ok(Err(e)) => return Ok(error("INTERNAL_ERROR", e.to_string(), json!({}))),
-            Err(e) => return Ok(error("INTERNAL_ERROR", e.to_string(), json!({}))),
-        };
-        let command = Command::EditArtifact {
-            task: id,
-            step: step.as_str().to_owned(),
-            artifact: hash,
-            bytes: size,
-            by: "task_artifact_write".into(),
-        };
-        let recorded = match self.execute(command).await {
-            Ok(events) => !events.is_empty(),
-            Err(e) => return Ok(store_failure(e)),
-        };
-        let downstream: Vec<String> = pipeline
-            .downstream(&step)
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|s| *s != step)
-            .map(|s| s.as_str().to_owned())
-            .collect();
-        if let Ok(Some(task)) = self.task_now(id).await {
-            let root = root.clone();
-            let _ = crate::blocking::off_thread(move || {
-                planb_engine::task_files::project(&root, &pipeline, &task, true)
-            })
-            .await;
-        }
-        Ok(CallToolResult::structured(json!({
-            "task_id": id.to_string(),
-            "step": step.as_str(),
-            "sha256": ContentHash(hash).to_hex(),
-            "size": size,
-            "changed": recorded,
-            "invalidated": downstream,
-        })))
+        Ok(match tasks.write_artifact(id, &path, content).await {
+            Ok(written) => CallToolResult::structured(json!({
+                "task_id": id.to_string(),
+                "step": written.step,
+                "sha256": written.sha256,
+                "size": written.size,
+                "changed": written.changed,
+                "invalidated": written.invalidated,
+            })),
+            Err(e) => app_failure(e),
+        })
     }
 }
 
@@ -1195,107 +903,39 @@ impl PlanbServer {
             Ok(parsed) => parsed,
             Err(result) => return *result,
         };
-        let task = match self.task_checked(id).await {
-            Ok(task) => task,
+        let (tasks, task) = match self.task_checked(id).await {
+            Ok(found) => found,
             Err(result) => return *result,
         };
         // The files are those of the task as it is now, which is its latest
         // run's; an earlier run's id is accepted and the answer says so.
-        let earlier = match run_of(&task, run_id) {
+        let earlier = match planb_app::tasks::run_of(&task, run_id) {
             Ok(run) => run.is_some_and(|r| task.runs.last().is_some_and(|last| last.id != r.id)),
-            Err(result) => return *result,
+            Err(e) => return app_failure(e),
         };
-        // The report and the zip are built with the folder's hand edits.
-        let task = match self.with_hand_edits(task).await {
-            Ok(task) => task,
-            Err(result) => return *result,
-        };
-        let root = self.data_root();
-        let pipeline = match pipeline_of(&root, &task.pipeline) {
-            Ok(p) => p,
-            Err(problem) => return error("INTERNAL_ERROR", problem, json!({})),
-        };
-        let name = if artifact == "report" {
-            "report.html"
+        let file = if artifact == "report" {
+            TaskFile::Report
         } else {
-            "run.zip"
+            TaskFile::Zip
         };
-        if artifact == "report"
-            && planb_engine::task_files::report(&root, &pipeline, &task).is_none()
-        {
-            let why = if task.speed == "ping" {
-                "this task ran with speed_vs_detail \"ping\" (one model call, no report); create a task with \"fast\" or \"all\""
-            } else {
-                "the report is not built yet; wait for the task to complete"
-            };
-            return error(
-                "INVALID_ARTIFACT_URI",
-                format!("no report for task {id}: {why}"),
-                json!({"state": state_name(&task)}),
-            );
-        }
-        let written = {
-            let root = root.clone();
-            crate::blocking::off_thread(move || {
-                planb_engine::task_files::project(&root, &pipeline, &task, true)
-            })
-            .await
+        let save = save.map(|to| (PathBuf::from(to), overwrite));
+        let info = match tasks.file(task, file, save).await {
+            Ok(info) => info,
+            Err(e) => return app_failure(e),
         };
-        let dir = match written {
-            Ok(Ok(dir)) => dir,
-            Ok(Err(e)) => {
-                return error(
-                    "INTERNAL_ERROR",
-                    format!("the task's files could not be written: {e}"),
-                    json!({}),
-                );
-            }
-            Err(e) => return error("INTERNAL_ERROR", e.to_string(), json!({})),
-        };
-        let mut path = dir.join(name);
-        let bytes = match std::fs::read(&path) {
-            Ok(bytes) => bytes,
-            Err(e) => {
-                return error(
-                    "INTERNAL_ERROR",
-                    format!("{}: {e}", path.display()),
-                    json!({}),
-                );
-            }
-        };
-        if let Some(save) = save {
-            let saved = planb_engine::task_files::save_copy(
-                root.root(),
-                Path::new(&save),
-                &format!("{id}-{name}"),
-                &bytes,
-                overwrite,
-            );
-            path = match saved {
-                Ok(to) => to,
-                Err(e) => {
-                    let code = match e {
-                        SaveError::Exists(_) => "CONFLICT",
-                        _ => "PERMISSION_DENIED",
-                    };
-                    return error(code, format!("save_path: {e}"), json!({}));
-                }
-            };
-        }
-        let path = path.canonicalize().unwrap_or(path);
-        let mut info = json!({
+        let mut answer = json!({
             "task_id": id.to_string(),
             "artifact": artifact,
-            "content_type": planb_engine::task_files::content_type(name),
-            "sha256": ContentHash::of_bytes(&bytes).to_hex(),
-            "size": bytes.len(),
-            "path": path.display().to_string(),
-            "download_url": format!("file://{}", path.display()),
+            "content_type": info.content_type,
+            "sha256": info.sha256,
+            "size": info.size,
+            "path": info.path.display().to_string(),
+            "download_url": format!("file://{}", info.path.display()),
         });
         if earlier {
-            info["note"] = "the files are kept for the task as it is now (its latest run); an earlier run's report is not kept apart".into();
+            answer["note"] = "the files are kept for the task as it is now (its latest run); an earlier run's report is not kept apart".into();
         }
-        CallToolResult::structured(info)
+        CallToolResult::structured(answer)
     }
 }
 
@@ -1340,59 +980,27 @@ impl PlanbServer {
         if let Err(errors) = args.finish() {
             return Ok(invalid(errors));
         }
-        let listed = self
-            .read_state(move |s| {
-                let mut tasks: Vec<&Task> = s
-                    .pipeline_tasks()
-                    .filter(|t| archived || t.archived_at.is_none())
-                    .collect();
-                tasks.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
-                tasks
-                    .into_iter()
-                    .take(limit)
+        let tasks = match self.tasks().await {
+            Ok(tasks) => tasks,
+            Err(result) => return Ok(*result),
+        };
+        Ok(match tasks.list(limit, archived).await {
+            Ok(listed) => {
+                let tasks: Vec<Value> = listed
+                    .iter()
                     .map(|t| {
                         json!({
                             "task_id": t.id.to_string(),
                             "created_at": t.created_at.to_iso8601(),
-                            "state": state_name(t),
-                            "lifecycle": t.lifecycle().as_str(),
+                            "state": t.state,
+                            "lifecycle": t.lifecycle,
                             "prompt_summary": prompt_summary(&t.prompt),
                         })
                     })
-                    .collect::<Vec<Value>>()
-            })
-            .await;
-        Ok(match listed {
-            Ok(tasks) => CallToolResult::structured(json!({"tasks": tasks})),
-            Err(e) => store_failure(e),
+                    .collect();
+                CallToolResult::structured(json!({"tasks": tasks}))
+            }
+            Err(e) => app_failure(e),
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn artifact_paths_never_leave_the_task() {
-        let pipeline = pipelines::project_plan();
-        let step = |p: &str| {
-            planb_engine::task_files::step_of_name(&pipeline, p).map(|s| s.as_str().to_owned())
-        };
-        assert_eq!(step("01-intake").as_deref(), Some("intake"));
-        assert_eq!(step("01-intake.md").as_deref(), Some("intake"));
-        assert_eq!(step("intake").as_deref(), Some("intake"));
-        for bad in [
-            "../01-intake",
-            "/etc/passwd",
-            "02-intake",
-            "99-nothing",
-            "x/01-intake",
-            "",
-            "..",
-            "nothing",
-        ] {
-            assert_eq!(step(bad), None, "{bad}");
-        }
     }
 }
