@@ -263,8 +263,30 @@ fn parse_step(value: &Value, path: &str) -> Result<Written, PlanError> {
         Some(v) => Some(index_text(v, &format!("{path}.index"))?),
     };
     let title = text_field(object, "title", path, PLAN_TITLE_CHARS_MAX, true)?.unwrap_or_default();
-    // `tool` + `args`, or the generators' `tool_calls: [{name, args}]`.
-    let (tool, args, args_path) = match (object.get("tool"), object.get("tool_calls")) {
+    let (tool, args, args_path) = step_call(object, path)?;
+    let args = step_args(args, args_path)?;
+    let depends_on = step_depends_on(object, path)?;
+    let result_variable = text_field(object, "result_variable", path, 64, false)?;
+    if let Some(name) = &result_variable {
+        variable_name(name, &format!("{path}.result_variable"))?;
+    }
+    Ok(Written {
+        index,
+        title,
+        tool,
+        args,
+        depends_on,
+        result_variable,
+    })
+}
+
+/// A step's tool, its arguments as written and their JSON path: `tool` +
+/// `args`, or the generators' `tool_calls: [{name, args}]`.
+fn step_call(
+    object: &Map<String, Value>,
+    path: &str,
+) -> Result<(String, Option<Value>, String), PlanError> {
+    Ok(match (object.get("tool"), object.get("tool_calls")) {
         (Some(_), Some(_)) => {
             return Err(PlanError::at(
                 path,
@@ -309,8 +331,12 @@ fn parse_step(value: &Value, path: &str) -> Result<Written, PlanError> {
                 text_field(object, "tool", path, TOOL_NAME_CHARS_MAX, true)?.unwrap_or_default();
             (tool, object.get("args").cloned(), format!("{path}.args"))
         }
-    };
-    let args = match args {
+    })
+}
+
+/// A step's arguments: an object, or none.
+fn step_args(args: Option<Value>, args_path: String) -> Result<Map<String, Value>, PlanError> {
+    Ok(match args {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(args)) => args,
         Some(other) => {
@@ -319,8 +345,15 @@ fn parse_step(value: &Value, path: &str) -> Result<Written, PlanError> {
                 format!("must be an object (got {})", type_name(&other)),
             ));
         }
-    };
-    let depends_on = match object.get("depends_on") {
+    })
+}
+
+/// A step's `depends_on`: each entry's text and whether it was a number.
+fn step_depends_on(
+    object: &Map<String, Value>,
+    path: &str,
+) -> Result<Vec<(String, bool)>, PlanError> {
+    Ok(match object.get("depends_on") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(items)) => items
             .iter()
@@ -336,18 +369,6 @@ fn parse_step(value: &Value, path: &str) -> Result<Written, PlanError> {
                 format!("must be an array (got {})", type_name(other)),
             ));
         }
-    };
-    let result_variable = text_field(object, "result_variable", path, 64, false)?;
-    if let Some(name) = &result_variable {
-        variable_name(name, &format!("{path}.result_variable"))?;
-    }
-    Ok(Written {
-        index,
-        title,
-        tool,
-        args,
-        depends_on,
-        result_variable,
     })
 }
 
@@ -376,63 +397,8 @@ impl ExecPlan {
         let title =
             text_field(object, "title", "", PLAN_TITLE_CHARS_MAX, true)?.unwrap_or_default();
         let description = text_field(object, "description", "", PLAN_DESCRIPTION_CHARS_MAX, false)?;
-        let variables = match object.get("variables") {
-            None | Some(Value::Null) => Map::new(),
-            Some(Value::Object(vars)) => {
-                for name in vars.keys() {
-                    variable_name(name, &format!("variables.{}", echo(name)))?;
-                }
-                vars.clone()
-            }
-            Some(other) => {
-                return Err(PlanError::at(
-                    "variables",
-                    format!("must be an object (got {})", type_name(other)),
-                ));
-            }
-        };
-        let (key, steps_value) = match (object.get("steps"), object.get("tool_calls")) {
-            (Some(steps), _) => ("steps", steps),
-            (None, Some(calls)) => ("tool_calls", calls),
-            (None, None) => return Err(PlanError::at("steps", "missing steps")),
-        };
-        let Value::Array(items) = steps_value else {
-            return Err(PlanError::at(
-                key,
-                format!("must be an array (got {})", type_name(steps_value)),
-            ));
-        };
-        if items.len() > PLAN_STEPS_MAX {
-            return Err(PlanError::at(
-                key,
-                format!(
-                    "must hold at most {PLAN_STEPS_MAX} steps (got {})",
-                    items.len()
-                ),
-            ));
-        }
-        let mut written = Vec::with_capacity(items.len());
-        for (i, item) in items.iter().enumerate() {
-            let path = format!("{key}[{i}]");
-            // A top-level tool_calls entry is `{name, args, …}`.
-            let step = if key == "tool_calls" {
-                let mut item = item.clone();
-                if let Value::Object(map) = &mut item
-                    && !map.contains_key("tool")
-                    && let Some(name) = map.remove("name")
-                {
-                    map.insert("tool".into(), name);
-                    if !map.contains_key("title") {
-                        let title = map.get("tool").cloned().unwrap_or(Value::Null);
-                        map.insert("title".into(), title);
-                    }
-                }
-                parse_step(&item, &path)?
-            } else {
-                parse_step(item, &path)?
-            };
-            written.push(step);
-        }
+        let variables = plan_variables(object)?;
+        let (key, written) = written_steps(object)?;
         let plan = normalise(title, description, variables, written, key)?;
         let json = plan.to_json().to_string();
         if json.len() > PLAN_JSON_BYTES_MAX {
@@ -520,6 +486,73 @@ impl ExecPlan {
     }
 }
 
+/// A plan's `variables`: an object of well-named variables, or none.
+fn plan_variables(object: &Map<String, Value>) -> Result<Map<String, Value>, PlanError> {
+    Ok(match object.get("variables") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(vars)) => {
+            for name in vars.keys() {
+                variable_name(name, &format!("variables.{}", echo(name)))?;
+            }
+            vars.clone()
+        }
+        Some(other) => {
+            return Err(PlanError::at(
+                "variables",
+                format!("must be an object (got {})", type_name(other)),
+            ));
+        }
+    })
+}
+
+/// A plan's steps as written, under `steps` or `tool_calls` (the key
+/// returned, for the JSON paths of later errors).
+fn written_steps(object: &Map<String, Value>) -> Result<(&'static str, Vec<Written>), PlanError> {
+    let (key, steps_value) = match (object.get("steps"), object.get("tool_calls")) {
+        (Some(steps), _) => ("steps", steps),
+        (None, Some(calls)) => ("tool_calls", calls),
+        (None, None) => return Err(PlanError::at("steps", "missing steps")),
+    };
+    let Value::Array(items) = steps_value else {
+        return Err(PlanError::at(
+            key,
+            format!("must be an array (got {})", type_name(steps_value)),
+        ));
+    };
+    if items.len() > PLAN_STEPS_MAX {
+        return Err(PlanError::at(
+            key,
+            format!(
+                "must hold at most {PLAN_STEPS_MAX} steps (got {})",
+                items.len()
+            ),
+        ));
+    }
+    let mut written = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let path = format!("{key}[{i}]");
+        // A top-level tool_calls entry is `{name, args, …}`.
+        let step = if key == "tool_calls" {
+            let mut item = item.clone();
+            if let Value::Object(map) = &mut item
+                && !map.contains_key("tool")
+                && let Some(name) = map.remove("name")
+            {
+                map.insert("tool".into(), name);
+                if !map.contains_key("title") {
+                    let title = map.get("tool").cloned().unwrap_or(Value::Null);
+                    map.insert("title".into(), title);
+                }
+            }
+            parse_step(&item, &path)?
+        } else {
+            parse_step(item, &path)?
+        };
+        written.push(step);
+    }
+    Ok((key, written))
+}
+
 fn normalise(
     title: String,
     description: Option<String>,
@@ -527,7 +560,33 @@ fn normalise(
     written: Vec<Written>,
     key: &str,
 ) -> Result<ExecPlan, PlanError> {
-    // Without indexes, numbers in depends_on are 0-based positions.
+    let steps = numbered(written);
+    let (by_index, by_variable) = step_lookups(&steps, key)?;
+    let needs = step_needs(&steps, &by_index, &by_variable, key)?;
+    let batches = layers(&steps, &needs).map_err(|cycle| {
+        let names: Vec<&str> = cycle.iter().map(|&i| steps[i].index.as_str()).collect();
+        PlanError::at(
+            key,
+            format!(
+                "dependency cycle: {} (each step waits for the next; remove one of these dependencies)",
+                names.join(" → ")
+            ),
+        )
+    })?;
+    Ok(ExecPlan {
+        title,
+        description,
+        variables,
+        steps,
+        needs,
+        batches,
+    })
+}
+
+/// The steps with their indexes: a step without one is numbered from 1 by
+/// its position, and without indexes, numbers in `depends_on` are 0-based
+/// positions.
+fn numbered(written: Vec<Written>) -> Vec<PlanStep> {
     let zero_based = written.iter().all(|w| w.index.is_none());
     let mut steps = Vec::with_capacity(written.len());
     for (position, w) in written.into_iter().enumerate() {
@@ -553,8 +612,20 @@ fn normalise(
             result_variable: w.result_variable,
         });
     }
-    let mut by_index: BTreeMap<&str, usize> = BTreeMap::new();
-    let mut by_variable: BTreeMap<&str, usize> = BTreeMap::new();
+    steps
+}
+
+/// Step positions by a name: an index, or a variable a step binds.
+type Positions<'a> = BTreeMap<&'a str, usize>;
+
+/// Each step's position by its index and by the variable it binds;
+/// refuses an index or a variable given twice.
+fn step_lookups<'a>(
+    steps: &'a [PlanStep],
+    key: &str,
+) -> Result<(Positions<'a>, Positions<'a>), PlanError> {
+    let mut by_index: Positions<'a> = BTreeMap::new();
+    let mut by_variable: Positions<'a> = BTreeMap::new();
     for (i, step) in steps.iter().enumerate() {
         if let Some(first) = by_index.insert(&step.index, i) {
             return Err(PlanError::at(
@@ -577,6 +648,18 @@ fn normalise(
             ));
         }
     }
+    Ok((by_index, by_variable))
+}
+
+/// The positions each step waits for, sorted: its declared dependencies,
+/// each a known index other than its own, and the steps binding the
+/// variables it reads.
+fn step_needs(
+    steps: &[PlanStep],
+    by_index: &Positions<'_>,
+    by_variable: &Positions<'_>,
+    key: &str,
+) -> Result<Vec<Vec<usize>>, PlanError> {
     let mut needs = Vec::with_capacity(steps.len());
     for (i, step) in steps.iter().enumerate() {
         let mut mine: Vec<usize> = Vec::new();
@@ -611,24 +694,7 @@ fn normalise(
         mine.sort_unstable();
         needs.push(mine);
     }
-    let batches = layers(&steps, &needs).map_err(|cycle| {
-        let names: Vec<&str> = cycle.iter().map(|&i| steps[i].index.as_str()).collect();
-        PlanError::at(
-            key,
-            format!(
-                "dependency cycle: {} (each step waits for the next; remove one of these dependencies)",
-                names.join(" → ")
-            ),
-        )
-    })?;
-    Ok(ExecPlan {
-        title,
-        description,
-        variables,
-        steps,
-        needs,
-        batches,
-    })
+    Ok(needs)
 }
 
 /// Kahn layers, each sorted by index; on a cycle, one cycle (as positions,

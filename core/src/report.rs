@@ -64,50 +64,72 @@ pub fn schedule(text: &str) -> Result<Vec<Scheduled>, String> {
             tasks.len()
         ));
     }
-    let mut parsed = Vec::with_capacity(tasks.len());
-    for (index, task) in tasks.iter().enumerate() {
-        let field = |key: &str| task.get(key);
-        let id = match field("id") {
-            Some(Value::String(s)) if !s.trim().is_empty() => s.trim().to_owned(),
-            Some(Value::Number(n)) => n.to_string(),
-            _ => return Err(format!("tasks[{index}].id: required, a string")),
-        };
-        let name = field("name")
-            .and_then(Value::as_str)
-            .unwrap_or(&id)
-            .to_owned();
-        let days = field("duration_days")
-            .and_then(|d| {
-                d.as_u64()
-                    .or_else(|| d.as_f64().map(|f| f.ceil().max(0.0) as u64))
-            })
-            .ok_or(format!("tasks[{index}].duration_days: required, a number"))?
-            .min(DAYS_MAX);
-        let depends_on = match field("depends_on") {
-            None | Some(Value::Null) => Vec::new(),
-            Some(Value::Array(items)) => items
-                .iter()
-                .map(|d| match d {
-                    Value::String(s) => Ok(s.trim().to_owned()),
-                    Value::Number(n) => Ok(n.to_string()),
-                    _ => Err(format!("tasks[{index}].depends_on: ids must be strings")),
-                })
-                .collect::<Result<_, _>>()?,
-            Some(_) => return Err(format!("tasks[{index}].depends_on: must be a list")),
-        };
-        parsed.push((id, name, days, depends_on));
+    let mut parsed = tasks
+        .iter()
+        .enumerate()
+        .map(|(index, task)| schedule_task(index, task))
+        .collect::<Result<Vec<_>, _>>()?;
+    let starts = earliest_starts(&parsed)?;
+    for (task, start) in parsed.iter_mut().zip(starts) {
+        task.start = start;
     }
+    Ok(parsed)
+}
+
+/// Reads `tasks[index]` of a schedule, its start still 0.
+fn schedule_task(index: usize, task: &Value) -> Result<Scheduled, String> {
+    let field = |key: &str| task.get(key);
+    let id = match field("id") {
+        Some(Value::String(s)) if !s.trim().is_empty() => s.trim().to_owned(),
+        Some(Value::Number(n)) => n.to_string(),
+        _ => return Err(format!("tasks[{index}].id: required, a string")),
+    };
+    let name = field("name")
+        .and_then(Value::as_str)
+        .unwrap_or(&id)
+        .to_owned();
+    let days = field("duration_days")
+        .and_then(|d| {
+            d.as_u64()
+                .or_else(|| d.as_f64().map(|f| f.ceil().max(0.0) as u64))
+        })
+        .ok_or(format!("tasks[{index}].duration_days: required, a number"))?
+        .min(DAYS_MAX);
+    let depends_on = match field("depends_on") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|d| match d {
+                Value::String(s) => Ok(s.trim().to_owned()),
+                Value::Number(n) => Ok(n.to_string()),
+                _ => Err(format!("tasks[{index}].depends_on: ids must be strings")),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err(format!("tasks[{index}].depends_on: must be a list")),
+    };
+    Ok(Scheduled {
+        id,
+        name,
+        start: 0,
+        days,
+        depends_on,
+    })
+}
+
+/// Each task's earliest start: after every dependency ends (Kahn order).
+/// Refuses an id given twice, an unknown dependency and a cycle.
+fn earliest_starts(parsed: &[Scheduled]) -> Result<Vec<u64>, String> {
     let mut at: BTreeMap<&str, usize> = BTreeMap::new();
-    for (index, (id, ..)) in parsed.iter().enumerate() {
+    for (index, task) in parsed.iter().enumerate() {
+        let id = &task.id;
         if at.insert(id, index).is_some() {
             return Err(format!("tasks[{index}].id: {id:?} appears twice"));
         }
     }
-    // Earliest start: after every dependency ends (Kahn order).
     let mut waiting: Vec<usize> = vec![0; parsed.len()];
     let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); parsed.len()];
-    for (index, (_, _, _, deps)) in parsed.iter().enumerate() {
-        for dep in deps {
+    for (index, task) in parsed.iter().enumerate() {
+        for dep in &task.depends_on {
             let &from = at
                 .get(dep.as_str())
                 .ok_or(format!("tasks[{index}].depends_on: no task {dep:?}"))?;
@@ -120,7 +142,7 @@ pub fn schedule(text: &str) -> Result<Vec<Scheduled>, String> {
     let mut done = 0;
     while let Some(index) = ready.pop() {
         done += 1;
-        let end = start[index] + parsed[index].2;
+        let end = start[index] + parsed[index].days;
         for &next in &dependents[index] {
             start[next] = start[next].max(end);
             waiting[next] -= 1;
@@ -132,17 +154,7 @@ pub fn schedule(text: &str) -> Result<Vec<Scheduled>, String> {
     if done < parsed.len() {
         return Err("the schedule's dependencies form a cycle".into());
     }
-    Ok(parsed
-        .into_iter()
-        .zip(start)
-        .map(|((id, name, days, depends_on), start)| Scheduled {
-            id,
-            name,
-            start,
-            days,
-            depends_on,
-        })
-        .collect())
+    Ok(start)
 }
 
 #[cfg(test)]

@@ -217,30 +217,7 @@ impl LogReader {
                     }
                 }
                 Parsed::Damaged(damage) => {
-                    let verdict = classify(
-                        self.storage.as_ref(),
-                        segment,
-                        self.offset,
-                        self.next_cursor,
-                        damage,
-                        self.options.max_record_bytes,
-                    );
-                    segment.forget();
-                    if let Err(error) = verdict {
-                        // A writer may have completed the record (or replaced a torn
-                        // tail) between the two reads: valid data found after the
-                        // damage is only corruption if the damage is still there.
-                        let again = segment
-                            .parse(
-                                self.offset,
-                                self.next_cursor,
-                                self.prev_checksum,
-                                self.options.max_record_bytes,
-                            )
-                            .map_err(|e| LogError::io("read", describe.clone(), e))?;
-                        if matches!(again, Parsed::Damaged(_)) {
-                            return Err(error);
-                        }
+                    if self.completed_since(damage, &describe)? {
                         continue;
                     }
                     // Possibly a record being written right now: look again later.
@@ -248,6 +225,44 @@ impl LogReader {
                 }
             }
         }
+    }
+
+    /// Whether to read on after `damage` at the reader's position: false for
+    /// damage at the very end (possibly a record being written right now),
+    /// true when a writer has completed the record since; corruption is an
+    /// error.
+    fn completed_since(&mut self, damage: Damage, describe: &str) -> Result<bool, LogError> {
+        let segment = self
+            .segment
+            .as_mut()
+            .expect("damage is found in an entered segment");
+        let verdict = classify(
+            self.storage.as_ref(),
+            segment,
+            self.offset,
+            self.next_cursor,
+            damage,
+            self.options.max_record_bytes,
+        );
+        segment.forget();
+        let Err(error) = verdict else {
+            return Ok(false);
+        };
+        // A writer may have completed the record (or replaced a torn
+        // tail) between the two reads: valid data found after the
+        // damage is only corruption if the damage is still there.
+        let again = segment
+            .parse(
+                self.offset,
+                self.next_cursor,
+                self.prev_checksum,
+                self.options.max_record_bytes,
+            )
+            .map_err(|e| LogError::io("read", describe.to_owned(), e))?;
+        if matches!(again, Parsed::Damaged(_)) {
+            return Err(error);
+        }
+        Ok(true)
     }
 
     /// Positions the reader at the start of the last segment that begins at or

@@ -55,6 +55,63 @@ impl Tail {
         }
     }
 
+    /// The tail recovery on open catches up from. Every header must be valid
+    /// except possibly the last (a crash while rolling over). Catch-up starts
+    /// at the second-to-last valid one, so it validates that segment's records
+    /// and that the last one continues its cursors and chain. Must run under
+    /// the storage lock.
+    fn recovering(storage: &dyn Storage) -> Result<Tail, LogError> {
+        let mut tail = Tail::empty();
+        let segments = list_segments(storage)?;
+        let mut previous_start = None;
+        for (index, (first, name)) in segments.iter().enumerate() {
+            let mut segment = open_segment(storage, *first, true)?;
+            let header = segment
+                .header()
+                .map_err(|e| LogError::io("read", storage.describe(name), e))?;
+            match header {
+                Ok(header) if header.first_cursor == *first => {
+                    if let Some(previous) = tail.segment.take() {
+                        previous_start = Some((previous, tail.next_cursor, tail.last_checksum));
+                    }
+                    tail.segment = Some(segment);
+                    tail.len = SEGMENT_HEADER_LEN as u64;
+                    tail.next_cursor = header.first_cursor;
+                    tail.last_checksum = header.prev_checksum;
+                }
+                Ok(header) => {
+                    return Err(LogError::Corrupt {
+                        segment: storage.describe(name),
+                        offset: 0,
+                        cursor: *first,
+                        damage: crate::Damage::SegmentGap {
+                            expected: *first,
+                            found: header.first_cursor,
+                        },
+                        followed_by: "the segment's records".to_string(),
+                    });
+                }
+                Err(damage) if index + 1 < segments.len() => {
+                    return Err(LogError::Corrupt {
+                        segment: storage.describe(name),
+                        offset: 0,
+                        cursor: *first,
+                        damage,
+                        followed_by: format!("segment {}", segments[index + 1].1),
+                    });
+                }
+                Err(_) => {}
+            }
+        }
+        if let Some((segment, next_cursor, last_checksum)) = previous_start {
+            tail.segment = Some(segment);
+            tail.len = SEGMENT_HEADER_LEN as u64;
+            tail.next_cursor = next_cursor;
+            tail.last_checksum = last_checksum;
+        }
+        Ok(tail)
+    }
+
     /// Where the next record will begin; `None` before the first segment.
     fn position(&self) -> Option<ReadPosition> {
         self.segment.as_ref().map(|segment| ReadPosition {
@@ -107,139 +164,228 @@ impl Tail {
         truncations: &mut Vec<Truncation>,
     ) -> Result<(), LogError> {
         loop {
-            if let Some(segment) = self.segment.as_mut() {
-                let describe = storage.describe(&segment.name);
-                let file_len = segment
-                    .file
-                    .len()
-                    .map_err(|e| LogError::io("stat", describe.clone(), e))?;
-                if file_len < self.len {
-                    return Err(LogError::Corrupt {
-                        segment: describe,
-                        offset: file_len,
-                        cursor: self.next_cursor,
-                        damage: crate::Damage::Shrunk {
-                            known: self.len,
-                            now: file_len,
-                        },
-                        followed_by: "bytes already acknowledged as durable".to_string(),
-                    });
-                }
-                if file_len > self.len {
-                    segment.forget();
-                    loop {
-                        let parsed = segment
-                            .parse(
-                                self.len,
-                                self.next_cursor,
-                                self.last_checksum,
-                                options.max_record_bytes,
-                            )
-                            .map_err(|e| LogError::io("read", describe.clone(), e))?;
-                        match parsed {
-                            Parsed::Record {
-                                checksum,
-                                next_offset,
-                                ..
-                            } => {
-                                self.len = next_offset;
-                                self.next_cursor = self.next_cursor.saturating_add(1);
-                                self.last_checksum = checksum;
-                            }
-                            Parsed::End => break,
-                            Parsed::Damaged(damage) => {
-                                let Verdict::TornTail { bytes } = classify(
-                                    storage,
-                                    segment,
-                                    self.len,
-                                    self.next_cursor,
-                                    damage.clone(),
-                                    options.max_record_bytes,
-                                )?;
-                                if let Err(e) = segment
-                                    .file
-                                    .set_len(self.len)
-                                    .and_then(|()| segment.file.sync_data())
-                                {
-                                    let error = LogError::io("truncate", describe.clone(), e);
-                                    return Err(self.poison(&error));
-                                }
-                                segment.forget();
-                                truncations.push(Truncation {
-                                    segment: describe.clone(),
-                                    offset: self.len,
-                                    bytes,
-                                    cursor: Cursor(self.next_cursor),
-                                    damage,
-                                });
-                                break;
-                            }
-                        }
-                    }
-                }
-            }
+            self.catch_up_segment(storage, options, truncations)?;
             // A newer segment means another process rolled over; continue there.
             let Some((first, name)) = self.following(storage, options)? else {
                 return Ok(());
             };
-            let mut segment = open_segment(storage, first, true)?;
-            match segment
-                .header()
-                .map_err(|e| LogError::io("read", storage.describe(&name), e))?
-            {
-                Ok(header)
-                    if header.first_cursor == self.next_cursor
-                        && first == self.next_cursor
-                        && header.prev_checksum == self.last_checksum =>
-                {
-                    self.segment = Some(segment);
-                    self.len = SEGMENT_HEADER_LEN as u64;
+            if !self.enter_segment(storage, options, first, &name, truncations)? {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Catches up on the current segment: refuses one shorter than what is
+    /// known durable, and reads whatever it holds beyond that.
+    fn catch_up_segment(
+        &mut self,
+        storage: &dyn Storage,
+        options: &LogOptions,
+        truncations: &mut Vec<Truncation>,
+    ) -> Result<(), LogError> {
+        let Some(segment) = self.segment.as_mut() else {
+            return Ok(());
+        };
+        let describe = storage.describe(&segment.name);
+        let file_len = segment
+            .file
+            .len()
+            .map_err(|e| LogError::io("stat", describe.clone(), e))?;
+        if file_len < self.len {
+            return Err(LogError::Corrupt {
+                segment: describe,
+                offset: file_len,
+                cursor: self.next_cursor,
+                damage: crate::Damage::Shrunk {
+                    known: self.len,
+                    now: file_len,
+                },
+                followed_by: "bytes already acknowledged as durable".to_string(),
+            });
+        }
+        if file_len > self.len {
+            segment.forget();
+            self.read_appended(storage, options, &describe, truncations)?;
+        }
+        Ok(())
+    }
+
+    /// Reads the records after `len` in the current segment (`describe`d),
+    /// each continuing the cursors and the checksum chain, up to its end or
+    /// a torn tail, which is truncated.
+    fn read_appended(
+        &mut self,
+        storage: &dyn Storage,
+        options: &LogOptions,
+        describe: &str,
+        truncations: &mut Vec<Truncation>,
+    ) -> Result<(), LogError> {
+        let Some(segment) = self.segment.as_mut() else {
+            return Ok(());
+        };
+        loop {
+            let parsed = segment
+                .parse(
+                    self.len,
+                    self.next_cursor,
+                    self.last_checksum,
+                    options.max_record_bytes,
+                )
+                .map_err(|e| LogError::io("read", describe.to_owned(), e))?;
+            match parsed {
+                Parsed::Record {
+                    checksum,
+                    next_offset,
+                    ..
+                } => {
+                    self.len = next_offset;
+                    self.next_cursor = self.next_cursor.saturating_add(1);
+                    self.last_checksum = checksum;
                 }
-                Ok(header) => {
-                    return Err(LogError::Corrupt {
-                        segment: storage.describe(&name),
-                        offset: 0,
-                        cursor: self.next_cursor,
-                        damage: if header.first_cursor != self.next_cursor {
-                            crate::Damage::SegmentGap {
-                                expected: self.next_cursor,
-                                found: header.first_cursor,
-                            }
-                        } else {
-                            crate::Damage::Chain {
-                                expected: self.last_checksum,
-                                found: header.prev_checksum,
-                            }
-                        },
-                        followed_by: "the segment's records".to_string(),
-                    });
-                }
-                Err(damage) => {
-                    // A segment whose header never became durable: a crash while
-                    // rolling over. It can only be the last one and hold no records.
-                    let Verdict::TornTail { bytes } = classify(
+                Parsed::End => return Ok(()),
+                Parsed::Damaged(damage) => {
+                    return self.truncate_torn_tail(
                         storage,
-                        &mut segment,
-                        0,
-                        self.next_cursor,
-                        damage.clone(),
-                        options.max_record_bytes,
-                    )?;
-                    if let Err(e) = storage.remove(&name).and_then(|()| storage.sync_dir()) {
-                        let error = LogError::io("remove", storage.describe(&name), e);
-                        return Err(self.poison(&error));
-                    }
-                    truncations.push(Truncation {
-                        segment: storage.describe(&name),
-                        offset: 0,
-                        bytes,
-                        cursor: Cursor(self.next_cursor),
+                        options,
+                        describe,
                         damage,
-                    });
-                    return Ok(());
+                        truncations,
+                    );
                 }
             }
         }
+    }
+
+    /// Cuts the current segment back to `len` when the damage found there is
+    /// a torn tail (a crashed writer's unfinished record), durably, and
+    /// reports it; other damage is an error.
+    fn truncate_torn_tail(
+        &mut self,
+        storage: &dyn Storage,
+        options: &LogOptions,
+        describe: &str,
+        damage: crate::Damage,
+        truncations: &mut Vec<Truncation>,
+    ) -> Result<(), LogError> {
+        let segment = self
+            .segment
+            .as_mut()
+            .expect("a segment exists while catching up on it");
+        let Verdict::TornTail { bytes } = classify(
+            storage,
+            segment,
+            self.len,
+            self.next_cursor,
+            damage.clone(),
+            options.max_record_bytes,
+        )?;
+        if let Err(e) = segment
+            .file
+            .set_len(self.len)
+            .and_then(|()| segment.file.sync_data())
+        {
+            let error = LogError::io("truncate", describe.to_owned(), e);
+            return Err(self.poison(&error));
+        }
+        segment.forget();
+        truncations.push(Truncation {
+            segment: describe.to_owned(),
+            offset: self.len,
+            bytes,
+            cursor: Cursor(self.next_cursor),
+            damage,
+        });
+        Ok(())
+    }
+
+    /// Moves on to the segment `name` that follows the current one, when its
+    /// header continues the cursors and the chain; whether to read on. A
+    /// segment whose header is torn is removed and ends the catch-up.
+    fn enter_segment(
+        &mut self,
+        storage: &dyn Storage,
+        options: &LogOptions,
+        first: u64,
+        name: &str,
+        truncations: &mut Vec<Truncation>,
+    ) -> Result<bool, LogError> {
+        let mut segment = open_segment(storage, first, true)?;
+        match segment
+            .header()
+            .map_err(|e| LogError::io("read", storage.describe(name), e))?
+        {
+            Ok(header)
+                if header.first_cursor == self.next_cursor
+                    && first == self.next_cursor
+                    && header.prev_checksum == self.last_checksum =>
+            {
+                self.segment = Some(segment);
+                self.len = SEGMENT_HEADER_LEN as u64;
+                Ok(true)
+            }
+            Ok(header) => Err(LogError::Corrupt {
+                segment: storage.describe(name),
+                offset: 0,
+                cursor: self.next_cursor,
+                damage: if header.first_cursor != self.next_cursor {
+                    crate::Damage::SegmentGap {
+                        expected: self.next_cursor,
+                        found: header.first_cursor,
+                    }
+                } else {
+                    crate::Damage::Chain {
+                        expected: self.last_checksum,
+                        found: header.prev_checksum,
+                    }
+                },
+                followed_by: "the segment's records".to_string(),
+            }),
+            Err(damage) => {
+                self.remove_torn_segment(
+                    storage,
+                    options,
+                    &mut segment,
+                    name,
+                    damage,
+                    truncations,
+                )?;
+                Ok(false)
+            }
+        }
+    }
+
+    /// Removes a segment whose header never became durable (a crash while
+    /// rolling over: it can only be the last one and hold no records), and
+    /// reports it.
+    fn remove_torn_segment(
+        &mut self,
+        storage: &dyn Storage,
+        options: &LogOptions,
+        segment: &mut SegmentFile,
+        name: &str,
+        damage: crate::Damage,
+        truncations: &mut Vec<Truncation>,
+    ) -> Result<(), LogError> {
+        let Verdict::TornTail { bytes } = classify(
+            storage,
+            segment,
+            0,
+            self.next_cursor,
+            damage.clone(),
+            options.max_record_bytes,
+        )?;
+        if let Err(e) = storage.remove(name).and_then(|()| storage.sync_dir()) {
+            let error = LogError::io("remove", storage.describe(name), e);
+            return Err(self.poison(&error));
+        }
+        truncations.push(Truncation {
+            segment: storage.describe(name),
+            offset: 0,
+            bytes,
+            cursor: Cursor(self.next_cursor),
+            damage,
+        });
+        Ok(())
     }
 
     /// Writes `batches` (each a caller's list of payloads) durably: one write per
@@ -438,65 +584,15 @@ impl Log {
         options: LogOptions,
     ) -> Result<(Log, RecoveryReport), LogError> {
         options.check();
-        let mut tail = Tail::empty();
         let mut truncations = Vec::new();
-        {
+        let tail = {
             let _lock = storage
                 .lock()
                 .map_err(|e| LogError::io("lock", storage.describe(crate::LOCK_FILE), e))?;
-            let segments = list_segments(storage.as_ref())?;
-            // Every header must be valid except possibly the last (a crash while
-            // rolling over). Catch-up starts at the second-to-last valid one, so it
-            // validates that segment's records and that the last one continues
-            // its cursors and chain.
-            let mut previous_start = None;
-            for (index, (first, name)) in segments.iter().enumerate() {
-                let mut segment = open_segment(storage.as_ref(), *first, true)?;
-                let header = segment
-                    .header()
-                    .map_err(|e| LogError::io("read", storage.describe(name), e))?;
-                match header {
-                    Ok(header) if header.first_cursor == *first => {
-                        if let Some(previous) = tail.segment.take() {
-                            previous_start = Some((previous, tail.next_cursor, tail.last_checksum));
-                        }
-                        tail.segment = Some(segment);
-                        tail.len = SEGMENT_HEADER_LEN as u64;
-                        tail.next_cursor = header.first_cursor;
-                        tail.last_checksum = header.prev_checksum;
-                    }
-                    Ok(header) => {
-                        return Err(LogError::Corrupt {
-                            segment: storage.describe(name),
-                            offset: 0,
-                            cursor: *first,
-                            damage: crate::Damage::SegmentGap {
-                                expected: *first,
-                                found: header.first_cursor,
-                            },
-                            followed_by: "the segment's records".to_string(),
-                        });
-                    }
-                    Err(damage) if index + 1 < segments.len() => {
-                        return Err(LogError::Corrupt {
-                            segment: storage.describe(name),
-                            offset: 0,
-                            cursor: *first,
-                            damage,
-                            followed_by: format!("segment {}", segments[index + 1].1),
-                        });
-                    }
-                    Err(_) => {}
-                }
-            }
-            if let Some((segment, next_cursor, last_checksum)) = previous_start {
-                tail.segment = Some(segment);
-                tail.len = SEGMENT_HEADER_LEN as u64;
-                tail.next_cursor = next_cursor;
-                tail.last_checksum = last_checksum;
-            }
+            let mut tail = Tail::recovering(storage.as_ref())?;
             tail.catch_up(storage.as_ref(), &options, &mut truncations)?;
-        }
+            tail
+        };
         let report = RecoveryReport {
             segments: list_segments(storage.as_ref())?.len(),
             next_cursor: Cursor(tail.next_cursor),

@@ -572,6 +572,50 @@ fn apply(t: &mut Tables<'_>, envelope: &Envelope) -> Result<(), redb::Error> {
             }
             Some(bytes(session.as_uuid()))
         }
+        EventBody::AskOpened { .. }
+        | EventBody::AskAnswered { .. }
+        | EventBody::AskTimedOut { .. }
+        | EventBody::AskDeclined { .. }
+        | EventBody::AskFailed { .. }
+        | EventBody::AskDraftSaved { .. }
+        | EventBody::AskLateAnswer { .. } => apply_ask(t, body)?,
+        EventBody::PlanVersionSaved {
+            session, version, ..
+        } => {
+            let session = bytes(session.as_uuid());
+            t.plan_versions.insert((session, *version), cursor)?;
+            Some(session)
+        }
+        EventBody::NamedPlanWritten { session, .. } => {
+            note_named_plan_event(t, body, cursor)?;
+            session.map(|s| bytes(s.as_uuid()))
+        }
+        EventBody::TaskCreated { .. }
+        | EventBody::PlanCreated { .. }
+        | EventBody::RunStarted { .. }
+        | EventBody::StopRequested { .. }
+        | EventBody::RunEnded { .. }
+        | EventBody::PlanDeleted { .. }
+        | EventBody::TaskDeleted { .. }
+        | EventBody::TaskArchived { .. } => {
+            apply_task(t, body, at)?;
+            None
+        }
+        other => {
+            note_named_plan_event(t, other, cursor)?;
+            None
+        }
+    };
+    if let Some(session) = session {
+        touch_session(t, session, at)?;
+        t.events_by_session.insert((session, cursor), ())?;
+    }
+    Ok(())
+}
+
+/// Folds an event about an ask into the ask's status; returns its session.
+fn apply_ask(t: &mut Tables<'_>, body: &EventBody) -> Result<Option<Id>, redb::Error> {
+    Ok(match body {
         EventBody::AskOpened { session, ask, .. } => {
             let session = bytes(session.as_uuid());
             set_ask_status(
@@ -596,22 +640,14 @@ fn apply(t: &mut Tables<'_>, envelope: &Envelope) -> Result<(), redb::Error> {
         EventBody::AskDraftSaved { ask, .. } | EventBody::AskLateAnswer { ask, .. } => {
             t.ask_info.get(bytes(ask.as_uuid()))?.map(|v| v.value().1)
         }
-        EventBody::PlanVersionSaved {
-            session, version, ..
-        } => {
-            let session = bytes(session.as_uuid());
-            t.plan_versions.insert((session, *version), cursor)?;
-            Some(session)
-        }
-        EventBody::NamedPlanWritten { session, .. } => {
-            if let Some(plan) = body.plan_key() {
-                t.named_plan_events.insert(
-                    (plan.dir.as_str(), plan.name.as_str(), cursor),
-                    body.kind_name(),
-                )?;
-            }
-            session.map(|s| bytes(s.as_uuid()))
-        }
+        _ => None,
+    })
+}
+
+/// Folds an event about a task or an execution plan into its state: a new
+/// one is indexed as created, the first time only.
+fn apply_task(t: &mut Tables<'_>, body: &EventBody, at: i64) -> Result<(), redb::Error> {
+    let (task, state) = match body {
         EventBody::TaskCreated { task, .. } | EventBody::PlanCreated { task, .. } => {
             let task = bytes(task.as_uuid());
             if t.task_info.get(task)?.is_none() {
@@ -621,46 +657,38 @@ fn apply(t: &mut Tables<'_>, envelope: &Envelope) -> Result<(), redb::Error> {
                     .insert((IndexedTaskState::Created as u8, task), ())?;
                 t.tasks_by_created.insert((at, task), ())?;
             }
-            None
+            return Ok(());
         }
-        EventBody::RunStarted { task, .. } => {
-            set_task_state(t, bytes(task.as_uuid()), IndexedTaskState::Running)?;
-            None
-        }
-        EventBody::StopRequested { task, .. } => {
-            set_task_state(t, bytes(task.as_uuid()), IndexedTaskState::Stopping)?;
-            None
-        }
+        EventBody::RunStarted { task, .. } => (task, IndexedTaskState::Running),
+        EventBody::StopRequested { task, .. } => (task, IndexedTaskState::Stopping),
         EventBody::RunEnded { task, outcome, .. } => {
             let state = match outcome {
                 planb_core::RunOutcome::Completed => IndexedTaskState::Completed,
                 planb_core::RunOutcome::Failed => IndexedTaskState::Failed,
                 planb_core::RunOutcome::Stopped => IndexedTaskState::Stopped,
             };
-            set_task_state(t, bytes(task.as_uuid()), state)?;
-            None
+            (task, state)
         }
         EventBody::PlanDeleted { task } | EventBody::TaskDeleted { task } => {
-            set_task_state(t, bytes(task.as_uuid()), IndexedTaskState::Deleted)?;
-            None
+            (task, IndexedTaskState::Deleted)
         }
-        EventBody::TaskArchived { task } => {
-            set_task_state(t, bytes(task.as_uuid()), IndexedTaskState::Archived)?;
-            None
-        }
-        other => {
-            if let Some(plan) = other.plan_key() {
-                t.named_plan_events.insert(
-                    (plan.dir.as_str(), plan.name.as_str(), cursor),
-                    other.kind_name(),
-                )?;
-            }
-            None
-        }
+        EventBody::TaskArchived { task } => (task, IndexedTaskState::Archived),
+        _ => return Ok(()),
     };
-    if let Some(session) = session {
-        touch_session(t, session, at)?;
-        t.events_by_session.insert((session, cursor), ())?;
+    set_task_state(t, bytes(task.as_uuid()), state)
+}
+
+/// Notes an event about a named plan under the plan's directory and name.
+fn note_named_plan_event(
+    t: &mut Tables<'_>,
+    body: &EventBody,
+    cursor: u64,
+) -> Result<(), redb::Error> {
+    if let Some(plan) = body.plan_key() {
+        t.named_plan_events.insert(
+            (plan.dir.as_str(), plan.name.as_str(), cursor),
+            body.kind_name(),
+        )?;
     }
     Ok(())
 }

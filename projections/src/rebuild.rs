@@ -74,51 +74,25 @@ pub(crate) fn rebuild_locked(
 ) -> Result<(State, RebuildReport), StoreError> {
     let start = Instant::now();
     let beside = DataRoot::new(root.root().join("rebuild.new"));
-    let old_tree = root.root().join("sessions.old");
-    let live_tree = root.sessions_dir();
     files::remove(&root.sessions_checkpoint_path(), false)?;
     // Rebuilt from the log as well, below; until then no snapshot stands.
     files::remove(&root.state_snapshot_path(), false)?;
     files::remove(beside.root(), true)?;
     create_dir(beside.root())?;
 
-    // One pass over the log: each event is decoded once and applied to both
-    // the new index and the state.
-    let index = Index::open(
-        &beside.index_path(),
-        std::sync::Arc::clone(log.storage()),
-        LogOptions::default(),
-    )?;
-    let mut state = State::default();
-    let mut anchor = None;
-    let mut places = Vec::new();
-    let events = index.catch_up_observing(|envelope, at| {
-        state.apply(envelope);
-        if let planb_core::EventBody::BlobStored { bytes, .. } = &envelope.event.body {
-            places.push(crate::blob_places::Place {
-                hash: planb_core::ContentHash::of_bytes(bytes).0,
-                at: at.position,
-            });
-        }
-        anchor = Some(at);
-    })?;
-    drop(index);
+    let Folded {
+        state,
+        anchor,
+        places,
+        events,
+    } = fold_beside(&beside, log)?;
     let (blobs_in_log, blob_copies_removed) = place_blobs(root, &places);
     let mut writer = Writer::default();
     files::write_all(&mut writer, &beside, &state)?;
     writer.finish(log.storage())?;
     create_dir(&beside.sessions_dir())?;
 
-    // An earlier rebuild may have stopped between its renames.
-    let mut kept_unknown = carry_unknown(&old_tree, &beside.sessions_dir(), &state)?;
-    files::remove(&old_tree, true)?;
-    if live_tree.exists() {
-        rename(&live_tree, &old_tree)?;
-    }
-    rename(&beside.sessions_dir(), &live_tree)?;
-    kept_unknown.extend(carry_unknown(&old_tree, &live_tree, &state)?);
-    files::remove(&old_tree, true)?;
-    rename(&beside.index_path(), &root.index_path())?;
+    let kept_unknown = swap_in(root, &beside, &state)?;
     files::write_checkpoint(root, state.last_cursor(), &Default::default())?;
     files::remove(beside.root(), true)?;
     // The next process starts from the rebuilt state instead of folding the
@@ -147,6 +121,66 @@ pub(crate) fn rebuild_locked(
             elapsed: start.elapsed(),
         },
     ))
+}
+
+/// What one pass over the log gives a rebuild.
+struct Folded {
+    /// The state at the end of the log.
+    state: State,
+    /// The last record read, if any.
+    anchor: Option<crate::snapshot::Anchor>,
+    /// Where the log holds each blob recorded in it.
+    places: Vec<crate::blob_places::Place>,
+    /// Events folded.
+    events: u64,
+}
+
+/// One pass over the log: each event is decoded once and applied to both
+/// the new index, beside the live one, and the state.
+fn fold_beside(beside: &DataRoot, log: &Log) -> Result<Folded, StoreError> {
+    let index = Index::open(
+        &beside.index_path(),
+        std::sync::Arc::clone(log.storage()),
+        LogOptions::default(),
+    )?;
+    let mut state = State::default();
+    let mut anchor = None;
+    let mut places = Vec::new();
+    let events = index.catch_up_observing(|envelope, at| {
+        state.apply(envelope);
+        if let planb_core::EventBody::BlobStored { bytes, .. } = &envelope.event.body {
+            places.push(crate::blob_places::Place {
+                hash: planb_core::ContentHash::of_bytes(bytes).0,
+                at: at.position,
+            });
+        }
+        anchor = Some(at);
+    })?;
+    drop(index);
+    Ok(Folded {
+        state,
+        anchor,
+        places,
+        events,
+    })
+}
+
+/// Swaps the tree and the index built `beside` for the live ones, carrying
+/// over the session directories the log does not know (returned).
+fn swap_in(root: &DataRoot, beside: &DataRoot, state: &State) -> Result<Vec<String>, StoreError> {
+    let old_tree = root.root().join("sessions.old");
+    let live_tree = root.sessions_dir();
+    // An earlier rebuild may have stopped between its renames.
+    let mut kept_unknown = carry_unknown(&old_tree, &beside.sessions_dir(), state)?;
+    files::remove(&old_tree, true)?;
+    if live_tree.exists() {
+        rename(&live_tree, &old_tree)?;
+    }
+    rename(&beside.sessions_dir(), &live_tree)?;
+    kept_unknown.extend(carry_unknown(&old_tree, &live_tree, state)?);
+    files::remove(&old_tree, true)?;
+    rename(&beside.index_path(), &root.index_path())?;
+    Ok(kept_unknown)
 }
 
 /// Writes the places file anew from `places` (every blob the log holds)

@@ -17,7 +17,7 @@ use planb_core::{
     Command, Cursor, Envelope, Event, EventBody, EventId, SessionId, State, Timestamp, decode,
     encode,
 };
-use planb_log::{Log, LogOptions, LogReader, RecoveryReport};
+use planb_log::{Log, LogOptions, LogReader, RecoveryReport, Storage};
 
 use crate::StoreError;
 use crate::env::Environment;
@@ -125,6 +125,33 @@ struct Folded {
 }
 
 impl Folded {
+    /// The state an open starts from, not yet caught up: the newest state
+    /// snapshot when it can be used, else the empty state at the start of
+    /// the log.
+    fn at_open(root: &DataRoot, storage: &Arc<dyn Storage>, options: LogOptions) -> Folded {
+        let (state, reader, anchor) = match snapshot::load(root, storage, options) {
+            Ok(loaded) => (loaded.state, loaded.reader, Some(loaded.anchor)),
+            Err(why) => {
+                if why != snapshot::NONE {
+                    tracing::info!(
+                        "state snapshot not used: {why}; folding the log from the start"
+                    );
+                }
+                let reader = LogReader::new(Arc::clone(storage), options, planb_log::Cursor(1));
+                (State::default(), reader, None)
+            }
+        };
+        let start = state.last_cursor();
+        let pending = Pending::at_open(root, &state);
+        Folded {
+            state,
+            reader,
+            pending,
+            anchor,
+            snapshot_cursor: start,
+        }
+    }
+
     /// Applies every event after the state's last cursor that is in the log
     /// now, noting the session files they change.
     fn catch_up(&mut self) -> Result<u64, StoreError> {
@@ -270,6 +297,68 @@ pub struct Store {
     lost_tail: Option<Box<LostTail>>,
 }
 
+/// How far the index has applied the log, as an open reads it. Only the
+/// process that owns the index reads it; the others have `sessions.cursor`
+/// as the witness of how far the log once went. The index catches up on the
+/// indexer thread, never on the way to a finished open: after a long absence
+/// it may be far behind. The index is derived: one that cannot be opened or
+/// read costs this process its ownership (the indexer tries again), never
+/// the open.
+fn index_applied(slot: &mut IndexSlot) -> Option<Cursor> {
+    match slot
+        .index()
+        .and_then(|i| i.map(Index::applied_cursor).transpose())
+    {
+        Ok(applied) => applied.map(|a| Cursor(a.0)),
+        Err(error) => {
+            tracing::warn!(%error, "the index cannot be read now; carrying on without it");
+            None
+        }
+    }
+}
+
+/// Whether a projection has seen cursors the log no longer holds, as an
+/// open finds it (`start`: the cursor of the snapshot it folded from), and
+/// said in the service log.
+fn lost_tail_at_open(
+    root: &DataRoot,
+    log: &Log,
+    folded: &mut Folded,
+    index_applied: Option<Cursor>,
+    start: Cursor,
+) -> Result<Option<Box<LostTail>>, StoreError> {
+    // A snapshot that was used stands inside the log; one that was not
+    // may be a witness of a lost tail (read again only then: it is large).
+    let snapshot_claims = match start {
+        Cursor::ZERO => snapshot::claimed_cursor(root),
+        _ => None,
+    };
+    let mut lost_tail = crate::health::lost_tail(
+        root,
+        folded.state.last_cursor(),
+        index_applied,
+        snapshot_claims,
+    );
+    if lost_tail.is_some() {
+        // Another process may have appended (and projected, or saved a
+        // snapshot) since the fold: look again at the end of the log
+        // under the append lock, where nobody appends.
+        let _guard = log.lock()?;
+        folded.catch_up()?;
+        lost_tail = crate::health::lost_tail(
+            root,
+            folded.state.last_cursor(),
+            index_applied,
+            snapshot_claims,
+        );
+    }
+    let lost_tail = lost_tail.map(Box::new);
+    if let Some(lost) = &lost_tail {
+        tracing::error!("{lost}");
+    }
+    Ok(lost_tail)
+}
+
 impl Store {
     /// Opens the store at `root`, recovering the log and folding it into memory.
     pub fn open(
@@ -285,78 +374,16 @@ impl Store {
         let (log, recovery) = planb_log::open_dir(&root.log_dir(), options)?;
         let storage = Arc::clone(log.storage());
         files::remove_stale_temps(root.root());
-        let (state, reader, anchor) = match snapshot::load(&root, &storage, options) {
-            Ok(loaded) => (loaded.state, loaded.reader, Some(loaded.anchor)),
-            Err(why) => {
-                if why != snapshot::NONE {
-                    tracing::info!(
-                        "state snapshot not used: {why}; folding the log from the start"
-                    );
-                }
-                let reader = LogReader::new(Arc::clone(&storage), options, planb_log::Cursor(1));
-                (State::default(), reader, None)
-            }
-        };
-        let start = state.last_cursor();
-        let pending = Pending::at_open(&root, &state);
-        let mut folded = Folded {
-            state,
-            reader,
-            pending,
-            anchor,
-            snapshot_cursor: start,
-        };
+        let mut folded = Folded::at_open(&root, &storage, options);
+        let start = folded.state.last_cursor();
         let events = folded.catch_up()?;
         folded.pending.opened(&folded.state);
         let mut slot = IndexSlot::new(root.clone(), Arc::clone(log.storage()), options);
-        // Only the process that owns the index reads it; the others have
-        // `sessions.cursor` as the witness of how far the log once went.
-        // The index catches up on the indexer thread, never on the way to a
-        // finished open: after a long absence it may be far behind.
-        // The index is derived: one that cannot be opened or read costs this
-        // process its ownership (the indexer tries again), never the open.
-        let index_applied = match slot
-            .index()
-            .and_then(|i| i.map(Index::applied_cursor).transpose())
-        {
-            Ok(applied) => applied.map(|a| Cursor(a.0)),
-            Err(error) => {
-                tracing::warn!(%error, "the index cannot be read now; carrying on without it");
-                None
-            }
-        };
+        let index_applied = index_applied(&mut slot);
         let indexed = index_applied.map_or(0, |applied| {
             folded.state.last_cursor().0.saturating_sub(applied.0)
         });
-        // A snapshot that was used stands inside the log; one that was not
-        // may be a witness of a lost tail (read again only then: it is large).
-        let snapshot_claims = match start {
-            Cursor::ZERO => snapshot::claimed_cursor(&root),
-            _ => None,
-        };
-        let mut lost_tail = crate::health::lost_tail(
-            &root,
-            folded.state.last_cursor(),
-            index_applied,
-            snapshot_claims,
-        );
-        if lost_tail.is_some() {
-            // Another process may have appended (and projected, or saved a
-            // snapshot) since the fold: look again at the end of the log
-            // under the append lock, where nobody appends.
-            let _guard = log.lock()?;
-            folded.catch_up()?;
-            lost_tail = crate::health::lost_tail(
-                &root,
-                folded.state.last_cursor(),
-                index_applied,
-                snapshot_claims,
-            );
-        }
-        let lost_tail = lost_tail.map(Box::new);
-        if let Some(lost) = &lost_tail {
-            tracing::error!("{lost}");
-        }
+        let lost_tail = lost_tail_at_open(&root, &log, &mut folded, index_applied, start)?;
         let log = Arc::new(log);
         let folded = Arc::new(Mutex::new(folded));
         let flusher = Flusher::start({
@@ -381,19 +408,26 @@ impl Store {
             from_snapshot: (start > Cursor::ZERO).then_some(start),
             indexed,
         };
+        store.settle_after_open(events);
+        Ok((store, report))
+    }
+
+    /// The last steps of an open: a new state snapshot after folding many
+    /// events, and the session files brought up to date (unless the log
+    /// lost its tail).
+    fn settle_after_open(&self, events: u64) {
         if events >= SNAPSHOT_AFTER_EVENTS {
-            store.save_snapshot();
+            self.save_snapshot();
         }
-        let current = store.files_current(&mut store.folded());
-        if store.lost_tail.is_none() {
-            if !files::lagging_manifests(&store.root).is_empty() {
+        let current = self.files_current(&mut self.folded());
+        if self.lost_tail.is_none() {
+            if !files::lagging_manifests(&self.root).is_empty() {
                 // Manifests a process left behind when it died.
-                flush_manifests(&store.root, &store.log, &store.folded, true);
+                flush_manifests(&self.root, &self.log, &self.folded, true);
             } else if !current {
-                store.project_if_behind();
+                self.project_if_behind();
             }
         }
-        Ok((store, report))
     }
 
     /// The data root.

@@ -506,70 +506,13 @@ impl State {
                 title,
                 intent,
                 project_path,
-            } => {
-                chars_at_most("title", title.as_deref(), SESSION_TITLE_CHARS_MAX)?;
-                chars_at_most("intent", intent.as_deref(), INTENT_CHARS_MAX)?;
-                bytes_at_most(
-                    "projectPath",
-                    project_path.as_deref(),
-                    PROJECT_PATH_BYTES_MAX,
-                )?;
-                if self.sessions.contains_key(&session) {
-                    return Err(Rejection::SessionExists { session });
-                }
-                EventBody::SessionCreated {
-                    session,
-                    title,
-                    intent,
-                    project_path,
-                }
-            }
-            Command::OpenAsk {
-                session,
-                ask,
-                spec,
-                delivery,
-                url,
-                sid,
-            } => {
-                self.known_session(session)?;
-                if self.asks.contains_key(&ask) {
-                    return Err(Rejection::AskExists { ask });
-                }
-                EventBody::AskOpened {
-                    session,
-                    ask,
-                    spec,
-                    delivery,
-                    url,
-                    // No sid (an imported ask) records zeros, which no sid hashes to.
-                    sid_sha256: if sid.is_empty() {
-                        [0; 32]
-                    } else {
-                        super::sid_sha256(&sid)
-                    },
-                }
-            }
-            Command::SaveDraft { ask, answers } => {
-                // A draft is kept whenever a submission would still be: the person
-                // may keep typing after the tool stopped waiting, and a late answer
-                // is recorded, so the draft leading to it is worth keeping too.
-                self.submit(ask, Answers::default())?;
-                EventBody::AskDraftSaved { ask, answers }
-            }
-            Command::SubmitAnswers { ask, answers } => self.submit(ask, answers)?,
-            Command::TimeOut { ask } => {
-                self.pending(ask)?;
-                EventBody::AskTimedOut { ask }
-            }
-            Command::Decline { ask, action } => {
-                self.pending(ask)?;
-                EventBody::AskDeclined { ask, action }
-            }
-            Command::Fail { ask, detail } => {
-                self.pending(ask)?;
-                EventBody::AskFailed { ask, detail }
-            }
+            } => self.decide_create_session(session, title, intent, project_path)?,
+            Command::OpenAsk { .. }
+            | Command::SaveDraft { .. }
+            | Command::SubmitAnswers { .. }
+            | Command::TimeOut { .. }
+            | Command::Decline { .. }
+            | Command::Fail { .. } => self.decide_ask(command)?,
             // Writing what a plan already holds records nothing, so
             // `write_plan` is idempotent. (Such content passed every check
             // when it was recorded, unless a hand edit emptied the file.)
@@ -616,29 +559,128 @@ impl State {
                 session,
                 title,
                 content,
-            } => {
-                chars_at_most("title", title.as_deref(), SESSION_TITLE_CHARS_MAX)?;
-                bytes_at_most("plan", Some(&content), PLAN_CONTENT_BYTES_MAX)?;
-                if content.trim().is_empty() {
-                    return Err(Rejection::Empty {
-                        field: "plan",
-                        what: "the plan's Markdown",
-                    });
-                }
-                self.known_session(session)?;
-                let latest = self.latest_plan_version(&session).map_or(0, |p| p.version);
-                let version = latest
-                    .checked_add(1)
-                    .ok_or(Rejection::TooManyPlanVersions { session })?;
-                EventBody::PlanVersionSaved {
-                    session,
-                    version,
-                    title,
-                    content,
-                }
-            }
+            } => self.decide_save_plan(session, title, content)?,
         };
         Ok(vec![body])
+    }
+
+    /// Decides a command about an ask: its form opened, a draft, the
+    /// answers, or how waiting for them ended.
+    fn decide_ask(&self, command: Command) -> Result<EventBody, Rejection> {
+        match command {
+            Command::OpenAsk {
+                session,
+                ask,
+                spec,
+                delivery,
+                url,
+                sid,
+            } => self.decide_open_ask(session, ask, spec, delivery, url, &sid),
+            Command::SaveDraft { ask, answers } => {
+                // A draft is kept whenever a submission would still be: the person
+                // may keep typing after the tool stopped waiting, and a late answer
+                // is recorded, so the draft leading to it is worth keeping too.
+                self.submit(ask, Answers::default())?;
+                Ok(EventBody::AskDraftSaved { ask, answers })
+            }
+            Command::SubmitAnswers { ask, answers } => self.submit(ask, answers),
+            Command::TimeOut { ask } => {
+                self.pending(ask)?;
+                Ok(EventBody::AskTimedOut { ask })
+            }
+            Command::Decline { ask, action } => {
+                self.pending(ask)?;
+                Ok(EventBody::AskDeclined { ask, action })
+            }
+            Command::Fail { ask, detail } => {
+                self.pending(ask)?;
+                Ok(EventBody::AskFailed { ask, detail })
+            }
+            other => unreachable!("decide_ask is only called for ask commands: {other:?}"),
+        }
+    }
+
+    /// `init_planb_session`: a new session, its texts within their limits.
+    fn decide_create_session(
+        &self,
+        session: SessionId,
+        title: Option<String>,
+        intent: Option<String>,
+        project_path: Option<String>,
+    ) -> Result<EventBody, Rejection> {
+        chars_at_most("title", title.as_deref(), SESSION_TITLE_CHARS_MAX)?;
+        chars_at_most("intent", intent.as_deref(), INTENT_CHARS_MAX)?;
+        bytes_at_most(
+            "projectPath",
+            project_path.as_deref(),
+            PROJECT_PATH_BYTES_MAX,
+        )?;
+        if self.sessions.contains_key(&session) {
+            return Err(Rejection::SessionExists { session });
+        }
+        Ok(EventBody::SessionCreated {
+            session,
+            title,
+            intent,
+            project_path,
+        })
+    }
+
+    /// A form about to be shown, in a known session under a fresh ask id.
+    fn decide_open_ask(
+        &self,
+        session: SessionId,
+        ask: AskId,
+        spec: AskSpec,
+        delivery: Delivery,
+        url: String,
+        sid: &str,
+    ) -> Result<EventBody, Rejection> {
+        self.known_session(session)?;
+        if self.asks.contains_key(&ask) {
+            return Err(Rejection::AskExists { ask });
+        }
+        Ok(EventBody::AskOpened {
+            session,
+            ask,
+            spec,
+            delivery,
+            url,
+            // No sid (an imported ask) records zeros, which no sid hashes to.
+            sid_sha256: if sid.is_empty() {
+                [0; 32]
+            } else {
+                super::sid_sha256(sid)
+            },
+        })
+    }
+
+    /// A session's next plan version, numbered one past its latest.
+    fn decide_save_plan(
+        &self,
+        session: SessionId,
+        title: Option<String>,
+        content: String,
+    ) -> Result<EventBody, Rejection> {
+        chars_at_most("title", title.as_deref(), SESSION_TITLE_CHARS_MAX)?;
+        bytes_at_most("plan", Some(&content), PLAN_CONTENT_BYTES_MAX)?;
+        if content.trim().is_empty() {
+            return Err(Rejection::Empty {
+                field: "plan",
+                what: "the plan's Markdown",
+            });
+        }
+        self.known_session(session)?;
+        let latest = self.latest_plan_version(&session).map_or(0, |p| p.version);
+        let version = latest
+            .checked_add(1)
+            .ok_or(Rejection::TooManyPlanVersions { session })?;
+        Ok(EventBody::PlanVersionSaved {
+            session,
+            version,
+            title,
+            content,
+        })
     }
 
     pub(super) fn known_session(&self, session: SessionId) -> Result<(), Rejection> {

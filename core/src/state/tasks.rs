@@ -554,6 +554,30 @@ fn refuse(code: TaskErrorCode, message: impl Into<String>) -> Rejection {
     }
 }
 
+/// The blobs a [`Command::SettleAndStart`] records in the log: each, and
+/// all of them together, within their limits.
+fn inline_fits(inline: &[Vec<u8>]) -> Result<(), Rejection> {
+    let total: usize = inline.iter().map(Vec::len).sum();
+    if let Some(big) = inline.iter().find(|b| b.len() > INLINE_BLOB_BYTES_MAX) {
+        return Err(refuse(
+            TaskErrorCode::Conflict,
+            format!(
+                "inline: a blob of {} bytes is over the {INLINE_BLOB_BYTES_MAX}-byte limit of the log",
+                big.len()
+            ),
+        ));
+    }
+    if total > INLINE_BLOBS_BYTES_MAX {
+        return Err(refuse(
+            TaskErrorCode::Conflict,
+            format!(
+                "inline: {total} bytes of blobs is over the {INLINE_BLOBS_BYTES_MAX}-byte limit of one append"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn step_name(field: &str, step: &str) -> Result<(), Rejection> {
     StepId::parse(step)
         .map(|_| ())
@@ -859,8 +883,6 @@ impl State {
         Ok(found)
     }
 
-    /// Decides a task command: the event, none (a repeat that changes
-    /// nothing), or a rejection with its code.
     /// [`Command::SettleAndStart`]: the ends, then each start.
     pub(super) fn decide_settle_and_start(
         &self,
@@ -870,29 +892,47 @@ impl State {
         starts: Vec<StepStart>,
         inline: Vec<Vec<u8>>,
     ) -> Result<Vec<EventBody>, Rejection> {
-        let mut ended: BTreeSet<String> = BTreeSet::new();
-        let total: usize = inline.iter().map(Vec::len).sum();
-        if let Some(big) = inline.iter().find(|b| b.len() > INLINE_BLOB_BYTES_MAX) {
-            return Err(refuse(
-                TaskErrorCode::Conflict,
-                format!(
-                    "inline: a blob of {} bytes is over the {INLINE_BLOB_BYTES_MAX}-byte limit of the log",
-                    big.len()
-                ),
-            ));
-        }
-        if total > INLINE_BLOBS_BYTES_MAX {
-            return Err(refuse(
-                TaskErrorCode::Conflict,
-                format!(
-                    "inline: {total} bytes of blobs is over the {INLINE_BLOBS_BYTES_MAX}-byte limit of one append"
-                ),
-            ));
-        }
+        inline_fits(&inline)?;
         let mut bodies: Vec<EventBody> = inline
             .into_iter()
             .map(|bytes| EventBody::BlobStored { task, bytes })
             .collect();
+        let ended = self.decide_ends(task, run, ends, &mut bodies)?;
+        let found = self.known_task(task)?;
+        let active = found.active(run)?;
+        if active.state != RunState::Running {
+            return Ok(bodies);
+        }
+        let mut starting: BTreeSet<String> = BTreeSet::new();
+        for StepStart { step, input, call } in starts {
+            let busy = |s: &String| {
+                (active.running.contains(s) && !ended.contains(s)) || starting.contains(s)
+            };
+            let attempt = start_attempt(found, active, &step, busy)?;
+            starting.insert(step.clone());
+            bodies.push(EventBody::StepStarted {
+                task,
+                run,
+                step,
+                attempt,
+                input,
+                call,
+            });
+        }
+        Ok(bodies)
+    }
+
+    /// The ends of a [`Command::SettleAndStart`], each a step's success or
+    /// failure in `run` and no step twice, decided into `bodies`; the steps
+    /// they end.
+    fn decide_ends(
+        &self,
+        task: TaskId,
+        run: RunId,
+        ends: Vec<Command>,
+        bodies: &mut Vec<EventBody>,
+    ) -> Result<BTreeSet<String>, Rejection> {
+        let mut ended: BTreeSet<String> = BTreeSet::new();
         for end in ends {
             let step = match &end {
                 Command::SucceedStep {
@@ -922,30 +962,11 @@ impl State {
             }
             bodies.extend(self.decide_task(end)?);
         }
-        let found = self.known_task(task)?;
-        let active = found.active(run)?;
-        if active.state != RunState::Running {
-            return Ok(bodies);
-        }
-        let mut starting: BTreeSet<String> = BTreeSet::new();
-        for StepStart { step, input, call } in starts {
-            let busy = |s: &String| {
-                (active.running.contains(s) && !ended.contains(s)) || starting.contains(s)
-            };
-            let attempt = start_attempt(found, active, &step, busy)?;
-            starting.insert(step.clone());
-            bodies.push(EventBody::StepStarted {
-                task,
-                run,
-                step,
-                attempt,
-                input,
-                call,
-            });
-        }
-        Ok(bodies)
+        Ok(ended)
     }
 
+    /// Decides a task command: the event, none (a repeat that changes
+    /// nothing), or a rejection with its code.
     pub(super) fn decide_task(&self, command: Command) -> Result<Option<EventBody>, Rejection> {
         match command {
             Command::CreateTask {
@@ -983,6 +1004,30 @@ impl State {
                 host,
                 variables,
             } => self.decide_start_run(task, run, resumed_from, owner_pid, host, variables),
+            Command::StartStep { .. }
+            | Command::SucceedStep { .. }
+            | Command::FailStep { .. }
+            | Command::EditArtifact { .. } => self.decide_step(command),
+            Command::RequestStop { task } => self.decide_request_stop(task),
+            Command::EndRun {
+                task,
+                run,
+                outcome,
+                reason,
+                failed_step,
+                recoverable,
+            } => self.decide_end_run(task, run, outcome, reason, failed_step, recoverable),
+            Command::AppendRunLog { task, run, lines } => {
+                self.decide_append_run_log(task, run, lines)
+            }
+            other => unreachable!("decide_task is only called for task commands: {other:?}"),
+        }
+    }
+
+    /// Decides a command about one step: its start, its end, or an edit of
+    /// its artifact.
+    fn decide_step(&self, command: Command) -> Result<Option<EventBody>, Rejection> {
+        match command {
             Command::StartStep {
                 task,
                 run,
@@ -1026,19 +1071,7 @@ impl State {
                 bytes,
                 by,
             } => self.decide_edit_artifact(task, step, artifact, bytes, by),
-            Command::RequestStop { task } => self.decide_request_stop(task),
-            Command::EndRun {
-                task,
-                run,
-                outcome,
-                reason,
-                failed_step,
-                recoverable,
-            } => self.decide_end_run(task, run, outcome, reason, failed_step, recoverable),
-            Command::AppendRunLog { task, run, lines } => {
-                self.decide_append_run_log(task, run, lines)
-            }
-            other => unreachable!("decide_task is only called for task commands: {other:?}"),
+            other => unreachable!("decide_step is only called for step commands: {other:?}"),
         }
     }
 
@@ -1486,6 +1519,31 @@ impl State {
                 host,
                 variables,
             } => self.apply_run_started(task, run, resumed_from, owner_pid, host, variables, at),
+            EventBody::StepStarted { .. }
+            | EventBody::StepSucceeded { .. }
+            | EventBody::StepFailed { .. }
+            | EventBody::ArtifactEdited { .. } => self.apply_step(body, at),
+            EventBody::StopRequested { task, run } => self.apply_stop_requested(task, run),
+            EventBody::RunEnded {
+                task,
+                run,
+                outcome,
+                reason,
+                failed_step,
+                recoverable,
+            } => self.apply_run_ended(task, run, outcome, reason, failed_step, recoverable, at),
+            EventBody::RunLog { task, run, lines } => self.apply_run_log(task, run, lines, at),
+            _ => false,
+        };
+        if touched && let Some(task) = body.task().and_then(|t| self.tasks.get_mut(&t)) {
+            task.updated_at = task.updated_at.max(at);
+        }
+    }
+
+    /// Folds an event about one step (its start, its end, or an edit of its
+    /// artifact); whether it touched its task.
+    fn apply_step(&mut self, body: &EventBody, at: Timestamp) -> bool {
+        match body {
             EventBody::StepStarted {
                 task,
                 run,
@@ -1512,20 +1570,7 @@ impl State {
                 bytes,
                 ..
             } => self.apply_artifact_edited(task, step, artifact, bytes, at),
-            EventBody::StopRequested { task, run } => self.apply_stop_requested(task, run),
-            EventBody::RunEnded {
-                task,
-                run,
-                outcome,
-                reason,
-                failed_step,
-                recoverable,
-            } => self.apply_run_ended(task, run, outcome, reason, failed_step, recoverable, at),
-            EventBody::RunLog { task, run, lines } => self.apply_run_log(task, run, lines, at),
             _ => false,
-        };
-        if touched && let Some(task) = body.task().and_then(|t| self.tasks.get_mut(&t)) {
-            task.updated_at = task.updated_at.max(at);
         }
     }
 

@@ -253,13 +253,27 @@ pub(crate) fn project_locked(
         pending.clear(end);
         return pending.next_due();
     }
+    write_projection(root, log, state, pending, checkpoint.as_ref(), flush);
+    pending.next_due()
+}
+
+/// Writes the session files `pending` notes (all of them, when the
+/// `checkpoint` cannot vouch for the rest), then the checkpoint at the end
+/// of `state`; says how it went in the service log.
+fn write_projection(
+    root: &DataRoot,
+    log: &Arc<dyn Storage>,
+    state: &State,
+    pending: &mut Pending,
+    checkpoint: Option<&(Cursor, BTreeSet<SessionId>)>,
+    flush: bool,
+) {
+    let end = state.last_cursor();
     // Every session event up to `pending.after` is in the tree (this
     // process wrote it, or a checkpoint vouched for it) and every later one
     // is noted, so the noted files are all a checkpoint needs, wherever it
     // stands. A failed projection leaves `failed` set instead.
-    let partial = checkpoint
-        .as_ref()
-        .filter(|(c, _)| !pending.full && !pending.failed && *c <= end);
+    let partial = checkpoint.filter(|(c, _)| !pending.full && !pending.failed && *c <= end);
     let mut writer = Writer {
         texts: std::mem::take(&mut pending.texts),
         ..Writer::default()
@@ -294,7 +308,6 @@ pub(crate) fn project_locked(
             );
         }
     }
-    pending.next_due()
 }
 
 fn write_pending(

@@ -353,56 +353,9 @@ fn plans(
     problems: &mut Vec<ImportProblem>,
 ) -> Vec<PlanFile> {
     let plans_dir = dir.join("plans");
-    let mut meta: BTreeMap<u32, PlanMeta> = BTreeMap::new();
     // The manifest first; a sidecar overrides it.
-    if let Some(Value::Array(entries)) = manifest.map.get("plans") {
-        for entry in entries.iter().filter_map(Value::as_object) {
-            let version = entry.get("version").and_then(Value::as_u64);
-            let Some(version) = version.and_then(|v| u32::try_from(v).ok()) else {
-                continue;
-            };
-            let at = entry.get("createdAt").and_then(Value::as_str);
-            meta.insert(
-                version,
-                PlanMeta {
-                    title: entry
-                        .get("title")
-                        .and_then(Value::as_str)
-                        .map(str::to_owned),
-                    created_at: at.and_then(|t| Timestamp::parse_iso8601(t).ok()),
-                },
-            );
-        }
-    }
-    let mut markdown: BTreeMap<u32, PathBuf> = BTreeMap::new();
-    for name in list(&plans_dir, problems) {
-        let Some((number, extension)) = name.strip_prefix('v').and_then(|n| n.split_once('.'))
-        else {
-            continue;
-        };
-        let Ok(version) = number.parse::<u32>() else {
-            continue;
-        };
-        let path = plans_dir.join(&name);
-        match extension {
-            "md" => {
-                markdown.insert(version, path);
-            }
-            "json" => {
-                let Some(sidecar) = read_object(&path, problems) else {
-                    continue;
-                };
-                let entry = meta.entry(version).or_default();
-                if let Some(title) = sidecar.string("title", problems) {
-                    entry.title = Some(title);
-                }
-                if let Ok(Some(at)) = sidecar.time("createdAt", problems) {
-                    entry.created_at = Some(at);
-                }
-            }
-            _ => {}
-        }
-    }
+    let mut meta = manifest_plan_meta(manifest);
+    let markdown = plan_files(&plans_dir, &mut meta, problems);
     let last = markdown
         .keys()
         .chain(meta.keys())
@@ -440,6 +393,70 @@ fn plans(
         });
     }
     plans
+}
+
+/// What the manifest's `plans` list says of each version.
+fn manifest_plan_meta(manifest: &Object<'_>) -> BTreeMap<u32, PlanMeta> {
+    let mut meta: BTreeMap<u32, PlanMeta> = BTreeMap::new();
+    if let Some(Value::Array(entries)) = manifest.map.get("plans") {
+        for entry in entries.iter().filter_map(Value::as_object) {
+            let version = entry.get("version").and_then(Value::as_u64);
+            let Some(version) = version.and_then(|v| u32::try_from(v).ok()) else {
+                continue;
+            };
+            let at = entry.get("createdAt").and_then(Value::as_str);
+            meta.insert(
+                version,
+                PlanMeta {
+                    title: entry
+                        .get("title")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
+                    created_at: at.and_then(|t| Timestamp::parse_iso8601(t).ok()),
+                },
+            );
+        }
+    }
+    meta
+}
+
+/// The Markdown file of each version in `plans_dir` (`v<n>.md`); what a
+/// sidecar (`v<n>.json`) says of a version overrides `meta`.
+fn plan_files(
+    plans_dir: &Path,
+    meta: &mut BTreeMap<u32, PlanMeta>,
+    problems: &mut Vec<ImportProblem>,
+) -> BTreeMap<u32, PathBuf> {
+    let mut markdown: BTreeMap<u32, PathBuf> = BTreeMap::new();
+    for name in list(plans_dir, problems) {
+        let Some((number, extension)) = name.strip_prefix('v').and_then(|n| n.split_once('.'))
+        else {
+            continue;
+        };
+        let Ok(version) = number.parse::<u32>() else {
+            continue;
+        };
+        let path = plans_dir.join(&name);
+        match extension {
+            "md" => {
+                markdown.insert(version, path);
+            }
+            "json" => {
+                let Some(sidecar) = read_object(&path, problems) else {
+                    continue;
+                };
+                let entry = meta.entry(version).or_default();
+                if let Some(title) = sidecar.string("title", problems) {
+                    entry.title = Some(title);
+                }
+                if let Ok(Some(at)) = sidecar.time("createdAt", problems) {
+                    entry.created_at = Some(at);
+                }
+            }
+            _ => {}
+        }
+    }
+    markdown
 }
 
 /// When the file was last modified, for a plan nothing else dates.

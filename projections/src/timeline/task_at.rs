@@ -68,71 +68,7 @@ pub(super) fn fold<'t>(id: &TaskId, events: Vec<Cow<'t, Envelope>>) -> Option<Ta
     let mut steps: BTreeMap<String, StepMark> = BTreeMap::new();
     for envelope in &events {
         state.apply(envelope);
-        match &envelope.event.body {
-            // An execution plan run from the start calls every step again:
-            // the marks of earlier runs no longer describe it (a resume
-            // keeps them, reusing what succeeded).
-            EventBody::RunStarted {
-                task,
-                resumed_from: None,
-                ..
-            } if state.task(task).is_some_and(|t| t.plan.is_some()) => steps.clear(),
-            EventBody::StepStarted {
-                run, step, attempt, ..
-            } => {
-                steps.insert(
-                    step.clone(),
-                    StepMark::Running {
-                        run: *run,
-                        attempt: *attempt,
-                        since: envelope.event.at,
-                    },
-                );
-            }
-            EventBody::StepSucceeded {
-                run,
-                step,
-                duration_ms,
-                ..
-            } => {
-                steps.insert(
-                    step.clone(),
-                    StepMark::Succeeded {
-                        run: *run,
-                        duration_ms: *duration_ms,
-                    },
-                );
-            }
-            EventBody::StepFailed {
-                run,
-                step,
-                class,
-                message,
-                ..
-            } => {
-                steps.insert(
-                    step.clone(),
-                    StepMark::Failed {
-                        run: *run,
-                        class: class.clone(),
-                        message: message.clone(),
-                    },
-                );
-            }
-            EventBody::ArtifactEdited { step, by, .. } => {
-                steps.insert(step.clone(), StepMark::Edited { by: by.clone() });
-            }
-            EventBody::RunEnded { run: ended, .. } => {
-                for mark in steps.values_mut() {
-                    if let StepMark::Running { run, .. } = mark
-                        && run == ended
-                    {
-                        *mark = StepMark::Interrupted { run: *run };
-                    }
-                }
-            }
-            _ => {}
-        }
+        mark_steps(&mut steps, &state, envelope);
     }
     let task = state.task(id)?.clone();
     Some(TaskAt {
@@ -140,4 +76,74 @@ pub(super) fn fold<'t>(id: &TaskId, events: Vec<Cow<'t, Envelope>>) -> Option<Ta
         steps,
         events,
     })
+}
+
+/// Updates the step marks after one event of the task (`state`: with it
+/// applied).
+fn mark_steps(steps: &mut BTreeMap<String, StepMark>, state: &State, envelope: &Envelope) {
+    match &envelope.event.body {
+        // An execution plan run from the start calls every step again:
+        // the marks of earlier runs no longer describe it (a resume
+        // keeps them, reusing what succeeded).
+        EventBody::RunStarted {
+            task,
+            resumed_from: None,
+            ..
+        } if state.task(task).is_some_and(|t| t.plan.is_some()) => steps.clear(),
+        EventBody::StepStarted {
+            run, step, attempt, ..
+        } => {
+            steps.insert(
+                step.clone(),
+                StepMark::Running {
+                    run: *run,
+                    attempt: *attempt,
+                    since: envelope.event.at,
+                },
+            );
+        }
+        EventBody::StepSucceeded {
+            run,
+            step,
+            duration_ms,
+            ..
+        } => {
+            steps.insert(
+                step.clone(),
+                StepMark::Succeeded {
+                    run: *run,
+                    duration_ms: *duration_ms,
+                },
+            );
+        }
+        EventBody::StepFailed {
+            run,
+            step,
+            class,
+            message,
+            ..
+        } => {
+            steps.insert(
+                step.clone(),
+                StepMark::Failed {
+                    run: *run,
+                    class: class.clone(),
+                    message: message.clone(),
+                },
+            );
+        }
+        EventBody::ArtifactEdited { step, by, .. } => {
+            steps.insert(step.clone(), StepMark::Edited { by: by.clone() });
+        }
+        EventBody::RunEnded { run: ended, .. } => {
+            for mark in steps.values_mut() {
+                if let StepMark::Running { run, .. } = mark
+                    && run == ended
+                {
+                    *mark = StepMark::Interrupted { run: *run };
+                }
+            }
+        }
+        _ => {}
+    }
 }

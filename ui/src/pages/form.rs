@@ -66,55 +66,17 @@ pub fn form_page(spec: &AskSpec, sid: &str, draft: Option<&Answers>) -> Markup {
     let single_tab = tabs.len() == 1;
     let body = html! {
         main #main .card {
-            header.card-header {
-                p.eyebrow { "Your agent is asking" }
-                h1.form-title { (spec.title) }
-                p.sensitive-note {
-                    (lock_icon())
-                    span {
-                        strong { "For non-sensitive input only." }
-                        " Please do not enter passwords, API keys, tokens or payment details."
-                    }
-                }
-            }
+            (form_header(spec))
             noscript {
                 p.banner.banner-error { "This form needs JavaScript to save and send your answers." }
             }
             div #banner .banner role="alert" hidden {}
             form #ask-form .ask-form data-sid=(sid) novalidate autocomplete="off" {
-                @if !single_tab {
-                    div.tabs role="tablist" aria-label="Sections of this form" {
-                        @for (index, tab) in tabs.iter().enumerate() {
-                            button.tab.has-missing[missing(tab)] #{"tab-" (index)} type="button" role="tab"
-                                aria-selected=(index == 0) aria-controls={"panel-" (index)}
-                                tabindex=(if index == 0 { "0" } else { "-1" }) {
-                                span.tab-label { (tab.name) }
-                                span.tab-dot aria-hidden="true" {}
-                                span.tab-missing-text.visually-hidden { ", has unanswered required questions" }
-                                span.tab-error-text.visually-hidden { ", has problems to fix" }
-                            }
-                        }
-                    }
-                }
+                @if !single_tab { (tab_strip(&tabs, missing)) }
                 @for (index, tab) in tabs.iter().enumerate() {
                     (panel(index, tab, single_tab, &answer))
                 }
-                footer.form-footer {
-                    div.footer-status {
-                        span #progress .progress data-required-total=(required_total) {
-                            (progress_text(required_answered, required_total))
-                        }
-                        span #save-status .save-status role="status" aria-live="polite" {}
-                    }
-                    div.footer-actions {
-                        button #back .btn .btn-ghost type="button" hidden { "‹ Back" }
-                        button #next .btn .btn-primary type="button" hidden[single_tab] { "Next ›" }
-                        button #submit .btn .btn-primary type="submit"
-                            hidden[!single_tab] disabled[required_answered < required_total] {
-                            span.btn-label { "Submit" }
-                        }
-                    }
-                }
+                (form_footer(required_answered, required_total, single_tab))
             }
             section #done .done hidden tabindex="-1" aria-labelledby="done-title" {
                 div.done-icon aria-hidden="true" { (check_icon()) }
@@ -129,6 +91,64 @@ pub fn form_page(spec: &AskSpec, sid: &str, draft: Option<&Answers>) -> Markup {
         }
     };
     document(&spec.title, libraries, body)
+}
+
+/// The form's header: its title, and that it is for non-sensitive input.
+fn form_header(spec: &AskSpec) -> Markup {
+    html! {
+        header.card-header {
+            p.eyebrow { "Your agent is asking" }
+            h1.form-title { (spec.title) }
+            p.sensitive-note {
+                (lock_icon())
+                span {
+                    strong { "For non-sensitive input only." }
+                    " Please do not enter passwords, API keys, tokens or payment details."
+                }
+            }
+        }
+    }
+}
+
+/// The strip of tabs, each marked when it has unanswered required
+/// questions (`missing`).
+fn tab_strip(tabs: &[Tab<'_>], missing: impl Fn(&Tab<'_>) -> bool) -> Markup {
+    html! {
+        div.tabs role="tablist" aria-label="Sections of this form" {
+            @for (index, tab) in tabs.iter().enumerate() {
+                button.tab.has-missing[missing(tab)] #{"tab-" (index)} type="button" role="tab"
+                    aria-selected=(index == 0) aria-controls={"panel-" (index)}
+                    tabindex=(if index == 0 { "0" } else { "-1" }) {
+                    span.tab-label { (tab.name) }
+                    span.tab-dot aria-hidden="true" {}
+                    span.tab-missing-text.visually-hidden { ", has unanswered required questions" }
+                    span.tab-error-text.visually-hidden { ", has problems to fix" }
+                }
+            }
+        }
+    }
+}
+
+/// The form's footer: the progress line, the save status and the buttons.
+fn form_footer(required_answered: usize, required_total: usize, single_tab: bool) -> Markup {
+    html! {
+        footer.form-footer {
+            div.footer-status {
+                span #progress .progress data-required-total=(required_total) {
+                    (progress_text(required_answered, required_total))
+                }
+                span #save-status .save-status role="status" aria-live="polite" {}
+            }
+            div.footer-actions {
+                button #back .btn .btn-ghost type="button" hidden { "‹ Back" }
+                button #next .btn .btn-primary type="button" hidden[single_tab] { "Next ›" }
+                button #submit .btn .btn-primary type="submit"
+                    hidden[!single_tab] disabled[required_answered < required_total] {
+                    span.btn-label { "Submit" }
+                }
+            }
+        }
+    }
 }
 
 /// The footer's progress line; the script keeps it in the same words.

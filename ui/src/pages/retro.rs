@@ -10,7 +10,7 @@
 use std::ops::Range;
 
 use maud::{Markup, PreEscaped, html};
-use planb_core::{AskStatus, Cursor, Session, SessionId, TaskId};
+use planb_core::{AskStatus, Cursor, Session, SessionId, State, TaskId};
 
 use super::assets::{RETRO_CSS, RETRO_JS, REVIEW_CSS};
 use super::diff::Folds;
@@ -151,20 +151,7 @@ pub fn retro_index_page(
         .values()
         .filter(|s| filter.keeps(s) && filter.keeps_member(s, team_index))
         .collect();
-    let mut members: Vec<&str> = team_index
-        .map(|t| t.origins.iter().map(|o| o.0).collect())
-        .unwrap_or_default();
-    members.sort_unstable();
-    members.dedup();
     sessions.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(b.id.cmp(&a.id)));
-    let mut projects: Vec<&str> = state
-        .sessions()
-        .values()
-        .filter_map(|s| s.project_path.as_deref())
-        .collect();
-    projects.sort_unstable();
-    projects.dedup();
-    let pending: Vec<_> = state.pending_asks().collect();
     let body = html! {
         header.card-header {
             p.eyebrow { "planb replay" }
@@ -185,88 +172,11 @@ pub fn retro_index_page(
                     p.retro-muted #team-status { (team.text) }
                 }
             }
-            section #inbox .retro-inbox aria-labelledby="inbox-title" data-swap {
-                h2 #inbox-title { "Waiting for an answer" span.retro-muted { " · " (pending.len()) } }
-                @if pending.is_empty() {
-                    p.retro-muted { "No question is waiting." }
-                } @else {
-                    ul.retro-list {
-                        @for ask in &pending {
-                            // The log holds only a hash of the form's secret, so
-                            // the link lives with the agent; this names the ask
-                            // it can collect or reopen.
-                            li {
-                                strong { (ask.spec.title) }
-                                " "
-                                code.retro-url title="ask_user {\"askId\": …} reopens the form" { "askId " (ask.id) }
-                                span.retro-muted {
-                                    " · asked " (when(ask.created_at)) " in "
-                                    a href={"/sessions/" (ask.session)} {
-                                        (state.session(&ask.session).and_then(|s| s.title.clone()).unwrap_or_else(|| short(&ask.session)))
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-            @if let Some(team_index) = team_index {
-                section #team .retro-team aria-labelledby="team-title" data-swap {
-                    h2 #team-title { "Team" span.retro-muted { " · " (count(team_index.origins.len(), "machine", "machines")) } }
-                    ul.retro-list {
-                        @for (member, host, events) in &team_index.origins {
-                            li { strong { (member) } span.retro-muted { " · " (host) " · " (count(*events as usize, "event", "events")) } }
-                        }
-                    }
-                }
-            }
+            (inbox_section(state))
+            @if let Some(team_index) = team_index { (team_section(team_index)) }
             (super::retro_task::tasks_section(timeline, team_index, filter.member))
-            form.retro-filter method="get" action="/" role="search" {
-                label for="filter-q" { "Search" }
-                input #filter-q .text-input type="search" name="q" value=[filter.query]
-                    placeholder="Title, intent or project";
-                label for="filter-project" { "Project" }
-                select #filter-project name="project" {
-                    option value="" { "All projects" }
-                    @for p in &projects {
-                        option value=(p) selected[filter.project == Some(*p)] { (p) }
-                    }
-                }
-                @if team_index.is_some() {
-                    label for="filter-member" { "Member" }
-                    select #filter-member name="member" {
-                        option value="" { "Everyone" }
-                        @for m in &members {
-                            option value=(m) selected[filter.member == Some(*m)] { (m) }
-                        }
-                    }
-                }
-                button.btn.btn-secondary type="submit" { "Filter" }
-            }
-            section #sessions .retro-sessions aria-label="Sessions" data-swap {
-                @if sessions.is_empty() {
-                    p.retro-muted { "No session matches." }
-                }
-                ul.retro-list {
-                    @for s in &sessions {
-                        @let waiting = s.asks.iter().filter_map(|a| state.ask(a)).any(|a| a.status == AskStatus::Pending);
-                        li.retro-session.has-pending[waiting] {
-                            a.retro-session-title href={"/sessions/" (s.id)} {
-                                (s.title.clone().unwrap_or_else(|| format!("Session {}", short(&s.id))))
-                            }
-                            @if waiting { " " span.retro-badge.badge-pending { "question waiting" } }
-                            @if let Some(intent) = &s.intent { p.retro-intent { (intent) } }
-                            p.retro-muted {
-                                @if let Some(member) = team_index.and_then(|t| (t.member_of)(&s.id)) { "by " (member) " · " }
-                                @if let Some(p) = &s.project_path { code { (p) } " · " }
-                                (count(s.asks.len(), "question", "questions")) " · "
-                                (count(s.plans.len(), "plan version", "plan versions")) " · last activity "
-                                (when(s.updated_at))
-                            }
-                        }
-                    }
-                }
-            }
+            (filter_form(state, filter, team_index))
+            (sessions_section(state, &sessions, team_index))
         }
     };
     page(
@@ -276,6 +186,131 @@ pub fn retro_index_page(
         Some(timeline),
         body,
     )
+}
+
+/// The inbox of the index: the questions waiting for an answer.
+fn inbox_section(state: &State) -> Markup {
+    let pending: Vec<_> = state.pending_asks().collect();
+    html! {
+        section #inbox .retro-inbox aria-labelledby="inbox-title" data-swap {
+            h2 #inbox-title { "Waiting for an answer" span.retro-muted { " · " (pending.len()) } }
+            @if pending.is_empty() {
+                p.retro-muted { "No question is waiting." }
+            } @else {
+                ul.retro-list {
+                    @for ask in &pending {
+                        // The log holds only a hash of the form's secret, so
+                        // the link lives with the agent; this names the ask
+                        // it can collect or reopen.
+                        li {
+                            strong { (ask.spec.title) }
+                            " "
+                            code.retro-url title="ask_user {\"askId\": …} reopens the form" { "askId " (ask.id) }
+                            span.retro-muted {
+                                " · asked " (when(ask.created_at)) " in "
+                                a href={"/sessions/" (ask.session)} {
+                                    (state.session(&ask.session).and_then(|s| s.title.clone()).unwrap_or_else(|| short(&ask.session)))
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The machines of a team replay, each with its member, host and events.
+fn team_section(team_index: &TeamIndex<'_>) -> Markup {
+    html! {
+        section #team .retro-team aria-labelledby="team-title" data-swap {
+            h2 #team-title { "Team" span.retro-muted { " · " (count(team_index.origins.len(), "machine", "machines")) } }
+            ul.retro-list {
+                @for (member, host, events) in &team_index.origins {
+                    li { strong { (member) } span.retro-muted { " · " (host) " · " (count(*events as usize, "event", "events")) } }
+                }
+            }
+        }
+    }
+}
+
+/// The index's search form: text, project and, in a team replay, member.
+fn filter_form(
+    state: &State,
+    filter: RetroFilter<'_>,
+    team_index: Option<&TeamIndex<'_>>,
+) -> Markup {
+    let mut members: Vec<&str> = team_index
+        .map(|t| t.origins.iter().map(|o| o.0).collect())
+        .unwrap_or_default();
+    members.sort_unstable();
+    members.dedup();
+    let mut projects: Vec<&str> = state
+        .sessions()
+        .values()
+        .filter_map(|s| s.project_path.as_deref())
+        .collect();
+    projects.sort_unstable();
+    projects.dedup();
+    html! {
+        form.retro-filter method="get" action="/" role="search" {
+            label for="filter-q" { "Search" }
+            input #filter-q .text-input type="search" name="q" value=[filter.query]
+                placeholder="Title, intent or project";
+            label for="filter-project" { "Project" }
+            select #filter-project name="project" {
+                option value="" { "All projects" }
+                @for p in &projects {
+                    option value=(p) selected[filter.project == Some(*p)] { (p) }
+                }
+            }
+            @if team_index.is_some() {
+                label for="filter-member" { "Member" }
+                select #filter-member name="member" {
+                    option value="" { "Everyone" }
+                    @for m in &members {
+                        option value=(m) selected[filter.member == Some(*m)] { (m) }
+                    }
+                }
+            }
+            button.btn.btn-secondary type="submit" { "Filter" }
+        }
+    }
+}
+
+/// The sessions the filter keeps, each with its counts and whether a
+/// question of it waits.
+fn sessions_section(
+    state: &State,
+    sessions: &[&Session],
+    team_index: Option<&TeamIndex<'_>>,
+) -> Markup {
+    html! {
+        section #sessions .retro-sessions aria-label="Sessions" data-swap {
+            @if sessions.is_empty() {
+                p.retro-muted { "No session matches." }
+            }
+            ul.retro-list {
+                @for s in sessions {
+                    @let waiting = s.asks.iter().filter_map(|a| state.ask(a)).any(|a| a.status == AskStatus::Pending);
+                    li.retro-session.has-pending[waiting] {
+                        a.retro-session-title href={"/sessions/" (s.id)} {
+                            (s.title.clone().unwrap_or_else(|| format!("Session {}", short(&s.id))))
+                        }
+                        @if waiting { " " span.retro-badge.badge-pending { "question waiting" } }
+                        @if let Some(intent) = &s.intent { p.retro-intent { (intent) } }
+                        p.retro-muted {
+                            @if let Some(member) = team_index.and_then(|t| (t.member_of)(&s.id)) { "by " (member) " · " }
+                            @if let Some(p) = &s.project_path { code { (p) } " · " }
+                            (count(s.asks.len(), "question", "questions")) " · "
+                            (count(s.plans.len(), "plan version", "plan versions")) " · last activity "
+                            (when(s.updated_at))
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Timeline entries a session page shows at once; "Show earlier" and "Show
@@ -385,11 +420,6 @@ pub fn retro_session_page(
     let cursors = timeline.session_cursors(id);
     let position = timeline.session_position(id, at).saturating_sub(1);
     let shown = entries_window(cursors.len(), position);
-    let cursor_list = cursors
-        .iter()
-        .map(Cursor::to_string)
-        .collect::<Vec<_>>()
-        .join(",");
     let panel = state_panel(timeline, id, at);
     let panel_html = panel.into_string();
     let libraries = Libraries::needed_by([panel_html.as_str()]);
@@ -404,6 +434,35 @@ pub fn retro_session_page(
         .filter(|p| p.session.as_ref() == Some(id))
         .collect();
     let body = html! {
+        (session_header(session, &title))
+        div.retro-body {
+            (scrubber(timeline, id, &cursors, position, at))
+            div.retro-layout {
+                section #state-panel .retro-panel aria-label="State at this point" {
+                    (PreEscaped(panel_html))
+                }
+                section.retro-timeline aria-label="Timeline" {
+                    h2 { "Timeline" }
+                    ol #timeline .retro-entries {
+                        (entries(timeline, cache, id, shown, Controls { earlier: true, later: true }, Some(at)))
+                    }
+                }
+            }
+            @if !session.plans.is_empty() { (plan_versions(id, session)) }
+            @if !named.is_empty() {
+                section.retro-named {
+                    h2 { "Named plans and reviews" }
+                    @for plan in named { (named_plan(plan)) }
+                }
+            }
+        }
+    };
+    Some(page(&title, libraries, None, None, body))
+}
+
+/// A session page's header: its title, intent, project and counts.
+fn session_header(session: &Session, title: &str) -> Markup {
+    html! {
         header.card-header {
             (back_link())
             p.eyebrow { "Session replay" }
@@ -416,56 +475,58 @@ pub fn retro_session_page(
                 " · " (count(session.plans.len(), "plan version", "plan versions"))
             }
         }
-        div.retro-body {
-            div #scrubber .retro-scrubber data-session=(id) data-cursors=(cursor_list)
-                data-fragment={"/sessions/" (id) "/at/"}
-                data-live={"/sessions/" (id) "/events?after=" (timeline.last_cursor())} {
-                button #scrub-prev .btn .btn-ghost type="button" aria-keyshortcuts="ArrowLeft" { "‹ Prev" }
-                input #scrub .retro-range type="range" min="0" max=(cursors.len().saturating_sub(1))
-                    value=(position) step="1" aria-label="Replay position";
-                button #scrub-next .btn .btn-ghost type="button" aria-keyshortcuts="ArrowRight" { "Next ›" }
-                span #scrub-label .retro-muted aria-live="polite" {
-                    "Event " (position + 1) " of " (cursors.len()) " · #" (at)
-                }
-                a #permalink .retro-permalink href={"?at=" (at)} { "Permalink" }
+    }
+}
+
+/// The time-travel scrubber over a session's `cursors`, at the entry at
+/// `position` (cursor `at`).
+fn scrubber(
+    timeline: &Timeline,
+    id: &SessionId,
+    cursors: &[Cursor],
+    position: usize,
+    at: Cursor,
+) -> Markup {
+    let cursor_list = cursors
+        .iter()
+        .map(Cursor::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    html! {
+        div #scrubber .retro-scrubber data-session=(id) data-cursors=(cursor_list)
+            data-fragment={"/sessions/" (id) "/at/"}
+            data-live={"/sessions/" (id) "/events?after=" (timeline.last_cursor())} {
+            button #scrub-prev .btn .btn-ghost type="button" aria-keyshortcuts="ArrowLeft" { "‹ Prev" }
+            input #scrub .retro-range type="range" min="0" max=(cursors.len().saturating_sub(1))
+                value=(position) step="1" aria-label="Replay position";
+            button #scrub-next .btn .btn-ghost type="button" aria-keyshortcuts="ArrowRight" { "Next ›" }
+            span #scrub-label .retro-muted aria-live="polite" {
+                "Event " (position + 1) " of " (cursors.len()) " · #" (at)
             }
-            div.retro-layout {
-                section #state-panel .retro-panel aria-label="State at this point" {
-                    (PreEscaped(panel_html))
-                }
-                section.retro-timeline aria-label="Timeline" {
-                    h2 { "Timeline" }
-                    ol #timeline .retro-entries {
-                        (entries(timeline, cache, id, shown, Controls { earlier: true, later: true }, Some(at)))
-                    }
-                }
-            }
-            @if !session.plans.is_empty() {
-                section.retro-versions {
-                    h2 { "Plan versions" }
-                    ul.retro-list {
-                        @for plan in &session.plans {
-                            li {
-                                a href={"/sessions/" (id) "/plans/" (plan.version)} { "v" (plan.version) }
-                                @if let Some(t) = &plan.title { " · " (t) }
-                                span.retro-muted { " · " (when(plan.created_at)) }
-                                @if plan.version > 1 {
-                                    " · " a href={"/sessions/" (id) "/plans/" (plan.version - 1) "/diff/" (plan.version)} { "diff" }
-                                }
-                            }
+            a #permalink .retro-permalink href={"?at=" (at)} { "Permalink" }
+        }
+    }
+}
+
+/// A session's plan versions, each linked with its diff to the one before.
+fn plan_versions(id: &SessionId, session: &Session) -> Markup {
+    html! {
+        section.retro-versions {
+            h2 { "Plan versions" }
+            ul.retro-list {
+                @for plan in &session.plans {
+                    li {
+                        a href={"/sessions/" (id) "/plans/" (plan.version)} { "v" (plan.version) }
+                        @if let Some(t) = &plan.title { " · " (t) }
+                        span.retro-muted { " · " (when(plan.created_at)) }
+                        @if plan.version > 1 {
+                            " · " a href={"/sessions/" (id) "/plans/" (plan.version - 1) "/diff/" (plan.version)} { "diff" }
                         }
                     }
                 }
             }
-            @if !named.is_empty() {
-                section.retro-named {
-                    h2 { "Named plans and reviews" }
-                    @for plan in named { (named_plan(plan)) }
-                }
-            }
         }
-    };
-    Some(page(&title, libraries, None, None, body))
+    }
 }
 
 /// The entries of `id` just before or after a cursor, as `li` elements with

@@ -206,8 +206,6 @@ pub(super) fn entry(
 
 fn entry_body(timeline: &Timeline, envelope: &Envelope) -> Markup {
     let body = &envelope.event.body;
-    let ask = ask_of(timeline, body);
-    let spec = ask.map(|a| &a.spec);
     match body {
         EventBody::SessionCreated {
             title,
@@ -219,6 +217,51 @@ fn entry_body(timeline: &Timeline, envelope: &Envelope) -> Markup {
             @if let Some(i) = intent { p.retro-muted { (i) } }
             @if let Some(p) = project_path { p.retro-muted { code { (p) } } }
         },
+        EventBody::AskOpened { .. }
+        | EventBody::AskDraftSaved { .. }
+        | EventBody::AskAnswered { .. }
+        | EventBody::AskLateAnswer { .. }
+        | EventBody::AskTimedOut { .. }
+        | EventBody::AskDeclined { .. }
+        | EventBody::AskFailed { .. } => ask_entry(timeline, body),
+        EventBody::PlanVersionSaved {
+            session,
+            version,
+            title,
+            content,
+        } => plan_saved(timeline, *session, *version, title.as_deref(), content),
+        EventBody::NamedPlanWritten { .. }
+        | EventBody::NamedPlanEdited { .. }
+        | EventBody::NamedPlanChangedOutside { .. }
+        | EventBody::NamedPlanSubmitted { .. }
+        | EventBody::NamedPlanReviewed { .. } => named_plan_entry(timeline, envelope),
+        // The DAG engine's events belong to tasks, not sessions; a session's
+        // replay never lists them.
+        EventBody::TaskCreated { .. }
+        | EventBody::RunStarted { .. }
+        | EventBody::StepStarted { .. }
+        | EventBody::StepSucceeded { .. }
+        | EventBody::StepFailed { .. }
+        | EventBody::ArtifactEdited { .. }
+        | EventBody::StopRequested { .. }
+        | EventBody::RunEnded { .. }
+        | EventBody::RunLog { .. }
+        | EventBody::PlanCreated { .. }
+        | EventBody::PlanDeleted { .. }
+        | EventBody::BlobStored { .. }
+        | EventBody::TaskArchived { .. }
+        | EventBody::TaskDeleted { .. } => html! {
+            p { "Task event (" (body.kind_name().replace('_', " ")) ")" }
+        },
+    }
+}
+
+/// The entry of an event about an ask: the form shown, a draft, the
+/// answers, or how waiting for them ended.
+fn ask_entry(timeline: &Timeline, body: &EventBody) -> Markup {
+    let ask = ask_of(timeline, body);
+    let spec = ask.map(|a| &a.spec);
+    match body {
         EventBody::AskOpened {
             spec,
             delivery,
@@ -256,12 +299,18 @@ fn entry_body(timeline: &Timeline, envelope: &Envelope) -> Markup {
             p { strong { "Failed" } @if let Some(spec) = spec { ": " (spec.title) } }
             p.retro-muted { (detail) }
         },
-        EventBody::PlanVersionSaved {
-            session,
-            version,
-            title,
-            content,
-        } => plan_saved(timeline, *session, *version, title.as_deref(), content),
+        other => unreachable!(
+            "ask_entry is only called for ask events: {}",
+            other.kind_name()
+        ),
+    }
+}
+
+/// The entry of an event about a named plan: a change with its diff, a
+/// submission, or a review.
+fn named_plan_entry(timeline: &Timeline, envelope: &Envelope) -> Markup {
+    let body = &envelope.event.body;
+    match body {
         EventBody::NamedPlanWritten { plan, .. }
         | EventBody::NamedPlanEdited { plan, .. }
         | EventBody::NamedPlanChangedOutside { plan, .. } => {
@@ -300,24 +349,10 @@ fn entry_body(timeline: &Timeline, envelope: &Envelope) -> Markup {
                 }
             }
         },
-        // The DAG engine's events belong to tasks, not sessions; a session's
-        // replay never lists them.
-        EventBody::TaskCreated { .. }
-        | EventBody::RunStarted { .. }
-        | EventBody::StepStarted { .. }
-        | EventBody::StepSucceeded { .. }
-        | EventBody::StepFailed { .. }
-        | EventBody::ArtifactEdited { .. }
-        | EventBody::StopRequested { .. }
-        | EventBody::RunEnded { .. }
-        | EventBody::RunLog { .. }
-        | EventBody::PlanCreated { .. }
-        | EventBody::PlanDeleted { .. }
-        | EventBody::BlobStored { .. }
-        | EventBody::TaskArchived { .. }
-        | EventBody::TaskDeleted { .. } => html! {
-            p { "Task event (" (body.kind_name().replace('_', " ")) ")" }
-        },
+        other => unreachable!(
+            "named_plan_entry is only called for named-plan events: {}",
+            other.kind_name()
+        ),
     }
 }
 

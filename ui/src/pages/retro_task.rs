@@ -305,14 +305,7 @@ pub const RUNS_SHOWN: usize = 50;
 pub fn retro_task_page(timeline: &Timeline, view: &TaskView<'_>) -> Markup {
     let task = &view.at.task;
     let is_plan = matches!(view.steps, Steps::Plan(_));
-    let id = task.id;
-    let position = view
-        .cursors
-        .partition_point(|c| *c <= view.cursor)
-        .saturating_sub(1);
-    let last = view.cursors.len().saturating_sub(1);
     let live = (view.cursor >= timeline.last_cursor()).then(|| "/events".to_owned());
-    let at_link = |index: usize| format!("/tasks/{id}?at={}", view.cursors[index]);
     let title = summary(&task.prompt);
     let body = html! {
         header.card-header {
@@ -320,7 +313,7 @@ pub fn retro_task_page(timeline: &Timeline, view: &TaskView<'_>) -> Markup {
             p.eyebrow { @if is_plan { "Plan run replay" } @else { "Task replay" } }
             h1.form-title { (title) }
             p.retro-muted {
-                code { (id) } " · "
+                code { (task.id) } " · "
                 @if is_plan { "execution plan" }
                 @else { (task.pipeline) " v" (task.pipeline_version) " → " (task.target) " · " (task.speed) }
                 @if let Some(mark) = lifecycle_mark(task) { " " span.retro-badge { (mark) } }
@@ -328,23 +321,7 @@ pub fn retro_task_page(timeline: &Timeline, view: &TaskView<'_>) -> Markup {
             }
         }
         div.retro-body {
-            nav #task-scrubber .retro-scrubber aria-label="Replay position"
-                data-base={"/tasks/" (id) "?pos="} {
-                @if position > 0 {
-                    a.btn.btn-ghost href=(at_link(position - 1)) rel="prev" { "‹ Prev" }
-                }
-                input #task-scrub .retro-range type="range" min="0" max=(last) value=(position) step="1"
-                    aria-label="Replay position";
-                @if position < last {
-                    a.btn.btn-ghost href=(at_link(position + 1)) rel="next" { "Next ›" }
-                }
-                span.retro-muted aria-live="polite" {
-                    "Event " (position + 1) " of " (view.cursors.len()) " · #" (view.cursor)
-                }
-                @if position < last {
-                    a.retro-permalink href={"/tasks/" (id)} { "Latest" }
-                }
-            }
+            (task_scrubber(view))
             div #task-live data-swap {
                 p.retro-muted {
                     "State: " strong.{"task-" (state_of(task))} { (state_of(task)) }
@@ -366,57 +343,110 @@ pub fn retro_task_page(timeline: &Timeline, view: &TaskView<'_>) -> Markup {
                         Steps::Pipeline(Ok(pipeline)) => (pipeline_dag(pipeline, view)),
                     }
                 }
-                section.retro-runs aria-label="Runs" {
-                    h2 { "Runs" }
-                    @let earlier = task.runs.len().saturating_sub(RUNS_SHOWN);
-                    @if earlier > 0 {
-                        p.retro-muted { "The " (RUNS_SHOWN) " latest of " (task.runs.len()) " runs by this point." }
-                    }
-                    ol.retro-list start=(earlier + 1) {
-                        @for run in task.runs.iter().skip(earlier) {
-                            li {
-                                code { (short(&run.id)) } " · " strong { (run.state.as_str()) }
-                                " · started " (when(run.started_at))
-                                @if let Some(ended) = run.ended_at { " · ended " (when(ended)) }
-                                " · " (count(run.succeeded.len(), "step done", "steps done"))
-                                @if let Some(reason) = &run.reason { " · " (reason) }
-                                @if let Some(step) = &run.failed_step { " (step " (step) ")" }
-                                span.retro-muted { " · worker pid " (run.owner_pid) " on " (run.host) }
-                            }
-                        }
-                    }
-                }
+                (runs_section(task))
                 div.retro-layout {
-                    section.retro-timeline aria-label="Events" {
-                        h2 { "Events" }
-                        ol.retro-entries {
-                            @for envelope in view.at.events.iter().rev().take(200) {
-                                @if let Some(line) = event_line(envelope) {
-                                    li.retro-entry.is-current[envelope.cursor == view.cursor] {
-                                        a.retro-cursor href={"/tasks/" (id) "?at=" (envelope.cursor)} { "#" (envelope.cursor) }
-                                        " " span.retro-muted { (when(envelope.event.at)) } " " (line)
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    section.retro-runlog aria-label="Run log" {
-                        h2 { "Run log" }
-                        @if task.log_tail.is_empty() {
-                            p.retro-muted { "No line yet." }
-                        } @else {
-                            pre.run-log {
-                                @for line in &task.log_tail {
-                                    (line.at.to_iso8601()) " " (line.text) "\n"
-                                }
-                            }
-                        }
-                    }
+                    (task_events(view))
+                    (run_log(task))
                 }
             }
         }
     };
     page(&title, Libraries::default(), live, Some(timeline), body)
+}
+
+/// The task page's scrubber: links to the events before and after the one
+/// shown, and to the latest.
+fn task_scrubber(view: &TaskView<'_>) -> Markup {
+    let id = view.at.task.id;
+    let position = view
+        .cursors
+        .partition_point(|c| *c <= view.cursor)
+        .saturating_sub(1);
+    let last = view.cursors.len().saturating_sub(1);
+    let at_link = |index: usize| format!("/tasks/{id}?at={}", view.cursors[index]);
+    html! {
+        nav #task-scrubber .retro-scrubber aria-label="Replay position"
+            data-base={"/tasks/" (id) "?pos="} {
+            @if position > 0 {
+                a.btn.btn-ghost href=(at_link(position - 1)) rel="prev" { "‹ Prev" }
+            }
+            input #task-scrub .retro-range type="range" min="0" max=(last) value=(position) step="1"
+                aria-label="Replay position";
+            @if position < last {
+                a.btn.btn-ghost href=(at_link(position + 1)) rel="next" { "Next ›" }
+            }
+            span.retro-muted aria-live="polite" {
+                "Event " (position + 1) " of " (view.cursors.len()) " · #" (view.cursor)
+            }
+            @if position < last {
+                a.retro-permalink href={"/tasks/" (id)} { "Latest" }
+            }
+        }
+    }
+}
+
+/// A task's latest [`RUNS_SHOWN`] runs, each with its state and times.
+fn runs_section(task: &Task) -> Markup {
+    html! {
+        section.retro-runs aria-label="Runs" {
+            h2 { "Runs" }
+            @let earlier = task.runs.len().saturating_sub(RUNS_SHOWN);
+            @if earlier > 0 {
+                p.retro-muted { "The " (RUNS_SHOWN) " latest of " (task.runs.len()) " runs by this point." }
+            }
+            ol.retro-list start=(earlier + 1) {
+                @for run in task.runs.iter().skip(earlier) {
+                    li {
+                        code { (short(&run.id)) } " · " strong { (run.state.as_str()) }
+                        " · started " (when(run.started_at))
+                        @if let Some(ended) = run.ended_at { " · ended " (when(ended)) }
+                        " · " (count(run.succeeded.len(), "step done", "steps done"))
+                        @if let Some(reason) = &run.reason { " · " (reason) }
+                        @if let Some(step) = &run.failed_step { " (step " (step) ")" }
+                        span.retro-muted { " · worker pid " (run.owner_pid) " on " (run.host) }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A task's latest 200 events by the cursor, newest first.
+fn task_events(view: &TaskView<'_>) -> Markup {
+    let id = view.at.task.id;
+    html! {
+        section.retro-timeline aria-label="Events" {
+            h2 { "Events" }
+            ol.retro-entries {
+                @for envelope in view.at.events.iter().rev().take(200) {
+                    @if let Some(line) = event_line(envelope) {
+                        li.retro-entry.is-current[envelope.cursor == view.cursor] {
+                            a.retro-cursor href={"/tasks/" (id) "?at=" (envelope.cursor)} { "#" (envelope.cursor) }
+                            " " span.retro-muted { (when(envelope.event.at)) } " " (line)
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The tail of a task's run log.
+fn run_log(task: &Task) -> Markup {
+    html! {
+        section.retro-runlog aria-label="Run log" {
+            h2 { "Run log" }
+            @if task.log_tail.is_empty() {
+                p.retro-muted { "No line yet." }
+            } @else {
+                pre.run-log {
+                    @for line in &task.log_tail {
+                        (line.at.to_iso8601()) " " (line.text) "\n"
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// One version of a step's artifact.
@@ -602,41 +632,50 @@ pub fn retro_plan_step_page(timeline: &Timeline, view: &PlanStepView<'_>) -> Mar
                     }
                 }
                 ol.retro-entries {
-                    @for call in &view.calls {
-                        li.retro-entry.is-current[call.cursor == view.cursor] {
-                            p.retro-entry-meta {
-                                a.retro-cursor href={"/tasks/" (id) "/steps/" (step.index) "?at=" (call.cursor)} { "#" (call.cursor) }
-                                " run " code { (short(&call.run)) } " · " (when(call.at))
-                            }
-                            h3 { "Sent" }
-                            @match &call.call {
-                                Ok(text) => pre.plan-call { (text) },
-                                Err(why) => p.retro-muted { (why) },
-                            }
-                            @match &call.end {
-                                None if matches!(mark, Some(StepMark::Interrupted { run }) if *run == call.run) => {
-                                    p.retro-muted { "Interrupted: its run ended before it answered." }
-                                },
-                                None => p.retro-muted { "No answer by this point." },
-                                Some(CallEnd::Succeeded { cursor, duration_ms, result }) => {
-                                    h3 { "Result" span.retro-muted { " #" (cursor) " · " (duration_ms) " ms" } }
-                                    @match result {
-                                        Ok(text) => pre.plan-result { (text) },
-                                        Err(why) => div.banner.banner-error role="alert" { (why) },
-                                    }
-                                },
-                                Some(CallEnd::Failed { cursor, class, message }) => {
-                                    h3 { "Failed" span.retro-muted { " #" (cursor) } }
-                                    div.banner.banner-error role="alert" { (class) ": " (message) }
-                                },
-                            }
-                        }
-                    }
+                    @for call in &view.calls { (plan_call(view, call)) }
                 }
             }
         }
     };
     page(&title, Libraries::default(), None, Some(timeline), body)
+}
+
+/// One call of a plan step: the arguments as sent, then its result, its
+/// failure, or that it had no answer by the cursor.
+fn plan_call(view: &PlanStepView<'_>, call: &PlanCall) -> Markup {
+    let id: TaskId = view.at.task.id;
+    let step = view.step;
+    let mark = view.at.steps.get(&step.index);
+    html! {
+        li.retro-entry.is-current[call.cursor == view.cursor] {
+            p.retro-entry-meta {
+                a.retro-cursor href={"/tasks/" (id) "/steps/" (step.index) "?at=" (call.cursor)} { "#" (call.cursor) }
+                " run " code { (short(&call.run)) } " · " (when(call.at))
+            }
+            h3 { "Sent" }
+            @match &call.call {
+                Ok(text) => pre.plan-call { (text) },
+                Err(why) => p.retro-muted { (why) },
+            }
+            @match &call.end {
+                None if matches!(mark, Some(StepMark::Interrupted { run }) if *run == call.run) => {
+                    p.retro-muted { "Interrupted: its run ended before it answered." }
+                },
+                None => p.retro-muted { "No answer by this point." },
+                Some(CallEnd::Succeeded { cursor, duration_ms, result }) => {
+                    h3 { "Result" span.retro-muted { " #" (cursor) " · " (duration_ms) " ms" } }
+                    @match result {
+                        Ok(text) => pre.plan-result { (text) },
+                        Err(why) => div.banner.banner-error role="alert" { (why) },
+                    }
+                },
+                Some(CallEnd::Failed { cursor, class, message }) => {
+                    h3 { "Failed" span.retro-muted { " #" (cursor) } }
+                    div.banner.banner-error role="alert" { (class) ": " (message) }
+                },
+            }
+        }
+    }
 }
 
 /// A step's prompt, rebuilt from the pipeline and the inputs it read.
@@ -706,22 +745,7 @@ pub fn retro_step_page(timeline: &Timeline, view: &StepView<'_>) -> Markup {
             @if let Some(StepMark::Failed { class, message, .. }) = mark {
                 div.banner.banner-error role="alert" { (class) ": " (message) }
             }
-            section.retro-prompt aria-label="Prompt" {
-                h2 { "Prompt" }
-                @match &view.prompt {
-                    _ if redacted() => p.retro-muted { "Prompts are kept off the replay (PLANB_REDACT_PROMPTS)." },
-                    None => p.retro-muted { "Not started by this point." },
-                    Some(Err(why)) => p.retro-muted { "The prompt cannot be rebuilt: " (why) },
-                    Some(Ok(prompt)) => {
-                        p.retro-muted {
-                            "As sent at #" (prompt.cursor) ", rebuilt from the pipeline and the inputs it read"
-                            @if prompt.verified { " (they hash to what the run recorded)." }
-                            @else { "; they do not hash to what the run recorded, so this may differ from what was sent." }
-                        }
-                        pre.retro-prompt-text { (prompt.text) }
-                    }
-                }
-            }
+            (prompt_section(view))
             section.retro-answer aria-label="Answer" {
                 h2 { "Answer" }
                 @match view.versions.last() {
@@ -735,32 +759,63 @@ pub fn retro_step_page(timeline: &Timeline, view: &StepView<'_>) -> Markup {
                     }
                 }
             }
-            @if view.versions.len() > 1 {
-                section.retro-versions aria-label="Versions" {
-                    h2 { "Versions" }
-                    ol.retro-entries {
-                        @for (i, version) in view.versions.iter().enumerate().skip(1) {
-                            @let before = &view.versions[i - 1];
-                            li.retro-entry {
-                                p.retro-entry-meta {
-                                    a.retro-cursor href={"/tasks/" (id) "/steps/" (step.id.as_str()) "?at=" (version.cursor)} { "#" (version.cursor) }
-                                    " version " (i + 1) " · " (version.by) " · " (when(version.at))
-                                }
-                                @match (&before.text, &version.text) {
-                                    (Ok(a), Ok(b)) => details.retro-diff open[i + 1 == view.versions.len()] {
-                                        summary { "Changes from version " (i) }
-                                        (diff_view(a, b, Folds::Expandable))
-                                    },
-                                    _ => p.retro-muted { "A version cannot be read, so no diff." },
-                                }
-                            }
+            @if view.versions.len() > 1 { (versions_section(view)) }
+        }
+    };
+    page(&title, Libraries::default(), None, Some(timeline), body)
+}
+
+/// A step's prompt as sent, rebuilt from the pipeline and the inputs it
+/// read, or why it is not shown.
+fn prompt_section(view: &StepView<'_>) -> Markup {
+    html! {
+        section.retro-prompt aria-label="Prompt" {
+            h2 { "Prompt" }
+            @match &view.prompt {
+                _ if redacted() => p.retro-muted { "Prompts are kept off the replay (PLANB_REDACT_PROMPTS)." },
+                None => p.retro-muted { "Not started by this point." },
+                Some(Err(why)) => p.retro-muted { "The prompt cannot be rebuilt: " (why) },
+                Some(Ok(prompt)) => {
+                    p.retro-muted {
+                        "As sent at #" (prompt.cursor) ", rebuilt from the pipeline and the inputs it read"
+                        @if prompt.verified { " (they hash to what the run recorded)." }
+                        @else { "; they do not hash to what the run recorded, so this may differ from what was sent." }
+                    }
+                    pre.retro-prompt-text { (prompt.text) }
+                }
+            }
+        }
+    }
+}
+
+/// Every version of a step's artifact after the first, each with its diff
+/// from the one before.
+fn versions_section(view: &StepView<'_>) -> Markup {
+    let id: TaskId = view.at.task.id;
+    let step = view.step;
+    html! {
+        section.retro-versions aria-label="Versions" {
+            h2 { "Versions" }
+            ol.retro-entries {
+                @for (i, version) in view.versions.iter().enumerate().skip(1) {
+                    @let before = &view.versions[i - 1];
+                    li.retro-entry {
+                        p.retro-entry-meta {
+                            a.retro-cursor href={"/tasks/" (id) "/steps/" (step.id.as_str()) "?at=" (version.cursor)} { "#" (version.cursor) }
+                            " version " (i + 1) " · " (version.by) " · " (when(version.at))
+                        }
+                        @match (&before.text, &version.text) {
+                            (Ok(a), Ok(b)) => details.retro-diff open[i + 1 == view.versions.len()] {
+                                summary { "Changes from version " (i) }
+                                (diff_view(a, b, Folds::Expandable))
+                            },
+                            _ => p.retro-muted { "A version cannot be read, so no diff." },
                         }
                     }
                 }
             }
         }
-    };
-    page(&title, Libraries::default(), None, Some(timeline), body)
+    }
 }
 
 #[cfg(test)]
