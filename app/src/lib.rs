@@ -9,6 +9,7 @@ pub mod error;
 pub mod import;
 pub mod launch;
 pub mod plans;
+pub mod runs;
 pub mod settings;
 pub mod tasks;
 pub mod team;

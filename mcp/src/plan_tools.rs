@@ -25,11 +25,11 @@ use rmcp::model::{CallToolResult, JsonObject};
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, Peer, RoleServer, tool, tool_router};
 use serde_json::{Map, Value, json};
-use tokio::sync::{broadcast, watch};
 
 use crate::args::Args;
 use crate::server::PlanbServer;
-use planb_app::plans::{self as exec_plans, DownstreamCache};
+use planb_app::plans as exec_plans;
+use planb_app::runs::{Attached, Finished, Heard};
 
 /// Most plans `plan_list` returns.
 const LIST_MAX: usize = 200;
@@ -45,30 +45,11 @@ fn schema(value: Value) -> Arc<JsonObject> {
     }
 }
 
-/// A run this process executes: its final result once it has one, and its
-/// progress as it goes.
-#[derive(Debug, Clone)]
-struct Attached {
-    done: watch::Receiver<Option<Value>>,
-    /// Steps settled so far and a line saying what happened.
-    progress: broadcast::Sender<(usize, String)>,
-    /// Steps settled so far, for a call that does not follow `progress`.
-    settled: Arc<std::sync::atomic::AtomicUsize>,
-    steps_total: usize,
-    /// Set when a call handed back before the run ended: its result is then
-    /// kept for the next `plan_execute` of the plan.
-    handed_back: Arc<std::sync::atomic::AtomicBool>,
-}
-
-/// The plan runs of one server process and its downstream connections.
+/// The plan runs of one server process, and the review forms the person
+/// has not decided yet, by plan.
 #[derive(Debug, Default)]
 pub(crate) struct PlanRuns {
-    pub(crate) downstream: DownstreamCache,
-    active: Mutex<HashMap<TaskId, Attached>>,
-    /// Results of runs that ended after their call handed back, until the
-    /// next `plan_execute` of the plan collects them.
-    unclaimed: Mutex<HashMap<TaskId, Value>>,
-    /// Review forms the person has not decided yet, by plan.
+    pub(crate) runs: Arc<planb_app::runs::PlanRuns>,
     reviews: Mutex<HashMap<TaskId, AskId>>,
 }
 
@@ -297,11 +278,38 @@ fn exec_args(args: &mut Args<'_>, with_call_variables: bool) -> ExecRequest {
 }
 
 /// A run's result as the tool returns it: an error when it could not run.
-fn finished(value: Value) -> CallToolResult {
-    if value.get("error").is_some() && value.get("success").is_none() {
-        CallToolResult::structured_error(value)
+fn finished(finished: Finished) -> CallToolResult {
+    match finished {
+        Ok(end) => {
+            let mut value = end.outcome.to_json();
+            if let (Value::Object(map), Some(dag)) = (&mut value, &end.dag) {
+                map.insert("dag".into(), dag.clone().into());
+            }
+            CallToolResult::structured(value)
+        }
+        Err(message) => failure(message),
+    }
+}
+
+/// A step's start or end as a progress line: settled so far of `total`.
+fn progress_line(n: usize, total: usize, event: &Progress) -> String {
+    let Progress::Ended(report) = event else {
+        let Progress::Started { index } = event else {
+            return String::new();
+        };
+        return format!("step {index} started");
+    };
+    let head = format!(
+        "{n}/{total} step {} {} [{}]",
+        report.index, report.title, report.tool
+    );
+    if report.reused {
+        format!("{head}: recorded result reused")
+    } else if report.success {
+        format!("{head} done in {} ms", report.duration_ms)
     } else {
-        CallToolResult::structured(value)
+        let error = report.error.as_deref().unwrap_or("failed");
+        format!("{head} failed: {error}")
     }
 }
 
@@ -356,6 +364,7 @@ impl PlanbServer {
         let store = self.plan_store().await.map_err(failure)?;
         let downstream = self
             .plan_runs()
+            .runs
             .downstream
             .get(&self.config().servers)
             .map_err(failure)?;
@@ -372,129 +381,6 @@ impl PlanbServer {
         Ok((store, created))
     }
 
-    /// Starts the run of plan `id` in the background, or joins the one this
-    /// process already runs.
-    fn start_run(
-        &self,
-        store: &Arc<Store>,
-        id: TaskId,
-        plan: &Arc<ExecPlan>,
-        request: ExecRequest,
-    ) -> Result<Attached, String> {
-        let runs = self.plan_runs();
-        let mut active = runs
-            .active
-            .lock()
-            .map_err(|_| "the plan runs' table is poisoned".to_owned())?;
-        if let Some(attached) = active.get(&id) {
-            return Ok(attached.clone());
-        }
-        let downstream = runs.downstream.get(&self.config().servers)?;
-        let (done_tx, done) = watch::channel(None);
-        let (progress, _) = broadcast::channel(1024);
-        let settled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let attached = Attached {
-            done,
-            progress: progress.clone(),
-            settled: Arc::clone(&settled),
-            steps_total: plan.steps.len(),
-            handed_back: Arc::default(),
-        };
-        let handed_back = Arc::clone(&attached.handed_back);
-        active.insert(id, attached.clone());
-        drop(active);
-        let total = plan.steps.len();
-        let tell: plans::run::ProgressFn = Arc::new(move |event: &Progress| {
-            if progress.receiver_count() == 0 {
-                // Nobody follows the lines: only the count is kept.
-                if matches!(event, Progress::Ended(_)) {
-                    settled.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                }
-                return;
-            }
-            let (n, message) = match event {
-                Progress::Started { index } => (
-                    settled.load(std::sync::atomic::Ordering::Relaxed),
-                    format!("step {index} started"),
-                ),
-                Progress::Ended(report) => {
-                    let n = settled.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-                    let line = if report.reused {
-                        format!(
-                            "{n}/{total} step {} {} [{}]: recorded result reused",
-                            report.index, report.title, report.tool
-                        )
-                    } else if report.success {
-                        format!(
-                            "{n}/{total} step {} {} [{}] done in {} ms",
-                            report.index, report.title, report.tool, report.duration_ms
-                        )
-                    } else {
-                        format!(
-                            "{n}/{total} step {} {} [{}] failed: {}",
-                            report.index,
-                            report.title,
-                            report.tool,
-                            report.error.as_deref().unwrap_or("failed")
-                        )
-                    };
-                    (n, line)
-                }
-            };
-            let _ = progress.send((n, message));
-        });
-        let store = Arc::clone(store);
-        let plan = Arc::clone(plan);
-        let server = self.clone();
-        let request = plans::RunRequest {
-            task: id,
-            variables: request.variables,
-            resume: request.resume,
-            options: request.options,
-            progress: Some(tell),
-        };
-        let run =
-            planb_engine::runtime::spawn(plans::run_plan(Arc::clone(&store), downstream, request));
-        tokio::spawn(async move {
-            let value = match run.await {
-                Err(stopped) => json!({ "error": format!(
-                    "the plan's run ended without a result ({stopped}); resume it with plan_execute and resume: true"
-                ) }),
-                Ok(Ok(outcome)) => {
-                    let mut value = outcome.to_json();
-                    let dag = store
-                        .read(|s| s.task(&id).map(|after| exec_plans::rendered(after, &plan)))
-                        .ok()
-                        .flatten();
-                    if let (Value::Object(map), Some(dag)) = (&mut value, dag) {
-                        map.insert("dag".into(), dag.into());
-                    }
-                    value
-                }
-                Ok(Err(plans::PlanRunError::Worker(planb_engine::worker::WorkerError::Busy(
-                    _,
-                )))) => {
-                    json!({ "error": format!(
-                        "Plan {id} is running in another planb process: see it with plan_show, or stop it with `planb-mcp plan stop {id}`"
-                    ) })
-                }
-                Ok(Err(error)) => json!({ "error": error.to_string() }),
-            };
-            let runs = server.plan_runs();
-            // Removed from `active` and kept for collection under one
-            // lock order, so a call in between finds it in one or the other.
-            if let (Ok(mut active), Ok(mut unclaimed)) = (runs.active.lock(), runs.unclaimed.lock())
-            {
-                active.remove(&id);
-                if handed_back.load(std::sync::atomic::Ordering::SeqCst) {
-                    unclaimed.insert(id, value.clone());
-                }
-            }
-            let _ = done_tx.send(Some(value));
-        });
-        Ok(attached)
-    }
-
     /// Waits for `attached` to end, telling its steps as progress when the
     /// request has a token; without one, hands back after the hand-back time.
     async fn wait_run(
@@ -507,61 +393,51 @@ impl PlanbServer {
         let token = context.meta.get_progress_token();
         // Followed only to be told on: a call without a token is not woken
         // by every step.
-        let mut progress = token.as_ref().map(|_| attached.progress.subscribe());
-        let limit = if token.is_none() {
-            Some(self.config().hand_back)
-        } else {
-            None
-        };
-        let started = Instant::now();
+        let mut follow = token.as_ref().map(|_| attached.follow());
+        let until = token
+            .is_none()
+            .then(|| Instant::now() + self.config().hand_back);
         loop {
-            if let Some(value) = attached.done.borrow().clone() {
-                return finished(value);
+            if let Some(done) = attached.result() {
+                return finished(done);
             }
-            let left = limit.map(|l| l.saturating_sub(started.elapsed()));
-            if left == Some(Duration::ZERO) {
-                attached
-                    .handed_back
-                    .store(true, std::sync::atomic::Ordering::SeqCst);
-                if let Some(value) = attached.done.borrow().clone() {
+            if until.is_some_and(|at| Instant::now() >= at) {
+                if let Some(done) = self.plan_runs().runs.hand_back(&attached, task) {
                     // It ended just now: no need to hand back.
-                    if let Ok(mut unclaimed) = self.plan_runs().unclaimed.lock() {
-                        unclaimed.remove(&task);
-                    }
-                    return finished(value);
+                    return finished(done);
                 }
                 return CallToolResult::structured(json!({
                     "success": false,
                     "running": true,
                     "plan_id": task.to_string(),
                     "title": title,
-                    "steps_settled": attached.settled.load(std::sync::atomic::Ordering::Relaxed),
-                    "steps_total": attached.steps_total,
+                    "steps_settled": attached.settled(),
+                    "steps_total": attached.steps_total(),
                     "message": "The plan is still running in planb. Call plan_execute again with the same plan_id to wait for this run and get its result (it is not started twice), or plan_show to see its DAG.",
                 }));
             }
-            let sleep = tokio::time::sleep(left.unwrap_or(Duration::from_secs(3600)));
-            tokio::select! {
+            let total = attached.steps_total();
+            let heard = tokio::select! {
                 // Nobody is left to answer: the server is about to exit.
                 () = self.config().disconnect.closed() => {
                     return failure("the connection closed while the plan ran; it ends with this server (resume it with plan_execute and resume: true)");
                 }
-                changed = attached.done.changed() => {
-                    if changed.is_err() && attached.done.borrow().is_none() {
-                        return failure("the plan's run ended without a result (the server is shutting down); resume it with plan_execute and resume: true");
+                heard = attached.next(follow.as_mut(), until) => heard,
+            };
+            match heard {
+                Heard::Ended(done) => return finished(done),
+                Heard::Lost => {
+                    return failure(
+                        "the plan's run ended without a result (the server is shutting down); resume it with plan_execute and resume: true",
+                    );
+                }
+                Heard::Step(n, event) => {
+                    if let Some(token) = &token {
+                        let line = progress_line(n, total, &event);
+                        PlanbServer::notify_progress(context, token, n as f64, line).await;
                     }
                 }
-                told = async {
-                    match progress.as_mut() {
-                        Some(progress) => progress.recv().await,
-                        None => std::future::pending().await,
-                    }
-                } => {
-                    if let (Ok((n, message)), Some(token)) = (told, &token) {
-                        PlanbServer::notify_progress(context, token, n as f64, message).await;
-                    }
-                }
-                () = sleep => {}
+                Heard::Nothing => {}
             }
         }
     }
@@ -591,15 +467,10 @@ impl PlanbServer {
             return CallToolResult::structured(value);
         }
         // The result of a run whose call handed back is this call's.
-        let runs = self.plan_runs();
-        let (running_here, collected) = match (runs.active.lock(), runs.unclaimed.lock()) {
-            (Ok(active), Ok(mut unclaimed)) => {
-                (active.contains_key(&task.id), unclaimed.remove(&task.id))
-            }
-            _ => (false, None),
-        };
-        if let Some(value) = collected {
-            return finished(value);
+        let runs = &self.plan_runs().runs;
+        let running_here = runs.running_here(task.id);
+        if let Some(done) = runs.collect(task.id) {
+            return finished(done);
         }
         // A run this process already executes is joined as it is: the person
         // approved it, or it was started without a review.
@@ -613,7 +484,14 @@ impl PlanbServer {
         // it shares would be copied whole.
         let id = task.id;
         drop(task);
-        match self.start_run(store, id, &plan, request) {
+        let request = plans::RunRequest {
+            task: id,
+            variables: request.variables,
+            resume: request.resume,
+            options: request.options,
+            progress: None,
+        };
+        match runs.start(store, &self.config().servers, &plan, request) {
             Ok(attached) => self.wait_run(attached, id, &plan.title, context).await,
             Err(message) => failure(message),
         }

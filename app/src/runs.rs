@@ -1,0 +1,246 @@
+//! The execution-plan runs of one long-lived process (a server): a plan
+//! runs at most once here however many calls ask for it (a second call
+//! joins the first run), and a call may stop waiting before the run ends
+//! (hand back) — the result then waits for the next call of that plan.
+//!
+//! Runs go on the engine thread, where the downstream connections live;
+//! what they come to is plain data ([`Finished`]), which the front doors
+//! shape.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use planb_core::TaskId;
+use planb_core::exec_plan::ExecPlan;
+use planb_engine::plans::{self, PlanOutcome, PlanRunError, Progress, RunRequest};
+use planb_engine::worker::WorkerError;
+use planb_projections::Store;
+use tokio::sync::{broadcast, watch};
+
+use crate::plans::{DownstreamCache, ServersSource, rendered};
+
+/// What a run came to: its outcome and its DAG drawn with each step's
+/// mark, or why it could not run (the whole message).
+pub type Finished = Result<Arc<RunEnd>, String>;
+
+/// A run's outcome and its DAG as it ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunEnd {
+    /// The outcome.
+    pub outcome: PlanOutcome,
+    /// The DAG with each step's mark, when the plan could be read back.
+    pub dag: Option<String>,
+}
+
+/// A run this process executes, as a call follows it.
+#[derive(Debug, Clone)]
+pub struct Attached {
+    done: watch::Receiver<Option<Finished>>,
+    /// Steps settled so far with what happened, as it happens.
+    progress: broadcast::Sender<(usize, Progress)>,
+    settled: Arc<AtomicUsize>,
+    steps_total: usize,
+    /// Set when a call handed back before the run ended: its result is then
+    /// kept for the next call of the plan.
+    handed_back: Arc<AtomicBool>,
+}
+
+/// What a call waiting on a run hears next.
+#[derive(Debug)]
+pub enum Heard {
+    /// The run ended.
+    Ended(Finished),
+    /// A step started or settled; the steps settled so far.
+    Step(usize, Progress),
+    /// The run ended without a result: the process is shutting down.
+    Lost,
+    /// Nothing before the deadline.
+    Nothing,
+}
+
+impl Attached {
+    /// The result, once the run has ended.
+    pub fn result(&self) -> Option<Finished> {
+        self.done.borrow().clone()
+    }
+
+    /// Steps settled so far.
+    pub fn settled(&self) -> usize {
+        self.settled.load(Ordering::Relaxed)
+    }
+
+    /// Steps in the plan.
+    pub fn steps_total(&self) -> usize {
+        self.steps_total
+    }
+
+    /// Follows the run's steps (a call that tells its caller of each).
+    pub fn follow(&self) -> broadcast::Receiver<(usize, Progress)> {
+        self.progress.subscribe()
+    }
+
+    /// Waits until the run ends, a step is told on `follow`, or `until`.
+    pub async fn next(
+        &mut self,
+        follow: Option<&mut broadcast::Receiver<(usize, Progress)>>,
+        until: Option<Instant>,
+    ) -> Heard {
+        let sleep = async {
+            match until {
+                Some(at) => tokio::time::sleep_until(at.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        let told = async {
+            match follow {
+                Some(follow) => follow.recv().await.ok(),
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            changed = self.done.changed() => match (changed, self.result()) {
+                (_, Some(finished)) => Heard::Ended(finished),
+                (Err(_), None) => Heard::Lost,
+                (Ok(()), None) => Heard::Nothing,
+            },
+            told = told => match told {
+                Some((n, progress)) => Heard::Step(n, progress),
+                None => Heard::Nothing,
+            },
+            () = sleep => Heard::Nothing,
+        }
+    }
+}
+
+/// The plan runs of one process and its downstream connections.
+#[derive(Debug, Default)]
+pub struct PlanRuns {
+    /// The downstream servers, connected once per configuration.
+    pub downstream: DownstreamCache,
+    active: Mutex<HashMap<TaskId, Attached>>,
+    /// Results of runs that ended after their call handed back, until the
+    /// next call of the plan collects them.
+    unclaimed: Mutex<HashMap<TaskId, Finished>>,
+}
+
+impl PlanRuns {
+    /// Whether this process runs plan `id` now.
+    pub fn running_here(&self, id: TaskId) -> bool {
+        self.active.lock().is_ok_and(|a| a.contains_key(&id))
+    }
+
+    /// The result of a run of plan `id` whose call handed back, once: the
+    /// next call of the plan gets it.
+    pub fn collect(&self, id: TaskId) -> Option<Finished> {
+        self.unclaimed.lock().ok()?.remove(&id)
+    }
+
+    /// Starts the run `request` asks for in the background, or joins the
+    /// one this process already runs of that plan.
+    pub fn start(
+        self: &Arc<Self>,
+        store: &Arc<Store>,
+        servers: &ServersSource,
+        plan: &Arc<ExecPlan>,
+        mut request: RunRequest,
+    ) -> Result<Attached, String> {
+        let id = request.task;
+        let mut active = self
+            .active
+            .lock()
+            .map_err(|_| "the plan runs' table is poisoned".to_owned())?;
+        if let Some(attached) = active.get(&id) {
+            return Ok(attached.clone());
+        }
+        let downstream = self.downstream.get(servers)?;
+        let (done_tx, done) = watch::channel(None);
+        let attached = Attached {
+            done,
+            progress: broadcast::channel(1024).0,
+            settled: Arc::default(),
+            steps_total: plan.steps.len(),
+            handed_back: Arc::default(),
+        };
+        active.insert(id, attached.clone());
+        drop(active);
+        request.progress = Some(teller(&attached));
+        let run =
+            planb_engine::runtime::spawn(plans::run_plan(Arc::clone(store), downstream, request));
+        let (runs, store, plan) = (Arc::clone(self), Arc::clone(store), Arc::clone(plan));
+        let handed_back = Arc::clone(&attached.handed_back);
+        tokio::spawn(async move {
+            let finished = match run.await {
+                Err(stopped) => Err(format!(
+                    "the plan's run ended without a result ({stopped}); resume it with plan_execute and resume: true"
+                )),
+                Ok(ended) => finished(&store, &plan, id, ended),
+            };
+            runs.ended(id, &handed_back, &finished);
+            let _ = done_tx.send(Some(finished));
+        });
+        Ok(attached)
+    }
+
+    /// Takes the ended run of `id` out of the table, keeping its result for
+    /// the next call when the call that started it handed back. Both under
+    /// one lock order, so a call in between finds it in one or the other.
+    fn ended(&self, id: TaskId, handed_back: &AtomicBool, finished: &Finished) {
+        if let (Ok(mut active), Ok(mut unclaimed)) = (self.active.lock(), self.unclaimed.lock()) {
+            active.remove(&id);
+            if handed_back.load(Ordering::SeqCst) {
+                unclaimed.insert(id, finished.clone());
+            }
+        }
+    }
+
+    /// The call following `attached` stops waiting: the result will wait
+    /// for the next call, unless the run ended just now (then it is this
+    /// call's).
+    pub fn hand_back(&self, attached: &Attached, id: TaskId) -> Option<Finished> {
+        attached.handed_back.store(true, Ordering::SeqCst);
+        let finished = attached.result()?;
+        if let Ok(mut unclaimed) = self.unclaimed.lock() {
+            unclaimed.remove(&id);
+        }
+        Some(finished)
+    }
+}
+
+/// Counts the steps settled and tells them to whoever follows.
+fn teller(attached: &Attached) -> plans::run::ProgressFn {
+    let (progress, settled) = (attached.progress.clone(), Arc::clone(&attached.settled));
+    Arc::new(move |event: &Progress| {
+        let n = match event {
+            Progress::Started { .. } => settled.load(Ordering::Relaxed),
+            Progress::Ended(_) => settled.fetch_add(1, Ordering::Relaxed) + 1,
+        };
+        // Nobody follows the steps: only the count is kept.
+        if progress.receiver_count() > 0 {
+            let _ = progress.send((n, event.clone()));
+        }
+    })
+}
+
+/// What a run that returned came to.
+fn finished(
+    store: &Store,
+    plan: &ExecPlan,
+    id: TaskId,
+    ended: Result<PlanOutcome, PlanRunError>,
+) -> Finished {
+    match ended {
+        Ok(outcome) => {
+            let dag = store
+                .read(|s| s.task(&id).map(|after| rendered(after, plan)))
+                .ok()
+                .flatten();
+            Ok(Arc::new(RunEnd { outcome, dag }))
+        }
+        Err(PlanRunError::Worker(WorkerError::Busy(_))) => Err(format!(
+            "Plan {id} is running in another planb process: see it with plan_show, or stop it with `planb-mcp plan stop {id}`"
+        )),
+        Err(error) => Err(error.to_string()),
+    }
+}
