@@ -151,6 +151,18 @@ impl RunHost {
         variables: Option<String>,
     ) -> Result<RunHost, StoreError> {
         let run = RunId::from_uuid(store.env().event_id());
+        RunHost::start_as(store, task, run, resumed_from, variables).await
+    }
+
+    /// Records the new run `run` of `task` (an id made before, told to
+    /// whoever waits for the run to be recorded).
+    pub(crate) async fn start_as(
+        store: &Arc<Store>,
+        task: TaskId,
+        run: RunId,
+        resumed_from: Option<RunId>,
+        variables: Option<String>,
+    ) -> Result<RunHost, StoreError> {
         let start = Command::StartRun {
             task,
             run,

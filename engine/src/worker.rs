@@ -318,10 +318,13 @@ pub async fn run(store: Arc<Store>, task: TaskId, options: Options) -> Result<En
         Start::Resume => found.runs.last().map(|r| r.id),
         Start::Retry => None,
     };
-    let host = RunHost::start(&store, task, resumed_from, None).await?;
+    // The run's id is told before the run is recorded: whoever waits for a
+    // new run sees at once that it is this one.
+    let run = RunId::from_uuid(store.env().event_id());
     if let Some(started) = &options.started {
-        let _ = started.set(host.run);
+        let _ = started.set(run);
     }
+    let host = RunHost::start_as(&store, task, run, resumed_from, None).await?;
     let mut runner = Runner {
         host,
         resumed_from,

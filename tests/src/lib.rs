@@ -6,11 +6,13 @@
 //! returning errors: a failure in it is a failed test. [`process`] runs a
 //! child on a free loopback port and kills its whole process group on drop;
 //! [`browser`] drives Debian's headless Chromium through chromedriver with
-//! fantoccini; [`postgres`] starts a private PostgreSQL server. Nothing here sleeps for a fixed time to let something settle:
+//! fantoccini; [`postgres`] starts a private PostgreSQL server; [`model`]
+//! is a scripted OpenAI-compatible model server. Nothing here sleeps for a fixed time to let something settle:
 //! every wait polls a condition and fails with a message after [`WAIT`].
 
 pub mod browser;
 pub mod logs;
+pub mod model;
 pub mod postgres;
 pub mod process;
 

@@ -144,3 +144,29 @@ pub fn cargo(cargo: &str) -> Command {
     }
     command
 }
+
+/// planb-mcp's `downstream` example MCP server (a small one that tests start
+/// as a real downstream server), built on first use with `cargo` (the
+/// caller's `env!("CARGO")`): a test run of one file does not build
+/// examples.
+pub fn downstream_binary(cargo_path: &str) -> PathBuf {
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    BUILT.call_once(|| {
+        let status = cargo(cargo_path)
+            .args(["build", "-p", "planb-mcp", "--example", "downstream"])
+            .status()
+            .expect("cargo build");
+        assert!(status.success(), "building the downstream example failed");
+    });
+    target_dir().join("examples").join("downstream")
+}
+
+/// The target directory (`target/debug`) the running test was built in.
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's path");
+    // target/debug/deps/<test>
+    exe.parent()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .expect("target dir")
+}

@@ -515,22 +515,9 @@ pub fn plan_step(
     step
 }
 
-/// The `downstream` example MCP server, built on first use (a test run of
-/// one file does not build examples).
+/// The `downstream` example MCP server, built on first use.
 pub fn downstream_binary() -> std::path::PathBuf {
-    let path = std::path::PathBuf::from(env!("CARGO_BIN_EXE_planb-mcp"))
-        .parent()
-        .map(|dir| dir.join("examples").join("downstream"))
-        .expect("target dir");
-    static BUILT: std::sync::Once = std::sync::Once::new();
-    BUILT.call_once(|| {
-        let status = planb_tests::process::cargo(env!("CARGO"))
-            .args(["build", "-p", "planb-mcp", "--example", "downstream"])
-            .status()
-            .expect("cargo build");
-        assert!(status.success(), "building the downstream example failed");
-    });
-    path
+    planb_tests::process::downstream_binary(env!("CARGO"))
 }
 
 /// A certificate authority made for one test and a certificate it signed

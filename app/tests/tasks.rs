@@ -1,0 +1,291 @@
+//! The task operations at the application layer, in process: a real store
+//! in a temporary data root, runs on this process's runtime (the
+//! in-process runner) against a real OpenAI-compatible HTTP model server,
+//! and every answer read back as plain data. What needs the protocol or the
+//! detached worker stays in planb-mcp's tests.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use planb_app::ErrorCode;
+use planb_app::launch::{self, Launch, Runner, Start};
+use planb_app::tasks::{self, CreateRequest, TaskFile, Tasks};
+use planb_core::dag::StepId;
+use planb_core::{Task, TaskId};
+use planb_engine::backend::Backend;
+use planb_engine::pipelines::{DEFAULT_TARGET, PROJECT_PLAN};
+use planb_projections::{DataRoot, Store, SystemEnvironment};
+use planb_tests::model::{ModelServer, Script};
+
+/// Longest a run in these tests may take.
+const RUN_WAIT: Duration = Duration::from_secs(120);
+
+fn open(root: &Path) -> Tasks {
+    let (store, _) = Store::open(DataRoot::new(root), Arc::new(SystemEnvironment)).expect("open");
+    Tasks::new(Arc::new(store))
+}
+
+fn launch_of(tasks: &Tasks) -> Launch {
+    Launch {
+        store: Arc::clone(tasks.store()),
+        servers_file: tasks.store().root().root().join("no-servers.json"),
+        downstream: None,
+    }
+}
+
+fn here(model: &ModelServer) -> Runner {
+    let spec = model.spec();
+    let var = move |name: &str| (name == "PLANB_MODEL").then(|| spec.clone());
+    Runner::Here(Backend::configured(None, &var).expect("the model's spec"))
+}
+
+/// Creates a `speed` task toward the default target and starts its first
+/// run in this process.
+async fn create_and_start(tasks: &Tasks, model: &ModelServer, speed: &str) -> TaskId {
+    let root = tasks.store().root().clone();
+    let pipeline =
+        tasks::checked_pipeline(&root, PROJECT_PLAN, DEFAULT_TARGET).expect("the pipeline");
+    let request = CreateRequest {
+        prompt: "Open a small bakery in Lisbon within six months on a budget of 80k EUR.".into(),
+        speed: speed.into(),
+        target: DEFAULT_TARGET.into(),
+        pipeline: PROJECT_PLAN.into(),
+        profile: None,
+        request_id: None,
+    };
+    let id = tasks.create(request, &pipeline).await.expect("created");
+    let started = launch::start(&launch_of(tasks), id, 0, here(model), Start::Resume).await;
+    assert_eq!(started.expect("started").runs.len(), 1);
+    id
+}
+
+/// The task once `done` holds of it.
+async fn until(tasks: &Tasks, id: TaskId, what: &str, done: impl Fn(&Task) -> bool) -> Task {
+    let started = Instant::now();
+    loop {
+        let task = tasks.find(id).await.expect("the task");
+        if done(&task) {
+            return task;
+        }
+        assert!(started.elapsed() < RUN_WAIT, "task {id}: not {what}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+async fn until_ended(tasks: &Tasks, id: TaskId) -> Task {
+    until(tasks, id, "ended", |t| t.active_run().is_none()).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_runs_here_to_its_report_zip_and_run_log_and_is_listed() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let model = ModelServer::start(Script::INSTANT).await;
+    let tasks = open(dir.path());
+    let id = create_and_start(&tasks, &model, "fast").await;
+    let task = until_ended(&tasks, id).await;
+    assert_eq!(tasks::state_name(&task), "completed");
+    let root = tasks.store().root().clone();
+    let status = tasks::status(&root, &task);
+    assert!(status.progress.total > 1, "{status:?}");
+    assert_eq!(status.progress.done, status.progress.total);
+    assert!((status.percentage - 100.0).abs() < f64::EPSILON);
+    assert!(model.requests() > 0);
+
+    let report = tasks.file(task.clone(), TaskFile::Report, None).await;
+    let report = report.expect("the report");
+    let bytes = std::fs::read(&report.path).expect("the report's file");
+    assert_eq!(report.size, bytes.len());
+    assert!(
+        report
+            .path
+            .starts_with(root.task_dir(&id).canonicalize().expect("dir"))
+    );
+    assert_eq!(report.content_type, "text/html");
+
+    let away = tempfile::tempdir().expect("another dir");
+    let save = Some((away.path().to_path_buf(), false));
+    let zip = tasks.file(task.clone(), TaskFile::Zip, save.clone()).await;
+    let zip = zip.expect("the zip saved");
+    assert!(
+        zip.path
+            .starts_with(away.path().canonicalize().expect("dir"))
+    );
+    let again = tasks.file(task.clone(), TaskFile::Zip, save).await;
+    assert_eq!(again.expect_err("no overwrite").code, ErrorCode::Conflict);
+    let inside = Some((root.root().to_path_buf(), true));
+    let inside = tasks.file(task.clone(), TaskFile::Zip, inside).await;
+    assert_eq!(
+        inside.expect_err("inside").code,
+        ErrorCode::PermissionDenied
+    );
+
+    let tail = tasks::log_tail(&task, None, 0, 500);
+    let last = tail.lines.last().map(|l| l.text.as_str());
+    assert_eq!(last, Some("run completed"), "{:?}", tail.lines);
+    let newer = tasks::log_tail(&task, None, tail.next_cursor, 500);
+    assert!(newer.lines.is_empty());
+
+    let listed = tasks.list(10, false).await.expect("listed");
+    assert_eq!(listed.iter().map(|t| t.id).collect::<Vec<_>>(), vec![id]);
+    assert_eq!(listed[0].state, "completed");
+    assert_eq!(tasks.latest().await.expect("latest").id, id);
+    let run = tasks::run_of(
+        &task,
+        Some(planb_core::RunId::parse("01890000-0000-7000-8000-000000000007").expect("an id")),
+    );
+    assert_eq!(run.expect_err("no such run").code, ErrorCode::RunNotFound);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_task_edited_then_resumed_runs_only_what_is_missing_or_downstream() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let model = ModelServer::start(Script {
+        delay: Duration::from_millis(150),
+        fail_first: 0,
+    })
+    .await;
+    let tasks = open(dir.path());
+    let id = create_and_start(&tasks, &model, "fast").await;
+    until(&tasks, id, "two steps in", |t| t.successes.len() >= 2).await;
+    let stopped = tasks.stop(id).await.expect("stopped");
+    let stopped = match stopped.active_run() {
+        Some(_) => until_ended(&tasks, id).await,
+        None => stopped,
+    };
+    assert_eq!(tasks::state_name(&stopped), "stopped");
+    let first = stopped.runs[0].clone();
+
+    // The first step that succeeded and has steps after it is edited.
+    let root = tasks.store().root().clone();
+    let pipeline = tasks::pipeline_of(&root, PROJECT_PLAN).expect("pipeline");
+    let closure: BTreeSet<String> = pipeline
+        .closure(&StepId::parse(DEFAULT_TARGET).expect("target"))
+        .expect("closure")
+        .iter()
+        .map(|s| s.as_str().to_owned())
+        .collect();
+    let edited = first
+        .succeeded
+        .iter()
+        .find(|s| {
+            let step = StepId::parse(s).expect("step");
+            pipeline.downstream(&step).is_some_and(|d| d.len() > 1)
+        })
+        .expect("an edited step with steps after it")
+        .clone();
+    let written = tasks
+        .write_artifact(id, &edited, "## Edited by hand\n".into())
+        .await;
+    let written = written.expect("written");
+    assert!(written.changed);
+    assert!(!written.invalidated.is_empty());
+    let same = tasks
+        .write_artifact(id, &edited, "## Edited by hand\n".into())
+        .await;
+    assert!(!same.expect("written again").changed);
+    let nowhere = tasks.write_artifact(id, "../etc/passwd", "x".into()).await;
+    assert_eq!(nowhere.expect_err("no").code, ErrorCode::InvalidArtifactUri);
+
+    let task = tasks.find(id).await.expect("task");
+    tasks::may_run_again(&task).expect("it may run again");
+    let resumed = launch::start(&launch_of(&tasks), id, 1, here(&model), Start::Resume).await;
+    assert_eq!(resumed.expect("resumed").runs.len(), 2);
+    let done = until_ended(&tasks, id).await;
+    assert_eq!(tasks::state_name(&done), "completed");
+
+    let invalidated: BTreeSet<String> = written.invalidated.into_iter().collect();
+    let kept: BTreeSet<String> = first
+        .succeeded
+        .iter()
+        .filter(|s| !invalidated.contains(*s))
+        .cloned()
+        .collect();
+    let second: BTreeSet<String> = done.runs[1].attempts.keys().cloned().collect();
+    let expected: BTreeSet<String> = closure.difference(&kept).cloned().collect();
+    assert_eq!(
+        second, expected,
+        "kept {kept:?}, invalidated {invalidated:?}"
+    );
+    assert!(!second.contains(&edited));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn archive_and_delete_wait_for_the_run_and_a_deleted_task_leaves_no_folder() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let model = ModelServer::start(Script {
+        delay: Duration::from_millis(200),
+        fail_first: 0,
+    })
+    .await;
+    let tasks = open(dir.path());
+    let id = create_and_start(&tasks, &model, "fast").await;
+    let refused = tasks.archive(id).await.expect_err("not while it runs");
+    let busy = tasks.delete(id).await.expect_err("not while it runs");
+    for error in [&refused, &busy] {
+        assert_ne!(error.code, ErrorCode::InternalError, "{error}");
+    }
+    assert!(
+        tasks
+            .find(id)
+            .await
+            .expect("still there")
+            .active_run()
+            .is_some()
+    );
+
+    tasks.stop(id).await.expect("stopped");
+    until_ended(&tasks, id).await;
+    let archived = tasks.archive(id).await.expect("archived");
+    assert_eq!(archived.lifecycle().as_str(), "archived");
+    assert!(tasks::may_run_again(&archived).is_err());
+    assert!(tasks.list(10, false).await.expect("listed").is_empty());
+    assert_eq!(tasks.list(10, true).await.expect("listed").len(), 1);
+
+    let folder = tasks.delete(id).await.expect("deleted");
+    assert!(!folder.exists(), "{}", folder.display());
+    let gone = tasks.find(id).await.expect_err("gone");
+    assert_eq!(gone.code, ErrorCode::TaskNotFound);
+    let latest = tasks.latest().await.expect_err("none left");
+    assert_eq!(latest.code, ErrorCode::TaskNotFound);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_id_creates_one_task_and_an_unknown_target_is_refused() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let tasks = open(dir.path());
+    let root = tasks.store().root().clone();
+    let refused = tasks::checked_pipeline(&root, PROJECT_PLAN, "nowhere");
+    let refused = refused.expect_err("no such step");
+    assert_eq!(refused.code, ErrorCode::InvalidTarget);
+    assert!(
+        refused.message.contains("build_plan"),
+        "{}",
+        refused.message
+    );
+    let missing = tasks::checked_pipeline(&root, "absent", DEFAULT_TARGET);
+    assert_eq!(
+        missing.expect_err("no such pipeline").code,
+        ErrorCode::InvalidTarget
+    );
+
+    let pipeline = tasks::checked_pipeline(&root, PROJECT_PLAN, DEFAULT_TARGET).expect("ok");
+    let request = CreateRequest {
+        prompt: "Plan a garden.".into(),
+        speed: "ping".into(),
+        target: DEFAULT_TARGET.into(),
+        pipeline: PROJECT_PLAN.into(),
+        profile: None,
+        request_id: Some("garden-1".into()),
+    };
+    let first = tasks
+        .create(request.clone(), &pipeline)
+        .await
+        .expect("first");
+    let second = tasks.create(request, &pipeline).await.expect("second");
+    assert_eq!(first, second);
+    let found = tasks.by_request("garden-1".into()).await.expect("read");
+    assert_eq!(found.map(|t| t.id), Some(first));
+    assert_eq!(tasks.list(10, true).await.expect("listed").len(), 1);
+}
