@@ -262,6 +262,9 @@ async fn launch<K: StepKind>(
         })) => return Ok(true),
         Err(error) => return Err(error.into()),
     };
+    // What follows the ends (a listener told, files written) comes before
+    // the steps they let start are launched.
+    kind.recorded().await?;
     let mut refused = false;
     for (step, work) in works {
         if started.contains(&step) {
@@ -275,7 +278,6 @@ async fn launch<K: StepKind>(
             refused = true;
         }
     }
-    kind.recorded().await?;
     Ok(refused)
 }
 

@@ -1,0 +1,166 @@
+//! A process's execution-plan runs at the application layer, in process: a
+//! real store in a temporary data root and a real downstream MCP server
+//! (planb-mcp's `downstream` example, started over stdio by the plan's
+//! servers file). One run per plan however many calls ask; a call that
+//! hands back leaves the result for the next call; a follower hears each
+//! step.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use planb_app::plans::ServersSource;
+use planb_app::runs::{Attached, Finished, Heard, PlanRuns};
+use planb_core::TaskId;
+use planb_engine::plans::{self, Progress, RunRequest};
+use planb_projections::{DataRoot, Store, SystemEnvironment};
+use serde_json::json;
+
+struct Setup {
+    store: Arc<Store>,
+    source: ServersSource,
+    runs: Arc<PlanRuns>,
+}
+
+fn setup(root: &Path) -> Setup {
+    let (store, _) = Store::open(DataRoot::new(root), Arc::new(SystemEnvironment)).expect("open");
+    let server = planb_tests::process::downstream_binary(env!("CARGO"));
+    let file = root.join("servers.json");
+    let servers = json!({"mcpServers": {"d": {"command": server, "args": ["d"]}}});
+    std::fs::write(&file, servers.to_string()).expect("servers file");
+    Setup {
+        store: Arc::new(store),
+        source: ServersSource {
+            file,
+            project: None,
+        },
+        runs: Arc::default(),
+    }
+}
+
+/// Records a plan: a slow first step whose text the second echoes.
+async fn two_step_plan(
+    setup: &Setup,
+    sleep_ms: u64,
+) -> (TaskId, Arc<planb_core::exec_plan::ExecPlan>) {
+    let downstream = setup.runs.downstream.get(&setup.source).expect("servers");
+    let definition = json!({
+        "title": "Slow then echo",
+        "steps": [
+            {"index": "1", "title": "Wait", "tool": "d__sleep",
+             "args": {"ms": sleep_ms, "text": "waited"}, "result_variable": "first"},
+            {"index": "2", "title": "Echo", "tool": "d__echo",
+             "args": {"text": "${first} twice"}, "depends_on": ["1"], "result_variable": "second"}
+        ]
+    });
+    let created = planb_app::plans::create(&setup.store, &downstream, &definition, None).await;
+    let id = created.expect("created").id;
+    let task = setup
+        .store
+        .read(|s| s.task(&id).cloned())
+        .expect("read")
+        .expect("the plan's task");
+    (id, plans::load(&task).expect("the plan"))
+}
+
+async fn until_ended(attached: &mut Attached) -> Finished {
+    loop {
+        if let Some(finished) = attached.result() {
+            return finished;
+        }
+        match attached.next(None, None).await {
+            Heard::Ended(finished) => return finished,
+            Heard::Lost => panic!("the run ended without a result"),
+            Heard::Step(..) | Heard::Nothing => {}
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_calls_share_one_run_and_a_handed_back_result_waits_for_the_next_call() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let setup = setup(dir.path());
+    let (id, plan) = two_step_plan(&setup, 400).await;
+    let start = || {
+        let request = RunRequest::new(id);
+        setup
+            .runs
+            .start(&setup.store, &setup.source, &plan, request)
+    };
+    let mut first = start().expect("started");
+    let mut second = start().expect("joined");
+    assert!(setup.runs.running_here(id));
+    assert_eq!(first.steps_total(), 2);
+    // The first call stops waiting while the run goes on.
+    assert!(setup.runs.hand_back(&first, id).is_none());
+    let one = until_ended(&mut first).await.expect("ran");
+    let two = until_ended(&mut second).await.expect("ran");
+    assert_eq!(one.outcome.run, two.outcome.run, "one run for both calls");
+    assert!(one.outcome.success, "{:?}", one.outcome);
+    let expected = json!("waited twice");
+    assert_eq!(one.outcome.variables.get("second"), Some(&expected));
+    assert!(one.dag.as_deref().is_some_and(|d| d.contains("Echo")));
+
+    // The run ended after its call handed back: the next call gets it, once.
+    let collected = setup.runs.collect(id).expect("kept").expect("ran");
+    assert_eq!(collected.outcome.run, one.outcome.run);
+    assert!(setup.runs.collect(id).is_none());
+    assert!(!setup.runs.running_here(id));
+    let runs = setup.store.read(|s| s.task(&id).map(|t| t.runs.len()));
+    assert_eq!(runs.expect("read"), Some(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_hears_each_step_start_and_settle_in_order() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let setup = setup(dir.path());
+    let (id, plan) = two_step_plan(&setup, 200).await;
+    let mut attached = setup
+        .runs
+        .start(&setup.store, &setup.source, &plan, RunRequest::new(id))
+        .expect("started");
+    let mut follow = attached.follow();
+    let mut heard: Vec<(usize, String)> = Vec::new();
+    let finished = loop {
+        match attached.next(Some(&mut follow), None).await {
+            Heard::Ended(finished) => break finished,
+            Heard::Step(n, Progress::Started { index }) => {
+                heard.push((n, format!("start {index}")))
+            }
+            Heard::Step(n, Progress::Ended(report)) => {
+                heard.push((n, format!("end {} {}", report.index, report.success)));
+            }
+            Heard::Lost => panic!("the run ended without a result"),
+            Heard::Nothing => {}
+        }
+    };
+    let end = finished.expect("ran");
+    assert!(end.outcome.success);
+    let expected: Vec<(usize, String)> = vec![
+        (0, "start 1".into()),
+        (1, "end 1 true".into()),
+        (1, "start 2".into()),
+        (2, "end 2 true".into()),
+    ];
+    assert_eq!(heard, expected);
+    assert_eq!(attached.settled(), 2);
+    // A finished run is not kept for anyone: nobody handed back.
+    assert!(setup.runs.collect(id).is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_cannot_start_says_why_as_its_result() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let setup = setup(dir.path());
+    let (id, plan) = two_step_plan(&setup, 10).await;
+    let mut request = RunRequest::new(id);
+    request.resume = true;
+    let mut attached = setup
+        .runs
+        .start(&setup.store, &setup.source, &plan, request)
+        .expect("started");
+    let said = until_ended(&mut attached)
+        .await
+        .expect_err("nothing to resume");
+    assert!(said.contains("nothing to resume"), "{said}");
+    assert!(!setup.runs.running_here(id));
+}
