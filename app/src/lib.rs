@@ -17,11 +17,12 @@ pub mod worker;
 
 pub use error::{Error, ErrorCode};
 
-/// Runs `work` (store or file calls that block) on tokio's blocking pool.
+/// Runs `work` (store or file calls that block) off the async workers,
+/// through the engine's one bridge.
 pub(crate) async fn off_thread<R: Send + 'static>(
     work: impl FnOnce() -> R + Send + 'static,
 ) -> Result<R, String> {
-    tokio::task::spawn_blocking(work)
+    planb_engine::host::off_workers(work)
         .await
         .map_err(|e| format!("interrupted: {e}"))
 }

@@ -448,7 +448,7 @@ pub fn project(
 /// folder catches up.
 pub async fn project_ended(root: DataRoot, task: Task) {
     let id = task.id;
-    let written = tokio::task::spawn_blocking(move || {
+    let written = crate::host::off_workers(move || {
         let pipeline =
             crate::pipelines::resolve(&root, &task.pipeline).map_err(std::io::Error::other)?;
         project(&root, &pipeline, &task, false)

@@ -1,9 +1,10 @@
 //! Keeps ARCHITECTURE.md a true map: each crate depends on exactly the planb
-//! crates its section names; `planb-mcp`'s async code reaches blocking work
-//! only through its one bridge (`mcp/src/blocking.rs`); every golden fixture
-//! is named; no file cites a document (or an issue of the tracker) that is
-//! not in the repository; and the
-//! map stays one page.
+//! crates its section names; async code reaches blocking work only through
+//! the bridges (the engine's run host, `planb-mcp`'s `blocking.rs`); the
+//! two runners share the host and the settle loop and import neither the
+//! other; no source function is over the limit; every golden fixture is
+//! named; no file cites a document (or an issue of the tracker) that is not
+//! in the repository; and the map stays one page.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -160,19 +161,132 @@ fn sources(dir: &Path, found: &mut Vec<PathBuf>, extensions: &[&str]) {
 }
 
 #[test]
-fn planb_mcp_reaches_blocking_work_only_through_its_bridge() {
+fn async_code_reaches_blocking_work_only_through_the_bridges() {
+    // The engine's run host is the library crates' bridge; planb-mcp's
+    // opens its store lazily, so it has its own.
+    let bridges = [
+        root().join("engine/src/host.rs"),
+        root().join("mcp/src/blocking.rs"),
+    ];
     let mut files = Vec::new();
-    sources(&root().join("mcp/src"), &mut files, &["rs"]);
-    let bridge = root().join("mcp/src/blocking.rs");
+    for dir in ["app/src", "engine/src", "mcp/src", "team/src"] {
+        sources(&root().join(dir), &mut files, &["rs"]);
+    }
     let call = ["spawn", "_blocking"].concat();
     let outside: Vec<String> = files
         .iter()
-        .filter(|f| **f != bridge && read(f).contains(&call))
+        .filter(|f| !bridges.contains(f) && read(f).contains(&call))
         .map(|f| f.display().to_string())
         .collect();
     assert!(
         outside.is_empty(),
-        "{call} outside mcp/src/blocking.rs: {outside:?}"
+        "{call} outside the bridges: {outside:?}"
+    );
+}
+
+#[test]
+fn the_two_runners_share_the_host_and_the_settle_loop_and_import_neither_other() {
+    let worker = read(&root().join("engine/src/worker.rs"));
+    let plan_run = read(&root().join("engine/src/plans/run.rs"));
+    assert!(
+        !plan_run.contains("crate::worker"),
+        "engine/src/plans/run.rs imports the task worker"
+    );
+    assert!(
+        !worker.contains("plans::run"),
+        "engine/src/worker.rs imports the plan runner"
+    );
+    for (name, text) in [("worker.rs", &worker), ("plans/run.rs", &plan_run)] {
+        for shared in ["crate::host::", "crate::settle::"] {
+            assert!(
+                text.contains(shared),
+                "engine/src/{name} does not use {shared}"
+            );
+        }
+    }
+}
+
+/// The longest a source function may be.
+const FUNCTION_LINES_MAX: usize = 100;
+
+/// The name of the function a line begins, if it begins one.
+fn function_named(line: &str) -> Option<&str> {
+    let mut rest = line.trim_start();
+    for prefix in [
+        "pub(crate) ",
+        "pub(super) ",
+        "pub ",
+        "const ",
+        "async ",
+        "unsafe ",
+    ] {
+        rest = rest.strip_prefix(prefix).unwrap_or(rest);
+    }
+    let rest = rest.strip_prefix("fn ")?;
+    let end = rest.find(|c: char| !(c.is_alphanumeric() || c == '_'))?;
+    Some(&rest[..end])
+}
+
+/// Each function of `text` (before its tests) over the limit: its name,
+/// its first line and its length.
+fn long_functions(text: &str) -> Vec<(String, usize, usize)> {
+    let lines: Vec<&str> = text
+        .lines()
+        .take_while(|l| !l.starts_with("#[cfg(test)]"))
+        .collect();
+    let mut found = Vec::new();
+    for (at, line) in lines.iter().enumerate() {
+        let Some(name) = function_named(line) else {
+            continue;
+        };
+        if line.trim_end().ends_with(';') {
+            continue;
+        }
+        let indent = &line[..line.len() - line.trim_start().len()];
+        let close = format!("{indent}}}");
+        let Some(length) = lines[at..].iter().position(|l| l.trim_end() == close) else {
+            continue;
+        };
+        if length + 1 > FUNCTION_LINES_MAX {
+            found.push((name.to_owned(), at + 1, length + 1));
+        }
+    }
+    found
+}
+
+#[test]
+fn no_source_function_is_over_the_limit() {
+    let mut files = Vec::new();
+    for member in members() {
+        sources(&root().join(&member).join("src"), &mut files, &["rs"]);
+    }
+    let core_src = root().join("core/src");
+    let mut over = Vec::new();
+    for file in &files {
+        let name = file
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        // Tests, and the proptest generators of every event.
+        if name == "tests.rs" || file.starts_with(core_src.join("arbitrary.rs")) {
+            continue;
+        }
+        // The frozen upcasts of the log's earlier schemas stay as written.
+        let upcasts = file.starts_with(core_src.join("event")) && name.starts_with('v');
+        for (function, line, length) in long_functions(&read(file)) {
+            if upcasts && function == "from" {
+                continue;
+            }
+            over.push(format!(
+                "{}:{line}: {function} is {length} lines",
+                file.display()
+            ));
+        }
+    }
+    assert!(
+        over.is_empty(),
+        "functions over {FUNCTION_LINES_MAX} lines:\n{}",
+        over.join("\n")
     );
 }
 
