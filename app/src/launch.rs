@@ -16,7 +16,7 @@ use planb_projections::{DataRoot, Store};
 use serde_json::{Value, json};
 
 use crate::error::{Error, ErrorCode};
-use crate::settings::{SettingError, run_limits, worker_options};
+use crate::settings::{SettingError, Settings, worker_options};
 
 /// How long a worker (or an in-process run) may take to record its run.
 const WORKER_START: Duration = Duration::from_secs(15);
@@ -53,7 +53,7 @@ fn backend_error(e: &BackendError) -> Error {
 /// when the client offers one, else `MODEL_NOT_CONFIGURED`. The run
 /// settings are checked first.
 pub fn runner(profile: Option<&str>, sampler: Option<Sampler>) -> Result<Runner, Error> {
-    run_limits().map_err(|e| unusable_setting(&e))?;
+    Settings::from_env().map_err(|e| unusable_setting(&e))?;
     match Backend::configured(profile, &|name| std::env::var(name).ok()) {
         Ok(_) => Ok(Runner::Worker),
         Err(BackendError::NotConfigured) => match sampler {

@@ -88,8 +88,9 @@ pub fn downstream(source: &ServersSource) -> Result<Arc<Downstream>, String> {
 }
 
 fn configured(source: &ServersSource) -> Result<Downstream, String> {
-    let start = crate::settings::env_seconds("PLANB_SERVER_START_SEC")
+    let start = crate::settings::Settings::from_env()
         .map_err(|e| e.to_string())?
+        .server_start
         .unwrap_or(std::time::Duration::from_secs(30));
     Ok(Downstream::new(source.load()?, start))
 }
@@ -277,8 +278,9 @@ pub async fn create_from_goal(
         ));
     }
     // As long as a model step of a task may take.
-    let timeout = crate::settings::env_seconds("PLANB_STEP_TIMEOUT_SEC")
+    let timeout = crate::settings::Settings::from_env()
         .map_err(|e| e.to_string())?
+        .step_timeout
         .unwrap_or(std::time::Duration::from_secs(600));
     let mut plan = generate::generate(&backend, goal, &tools, timeout)
         .await

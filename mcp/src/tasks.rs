@@ -115,7 +115,7 @@ use planb_app::tasks::state_name;
 /// Whether prompts are kept out of lists and replays
 /// (`PLANB_REDACT_PROMPTS=1`).
 pub(crate) fn prompts_redacted() -> bool {
-    std::env::var("PLANB_REDACT_PROMPTS").is_ok_and(|v| v.trim() == "1")
+    planb_app::settings::redact_prompts()
 }
 
 fn prompt_summary(prompt: &str) -> String {
