@@ -12,7 +12,7 @@ use planb_engine::backend::sampling::Sampler;
 use planb_engine::backend::{Backend, BackendError};
 use planb_engine::plans::{Downstream, ServerSpec, Servers, generate};
 use planb_projections::Store;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// The servers file: `--servers`, else `$PLANB_SERVERS`, else
 /// `<root>/servers.json`.
@@ -379,35 +379,58 @@ pub fn rendered(task: &Task, plan: &ExecPlan) -> String {
     render_dag(plan, |at| marks[at])
 }
 
-/// One row of `plan list`.
-pub fn summary_json(task: &Task) -> Value {
-    let steps = task
-        .plan
-        .as_ref()
-        .and_then(|p| serde_json::from_str::<Value>(&p.definition).ok())
-        .and_then(|v| v.get("steps").and_then(Value::as_array).map(Vec::len))
-        .unwrap_or(0);
-    json!({
-        "plan_id": task.id.to_string(),
-        "title": task.plan.as_ref().map(|p| p.title.clone()).unwrap_or_default(),
-        "steps": steps,
-        "created_at": task.created_at.to_iso8601(),
-        "state": task.runs.last().map_or("not run", |r| r.state.as_str()),
-        "runs": task.runs.len(),
-    })
+/// One plan as a list shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanSummary {
+    /// The plan.
+    pub id: TaskId,
+    /// Its title.
+    pub title: String,
+    /// How many steps it has.
+    pub steps: usize,
+    /// When it was created.
+    pub created_at: planb_core::Timestamp,
+    /// Its latest run's state, `not run` before any.
+    pub state: &'static str,
+    /// How many runs it has had.
+    pub runs: usize,
 }
 
-/// Every plan, newest first, as rows.
-pub fn list(store: &Store) -> Result<Vec<Value>, String> {
+impl PlanSummary {
+    fn of(task: &Task) -> PlanSummary {
+        let steps = task
+            .plan
+            .as_ref()
+            .and_then(|p| serde_json::from_str::<Value>(&p.definition).ok())
+            .and_then(|v| v.get("steps").and_then(Value::as_array).map(Vec::len))
+            .unwrap_or(0);
+        PlanSummary {
+            id: task.id,
+            title: task
+                .plan
+                .as_ref()
+                .map(|p| p.title.clone())
+                .unwrap_or_default(),
+            steps,
+            created_at: task.created_at,
+            state: task.runs.last().map_or("not run", |r| r.state.as_str()),
+            runs: task.runs.len(),
+        }
+    }
+}
+
+/// Every plan, newest first (a run whose process died ended first).
+pub fn list(store: &Store) -> Result<Vec<PlanSummary>, String> {
     store.reap_dead_runs().map_err(|e| e.to_string())?;
     store
-        .read(|s| plans(s).into_iter().rev().map(summary_json).collect())
+        .read(|s| plans(s).into_iter().rev().map(PlanSummary::of).collect())
         .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn the_project_servers_join_the_servers_file_without_planb_itself() {

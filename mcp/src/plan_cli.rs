@@ -279,11 +279,9 @@ fn list(store: &Arc<Store>, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     }
     // Each id as its shortest prefix no other listed plan shares
     // (plans made within a minute share their first 8 characters).
-    let ids: Vec<&str> = rows
-        .iter()
-        .map(|row| row["plan_id"].as_str().unwrap_or(""))
-        .collect();
-    let lengths = unique_prefix_lengths(&ids, 8);
+    let ids: Vec<String> = rows.iter().map(|row| row.id.to_string()).collect();
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let lengths = unique_prefix_lengths(&refs, 8);
     let shorts: Vec<String> = ids
         .iter()
         .zip(&lengths)
@@ -296,16 +294,11 @@ fn list(store: &Arc<Store>, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
         "ID", "TITLE", "STEPS"
     )?;
     for (row, id) in rows.iter().zip(&shorts) {
-        let title: String = shown(row["title"].as_str().unwrap_or(""))
-            .chars()
-            .take(50)
-            .collect();
+        let title: String = shown(&row.title).chars().take(50).collect();
         writeln!(
             out,
             "{id:<width$}  {:<50} {:>5}  {}",
-            title,
-            row["steps"],
-            row["state"].as_str().unwrap_or("")
+            title, row.steps, row.state
         )?;
     }
     Ok(ExitCode::SUCCESS)

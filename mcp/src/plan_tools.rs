@@ -28,7 +28,7 @@ use serde_json::{Map, Value, json};
 
 use crate::args::Args;
 use crate::server::PlanbServer;
-use planb_app::plans as exec_plans;
+use planb_app::plans::{self as exec_plans, PlanSummary};
 use planb_app::runs::{Attached, Finished, Heard};
 
 /// Most plans `plan_list` returns.
@@ -926,26 +926,27 @@ fn mark_name(mark: StepMark) -> &'static str {
 
 /// The first `limit` of `rows`, each with a short `id` no other listed plan
 /// shares and its title cut to 50 characters.
-fn listed(rows: Vec<Value>, limit: usize) -> Vec<Value> {
-    let mut rows: Vec<Value> = rows.into_iter().take(limit).collect();
-    let ids: Vec<String> = rows
-        .iter()
-        .map(|row| row["plan_id"].as_str().unwrap_or_default().to_owned())
-        .collect();
+/// `plan_list`'s rows: the newest `limit` plans, each id also as its
+/// shortest prefix no other listed plan shares.
+fn listed(rows: Vec<PlanSummary>, limit: usize) -> Vec<Value> {
+    let rows: Vec<PlanSummary> = rows.into_iter().take(limit).collect();
+    let ids: Vec<String> = rows.iter().map(|row| row.id.to_string()).collect();
     let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
     let lengths = planb_core::text::unique_prefix_lengths(&refs, 8);
-    for ((row, id), length) in rows.iter_mut().zip(&ids).zip(lengths) {
-        let title: String = row["title"]
-            .as_str()
-            .unwrap_or_default()
-            .chars()
-            .take(50)
-            .collect();
-        if let Value::Object(map) = row {
+    rows.iter()
+        .zip(&ids)
+        .zip(lengths)
+        .map(|((row, id), length)| {
             let short: String = id.chars().take(length).collect();
-            map.insert("id".into(), format!("{short}...").into());
-            map.insert("title".into(), title.into());
-        }
-    }
-    rows
+            json!({
+                "plan_id": id,
+                "title": row.title.chars().take(50).collect::<String>(),
+                "steps": row.steps,
+                "created_at": row.created_at.to_iso8601(),
+                "state": row.state,
+                "runs": row.runs,
+                "id": format!("{short}..."),
+            })
+        })
+        .collect()
 }

@@ -23,6 +23,7 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, Peer, RoleServer, tool, tool_router};
 use serde_json::{Value, json};
 
+use planb_app::ErrorCode;
 use planb_app::launch::{Launch, Runner, Start};
 use planb_app::tasks::{CreateRequest, TaskFile, Tasks, checked_pipeline};
 
@@ -267,7 +268,11 @@ fn parse_run_id(args: &mut Args<'_>) -> Option<planb_core::RunId> {
 }
 
 fn invalid(errors: impl ToString) -> CallToolResult {
-    error("INVALID_ARGUMENT", errors.to_string(), json!({}))
+    error(
+        ErrorCode::InvalidArgument.as_str(),
+        errors.to_string(),
+        json!({}),
+    )
 }
 
 /// Reads `task_id` and whatever `more` reads, then refuses unknown fields:
@@ -295,7 +300,7 @@ impl PlanbServer {
         self.plan_store()
             .await
             .map(Tasks::new)
-            .map_err(|e| boxed("INTERNAL_ERROR", e, json!({})))
+            .map_err(|e| boxed(ErrorCode::InternalError.as_str(), e, json!({})))
     }
 
     /// The task, after ending its active run if the worker is gone.
