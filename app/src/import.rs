@@ -34,7 +34,7 @@ const CUT_MARKER: &str = "... [truncated]";
 
 /// The idempotency key of an imported plan: this, then mcp-cli's id. The
 /// plan answers to that id too.
-pub const KEY_PREFIX: &str = "mcp-cli:";
+pub use crate::plans::IMPORTED_KEY_PREFIX as KEY_PREFIX;
 
 /// One saved mcp-cli plan.
 #[derive(Debug)]

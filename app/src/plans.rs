@@ -134,7 +134,10 @@ fn plans(state: &planb_core::State) -> Vec<&Task> {
     found
 }
 
-/// The plan named by `text`: its whole id or a prefix only it has.
+/// What the request key of a plan imported from mcp-cli begins with; the
+/// rest is mcp-cli's id of it.
+pub const IMPORTED_KEY_PREFIX: &str = "mcp-cli:";
+
 /// The plans imported from mcp-cli whose mcp-cli id starts with `prefix`
 /// (lowercase).
 fn imported_as(store: &Store, prefix: &str) -> Result<Vec<Task>, String> {
@@ -145,7 +148,7 @@ fn imported_as(store: &Store, prefix: &str) -> Result<Vec<Task>, String> {
                 .filter(|t| {
                     t.client_request_id
                         .as_deref()
-                        .and_then(|key| key.strip_prefix(crate::import::KEY_PREFIX))
+                        .and_then(|key| key.strip_prefix(IMPORTED_KEY_PREFIX))
                         .is_some_and(|id| id.to_ascii_lowercase().starts_with(prefix))
                 })
                 .cloned()
@@ -154,6 +157,8 @@ fn imported_as(store: &Store, prefix: &str) -> Result<Vec<Task>, String> {
         .map_err(|e| e.to_string())
 }
 
+/// The plan named by `text`: its whole id or a prefix only it has (or,
+/// imported from mcp-cli, mcp-cli's id or a prefix of it).
 pub fn find(store: &Store, text: &str) -> Result<Task, String> {
     // An id as `plan list` shows it ("1a2b3c4d…", "1a2b3c4d...") works too.
     let text = text
