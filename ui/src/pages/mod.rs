@@ -20,6 +20,7 @@ mod question;
 pub mod report;
 mod retro;
 mod retro_entry;
+mod retro_frame;
 mod retro_task;
 pub mod review;
 pub use retro_entry::EntryCache;
@@ -28,10 +29,11 @@ mod shell;
 pub use assets::{ASSETS_PREFIX, Asset, asset, asset_paths};
 pub use form::{DEFAULT_INTRO_TITLE, form_page};
 pub use retro::{
-    ENTRIES_WINDOW, EntriesBeyond, RetroFilter, TeamIndex, TeamLine, retro_diff_page,
-    retro_entries_after, retro_entries_fragment, retro_index_page, retro_message_page,
-    retro_plan_page, retro_session_page, retro_state_fragment,
+    ENTRIES_WINDOW, EntriesBeyond, TeamLine, retro_diff_page, retro_entries_after,
+    retro_entries_fragment, retro_index_page, retro_message_page, retro_plan_page,
+    retro_session_page, retro_state_fragment,
 };
+pub use retro_frame::{RetroFilter, TeamIndex};
 pub use retro_task::{
     ArtifactVersion, CallEnd, PlanCall, PlanStepView, PromptView, RUNS_SHOWN, StepView, Steps,
     TaskView, redact_prompts, retro_plan_step_page, retro_step_page, retro_task_page,

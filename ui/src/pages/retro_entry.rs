@@ -403,7 +403,7 @@ pub(super) fn state_panel(timeline: &Timeline, session: &SessionId, at: Cursor) 
     let event = timeline.event(at);
     html! {
         div.retro-state #state data-cursor=(at) {
-            (super::retro::incomplete_banner(timeline))
+            (super::retro_frame::incomplete_banner(timeline))
             p.eyebrow {
                 "As of event #" (at)
                 @if let Some(e) = event { " · " (when(e.event.at)) " · " (e.event.body.kind_name().replace('_', " ")) }

@@ -16,8 +16,8 @@ use planb_projections::{StepMark, TaskAt, Timeline};
 
 use super::dag_graph::{GraphNode, dag_graph};
 use super::diff::Folds;
-use super::retro::page;
 use super::retro_entry::{count, diff_view, short, when};
+use super::retro_frame::page;
 use super::shell::Libraries;
 use crate::markdown;
 
@@ -58,7 +58,7 @@ fn summary(prompt: &str) -> String {
 /// task, newest first.
 pub(super) fn tasks_section(
     timeline: &Timeline,
-    team: Option<&super::retro::TeamIndex<'_>>,
+    team: Option<&super::retro_frame::TeamIndex<'_>>,
     member: Option<&str>,
 ) -> Markup {
     let member_of = |task: &Task| team.and_then(|t| (t.task_member_of)(&task.id));
