@@ -8,7 +8,8 @@
 //! the log no longer holds, writing on would hand out those cursors (and plan
 //! version numbers) a second time, and rebuilding would overwrite files that
 //! may hold the only copy of the lost events. So the store refuses to write
-//! until a person restores the log or runs [`accept_loss`], which moves the
+//! until a person restores the log or runs `accept_loss` (beside the
+//! rebuild it ends with), which moves the
 //! projections aside, never deleting them.
 
 use std::path::PathBuf;
@@ -18,7 +19,7 @@ use planb_log::LogOptions;
 
 use crate::StoreError;
 use crate::files::{self, Writer};
-use crate::store::DataRoot;
+use crate::root::DataRoot;
 
 /// The log ends before a cursor a projection has seen.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -167,63 +168,5 @@ pub fn check_tree(root: &DataRoot) -> Result<TreeCheck, StoreError> {
         checkpoint,
         examples: writer.wrong,
         count,
-    })
-}
-
-/// What [`accept_loss`] did.
-#[derive(Debug, Clone)]
-pub struct AcceptedLoss {
-    /// `<root>/lost-<time>/`, holding what was moved.
-    pub kept_in: PathBuf,
-    /// The names moved there.
-    pub moved: Vec<String>,
-    /// The rebuild from the log as it is.
-    pub rebuilt: crate::RebuildReport,
-}
-
-/// Goes on from the log as it is after a lost tail: moves `index.redb`,
-/// `sessions/` and `sessions.cursor` into `<root>/lost-<time>/` (nothing is
-/// deleted), then rebuilds them from the log, all under the append lock.
-pub fn accept_loss(
-    root: &DataRoot,
-    now: planb_core::Timestamp,
-) -> Result<AcceptedLoss, StoreError> {
-    let (log, _recovery) = planb_log::open_dir(&root.log_dir(), LogOptions::default())?;
-    let guard = log.lock()?;
-    let stamp: String = now
-        .to_iso8601()
-        .chars()
-        .filter(|c| !matches!(c, '-' | ':' | '.'))
-        .collect();
-    let kept_in = root.root().join(format!("lost-{stamp}"));
-    std::fs::create_dir_all(&kept_in).map_err(|source| StoreError::Io {
-        op: "create directory",
-        path: kept_in.display().to_string(),
-        source,
-    })?;
-    let mut moved = Vec::new();
-    for name in [
-        "index.redb",
-        "sessions",
-        "sessions.cursor",
-        "state.snapshot",
-    ] {
-        let from = root.root().join(name);
-        if !from.exists() {
-            continue;
-        }
-        let to = kept_in.join(name);
-        std::fs::rename(&from, &to).map_err(|source| StoreError::Io {
-            op: "move aside",
-            path: from.display().to_string(),
-            source,
-        })?;
-        moved.push(name.to_owned());
-    }
-    let (_, rebuilt) = crate::rebuild::rebuild_locked(root, &log, &guard)?;
-    Ok(AcceptedLoss {
-        kept_in,
-        moved,
-        rebuilt,
     })
 }

@@ -21,7 +21,7 @@ use planb_log::{LogOptions, Storage};
 
 use crate::StoreError;
 use crate::index::Index;
-use crate::store::DataRoot;
+use crate::root::DataRoot;
 
 /// How long index commits may stay non-durable.
 const DURABLE_EVERY: Duration = Duration::from_secs(1);

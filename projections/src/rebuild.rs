@@ -19,7 +19,7 @@
 //! not destroy what it cannot write again. A rebuild refuses to run when a
 //! projection has seen cursors the log no longer holds (see `health.rs`).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use planb_core::{Cursor, SessionId, State};
@@ -29,7 +29,7 @@ use crate::StoreError;
 use crate::files::{self, Writer};
 use crate::health;
 use crate::index::Index;
-use crate::store::DataRoot;
+use crate::root::DataRoot;
 
 /// What a rebuild did.
 #[derive(Debug, Clone)]
@@ -247,5 +247,62 @@ fn rename(from: &Path, to: &Path) -> Result<(), StoreError> {
         op: "rename",
         path: format!("{} to {}", from.display(), to.display()),
         source,
+    })
+}
+/// What [`accept_loss`] did.
+#[derive(Debug, Clone)]
+pub struct AcceptedLoss {
+    /// `<root>/lost-<time>/`, holding what was moved.
+    pub kept_in: PathBuf,
+    /// The names moved there.
+    pub moved: Vec<String>,
+    /// The rebuild from the log as it is.
+    pub rebuilt: crate::RebuildReport,
+}
+
+/// Goes on from the log as it is after a lost tail: moves `index.redb`,
+/// `sessions/` and `sessions.cursor` into `<root>/lost-<time>/` (nothing is
+/// deleted), then rebuilds them from the log, all under the append lock.
+pub fn accept_loss(
+    root: &DataRoot,
+    now: planb_core::Timestamp,
+) -> Result<AcceptedLoss, StoreError> {
+    let (log, _recovery) = planb_log::open_dir(&root.log_dir(), LogOptions::default())?;
+    let guard = log.lock()?;
+    let stamp: String = now
+        .to_iso8601()
+        .chars()
+        .filter(|c| !matches!(c, '-' | ':' | '.'))
+        .collect();
+    let kept_in = root.root().join(format!("lost-{stamp}"));
+    std::fs::create_dir_all(&kept_in).map_err(|source| StoreError::Io {
+        op: "create directory",
+        path: kept_in.display().to_string(),
+        source,
+    })?;
+    let mut moved = Vec::new();
+    for name in [
+        "index.redb",
+        "sessions",
+        "sessions.cursor",
+        "state.snapshot",
+    ] {
+        let from = root.root().join(name);
+        if !from.exists() {
+            continue;
+        }
+        let to = kept_in.join(name);
+        std::fs::rename(&from, &to).map_err(|source| StoreError::Io {
+            op: "move aside",
+            path: from.display().to_string(),
+            source,
+        })?;
+        moved.push(name.to_owned());
+    }
+    let (_, rebuilt) = rebuild_locked(root, &log, &guard)?;
+    Ok(AcceptedLoss {
+        kept_in,
+        moved,
+        rebuilt,
     })
 }

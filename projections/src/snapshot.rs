@@ -31,7 +31,7 @@ use std::sync::Arc;
 use planb_core::{Cursor, State};
 use planb_log::{LogOptions, LogReader, ReadPosition, Storage};
 
-use crate::store::DataRoot;
+use crate::root::DataRoot;
 
 const MAGIC: [u8; 4] = *b"PBSF";
 const FORMAT: u32 = 1;

@@ -10,7 +10,6 @@
 //! date by a background thread after each change, off the write path: it is
 //! derived, so a command never waits for it.
 
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use planb_core::{
@@ -26,71 +25,12 @@ use crate::flusher::Flusher;
 use crate::health::LostTail;
 use crate::index::Index;
 use crate::indexer::{IndexSlot, Indexer};
+use crate::root::DataRoot;
 use crate::snapshot::{self, Anchor};
 
 /// A process that folded at least this many events past the newest state
 /// snapshot saves a new one (after opening, and when it closes).
 pub const SNAPSHOT_AFTER_EVENTS: u64 = 1024;
-
-/// The files of a data root.
-#[derive(Debug, Clone)]
-pub struct DataRoot {
-    root: PathBuf,
-}
-
-impl DataRoot {
-    /// The data root at `root` (usually `$PLANB_MCP_DATA_DIR` or `~/.planb-mcp`).
-    pub fn new(root: impl Into<PathBuf>) -> DataRoot {
-        DataRoot { root: root.into() }
-    }
-
-    /// The root directory.
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-
-    /// The log directory: the ground truth.
-    pub fn log_dir(&self) -> PathBuf {
-        self.root.join("log")
-    }
-
-    /// The redb index: derived.
-    pub fn index_path(&self) -> PathBuf {
-        self.root.join("index.redb")
-    }
-
-    /// The planb-mcp file layout, `sessions/<id>/…`: derived.
-    pub fn sessions_dir(&self) -> PathBuf {
-        self.root.join("sessions")
-    }
-
-    /// The cursor up to which `sessions/` is known to be current.
-    pub fn sessions_checkpoint_path(&self) -> PathBuf {
-        self.root.join("sessions.cursor")
-    }
-
-    /// The folded state saved with its place in the log: derived.
-    pub fn state_snapshot_path(&self) -> PathBuf {
-        self.root.join("state.snapshot")
-    }
-
-    /// The team files: this root's origin id in a team database, the
-    /// shipper's lock and its status (`docs/team.md`).
-    pub fn team_dir(&self) -> PathBuf {
-        self.root.join("team")
-    }
-
-    /// The blob store: artifact bytes the log names by hash. Ground truth,
-    /// like the log, for blobs too large to be in the log.
-    pub fn blobs_dir(&self) -> PathBuf {
-        self.root.join("blobs")
-    }
-
-    /// The blob store of this root (small blobs restored from its log).
-    pub fn blobs(&self) -> crate::Blobs {
-        crate::Blobs::with_log(self.blobs_dir(), self.log_dir())
-    }
-}
 
 /// What opening a store found.
 #[derive(Debug, Clone)]

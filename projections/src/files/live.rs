@@ -53,7 +53,7 @@ use planb_log::Storage;
 
 use super::{Parts, Writer, write_if_changed};
 use crate::StoreError;
-use crate::store::DataRoot;
+use crate::root::DataRoot;
 
 /// What this process folded since it last projected.
 #[derive(Debug)]
