@@ -180,7 +180,7 @@ impl Backend {
             problem: problem.to_owned(),
         };
         if let Some(command) = spec.strip_prefix("command:") {
-            let argv = split_argv(command).map_err(|p| bad(&p))?;
+            let argv = split_argv(command).map_err(|p| bad(&p.to_string()))?;
             if argv.is_empty() {
                 return Err(bad("names no program after command:"));
             }
@@ -193,7 +193,8 @@ impl Backend {
                 .filter(|k| !k.trim().is_empty())
                 .unwrap_or_else(|| "OPENAI_API_KEY".to_owned());
             let key = var(&key_var).filter(|k| !k.is_empty());
-            let server = openai::OpenAi::parse(base, model, key).map_err(|p| bad(&p))?;
+            let server =
+                openai::OpenAi::parse(base, model, key).map_err(|p| bad(&p.to_string()))?;
             Ok(Backend::OpenAi(server))
         } else {
             Err(bad("must start with command: or openai:"))
@@ -210,10 +211,25 @@ impl Backend {
     }
 }
 
+/// Why a `command:` line does not split into words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ArgvError {
+    /// A `'` without its closing one.
+    #[error("a single quote is not closed")]
+    SingleQuote,
+    /// A `"` without its closing one.
+    #[error("a double quote is not closed")]
+    DoubleQuote,
+    /// A `\` with nothing after it.
+    #[error("a backslash ends the command")]
+    TrailingBackslash,
+}
+
 /// Splits `text` into words like a POSIX shell: whitespace separates words,
 /// single quotes keep everything literal, double quotes keep whitespace and
 /// honour `\"` and `\\`, a backslash outside quotes escapes the next character.
-pub fn split_argv(text: &str) -> Result<Vec<String>, String> {
+pub fn split_argv(text: &str) -> Result<Vec<String>, ArgvError> {
     let mut words = Vec::new();
     let mut word = String::new();
     let mut in_word = false;
@@ -232,7 +248,7 @@ pub fn split_argv(text: &str) -> Result<Vec<String>, String> {
                     match chars.next() {
                         Some('\'') => break,
                         Some(c) => word.push(c),
-                        None => return Err("a single quote is not closed".into()),
+                        None => return Err(ArgvError::SingleQuote),
                     }
                 }
             }
@@ -247,10 +263,10 @@ pub fn split_argv(text: &str) -> Result<Vec<String>, String> {
                                 word.push('\\');
                                 word.push(c);
                             }
-                            None => return Err("a double quote is not closed".into()),
+                            None => return Err(ArgvError::DoubleQuote),
                         },
                         Some(c) => word.push(c),
-                        None => return Err("a double quote is not closed".into()),
+                        None => return Err(ArgvError::DoubleQuote),
                     }
                 }
             }
@@ -258,7 +274,7 @@ pub fn split_argv(text: &str) -> Result<Vec<String>, String> {
                 in_word = true;
                 match chars.next() {
                     Some(c) => word.push(c),
-                    None => return Err("a backslash ends the command".into()),
+                    None => return Err(ArgvError::TrailingBackslash),
                 }
             }
             c => {
