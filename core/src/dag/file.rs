@@ -165,63 +165,8 @@ fn action(step: &Map<String, Value>, path: &str) -> Result<Action, PipelineFileE
         .filter(|k| step.contains_key(*k))
         .collect();
     match kinds.as_slice() {
-        ["model"] => {
-            let at = field_path(path, "model");
-            let Some(Value::Object(model)) = step.get("model") else {
-                return Err(PipelineFileError::at(
-                    at,
-                    FieldProblem::Shape("{prompt, answer?}"),
-                ));
-            };
-            unknown_keys(model, &at, &["prompt", "answer"])?;
-            let prompt = string(model, &at, "prompt")?;
-            bounded(&field_path(&at, "prompt"), prompt, TEXT_BYTES_MAX)?;
-            let answer = match model.get("answer") {
-                None => None,
-                Some(Value::String(kind)) if MODEL_ANSWERS.contains(&kind.as_str()) => {
-                    Some(kind.clone())
-                }
-                Some(other) => {
-                    return Err(PipelineFileError::at(
-                        field_path(&at, "answer"),
-                        FieldProblem::NotOneOf {
-                            known: MODEL_ANSWERS.join(", "),
-                            got: echo(&other.to_string()),
-                        },
-                    ));
-                }
-            };
-            Ok(Action::Model {
-                prompt: prompt.to_owned(),
-                answer,
-            })
-        }
-        ["tool"] => {
-            let at = field_path(path, "tool");
-            let Some(Value::Object(tool)) = step.get("tool") else {
-                return Err(PipelineFileError::at(
-                    at,
-                    FieldProblem::Shape("{server, tool, args?}"),
-                ));
-            };
-            unknown_keys(tool, &at, &["server", "tool", "args"])?;
-            let args = match tool.get("args") {
-                None => "{}".to_owned(),
-                Some(args @ Value::Object(_)) => args.to_string(),
-                Some(other) => {
-                    return Err(PipelineFileError::at(
-                        field_path(&at, "args"),
-                        wrong_type("an object", other),
-                    ));
-                }
-            };
-            bounded(&field_path(&at, "args"), &args, TEXT_BYTES_MAX)?;
-            Ok(Action::Tool {
-                server: string(tool, &at, "server")?.to_owned(),
-                tool: string(tool, &at, "tool")?.to_owned(),
-                args,
-            })
-        }
+        ["model"] => model_action(step, path),
+        ["tool"] => tool_action(step, path),
         ["render"] => Ok(Action::Render {
             what: string(step, path, "render")?.to_owned(),
         }),
@@ -231,6 +176,66 @@ fn action(step: &Map<String, Value>, path: &str) -> Result<Action, PipelineFileE
             FieldProblem::Actions(kinds.join(" and ")),
         )),
     }
+}
+
+/// A step's `model`: `{prompt, answer?}`.
+fn model_action(step: &Map<String, Value>, path: &str) -> Result<Action, PipelineFileError> {
+    let at = field_path(path, "model");
+    let Some(Value::Object(model)) = step.get("model") else {
+        return Err(PipelineFileError::at(
+            at,
+            FieldProblem::Shape("{prompt, answer?}"),
+        ));
+    };
+    unknown_keys(model, &at, &["prompt", "answer"])?;
+    let prompt = string(model, &at, "prompt")?;
+    bounded(&field_path(&at, "prompt"), prompt, TEXT_BYTES_MAX)?;
+    let answer = match model.get("answer") {
+        None => None,
+        Some(Value::String(kind)) if MODEL_ANSWERS.contains(&kind.as_str()) => Some(kind.clone()),
+        Some(other) => {
+            return Err(PipelineFileError::at(
+                field_path(&at, "answer"),
+                FieldProblem::NotOneOf {
+                    known: MODEL_ANSWERS.join(", "),
+                    got: echo(&other.to_string()),
+                },
+            ));
+        }
+    };
+    Ok(Action::Model {
+        prompt: prompt.to_owned(),
+        answer,
+    })
+}
+
+/// A step's `tool`: `{server, tool, args?}`, the arguments kept as JSON
+/// text.
+fn tool_action(step: &Map<String, Value>, path: &str) -> Result<Action, PipelineFileError> {
+    let at = field_path(path, "tool");
+    let Some(Value::Object(tool)) = step.get("tool") else {
+        return Err(PipelineFileError::at(
+            at,
+            FieldProblem::Shape("{server, tool, args?}"),
+        ));
+    };
+    unknown_keys(tool, &at, &["server", "tool", "args"])?;
+    let args = match tool.get("args") {
+        None => "{}".to_owned(),
+        Some(args @ Value::Object(_)) => args.to_string(),
+        Some(other) => {
+            return Err(PipelineFileError::at(
+                field_path(&at, "args"),
+                wrong_type("an object", other),
+            ));
+        }
+    };
+    bounded(&field_path(&at, "args"), &args, TEXT_BYTES_MAX)?;
+    Ok(Action::Tool {
+        server: string(tool, &at, "server")?.to_owned(),
+        tool: string(tool, &at, "tool")?.to_owned(),
+        args,
+    })
 }
 
 fn step(value: &Value, path: &str) -> Result<StepDef, PipelineFileError> {

@@ -774,6 +774,12 @@ impl Downstream {
         spec: &ServerSpec,
         start_timeout: Duration,
     ) -> Result<Connection, DownstreamError> {
+        let (command, args, env) = match spec {
+            ServerSpec::Stdio { command, args, env } => (command, args, env),
+            ServerSpec::Url { url, headers } => {
+                return Downstream::start_url(name, url, headers, start_timeout).await;
+            }
+        };
         let failed = |detail: String, stderr: &Mutex<VecDeque<String>>| DownstreamError {
             message: format!(
                 "downstream server {name:?} did not start: {detail}; its stderr ends with:\n{}",
@@ -782,30 +788,6 @@ impl Downstream {
             class: "server_start",
         };
         let stderr_lines = Arc::new(Mutex::new(VecDeque::new()));
-        let (command, args, env) = match spec {
-            ServerSpec::Stdio { command, args, env } => (command, args, env),
-            ServerSpec::Url { url, headers } => {
-                let failed = |detail: String| DownstreamError {
-                    message: format!("downstream server {name:?} ({url}) did not start: {detail}"),
-                    class: "server_start",
-                };
-                let custom = url_headers(headers).map_err(|e| failed(e.to_string()))?;
-                let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
-                    .custom_headers(custom);
-                let http = crate::web::client().map_err(|e| failed(e.to_string()))?;
-                let transport = StreamableHttpClientTransport::with_client(http, config);
-                let (client, tools) = Downstream::handshake(transport, start_timeout)
-                    .await
-                    .map_err(|detail| failed(without_transport_type(detail)))?;
-                return Ok(Connection {
-                    client,
-                    tools: tool_infos(name, tools),
-                    stderr: None,
-                    deaths: Arc::default(),
-                    _child: None,
-                });
-            }
-        };
         let mut cmd = tokio::process::Command::new(command);
         cmd.args(args)
             .envs(env)
@@ -832,44 +814,7 @@ impl Downstream {
         let transport = AsyncRwTransport::new_client(answers, stdin)
             .with_max_line_length(framing::ANSWER_BYTES_MAX + 1);
         if let Some(stderr) = stderr {
-            let sink = Arc::clone(&stderr_lines);
-            tokio::spawn(async move {
-                // Read to the end whatever it writes (a full pipe would
-                // block the server): bytes that are not UTF-8 are replaced,
-                // and a line is kept to its first 500 characters.
-                let mut reader = tokio::io::BufReader::new(stderr);
-                let mut line = Vec::new();
-                let mut rest = Vec::new();
-                loop {
-                    line.clear();
-                    match AsyncReadExt::take(&mut reader, STDERR_LINE_BYTES_MAX)
-                        .read_until(b'\n', &mut line)
-                        .await
-                    {
-                        Ok(0) | Err(_) => break,
-                        Ok(_) => {}
-                    }
-                    // The rest of an overlong line is read and dropped.
-                    let mut ended = line.last() == Some(&b'\n');
-                    while !ended {
-                        rest.clear();
-                        match AsyncReadExt::take(&mut reader, STDERR_LINE_BYTES_MAX)
-                            .read_until(b'\n', &mut rest)
-                            .await
-                        {
-                            Ok(0) | Err(_) => ended = true,
-                            Ok(_) => ended = rest.last() == Some(&b'\n'),
-                        }
-                    }
-                    let text = String::from_utf8_lossy(&line);
-                    if let Ok(mut kept) = sink.lock() {
-                        if kept.len() == STDERR_LINES {
-                            kept.pop_front();
-                        }
-                        kept.push_back(text.trim_end().chars().take(500).collect());
-                    }
-                }
-            });
+            tokio::spawn(keep_stderr_tail(stderr, Arc::clone(&stderr_lines)));
         }
         let (client, tools) = match Downstream::handshake(transport, start_timeout).await {
             Ok(found) => found,
@@ -885,6 +830,34 @@ impl Downstream {
             stderr: Some(stderr_lines),
             deaths: Arc::default(),
             _child: Some(child),
+        })
+    }
+
+    /// Connects to a url server over streamable HTTP, its headers' `${NAME}`s
+    /// read now.
+    async fn start_url(
+        name: &str,
+        url: &str,
+        headers: &BTreeMap<String, String>,
+        start_timeout: Duration,
+    ) -> Result<Connection, DownstreamError> {
+        let failed = |detail: String| DownstreamError {
+            message: format!("downstream server {name:?} ({url}) did not start: {detail}"),
+            class: "server_start",
+        };
+        let custom = url_headers(headers).map_err(|e| failed(e.to_string()))?;
+        let config = StreamableHttpClientTransportConfig::with_uri(url).custom_headers(custom);
+        let http = crate::web::client().map_err(|e| failed(e.to_string()))?;
+        let transport = StreamableHttpClientTransport::with_client(http, config);
+        let (client, tools) = Downstream::handshake(transport, start_timeout)
+            .await
+            .map_err(|detail| failed(without_transport_type(detail)))?;
+        Ok(Connection {
+            client,
+            tools: tool_infos(name, tools),
+            stderr: None,
+            deaths: Arc::default(),
+            _child: None,
         })
     }
 
@@ -1070,46 +1043,7 @@ impl Downstream {
                     wraps_result,
                 })
             }
-            Ok(Err(e)) => {
-                let closed = matches!(
-                    e,
-                    rmcp::ServiceError::TransportClosed | rmcp::ServiceError::TransportSend(_)
-                ) || !connection.alive();
-                if closed {
-                    // Give the stderr reader a moment to collect the last words.
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                let error = DownstreamError {
-                    message: if closed {
-                        match &connection.stderr {
-                            Some(stderr) => format!(
-                                "downstream server {server:?} closed during {tool}: {e}; its stderr ends with:\n{}",
-                                tail(stderr)
-                            ),
-                            None => {
-                                format!("downstream server {server:?} closed during {tool}: {e}")
-                            }
-                        }
-                    } else {
-                        format!("{server}__{tool}: {e}")
-                    },
-                    class: "server_error",
-                };
-                if closed {
-                    // Dropped (unless another call has started it again
-                    // meanwhile): the next use starts the server again.
-                    let slot = self.slot(server);
-                    let mut state = slot.lock().await;
-                    if state
-                        .connection
-                        .as_ref()
-                        .is_none_or(|c| Arc::ptr_eq(c, &connection))
-                    {
-                        state.died(&error.message);
-                    }
-                }
-                Err(error)
-            }
+            Ok(Err(e)) => Err(self.failed_call(server, tool, &connection, e).await),
             Err(_) => Err(DownstreamError {
                 message: format!(
                     "{server}__{tool} did not answer within {} s",
@@ -1118,6 +1052,54 @@ impl Downstream {
                 class: "tool_timeout",
             }),
         }
+    }
+
+    /// The error of a call `e` failed: a server that closed names its
+    /// stderr's end, and its connection is dropped (unless another call has
+    /// started it again meanwhile) so that the next use starts it again.
+    async fn failed_call(
+        &self,
+        server: &str,
+        tool: &str,
+        connection: &Arc<Connection>,
+        e: rmcp::ServiceError,
+    ) -> DownstreamError {
+        let closed = matches!(
+            e,
+            rmcp::ServiceError::TransportClosed | rmcp::ServiceError::TransportSend(_)
+        ) || !connection.alive();
+        if closed {
+            // Give the stderr reader a moment to collect the last words.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let error = DownstreamError {
+            message: if closed {
+                match &connection.stderr {
+                    Some(stderr) => format!(
+                        "downstream server {server:?} closed during {tool}: {e}; its stderr ends with:\n{}",
+                        tail(stderr)
+                    ),
+                    None => {
+                        format!("downstream server {server:?} closed during {tool}: {e}")
+                    }
+                }
+            } else {
+                format!("{server}__{tool}: {e}")
+            },
+            class: "server_error",
+        };
+        if closed {
+            let slot = self.slot(server);
+            let mut state = slot.lock().await;
+            if state
+                .connection
+                .as_ref()
+                .is_none_or(|c| Arc::ptr_eq(c, connection))
+            {
+                state.died(&error.message);
+            }
+        }
+        error
     }
 
     /// `name`'s slot, made when first asked for.
@@ -1131,6 +1113,45 @@ impl Downstream {
             return Arc::clone(slot);
         }
         Arc::clone(slots.entry(name.to_owned()).or_default())
+    }
+}
+
+/// Reads a server's stderr to the end, whatever it writes (a full pipe
+/// would block the server), keeping its last [`STDERR_LINES`] lines in
+/// `sink`: bytes that are not UTF-8 are replaced, and a line is kept to its
+/// first 500 characters.
+async fn keep_stderr_tail(stderr: tokio::process::ChildStderr, sink: Arc<Mutex<VecDeque<String>>>) {
+    let mut reader = tokio::io::BufReader::new(stderr);
+    let mut line = Vec::new();
+    let mut rest = Vec::new();
+    loop {
+        line.clear();
+        match AsyncReadExt::take(&mut reader, STDERR_LINE_BYTES_MAX)
+            .read_until(b'\n', &mut line)
+            .await
+        {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        // The rest of an overlong line is read and dropped.
+        let mut ended = line.last() == Some(&b'\n');
+        while !ended {
+            rest.clear();
+            match AsyncReadExt::take(&mut reader, STDERR_LINE_BYTES_MAX)
+                .read_until(b'\n', &mut rest)
+                .await
+            {
+                Ok(0) | Err(_) => ended = true,
+                Ok(_) => ended = rest.last() == Some(&b'\n'),
+            }
+        }
+        let text = String::from_utf8_lossy(&line);
+        if let Ok(mut kept) = sink.lock() {
+            if kept.len() == STDERR_LINES {
+                kept.pop_front();
+            }
+            kept.push_back(text.trim_end().chars().take(500).collect());
+        }
     }
 }
 
