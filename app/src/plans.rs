@@ -56,9 +56,9 @@ impl ServersSource {
     /// The servers of both files: the servers file's entry wins a name both
     /// have; planb's own entry in `.mcp.json` is left out.
     pub fn load(&self) -> Result<Servers, String> {
-        let mut servers = Servers::load(&self.file)?;
+        let mut servers = Servers::load(&self.file).map_err(|e| e.to_string())?;
         if let Some(project) = &self.project {
-            for (name, spec) in Servers::load(project)?.servers {
+            for (name, spec) in Servers::load(project).map_err(|e| e.to_string())?.servers {
                 if is_planb(&spec) || servers.servers.contains_key(&name) {
                     continue;
                 }

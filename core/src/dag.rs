@@ -17,7 +17,7 @@
 
 mod file;
 
-pub use file::{PIPELINE_FILE_BYTES_MAX, parse_pipeline};
+pub use file::{FieldProblem, PIPELINE_FILE_BYTES_MAX, PipelineFileError, parse_pipeline};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -38,23 +38,24 @@ pub struct StepId(String);
 
 impl StepId {
     /// Validates and wraps a step id.
-    pub fn parse(text: &str) -> Result<StepId, String> {
+    pub fn parse(text: &str) -> Result<StepId, StepIdError> {
         if text.is_empty() {
-            return Err("must not be empty".into());
+            return Err(StepIdError::Empty);
         }
         if text.chars().count() > STEP_ID_CHARS_MAX {
-            return Err(format!("must be at most {STEP_ID_CHARS_MAX} characters"));
+            return Err(StepIdError::TooLong);
         }
         if !text.starts_with(|c: char| c.is_ascii_lowercase()) {
-            return Err(format!("{text:?} must start with a lowercase letter"));
+            return Err(StepIdError::FirstNotALetter(text.to_owned()));
         }
         if let Some(found) = text
             .chars()
             .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-' || *c == '_'))
         {
-            return Err(format!(
-                "{text:?} may hold only lowercase letters, digits, '-' and '_' (found {found:?})"
-            ));
+            return Err(StepIdError::Character {
+                id: text.to_owned(),
+                found,
+            });
         }
         Ok(StepId(text.to_owned()))
     }
@@ -69,6 +70,29 @@ impl fmt::Display for StepId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }
+}
+
+/// Why a text is not a step id.
+#[derive(Clone, PartialEq, Eq, Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StepIdError {
+    /// The text is empty.
+    #[error("must not be empty")]
+    Empty,
+    /// Longer than [`STEP_ID_CHARS_MAX`].
+    #[error("must be at most {STEP_ID_CHARS_MAX} characters")]
+    TooLong,
+    /// It starts with something other than a lowercase letter.
+    #[error("{0:?} must start with a lowercase letter")]
+    FirstNotALetter(String),
+    /// It holds a character ids may not.
+    #[error("{id:?} may hold only lowercase letters, digits, '-' and '_' (found {found:?})")]
+    Character {
+        /// The text.
+        id: String,
+        /// The first character refused.
+        found: char,
+    },
 }
 
 /// What a `model` step's answer may be required to be: `json` a JSON

@@ -106,6 +106,18 @@ impl fmt::Display for PlanError {
 
 impl std::error::Error for PlanError {}
 
+/// Why a recorded definition does not read back as a plan.
+#[derive(Clone, PartialEq, Eq, Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DefinitionReadError {
+    /// The text does not parse; the parser's words.
+    #[error("not JSON: {0}")]
+    NotJson(String),
+    /// It parses, but is not a valid plan.
+    #[error(transparent)]
+    Invalid(#[from] PlanError),
+}
+
 /// Compares step indexes the way people count: numbers by value, before
 /// other names, which compare as text (`"2"` before `"10"`).
 pub fn index_order(a: &str, b: &str) -> Ordering {
@@ -183,8 +195,9 @@ fn index_text(value: &Value, path: &str) -> Result<String, PlanError> {
 }
 
 /// Checks a step index (1 to 32 lowercase letters, digits, `-`, `_`).
-pub fn check_step_index(text: &str) -> Result<(), String> {
-    check_index(text, "").map_err(|e| e.message)
+/// The error names no path.
+pub fn check_step_index(text: &str) -> Result<(), PlanError> {
+    check_index(text, "")
 }
 
 fn check_index(text: &str, path: &str) -> Result<(), PlanError> {
@@ -375,10 +388,10 @@ fn step_depends_on(
 impl ExecPlan {
     /// Reads a recorded definition (compact JSON, as [`ExecPlan::to_json`]
     /// wrote it) back into the plan, checked as at creation.
-    pub fn from_definition(definition: &str) -> Result<ExecPlan, String> {
-        let value: Value =
-            serde_json::from_str(definition).map_err(|e| format!("not JSON: {e}"))?;
-        ExecPlan::from_json(&value).map_err(|e| e.to_string())
+    pub fn from_definition(definition: &str) -> Result<ExecPlan, DefinitionReadError> {
+        let value: Value = serde_json::from_str(definition)
+            .map_err(|e| DefinitionReadError::NotJson(e.to_string()))?;
+        Ok(ExecPlan::from_json(&value)?)
     }
 
     /// Reads and checks a plan: `{title, description?, variables?, steps}`

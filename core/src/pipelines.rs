@@ -29,16 +29,26 @@ pub fn project_plan() -> Pipeline {
     parse_pipeline(PROJECT_PLAN_JSON).expect("the built-in pipeline is valid")
 }
 
+/// A `render` step naming no built-in renderer.
+#[derive(Clone, PartialEq, Eq, Debug, thiserror::Error)]
+#[error("steps[{index}].render: {what:?} is not a renderer (known: {})", RENDERERS.join(", "))]
+pub struct UnknownRenderer {
+    /// The step's position.
+    pub index: usize,
+    /// The renderer it names.
+    pub what: String,
+}
+
 /// Refuses steps no runner can run: unknown renderers.
-pub fn check_runnable(pipeline: &Pipeline) -> Result<(), String> {
+pub fn check_runnable(pipeline: &Pipeline) -> Result<(), UnknownRenderer> {
     for (index, step) in pipeline.steps().iter().enumerate() {
         if let Action::Render { what } = &step.action
             && !RENDERERS.contains(&what.as_str())
         {
-            return Err(format!(
-                "steps[{index}].render: {what:?} is not a renderer (known: {})",
-                RENDERERS.join(", ")
-            ));
+            return Err(UnknownRenderer {
+                index,
+                what: what.clone(),
+            });
         }
     }
     Ok(())

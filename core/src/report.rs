@@ -37,6 +37,53 @@ pub const GANTT_TASKS_MAX: usize = 500;
 /// Longest task in days that is drawn as given.
 const DAYS_MAX: u64 = 100_000;
 
+/// Why a schedule artifact cannot be drawn; a task is named by its
+/// position in `tasks`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ScheduleError {
+    /// The text does not parse; the parser's words.
+    #[error("the schedule is not JSON: {0}")]
+    NotJson(String),
+    /// No `tasks` array.
+    #[error("the schedule has no \"tasks\" list")]
+    NoTasks,
+    /// No tasks, or more than [`GANTT_TASKS_MAX`] (how many).
+    #[error("the schedule must hold 1 to {GANTT_TASKS_MAX} tasks (got {0})")]
+    TaskCount(usize),
+    /// A task without an id.
+    #[error("tasks[{0}].id: required, a string")]
+    NoId(usize),
+    /// A task without a duration.
+    #[error("tasks[{0}].duration_days: required, a number")]
+    NoDuration(usize),
+    /// A dependency that is neither text nor a number.
+    #[error("tasks[{0}].depends_on: ids must be strings")]
+    DependencyNotAnId(usize),
+    /// `depends_on` that is not a list.
+    #[error("tasks[{0}].depends_on: must be a list")]
+    DependsOnNotAList(usize),
+    /// An id an earlier task has.
+    #[error("tasks[{index}].id: {id:?} appears twice")]
+    Twice {
+        /// The later task.
+        index: usize,
+        /// The id.
+        id: String,
+    },
+    /// A dependency no task has as its id.
+    #[error("tasks[{index}].depends_on: no task {dependency:?}")]
+    UnknownDependency {
+        /// The task.
+        index: usize,
+        /// The id it waits for.
+        dependency: String,
+    },
+    /// The dependencies form a cycle.
+    #[error("the schedule's dependencies form a cycle")]
+    Cycle,
+}
+
 /// `text` without a Markdown code fence around it (```` ```json ```` or
 /// ```` ``` ````), trimmed.
 pub fn unfenced(text: &str) -> &str {
@@ -50,19 +97,16 @@ pub fn unfenced(text: &str) -> &str {
 
 /// Reads a schedule artifact and places each task after its dependencies.
 /// A JSON answer wrapped in a Markdown code fence is accepted.
-pub fn schedule(text: &str) -> Result<Vec<Scheduled>, String> {
+pub fn schedule(text: &str) -> Result<Vec<Scheduled>, ScheduleError> {
     let body = unfenced(text);
     let value: Value =
-        serde_json::from_str(body).map_err(|e| format!("the schedule is not JSON: {e}"))?;
+        serde_json::from_str(body).map_err(|e| ScheduleError::NotJson(e.to_string()))?;
     let tasks = value
         .get("tasks")
         .and_then(Value::as_array)
-        .ok_or("the schedule has no \"tasks\" list")?;
+        .ok_or(ScheduleError::NoTasks)?;
     if tasks.is_empty() || tasks.len() > GANTT_TASKS_MAX {
-        return Err(format!(
-            "the schedule must hold 1 to {GANTT_TASKS_MAX} tasks (got {})",
-            tasks.len()
-        ));
+        return Err(ScheduleError::TaskCount(tasks.len()));
     }
     let mut parsed = tasks
         .iter()
@@ -77,12 +121,12 @@ pub fn schedule(text: &str) -> Result<Vec<Scheduled>, String> {
 }
 
 /// Reads `tasks[index]` of a schedule, its start still 0.
-fn schedule_task(index: usize, task: &Value) -> Result<Scheduled, String> {
+fn schedule_task(index: usize, task: &Value) -> Result<Scheduled, ScheduleError> {
     let field = |key: &str| task.get(key);
     let id = match field("id") {
         Some(Value::String(s)) if !s.trim().is_empty() => s.trim().to_owned(),
         Some(Value::Number(n)) => n.to_string(),
-        _ => return Err(format!("tasks[{index}].id: required, a string")),
+        _ => return Err(ScheduleError::NoId(index)),
     };
     let name = field("name")
         .and_then(Value::as_str)
@@ -93,7 +137,7 @@ fn schedule_task(index: usize, task: &Value) -> Result<Scheduled, String> {
             d.as_u64()
                 .or_else(|| d.as_f64().map(|f| f.ceil().max(0.0) as u64))
         })
-        .ok_or(format!("tasks[{index}].duration_days: required, a number"))?
+        .ok_or(ScheduleError::NoDuration(index))?
         .min(DAYS_MAX);
     let depends_on = match field("depends_on") {
         None | Some(Value::Null) => Vec::new(),
@@ -102,10 +146,10 @@ fn schedule_task(index: usize, task: &Value) -> Result<Scheduled, String> {
             .map(|d| match d {
                 Value::String(s) => Ok(s.trim().to_owned()),
                 Value::Number(n) => Ok(n.to_string()),
-                _ => Err(format!("tasks[{index}].depends_on: ids must be strings")),
+                _ => Err(ScheduleError::DependencyNotAnId(index)),
             })
             .collect::<Result<_, _>>()?,
-        Some(_) => return Err(format!("tasks[{index}].depends_on: must be a list")),
+        Some(_) => return Err(ScheduleError::DependsOnNotAList(index)),
     };
     Ok(Scheduled {
         id,
@@ -118,12 +162,15 @@ fn schedule_task(index: usize, task: &Value) -> Result<Scheduled, String> {
 
 /// Each task's earliest start: after every dependency ends (Kahn order).
 /// Refuses an id given twice, an unknown dependency and a cycle.
-fn earliest_starts(parsed: &[Scheduled]) -> Result<Vec<u64>, String> {
+fn earliest_starts(parsed: &[Scheduled]) -> Result<Vec<u64>, ScheduleError> {
     let mut at: BTreeMap<&str, usize> = BTreeMap::new();
     for (index, task) in parsed.iter().enumerate() {
         let id = &task.id;
         if at.insert(id, index).is_some() {
-            return Err(format!("tasks[{index}].id: {id:?} appears twice"));
+            return Err(ScheduleError::Twice {
+                index,
+                id: id.clone(),
+            });
         }
     }
     let mut waiting: Vec<usize> = vec![0; parsed.len()];
@@ -132,7 +179,10 @@ fn earliest_starts(parsed: &[Scheduled]) -> Result<Vec<u64>, String> {
         for dep in &task.depends_on {
             let &from = at
                 .get(dep.as_str())
-                .ok_or(format!("tasks[{index}].depends_on: no task {dep:?}"))?;
+                .ok_or_else(|| ScheduleError::UnknownDependency {
+                    index,
+                    dependency: dep.clone(),
+                })?;
             waiting[index] += 1;
             dependents[from].push(index);
         }
@@ -152,7 +202,7 @@ fn earliest_starts(parsed: &[Scheduled]) -> Result<Vec<u64>, String> {
         }
     }
     if done < parsed.len() {
-        return Err("the schedule's dependencies form a cycle".into());
+        return Err(ScheduleError::Cycle);
     }
     Ok(start)
 }
@@ -179,11 +229,13 @@ mod tests {
         assert!(
             schedule(r#"{"tasks":[{"id":"a","duration_days":1,"depends_on":["a"]}]}"#)
                 .expect_err("cycle")
+                .to_string()
                 .contains("cycle")
         );
         assert!(
             schedule(r#"{"tasks":[{"id":"a","duration_days":1,"depends_on":["b"]}]}"#)
                 .expect_err("unknown")
+                .to_string()
                 .contains("no task \"b\"")
         );
         assert!(schedule("Just words").is_err());

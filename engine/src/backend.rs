@@ -180,7 +180,7 @@ impl Backend {
             problem: problem.to_owned(),
         };
         if let Some(command) = spec.strip_prefix("command:") {
-            let argv = split_argv(command).map_err(|p| bad(&p))?;
+            let argv = split_argv(command).map_err(|p| bad(&p.to_string()))?;
             if argv.is_empty() {
                 return Err(bad("names no program after command:"));
             }
@@ -193,7 +193,8 @@ impl Backend {
                 .filter(|k| !k.trim().is_empty())
                 .unwrap_or_else(|| "OPENAI_API_KEY".to_owned());
             let key = var(&key_var).filter(|k| !k.is_empty());
-            let server = openai::OpenAi::parse(base, model, key).map_err(|p| bad(&p))?;
+            let server =
+                openai::OpenAi::parse(base, model, key).map_err(|p| bad(&p.to_string()))?;
             Ok(Backend::OpenAi(server))
         } else {
             Err(bad("must start with command: or openai:"))
@@ -210,10 +211,25 @@ impl Backend {
     }
 }
 
+/// Why a `command:` line does not split into words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ArgvError {
+    /// A `'` without its closing one.
+    #[error("a single quote is not closed")]
+    SingleQuote,
+    /// A `"` without its closing one.
+    #[error("a double quote is not closed")]
+    DoubleQuote,
+    /// A `\` with nothing after it.
+    #[error("a backslash ends the command")]
+    TrailingBackslash,
+}
+
 /// Splits `text` into words like a POSIX shell: whitespace separates words,
 /// single quotes keep everything literal, double quotes keep whitespace and
 /// honour `\"` and `\\`, a backslash outside quotes escapes the next character.
-pub fn split_argv(text: &str) -> Result<Vec<String>, String> {
+pub fn split_argv(text: &str) -> Result<Vec<String>, ArgvError> {
     let mut words = Vec::new();
     let mut word = String::new();
     let mut in_word = false;
@@ -232,7 +248,7 @@ pub fn split_argv(text: &str) -> Result<Vec<String>, String> {
                     match chars.next() {
                         Some('\'') => break,
                         Some(c) => word.push(c),
-                        None => return Err("a single quote is not closed".into()),
+                        None => return Err(ArgvError::SingleQuote),
                     }
                 }
             }
@@ -247,10 +263,10 @@ pub fn split_argv(text: &str) -> Result<Vec<String>, String> {
                                 word.push('\\');
                                 word.push(c);
                             }
-                            None => return Err("a double quote is not closed".into()),
+                            None => return Err(ArgvError::DoubleQuote),
                         },
                         Some(c) => word.push(c),
-                        None => return Err("a double quote is not closed".into()),
+                        None => return Err(ArgvError::DoubleQuote),
                     }
                 }
             }
@@ -258,7 +274,7 @@ pub fn split_argv(text: &str) -> Result<Vec<String>, String> {
                 in_word = true;
                 match chars.next() {
                     Some(c) => word.push(c),
-                    None => return Err("a backslash ends the command".into()),
+                    None => return Err(ArgvError::TrailingBackslash),
                 }
             }
             c => {
@@ -301,79 +317,17 @@ async fn ask_command(
     // However the call ends (an answer, a timeout, too much output, the
     // caller giving up), the program's whole group goes with it.
     let _group = keeper::GroupKill::new(child.id());
-    let mut stdin = child.stdin.take().ok_or_else(|| {
-        BackendError::Io(std::io::Error::other("the program's stdin is not a pipe"))
-    })?;
-    let mut stdout = child.stdout.take().ok_or_else(|| {
-        BackendError::Io(std::io::Error::other("the program's stdout is not a pipe"))
-    })?;
-    let mut stderr = child.stderr.take().ok_or_else(|| {
-        BackendError::Io(std::io::Error::other("the program's stderr is not a pipe"))
-    })?;
-    let prompt = prompt.as_bytes().to_vec();
-    let talk = async move {
-        // Writing and reading at once: a program may answer before it has
-        // read the whole prompt, and a full pipe would stall both sides.
-        let write = async move {
-            // A program that exits without reading its stdin is not an error.
-            let _ = stdin.write_all(&prompt).await;
-            drop(stdin);
-            Ok::<(), BackendError>(())
-        };
-        let read = async {
-            let mut answer = Vec::new();
-            let mut chunk = vec![0u8; 64 * 1024];
-            loop {
-                let n = stdout.read(&mut chunk).await?;
-                if n == 0 {
-                    return Ok(answer);
-                }
-                if answer.len() + n > ANSWER_BYTES_MAX {
-                    return Err(BackendError::TooLarge);
-                }
-                answer.extend_from_slice(&chunk[..n]);
-            }
-        };
-        // Read to the end, however much, keeping only the tail: a program
-        // blocked on a full stderr pipe would never finish.
-        let errors = async {
-            let mut tail = Vec::new();
-            let mut chunk = vec![0u8; 8 * 1024];
-            while let Ok(n) = stderr.read(&mut chunk).await {
-                if n == 0 {
-                    break;
-                }
-                tail.extend_from_slice(&chunk[..n]);
-                if tail.len() > 4 * STDERR_TAIL_BYTES {
-                    tail.drain(..tail.len() - 2 * STDERR_TAIL_BYTES);
-                }
-            }
-            Ok(tail)
-        };
-        // An oversized answer ends the talk at once; the program is then
-        // killed when `child` is dropped (kill_on_drop).
-        let ((), answer, errors) = tokio::try_join!(write, read, errors)?;
-        let status = child.wait().await?;
-        Ok::<_, BackendError>((status, answer, errors))
-    };
+    let pipes = Pipes::of(&mut child)?;
+    let talk = talk(child, pipes, prompt.as_bytes().to_vec());
     let (status, answer, errors) = match tokio::time::timeout(timeout, talk).await {
         Ok(result) => result?,
         // Dropping the future kills the program (kill_on_drop).
         Err(_) => return Err(BackendError::Timeout(timeout)),
     };
     if !status.success() {
-        let text = String::from_utf8_lossy(&errors);
-        let tail: String = text
-            .chars()
-            .rev()
-            .take(STDERR_TAIL_BYTES)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .collect();
         return Err(BackendError::Failed {
             status,
-            stderr: tail.trim().to_owned(),
+            stderr: stderr_tail(&errors),
         });
     }
     let text = String::from_utf8(answer).map_err(|_| BackendError::NotText)?;
@@ -383,6 +337,104 @@ async fn ask_command(
         tokens_in: None,
         tokens_out: None,
     })
+}
+
+/// A command backend's three pipes.
+struct Pipes {
+    stdin: tokio::process::ChildStdin,
+    stdout: tokio::process::ChildStdout,
+    stderr: tokio::process::ChildStderr,
+}
+
+impl Pipes {
+    fn of(child: &mut tokio::process::Child) -> Result<Pipes, BackendError> {
+        let not_a_pipe = |which: &str| {
+            BackendError::Io(std::io::Error::other(format!(
+                "the program's {which} is not a pipe"
+            )))
+        };
+        Ok(Pipes {
+            stdin: child.stdin.take().ok_or_else(|| not_a_pipe("stdin"))?,
+            stdout: child.stdout.take().ok_or_else(|| not_a_pipe("stdout"))?,
+            stderr: child.stderr.take().ok_or_else(|| not_a_pipe("stderr"))?,
+        })
+    }
+}
+
+/// Writes the prompt while reading the answer and stderr's end, then waits
+/// for the program: its status, its answer and that end. Dropped, it kills
+/// the program (kill_on_drop).
+async fn talk(
+    mut child: tokio::process::Child,
+    pipes: Pipes,
+    prompt: Vec<u8>,
+) -> Result<(std::process::ExitStatus, Vec<u8>, Vec<u8>), BackendError> {
+    let Pipes {
+        mut stdin,
+        stdout,
+        stderr,
+    } = pipes;
+    // Writing and reading at once: a program may answer before it has
+    // read the whole prompt, and a full pipe would stall both sides.
+    let write = async move {
+        // A program that exits without reading its stdin is not an error.
+        let _ = stdin.write_all(&prompt).await;
+        drop(stdin);
+        Ok::<(), BackendError>(())
+    };
+    // An oversized answer ends the talk at once; the program is then
+    // killed when `child` is dropped (kill_on_drop).
+    let ((), answer, errors) = tokio::try_join!(write, read_answer(stdout), read_tail(stderr))?;
+    let status = child.wait().await?;
+    Ok((status, answer, errors))
+}
+
+/// The program's stdout, refused once it passes [`ANSWER_BYTES_MAX`].
+async fn read_answer(mut stdout: tokio::process::ChildStdout) -> Result<Vec<u8>, BackendError> {
+    let mut answer = Vec::new();
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        let n = stdout.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(answer);
+        }
+        if answer.len() + n > ANSWER_BYTES_MAX {
+            return Err(BackendError::TooLarge);
+        }
+        answer.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// The program's stderr read to the end, however much, keeping only the
+/// tail: a program blocked on a full stderr pipe would never finish.
+async fn read_tail(mut stderr: tokio::process::ChildStderr) -> Result<Vec<u8>, BackendError> {
+    let mut tail = Vec::new();
+    let mut chunk = vec![0u8; 8 * 1024];
+    while let Ok(n) = stderr.read(&mut chunk).await {
+        if n == 0 {
+            break;
+        }
+        tail.extend_from_slice(&chunk[..n]);
+        if tail.len() > 4 * STDERR_TAIL_BYTES {
+            tail.drain(..tail.len() - 2 * STDERR_TAIL_BYTES);
+        }
+    }
+    Ok(tail)
+}
+
+/// The last [`STDERR_TAIL_BYTES`] characters of what a failed program
+/// wrote to stderr, trimmed.
+fn stderr_tail(errors: &[u8]) -> String {
+    let text = String::from_utf8_lossy(errors);
+    let tail: String = text
+        .chars()
+        .rev()
+        .take(STDERR_TAIL_BYTES)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    tail.trim().to_owned()
 }
 
 pub mod keeper;

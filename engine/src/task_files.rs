@@ -377,31 +377,8 @@ pub fn project(
     std::fs::create_dir_all(&dir)?;
     let artifacts = artifacts(root, pipeline, task);
     let mut keep: Vec<String> = vec!["run.lock".into(), "worker.log".into()];
-    let before = read_written(&dir);
-    let mut written = BTreeMap::new();
-    for (file, bytes) in &artifacts {
-        keep.push(file.name.clone());
-        let current = std::fs::read(dir.join(&file.name)).ok();
-        if current.as_deref() != Some(bytes.as_slice()) {
-            // A file changed by hand since it was written is left for
-            // `hand_edits` to find, never overwritten unrecorded.
-            let last = before.as_ref().and_then(|w| w.get(&file.name));
-            if let (Some(now), Some(last)) = (&current, last)
-                && ContentHash::of_bytes(now).to_hex() != *last
-            {
-                written.insert(file.name.clone(), last.clone());
-                continue;
-            }
-            write_atomic(&dir, &file.name, bytes)?;
-        }
-        written.insert(file.name.clone(), ContentHash(file.sha256).to_hex());
-    }
-    // After the files: a file newer than this record is the state's own
-    // artifact, which `hand_edits` does not take for an edit either.
-    if read_written(&dir).as_ref() != Some(&written) {
-        let record = serde_json::to_vec_pretty(&written).map_err(std::io::Error::other)?;
-        write_atomic(&dir, WRITTEN, &record)?;
-    }
+    keep.extend(artifacts.iter().map(|(file, _)| file.name.clone()));
+    write_artifacts(&dir, &artifacts)?;
     let log = run_log(task);
     write_atomic(&dir, "run.log", log.as_bytes())?;
     keep.push("run.log".into());
@@ -422,24 +399,58 @@ pub fn project(
         write_atomic(&dir, "run.zip", &zip)?;
     }
     keep.extend(["report.html".into(), "run.zip".into()]);
-    // Artifact files of steps renamed away (JSON became Markdown), and
-    // temporary files a killed writer left.
-    if let Ok(entries) = std::fs::read_dir(&dir) {
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let stale_temp = name.ends_with(".tmp")
-                && entry
-                    .metadata()
-                    .and_then(|m| m.modified())
-                    .is_ok_and(|m| m.elapsed().is_ok_and(|age| age.as_secs() > 60));
-            let old_artifact =
-                name.starts_with(|c: char| c.is_ascii_digit()) && !keep.contains(&name);
-            if stale_temp || old_artifact {
-                let _ = std::fs::remove_file(entry.path());
+    remove_stale(&dir, &keep);
+    Ok(dir)
+}
+
+/// Writes the artifact files that changed, leaving those changed by hand,
+/// then the record of what was written.
+fn write_artifacts(dir: &Path, artifacts: &[(TaskFile, Vec<u8>)]) -> std::io::Result<()> {
+    let before = read_written(dir);
+    let mut written = BTreeMap::new();
+    for (file, bytes) in artifacts {
+        let current = std::fs::read(dir.join(&file.name)).ok();
+        if current.as_deref() != Some(bytes.as_slice()) {
+            // A file changed by hand since it was written is left for
+            // `hand_edits` to find, never overwritten unrecorded.
+            let last = before.as_ref().and_then(|w| w.get(&file.name));
+            if let (Some(now), Some(last)) = (&current, last)
+                && ContentHash::of_bytes(now).to_hex() != *last
+            {
+                written.insert(file.name.clone(), last.clone());
+                continue;
             }
+            write_atomic(dir, &file.name, bytes)?;
+        }
+        written.insert(file.name.clone(), ContentHash(file.sha256).to_hex());
+    }
+    // After the files: a file newer than this record is the state's own
+    // artifact, which `hand_edits` does not take for an edit either.
+    if read_written(dir).as_ref() != Some(&written) {
+        let record = serde_json::to_vec_pretty(&written).map_err(std::io::Error::other)?;
+        write_atomic(dir, WRITTEN, &record)?;
+    }
+    Ok(())
+}
+
+/// Removes the artifact files of steps renamed away (JSON became
+/// Markdown), and temporary files a killed writer left.
+fn remove_stale(dir: &Path, keep: &[String]) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let stale_temp = name.ends_with(".tmp")
+            && entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|m| m.elapsed().is_ok_and(|age| age.as_secs() > 60));
+        let old_artifact = name.starts_with(|c: char| c.is_ascii_digit()) && !keep.contains(&name);
+        if stale_temp || old_artifact {
+            let _ = std::fs::remove_file(entry.path());
         }
     }
-    Ok(dir)
 }
 
 /// After a run's end was recorded by this process: rewrites the folder's

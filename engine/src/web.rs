@@ -9,10 +9,18 @@ use std::time::Duration;
 /// How long a TCP + TLS connection may take before the attempt fails.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The process's client, built on first use. The error says why it could
-/// not be built (for example, no usable root certificates).
-pub fn client() -> Result<reqwest::Client, String> {
-    static CLIENT: OnceLock<Result<reqwest::Client, String>> = OnceLock::new();
+/// Why the process's client could not be built (for example, no usable
+/// root certificates): the error with its causes.
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("cannot set up HTTPS: {causes}")]
+pub struct NoClient {
+    /// The builder's error and its causes, as [`chain`] says them.
+    pub causes: String,
+}
+
+/// The process's client, built on first use.
+pub fn client() -> Result<reqwest::Client, NoClient> {
+    static CLIENT: OnceLock<Result<reqwest::Client, NoClient>> = OnceLock::new();
     CLIENT
         .get_or_init(|| {
             // Another part of the process may have installed one first;
@@ -22,7 +30,7 @@ pub fn client() -> Result<reqwest::Client, String> {
                 .connect_timeout(CONNECT_TIMEOUT)
                 .user_agent(concat!("planb/", env!("CARGO_PKG_VERSION")))
                 .build()
-                .map_err(|e| format!("cannot set up HTTPS: {}", chain(&e)))
+                .map_err(|e| NoClient { causes: chain(&e) })
         })
         .clone()
 }

@@ -141,7 +141,7 @@ fn checked_answer(kind: Option<&str>, text: &str) -> Result<String, String> {
     serde_json::from_str::<serde_json::Value>(body)
         .map_err(|e| format!("the answer is not JSON ({e})"))?;
     if kind == "schedule" {
-        planb_core::report::schedule(body)?;
+        planb_core::report::schedule(body).map_err(|e| e.to_string())?;
     }
     Ok(body.to_owned())
 }

@@ -151,11 +151,9 @@ impl Retro {
     pub fn plan(&self, task: &Task) -> Option<Arc<Result<ExecPlan, String>>> {
         let info = task.plan.as_ref()?;
         let mut plans = self.inner.plans.lock().unwrap_or_else(|p| p.into_inner());
-        Some(Arc::clone(
-            plans
-                .entry(task.id)
-                .or_insert_with(|| Arc::new(info.exec_plan())),
-        ))
+        Some(Arc::clone(plans.entry(task.id).or_insert_with(|| {
+            Arc::new(info.exec_plan().map_err(|e| e.to_string()))
+        })))
     }
 
     /// Why the log cannot be read, if it cannot.

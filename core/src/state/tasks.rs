@@ -367,11 +367,15 @@ pub struct PlanInfo {
 
 impl PlanInfo {
     /// The recorded plan, read back and checked.
-    pub fn exec_plan(&self) -> Result<crate::exec_plan::ExecPlan, String> {
-        crate::exec_plan::ExecPlan::from_definition(&self.definition)
-            .map_err(|e| format!("the recorded plan cannot be read: {e}"))
+    pub fn exec_plan(&self) -> Result<crate::exec_plan::ExecPlan, UnreadablePlan> {
+        crate::exec_plan::ExecPlan::from_definition(&self.definition).map_err(UnreadablePlan)
     }
 }
+
+/// A recorded plan that does not read back, and why.
+#[derive(Clone, PartialEq, Eq, Debug, thiserror::Error)]
+#[error("the recorded plan cannot be read: {0}")]
+pub struct UnreadablePlan(pub crate::exec_plan::DefinitionReadError);
 
 /// The pipeline name an execution plan's task carries.
 pub const EXEC_PLAN_PIPELINE: &str = "exec-plan";

@@ -19,6 +19,30 @@ pub const ATTEMPTS: u32 = 4;
 /// The wait before the first retry; it doubles each time.
 const FIRST_BACKOFF: Duration = Duration::from_millis(250);
 
+/// Why an `openai:` backend's settings were refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenAiSpecError {
+    /// The base URL is not http(s).
+    #[error(
+        "the base URL must start with http:// or https:// (for example \
+         openai:http://127.0.0.1:11434/v1 or openai:https://api.openai.com/v1)"
+    )]
+    Scheme,
+    /// Nothing between the scheme and the path.
+    #[error("the base URL names no host")]
+    NoHost,
+    /// The URL does not parse (the parser's words).
+    #[error("the base URL is not a URL: {0}")]
+    NotAUrl(String),
+    /// A query or fragment, which the endpoints' paths would follow.
+    #[error("the base URL has a query or fragment; give the path up to /v1")]
+    QueryOrFragment,
+    /// The model name is blank.
+    #[error("the model name is empty (set PLANB_MODEL_NAME)")]
+    NoModel,
+}
+
 /// Where and how to reach the server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpenAi {
@@ -33,28 +57,27 @@ pub struct OpenAi {
 impl OpenAi {
     /// Reads `openai:<base-url>` (after the prefix), the model name and the
     /// key.
-    pub fn parse(base: &str, model: String, key: Option<String>) -> Result<OpenAi, String> {
+    pub fn parse(
+        base: &str,
+        model: String,
+        key: Option<String>,
+    ) -> Result<OpenAi, OpenAiSpecError> {
         let base = base.trim().trim_end_matches('/');
         let Some(rest) = base
             .strip_prefix("http://")
             .or_else(|| base.strip_prefix("https://"))
         else {
-            return Err(
-                "the base URL must start with http:// or https:// (for example \
-                 openai:http://127.0.0.1:11434/v1 or openai:https://api.openai.com/v1)"
-                    .into(),
-            );
+            return Err(OpenAiSpecError::Scheme);
         };
         if rest.is_empty() || rest.starts_with('/') {
-            return Err("the base URL names no host".into());
+            return Err(OpenAiSpecError::NoHost);
         }
-        let url =
-            reqwest::Url::parse(base).map_err(|e| format!("the base URL is not a URL: {e}"))?;
+        let url = reqwest::Url::parse(base).map_err(|e| OpenAiSpecError::NotAUrl(e.to_string()))?;
         if url.query().is_some() || url.fragment().is_some() {
-            return Err("the base URL has a query or fragment; give the path up to /v1".into());
+            return Err(OpenAiSpecError::QueryOrFragment);
         }
         if model.trim().is_empty() {
-            return Err("the model name is empty (set PLANB_MODEL_NAME)".into());
+            return Err(OpenAiSpecError::NoModel);
         }
         Ok(OpenAi {
             base: base.to_owned(),
@@ -67,7 +90,8 @@ impl OpenAi {
     pub async fn ask(&self, prompt: &str, timeout: Duration) -> Result<Answer, BackendError> {
         let started = Instant::now();
         let deadline = started + timeout;
-        let client = crate::web::client().map_err(|problem| http_error(&self.base, problem))?;
+        let client =
+            crate::web::client().map_err(|problem| http_error(&self.base, problem.to_string()))?;
         let body = json!({
             "model": self.model,
             "messages": [{"role": "user", "content": prompt}],

@@ -21,6 +21,17 @@
 use rmcp::model::CallToolResult;
 use serde_json::Value;
 
+/// An error answer (`isError: true`): what the step fails with.
+#[derive(Clone, PartialEq, Eq, Debug, thiserror::Error)]
+pub enum ErrorAnswer {
+    /// Its text blocks, joined by newlines.
+    #[error("{0}")]
+    Text(String),
+    /// It holds no text.
+    #[error("Tool execution failed")]
+    Silent,
+}
+
 /// Whether an output schema is the wrapper of a primitive result: an
 /// object schema whose one property is `result`.
 pub fn wraps_primitive(output_schema: Option<&serde_json::Map<String, Value>>) -> bool {
@@ -35,7 +46,7 @@ pub fn wraps_primitive(output_schema: Option<&serde_json::Map<String, Value>>) -
 
 /// The value `result` binds; `wrapped` says the tool's output schema is the
 /// primitive wrapper ([`wraps_primitive`]). An error result is its text.
-pub fn bound_value(result: &CallToolResult, wrapped: bool) -> Result<Value, String> {
+pub fn bound_value(result: &CallToolResult, wrapped: bool) -> Result<Value, ErrorAnswer> {
     let texts: Vec<&str> = result
         .content
         .iter()
@@ -44,9 +55,9 @@ pub fn bound_value(result: &CallToolResult, wrapped: bool) -> Result<Value, Stri
     if result.is_error == Some(true) {
         let text = texts.join("\n");
         return Err(if text.trim().is_empty() {
-            "Tool execution failed".into()
+            ErrorAnswer::Silent
         } else {
-            text
+            ErrorAnswer::Text(text)
         });
     }
     if let Some(structured) = &result.structured_content {
@@ -129,11 +140,11 @@ mod tests {
         let bound = bound_value(&image, false).expect("blocks");
         assert_eq!(bound[0]["type"], "image");
         let failed = CallToolResult::error(vec![ContentBlock::text("boom")]);
-        assert_eq!(bound_value(&failed, true), Err("boom".into()));
-        let silent = CallToolResult::error(vec![]);
         assert_eq!(
-            bound_value(&silent, false),
-            Err("Tool execution failed".into())
+            bound_value(&failed, true),
+            Err(ErrorAnswer::Text("boom".into()))
         );
+        let silent = CallToolResult::error(vec![]);
+        assert_eq!(bound_value(&silent, false), Err(ErrorAnswer::Silent));
     }
 }

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use planb_core::exec_plan::ExecPlan;
+use planb_core::exec_plan::{ExecPlan, PlanError};
 use planb_core::text::clip;
 use serde_json::Value;
 
@@ -36,6 +36,24 @@ pub enum GenerateError {
     /// Every answer was refused; the last reason.
     #[error("Failed to generate a valid plan: {0}")]
     Invalid(String),
+}
+
+/// Why a model's answer is not a plan that can run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AnswerError {
+    /// No `{…}` in the answer.
+    #[error("the answer holds no JSON object")]
+    NoObject,
+    /// The object does not parse (the parser's words).
+    #[error("the answer's JSON does not parse: {0}")]
+    Json(String),
+    /// It is not a valid plan, or names a tool no server has.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// A plan of no steps.
+    #[error("the plan has no steps")]
+    NoSteps,
 }
 
 /// The prompt for `goal` over `tools`.
@@ -84,30 +102,28 @@ pub fn prompt(goal: &str, tools: &[ToolInfo]) -> String {
 /// The JSON object in a model's answer: the whole answer, or the text
 /// between the first `{` and the last `}` (answers often come fenced or
 /// with a sentence around them).
-fn json_of(answer: &str) -> Result<Value, String> {
+fn json_of(answer: &str) -> Result<Value, AnswerError> {
     let trimmed = answer.trim();
     if let Ok(value) = serde_json::from_str::<Value>(trimmed) {
         return Ok(value);
     }
     let (Some(start), Some(end)) = (trimmed.find('{'), trimmed.rfind('}')) else {
-        return Err("the answer holds no JSON object".into());
+        return Err(AnswerError::NoObject);
     };
     if end < start {
-        return Err("the answer holds no JSON object".into());
+        return Err(AnswerError::NoObject);
     }
-    serde_json::from_str(&trimmed[start..=end])
-        .map_err(|e| format!("the answer's JSON does not parse: {e}"))
+    serde_json::from_str(&trimmed[start..=end]).map_err(|e| AnswerError::Json(e.to_string()))
 }
 
 /// Checks one answer: a plan whose every tool exists.
-pub fn check_answer(answer: &str, tools: &[ToolInfo]) -> Result<(ExecPlan, Value), String> {
+pub fn check_answer(answer: &str, tools: &[ToolInfo]) -> Result<(ExecPlan, Value), AnswerError> {
     let value = json_of(answer)?;
-    let plan = ExecPlan::from_json(&value).map_err(|e| e.to_string())?;
+    let plan = ExecPlan::from_json(&value)?;
     if plan.steps.is_empty() {
-        return Err("the plan has no steps".into());
+        return Err(AnswerError::NoSteps);
     }
-    plan.check_tools(|name| Downstream::resolve(tools, name).map(|_| ()))
-        .map_err(|e| e.to_string())?;
+    plan.check_tools(|name| Downstream::resolve(tools, name).map(|_| ()))?;
     Ok((plan, value))
 }
 
@@ -143,7 +159,7 @@ pub async fn generate(
                 asked = format!(
                     "{first}\n\nYour previous answer was refused: {problem}\nAnswer again with the corrected JSON object only."
                 );
-                last = problem;
+                last = problem.to_string();
             }
         }
     }
@@ -203,29 +219,34 @@ mod tests {
         assert!(
             check_answer("no idea", &t)
                 .expect_err("refused")
+                .to_string()
                 .contains("no JSON object")
         );
         assert!(
             check_answer("{\"title\": \"x\", \"steps\": []}", &t)
                 .expect_err("refused")
+                .to_string()
                 .contains("no steps")
         );
         let unknown = "{\"title\": \"x\", \"steps\": [{\"title\": \"a\", \"tool\": \"rm\"}]}";
         assert!(
             check_answer(unknown, &t)
                 .expect_err("refused")
+                .to_string()
                 .contains("Unknown tool: rm. Available:")
         );
         let ambiguous = "{\"title\": \"x\", \"steps\": [{\"title\": \"a\", \"tool\": \"echo\"}]}";
         assert!(
             check_answer(ambiguous, &t)
                 .expect_err("refused")
+                .to_string()
                 .contains("alpha__echo")
         );
         let cycle = "{\"title\": \"x\", \"steps\": [{\"index\": \"1\", \"title\": \"a\", \"tool\": \"add\", \"depends_on\": [\"2\"]}, {\"index\": \"2\", \"title\": \"b\", \"tool\": \"add\", \"depends_on\": [\"1\"]}]}";
         assert!(
             check_answer(cycle, &t)
                 .expect_err("refused")
+                .to_string()
                 .contains("cycle")
         );
     }

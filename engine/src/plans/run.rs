@@ -277,7 +277,10 @@ pub fn load(task: &Task) -> Result<Arc<ExecPlan>, PlanRunError> {
     {
         return Ok(Arc::clone(plan));
     }
-    let plan = Arc::new(info.exec_plan().map_err(PlanRunError::Invalid)?);
+    let plan = Arc::new(
+        info.exec_plan()
+            .map_err(|e| PlanRunError::Invalid(e.to_string()))?,
+    );
     let mut parsed = lock();
     parsed.retain(|(id, _, _)| *id != task.id);
     if parsed.len() >= PARSED_KEPT {
@@ -453,7 +456,7 @@ async fn perform(starting: Starting) -> Finished {
             )
             .await
             .map_err(|e| (e.class, e.message))
-            .and_then(|answer| answer.value().map_err(|e| ("tool_error", e))),
+            .and_then(|answer| answer.value().map_err(|e| ("tool_error", e.to_string()))),
     };
     report.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let outcome = match outcome.and_then(kept) {

@@ -85,6 +85,129 @@ pub struct Servers {
     pub notes: Vec<String>,
 }
 
+/// Why a servers file, or a url server's headers, were refused.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct ServersError {
+    /// The file, when the problem was found reading one.
+    pub file: Option<PathBuf>,
+    /// The field (`mcpServers.fs.args[0]`, `header Authorization`); empty
+    /// for the file as a whole.
+    pub at: String,
+    /// What is wrong there.
+    pub problem: ServersProblem,
+}
+
+impl ServersError {
+    fn at(at: impl Into<String>, problem: ServersProblem) -> ServersError {
+        ServersError {
+            file: None,
+            at: at.into(),
+            problem,
+        }
+    }
+
+    fn of_file(file: &Path, problem: ServersProblem) -> ServersError {
+        ServersError {
+            file: Some(file.to_owned()),
+            at: String::new(),
+            problem,
+        }
+    }
+}
+
+impl std::fmt::Display for ServersError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(file) = &self.file {
+            write!(f, "{}: ", file.display())?;
+        }
+        if !self.at.is_empty() {
+            write!(f, "{}: ", self.at)?;
+        }
+        write!(f, "{}", self.problem)
+    }
+}
+
+impl std::error::Error for ServersError {}
+
+/// What is wrong with a servers file or one of its fields.
+#[derive(Clone, PartialEq, Eq, Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServersProblem {
+    /// The file cannot be read (the system's words).
+    #[error("cannot read: {0}")]
+    Unreadable(String),
+    /// The file is over [`SERVERS_FILE_BYTES_MAX`] (its size).
+    #[error("{0} bytes; a servers file may hold at most {SERVERS_FILE_BYTES_MAX}")]
+    TooLarge(u64),
+    /// The file does not parse (the parser's words).
+    #[error("not JSON: {0}")]
+    NotJson(String),
+    /// No `mcpServers`.
+    #[error("missing (the file is {{\"mcpServers\": {{name: {{command, args, env}} | {{url}}}}}})")]
+    Missing,
+    /// `mcpServers` is not an object.
+    #[error("must be an object of servers by name")]
+    NotByName,
+    /// More than [`SERVERS_MAX`] servers (how many).
+    #[error("at most {SERVERS_MAX} servers (got {0})")]
+    TooManyServers(usize),
+    /// A server name that is not one.
+    #[error(
+        "a server name is 1 to 64 letters, digits, '-' or '_', without \"__\" (which separates server and tool)"
+    )]
+    Name,
+    /// An entry that is not an object.
+    #[error("must be an object")]
+    NotAnObject,
+    /// `"type": "sse"`.
+    #[error(
+        "\"sse\" (the older HTTP+SSE transport) is not supported; give the server's streamable HTTP endpoint as url"
+    )]
+    Sse,
+    /// Another `type`.
+    #[error("must be \"stdio\", \"http\" or \"streamable-http\"")]
+    Type,
+    /// A value that must be a string.
+    #[error("must be a string")]
+    NotAString,
+    /// `args` that is not an array of strings.
+    #[error("must be an array of strings")]
+    NotStrings,
+    /// `env` or `headers` that is not an object.
+    #[error("must be an object of strings")]
+    NotStringsByName,
+    /// More than [`HEADERS_MAX`] headers.
+    #[error("at most {HEADERS_MAX} headers")]
+    TooManyHeaders,
+    /// A header name HTTP does not allow.
+    #[error("not a valid HTTP header name")]
+    HeaderName,
+    /// A header value HTTP does not allow.
+    #[error("not a valid HTTP header value (control characters or non-ASCII)")]
+    HeaderValue,
+    /// Both `command` and `url`.
+    #[error("give command or url, not both")]
+    CommandAndUrl,
+    /// A `command` that is not a non-empty string.
+    #[error("must be a non-empty string")]
+    Command,
+    /// A `url` that is not an http(s) URL or is too long.
+    #[error("must be an http:// or https:// URL of at most {URL_BYTES_MAX} bytes")]
+    Url,
+    /// Neither `command` nor `url`.
+    #[error("needs command (stdio) or url")]
+    NoCommandOrUrl,
+    /// `${` without its `}`.
+    #[error("\"${{\" without a closing \"}}\"")]
+    Unclosed,
+    /// `${…}` holding no variable name (what it holds).
+    #[error("${{{0}}} does not name an environment variable")]
+    VariableName(String),
+    /// A variable that is not set (its name).
+    #[error("the environment variable {0} is not set")]
+    Unset(String),
+}
+
 /// The fields of a server entry planb reads.
 const ENTRY_FIELDS: [&str; 6] = ["type", "command", "args", "env", "url", "headers"];
 
@@ -134,19 +257,19 @@ fn repeated_names(text: &str) -> Vec<String> {
     repeated
 }
 
-fn strings(value: Option<&Value>, path: &str) -> Result<Vec<String>, String> {
+fn strings(value: Option<&Value>, path: &str) -> Result<Vec<String>, ServersError> {
     match value {
         None | Some(Value::Null) => Ok(Vec::new()),
         Some(Value::Array(items)) => items
             .iter()
             .enumerate()
             .map(|(i, v)| {
-                v.as_str()
-                    .map(str::to_owned)
-                    .ok_or_else(|| format!("{path}[{i}]: must be a string"))
+                v.as_str().map(str::to_owned).ok_or_else(|| {
+                    ServersError::at(format!("{path}[{i}]"), ServersProblem::NotAString)
+                })
             })
             .collect(),
-        Some(_) => Err(format!("{path}: must be an array of strings")),
+        Some(_) => Err(ServersError::at(path, ServersProblem::NotStrings)),
     }
 }
 
@@ -157,23 +280,31 @@ const HEADERS_MAX: usize = 32;
 
 /// A url server's `headers`: names HTTP allows, values kept as written
 /// (their `${NAME}`s are read when the server starts).
-fn headers(value: Option<&Value>, at: &str) -> Result<BTreeMap<String, String>, String> {
+fn headers(value: Option<&Value>, at: &str) -> Result<BTreeMap<String, String>, ServersError> {
     let map = match value {
         None | Some(Value::Null) => return Ok(BTreeMap::new()),
         Some(Value::Object(map)) => map,
-        Some(_) => return Err(format!("{at}.headers: must be an object of strings")),
+        Some(_) => {
+            return Err(ServersError::at(
+                format!("{at}.headers"),
+                ServersProblem::NotStringsByName,
+            ));
+        }
     };
     if map.len() > HEADERS_MAX {
-        return Err(format!("{at}.headers: at most {HEADERS_MAX} headers"));
+        return Err(ServersError::at(
+            format!("{at}.headers"),
+            ServersProblem::TooManyHeaders,
+        ));
     }
     let mut headers = BTreeMap::new();
     for (name, value) in map {
         let field = format!("{at}.headers.{name}");
         let Some(value) = value.as_str() else {
-            return Err(format!("{field}: must be a string"));
+            return Err(ServersError::at(field, ServersProblem::NotAString));
         };
         if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
-            return Err(format!("{field}: not a valid HTTP header name"));
+            return Err(ServersError::at(field, ServersProblem::HeaderName));
         }
         headers.insert(name.clone(), value.to_owned());
     }
@@ -194,41 +325,39 @@ fn without_transport_type(detail: String) -> String {
 /// the environment now.
 fn url_headers(
     headers: &BTreeMap<String, String>,
-) -> Result<std::collections::HashMap<http::HeaderName, http::HeaderValue>, String> {
+) -> Result<std::collections::HashMap<http::HeaderName, http::HeaderValue>, ServersError> {
     headers
         .iter()
         .map(|(name, value)| {
-            let value = expand_env(value).map_err(|e| format!("header {name}: {e}"))?;
+            let at = || format!("header {name}");
+            let value = expand_env(value).map_err(|e| ServersError::at(at(), e))?;
             let header_name = http::HeaderName::from_bytes(name.as_bytes())
-                .map_err(|_| format!("header {name}: not a valid HTTP header name"))?;
-            let header_value = http::HeaderValue::from_str(&value).map_err(|_| {
-                format!(
-                    "header {name}: not a valid HTTP header value (control characters or non-ASCII)"
-                )
-            })?;
+                .map_err(|_| ServersError::at(at(), ServersProblem::HeaderName))?;
+            let header_value = http::HeaderValue::from_str(&value)
+                .map_err(|_| ServersError::at(at(), ServersProblem::HeaderValue))?;
             Ok((header_name, header_value))
         })
         .collect()
 }
 
 /// `text` with each `${NAME}` replaced by the environment variable `NAME`.
-fn expand_env(text: &str) -> Result<String, String> {
+fn expand_env(text: &str) -> Result<String, ServersProblem> {
     let mut out = String::new();
     let mut rest = text;
     while let Some(start) = rest.find("${") {
         out.push_str(&rest[..start]);
         let after = &rest[start + 2..];
         let Some(end) = after.find('}') else {
-            return Err("\"${\" without a closing \"}\"".into());
+            return Err(ServersProblem::Unclosed);
         };
         let name = &after[..end];
         let valid = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
         if !valid {
-            return Err(format!("${{{name}}} does not name an environment variable"));
+            return Err(ServersProblem::VariableName(name.to_owned()));
         }
         match std::env::var(name) {
             Ok(value) => out.push_str(&value),
-            Err(_) => return Err(format!("the environment variable {name} is not set")),
+            Err(_) => return Err(ServersProblem::Unset(name.to_owned())),
         }
         rest = &after[end + 1..];
     }
@@ -238,8 +367,10 @@ fn expand_env(text: &str) -> Result<String, String> {
 
 impl Servers {
     /// Reads a servers file. A file that does not exist is no servers.
-    pub fn load(path: &Path) -> Result<Servers, String> {
-        let shown = path.display();
+    pub fn load(path: &Path) -> Result<Servers, ServersError> {
+        let unreadable = |e: std::io::Error| {
+            ServersError::of_file(path, ServersProblem::Unreadable(e.to_string()))
+        };
         let meta = match std::fs::metadata(path) {
             Ok(meta) => meta,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -249,25 +380,28 @@ impl Servers {
                     notes: Vec::new(),
                 });
             }
-            Err(e) => return Err(format!("{shown}: cannot read: {e}")),
+            Err(e) => return Err(unreadable(e)),
         };
         if meta.len() > SERVERS_FILE_BYTES_MAX {
-            return Err(format!(
-                "{shown}: {} bytes; a servers file may hold at most {SERVERS_FILE_BYTES_MAX}",
-                meta.len()
+            return Err(ServersError::of_file(
+                path,
+                ServersProblem::TooLarge(meta.len()),
             ));
         }
-        let text =
-            std::fs::read_to_string(path).map_err(|e| format!("{shown}: cannot read: {e}"))?;
-        let value: Value =
-            serde_json::from_str(&text).map_err(|e| format!("{shown}: not JSON: {e}"))?;
-        let mut servers = Servers::parse(&value).map_err(|e| format!("{shown}: {e}"))?;
+        let text = std::fs::read_to_string(path).map_err(unreadable)?;
+        let value: Value = serde_json::from_str(&text)
+            .map_err(|e| ServersError::of_file(path, ServersProblem::NotJson(e.to_string())))?;
+        let mut servers = Servers::parse(&value).map_err(|e| ServersError {
+            file: Some(path.to_owned()),
+            ..e
+        })?;
         servers.path = Some(path.to_owned());
         for name in repeated_names(&text) {
             servers.notes.push(format!(
                 "mcpServers.{name}: given more than once; the last entry is used"
             ));
         }
+        let shown = path.display();
         for note in &mut servers.notes {
             *note = format!("{shown}: {note}");
             tracing::warn!("{note}");
@@ -276,105 +410,120 @@ impl Servers {
     }
 
     /// Checks the `{"mcpServers": {...}}` object.
-    pub fn parse(value: &Value) -> Result<Servers, String> {
+    pub fn parse(value: &Value) -> Result<Servers, ServersError> {
         let Some(all) = value.get("mcpServers") else {
-            return Err("mcpServers: missing (the file is {\"mcpServers\": {name: {command, args, env} | {url}}})".into());
+            return Err(ServersError::at("mcpServers", ServersProblem::Missing));
         };
         let Value::Object(all) = all else {
-            return Err("mcpServers: must be an object of servers by name".into());
+            return Err(ServersError::at("mcpServers", ServersProblem::NotByName));
         };
         if all.len() > SERVERS_MAX {
-            return Err(format!(
-                "mcpServers: at most {SERVERS_MAX} servers (got {})",
-                all.len()
+            return Err(ServersError::at(
+                "mcpServers",
+                ServersProblem::TooManyServers(all.len()),
             ));
         }
         let mut servers = BTreeMap::new();
         let mut notes = Vec::new();
         for (name, spec) in all {
-            let at = format!("mcpServers.{name}");
-            let valid = !name.is_empty()
-                && name.len() <= 64
-                && !name.contains("__")
-                && name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-            if !valid {
-                return Err(format!(
-                    "{at}: a server name is 1 to 64 letters, digits, '-' or '_', without \"__\" (which separates server and tool)"
-                ));
-            }
-            let Value::Object(spec) = spec else {
-                return Err(format!("{at}: must be an object"));
-            };
-            for key in spec.keys().filter(|k| !ENTRY_FIELDS.contains(&k.as_str())) {
-                notes.push(format!(
-                    "{at}.{key}: not used by planb, ignored (an entry has {})",
-                    ENTRY_FIELDS.join(", ")
-                ));
-            }
-            match spec.get("type") {
-                None | Some(Value::Null) => {}
-                Some(Value::String(kind))
-                    if ["stdio", "http", "streamable-http", "streamableHttp"]
-                        .contains(&kind.as_str()) => {}
-                Some(Value::String(kind)) if kind == "sse" => {
-                    return Err(format!(
-                        "{at}.type: \"sse\" (the older HTTP+SSE transport) is not supported; give the server's streamable HTTP endpoint as url"
-                    ));
-                }
-                Some(_) => {
-                    return Err(format!(
-                        "{at}.type: must be \"stdio\", \"http\" or \"streamable-http\""
-                    ));
-                }
-            }
-            let parsed = match (spec.get("command"), spec.get("url")) {
-                (Some(Value::String(command)), None) if !command.trim().is_empty() => {
-                    let args = strings(spec.get("args"), &format!("{at}.args"))?;
-                    let env = match spec.get("env") {
-                        None | Some(Value::Null) => BTreeMap::new(),
-                        Some(Value::Object(env)) => env
-                            .iter()
-                            .map(|(k, v)| {
-                                v.as_str()
-                                    .map(|v| (k.clone(), v.to_owned()))
-                                    .ok_or_else(|| format!("{at}.env.{k}: must be a string"))
-                            })
-                            .collect::<Result<_, _>>()?,
-                        Some(_) => return Err(format!("{at}.env: must be an object of strings")),
-                    };
-                    ServerSpec::Stdio {
-                        command: command.clone(),
-                        args,
-                        env,
-                    }
-                }
-                (None, Some(Value::String(url)))
-                    if (url.starts_with("http://") || url.starts_with("https://"))
-                        && url.len() <= URL_BYTES_MAX =>
-                {
-                    ServerSpec::Url {
-                        url: url.clone(),
-                        headers: headers(spec.get("headers"), &at)?,
-                    }
-                }
-                (Some(_), Some(_)) => return Err(format!("{at}: give command or url, not both")),
-                (Some(_), None) => return Err(format!("{at}.command: must be a non-empty string")),
-                (None, Some(_)) => {
-                    return Err(format!(
-                        "{at}.url: must be an http:// or https:// URL of at most {URL_BYTES_MAX} bytes"
-                    ));
-                }
-                (None, None) => return Err(format!("{at}: needs command (stdio) or url")),
-            };
-            servers.insert(name.clone(), parsed);
+            servers.insert(name.clone(), server_entry(name, spec, &mut notes)?);
         }
         Ok(Servers {
             path: None,
             servers,
             notes,
         })
+    }
+}
+
+/// One entry of `mcpServers`, checked; the fields planb does not use are
+/// noted in `notes`.
+fn server_entry(
+    name: &str,
+    spec: &Value,
+    notes: &mut Vec<String>,
+) -> Result<ServerSpec, ServersError> {
+    let at = format!("mcpServers.{name}");
+    let valid = !name.is_empty()
+        && name.len() <= 64
+        && !name.contains("__")
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if !valid {
+        return Err(ServersError::at(at, ServersProblem::Name));
+    }
+    let Value::Object(spec) = spec else {
+        return Err(ServersError::at(at, ServersProblem::NotAnObject));
+    };
+    for key in spec.keys().filter(|k| !ENTRY_FIELDS.contains(&k.as_str())) {
+        notes.push(format!(
+            "{at}.{key}: not used by planb, ignored (an entry has {})",
+            ENTRY_FIELDS.join(", ")
+        ));
+    }
+    entry_type(spec, &at)?;
+    match (spec.get("command"), spec.get("url")) {
+        (Some(Value::String(command)), None) if !command.trim().is_empty() => {
+            Ok(ServerSpec::Stdio {
+                command: command.clone(),
+                args: strings(spec.get("args"), &format!("{at}.args"))?,
+                env: entry_env(spec.get("env"), &at)?,
+            })
+        }
+        (None, Some(Value::String(url)))
+            if (url.starts_with("http://") || url.starts_with("https://"))
+                && url.len() <= URL_BYTES_MAX =>
+        {
+            Ok(ServerSpec::Url {
+                url: url.clone(),
+                headers: headers(spec.get("headers"), &at)?,
+            })
+        }
+        (Some(_), Some(_)) => Err(ServersError::at(at, ServersProblem::CommandAndUrl)),
+        (Some(_), None) => Err(ServersError::at(
+            format!("{at}.command"),
+            ServersProblem::Command,
+        )),
+        (None, Some(_)) => Err(ServersError::at(format!("{at}.url"), ServersProblem::Url)),
+        (None, None) => Err(ServersError::at(at, ServersProblem::NoCommandOrUrl)),
+    }
+}
+
+/// Refuses an entry's `type` unless it names a transport planb speaks.
+fn entry_type(spec: &Map<String, Value>, at: &str) -> Result<(), ServersError> {
+    match spec.get("type") {
+        None | Some(Value::Null) => Ok(()),
+        Some(Value::String(kind))
+            if ["stdio", "http", "streamable-http", "streamableHttp"].contains(&kind.as_str()) =>
+        {
+            Ok(())
+        }
+        Some(Value::String(kind)) if kind == "sse" => {
+            Err(ServersError::at(format!("{at}.type"), ServersProblem::Sse))
+        }
+        Some(_) => Err(ServersError::at(format!("{at}.type"), ServersProblem::Type)),
+    }
+}
+
+/// A stdio entry's `env`: strings by name.
+fn entry_env(value: Option<&Value>, at: &str) -> Result<BTreeMap<String, String>, ServersError> {
+    match value {
+        None | Some(Value::Null) => Ok(BTreeMap::new()),
+        Some(Value::Object(env)) => env
+            .iter()
+            .map(|(k, v)| {
+                v.as_str()
+                    .map(|v| (k.clone(), v.to_owned()))
+                    .ok_or_else(|| {
+                        ServersError::at(format!("{at}.env.{k}"), ServersProblem::NotAString)
+                    })
+            })
+            .collect(),
+        Some(_) => Err(ServersError::at(
+            format!("{at}.env"),
+            ServersProblem::NotStringsByName,
+        )),
     }
 }
 
@@ -405,7 +554,7 @@ pub struct ToolAnswer {
 
 impl ToolAnswer {
     /// The value it binds; an error answer is its text.
-    pub fn value(&self) -> Result<Value, String> {
+    pub fn value(&self) -> Result<Value, super::binding::ErrorAnswer> {
         super::binding::bound_value(&self.result, self.wraps_result)
     }
 }
@@ -625,6 +774,12 @@ impl Downstream {
         spec: &ServerSpec,
         start_timeout: Duration,
     ) -> Result<Connection, DownstreamError> {
+        let (command, args, env) = match spec {
+            ServerSpec::Stdio { command, args, env } => (command, args, env),
+            ServerSpec::Url { url, headers } => {
+                return Downstream::start_url(name, url, headers, start_timeout).await;
+            }
+        };
         let failed = |detail: String, stderr: &Mutex<VecDeque<String>>| DownstreamError {
             message: format!(
                 "downstream server {name:?} did not start: {detail}; its stderr ends with:\n{}",
@@ -633,30 +788,6 @@ impl Downstream {
             class: "server_start",
         };
         let stderr_lines = Arc::new(Mutex::new(VecDeque::new()));
-        let (command, args, env) = match spec {
-            ServerSpec::Stdio { command, args, env } => (command, args, env),
-            ServerSpec::Url { url, headers } => {
-                let failed = |detail: String| DownstreamError {
-                    message: format!("downstream server {name:?} ({url}) did not start: {detail}"),
-                    class: "server_start",
-                };
-                let custom = url_headers(headers).map_err(failed)?;
-                let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
-                    .custom_headers(custom);
-                let http = crate::web::client().map_err(failed)?;
-                let transport = StreamableHttpClientTransport::with_client(http, config);
-                let (client, tools) = Downstream::handshake(transport, start_timeout)
-                    .await
-                    .map_err(|detail| failed(without_transport_type(detail)))?;
-                return Ok(Connection {
-                    client,
-                    tools: tool_infos(name, tools),
-                    stderr: None,
-                    deaths: Arc::default(),
-                    _child: None,
-                });
-            }
-        };
         let mut cmd = tokio::process::Command::new(command);
         cmd.args(args)
             .envs(env)
@@ -683,44 +814,7 @@ impl Downstream {
         let transport = AsyncRwTransport::new_client(answers, stdin)
             .with_max_line_length(framing::ANSWER_BYTES_MAX + 1);
         if let Some(stderr) = stderr {
-            let sink = Arc::clone(&stderr_lines);
-            tokio::spawn(async move {
-                // Read to the end whatever it writes (a full pipe would
-                // block the server): bytes that are not UTF-8 are replaced,
-                // and a line is kept to its first 500 characters.
-                let mut reader = tokio::io::BufReader::new(stderr);
-                let mut line = Vec::new();
-                let mut rest = Vec::new();
-                loop {
-                    line.clear();
-                    match AsyncReadExt::take(&mut reader, STDERR_LINE_BYTES_MAX)
-                        .read_until(b'\n', &mut line)
-                        .await
-                    {
-                        Ok(0) | Err(_) => break,
-                        Ok(_) => {}
-                    }
-                    // The rest of an overlong line is read and dropped.
-                    let mut ended = line.last() == Some(&b'\n');
-                    while !ended {
-                        rest.clear();
-                        match AsyncReadExt::take(&mut reader, STDERR_LINE_BYTES_MAX)
-                            .read_until(b'\n', &mut rest)
-                            .await
-                        {
-                            Ok(0) | Err(_) => ended = true,
-                            Ok(_) => ended = rest.last() == Some(&b'\n'),
-                        }
-                    }
-                    let text = String::from_utf8_lossy(&line);
-                    if let Ok(mut kept) = sink.lock() {
-                        if kept.len() == STDERR_LINES {
-                            kept.pop_front();
-                        }
-                        kept.push_back(text.trim_end().chars().take(500).collect());
-                    }
-                }
-            });
+            tokio::spawn(keep_stderr_tail(stderr, Arc::clone(&stderr_lines)));
         }
         let (client, tools) = match Downstream::handshake(transport, start_timeout).await {
             Ok(found) => found,
@@ -736,6 +830,34 @@ impl Downstream {
             stderr: Some(stderr_lines),
             deaths: Arc::default(),
             _child: Some(child),
+        })
+    }
+
+    /// Connects to a url server over streamable HTTP, its headers' `${NAME}`s
+    /// read now.
+    async fn start_url(
+        name: &str,
+        url: &str,
+        headers: &BTreeMap<String, String>,
+        start_timeout: Duration,
+    ) -> Result<Connection, DownstreamError> {
+        let failed = |detail: String| DownstreamError {
+            message: format!("downstream server {name:?} ({url}) did not start: {detail}"),
+            class: "server_start",
+        };
+        let custom = url_headers(headers).map_err(|e| failed(e.to_string()))?;
+        let config = StreamableHttpClientTransportConfig::with_uri(url).custom_headers(custom);
+        let http = crate::web::client().map_err(|e| failed(e.to_string()))?;
+        let transport = StreamableHttpClientTransport::with_client(http, config);
+        let (client, tools) = Downstream::handshake(transport, start_timeout)
+            .await
+            .map_err(|detail| failed(without_transport_type(detail)))?;
+        Ok(Connection {
+            client,
+            tools: tool_infos(name, tools),
+            stderr: None,
+            deaths: Arc::default(),
+            _child: None,
         })
     }
 
@@ -921,46 +1043,7 @@ impl Downstream {
                     wraps_result,
                 })
             }
-            Ok(Err(e)) => {
-                let closed = matches!(
-                    e,
-                    rmcp::ServiceError::TransportClosed | rmcp::ServiceError::TransportSend(_)
-                ) || !connection.alive();
-                if closed {
-                    // Give the stderr reader a moment to collect the last words.
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                let error = DownstreamError {
-                    message: if closed {
-                        match &connection.stderr {
-                            Some(stderr) => format!(
-                                "downstream server {server:?} closed during {tool}: {e}; its stderr ends with:\n{}",
-                                tail(stderr)
-                            ),
-                            None => {
-                                format!("downstream server {server:?} closed during {tool}: {e}")
-                            }
-                        }
-                    } else {
-                        format!("{server}__{tool}: {e}")
-                    },
-                    class: "server_error",
-                };
-                if closed {
-                    // Dropped (unless another call has started it again
-                    // meanwhile): the next use starts the server again.
-                    let slot = self.slot(server);
-                    let mut state = slot.lock().await;
-                    if state
-                        .connection
-                        .as_ref()
-                        .is_none_or(|c| Arc::ptr_eq(c, &connection))
-                    {
-                        state.died(&error.message);
-                    }
-                }
-                Err(error)
-            }
+            Ok(Err(e)) => Err(self.failed_call(server, tool, &connection, e).await),
             Err(_) => Err(DownstreamError {
                 message: format!(
                     "{server}__{tool} did not answer within {} s",
@@ -969,6 +1052,54 @@ impl Downstream {
                 class: "tool_timeout",
             }),
         }
+    }
+
+    /// The error of a call `e` failed: a server that closed names its
+    /// stderr's end, and its connection is dropped (unless another call has
+    /// started it again meanwhile) so that the next use starts it again.
+    async fn failed_call(
+        &self,
+        server: &str,
+        tool: &str,
+        connection: &Arc<Connection>,
+        e: rmcp::ServiceError,
+    ) -> DownstreamError {
+        let closed = matches!(
+            e,
+            rmcp::ServiceError::TransportClosed | rmcp::ServiceError::TransportSend(_)
+        ) || !connection.alive();
+        if closed {
+            // Give the stderr reader a moment to collect the last words.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let error = DownstreamError {
+            message: if closed {
+                match &connection.stderr {
+                    Some(stderr) => format!(
+                        "downstream server {server:?} closed during {tool}: {e}; its stderr ends with:\n{}",
+                        tail(stderr)
+                    ),
+                    None => {
+                        format!("downstream server {server:?} closed during {tool}: {e}")
+                    }
+                }
+            } else {
+                format!("{server}__{tool}: {e}")
+            },
+            class: "server_error",
+        };
+        if closed {
+            let slot = self.slot(server);
+            let mut state = slot.lock().await;
+            if state
+                .connection
+                .as_ref()
+                .is_none_or(|c| Arc::ptr_eq(c, connection))
+            {
+                state.died(&error.message);
+            }
+        }
+        error
     }
 
     /// `name`'s slot, made when first asked for.
@@ -982,6 +1113,45 @@ impl Downstream {
             return Arc::clone(slot);
         }
         Arc::clone(slots.entry(name.to_owned()).or_default())
+    }
+}
+
+/// Reads a server's stderr to the end, whatever it writes (a full pipe
+/// would block the server), keeping its last [`STDERR_LINES`] lines in
+/// `sink`: bytes that are not UTF-8 are replaced, and a line is kept to its
+/// first 500 characters.
+async fn keep_stderr_tail(stderr: tokio::process::ChildStderr, sink: Arc<Mutex<VecDeque<String>>>) {
+    let mut reader = tokio::io::BufReader::new(stderr);
+    let mut line = Vec::new();
+    let mut rest = Vec::new();
+    loop {
+        line.clear();
+        match AsyncReadExt::take(&mut reader, STDERR_LINE_BYTES_MAX)
+            .read_until(b'\n', &mut line)
+            .await
+        {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        // The rest of an overlong line is read and dropped.
+        let mut ended = line.last() == Some(&b'\n');
+        while !ended {
+            rest.clear();
+            match AsyncReadExt::take(&mut reader, STDERR_LINE_BYTES_MAX)
+                .read_until(b'\n', &mut rest)
+                .await
+            {
+                Ok(0) | Err(_) => ended = true,
+                Ok(_) => ended = rest.last() == Some(&b'\n'),
+            }
+        }
+        let text = String::from_utf8_lossy(&line);
+        if let Ok(mut kept) = sink.lock() {
+            if kept.len() == STDERR_LINES {
+                kept.pop_front();
+            }
+            kept.push_back(text.trim_end().chars().take(500).collect());
+        }
     }
 }
 
@@ -1017,7 +1187,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn parse(servers: Value) -> Result<Servers, String> {
+    fn parse(servers: Value) -> Result<Servers, ServersError> {
         Servers::parse(&json!({ "mcpServers": servers }))
     }
 
@@ -1118,7 +1288,7 @@ mod tests {
             ),
         ];
         for (servers, expected) in cases {
-            let error = parse(servers.clone()).expect_err("refused");
+            let error = parse(servers.clone()).expect_err("refused").to_string();
             assert!(error.starts_with(expected), "{servers}: {error}");
         }
     }
@@ -1131,15 +1301,25 @@ mod tests {
         assert_eq!(expand_env("no variables"), Ok("no variables".into()));
         assert_eq!(
             expand_env("${PLANB_SURELY_UNSET_VARIABLE}"),
-            Err("the environment variable PLANB_SURELY_UNSET_VARIABLE is not set".into())
+            Err(ServersProblem::Unset("PLANB_SURELY_UNSET_VARIABLE".into()))
         );
         assert_eq!(
-            expand_env("${not-a-name}"),
-            Err("${not-a-name} does not name an environment variable".into())
+            expand_env("${not-a-name}")
+                .expect_err("not a name")
+                .to_string(),
+            "${not-a-name} does not name an environment variable"
+        );
+        assert_eq!(
+            expand_env("${PLANB_SURELY_UNSET_VARIABLE}")
+                .expect_err("unset")
+                .to_string(),
+            "the environment variable PLANB_SURELY_UNSET_VARIABLE is not set"
         );
         assert!(expand_env("${OPEN").is_err());
         let headers = BTreeMap::from([("X-Line".to_string(), "a\nb".to_string())]);
-        let error = url_headers(&headers).expect_err("a newline cannot be sent");
+        let error = url_headers(&headers)
+            .expect_err("a newline cannot be sent")
+            .to_string();
         assert!(
             error.starts_with("header X-Line: not a valid HTTP header value"),
             "{error}"
