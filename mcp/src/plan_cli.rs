@@ -509,6 +509,12 @@ fn execute(
             .unwrap_or_else(|| task.clone());
         writeln!(out, "\n{}\n", exec_plans::rendered(&after, &plan))?;
     }
+    ended(task, &outcome, out)
+}
+
+/// Says how a run ended; the exit status says it too (0 completed, 3
+/// stopped, 1 failed).
+fn ended(task: &Task, outcome: &PlanOutcome, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     not_waited_for(out, &outcome.servers_not_answering)?;
     if !outcome.called_again.is_empty() {
         writeln!(

@@ -523,35 +523,52 @@ impl PlanbServer {
                 arguments.insert("askId".into(), ask.to_string().into());
                 self.collect_ask(&arguments, context).await
             }
-            None => {
-                let spec = match AskSpec::from_json(&review_form(task.id, plan, request)) {
-                    Ok(spec) => spec,
-                    Err(error) => {
-                        return Err(failure(format!(
-                            "the review form could not be made: {error}"
-                        )));
-                    }
-                };
-                let session = SessionId::from_uuid(self.store().env().random_id());
-                let created = self
-                    .execute(Command::CreateSession {
-                        session,
-                        title: Some(clip(&format!("Run \"{}\"?", plan.title), 200)),
-                        intent: Some(format!(
-                            "Approve or reject a run of execution plan {}",
-                            task.id
-                        )),
-                        project_path: None,
-                    })
-                    .await;
-                if let Err(error) = created {
-                    return Err(failure(format!(
-                        "the review could not be recorded: {error}"
-                    )));
-                }
-                self.open_ask(session, spec, context).await
-            }
+            None => self.open_review(task, plan, request, context).await?,
         };
+        match self.refused(task, plan, &result) {
+            None => Ok(()),
+            Some(refused) => Err(refused),
+        }
+    }
+
+    /// Opens the review form of a run of `plan` in a session of its own.
+    async fn open_review(
+        &self,
+        task: &Task,
+        plan: &ExecPlan,
+        request: &ExecRequest,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, CallToolResult> {
+        let spec = AskSpec::from_json(&review_form(task.id, plan, request))
+            .map_err(|error| failure(format!("the review form could not be made: {error}")))?;
+        let session = SessionId::from_uuid(self.store().env().random_id());
+        let created = self
+            .execute(Command::CreateSession {
+                session,
+                title: Some(clip(&format!("Run \"{}\"?", plan.title), 200)),
+                intent: Some(format!(
+                    "Approve or reject a run of execution plan {}",
+                    task.id
+                )),
+                project_path: None,
+            })
+            .await;
+        if let Err(error) = created {
+            return Err(failure(format!(
+                "the review could not be recorded: {error}"
+            )));
+        }
+        Ok(self.open_ask(session, spec, context).await)
+    }
+
+    /// What the review form's outcome means for the run: `None` once
+    /// approved; otherwise the result to return.
+    fn refused(
+        &self,
+        task: &Task,
+        plan: &ExecPlan,
+        result: &CallToolResult,
+    ) -> Option<CallToolResult> {
         let outcome = result.structured_content.clone().unwrap_or(Value::Null);
         let base = |more: Value| {
             let mut value = json!({
@@ -565,8 +582,8 @@ impl PlanbServer {
             value
         };
         match outcome["status"].as_str() {
-            Some("answered") if outcome["answers"]["decision"] == APPROVE => Ok(()),
-            Some("answered") => Err(CallToolResult::structured(base(json!({
+            Some("answered") if outcome["answers"]["decision"] == APPROVE => None,
+            Some("answered") => Some(CallToolResult::structured(base(json!({
                 "approved": false,
                 "error": "The person did not approve this run; no tool was called.",
                 "feedback": outcome["answers"]["feedback"],
@@ -577,7 +594,7 @@ impl PlanbServer {
                 {
                     reviews.insert(task.id, ask);
                 }
-                Err(CallToolResult::structured(base(json!({
+                Some(CallToolResult::structured(base(json!({
                     "review": "waiting",
                     "url": outcome["url"],
                     "message": "The person has not approved or rejected this run yet; the review form stays open. Call plan_execute again with the same plan_id and review: true to keep waiting on it. No tool was called.",
@@ -590,7 +607,7 @@ impl PlanbServer {
                     .and_then(|c| c.as_text())
                     .map(|t| t.text.clone())
                     .unwrap_or_default();
-                Err(CallToolResult::structured(base(json!({
+                Some(CallToolResult::structured(base(json!({
                     "approved": false,
                     "error": format!("The review ended without an approval; no tool was called. {said}"),
                 }))))

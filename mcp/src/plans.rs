@@ -163,6 +163,40 @@ fn verdict_result(approved: bool, feedback: Option<String>) -> CallToolResult {
     CallToolResult::structured(value)
 }
 
+/// The form-mode elicitation of a review: a flat `decision` (approve/deny,
+/// default deny) and `feedback`, the plan in `_meta`.
+fn review_form_request(
+    plan: &PlanKey,
+    round: u32,
+    content: &str,
+) -> Option<rmcp::model::ElicitRequestParams> {
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "decision": {"type": "string", "title": "Decision", "enum": ["approve", "deny"], "enumNames": ["Approve", "Request changes"], "default": "deny"},
+            "feedback": {"type": "string", "title": "Feedback", "description": "What should change (optional when approving)"}
+        },
+        "required": ["decision"]
+    });
+    let schema = serde_json::from_value(schema).ok()?;
+    let mut meta = rmcp::model::JsonObject::new();
+    meta.insert("ui".into(), "planReview".into());
+    meta.insert("planName".into(), plan.name.as_str().into());
+    meta.insert("round".into(), round.into());
+    meta.insert("plan".into(), content.into());
+    Some(rmcp::model::ElicitRequestParams::FormElicitationParams {
+        meta: Some(rmcp::model::RequestMetaObject(rmcp::model::MetaObject(
+            meta,
+        ))),
+        message: format!(
+            "Review plan \"{}\" (round {round}) at {}",
+            plan.name.as_str(),
+            PlanbServer::named_plan_path(plan).display()
+        ),
+        requested_schema: schema,
+    })
+}
+
 impl PlanbServer {
     /// What `name` means for this server: the plan of that name in its
     /// plans directory.
@@ -308,20 +342,7 @@ impl PlanbServer {
         };
         // The content submitted is the change's; the round before it is
         // found by number, since other processes may submit meanwhile.
-        let previous = match self
-            .read_state({
-                let plan = plan.clone();
-                move |s| {
-                    s.named_plan(&plan).and_then(|p| {
-                        p.rounds
-                            .iter()
-                            .find(|r| r.round + 1 == round)
-                            .map(|r| r.content_at_submit.clone())
-                    })
-                }
-            })
-            .await
-        {
+        let previous = match self.content_of_round(&plan, round.checked_sub(1)).await {
             Ok(previous) => previous,
             Err(error) => return Ok(store_error(error)),
         };
@@ -348,6 +369,27 @@ impl PlanbServer {
 }
 
 impl PlanbServer {
+    /// The content submitted in round `round` of `plan`, if there was one.
+    async fn content_of_round(
+        &self,
+        plan: &PlanKey,
+        round: Option<u32>,
+    ) -> Result<Option<String>, StoreError> {
+        let Some(round) = round else {
+            return Ok(None);
+        };
+        let plan = plan.clone();
+        self.read_state(move |s| {
+            s.named_plan(&plan).and_then(|p| {
+                p.rounds
+                    .iter()
+                    .find(|r| r.round == round)
+                    .map(|r| r.content_at_submit.clone())
+            })
+        })
+        .await
+    }
+
     async fn record_review(
         &self,
         plan: &PlanKey,
@@ -433,32 +475,8 @@ impl PlanbServer {
                 "this client cannot show forms (no elicitation capability); start planb-mcp without --review form to review in the browser",
             );
         }
-        let schema = json!({
-            "type": "object",
-            "properties": {
-                "decision": {"type": "string", "title": "Decision", "enum": ["approve", "deny"], "enumNames": ["Approve", "Request changes"], "default": "deny"},
-                "feedback": {"type": "string", "title": "Feedback", "description": "What should change (optional when approving)"}
-            },
-            "required": ["decision"]
-        });
-        let Ok(schema) = serde_json::from_value(schema) else {
+        let Some(request) = review_form_request(plan, round, content) else {
             return tool_error("internal error: the review form schema is invalid");
-        };
-        let mut meta = rmcp::model::JsonObject::new();
-        meta.insert("ui".into(), "planReview".into());
-        meta.insert("planName".into(), plan.name.as_str().into());
-        meta.insert("round".into(), round.into());
-        meta.insert("plan".into(), content.into());
-        let request = rmcp::model::ElicitRequestParams::FormElicitationParams {
-            meta: Some(rmcp::model::RequestMetaObject(rmcp::model::MetaObject(
-                meta,
-            ))),
-            message: format!(
-                "Review plan \"{}\" (round {round}) at {}",
-                plan.name.as_str(),
-                Self::named_plan_path(plan).display()
-            ),
-            requested_schema: schema,
         };
         let response = match context.peer.create_elicitation(request).await {
             Ok(response) => response,

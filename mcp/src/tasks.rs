@@ -136,16 +136,6 @@ pub(crate) fn status(root: &DataRoot, task: &Task, now: planb_core::Timestamp) -
 /// earlier one named by `run_id`).
 fn status_of(root: &DataRoot, task: &Task, run: Option<&Run>, now: planb_core::Timestamp) -> Value {
     let status = planb_app::tasks::status(root, task);
-    let timing = match run {
-        None => json!({"created_at": task.created_at.to_iso8601()}),
-        Some(run) => json!({
-            "created_at": task.created_at.to_iso8601(),
-            "started_at": run.started_at.to_iso8601(),
-            "ended_at": run.ended_at.map(|t| t.to_iso8601()),
-            "elapsed_sec": planb_app::tasks::elapsed_sec(run, now),
-            "last_progress_at": run.last_progress_at.to_iso8601(),
-        }),
-    };
     let files: Vec<Value> = status
         .files
         .iter()
@@ -171,42 +161,54 @@ fn status_of(root: &DataRoot, task: &Task, run: Option<&Run>, now: planb_core::T
         "speed_vs_detail": task.speed,
         "target": task.target,
         "pipeline": task.pipeline,
-        "timing": timing,
+        "timing": timing(task, run, now),
         "files": files,
         "files_count": status.files_count,
         "planexe": {"version": PLANEXE_VERSION},
     });
-    if prompts_redacted()
-        && let Value::Object(map) = &mut value
-    {
-        map.insert(
-            "prompt_redacted".into(),
-            "the prompt is kept out of task lists, run logs and planb-retro (PLANB_REDACT_PROMPTS=1); the log keeps it for the run".into(),
-        );
-    }
-    if let Some(at) = task.archived_at
-        && let Value::Object(map) = &mut value
-    {
-        map.insert("archived_at".into(), at.to_iso8601().into());
-    }
-    if let Some(run) = run.filter(|r| r.state == RunState::Failed)
-        && let Value::Object(map) = &mut value
-    {
-        map.insert(
-            "error".into(),
-            json!({
-                "failure_reason": run.reason,
-                "failed_step": run.failed_step,
-                "recoverable": run.recoverable,
-                "message": match (&run.reason, &run.failed_step) {
-                    (Some(reason), Some(step)) => format!("step {step} failed ({reason}); see task_logs_tail"),
-                    (Some(reason), None) => format!("the run failed: {reason}"),
-                    _ => "the run failed".to_owned(),
-                },
-            }),
-        );
+    if let Value::Object(map) = &mut value {
+        if prompts_redacted() {
+            map.insert(
+                "prompt_redacted".into(),
+                "the prompt is kept out of task lists, run logs and planb-retro (PLANB_REDACT_PROMPTS=1); the log keeps it for the run".into(),
+            );
+        }
+        if let Some(at) = task.archived_at {
+            map.insert("archived_at".into(), at.to_iso8601().into());
+        }
+        if let Some(run) = run.filter(|r| r.state == RunState::Failed) {
+            map.insert("error".into(), failure_of(run));
+        }
     }
     value
+}
+
+/// When the task was created and its run started, ended, last progressed.
+fn timing(task: &Task, run: Option<&Run>, now: planb_core::Timestamp) -> Value {
+    match run {
+        None => json!({"created_at": task.created_at.to_iso8601()}),
+        Some(run) => json!({
+            "created_at": task.created_at.to_iso8601(),
+            "started_at": run.started_at.to_iso8601(),
+            "ended_at": run.ended_at.map(|t| t.to_iso8601()),
+            "elapsed_sec": planb_app::tasks::elapsed_sec(run, now),
+            "last_progress_at": run.last_progress_at.to_iso8601(),
+        }),
+    }
+}
+
+/// Why a failed run failed, and where to look.
+fn failure_of(run: &Run) -> Value {
+    json!({
+        "failure_reason": run.reason,
+        "failed_step": run.failed_step,
+        "recoverable": run.recoverable,
+        "message": match (&run.reason, &run.failed_step) {
+            (Some(reason), Some(step)) => format!("step {step} failed ({reason}); see task_logs_tail"),
+            (Some(reason), None) => format!("the run failed: {reason}"),
+            _ => "the run failed".to_owned(),
+        },
+    })
 }
 
 fn next_steps(task: &Task) -> Vec<String> {
