@@ -271,7 +271,9 @@ pub async fn import(
     let raw = read_json(&saved.path)?;
     let value = convert(&raw).map_err(|e| format!("{}: {e}", saved.path.display()))?;
     let plan = ExecPlan::from_json(&value).map_err(|e| format!("{}: {e}", saved.path.display()))?;
-    let (task, plan, created) = crate::plans::record(store, plan, Some(key)).await?;
+    let (task, plan, created) = crate::plans::record(store, plan, Some(key))
+        .await
+        .map_err(|e| e.message)?;
     if !created {
         // Another import recorded it since the look above: its checkpoint
         // is that import's to record.

@@ -14,6 +14,8 @@ use planb_engine::plans::{Downstream, ServerSpec, Servers, generate};
 use planb_projections::Store;
 use serde_json::Value;
 
+use crate::error::{Error, ErrorCode};
+
 /// The servers file: `--servers`, else `$PLANB_SERVERS`, else
 /// `<root>/servers.json`.
 pub fn servers_path(root: &Path, flag: Option<&Path>) -> PathBuf {
@@ -39,6 +41,25 @@ pub struct ServersSource {
 /// Each servers file's length and modification time (`None`: missing).
 type Stamp = Vec<Option<(u64, std::time::SystemTime)>>;
 
+/// A failure of the store, the blob store or a server, whole.
+fn internal(e: impl std::fmt::Display) -> Error {
+    Error::new(ErrorCode::InternalError, e.to_string())
+}
+
+/// A plan (or its tools) as given that cannot be used.
+fn invalid(e: impl std::fmt::Display) -> Error {
+    Error::new(ErrorCode::InvalidArgument, e.to_string())
+}
+
+/// A servers file or a setting that cannot be used.
+fn unusable(e: impl std::fmt::Display) -> Error {
+    Error::new(ErrorCode::InvalidConfiguration, e.to_string())
+}
+
+fn not_found(text: &str) -> Error {
+    Error::new(ErrorCode::TaskNotFound, format!("Plan not found: {text}"))
+}
+
 /// Whether a `.mcp.json` entry is planb itself (which must not call itself).
 fn is_planb(spec: &ServerSpec) -> bool {
     let ServerSpec::Stdio { command, args, .. } = spec else {
@@ -55,10 +76,10 @@ fn is_planb(spec: &ServerSpec) -> bool {
 impl ServersSource {
     /// The servers of both files: the servers file's entry wins a name both
     /// have; planb's own entry in `.mcp.json` is left out.
-    pub fn load(&self) -> Result<Servers, String> {
-        let mut servers = Servers::load(&self.file).map_err(|e| e.to_string())?;
+    pub fn load(&self) -> Result<Servers, Error> {
+        let mut servers = Servers::load(&self.file).map_err(unusable)?;
         if let Some(project) = &self.project {
-            for (name, spec) in Servers::load(project).map_err(|e| e.to_string())?.servers {
+            for (name, spec) in Servers::load(project).map_err(unusable)?.servers {
                 if is_planb(&spec) || servers.servers.contains_key(&name) {
                     continue;
                 }
@@ -83,13 +104,13 @@ impl ServersSource {
 
 /// The downstream servers of `source`, none started; each may take
 /// `PLANB_SERVER_START_SEC` (default 30) to start and list its tools.
-pub fn downstream(source: &ServersSource) -> Result<Arc<Downstream>, String> {
+pub fn downstream(source: &ServersSource) -> Result<Arc<Downstream>, Error> {
     configured(source).map(Arc::new)
 }
 
-fn configured(source: &ServersSource) -> Result<Downstream, String> {
+fn configured(source: &ServersSource) -> Result<Downstream, Error> {
     let start = crate::settings::Settings::from_env()
-        .map_err(|e| e.to_string())?
+        .map_err(unusable)?
         .server_start
         .unwrap_or(std::time::Duration::from_secs(30));
     Ok(Downstream::new(source.load()?, start))
@@ -105,12 +126,12 @@ pub struct DownstreamCache {
 
 impl DownstreamCache {
     /// The servers of `source` as they are configured now.
-    pub fn get(&self, source: &ServersSource) -> Result<Arc<Downstream>, String> {
+    pub fn get(&self, source: &ServersSource) -> Result<Arc<Downstream>, Error> {
         let stamp = source.stamp();
         let mut current = self
             .current
             .lock()
-            .map_err(|_| "the downstream servers' cache is poisoned".to_owned())?;
+            .map_err(|_| internal("the downstream servers' cache is poisoned"))?;
         if let Some((seen, downstream)) = current.as_ref()
             && *seen == stamp
         {
@@ -140,7 +161,7 @@ pub const IMPORTED_KEY_PREFIX: &str = "mcp-cli:";
 
 /// The plans imported from mcp-cli whose mcp-cli id starts with `prefix`
 /// (lowercase).
-fn imported_as(store: &Store, prefix: &str) -> Result<Vec<Task>, String> {
+fn imported_as(store: &Store, prefix: &str) -> Result<Vec<Task>, Error> {
     store
         .read(|s| {
             plans(s)
@@ -154,12 +175,12 @@ fn imported_as(store: &Store, prefix: &str) -> Result<Vec<Task>, String> {
                 .cloned()
                 .collect()
         })
-        .map_err(|e| e.to_string())
+        .map_err(internal)
 }
 
 /// The plan named by `text`: its whole id or a prefix only it has (or,
 /// imported from mcp-cli, mcp-cli's id or a prefix of it).
-pub fn find(store: &Store, text: &str) -> Result<Task, String> {
+pub fn find(store: &Store, text: &str) -> Result<Task, Error> {
     // An id as `plan list` shows it ("1a2b3c4d…", "1a2b3c4d...") works too.
     let text = text
         .trim()
@@ -167,7 +188,10 @@ pub fn find(store: &Store, text: &str) -> Result<Task, String> {
         .trim_end_matches("...")
         .trim();
     if text.is_empty() {
-        return Err("plan_id is required.".into());
+        return Err(Error::new(
+            ErrorCode::InvalidArgument,
+            "plan_id is required.",
+        ));
     }
     // A whole id is looked up; only a prefix is matched against every plan.
     let whole = TaskId::parse(text).ok();
@@ -181,7 +205,7 @@ pub fn find(store: &Store, text: &str) -> Result<Task, String> {
                 .cloned()
                 .collect(),
         })
-        .map_err(|e| e.to_string())?;
+        .map_err(internal)?;
     // A plan imported from mcp-cli also answers to mcp-cli's id (or a
     // prefix of it), which it was recorded under.
     let matches = if matches.is_empty() {
@@ -194,16 +218,17 @@ pub fn find(store: &Store, text: &str) -> Result<Task, String> {
     match (matches.next(), count) {
         // A run whose process was killed is ended `worker_error` before the
         // plan is shown or run, as for tasks.
-        (Some(one), 1) => match store.end_dead_run(one.id).map_err(|e| e.to_string())? {
+        (Some(one), 1) => match store.end_dead_run(one.id).map_err(internal)? {
             None => Ok(one),
             Some(_) => store
                 .read(|s| s.task(&one.id).cloned())
-                .map_err(|e| e.to_string())?
-                .ok_or_else(|| format!("Plan not found: {text}")),
+                .map_err(internal)?
+                .ok_or_else(|| not_found(text)),
         },
-        (None, _) => Err(format!("Plan not found: {text}")),
-        (Some(_), many) => Err(format!(
-            "Plan id {text:?} is the start of {many} plans' ids; give more of it"
+        (None, _) => Err(not_found(text)),
+        (Some(_), many) => Err(Error::new(
+            ErrorCode::InvalidArgument,
+            format!("Plan id {text:?} is the start of {many} plans' ids; give more of it"),
         )),
     }
 }
@@ -215,16 +240,16 @@ pub async fn create(
     downstream: &Downstream,
     value: &Value,
     client_request_id: Option<String>,
-) -> Result<Created, String> {
-    let plan = ExecPlan::from_json(value).map_err(|e| e.to_string())?;
+) -> Result<Created, Error> {
+    let plan = ExecPlan::from_json(value).map_err(invalid)?;
     let mut silent = Vec::new();
     if !plan.steps.is_empty() {
         let found = downstream
             .tools_for(plan.steps.iter().map(|s| s.tool.as_str()))
             .await
-            .map_err(|e| e.message)?;
+            .map_err(|e| internal(e.message))?;
         plan.check_tools(|name| Downstream::resolve(&found.tools, name).map(|_| ()))
-            .map_err(|e| e.to_string())?;
+            .map_err(invalid)?;
         silent = found.silent;
     }
     let (id, plan, _) = record(store, plan, client_request_id).await?;
@@ -251,15 +276,18 @@ pub async fn create_from_goal(
     goal: &str,
     client_request_id: Option<String>,
     sampler: Option<Sampler>,
-) -> Result<Created, String> {
+) -> Result<Created, Error> {
     if goal.trim().is_empty() {
-        return Err("Goal description is required.".into());
+        return Err(Error::new(
+            ErrorCode::InvalidArgument,
+            "Goal description is required.",
+        ));
     }
     let configured = Backend::configured(Some("planner"), &|n| std::env::var(n).ok());
     let backend = match (configured, sampler) {
         (Ok(backend), _) => backend,
         (Err(BackendError::NotConfigured), Some(sampler)) => Backend::Sampling(sampler),
-        (Err(e), _) => return Err(e.to_string()),
+        (Err(e), _) => return Err(Error::new(ErrorCode::ModelNotConfigured, e.to_string())),
     };
     // The model plans with the servers that start; those that do not are
     // named when none does.
@@ -273,23 +301,23 @@ pub async fn create_from_goal(
             .map(|e| e.message.as_str())
             .collect::<Vec<_>>()
             .join("\n");
-        return Err(format!(
+        return Err(internal(format!(
             "Failed to generate a valid plan: no downstream server offers a tool{}",
             if why.is_empty() {
                 " (configure servers in the servers file)".to_owned()
             } else {
                 format!(":\n{why}")
             }
-        ));
+        )));
     }
     // As long as a model step of a task may take.
     let timeout = crate::settings::Settings::from_env()
-        .map_err(|e| e.to_string())?
+        .map_err(unusable)?
         .step_timeout
         .unwrap_or(std::time::Duration::from_secs(600));
     let mut plan = generate::generate(&backend, goal, &tools, timeout)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| Error::new(ErrorCode::ModelError, e.to_string()))?;
     if plan
         .description
         .as_deref()
@@ -317,7 +345,7 @@ pub async fn record(
     store: &Arc<Store>,
     plan: ExecPlan,
     client_request_id: Option<String>,
-) -> Result<(TaskId, ExecPlan, bool), String> {
+) -> Result<(TaskId, ExecPlan, bool), Error> {
     let task = TaskId::from_uuid(store.env().event_id());
     let command = Command::CreatePlan {
         task,
@@ -327,24 +355,24 @@ pub async fn record(
     let store_now = Arc::clone(store);
     let done = crate::off_thread(move || store_now.execute(command))
         .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
+        .map_err(internal)?
+        .map_err(internal)?;
     if done.is_empty()
         && let Some(key) = client_request_id
     {
         // The same request again: the plan it created.
         let existing = store
             .read(|s| s.task_by_request(&key).map(|t| t.id))
-            .map_err(|e| e.to_string())?;
+            .map_err(internal)?;
         if let Some(existing) = existing {
             let found = store
                 .read(|s| s.task(&existing).cloned())
-                .map_err(|e| e.to_string())?;
+                .map_err(internal)?;
             let plan = found
                 .as_ref()
                 .map(planb_engine::plans::load)
                 .transpose()
-                .map_err(|e| e.to_string())?
+                .map_err(internal)?
                 .map_or(plan, |found| ExecPlan::clone(&found));
             return Ok((existing, plan, false));
         }
@@ -425,11 +453,11 @@ impl PlanSummary {
 }
 
 /// Every plan, newest first (a run whose process died ended first).
-pub fn list(store: &Store) -> Result<Vec<PlanSummary>, String> {
-    store.reap_dead_runs().map_err(|e| e.to_string())?;
+pub fn list(store: &Store) -> Result<Vec<PlanSummary>, Error> {
+    store.reap_dead_runs().map_err(internal)?;
     store
         .read(|s| plans(s).into_iter().rev().map(PlanSummary::of).collect())
-        .map_err(|e| e.to_string())
+        .map_err(internal)
 }
 
 #[cfg(test)]
@@ -495,6 +523,10 @@ mod tests {
         assert_eq!(cache.get(&source).expect("changed").names(), ["a"]);
         std::fs::write(&source.file, "{").expect("write");
         let broken = cache.get(&source).expect_err("not JSON");
-        assert!(broken.contains("servers.json: not JSON"), "{broken}");
+        assert_eq!(broken.code, crate::ErrorCode::InvalidConfiguration);
+        assert!(
+            broken.message.contains("servers.json: not JSON"),
+            "{broken}"
+        );
     }
 }

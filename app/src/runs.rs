@@ -154,7 +154,7 @@ impl PlanRuns {
         if let Some(attached) = active.get(&id) {
             return Ok(attached.clone());
         }
-        let downstream = self.downstream.get(servers)?;
+        let downstream = self.downstream.get(servers).map_err(|e| e.message)?;
         let (done_tx, done) = watch::channel(None);
         let attached = Attached {
             done,

@@ -188,7 +188,7 @@ pub(crate) fn main(
     out: &mut dyn Write,
 ) -> anyhow::Result<ExitCode> {
     let store = open(root)?;
-    let find = |id: &str| exec_plans::find(&store, id).map_err(|e| anyhow::anyhow!(e));
+    let find = |id: &str| exec_plans::find(&store, id).map_err(|e| anyhow::anyhow!(e.message));
     match command {
         PlanCommand::Create { file, goal } => {
             create(&store, servers, file.as_deref(), goal.as_deref(), out)
@@ -236,7 +236,7 @@ fn create(
     goal: Option<&str>,
     out: &mut dyn Write,
 ) -> anyhow::Result<ExitCode> {
-    let downstream = exec_plans::downstream(servers).map_err(|e| anyhow::anyhow!(e))?;
+    let downstream = exec_plans::downstream(servers).map_err(|e| anyhow::anyhow!(e.message))?;
     let created = if let Some(goal) = goal {
         runtime()?.block_on(exec_plans::create_from_goal(
             store,
@@ -256,7 +256,7 @@ fn create(
         id: task,
         plan,
         silent,
-    } = created.map_err(|e| anyhow::anyhow!(e))?;
+    } = created.map_err(|e| anyhow::anyhow!(e.message))?;
     writeln!(
         out,
         "\nPlan: {} ({} steps)\n",
@@ -272,7 +272,7 @@ fn create(
 /// `plan list`: each id as its shortest prefix no other listed plan shares
 /// (plans made within a minute share their first 8 characters).
 fn list(store: &Arc<Store>, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
-    let rows = exec_plans::list(store).map_err(|e| anyhow::anyhow!(e))?;
+    let rows = exec_plans::list(store).map_err(|e| anyhow::anyhow!(e.message))?;
     if rows.is_empty() {
         writeln!(out, "No saved plans. Use plan create FILE to create one.")?;
         return Ok(ExitCode::SUCCESS);
@@ -355,7 +355,7 @@ fn import(
         writeln!(out, "No mcp-cli plans in {}.", dir.display())?;
         return Ok(ExitCode::SUCCESS);
     }
-    let downstream = exec_plans::downstream(servers).map_err(|e| anyhow::anyhow!(e))?;
+    let downstream = exec_plans::downstream(servers).map_err(|e| anyhow::anyhow!(e.message))?;
     let runtime = runtime()?;
     let mut failed = 0;
     for plan in &saved {
@@ -470,7 +470,7 @@ fn execute(
         Display::Lines
     };
     display.finish(out)?;
-    let downstream = exec_plans::downstream(servers).map_err(|e| anyhow::anyhow!(e))?;
+    let downstream = exec_plans::downstream(servers).map_err(|e| anyhow::anyhow!(e.message))?;
     // The run's events come here over a channel and are shown on this
     // thread, between the run's steps, through `out`.
     let (sender, mut events) = tokio::sync::mpsc::unbounded_channel::<Progress>();

@@ -38,6 +38,11 @@ fn failure(message: impl Into<String>) -> CallToolResult {
     CallToolResult::structured_error(json!({ "error": message.into() }))
 }
 
+/// An application error as the plan tools answer it: its text alone.
+fn app_failure(e: planb_app::Error) -> CallToolResult {
+    failure(e.message)
+}
+
 fn schema(value: Value) -> Arc<JsonObject> {
     match value {
         Value::Object(map) => Arc::new(map),
@@ -346,7 +351,7 @@ impl PlanbServer {
         let task = crate::blocking::off_thread(move || exec_plans::find(&found, &id))
             .await
             .map_err(|e| failure(e.to_string()))?
-            .map_err(failure)?;
+            .map_err(app_failure)?;
         Ok((store, task))
     }
 
@@ -367,7 +372,7 @@ impl PlanbServer {
             .runs
             .downstream
             .get(&self.config().servers)
-            .map_err(failure)?;
+            .map_err(app_failure)?;
         let created = match source {
             Source::Written(value) => {
                 exec_plans::create(&store, &downstream, &value, request).await
@@ -377,7 +382,7 @@ impl PlanbServer {
                 exec_plans::create_from_goal(&store, &downstream, &goal, request, sampler).await
             }
         }
-        .map_err(failure)?;
+        .map_err(app_failure)?;
         Ok((store, created))
     }
 
@@ -811,7 +816,7 @@ impl PlanbServer {
         let rows = crate::blocking::off_thread(move || exec_plans::list(&store))
             .await
             .map_err(|e| e.to_string())
-            .and_then(|rows| rows);
+            .and_then(|rows| rows.map_err(|e| e.message));
         Ok(match rows {
             Ok(rows) => CallToolResult::structured(json!({ "plans": listed(rows, limit) })),
             Err(message) => failure(message),

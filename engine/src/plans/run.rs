@@ -99,19 +99,30 @@ impl StepReport {
     }
 }
 
+/// A per-tool cap that names no tool of the plan: it would silently never
+/// apply.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("tool cap {tool:?}: no step calls it (the plan's tools: {})", used.join(", "))]
+pub struct UnknownToolCap {
+    /// The tool the cap names.
+    pub tool: String,
+    /// The tools the plan's steps call, each once, sorted.
+    pub used: Vec<String>,
+}
+
 impl Guards {
     /// Refuses a per-tool cap that names no tool of `plan` (as its steps
-    /// write them): such a cap would silently never apply.
-    pub fn check(&self, plan: &ExecPlan) -> Result<(), String> {
+    /// write them).
+    pub fn check(&self, plan: &ExecPlan) -> Result<(), UnknownToolCap> {
         for tool in self.per_tool.keys() {
             if !plan.steps.iter().any(|s| &s.tool == tool) {
-                let mut used: Vec<&str> = plan.steps.iter().map(|s| s.tool.as_str()).collect();
+                let mut used: Vec<String> = plan.steps.iter().map(|s| s.tool.clone()).collect();
                 used.sort_unstable();
                 used.dedup();
-                return Err(format!(
-                    "tool cap {tool:?}: no step calls it (the plan's tools: {})",
-                    used.join(", ")
-                ));
+                return Err(UnknownToolCap {
+                    tool: tool.clone(),
+                    used,
+                });
             }
         }
         Ok(())
@@ -647,7 +658,9 @@ async fn begin(
         )));
     }
     let guards = &request.options.guards;
-    guards.check(&plan).map_err(PlanRunError::Invalid)?;
+    guards
+        .check(&plan)
+        .map_err(|e| PlanRunError::Invalid(e.to_string()))?;
     if let Some(given) = &request.variables {
         planb_core::exec_plan::check_variable_names(given, "variables")
             .map_err(|e| PlanRunError::Invalid(e.to_string()))?;
