@@ -183,21 +183,55 @@ pub fn foreign_run(
         None | Some(Value::Null) => Map::new(),
         Some(_) => return Err("variables: not an object".into()),
     };
+    let call_variables = call_variables(plan, &variables);
+    let (done, left) = kept_results(plan, &completed, &variables);
+    let finished = status == "completed" && done.len() == plan.steps.len();
+    let reason = (!finished).then(|| match status {
+        "completed" => {
+            "imported from mcp-cli: completed there, but not every result was kept".to_owned()
+        }
+        "failed" => "imported from mcp-cli: the run failed there".to_owned(),
+        "running" => "imported from mcp-cli: the run was interrupted there".to_owned(),
+        other => format!("imported from mcp-cli: its status was {other:?}"),
+    });
+    Ok((
+        ForeignRun {
+            call_variables,
+            variables,
+            completed: done,
+            finished,
+            reason,
+        },
+        left,
+    ))
+}
+
+/// What the run was given over the plan: variables that are no step's
+/// result and differ from the plan's (or are not in it), unless mcp-cli
+/// cut them.
+fn call_variables(plan: &ExecPlan, variables: &Map<String, Value>) -> Map<String, Value> {
     let results: Vec<&str> = plan
         .steps
         .iter()
         .filter_map(|s| s.result_variable.as_deref())
         .collect();
-    // What the run was given over the plan: variables that are no step's
-    // result and differ from the plan's (or are not in it).
-    let call_variables: Map<String, Value> = variables
+    variables
         .iter()
         .filter(|(name, value)| {
             !results.contains(&name.as_str()) && plan.variables.get(*name) != Some(value)
         })
         .filter(|(_, value)| !was_cut(value))
         .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
+        .collect()
+}
+
+/// The completed steps whose results the checkpoint kept whole, each with
+/// its result; and the others, each with why it runs again.
+fn kept_results(
+    plan: &ExecPlan,
+    completed: &[String],
+    variables: &Map<String, Value>,
+) -> (Vec<(String, Value)>, Vec<String>) {
     let mut done = Vec::new();
     let mut left = Vec::new();
     for step in &plan.steps {
@@ -219,25 +253,7 @@ pub fn foreign_run(
             },
         }
     }
-    let finished = status == "completed" && done.len() == plan.steps.len();
-    let reason = (!finished).then(|| match status {
-        "completed" => {
-            "imported from mcp-cli: completed there, but not every result was kept".to_owned()
-        }
-        "failed" => "imported from mcp-cli: the run failed there".to_owned(),
-        "running" => "imported from mcp-cli: the run was interrupted there".to_owned(),
-        other => format!("imported from mcp-cli: its status was {other:?}"),
-    });
-    Ok((
-        ForeignRun {
-            call_variables,
-            variables,
-            completed: done,
-            finished,
-            reason,
-        },
-        left,
-    ))
+    (done, left)
 }
 
 /// How one plan's import went, for people.

@@ -15,8 +15,10 @@ use axum::routing::get;
 use futures_util::Stream;
 use maud::Markup;
 use planb_core::dag::StepId;
+use planb_core::exec_plan::ExecPlan;
 use planb_core::{Cursor, SessionId, TaskId};
 use planb_http::checks;
+use planb_projections::{DataRoot, TaskAt, Timeline};
 use planb_ui::pages::{self, EntriesBeyond, RetroFilter};
 use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
@@ -706,31 +708,7 @@ fn step_page(
                 format!("plan {id}: {problem}"),
             )
         })?;
-        let position = plan.position(step).ok_or_else(|| {
-            PageError::new(
-                StatusCode::NOT_FOUND,
-                "Step not found",
-                format!("step {step:?} is not in plan {id}"),
-            )
-        })?;
-        let (calls, earlier) = tasks::plan_calls(root, &at, step);
-        let view = pages::PlanStepView {
-            calls,
-            earlier,
-            at: &at,
-            plan_title: &plan.title,
-            step: &plan.steps[position],
-            needs: plan
-                .needs(position)
-                .iter()
-                .map(|&n| plan.steps[n].index.as_str())
-                .collect(),
-            cursor,
-        };
-        return Ok(html(
-            StatusCode::OK,
-            pages::retro_plan_step_page(&timeline, &view),
-        ));
+        return plan_step_page(&timeline, root, &at, plan, step, cursor);
     }
     let pipeline =
         planb_projections::pipelines::resolve(root, &at.task.pipeline).map_err(|problem| {
@@ -760,6 +738,42 @@ fn step_page(
     Ok(html(
         StatusCode::OK,
         pages::retro_step_page(&timeline, &view),
+    ))
+}
+
+/// The page of a plan's step `step` (its index), with its latest calls.
+fn plan_step_page(
+    timeline: &Timeline,
+    root: &DataRoot,
+    at: &TaskAt<'_>,
+    plan: &ExecPlan,
+    step: &str,
+    cursor: Cursor,
+) -> Result<Response, PageError> {
+    let position = plan.position(step).ok_or_else(|| {
+        PageError::new(
+            StatusCode::NOT_FOUND,
+            "Step not found",
+            format!("step {step:?} is not in plan {}", at.task.id),
+        )
+    })?;
+    let (calls, earlier) = tasks::plan_calls(root, at, step);
+    let view = pages::PlanStepView {
+        calls,
+        earlier,
+        at,
+        plan_title: &plan.title,
+        step: &plan.steps[position],
+        needs: plan
+            .needs(position)
+            .iter()
+            .map(|&n| plan.steps[n].index.as_str())
+            .collect(),
+        cursor,
+    };
+    Ok(html(
+        StatusCode::OK,
+        pages::retro_plan_step_page(timeline, &view),
     ))
 }
 

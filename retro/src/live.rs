@@ -234,6 +234,24 @@ impl Follower {
                 }
             }
         }
+        let (batch, incomplete, failure) = self.read_batch(log_dir);
+        // Past damage or an event this build cannot decode, following on
+        // would skip events and show wrong states; writers refuse to append
+        // to a damaged log anyway. The pages say where it stopped.
+        self.stopped = incomplete.is_some();
+        let count = batch.len();
+        retro.append(batch, incomplete);
+        retro.set_problem(failure);
+        count
+    }
+
+    /// The events appended since the last read, where the history stops
+    /// when it does (damage, an event this build cannot decode), and why
+    /// the log could not be read (the reader is then opened again).
+    fn read_batch(
+        &mut self,
+        log_dir: &std::path::Path,
+    ) -> (Vec<Envelope>, Option<Incomplete>, Option<String>) {
         let mut batch: Vec<Envelope> = Vec::new();
         let mut failure = None;
         let mut incomplete = None;
@@ -273,14 +291,7 @@ impl Follower {
                 }
             }
         }
-        // Past damage or an event this build cannot decode, following on
-        // would skip events and show wrong states; writers refuse to append
-        // to a damaged log anyway. The pages say where it stopped.
-        self.stopped = incomplete.is_some();
-        let count = batch.len();
-        retro.append(batch, incomplete);
-        retro.set_problem(failure);
-        count
+        (batch, incomplete, failure)
     }
 }
 

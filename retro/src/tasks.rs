@@ -200,6 +200,19 @@ enum RecordedEnd<'e> {
 /// result or failure; and how many earlier calls there were. Only the
 /// calls shown have their blobs read.
 pub fn plan_calls(root: &DataRoot, at: &TaskAt<'_>, index: &str) -> (Vec<PlanCall>, usize) {
+    let recorded = recorded_calls(at, index);
+    let earlier = recorded.len().saturating_sub(CALLS_SHOWN);
+    let calls = recorded
+        .into_iter()
+        .skip(earlier)
+        .map(|one| one.read(root))
+        .collect();
+    (calls, earlier)
+}
+
+/// Every call made for the plan step `index` up to the page's cursor, oldest
+/// first, each with its end when one is recorded.
+fn recorded_calls<'e>(at: &'e TaskAt<'_>, index: &str) -> Vec<Recorded<'e>> {
     let mut recorded: Vec<Recorded<'_>> = Vec::new();
     for envelope in &at.events {
         match &envelope.event.body {
@@ -251,19 +264,21 @@ pub fn plan_calls(root: &DataRoot, at: &TaskAt<'_>, index: &str) -> (Vec<PlanCal
             _ => {}
         }
     }
-    let earlier = recorded.len().saturating_sub(CALLS_SHOWN);
-    let calls = recorded
-        .into_iter()
-        .skip(earlier)
-        .map(|one| PlanCall {
-            cursor: one.cursor,
-            at: one.at,
-            run: one.run,
-            call: match one.call {
+    recorded
+}
+
+impl Recorded<'_> {
+    /// The call as shown, its blobs read.
+    fn read(self, root: &DataRoot) -> PlanCall {
+        PlanCall {
+            cursor: self.cursor,
+            at: self.at,
+            run: self.run,
+            call: match self.call {
                 Some(hash) => pretty_blob(root, hash, "call"),
                 None => Err("the call was not recorded".into()),
             },
-            end: one.end.map(|end| match end {
+            end: self.end.map(|end| match end {
                 RecordedEnd::Succeeded {
                     cursor,
                     duration_ms,
@@ -283,7 +298,6 @@ pub fn plan_calls(root: &DataRoot, at: &TaskAt<'_>, index: &str) -> (Vec<PlanCal
                     message: message.to_owned(),
                 },
             }),
-        })
-        .collect();
-    (calls, earlier)
+        }
+    }
 }
