@@ -269,7 +269,7 @@ impl EventBody {
     }
 
     /// The named plan the event is about, with its directory.
-    pub fn plan_key(&self) -> Option<crate::state::PlanKey> {
+    pub fn plan_key(&self) -> Option<crate::id::PlanKey> {
         match self {
             EventBody::NamedPlanWritten {
                 plan, plans_dir, ..
@@ -285,7 +285,7 @@ impl EventBody {
             }
             | EventBody::NamedPlanReviewed {
                 plan, plans_dir, ..
-            } => Some(crate::state::PlanKey::new(plans_dir.clone(), plan.clone())),
+            } => Some(crate::id::PlanKey::new(plans_dir.clone(), plan.clone())),
             _ => None,
         }
     }

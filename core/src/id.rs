@@ -288,6 +288,45 @@ impl<'de> serde::Deserialize<'de> for PlanName {
     }
 }
 
+/// What names a named plan: the absolute directory of its file and its name,
+/// so two projects may each have an `auth-refactor`. The directory is empty
+/// for plans recorded before event schema 2, when names were global.
+#[derive(
+    Clone,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Debug,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
+#[rkyv(derive(PartialEq, Eq, PartialOrd, Ord))]
+pub struct PlanKey {
+    /// The plans directory (`--plans-dir`, absolute).
+    pub dir: String,
+    /// The plan's name.
+    pub name: PlanName,
+}
+
+impl PlanKey {
+    /// The plan `name` in the directory `dir`.
+    pub fn new(dir: impl Into<String>, name: PlanName) -> PlanKey {
+        PlanKey {
+            dir: dir.into(),
+            name,
+        }
+    }
+}
+
+impl std::fmt::Display for PlanKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name.as_str())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -64,7 +64,7 @@ pub(crate) fn hex<S: serde::Serializer>(
     bytes: &[u8; 32],
     serializer: S,
 ) -> Result<S::Ok, S::Error> {
-    serializer.serialize_str(&crate::state::ContentHash(*bytes).to_hex())
+    serializer.serialize_str(&crate::hash::ContentHash(*bytes).to_hex())
 }
 
 /// [`hex`] for an optional hash; `None` is `null`.

@@ -28,6 +28,7 @@ pub mod answer;
 pub mod dag;
 pub mod event;
 pub mod exec_plan;
+pub mod hash;
 pub mod id;
 mod json;
 pub mod pipelines;

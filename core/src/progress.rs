@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 
 use crate::dag::{Action, Pipeline, StepId};
-use crate::state::ContentHash;
+use crate::hash::ContentHash;
 use crate::state::tasks::{RunState, Speed, Task};
 
 /// Why a task's target is not a step its pipeline can run.

@@ -41,6 +41,9 @@ pub use decide::{
 };
 pub use snapshot::{SNAPSHOT_VERSION, SnapshotError};
 
+pub use crate::hash::ContentHash;
+pub use crate::id::PlanKey;
+
 /// Everything the core knows, as of [`State::last_cursor`].
 #[derive(Clone, PartialEq, Debug, Default, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub struct State {
@@ -162,45 +165,6 @@ pub struct Ask {
     pub failure_detail: Option<String>,
     /// Answers submitted after the tool had returned, with when they came.
     pub late_answers: Vec<(Timestamp, Answers)>,
-}
-
-/// What names a named plan: the absolute directory of its file and its name,
-/// so two projects may each have an `auth-refactor`. The directory is empty
-/// for plans recorded before event schema 2, when names were global.
-#[derive(
-    Clone,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    Debug,
-    rkyv::Archive,
-    rkyv::Serialize,
-    rkyv::Deserialize,
-)]
-#[rkyv(derive(PartialEq, Eq, PartialOrd, Ord))]
-pub struct PlanKey {
-    /// The plans directory (`--plans-dir`, absolute).
-    pub dir: String,
-    /// The plan's name.
-    pub name: PlanName,
-}
-
-impl PlanKey {
-    /// The plan `name` in the directory `dir`.
-    pub fn new(dir: impl Into<String>, name: PlanName) -> PlanKey {
-        PlanKey {
-            dir: dir.into(),
-            name,
-        }
-    }
-}
-
-impl std::fmt::Display for PlanKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name.as_str())
-    }
 }
 
 /// A named plan (`write_plan`, `edit_plan`, `submit_plan`).
@@ -653,50 +617,6 @@ impl NamedPlan {
     /// shows it is behind the log, not edited by hand.
     pub fn has_held(&self, content: &str) -> bool {
         self.content == content || self.held.contains(&ContentHash::of(content))
-    }
-}
-
-/// The SHA-256 of a text: how a named plan remembers every content it held
-/// without keeping the texts.
-#[derive(
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    rkyv::Archive,
-    rkyv::Serialize,
-    rkyv::Deserialize,
-)]
-#[rkyv(derive(PartialEq, Eq, PartialOrd, Ord))]
-pub struct ContentHash(pub [u8; 32]);
-
-impl ContentHash {
-    /// The hash of `text`'s UTF-8 bytes.
-    pub fn of(text: &str) -> ContentHash {
-        ContentHash::of_bytes(text.as_bytes())
-    }
-
-    /// The SHA-256 of `bytes`.
-    pub fn of_bytes(bytes: &[u8]) -> ContentHash {
-        use sha2::Digest;
-        ContentHash(sha2::Sha256::digest(bytes).into())
-    }
-
-    /// The 64 lowercase hex digits (the blob store's file names).
-    pub fn to_hex(&self) -> String {
-        self.0.iter().map(|b| format!("{b:02x}")).collect()
-    }
-}
-
-impl std::fmt::Debug for ContentHash {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        for byte in &self.0[..8] {
-            write!(f, "{byte:02x}")?;
-        }
-        f.write_str("…")
     }
 }
 

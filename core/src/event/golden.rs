@@ -256,7 +256,7 @@ fn run(n: u128) -> RunId {
 }
 
 fn sha(text: &str) -> [u8; 32] {
-    crate::state::ContentHash::of(text).0
+    crate::hash::ContentHash::of(text).0
 }
 
 /// One event of every version 3 variant: the version 2 events, upcast, then

@@ -418,7 +418,7 @@ pub enum Rejection {
     #[error("{code}: {message}")]
     Task {
         /// `TASK_NOT_FOUND`, `RUN_ALREADY_ACTIVE`, ….
-        code: super::tasks::TaskErrorCode,
+        code: TaskErrorCode,
         /// What is wrong, for the caller.
         message: String,
     },
@@ -712,5 +712,51 @@ impl State {
             AskStatus::Pending => EventBody::AskAnswered { ask, answers },
             _ => EventBody::AskLateAnswer { ask, answers },
         })
+    }
+}
+
+/// The error codes the task rules produce, as the task tools return them.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum TaskErrorCode {
+    /// No task of that id.
+    TaskNotFound,
+    /// No run of that id in the task.
+    RunNotFound,
+    /// The task has an active run already.
+    RunAlreadyActive,
+    /// The run is not active (or not running, for a new step).
+    RunNotActive,
+    /// A step, target or setting that does not exist (a well-formed name).
+    InvalidTarget,
+    /// A malformed argument: empty, too long, not one of the allowed values.
+    InvalidArgument,
+    /// An artifact that does not exist.
+    InvalidArtifactUri,
+    /// The change contradicts what is recorded.
+    Conflict,
+    /// An artifact cannot change while a run is active.
+    RunningReadonly,
+}
+
+impl TaskErrorCode {
+    /// `TASK_NOT_FOUND`, … as the tools return it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskErrorCode::TaskNotFound => "TASK_NOT_FOUND",
+            TaskErrorCode::RunNotFound => "RUN_NOT_FOUND",
+            TaskErrorCode::RunAlreadyActive => "RUN_ALREADY_ACTIVE",
+            TaskErrorCode::RunNotActive => "RUN_NOT_ACTIVE",
+            TaskErrorCode::InvalidTarget => "INVALID_TARGET",
+            TaskErrorCode::InvalidArgument => "INVALID_ARGUMENT",
+            TaskErrorCode::InvalidArtifactUri => "INVALID_ARTIFACT_URI",
+            TaskErrorCode::Conflict => "CONFLICT",
+            TaskErrorCode::RunningReadonly => "RUNNING_READONLY",
+        }
+    }
+}
+
+impl std::fmt::Display for TaskErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
