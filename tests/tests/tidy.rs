@@ -2,11 +2,12 @@
 //! crates its section names; async code reaches blocking work only through
 //! the bridges (the engine's run host, `planb-mcp`'s `blocking.rs`); the
 //! two runners share the host and the settle loop and import neither the
-//! other; no source function is over the limit; every golden fixture is
+//! other; no library crate's modules import each other in a circle; no
+//! source function is over the limit; every golden fixture is
 //! named; no file cites a document (or an issue of the tracker) that is not
 //! in the repository; and the map stays one page.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 fn root() -> PathBuf {
@@ -323,5 +324,128 @@ fn no_file_cites_a_document_that_is_not_in_the_repository() {
         found.is_empty(),
         "citations of absent documents:\n{}",
         found.join("\n")
+    );
+}
+
+/// The module a source file is, as its path under `src/` names it.
+fn module_of(src: &Path, file: &Path) -> Vec<String> {
+    let relative = file.strip_prefix(src).expect("under src");
+    let mut parts: Vec<String> = relative
+        .with_extension("")
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if parts
+        .last()
+        .is_some_and(|p| ["lib", "main", "mod"].contains(&p.as_str()))
+    {
+        parts.pop();
+    }
+    parts
+}
+
+/// The modules `text` (module `at`) names by `crate::` or `super::` paths,
+/// outside comments and tests: each the longest prefix that is a module.
+fn named_modules(
+    text: &str,
+    at: &[String],
+    modules: &BTreeSet<Vec<String>>,
+) -> BTreeSet<Vec<String>> {
+    let mut found = BTreeSet::new();
+    let code = text
+        .lines()
+        .take_while(|l| !l.starts_with("#[cfg(test)]"))
+        .filter(|l| !l.trim_start().starts_with("//"));
+    for line in code {
+        for (prefix, base) in [
+            ("crate::", Vec::new()),
+            ("super::", at[..at.len().saturating_sub(1)].to_vec()),
+        ] {
+            for (start, _) in line.match_indices(prefix) {
+                let before = line[..start].chars().last();
+                if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+                    continue;
+                }
+                let path: Vec<String> = line[start + prefix.len()..]
+                    .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+                    .next()
+                    .unwrap_or_default()
+                    .split("::")
+                    .filter(|p| !p.is_empty())
+                    .map(str::to_owned)
+                    .collect();
+                let full: Vec<String> = base.iter().cloned().chain(path).collect();
+                let named = (base.len()..=full.len())
+                    .rev()
+                    .map(|n| full[..n].to_vec())
+                    .find(|m| modules.contains(m));
+                if let Some(named) = named.filter(|m| m.as_slice() != at && !m.is_empty()) {
+                    found.insert(named);
+                }
+            }
+        }
+    }
+    found
+}
+
+/// A circle of modules importing each other in `graph`, if there is one.
+fn a_circle(graph: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &Vec<String>,
+        graph: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>,
+        path: &mut Vec<Vec<String>>,
+        done: &mut BTreeSet<Vec<String>>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|p| p == node) {
+            return Some(path[at..].iter().map(|m| m.join("::")).collect());
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.clone());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(circle) = visit(next, graph, path, done) {
+                return Some(circle);
+            }
+        }
+        path.pop();
+        done.insert(node.clone());
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|node| visit(node, graph, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn no_library_crate_has_modules_importing_each_other_in_a_circle() {
+    // planb-mcp's tool groups are impl blocks of one server type spread over
+    // files, which the server's router composes: a binary, not a library.
+    let mut circles = Vec::new();
+    for member in members().into_iter().filter(|m| m != "mcp") {
+        let src = root().join(&member).join("src");
+        let mut files = Vec::new();
+        sources(&src, &mut files, &["rs"]);
+        files.retain(|f| {
+            !f.starts_with(src.join("bin")) && f.file_name().is_some_and(|n| n != "tests.rs")
+        });
+        let modules: BTreeSet<Vec<String>> = files.iter().map(|f| module_of(&src, f)).collect();
+        let graph: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = files
+            .iter()
+            .map(|f| {
+                let at = module_of(&src, f);
+                let named = named_modules(&read(f), &at, &modules);
+                (at, named)
+            })
+            .collect();
+        if let Some(circle) = a_circle(&graph) {
+            circles.push(format!("{member}: {}", circle.join(" → ")));
+        }
+    }
+    assert!(
+        circles.is_empty(),
+        "import circles:\n{}",
+        circles.join("\n")
     );
 }
