@@ -346,7 +346,24 @@ pub fn tail(
 /// One line per event: cursor, time, kind and the fields a person looks for.
 fn describe(envelope: &Envelope) -> String {
     let body = &envelope.event.body;
-    let details = match body {
+    let details = session_details(body)
+        .or_else(|| task_details(body))
+        .unwrap_or_else(|| match (body.ask(), body.plan()) {
+            (Some(ask), _) => format!("ask={ask}"),
+            (_, Some(plan)) => format!("plan={}", plan.as_str()),
+            _ => String::new(),
+        });
+    format!(
+        "{:>8}  {}  {:<26}  {details}",
+        envelope.cursor.0,
+        envelope.event.at.to_iso8601(),
+        body.kind_name()
+    )
+}
+
+/// The fields of a session's, an ask's or a plan version's event.
+fn session_details(body: &EventBody) -> Option<String> {
+    Some(match body {
         EventBody::SessionCreated {
             session,
             title,
@@ -385,6 +402,13 @@ fn describe(envelope: &Envelope) -> String {
             title.as_deref().unwrap_or(""),
             content.len()
         ),
+        _ => return None,
+    })
+}
+
+/// The fields of a task's, a run's or a step's event.
+fn task_details(body: &EventBody) -> Option<String> {
+    Some(match body {
         EventBody::TaskCreated {
             task,
             pipeline,
@@ -442,18 +466,8 @@ fn describe(envelope: &Envelope) -> String {
         EventBody::RunLog { task, run, lines } => {
             format!("task={task} run={run} lines={}", lines.len())
         }
-        other => match (other.ask(), other.plan()) {
-            (Some(ask), _) => format!("ask={ask}"),
-            (_, Some(plan)) => format!("plan={}", plan.as_str()),
-            _ => String::new(),
-        },
-    };
-    format!(
-        "{:>8}  {}  {:<26}  {details}",
-        envelope.cursor.0,
-        envelope.event.at.to_iso8601(),
-        body.kind_name()
-    )
+        _ => return None,
+    })
 }
 
 fn open_store(root: &DataRoot) -> anyhow::Result<planb_projections::Store> {

@@ -11,6 +11,7 @@ use rmcp::service::RequestContext;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
+use crate::config::Config;
 use crate::deliver::{Outcome, Page, deliver_and_wait};
 use crate::server::{PlanbServer, timeout_text};
 
@@ -111,32 +112,60 @@ async fn wait_detached(wait: Wait<'_>) -> CallToolResult {
             Outcome::Answered(answers)
         }
     };
-    let (command, result) = match outcome {
-        Outcome::Answered(answers) => return answers_result(wait.ask, &answers),
+    let closed = closing(wait.ask, wait.spec, wait.url, wait.sid, &config, outcome);
+    let (command, result) = match closed {
+        Ok(closing) => closing,
+        Err(result) => return *result,
+    };
+    // The person may have submitted at the same moment: then the answer wins.
+    match wait.server.close_ask(wait.ask, command).await {
+        Err(Some(answers)) => answers_result(wait.ask, &answers),
+        _ => result,
+    }
+}
+
+/// How a wait that ended with `outcome` closes the ask: the command that
+/// records it and the tool's result; the result alone when nothing is to
+/// be recorded (the answer came, or the form stays open).
+fn closing(
+    ask: AskId,
+    spec: &AskSpec,
+    url: &str,
+    sid: Option<&str>,
+    config: &Config,
+    outcome: Outcome<Answers>,
+) -> Result<(Command, CallToolResult), Box<CallToolResult>> {
+    Ok(match outcome {
+        Outcome::Answered(answers) => return Err(Box::new(answers_result(ask, &answers))),
         // Nothing ended: the ask stays pending and its form open.
         Outcome::StillOpen => {
-            return still_open_result(wait.ask, &wait.spec.title, wait.url, wait.sid.is_some());
+            return Err(Box::new(still_open_result(
+                ask,
+                &spec.title,
+                url,
+                sid.is_some(),
+            )));
         }
         Outcome::TimedOut => (
-            Command::TimeOut { ask: wait.ask },
+            Command::TimeOut { ask },
             ask_result(format!(
                 "The question \"{}\" timed out: the person did not answer within {}. \
                  The form at {} stays open and an answer submitted later is still recorded. \
                  If you still need the answer, call ask_user with {{\"askId\": \"{}\"}} to collect it or keep waiting \
                  (or call ask_user again with new questions); otherwise carry on without it.",
-                wait.spec.title,
-                timeout_text(&config),
-                wait.url,
-                wait.ask
-            ), json!({"status": "timed_out", "askId": wait.ask.to_string(), "url": wait.url})),
+                spec.title,
+                timeout_text(config),
+                url,
+                ask
+            ), json!({"status": "timed_out", "askId": ask.to_string(), "url": url})),
         ),
         Outcome::Dismissed(action) => (
-            PlanbServer::decline_command(wait.ask, action),
-            cancelled_result(wait.ask),
+            PlanbServer::decline_command(ask, action),
+            cancelled_result(ask),
         ),
         Outcome::ClientCancelled => (
             Command::Fail {
-                ask: wait.ask,
+                ask,
                 detail: "the client cancelled the ask_user request".into(),
             },
             CallToolResult::error(vec![ContentBlock::text(
@@ -145,7 +174,7 @@ async fn wait_detached(wait: Wait<'_>) -> CallToolResult {
         ),
         Outcome::Disconnected => (
             Command::Fail {
-                ask: wait.ask,
+                ask,
                 detail: "the MCP connection closed before the person answered (the agent or its window exited)".into(),
             },
             CallToolResult::error(vec![ContentBlock::text(
@@ -154,19 +183,14 @@ async fn wait_detached(wait: Wait<'_>) -> CallToolResult {
         ),
         Outcome::Closed => (
             Command::Fail {
-                ask: wait.ask,
+                ask,
                 detail: "the form closed without an answer".into(),
             },
             CallToolResult::error(vec![ContentBlock::text(
                 "the form closed without an answer; call ask_user again",
             )]),
         ),
-    };
-    // The person may have submitted at the same moment: then the answer wins.
-    match wait.server.close_ask(wait.ask, command).await {
-        Err(Some(answers)) => answers_result(wait.ask, &answers),
-        _ => result,
-    }
+    })
 }
 
 /// `User cancelled.`, the text given for a dismissed form.

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use planb_core::{Answers, AskId, AskStatus, SessionId};
+use planb_core::{Answers, AskId, AskSpec, AskStatus, SessionId};
 use rmcp::RoleServer;
 use rmcp::model::{CallToolResult, JsonObject};
 use rmcp::service::{ElicitationMode, RequestContext};
@@ -169,30 +169,9 @@ impl PlanbServer {
         arguments: &JsonObject,
         context: &RequestContext<RoleServer>,
     ) -> CallToolResult {
-        let mut ask_id = None;
-        let mut session = None;
-        for (key, value) in arguments {
-            match (key.as_str(), value) {
-                ("askId", Value::String(text)) => match AskId::parse(text.trim()) {
-                    Ok(id) => ask_id = Some(id),
-                    Err(error) => return tool_error(format!("askId: {error}")),
-                },
-                ("askId", _) => return tool_error("askId: must be a string (the ask's id)"),
-                ("sessionId", Value::String(text)) => match SessionId::parse(text.trim()) {
-                    Ok(id) => session = Some(id),
-                    Err(error) => return tool_error(format!("sessionId: {error}")),
-                },
-                ("sessionId", Value::Null) => {}
-                ("sessionId", _) => return tool_error("sessionId: must be a string"),
-                (other, _) => {
-                    return tool_error(format!(
-                        "{other}: not taken with askId; pass askId (and optionally sessionId) to collect an ask, or title and questions to ask anew"
-                    ));
-                }
-            }
-        }
-        let Some(ask_id) = ask_id else {
-            return tool_error("askId: required");
+        let (ask_id, session) = match collect_arguments(arguments) {
+            Ok(found) => found,
+            Err(problem) => return tool_error(problem),
         };
         let found = self
             .read_state(move |s| {
@@ -229,18 +208,33 @@ impl PlanbServer {
             .peer
             .supported_elicitation_modes()
             .contains(&ElicitationMode::Url);
-        // A form this process already shows the person (an earlier call
-        // returned "still open", or timed out) is waited on, not opened again.
-        if let Some((sid, info, answered)) = self.forms().rewait(|info| info.ask == ask_id) {
-            let address = match self.callback_address().await {
-                Ok(address) => address,
-                Err(error) => {
-                    self.forms().detach(&sid);
-                    return tool_error(format!("the form could not be opened: {error}"));
-                }
-            };
-            let url = format!("http://127.0.0.1:{}/ask?sid={sid}", address.port());
-            return crate::ask::wait(crate::ask::Wait {
+        if let Some(waited) = self.wait_on_shown(context, ask_id, url_mode).await {
+            return waited;
+        }
+        self.serve_again(context, ask_id, Arc::new(spec), &form_address, url_mode)
+            .await
+    }
+
+    /// Waits on the form of `ask_id` this process already shows the person
+    /// (an earlier call returned "still open", or timed out) rather than
+    /// opening it again; `None` when it shows none.
+    async fn wait_on_shown(
+        &self,
+        context: &RequestContext<RoleServer>,
+        ask_id: AskId,
+        url_mode: bool,
+    ) -> Option<CallToolResult> {
+        let (sid, info, answered) = self.forms().rewait(|info| info.ask == ask_id)?;
+        let address = match self.callback_address().await {
+            Ok(address) => address,
+            Err(error) => {
+                self.forms().detach(&sid);
+                return Some(tool_error(format!("the form could not be opened: {error}")));
+            }
+        };
+        let url = format!("http://127.0.0.1:{}/ask?sid={sid}", address.port());
+        Some(
+            crate::ask::wait(crate::ask::Wait {
                 server: self,
                 context,
                 ask: ask_id,
@@ -251,9 +245,21 @@ impl PlanbServer {
                 sid: Some(&sid),
                 answered,
             })
-            .await;
-        }
-        let spec = Arc::new(spec);
+            .await,
+        )
+    }
+
+    /// Waits for the answer to a pending ask this process does not show:
+    /// through the log when its link reaches this process too (a fixed
+    /// port), else on its form served here under a new sid.
+    async fn serve_again(
+        &self,
+        context: &RequestContext<RoleServer>,
+        ask_id: AskId,
+        spec: Arc<AskSpec>,
+        form_address: &str,
+        url_mode: bool,
+    ) -> CallToolResult {
         // On a fixed port the link the person was given reaches this process
         // too (any planb-mcp on the port serves it, found by the hash of its
         // sid): wait for the answer without opening another page.
@@ -269,7 +275,7 @@ impl PlanbServer {
                 context,
                 ask: ask_id,
                 spec: &spec,
-                url: &form_address,
+                url: form_address,
                 url_mode,
                 deliver: false,
                 sid: None,
@@ -312,6 +318,37 @@ impl PlanbServer {
             answered,
         })
         .await
+    }
+}
+
+/// `ask_user {askId}`'s arguments: the ask and, when given, the session it
+/// must belong to; what is wrong otherwise.
+fn collect_arguments(arguments: &JsonObject) -> Result<(AskId, Option<SessionId>), String> {
+    let mut ask_id = None;
+    let mut session = None;
+    for (key, value) in arguments {
+        match (key.as_str(), value) {
+            ("askId", Value::String(text)) => match AskId::parse(text.trim()) {
+                Ok(id) => ask_id = Some(id),
+                Err(error) => return Err(format!("askId: {error}")),
+            },
+            ("askId", _) => return Err("askId: must be a string (the ask's id)".into()),
+            ("sessionId", Value::String(text)) => match SessionId::parse(text.trim()) {
+                Ok(id) => session = Some(id),
+                Err(error) => return Err(format!("sessionId: {error}")),
+            },
+            ("sessionId", Value::Null) => {}
+            ("sessionId", _) => return Err("sessionId: must be a string".into()),
+            (other, _) => {
+                return Err(format!(
+                    "{other}: not taken with askId; pass askId (and optionally sessionId) to collect an ask, or title and questions to ask anew"
+                ));
+            }
+        }
+    }
+    match ask_id {
+        Some(ask_id) => Ok((ask_id, session)),
+        None => Err("askId: required".into()),
     }
 }
 

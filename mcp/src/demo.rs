@@ -11,12 +11,13 @@ use std::path::Path;
 use std::process::{ExitCode, Stdio};
 
 use anyhow::Context;
-use rmcp::ServiceExt;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation,
     ProtocolVersion,
 };
+use rmcp::service::{Peer, RunningService};
 use rmcp::transport::TokioChildProcess;
+use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
 
@@ -96,59 +97,13 @@ pub fn run(data_root: &Path, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
 }
 
 async fn demo(data_root: &Path, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
-    let exe = std::env::current_exe().context("cannot find the planb-mcp binary")?;
     let headless = !has_display();
-    let mut command = tokio::process::Command::new(exe);
-    command
-        .env("PLANB_MCP_DATA_DIR", data_root)
-        .env("PLANB_LOG", "info")
-        .env_remove("ASK_ANSWER_TIMEOUT_MS");
-    if headless {
-        command.env("ASK_NO_OPEN", "1");
-    }
-    let (transport, stderr) = TokioChildProcess::builder(command)
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("cannot start the server")?;
-    let (url_tx, mut url_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
-    if let Some(stderr) = stderr {
-        tokio::spawn(async move {
-            let mut lines = tokio::io::BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                if let Some(rest) = line.split("opening browser directly: ").nth(1) {
-                    let url = rest.split_whitespace().next().unwrap_or_default();
-                    let _ = url_tx.send(url.to_string());
-                }
-            }
-        });
-    }
-    let client_info = ClientConfig::new(
-        ClientCapabilities::builder().enable_elicitation().build(),
-        Implementation::new("planb-demo", env!("CARGO_PKG_VERSION")),
-    )
-    .with_protocol_version(ProtocolVersion::V_2025_11_25);
-    let client = client_info.serve(transport).await.context("initialize")?;
+    let (client, mut url_rx) = start_server(data_root, headless).await?;
     writeln!(
         out,
         "planb demo: the real server, driven over MCP stdio as an agent would."
     )?;
-
-    let call = |name: &'static str, arguments: Value| {
-        let peer = client.peer().clone();
-        async move {
-            let Value::Object(arguments) = arguments else {
-                anyhow::bail!("arguments must be an object")
-            };
-            let result = peer
-                .call_tool(CallToolRequestParams::new(name).with_arguments(arguments))
-                .await
-                .with_context(|| format!("{name} failed"))?;
-            if result.is_error == Some(true) {
-                anyhow::bail!("{name}: {}", text_of(&result));
-            }
-            anyhow::Ok(text_of(&result))
-        }
-    };
+    let call = |name: &'static str, arguments: Value| call(client.peer().clone(), name, arguments);
 
     let project = std::env::current_dir()?.display().to_string();
     let created = call(
@@ -207,7 +162,75 @@ async fn demo(data_root: &Path, out: &mut dyn Write) -> anyhow::Result<ExitCode>
         )?;
     }
     client.cancel().await.ok();
-    let session_dir = data_root.join("sessions").join(&session);
+    recorded_at(data_root, &session, out)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// This binary started as an MCP server on `data_root` and initialized, and
+/// the form URLs it says on stderr that it opens.
+async fn start_server(
+    data_root: &Path,
+    headless: bool,
+) -> anyhow::Result<(
+    RunningService<RoleClient, ClientConfig>,
+    tokio::sync::mpsc::UnboundedReceiver<String>,
+)> {
+    let exe = std::env::current_exe().context("cannot find the planb-mcp binary")?;
+    let mut command = tokio::process::Command::new(exe);
+    command
+        .env("PLANB_MCP_DATA_DIR", data_root)
+        .env("PLANB_LOG", "info")
+        .env_remove("ASK_ANSWER_TIMEOUT_MS");
+    if headless {
+        command.env("ASK_NO_OPEN", "1");
+    }
+    let (transport, stderr) = TokioChildProcess::builder(command)
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("cannot start the server")?;
+    let (url_tx, url_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    if let Some(stderr) = stderr {
+        tokio::spawn(async move {
+            let mut lines = tokio::io::BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(rest) = line.split("opening browser directly: ").nth(1) {
+                    let url = rest.split_whitespace().next().unwrap_or_default();
+                    let _ = url_tx.send(url.to_string());
+                }
+            }
+        });
+    }
+    let client_info = ClientConfig::new(
+        ClientCapabilities::builder().enable_elicitation().build(),
+        Implementation::new("planb-demo", env!("CARGO_PKG_VERSION")),
+    )
+    .with_protocol_version(ProtocolVersion::V_2025_11_25);
+    let client = client_info.serve(transport).await.context("initialize")?;
+    Ok((client, url_rx))
+}
+
+/// Calls the tool `name`; its text, or an error when it answers with one.
+async fn call(
+    peer: Peer<RoleClient>,
+    name: &'static str,
+    arguments: Value,
+) -> anyhow::Result<String> {
+    let Value::Object(arguments) = arguments else {
+        anyhow::bail!("arguments must be an object")
+    };
+    let result = peer
+        .call_tool(CallToolRequestParams::new(name).with_arguments(arguments))
+        .await
+        .with_context(|| format!("{name} failed"))?;
+    if result.is_error == Some(true) {
+        anyhow::bail!("{name}: {}", text_of(&result));
+    }
+    Ok(text_of(&result))
+}
+
+/// Says where the session's events and files are, and how to replay them.
+fn recorded_at(data_root: &Path, session: &str, out: &mut dyn Write) -> anyhow::Result<()> {
+    let session_dir = data_root.join("sessions").join(session);
     writeln!(out, "\nEverything is recorded:")?;
     writeln!(out, "  event log      {}", data_root.join("log").display())?;
     writeln!(out, "  session files  {}", session_dir.display())?;
@@ -216,5 +239,5 @@ async fn demo(data_root: &Path, out: &mut dyn Write) -> anyhow::Result<ExitCode>
         "  replay it      planb-mcp log dump --data-dir {}",
         data_root.display()
     )?;
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }

@@ -295,6 +295,27 @@ impl PlanbServer {
 }
 
 impl PlanbServer {
+    /// Where a new form is served (`http://127.0.0.1:<port>/ask`) and its
+    /// new sid; why the page cannot be served otherwise.
+    async fn new_form_link(&self) -> Result<(String, String), String> {
+        let address = match self.callback_address().await {
+            Ok(address) => address,
+            Err(error) => {
+                tracing::error!("callback server: {error}");
+                return Err(format!("the form could not be opened: {error}"));
+            }
+        };
+        let sid = match new_sid() {
+            Ok(sid) => sid,
+            Err(error) => {
+                return Err(format!(
+                    "the form could not be opened: no randomness: {error}"
+                ));
+            }
+        };
+        Ok((format!("http://127.0.0.1:{}/ask", address.port()), sid))
+    }
+
     /// Opens a form for `spec` in `session`, records it and waits for the
     /// person as `ask_user` does; the result is `ask_user`'s.
     pub(crate) async fn open_ask(
@@ -303,22 +324,10 @@ impl PlanbServer {
         spec: AskSpec,
         context: &RequestContext<RoleServer>,
     ) -> CallToolResult {
-        let address = match self.callback_address().await {
-            Ok(address) => address,
-            Err(error) => {
-                tracing::error!("callback server: {error}");
-                return tool_error(format!("the form could not be opened: {error}"));
-            }
+        let (address, sid) = match self.new_form_link().await {
+            Ok(link) => link,
+            Err(problem) => return tool_error(problem),
         };
-        let sid = match new_sid() {
-            Ok(sid) => sid,
-            Err(error) => {
-                return tool_error(format!(
-                    "the form could not be opened: no randomness: {error}"
-                ));
-            }
-        };
-        let address = format!("http://127.0.0.1:{}/ask", address.port());
         let url = format!("{address}?sid={sid}");
         let url_mode = context
             .peer

@@ -127,7 +127,13 @@ pub fn check_line(line: &[u8]) -> Verdict {
             return Verdict::Answer(error_response(id, -32700, format!("Parse error: {error}")));
         }
     };
-    let Value::Object(object) = &value else {
+    message_verdict(&value)
+}
+
+/// The verdict on a line that is JSON but that rmcp would not take as it
+/// stands: the error its shape earns, with the id when it is usable.
+fn message_verdict(value: &Value) -> Verdict {
+    let Value::Object(object) = value else {
         return Verdict::Answer(error_response(
             Value::Null,
             -32600,
@@ -147,10 +153,19 @@ pub fn check_line(line: &[u8]) -> Verdict {
             "Invalid Request: \"jsonrpc\" must be \"2.0\"".into(),
         ));
     }
-    let error = match ClientJsonRpcMessage::deserialize(&value) {
-        Ok(_) => return Verdict::Forward,
-        Err(error) => error,
-    };
+    match ClientJsonRpcMessage::deserialize(value) {
+        Ok(_) => Verdict::Forward,
+        Err(error) => refused(object, id, &error),
+    }
+}
+
+/// The answer to a JSON-RPC object rmcp refused with `error`, by what it
+/// lacks; nothing for a malformed notification or response.
+fn refused(
+    object: &serde_json::Map<String, Value>,
+    id: Option<Value>,
+    error: &dyn std::fmt::Display,
+) -> Verdict {
     let method = object.get("method");
     match (method, id) {
         (Some(Value::String(method)), Some(id)) => {
@@ -313,88 +328,104 @@ fn unix_socket(fd: OwnedFd) -> Option<tokio::net::UnixStream> {
     tokio::net::UnixStream::from_std(socket).ok()
 }
 
+/// Reads the client's lines: each rmcp can take goes to it (repaired when
+/// it holds lone surrogates), each it could not gets its error answer sent
+/// to the writer. At the end of input, `closed` fires before rmcp is told.
+async fn read_client(
+    input: impl AsyncRead + Unpin,
+    mut to_rmcp: DuplexStream,
+    answers: mpsc::UnboundedSender<Value>,
+    closed: watch::Sender<bool>,
+) {
+    let mut reader = BufReader::new(input);
+    let mut line = Vec::new();
+    loop {
+        match read_line(&mut reader, &mut line).await {
+            Ok(Some(())) => {}
+            Ok(None) => break,
+            Err(error) => {
+                tracing::warn!("reading stdin failed: {error}");
+                break;
+            }
+        }
+        match check_line(&line) {
+            Verdict::Forward => {
+                line.push(b'\n');
+                if to_rmcp.write_all(&line).await.is_err() {
+                    break;
+                }
+            }
+            Verdict::Repaired(mut repaired, count) => {
+                let id = planb_engine::plans::framing::top_level_id(&repaired)
+                    .map_or_else(|| "without an id".to_owned(), |id| id.to_string());
+                tracing::warn!(
+                    "request {id}: {count} lone surrogate escape(s) (a cut-off emoji?) taken as U+FFFD"
+                );
+                repaired.push(b'\n');
+                if to_rmcp.write_all(&repaired).await.is_err() {
+                    break;
+                }
+            }
+            Verdict::Answer(response) => {
+                tracing::warn!("answered a malformed message: {}", response["error"]);
+                let _ = answers.send(response);
+            }
+            Verdict::Drop(what) => tracing::debug!("ignored a {what} from the client"),
+        }
+    }
+    let _ = closed.send(true);
+    let _ = to_rmcp.shutdown().await;
+}
+
+/// Copies rmcp's messages and the error answers to the client, a whole line
+/// at a time.
+async fn write_client(
+    mut output: impl AsyncWrite + Unpin,
+    from_rmcp: DuplexStream,
+    mut answer_lines: mpsc::UnboundedReceiver<Value>,
+) {
+    let mut from_rmcp = BufReader::new(from_rmcp);
+    let mut line = Vec::new();
+    let mut rmcp_open = true;
+    loop {
+        tokio::select! {
+            read = from_rmcp.read_until(b'\n', &mut line), if rmcp_open => {
+                match read {
+                    Ok(0) | Err(_) => rmcp_open = false,
+                    Ok(_) => {
+                        if output.write_all(&line).await.is_err() || output.flush().await.is_err() {
+                            return;
+                        }
+                        line.clear();
+                    }
+                }
+            }
+            // Once the reader is gone, `recv` yields `None` at once: the
+            // pattern then disables this branch instead of spinning, and
+            // `else` ends the task when rmcp has closed too.
+            Some(answer) = answer_lines.recv() => {
+                let mut bytes = answer.to_string().into_bytes();
+                bytes.push(b'\n');
+                if output.write_all(&bytes).await.is_err() || output.flush().await.is_err() {
+                    return;
+                }
+            }
+            else => return,
+        }
+    }
+}
+
 fn start_on(
     input: impl AsyncRead + Unpin + Send + 'static,
     output: impl AsyncWrite + Unpin + Send + 'static,
 ) -> (DuplexStream, DuplexStream, Disconnect) {
-    let (rmcp_input, mut to_rmcp) = tokio::io::duplex(PIPE_BYTES);
+    let (rmcp_input, to_rmcp) = tokio::io::duplex(PIPE_BYTES);
     let (from_rmcp, rmcp_output) = tokio::io::duplex(PIPE_BYTES);
-    let (answers, mut answer_lines) = mpsc::unbounded_channel::<Value>();
+    let (answers, answer_lines) = mpsc::unbounded_channel::<Value>();
     let (closed, disconnect) = watch::channel(false);
 
-    tokio::spawn(async move {
-        let mut reader = BufReader::new(input);
-        let mut line = Vec::new();
-        loop {
-            match read_line(&mut reader, &mut line).await {
-                Ok(Some(())) => {}
-                Ok(None) => break,
-                Err(error) => {
-                    tracing::warn!("reading stdin failed: {error}");
-                    break;
-                }
-            }
-            match check_line(&line) {
-                Verdict::Forward => {
-                    line.push(b'\n');
-                    if to_rmcp.write_all(&line).await.is_err() {
-                        break;
-                    }
-                }
-                Verdict::Repaired(mut repaired, count) => {
-                    let id = planb_engine::plans::framing::top_level_id(&repaired)
-                        .map_or_else(|| "without an id".to_owned(), |id| id.to_string());
-                    tracing::warn!(
-                        "request {id}: {count} lone surrogate escape(s) (a cut-off emoji?) taken as U+FFFD"
-                    );
-                    repaired.push(b'\n');
-                    if to_rmcp.write_all(&repaired).await.is_err() {
-                        break;
-                    }
-                }
-                Verdict::Answer(response) => {
-                    tracing::warn!("answered a malformed message: {}", response["error"]);
-                    let _ = answers.send(response);
-                }
-                Verdict::Drop(what) => tracing::debug!("ignored a {what} from the client"),
-            }
-        }
-        let _ = closed.send(true);
-        let _ = to_rmcp.shutdown().await;
-    });
-
-    tokio::spawn(async move {
-        let mut output = output;
-        let mut from_rmcp = BufReader::new(from_rmcp);
-        let mut line = Vec::new();
-        let mut rmcp_open = true;
-        loop {
-            tokio::select! {
-                read = from_rmcp.read_until(b'\n', &mut line), if rmcp_open => {
-                    match read {
-                        Ok(0) | Err(_) => rmcp_open = false,
-                        Ok(_) => {
-                            if output.write_all(&line).await.is_err() || output.flush().await.is_err() {
-                                return;
-                            }
-                            line.clear();
-                        }
-                    }
-                }
-                // Once the reader is gone, `recv` yields `None` at once: the
-                // pattern then disables this branch instead of spinning, and
-                // `else` ends the task when rmcp has closed too.
-                Some(answer) = answer_lines.recv() => {
-                    let mut bytes = answer.to_string().into_bytes();
-                    bytes.push(b'\n');
-                    if output.write_all(&bytes).await.is_err() || output.flush().await.is_err() {
-                        return;
-                    }
-                }
-                else => return,
-            }
-        }
-    });
+    tokio::spawn(read_client(input, to_rmcp, answers, closed));
+    tokio::spawn(write_client(output, from_rmcp, answer_lines));
 
     let disconnect = Disconnect {
         receiver: disconnect,
