@@ -7,7 +7,7 @@
 //! is a hand-off between threads (a worker wakes another, a store call goes
 //! to the blocking pool and back, a connection's reader wakes the run); on
 //! this thread they are turns of one loop. Store calls made from here run
-//! inline ([`crate::worker`]'s `blocking`): a step's durable append is on
+//! inline ([`crate::host::blocking`]): a step's durable append is on
 //! its critical path anyway, and a run's other tasks wait at most that long.
 //!
 //! A command-line run or a task worker builds its own current-thread

@@ -1,11 +1,13 @@
 //! One run of an execution plan: Kahn batches, at most `concurrency` calls
 //! at once within a batch, guards checked before each call, every fact
-//! recorded through the store before the next decision.
+//! recorded through the store before the next decision. The plan's calls
+//! are one kind of step of the shared settle loop (`PlanSteps`), hosted
+//! like a task's run.
 //!
 //! The process that runs a plan holds the plan's run lock for the whole
 //! run, as a task's worker does: a run whose process died is ended `failed`
 //! (`worker_error`, recoverable) by whoever looks next, and resumed with
-//! [`run_plan`]`(…, resume: true)`. A resume binds the variables of every
+//! [`run_plan`] and a [`RunRequest`] with `resume`. A resume binds the variables of every
 //! step that succeeded before from its recorded result (never truncated)
 //! and calls again only the steps whose call, resolved now, differs from
 //! the one that succeeded.
