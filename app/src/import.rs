@@ -24,6 +24,13 @@ use planb_engine::plans::{self, Downstream, ForeignRun};
 use planb_projections::Store;
 use serde_json::{Map, Value, json};
 
+use crate::error::{Error, ErrorCode};
+
+/// A plan (or its directory, or its checkpoint) that cannot be imported.
+fn invalid(message: impl Into<String>) -> Error {
+    Error::new(ErrorCode::InvalidArgument, message)
+}
+
 /// Largest plan or checkpoint file read.
 const FILE_BYTES_MAX: u64 = 16 * 1024 * 1024;
 /// Most plans imported in one call.
@@ -47,8 +54,13 @@ pub struct Saved {
     pub checkpoint: Option<PathBuf>,
 }
 
-/// The plans in `dir`, by id.
-pub fn saved(dir: &Path) -> Result<Vec<Saved>, String> {
+/// The plans in `dir`, by id; `INVALID_ARGUMENT` naming the file when the
+/// directory or a plan in it cannot be read.
+pub fn saved(dir: &Path) -> Result<Vec<Saved>, Error> {
+    saved_in(dir).map_err(invalid)
+}
+
+fn saved_in(dir: &Path) -> Result<Vec<Saved>, String> {
     let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut found = Vec::new();
     for entry in entries {
@@ -90,8 +102,13 @@ fn read_json(path: &Path) -> Result<Value, String> {
     serde_json::from_str(&text).map_err(|e| format!("{shown}: not JSON: {e}"))
 }
 
-/// mcp-cli's plan file as a planb plan.
-pub fn convert(raw: &Value) -> Result<Value, String> {
+/// mcp-cli's plan file as a planb plan; `INVALID_ARGUMENT` naming the
+/// field that cannot be converted.
+pub fn convert(raw: &Value) -> Result<Value, Error> {
+    converted(raw).map_err(invalid)
+}
+
+fn converted(raw: &Value) -> Result<Value, String> {
     let Value::Object(raw) = raw else {
         return Err("not a JSON object".into());
     };
@@ -161,6 +178,13 @@ fn was_cut(value: &Value) -> bool {
 /// What a checkpoint says, as a run of `plan`; and the steps left out, with
 /// why.
 pub fn foreign_run(
+    checkpoint: &Value,
+    plan: &ExecPlan,
+) -> Result<(ForeignRun, Vec<String>), Error> {
+    checkpoint_run(checkpoint, plan).map_err(invalid)
+}
+
+fn checkpoint_run(
     checkpoint: &Value,
     plan: &ExecPlan,
 ) -> Result<(ForeignRun, Vec<String>), String> {
@@ -276,20 +300,19 @@ pub async fn import(
     store: &Arc<Store>,
     downstream: &Arc<Downstream>,
     saved: &Saved,
-) -> Result<Imported, String> {
+) -> Result<Imported, Error> {
     let key = format!("{KEY_PREFIX}{}", saved.id);
     let existing = store
         .read(|s| s.task_by_request(&key).map(|t| t.id))
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| Error::new(ErrorCode::InternalError, e.to_string()))?;
     if let Some(task) = existing {
         return Ok(Imported::Already(task));
     }
-    let raw = read_json(&saved.path)?;
-    let value = convert(&raw).map_err(|e| format!("{}: {e}", saved.path.display()))?;
-    let plan = ExecPlan::from_json(&value).map_err(|e| format!("{}: {e}", saved.path.display()))?;
-    let (task, plan, created) = crate::plans::record(store, plan, Some(key))
-        .await
-        .map_err(|e| e.message)?;
+    let shown = saved.path.display();
+    let raw = read_json(&saved.path).map_err(invalid)?;
+    let value = converted(&raw).map_err(|e| invalid(format!("{shown}: {e}")))?;
+    let plan = ExecPlan::from_json(&value).map_err(|e| invalid(format!("{shown}: {e}")))?;
+    let (task, plan, created) = crate::plans::record(store, plan, Some(key)).await?;
     if !created {
         // Another import recorded it since the look above: its checkpoint
         // is that import's to record.
@@ -299,7 +322,7 @@ pub async fn import(
     let mut run = None;
     if let Some(path) = &saved.checkpoint {
         let recorded = match read_json(path)
-            .and_then(|checkpoint| foreign_run(&checkpoint, &plan))
+            .and_then(|checkpoint| checkpoint_run(&checkpoint, &plan))
             .map_err(|e| format!("{}: {e}", path.display()))
         {
             Ok((foreign, left)) => {
@@ -376,9 +399,11 @@ mod tests {
         );
         let two = json!({"steps": [{"index": "1", "title": "A",
             "tool_calls": [{"name": "a", "args": {}}, {"name": "b", "args": {}}]}]});
+        let refused = convert(&two).expect_err("two calls");
+        assert_eq!(refused.code, ErrorCode::InvalidArgument);
         assert_eq!(
-            convert(&two),
-            Err("steps[0].tool_calls: 2 calls; a step makes one".into())
+            refused.message,
+            "steps[0].tool_calls: 2 calls; a step makes one"
         );
     }
 }

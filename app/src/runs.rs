@@ -19,6 +19,7 @@ use planb_engine::worker::WorkerError;
 use planb_projections::Store;
 use tokio::sync::{broadcast, watch};
 
+use crate::error::{Error, ErrorCode};
 use crate::plans::{DownstreamCache, ServersSource, rendered};
 
 /// What a run came to: its outcome and its DAG drawn with each step's
@@ -145,16 +146,15 @@ impl PlanRuns {
         servers: &ServersSource,
         plan: &Arc<ExecPlan>,
         mut request: RunRequest,
-    ) -> Result<Attached, String> {
+    ) -> Result<Attached, Error> {
         let id = request.task;
-        let mut active = self
-            .active
-            .lock()
-            .map_err(|_| "the plan runs' table is poisoned".to_owned())?;
+        let mut active = self.active.lock().map_err(|_| {
+            Error::new(ErrorCode::InternalError, "the plan runs' table is poisoned")
+        })?;
         if let Some(attached) = active.get(&id) {
             return Ok(attached.clone());
         }
-        let downstream = self.downstream.get(servers).map_err(|e| e.message)?;
+        let downstream = self.downstream.get(servers)?;
         let (done_tx, done) = watch::channel(None);
         let attached = Attached {
             done,

@@ -35,13 +35,13 @@ fn built_in() -> &'static Pipeline {
 }
 
 /// The pipeline named `name`: the built-in one (parsed once per process)
-/// or a user's file under the data root; the error says why it cannot be
-/// used.
-pub fn pipeline_of(root: &DataRoot, name: &str) -> Result<Pipeline, String> {
+/// or a user's file under the data root; `INVALID_TARGET` saying why it
+/// cannot be used (the file and the JSON path of the problem).
+pub fn pipeline_of(root: &DataRoot, name: &str) -> Result<Pipeline, Error> {
     if name == PROJECT_PLAN {
         return Ok(built_in().clone());
     }
-    pipelines::resolve(root, name)
+    pipelines::resolve(root, name).map_err(|problem| Error::new(ErrorCode::InvalidTarget, problem))
 }
 
 /// One artifact file a step's success wrote.

@@ -350,7 +350,7 @@ fn import(
         None => planb_app::import::default_dir()
             .ok_or_else(|| anyhow::anyhow!("HOME is not set: give the directory"))?,
     };
-    let saved = planb_app::import::saved(&dir).map_err(|e| anyhow::anyhow!(e))?;
+    let saved = planb_app::import::saved(&dir).map_err(|e| anyhow::anyhow!(e.message))?;
     if saved.is_empty() {
         writeln!(out, "No mcp-cli plans in {}.", dir.display())?;
         return Ok(ExitCode::SUCCESS);
@@ -384,7 +384,7 @@ fn import(
             }
             Err(error) => {
                 failed += 1;
-                writeln!(out, "{}: not imported: {error}", plan.id)?;
+                writeln!(out, "{}: not imported: {}", plan.id, error.message)?;
             }
         }
     }

@@ -498,7 +498,7 @@ impl PlanbServer {
         };
         match runs.start(store, &self.config().servers, &plan, request) {
             Ok(attached) => self.wait_run(attached, id, &plan.title, context).await,
-            Err(message) => failure(message),
+            Err(e) => app_failure(e),
         }
     }
 }

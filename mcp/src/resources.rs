@@ -337,7 +337,7 @@ fn read(
     uri: &str,
 ) -> Result<ResourceContents, ErrorData> {
     let pipeline = pipeline_of(root, &task.pipeline)
-        .map_err(|problem| ErrorData::internal_error(problem, None))?;
+        .map_err(|problem| ErrorData::internal_error(problem.message, None))?;
     let id = task.id;
     // When what is read was made: its step's artifact, or the newest one.
     let newest = newest(task);

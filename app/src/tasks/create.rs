@@ -30,7 +30,7 @@ pub struct CreateRequest {
 /// The pipeline `name`, once `target` is one of its steps
 /// (`INVALID_TARGET` naming the standard targets otherwise).
 pub fn checked_pipeline(root: &DataRoot, name: &str, target: &str) -> Result<Pipeline, Error> {
-    let pipeline = pipeline_of(root, name).map_err(|p| Error::new(ErrorCode::InvalidTarget, p))?;
+    let pipeline = pipeline_of(root, name)?;
     let target_ok = StepId::parse(target)
         .ok()
         .is_some_and(|t| pipeline.step(&t).is_some());

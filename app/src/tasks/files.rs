@@ -77,7 +77,7 @@ impl Tasks {
         let task = self.with_hand_edits(task).await?;
         let root = self.root();
         let id = task.id;
-        let pipeline = pipeline_of(&root, &task.pipeline).map_err(internal)?;
+        let pipeline = pipeline_of(&root, &task.pipeline).map_err(|e| internal(e.message))?;
         if file == TaskFile::Report && task_files::report(&root, &pipeline, &task).is_none() {
             let why = if task.speed == "ping" {
                 "this task ran with speed_vs_detail \"ping\" (one model call, no report); create a task with \"fast\" or \"all\""
@@ -129,7 +129,7 @@ impl Tasks {
         // A hand edit of another file is recorded before this one writes.
         let task = self.with_hand_edits(task).await?;
         let root = self.root();
-        let pipeline = pipeline_of(&root, &task.pipeline).map_err(internal)?;
+        let pipeline = pipeline_of(&root, &task.pipeline).map_err(|e| internal(e.message))?;
         let Some(step) = task_files::step_of_name(&pipeline, path) else {
             return Err(Error::with(
                 ErrorCode::InvalidArtifactUri,
