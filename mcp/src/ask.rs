@@ -4,16 +4,18 @@
 //! answer arriving after the wait ended is recorded as a late answer by the
 //! callback server.
 
-use planb_core::{Answers, AskId, AskSpec, Command};
+use std::sync::Arc;
+
+use planb_core::{Answers, AskId, AskSpec, Command, Delivery, SessionId};
 use rmcp::RoleServer;
 use rmcp::model::{CallToolResult, ContentBlock};
-use rmcp::service::RequestContext;
+use rmcp::service::{ElicitationMode, RequestContext};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
 use crate::config::Config;
 use crate::deliver::{Outcome, Page, deliver_and_wait};
-use crate::server::{PlanbServer, timeout_text};
+use crate::server::{PlanbServer, store_error, timeout_text, tool_error};
 
 /// Everything one wait needs.
 #[derive(Debug)]
@@ -199,4 +201,94 @@ pub(crate) fn cancelled_result(ask: AskId) -> CallToolResult {
         "User cancelled.".into(),
         json!({"status": "cancelled", "askId": ask.to_string()}),
     )
+}
+
+impl PlanbServer {
+    /// Where a new form is served (`http://127.0.0.1:<port>/ask`) and its
+    /// new sid; why the page cannot be served otherwise.
+    async fn new_form_link(&self) -> Result<(String, String), String> {
+        let address = match self.callback_address().await {
+            Ok(address) => address,
+            Err(error) => {
+                tracing::error!("callback server: {error}");
+                return Err(format!("the form could not be opened: {error}"));
+            }
+        };
+        let sid = match crate::server::new_sid() {
+            Ok(sid) => sid,
+            Err(error) => {
+                return Err(format!(
+                    "the form could not be opened: no randomness: {error}"
+                ));
+            }
+        };
+        Ok((format!("http://127.0.0.1:{}/ask", address.port()), sid))
+    }
+
+    /// Opens a form for `spec` in `session`, records it and waits for the
+    /// person as `ask_user` does; the result is `ask_user`'s.
+    pub(crate) async fn open_ask(
+        &self,
+        session: SessionId,
+        spec: AskSpec,
+        context: &RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let (address, sid) = match self.new_form_link().await {
+            Ok(link) => link,
+            Err(problem) => return tool_error(problem),
+        };
+        let url = format!("{address}?sid={sid}");
+        let url_mode = context
+            .peer
+            .supported_elicitation_modes()
+            .contains(&ElicitationMode::Url);
+        let ask = AskId::from_uuid(self.store().env().random_id());
+        let delivery = if url_mode {
+            Delivery::UrlElicitation
+        } else if self.config().no_open {
+            Delivery::BrowserNotOpened
+        } else {
+            Delivery::BrowserOpened
+        };
+        let spec = Arc::new(spec);
+        let recorded = self
+            .execute(Command::OpenAsk {
+                session,
+                ask,
+                spec: (*spec).clone(),
+                delivery,
+                url: address,
+                sid: sid.clone(),
+            })
+            .await;
+        if let Err(error) = recorded {
+            return store_error(error);
+        }
+        let (sender, answered) = oneshot::channel();
+        let info = crate::forms::FormInfo {
+            ask,
+            spec: Arc::clone(&spec),
+        };
+        if let Err(error) = self.forms().register(sid.clone(), info, sender) {
+            let _ = self
+                .execute(Command::Fail {
+                    ask,
+                    detail: error.to_string(),
+                })
+                .await;
+            return tool_error(error.to_string());
+        }
+        wait(Wait {
+            server: self,
+            context,
+            ask,
+            spec: &spec,
+            url: &url,
+            url_mode,
+            deliver: true,
+            sid: Some(&sid),
+            answered,
+        })
+        .await
+    }
 }

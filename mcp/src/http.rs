@@ -537,3 +537,14 @@ async fn asset(Path(name): Path<String>) -> Response {
 async fn not_found() -> Response {
     json_error(StatusCode::NOT_FOUND, "not found")
 }
+
+impl crate::server::PlanbServer {
+    /// Where the callback server listens: started on the first form.
+    pub(crate) async fn callback_address(&self) -> std::io::Result<std::net::SocketAddr> {
+        let (cell, store, forms, reviews) = self.callback_parts();
+        let port = self.config().port;
+        cell.get_or_try_init(|| start(store.clone(), forms, reviews, port))
+            .await
+            .copied()
+    }
+}

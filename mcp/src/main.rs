@@ -29,6 +29,7 @@ mod tasks;
 mod team_cli;
 #[cfg(test)]
 mod testing;
+mod watch;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

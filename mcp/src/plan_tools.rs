@@ -11,8 +11,7 @@
 //! the same plan waits again instead of starting it twice). The downstream
 //! servers stay connected between calls.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use planb_core::exec_plan::{ExecPlan, StepMark, render_dag};
@@ -48,14 +47,6 @@ fn schema(value: Value) -> Arc<JsonObject> {
         Value::Object(map) => Arc::new(map),
         _ => Arc::new(JsonObject::new()),
     }
-}
-
-/// The plan runs of one server process, and the review forms the person
-/// has not decided yet, by plan.
-#[derive(Debug, Default)]
-pub(crate) struct PlanRuns {
-    pub(crate) runs: Arc<planb_app::runs::PlanRuns>,
-    reviews: Mutex<HashMap<TaskId, AskId>>,
 }
 
 /// The review form's choices.

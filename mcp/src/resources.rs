@@ -83,25 +83,6 @@ fn meta_listed(hash: Option<&ContentHash>, at: planb_core::Timestamp) -> MetaObj
     MetaObject(meta)
 }
 
-/// The resource templates: one per kind of task resource.
-pub(crate) fn templates() -> Vec<ResourceTemplate> {
-    vec![
-        ResourceTemplate::new("planb://task/{task_id}/report", "task-report")
-            .with_title("Task report")
-            .with_description("A completed task's self-contained HTML report.")
-            .with_mime_type("text/html"),
-        ResourceTemplate::new("planb://task/{task_id}/zip", "task-zip")
-            .with_title("Task archive")
-            .with_description("Every artifact of a task, its report and its run log, as a zip.")
-            .with_mime_type("application/zip"),
-        ResourceTemplate::new("planb://task/{task_id}/artifact/{name}", "task-artifact")
-            .with_title("Task artifact")
-            .with_description(
-                "One step's artifact, named as in the task's folder (e.g. 03-assumptions.md) or by the step's id.",
-            ),
-    ]
-}
-
 /// A step's artifact as listed: its task and pipeline, the step, the
 /// artifact, its size and when it was made.
 struct Made {
@@ -389,4 +370,25 @@ fn read(
     }
     let hash = ContentHash::of_bytes(&bytes);
     Ok(contents(uri, mime, bytes, &hash, at))
+}
+
+impl PlanbServer {
+    /// The resource templates: one per kind of task resource.
+    pub(crate) fn resource_templates() -> Vec<ResourceTemplate> {
+        vec![
+            ResourceTemplate::new("planb://task/{task_id}/report", "task-report")
+                .with_title("Task report")
+                .with_description("A completed task's self-contained HTML report.")
+                .with_mime_type("text/html"),
+            ResourceTemplate::new("planb://task/{task_id}/zip", "task-zip")
+                .with_title("Task archive")
+                .with_description("Every artifact of a task, its report and its run log, as a zip.")
+                .with_mime_type("application/zip"),
+            ResourceTemplate::new("planb://task/{task_id}/artifact/{name}", "task-artifact")
+                .with_title("Task artifact")
+                .with_description(
+                    "One step's artifact, named as in the task's folder (e.g. 03-assumptions.md) or by the step's id.",
+                ),
+        ]
+    }
 }

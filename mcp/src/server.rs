@@ -7,7 +7,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use planb_core::{AskId, AskSpec, Command, DeclineAction, Delivery, EventBody, SessionId};
+use planb_core::{AskId, AskSpec, Command, DeclineAction, EventBody, SessionId, TaskId};
 use planb_projections::StoreError;
 
 use crate::opening::StoreHandle;
@@ -18,13 +18,24 @@ use rmcp::model::{
     ProgressNotificationParam, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
     ServerConfig, ServerNotification,
 };
-use rmcp::service::{ElicitationMode, RequestContext};
+use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, tool, tool_handler, tool_router};
-use tokio::sync::{OnceCell, oneshot};
+use tokio::sync::OnceCell;
 
 use crate::args::{self, Args};
 use crate::config::{Config, human_duration};
 use crate::forms::Forms;
+
+/// The version of the task interface (PlanExe's) the task tools implement.
+pub(crate) const PLANEXE_VERSION: &str = "1.0";
+
+/// The plan runs of one server process, and the review forms the person
+/// has not decided yet, by plan.
+#[derive(Debug, Default)]
+pub(crate) struct PlanRuns {
+    pub(crate) runs: Arc<planb_app::runs::PlanRuns>,
+    pub(crate) reviews: std::sync::Mutex<std::collections::HashMap<TaskId, AskId>>,
+}
 
 /// The planb MCP server.
 #[derive(Debug, Clone)]
@@ -34,9 +45,9 @@ pub struct PlanbServer {
     forms: Arc<Forms>,
     reviews: Arc<crate::forms::Reviews>,
     /// Answers to waited asks recorded by other processes.
-    answer_watch: Arc<crate::collect::AnswerWatch>,
+    answer_watch: Arc<crate::watch::AnswerWatch>,
     /// Execution plans' runs in this process and their downstream servers.
-    plan_runs: Arc<crate::plan_tools::PlanRuns>,
+    plan_runs: Arc<PlanRuns>,
     /// The callback server, started on the first form.
     http: Arc<OnceCell<SocketAddr>>,
     tool_router: ToolRouter<Self>,
@@ -124,26 +135,30 @@ impl PlanbServer {
         &self.reviews
     }
 
-    pub(crate) fn plan_runs(&self) -> &crate::plan_tools::PlanRuns {
+    pub(crate) fn plan_runs(&self) -> &PlanRuns {
         &self.plan_runs
     }
 
-    pub(crate) fn answer_watch(&self) -> &Arc<crate::collect::AnswerWatch> {
+    pub(crate) fn answer_watch(&self) -> &Arc<crate::watch::AnswerWatch> {
         &self.answer_watch
     }
 
-    pub(crate) async fn callback_address(&self) -> std::io::Result<SocketAddr> {
-        self.http
-            .get_or_try_init(|| {
-                crate::http::start(
-                    self.store.clone(),
-                    Arc::clone(&self.forms),
-                    Arc::clone(&self.reviews),
-                    self.config.port,
-                )
-            })
-            .await
-            .copied()
+    /// What the callback server is started with (see `http.rs`): the cell
+    /// its address is kept in once started, the store and the pages.
+    pub(crate) fn callback_parts(
+        &self,
+    ) -> (
+        &OnceCell<SocketAddr>,
+        &StoreHandle,
+        Arc<Forms>,
+        Arc<crate::forms::Reviews>,
+    ) {
+        (
+            &self.http,
+            &self.store,
+            Arc::clone(&self.forms),
+            Arc::clone(&self.reviews),
+        )
     }
 
     fn plan_path(&self, session: SessionId, version: u32) -> String {
@@ -295,96 +310,6 @@ impl PlanbServer {
 }
 
 impl PlanbServer {
-    /// Where a new form is served (`http://127.0.0.1:<port>/ask`) and its
-    /// new sid; why the page cannot be served otherwise.
-    async fn new_form_link(&self) -> Result<(String, String), String> {
-        let address = match self.callback_address().await {
-            Ok(address) => address,
-            Err(error) => {
-                tracing::error!("callback server: {error}");
-                return Err(format!("the form could not be opened: {error}"));
-            }
-        };
-        let sid = match new_sid() {
-            Ok(sid) => sid,
-            Err(error) => {
-                return Err(format!(
-                    "the form could not be opened: no randomness: {error}"
-                ));
-            }
-        };
-        Ok((format!("http://127.0.0.1:{}/ask", address.port()), sid))
-    }
-
-    /// Opens a form for `spec` in `session`, records it and waits for the
-    /// person as `ask_user` does; the result is `ask_user`'s.
-    pub(crate) async fn open_ask(
-        &self,
-        session: SessionId,
-        spec: AskSpec,
-        context: &RequestContext<RoleServer>,
-    ) -> CallToolResult {
-        let (address, sid) = match self.new_form_link().await {
-            Ok(link) => link,
-            Err(problem) => return tool_error(problem),
-        };
-        let url = format!("{address}?sid={sid}");
-        let url_mode = context
-            .peer
-            .supported_elicitation_modes()
-            .contains(&ElicitationMode::Url);
-        let ask = AskId::from_uuid(self.store.env().random_id());
-        let delivery = if url_mode {
-            Delivery::UrlElicitation
-        } else if self.config.no_open {
-            Delivery::BrowserNotOpened
-        } else {
-            Delivery::BrowserOpened
-        };
-        let spec = Arc::new(spec);
-        let recorded = self
-            .execute(Command::OpenAsk {
-                session,
-                ask,
-                spec: (*spec).clone(),
-                delivery,
-                url: address,
-                sid: sid.clone(),
-            })
-            .await;
-        if let Err(error) = recorded {
-            return store_error(error);
-        }
-        let (sender, answered) = oneshot::channel();
-        let info = crate::forms::FormInfo {
-            ask,
-            spec: Arc::clone(&spec),
-        };
-        if let Err(error) = self.forms.register(sid.clone(), info, sender) {
-            let _ = self
-                .execute(Command::Fail {
-                    ask,
-                    detail: error.to_string(),
-                })
-                .await;
-            return tool_error(error.to_string());
-        }
-        crate::ask::wait(crate::ask::Wait {
-            server: self,
-            context,
-            ask,
-            spec: &spec,
-            url: &url,
-            url_mode,
-            deliver: true,
-            sid: Some(&sid),
-            answered,
-        })
-        .await
-    }
-}
-
-impl PlanbServer {
     /// Records an outcome other than an answer; if the answer won the race,
     /// returns it instead.
     pub(crate) async fn close_ask(
@@ -465,10 +390,7 @@ impl ServerHandler for PlanbServer {
         // The version of the task interface the task tools implement,
         // readable without a call.
         let mut meta = rmcp::model::JsonObject::new();
-        meta.insert(
-            "planexe.version".into(),
-            crate::tasks::PLANEXE_VERSION.into(),
-        );
+        meta.insert("planexe.version".into(), PLANEXE_VERSION.into());
         info.meta = Some(rmcp::model::MetaObject(meta));
         info
     }
@@ -517,7 +439,7 @@ impl ServerHandler for PlanbServer {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
         Ok(ListResourceTemplatesResult::with_all_items(
-            crate::resources::templates(),
+            Self::resource_templates(),
         ))
     }
 

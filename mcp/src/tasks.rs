@@ -28,10 +28,7 @@ use planb_app::launch::{Launch, Runner, Start};
 use planb_app::tasks::{CreateRequest, TaskFile, Tasks, checked_pipeline};
 
 use crate::args::Args;
-use crate::server::PlanbServer;
-
-/// The version of the task interface (PlanExe's) these tools implement.
-pub(crate) const PLANEXE_VERSION: &str = "1.0";
+use crate::server::{PLANEXE_VERSION, PlanbServer};
 
 fn error(code: &str, message: impl Into<String>, details: Value) -> CallToolResult {
     CallToolResult::structured_error(json!({
