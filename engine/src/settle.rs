@@ -241,12 +241,7 @@ async fn launch<K: StepKind>(
     if launches.is_empty() && ends.is_empty() {
         return Ok(false);
     }
-    let mut blobs = Vec::new();
-    let mut commands = Vec::new();
-    for end in ends.drain(..) {
-        blobs.extend(end.blob);
-        commands.push(end.command);
-    }
+    let (mut blobs, commands) = drain(ends);
     let mut starts = Vec::new();
     let mut works = Vec::new();
     for one in launches {
@@ -350,6 +345,17 @@ fn panicked(running: &BTreeSet<String>, panic: Box<dyn std::any::Any + Send>) ->
     ))
 }
 
+/// The ends waiting, taken: their blobs and their commands.
+fn drain(ends: &mut Vec<End>) -> (Vec<Vec<u8>>, Vec<Command>) {
+    let mut blobs = Vec::new();
+    let mut commands = Vec::new();
+    for end in ends.drain(..) {
+        blobs.extend(end.blob);
+        commands.push(end.command);
+    }
+    (blobs, commands)
+}
+
 /// Records the ends waiting, alone.
 async fn record_ends<K: StepKind>(
     host: &RunHost,
@@ -359,12 +365,7 @@ async fn record_ends<K: StepKind>(
     if ends.is_empty() {
         return Ok(());
     }
-    let mut blobs = Vec::new();
-    let mut commands = Vec::new();
-    for end in ends.drain(..) {
-        blobs.extend(end.blob);
-        commands.push(end.command);
-    }
+    let (blobs, commands) = drain(ends);
     host.record(blobs, commands, Vec::new()).await?;
     kind.recorded().await
 }

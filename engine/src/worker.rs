@@ -562,9 +562,10 @@ impl StepKind for TaskSteps<'_> {
 
     async fn next(&mut self, room: usize, idle: bool) -> Result<Next<Job, RunEnd>, StoreError> {
         if self.failed.is_some() {
-            return Ok(match idle {
-                true => Next::Settle(Settled::Failed(self.failed.take().expect("failed"))),
-                false => Next::Start(Vec::new()),
+            // Nothing more starts; the run ends once nothing runs.
+            return Ok(match self.failed.take_if(|_| idle) {
+                Some(end) => Next::Settle(Settled::Failed(end)),
+                None => Next::Start(Vec::new()),
             });
         }
         let recorded = &self.prepared.recorded;
@@ -619,8 +620,12 @@ impl StepKind for TaskSteps<'_> {
             Err(failure) => {
                 self.runner
                     .note(format!("step {step} failed: {}", failure.message));
-                let command =
-                    self.fail(&step, &failure.class, &failure.message, failure.recoverable);
+                let command = self.fail(
+                    step.as_str(),
+                    &failure.class,
+                    &failure.message,
+                    failure.recoverable,
+                );
                 End {
                     command,
                     blob: None,
@@ -635,8 +640,7 @@ impl StepKind for TaskSteps<'_> {
         }
         self.to_write.retain(|(id, _)| id.as_str() != step);
         let message = format!("the artifact could not be stored: {error}");
-        let step = StepId::parse(step).unwrap_or_else(|_| self.prepared.target.clone());
-        self.fail(&step, "storage_error", &message, true)
+        self.fail(step, "storage_error", &message, true)
     }
 
     fn cancelled(&mut self, step: &str, cut: Cut) -> Command {
@@ -728,20 +732,14 @@ impl TaskSteps<'_> {
     }
 
     /// A step's failure, the first of which ends the run once nothing runs.
-    fn fail(&mut self, step: &StepId, class: &str, message: &str, recoverable: bool) -> Command {
+    fn fail(&mut self, step: &str, class: &str, message: &str, recoverable: bool) -> Command {
         self.failed.get_or_insert(RunEnd {
             outcome: RunOutcome::Failed,
             reason: Some(RunEndReason::Step(class.to_owned())),
-            failed_step: Some(step.as_str().to_owned()),
+            failed_step: Some(step.to_owned()),
             recoverable,
         });
-        failure(
-            &self.runner.host,
-            step.as_str(),
-            class,
-            message,
-            recoverable,
-        )
+        failure(&self.runner.host, step, class, message, recoverable)
     }
 }
 
