@@ -115,6 +115,17 @@ impl Error {
         Error::with(code, message, serde_json::json!({}))
     }
 
+    /// `INTERNAL_ERROR`: a failure of the store, a file or a server, said
+    /// whole.
+    pub fn internal(failure: impl std::fmt::Display) -> Error {
+        Error::new(ErrorCode::InternalError, failure.to_string())
+    }
+
+    /// `INVALID_ARGUMENT`: what was given cannot be used, and why.
+    pub fn invalid(problem: impl std::fmt::Display) -> Error {
+        Error::new(ErrorCode::InvalidArgument, problem.to_string())
+    }
+
     /// An error with `details`.
     pub fn with(code: ErrorCode, message: impl Into<String>, details: serde_json::Value) -> Error {
         Error {

@@ -24,12 +24,7 @@ use planb_engine::plans::{self, Downstream, ForeignRun};
 use planb_projections::Store;
 use serde_json::{Map, Value, json};
 
-use crate::error::{Error, ErrorCode};
-
-/// A plan (or its directory, or its checkpoint) that cannot be imported.
-fn invalid(message: impl Into<String>) -> Error {
-    Error::new(ErrorCode::InvalidArgument, message)
-}
+use crate::error::Error;
 
 /// Largest plan or checkpoint file read.
 const FILE_BYTES_MAX: u64 = 16 * 1024 * 1024;
@@ -57,7 +52,7 @@ pub struct Saved {
 /// The plans in `dir`, by id; `INVALID_ARGUMENT` naming the file when the
 /// directory or a plan in it cannot be read.
 pub fn saved(dir: &Path) -> Result<Vec<Saved>, Error> {
-    saved_in(dir).map_err(invalid)
+    saved_in(dir).map_err(Error::invalid)
 }
 
 fn saved_in(dir: &Path) -> Result<Vec<Saved>, String> {
@@ -105,7 +100,7 @@ fn read_json(path: &Path) -> Result<Value, String> {
 /// mcp-cli's plan file as a planb plan; `INVALID_ARGUMENT` naming the
 /// field that cannot be converted.
 pub fn convert(raw: &Value) -> Result<Value, Error> {
-    converted(raw).map_err(invalid)
+    converted(raw).map_err(Error::invalid)
 }
 
 fn converted(raw: &Value) -> Result<Value, String> {
@@ -181,7 +176,7 @@ pub fn foreign_run(
     checkpoint: &Value,
     plan: &ExecPlan,
 ) -> Result<(ForeignRun, Vec<String>), Error> {
-    checkpoint_run(checkpoint, plan).map_err(invalid)
+    checkpoint_run(checkpoint, plan).map_err(Error::invalid)
 }
 
 fn checkpoint_run(
@@ -304,14 +299,14 @@ pub async fn import(
     let key = format!("{KEY_PREFIX}{}", saved.id);
     let existing = store
         .read(|s| s.task_by_request(&key).map(|t| t.id))
-        .map_err(|e| Error::new(ErrorCode::InternalError, e.to_string()))?;
+        .map_err(Error::internal)?;
     if let Some(task) = existing {
         return Ok(Imported::Already(task));
     }
     let shown = saved.path.display();
-    let raw = read_json(&saved.path).map_err(invalid)?;
-    let value = converted(&raw).map_err(|e| invalid(format!("{shown}: {e}")))?;
-    let plan = ExecPlan::from_json(&value).map_err(|e| invalid(format!("{shown}: {e}")))?;
+    let raw = read_json(&saved.path).map_err(Error::invalid)?;
+    let value = converted(&raw).map_err(|e| Error::invalid(format!("{shown}: {e}")))?;
+    let plan = ExecPlan::from_json(&value).map_err(|e| Error::invalid(format!("{shown}: {e}")))?;
     let (task, plan, created) = crate::plans::record(store, plan, Some(key)).await?;
     if !created {
         // Another import recorded it since the look above: its checkpoint
@@ -400,7 +395,7 @@ mod tests {
         let two = json!({"steps": [{"index": "1", "title": "A",
             "tool_calls": [{"name": "a", "args": {}}, {"name": "b", "args": {}}]}]});
         let refused = convert(&two).expect_err("two calls");
-        assert_eq!(refused.code, ErrorCode::InvalidArgument);
+        assert_eq!(refused.code, crate::ErrorCode::InvalidArgument);
         assert_eq!(
             refused.message,
             "steps[0].tool_calls: 2 calls; a step makes one"

@@ -262,7 +262,7 @@ impl Wait<'_> {
         crate::off_thread(move || store.read(|s| s.pipeline_task(&id).cloned()))
             .await
             .map_err(|e| Error::new(ErrorCode::InternalError, e))?
-            .map_err(|e| Error::new(ErrorCode::InternalError, e.to_string()))
+            .map_err(Error::internal)
     }
 
     /// The task once it has more than `runs_before` runs: the next one is

@@ -41,16 +41,6 @@ pub struct ServersSource {
 /// Each servers file's length and modification time (`None`: missing).
 type Stamp = Vec<Option<(u64, std::time::SystemTime)>>;
 
-/// A failure of the store, the blob store or a server, whole.
-fn internal(e: impl std::fmt::Display) -> Error {
-    Error::new(ErrorCode::InternalError, e.to_string())
-}
-
-/// A plan (or its tools) as given that cannot be used.
-fn invalid(e: impl std::fmt::Display) -> Error {
-    Error::new(ErrorCode::InvalidArgument, e.to_string())
-}
-
 /// A servers file or a setting that cannot be used.
 fn unusable(e: impl std::fmt::Display) -> Error {
     Error::new(ErrorCode::InvalidConfiguration, e.to_string())
@@ -131,7 +121,7 @@ impl DownstreamCache {
         let mut current = self
             .current
             .lock()
-            .map_err(|_| internal("the downstream servers' cache is poisoned"))?;
+            .map_err(|_| Error::internal("the downstream servers' cache is poisoned"))?;
         if let Some((seen, downstream)) = current.as_ref()
             && *seen == stamp
         {
@@ -175,7 +165,7 @@ fn imported_as(store: &Store, prefix: &str) -> Result<Vec<Task>, Error> {
                 .cloned()
                 .collect()
         })
-        .map_err(internal)
+        .map_err(Error::internal)
 }
 
 /// The plan named by `text`: its whole id or a prefix only it has (or,
@@ -205,7 +195,7 @@ pub fn find(store: &Store, text: &str) -> Result<Task, Error> {
                 .cloned()
                 .collect(),
         })
-        .map_err(internal)?;
+        .map_err(Error::internal)?;
     // A plan imported from mcp-cli also answers to mcp-cli's id (or a
     // prefix of it), which it was recorded under.
     let matches = if matches.is_empty() {
@@ -218,11 +208,11 @@ pub fn find(store: &Store, text: &str) -> Result<Task, Error> {
     match (matches.next(), count) {
         // A run whose process was killed is ended `worker_error` before the
         // plan is shown or run, as for tasks.
-        (Some(one), 1) => match store.end_dead_run(one.id).map_err(internal)? {
+        (Some(one), 1) => match store.end_dead_run(one.id).map_err(Error::internal)? {
             None => Ok(one),
             Some(_) => store
                 .read(|s| s.task(&one.id).cloned())
-                .map_err(internal)?
+                .map_err(Error::internal)?
                 .ok_or_else(|| not_found(text)),
         },
         (None, _) => Err(not_found(text)),
@@ -241,15 +231,15 @@ pub async fn create(
     value: &Value,
     client_request_id: Option<String>,
 ) -> Result<Created, Error> {
-    let plan = ExecPlan::from_json(value).map_err(invalid)?;
+    let plan = ExecPlan::from_json(value).map_err(Error::invalid)?;
     let mut silent = Vec::new();
     if !plan.steps.is_empty() {
         let found = downstream
             .tools_for(plan.steps.iter().map(|s| s.tool.as_str()))
             .await
-            .map_err(|e| internal(e.message))?;
+            .map_err(|e| Error::internal(e.message))?;
         plan.check_tools(|name| Downstream::resolve(&found.tools, name).map(|_| ()))
-            .map_err(invalid)?;
+            .map_err(Error::invalid)?;
         silent = found.silent;
     }
     let (id, plan, _) = record(store, plan, client_request_id).await?;
@@ -301,7 +291,7 @@ pub async fn create_from_goal(
             .map(|e| e.message.as_str())
             .collect::<Vec<_>>()
             .join("\n");
-        return Err(internal(format!(
+        return Err(Error::internal(format!(
             "Failed to generate a valid plan: no downstream server offers a tool{}",
             if why.is_empty() {
                 " (configure servers in the servers file)".to_owned()
@@ -355,24 +345,24 @@ pub async fn record(
     let store_now = Arc::clone(store);
     let done = crate::off_thread(move || store_now.execute(command))
         .await
-        .map_err(internal)?
-        .map_err(internal)?;
+        .map_err(Error::internal)?
+        .map_err(Error::internal)?;
     if done.is_empty()
         && let Some(key) = client_request_id
     {
         // The same request again: the plan it created.
         let existing = store
             .read(|s| s.task_by_request(&key).map(|t| t.id))
-            .map_err(internal)?;
+            .map_err(Error::internal)?;
         if let Some(existing) = existing {
             let found = store
                 .read(|s| s.task(&existing).cloned())
-                .map_err(internal)?;
+                .map_err(Error::internal)?;
             let plan = found
                 .as_ref()
                 .map(planb_engine::plans::load)
                 .transpose()
-                .map_err(internal)?
+                .map_err(Error::internal)?
                 .map_or(plan, |found| ExecPlan::clone(&found));
             return Ok((existing, plan, false));
         }
@@ -454,10 +444,10 @@ impl PlanSummary {
 
 /// Every plan, newest first (a run whose process died ended first).
 pub fn list(store: &Store) -> Result<Vec<PlanSummary>, Error> {
-    store.reap_dead_runs().map_err(internal)?;
+    store.reap_dead_runs().map_err(Error::internal)?;
     store
         .read(|s| plans(s).into_iter().rev().map(PlanSummary::of).collect())
-        .map_err(internal)
+        .map_err(Error::internal)
 }
 
 #[cfg(test)]

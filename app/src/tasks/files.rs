@@ -60,10 +60,6 @@ pub struct ArtifactWritten {
     pub invalidated: Vec<String>,
 }
 
-fn internal(message: impl Into<String>) -> Error {
-    Error::new(ErrorCode::InternalError, message)
-}
-
 impl Tasks {
     /// Writes `task`'s folder (its hand edits recorded first) and returns
     /// `file`'s info; with `save` (a place outside the data root, and
@@ -77,7 +73,8 @@ impl Tasks {
         let task = self.with_hand_edits(task).await?;
         let root = self.root();
         let id = task.id;
-        let pipeline = pipeline_of(&root, &task.pipeline).map_err(|e| internal(e.message))?;
+        let pipeline =
+            pipeline_of(&root, &task.pipeline).map_err(|e| Error::internal(e.message))?;
         if file == TaskFile::Report && task_files::report(&root, &pipeline, &task).is_none() {
             let why = if task.speed == "ping" {
                 "this task ran with speed_vs_detail \"ping\" (one model call, no report); create a task with \"fast\" or \"all\""
@@ -97,15 +94,15 @@ impl Tasks {
         let dir = match written {
             Ok(Ok(dir)) => dir,
             Ok(Err(e)) => {
-                return Err(internal(format!(
+                return Err(Error::internal(format!(
                     "the task's files could not be written: {e}"
                 )));
             }
-            Err(e) => return Err(internal(e.to_string())),
+            Err(e) => return Err(Error::internal(e.to_string())),
         };
         let mut path = dir.join(file.name());
-        let bytes =
-            std::fs::read(&path).map_err(|e| internal(format!("{}: {e}", path.display())))?;
+        let bytes = std::fs::read(&path)
+            .map_err(|e| Error::internal(format!("{}: {e}", path.display())))?;
         if let Some((to, overwrite)) = save {
             path = saved(root.root(), &to, id, file, &bytes, overwrite)?;
         }
@@ -129,7 +126,8 @@ impl Tasks {
         // A hand edit of another file is recorded before this one writes.
         let task = self.with_hand_edits(task).await?;
         let root = self.root();
-        let pipeline = pipeline_of(&root, &task.pipeline).map_err(|e| internal(e.message))?;
+        let pipeline =
+            pipeline_of(&root, &task.pipeline).map_err(|e| Error::internal(e.message))?;
         let Some(step) = task_files::step_of_name(&pipeline, path) else {
             return Err(Error::with(
                 ErrorCode::InvalidArtifactUri,
@@ -144,8 +142,8 @@ impl Tasks {
         let size = bytes.len() as u64;
         let hash = match off_workers(move || blobs.put(&bytes)).await {
             Ok(Ok(hash)) => hash,
-            Ok(Err(e)) => return Err(internal(e.to_string())),
-            Err(e) => return Err(internal(e.to_string())),
+            Ok(Err(e)) => return Err(Error::internal(e.to_string())),
+            Err(e) => return Err(Error::internal(e.to_string())),
         };
         let command = Command::EditArtifact {
             task: id,
