@@ -19,7 +19,7 @@ use planb_engine::worker::WorkerError;
 use planb_projections::Store;
 use tokio::sync::{broadcast, watch};
 
-use crate::error::{Error, ErrorCode};
+use crate::error::Error;
 use crate::plans::{DownstreamCache, ServersSource, rendered};
 
 /// What a run came to: its outcome and its DAG drawn with each step's
@@ -34,6 +34,10 @@ pub struct RunEnd {
     /// The DAG with each step's mark, when the plan could be read back.
     pub dag: Option<String>,
 }
+
+/// What a follower of a run hears: the steps settled so far, and a step's
+/// start or end.
+pub type Follower = broadcast::Receiver<(usize, Progress)>;
 
 /// A run this process executes, as a call follows it.
 #[derive(Debug, Clone)]
@@ -77,17 +81,14 @@ impl Attached {
         self.steps_total
     }
 
-    /// Follows the run's steps (a call that tells its caller of each).
-    pub fn follow(&self) -> broadcast::Receiver<(usize, Progress)> {
+    /// Follows the run's steps from now on (a call that tells its caller
+    /// of each); [`PlanRuns::start`] makes one that hears them all.
+    pub fn follow(&self) -> Follower {
         self.progress.subscribe()
     }
 
     /// Waits until the run ends, a step is told on `follow`, or `until`.
-    pub async fn next(
-        &mut self,
-        follow: Option<&mut broadcast::Receiver<(usize, Progress)>>,
-        until: Option<Instant>,
-    ) -> Heard {
+    pub async fn next(&mut self, follow: Option<&mut Follower>, until: Option<Instant>) -> Heard {
         let sleep = async {
             match until {
                 Some(at) => tokio::time::sleep_until(at.into()).await,
@@ -139,20 +140,25 @@ impl PlanRuns {
     }
 
     /// Starts the run `request` asks for in the background, or joins the
-    /// one this process already runs of that plan.
+    /// one this process already runs of that plan. With `follow`, also a
+    /// follower of its steps, made before the run starts: it hears every
+    /// step of a run it started, and what comes after it joined one.
     pub fn start(
         self: &Arc<Self>,
         store: &Arc<Store>,
         servers: &ServersSource,
         plan: &Arc<ExecPlan>,
         mut request: RunRequest,
-    ) -> Result<Attached, Error> {
+        follow: bool,
+    ) -> Result<(Attached, Option<Follower>), Error> {
         let id = request.task;
-        let mut active = self.active.lock().map_err(|_| {
-            Error::new(ErrorCode::InternalError, "the plan runs' table is poisoned")
-        })?;
+        let mut active = self
+            .active
+            .lock()
+            .map_err(|_| Error::internal("the plan runs' table is poisoned"))?;
         if let Some(attached) = active.get(&id) {
-            return Ok(attached.clone());
+            let follower = follow.then(|| attached.follow());
+            return Ok((attached.clone(), follower));
         }
         let downstream = self.downstream.get(servers)?;
         let (done_tx, done) = watch::channel(None);
@@ -165,6 +171,7 @@ impl PlanRuns {
         };
         active.insert(id, attached.clone());
         drop(active);
+        let follower = follow.then(|| attached.follow());
         request.progress = Some(teller(&attached));
         let run =
             planb_engine::runtime::spawn(plans::run_plan(Arc::clone(store), downstream, request));
@@ -180,7 +187,7 @@ impl PlanRuns {
             runs.ended(id, &handed_back, &finished);
             let _ = done_tx.send(Some(finished));
         });
-        Ok(attached)
+        Ok((attached, follower))
     }
 
     /// Takes the ended run of `id` out of the table, keeping its result for

@@ -76,8 +76,8 @@ async fn create_and_run(
     request.options = options;
     let started = setup
         .runs
-        .start(&setup.store, &setup.source, &plan, request);
-    until_ended(&mut started.expect("started")).await
+        .start(&setup.store, &setup.source, &plan, request, false);
+    until_ended(&mut started.expect("started").0).await
 }
 
 fn step(index: &str, tool: &str, args: serde_json::Value, deps: &[&str]) -> serde_json::Value {
@@ -135,10 +135,10 @@ async fn two_calls_share_one_run_and_a_handed_back_result_waits_for_the_next_cal
         let request = RunRequest::new(id);
         setup
             .runs
-            .start(&setup.store, &setup.source, &plan, request)
+            .start(&setup.store, &setup.source, &plan, request, false)
     };
-    let mut first = start().expect("started");
-    let mut second = start().expect("joined");
+    let (mut first, _) = start().expect("started");
+    let (mut second, _) = start().expect("joined");
     assert!(setup.runs.running_here(id));
     assert_eq!(first.steps_total(), 2);
     // The first call stops waiting while the run goes on.
@@ -165,11 +165,18 @@ async fn a_follower_hears_each_step_start_and_settle_in_order() {
     let dir = tempfile::tempdir().expect("temp dir");
     let setup = setup(dir.path());
     let (id, plan) = two_step_plan(&setup, 200).await;
-    let mut attached = setup
+    // The follower is made before the run starts: it hears the first step.
+    let (mut attached, follow) = setup
         .runs
-        .start(&setup.store, &setup.source, &plan, RunRequest::new(id))
+        .start(
+            &setup.store,
+            &setup.source,
+            &plan,
+            RunRequest::new(id),
+            true,
+        )
         .expect("started");
-    let mut follow = attached.follow();
+    let mut follow = follow.expect("a follower");
     let mut heard: Vec<(usize, String)> = Vec::new();
     let finished = loop {
         match attached.next(Some(&mut follow), None).await {
@@ -205,9 +212,9 @@ async fn a_run_that_cannot_start_says_why_as_its_result() {
     let (id, plan) = two_step_plan(&setup, 10).await;
     let mut request = RunRequest::new(id);
     request.resume = true;
-    let mut attached = setup
+    let (mut attached, _) = setup
         .runs
-        .start(&setup.store, &setup.source, &plan, request)
+        .start(&setup.store, &setup.source, &plan, request, false)
         .expect("started");
     let said = until_ended(&mut attached)
         .await

@@ -28,7 +28,7 @@ use serde_json::{Map, Value, json};
 use crate::args::Args;
 use crate::server::PlanbServer;
 use planb_app::plans::{self as exec_plans, PlanSummary};
-use planb_app::runs::{Attached, Finished, Heard};
+use planb_app::runs::{Attached, Finished, Follower, Heard};
 
 /// Most plans `plan_list` returns.
 const LIST_MAX: usize = 200;
@@ -382,14 +382,12 @@ impl PlanbServer {
     async fn wait_run(
         &self,
         mut attached: Attached,
+        mut follow: Option<Follower>,
         task: TaskId,
         title: &str,
         context: &RequestContext<RoleServer>,
     ) -> CallToolResult {
         let token = context.meta.get_progress_token();
-        // Followed only to be told on: a call without a token is not woken
-        // by every step.
-        let mut follow = token.as_ref().map(|_| attached.follow());
         let until = token
             .is_none()
             .then(|| Instant::now() + self.config().hand_back);
@@ -487,8 +485,14 @@ impl PlanbServer {
             options: request.options,
             progress: None,
         };
-        match runs.start(store, &self.config().servers, &plan, request) {
-            Ok(attached) => self.wait_run(attached, id, &plan.title, context).await,
+        // Followed only to be told on: a call without a token is not woken
+        // by every step.
+        let follow = context.meta.get_progress_token().is_some();
+        match runs.start(store, &self.config().servers, &plan, request, follow) {
+            Ok((attached, follower)) => {
+                self.wait_run(attached, follower, id, &plan.title, context)
+                    .await
+            }
             Err(e) => app_failure(e),
         }
     }
