@@ -1,10 +1,10 @@
-//! `planb-mcp`: the planb MCP server (stdio) and its admin commands.
+//! `planb-mcp`: the planb MCP server (stdio), and the binary that carries
+//! planb's command line (planb-cli).
 //!
 //! stdout belongs to JSON-RPC when the server runs; logs always go to stderr.
-//! The admin commands (`check`, `rebuild`, `log`) are for people and print
-//! their reports on stdout.
+//! The commands (`check`, `rebuild`, `log`, `plan`, …) are for people and
+//! print their reports on stdout.
 
-mod admin;
 mod args;
 mod ask;
 mod blocking;
@@ -12,21 +12,17 @@ mod browser;
 mod collect;
 mod config;
 mod deliver;
-mod demo;
 mod examples;
 mod forms;
 mod groups;
 mod http;
 mod opening;
-mod plan_cli;
-mod plan_progress;
 mod plan_tools;
 mod plans;
 mod resources;
 mod server;
 mod stdio;
 mod tasks;
-mod team_cli;
 #[cfg(test)]
 mod testing;
 mod watch;
@@ -36,6 +32,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use planb_app::launch::Start;
+use planb_cli::{admin, demo, plan, team};
 use planb_engine::backend::keeper;
 
 /// planb: a planning companion for AI coding agents.
@@ -124,7 +121,7 @@ enum Command {
     /// Execution plans: DAGs of tool calls on downstream MCP servers.
     Plan {
         #[command(subcommand)]
-        command: plan_cli::PlanCommand,
+        command: plan::PlanCommand,
     },
     /// Show the log's events in human-readable form.
     Log {
@@ -135,7 +132,7 @@ enum Command {
     /// (PLANB_TEAM_URL, PLANB_TEAM_MEMBER, PLANB_TEAM_PROJECTS).
     Team {
         #[command(subcommand)]
-        command: team_cli::TeamCommand,
+        command: team::TeamCommand,
     },
 }
 
@@ -176,38 +173,6 @@ fn data_root(cli: &Cli) -> anyhow::Result<PathBuf> {
         .filter(|h| !h.is_empty())
         .ok_or_else(|| anyhow::anyhow!("HOME is not set; pass --data-dir or PLANB_MCP_DATA_DIR"))?;
     Ok(PathBuf::from(home).join(".planb-mcp"))
-}
-
-/// browser-plan's data root, which `import` reads when given no directory:
-/// `$BROWSER_PLAN_DATA_DIR`, else `~/.browser-plan`; never planb's own.
-fn browser_plan_root(own: &planb_projections::DataRoot) -> anyhow::Result<PathBuf> {
-    let from = match std::env::var_os("BROWSER_PLAN_DATA_DIR").filter(|d| !d.is_empty()) {
-        Some(dir) => PathBuf::from(dir),
-        None => std::env::var_os("HOME")
-            .filter(|h| !h.is_empty())
-            .map(|home| PathBuf::from(home).join(".browser-plan"))
-            .ok_or_else(|| anyhow::anyhow!("HOME is not set; name the directory to import"))?,
-    };
-    let same = |a: &std::path::Path, b: &std::path::Path| {
-        a == b
-            || matches!(
-                (std::fs::canonicalize(a), std::fs::canonicalize(b)),
-                (Ok(a), Ok(b)) if a == b
-            )
-    };
-    if same(&from, own.root()) {
-        anyhow::bail!(
-            "{} is this planb's own data root (BROWSER_PLAN_DATA_DIR names it); copy its sessions/ elsewhere and import that directory, or set PLANB_MCP_DATA_DIR to a new root",
-            from.display()
-        );
-    }
-    if !from.is_dir() {
-        anyhow::bail!(
-            "no browser-plan data root at {} (BROWSER_PLAN_DATA_DIR or ~/.browser-plan); name the directory to import",
-            from.display()
-        );
-    }
-    Ok(from)
 }
 
 /// Where execution plans' downstream servers are configured.
@@ -430,7 +395,7 @@ fn main() -> ExitCode {
             Some(Command::Import { from }) => {
                 let from = match from {
                     Some(from) => from.clone(),
-                    None => browser_plan_root(&root)?,
+                    None => admin::browser_plan_root(&root)?,
                 };
                 admin::import(&root, &from, &mut out)
             }
@@ -438,7 +403,7 @@ fn main() -> ExitCode {
                 task,
                 runs_seen,
                 retry,
-            }) => Ok(tasks::worker_main(
+            }) => Ok(planb_cli::worker::main(
                 root.root(),
                 &servers_source(&root, &cli)?,
                 task,
@@ -446,8 +411,8 @@ fn main() -> ExitCode {
                 if *retry { Start::Retry } else { Start::Resume },
             )),
             Some(Command::Plan { command }) => {
-                let live = plan_progress::stdout_is_live();
-                plan_cli::main(
+                let live = planb_cli::stdout_is_live();
+                plan::main(
                     &root,
                     &servers_source(&root, &cli)?,
                     command,
@@ -465,7 +430,7 @@ fn main() -> ExitCode {
             Some(Command::Log {
                 command: LogCommand::Tail { lines, no_follow },
             }) => admin::tail(&root, *lines, !no_follow, &mut out),
-            Some(Command::Team { command }) => team_cli::main(&root, command, &mut out),
+            Some(Command::Team { command }) => team::main(&root, command, &mut out),
             None => serve(root.root().to_path_buf(), &cli),
         }
     });

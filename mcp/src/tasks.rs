@@ -9,7 +9,7 @@
 //! (`planb-mcp worker <task>`) that this server starts and does not wait
 //! for, so a run outlives the agent's session.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -945,36 +945,6 @@ impl PlanbServer {
             answer["note"] = "the files are kept for the task as it is now (its latest run); an earlier run's report is not kept apart".into();
         }
         CallToolResult::structured(answer)
-    }
-}
-
-/// `planb-mcp worker <task>`: runs one run of the task, then exits; why it
-/// could not run is its exit status ([`ErrorCode::exit_status`]) and a line
-/// on its stderr, the task's `worker.log`.
-pub(crate) fn worker_main(
-    root: &Path,
-    servers: &planb_app::plans::ServersSource,
-    task: &str,
-    runs_seen: Option<usize>,
-    start: Start,
-) -> std::process::ExitCode {
-    // A run may outlive every server on the root: its worker ships too,
-    // when it can take the shipper's role.
-    let _team = planb_app::team::start_shipping(DataRoot::new(root));
-    match planb_app::worker::run(root, servers, task, runs_seen, start) {
-        Ok(ended) => {
-            eprintln!(
-                "task {task}: run {} ended {:?}{}",
-                ended.run,
-                ended.outcome,
-                ended.reason.map(|r| format!(" ({r})")).unwrap_or_default()
-            );
-            std::process::ExitCode::SUCCESS
-        }
-        Err(failure) => {
-            eprintln!("task {task}: {failure}");
-            std::process::ExitCode::from(failure.code.exit_status())
-        }
     }
 }
 

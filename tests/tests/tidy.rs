@@ -170,7 +170,7 @@ fn async_code_reaches_blocking_work_only_through_the_bridges() {
         root().join("mcp/src/blocking.rs"),
     ];
     let mut files = Vec::new();
-    for dir in ["app/src", "engine/src", "mcp/src", "team/src"] {
+    for dir in ["app/src", "cli/src", "engine/src", "mcp/src", "team/src"] {
         sources(&root().join(dir), &mut files, &["rs"]);
     }
     let call = ["spawn", "_blocking"].concat();

@@ -18,12 +18,12 @@ use planb_engine::plans::{self, Guards, PlanOutcome, Progress, RunOptions};
 use planb_projections::{DataRoot, Store, SystemEnvironment};
 use serde_json::{Map, Value};
 
-use crate::plan_progress::{Display, Live};
+use crate::progress::{Display, Live};
 use planb_app::plans as exec_plans;
 
 /// What `plan` does.
 #[derive(Debug, clap::Subcommand)]
-pub(crate) enum PlanCommand {
+pub enum PlanCommand {
     /// Check a plan file (plan JSON) against the servers' tools and record it.
     Create {
         /// The plan as JSON.
@@ -81,7 +81,7 @@ pub(crate) enum PlanCommand {
 
 /// Variables, guards and limits of a run.
 #[derive(Debug, clap::Args)]
-pub(crate) struct Knobs {
+pub struct Knobs {
     /// A call-time variable, `name=value` (value read as JSON when it is JSON); repeatable.
     #[arg(long = "var", value_name = "NAME=VALUE")]
     vars: Vec<String>,
@@ -180,7 +180,7 @@ fn shown(text: &str) -> std::borrow::Cow<'_, str> {
 }
 
 /// Runs one `plan` command.
-pub(crate) fn main(
+pub fn main(
     root: &DataRoot,
     servers: &exec_plans::ServersSource,
     command: &PlanCommand,
@@ -488,7 +488,7 @@ fn execute(
         };
         let run = plans::run_plan(Arc::clone(store), downstream, request);
         tokio::pin!(run);
-        let mut ticks = tokio::time::interval(crate::plan_progress::FRAME_INTERVAL);
+        let mut ticks = tokio::time::interval(crate::progress::FRAME_INTERVAL);
         loop {
             tokio::select! {
                 outcome = &mut run => {

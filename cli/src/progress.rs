@@ -29,7 +29,7 @@ const REFRESH: Duration = Duration::from_millis(500);
 const FAILURES_SHOWN: usize = 3;
 
 /// Whether stdout is a terminal that understands cursor movement.
-pub(crate) fn stdout_is_live() -> bool {
+pub fn stdout_is_live() -> bool {
     use std::io::IsTerminal;
     io::stdout().is_terminal() && std::env::var("TERM").map_or(true, |t| t != "dumb")
 }

@@ -499,6 +499,38 @@ pub fn export(
     Ok(ExitCode::SUCCESS)
 }
 
+/// browser-plan's data root, which `import` reads when given no directory:
+/// `$BROWSER_PLAN_DATA_DIR`, else `~/.browser-plan`; never planb's own.
+pub fn browser_plan_root(own: &DataRoot) -> anyhow::Result<std::path::PathBuf> {
+    let from = match std::env::var_os("BROWSER_PLAN_DATA_DIR").filter(|d| !d.is_empty()) {
+        Some(dir) => std::path::PathBuf::from(dir),
+        None => std::env::var_os("HOME")
+            .filter(|h| !h.is_empty())
+            .map(|home| std::path::PathBuf::from(home).join(".browser-plan"))
+            .ok_or_else(|| anyhow::anyhow!("HOME is not set; name the directory to import"))?,
+    };
+    let same = |a: &std::path::Path, b: &std::path::Path| {
+        a == b
+            || matches!(
+                (std::fs::canonicalize(a), std::fs::canonicalize(b)),
+                (Ok(a), Ok(b)) if a == b
+            )
+    };
+    if same(&from, own.root()) {
+        anyhow::bail!(
+            "{} is this planb's own data root (BROWSER_PLAN_DATA_DIR names it); copy its sessions/ elsewhere and import that directory, or set PLANB_MCP_DATA_DIR to a new root",
+            from.display()
+        );
+    }
+    if !from.is_dir() {
+        anyhow::bail!(
+            "no browser-plan data root at {} (BROWSER_PLAN_DATA_DIR or ~/.browser-plan); name the directory to import",
+            from.display()
+        );
+    }
+    Ok(from)
+}
+
 /// Imports an existing planb-mcp data root into the log.
 pub fn import(
     root: &DataRoot,
