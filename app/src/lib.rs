@@ -5,12 +5,14 @@
 //! codes. Plain data in and out; the JSON shapes and wording of the tools
 //! stay with the front doors.
 
+pub mod asks;
 pub mod error;
 pub mod import;
 pub mod launch;
 pub mod plans;
 pub mod runs;
 pub mod settings;
+pub mod store;
 pub mod tasks;
 pub mod team;
 pub mod worker;
@@ -18,11 +20,9 @@ pub mod worker;
 pub use error::{Error, ErrorCode};
 
 /// Runs `work` (store or file calls that block) off the async workers,
-/// through the engine's one bridge.
+/// through the engine's one bridge ([`store::off_thread`]).
 pub(crate) async fn off_thread<R: Send + 'static>(
     work: impl FnOnce() -> R + Send + 'static,
 ) -> Result<R, String> {
-    planb_engine::host::off_workers(work)
-        .await
-        .map_err(|e| format!("interrupted: {e}"))
+    store::off_thread(work).await.map_err(|e| e.to_string())
 }

@@ -20,29 +20,30 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use crate::forms::FormInfo;
-use crate::opening::StoreHandle;
 use crate::server::{PlanbServer, store_error, tool_error};
-use crate::watch::recorded_answer;
+use planb_app::asks::recorded_answer;
+use planb_app::store::StoreHandle;
 
 /// The ask in the log whose form has this sid and would still record an
 /// answer (waiting, or closed without one: its server may have exited), as
 /// a form this process can serve.
 pub(crate) async fn answerable_form(store: &StoreHandle, sid: &str) -> Option<FormInfo> {
     let sid = sid.to_owned();
-    crate::blocking::read(store, move |state| {
-        state
-            .asks()
-            .values()
-            .filter(|ask| ask.accepts_answer())
-            .find(|ask| ask.has_sid(&sid))
-            .map(|ask| FormInfo {
-                ask: ask.id,
-                spec: Arc::new(ask.spec.clone()),
-            })
-    })
-    .await
-    .ok()
-    .flatten()
+    store
+        .read(move |state| {
+            state
+                .asks()
+                .values()
+                .filter(|ask| ask.accepts_answer())
+                .find(|ask| ask.has_sid(&sid))
+                .map(|ask| FormInfo {
+                    ask: ask.id,
+                    spec: Arc::new(ask.spec.clone()),
+                })
+        })
+        .await
+        .ok()
+        .flatten()
 }
 
 impl PlanbServer {

@@ -26,7 +26,7 @@ use planb_core::{AnswerErrors, Command, EventBody, Rejection};
 use planb_http::{Limits, checks};
 use planb_projections::StoreError;
 
-use crate::opening::StoreHandle;
+use planb_app::store::StoreHandle;
 use planb_ui::pages;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -219,12 +219,12 @@ async fn ask_page(State(state): State<AppState>, Query(query): Query<SidQuery>) 
         );
     }
     let ask = form.ask;
-    let draft = crate::blocking::read(&state.store, move |s| {
-        s.ask(&ask).and_then(|a| a.draft.clone())
-    })
-    .await
-    .ok()
-    .flatten();
+    let draft = state
+        .store
+        .read(move |s| s.ask(&ask).and_then(|a| a.draft.clone()))
+        .await
+        .ok()
+        .flatten();
     html(
         StatusCode::OK,
         pages::form_page(&form.spec, sid.unwrap_or_default(), draft.as_ref()),
@@ -320,14 +320,13 @@ async fn draft(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -
         Ok(answers) => answers,
         Err(errors) => return answer_errors(&errors),
     };
-    match crate::blocking::execute(
-        &state.store,
-        Command::SaveDraft {
+    match state
+        .store
+        .execute(Command::SaveDraft {
             ask: form.ask,
             answers,
-        },
-    )
-    .await
+        })
+        .await
     {
         Ok(_) => StatusCode::NO_CONTENT.into_response(),
         Err(StoreError::Rejected(rejection)) => {
@@ -350,14 +349,13 @@ async fn submit(State(state): State<AppState>, headers: HeaderMap, body: Bytes) 
         Ok(answers) => answers,
         Err(errors) => return answer_errors(&errors),
     };
-    let recorded = crate::blocking::execute(
-        &state.store,
-        Command::SubmitAnswers {
+    let recorded = state
+        .store
+        .execute(Command::SubmitAnswers {
             ask: form.ask,
             answers: answers.clone(),
-        },
-    )
-    .await;
+        })
+        .await;
     match recorded.as_deref() {
         Ok([EventBody::AskAnswered { .. }]) => {
             // The tool may have stopped waiting a moment ago; the answer is
@@ -504,7 +502,7 @@ async fn review(State(state): State<AppState>, headers: HeaderMap, body: Bytes) 
         comments: outcome.comments.clone(),
         channel: planb_core::ReviewChannel::Browser,
     };
-    match crate::blocking::execute(&state.store, command).await {
+    match state.store.execute(command).await {
         Ok(_) => {
             state.reviews.finish(&rid, outcome);
             axum::Json(json!({ "status": "recorded" })).into_response()

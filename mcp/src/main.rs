@@ -7,7 +7,6 @@
 
 mod args;
 mod ask;
-mod blocking;
 mod browser;
 mod collect;
 mod config;
@@ -16,16 +15,12 @@ mod examples;
 mod forms;
 mod groups;
 mod http;
-mod opening;
 mod plan_tools;
 mod plans;
 mod resources;
 mod server;
 mod stdio;
 mod tasks;
-#[cfg(test)]
-mod testing;
-mod watch;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -269,7 +264,7 @@ fn serve(root: PathBuf, cli: &Cli) -> anyhow::Result<ExitCode> {
     }
     // The store opens beside the handshake: `initialize` does not wait for
     // the log to be folded (see `opening.rs`).
-    let store = opening::StoreHandle::open(
+    let store = planb_app::store::StoreHandle::open(
         planb_projections::DataRoot::new(&root),
         std::sync::Arc::new(planb_projections::SystemEnvironment),
     );

@@ -325,7 +325,7 @@ impl PlanbServer {
             return Ok(store);
         }
         let handle = self.store().clone();
-        crate::blocking::off_thread(move || handle.wait())
+        planb_app::store::off_thread(move || handle.wait())
             .await
             .map_err(|e| e.to_string())?
             .map_err(|e| format!("planb could not open its store: {e}"))
@@ -339,7 +339,7 @@ impl PlanbServer {
         };
         let store = self.plan_store().await.map_err(failure)?;
         let found = Arc::clone(&store);
-        let task = crate::blocking::off_thread(move || exec_plans::find(&found, &id))
+        let task = planb_app::store::off_thread(move || exec_plans::find(&found, &id))
             .await
             .map_err(|e| failure(e.to_string()))?
             .map_err(app_failure)?;
@@ -777,7 +777,7 @@ impl PlanbServer {
             Err(refused) => return Ok(refused),
         };
         let created = Arc::clone(&store);
-        let task = crate::blocking::off_thread(move || created.read(|s| s.task(&id).cloned()))
+        let task = planb_app::store::off_thread(move || created.read(|s| s.task(&id).cloned()))
             .await
             .map_err(|e| e.to_string())
             .and_then(|read| read.map_err(|e| e.to_string()));
@@ -808,7 +808,7 @@ impl PlanbServer {
             Ok(store) => store,
             Err(message) => return Ok(failure(message)),
         };
-        let rows = crate::blocking::off_thread(move || exec_plans::list(&store))
+        let rows = planb_app::store::off_thread(move || exec_plans::list(&store))
             .await
             .map_err(|e| e.to_string())
             .and_then(|rows| rows.map_err(|e| e.message));
@@ -840,7 +840,7 @@ impl PlanbServer {
         // `plan_named` has ended a run whose process died (failed,
         // recoverable): no stop is left waiting for a process that is gone.
         let last = task.runs.last().map(|run| run.state.as_str());
-        let asked = crate::blocking::off_thread(move || {
+        let asked = planb_app::store::off_thread(move || {
             store.execute(Command::RequestStop { task: plan_id })
         })
         .await

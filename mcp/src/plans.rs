@@ -217,13 +217,9 @@ impl PlanbServer {
         plan: &PlanKey,
         command: Option<Command>,
     ) -> Result<PlanFileChange, StoreError> {
-        crate::blocking::on_plan_file(
-            self.store(),
-            plan.clone(),
-            Self::named_plan_path(plan),
-            command,
-        )
-        .await
+        self.store()
+            .on_plan_file(plan.clone(), Self::named_plan_path(plan), command)
+            .await
     }
 }
 

@@ -209,7 +209,7 @@ impl PlanbServer {
         let more = page.len() > PAGE;
         let page: Vec<Entry> = page.into_iter().take(PAGE).collect();
         let root = self.data_root();
-        let resources = crate::blocking::off_thread(move || {
+        let resources = planb_app::store::off_thread(move || {
             page.into_iter()
                 .filter_map(|entry| describe(&root, entry))
                 .collect::<Vec<Resource>>()
@@ -235,7 +235,7 @@ impl PlanbServer {
             .map_err(|e| ErrorData::internal_error(e.to_string(), None))?
             .ok_or_else(|| not_found(format!("uri: no task {id} (task_list shows the tasks)")))?;
         let root = self.data_root();
-        let read = crate::blocking::off_thread(move || read(&root, &task, part, &uri))
+        let read = planb_app::store::off_thread(move || read(&root, &task, part, &uri))
             .await
             .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
         read.map(|contents| ReadResourceResult::new(vec![contents]))

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use planb_core::{AskId, AskSpec, Command, DeclineAction, EventBody, SessionId, TaskId};
 use planb_projections::StoreError;
 
-use crate::opening::StoreHandle;
+use planb_app::store::StoreHandle;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::model::{
     CallToolResult, ContentBlock, CustomNotification, ElicitationAction, Implementation,
@@ -45,7 +45,7 @@ pub struct PlanbServer {
     forms: Arc<Forms>,
     reviews: Arc<crate::forms::Reviews>,
     /// Answers to waited asks recorded by other processes.
-    answer_watch: Arc<crate::watch::AnswerWatch>,
+    answer_watch: Arc<planb_app::asks::AnswerWatch>,
     /// Execution plans' runs in this process and their downstream servers.
     plan_runs: Arc<PlanRuns>,
     /// The callback server, started on the first form.
@@ -112,7 +112,7 @@ impl PlanbServer {
     }
 
     pub(crate) async fn execute(&self, command: Command) -> Result<Vec<EventBody>, StoreError> {
-        crate::blocking::execute(&self.store, command).await
+        self.store.execute(command).await
     }
 
     /// Runs `f` on the state after catching up on the log.
@@ -120,7 +120,7 @@ impl PlanbServer {
         &self,
         f: impl FnOnce(&planb_core::State) -> R + Send + 'static,
     ) -> Result<R, StoreError> {
-        crate::blocking::read(&self.store, f).await
+        self.store.read(f).await
     }
 
     pub(crate) fn store(&self) -> &StoreHandle {
@@ -139,7 +139,7 @@ impl PlanbServer {
         &self.plan_runs
     }
 
-    pub(crate) fn answer_watch(&self) -> &Arc<crate::watch::AnswerWatch> {
+    pub(crate) fn answer_watch(&self) -> &Arc<planb_app::asks::AnswerWatch> {
         &self.answer_watch
     }
 
@@ -239,7 +239,7 @@ impl PlanbServer {
         };
         // The agent reads the version's file by the path it is given; the
         // manifests follow off this reply's path.
-        let recorded = crate::blocking::execute_then_project(&self.store, save).await;
+        let recorded = self.store.execute_then_project(save).await;
         match recorded {
             Ok(events) => match events.as_slice() {
                 [EventBody::PlanVersionSaved { version, .. }] => Ok(text(format!(

@@ -11,6 +11,7 @@
 //! every wait polls a condition and fails with a message after [`WAIT`].
 
 pub mod browser;
+pub mod fixtures;
 pub mod logs;
 pub mod model;
 pub mod postgres;

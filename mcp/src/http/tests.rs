@@ -36,9 +36,9 @@ struct Server {
 /// A callback server with one open form, registered under [`SID`].
 async fn start() -> Server {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (store, session) = crate::testing::store_with_session(dir.path());
+    let (store, session) = planb_tests::fixtures::store_with_session(dir.path());
     let ask = AskId::from_uuid(Uuid::new_v4());
-    let spec = crate::testing::storage_spec();
+    let spec = planb_tests::fixtures::storage_spec();
     store
         .execute(Command::OpenAsk {
             session,
@@ -59,7 +59,7 @@ async fn start() -> Server {
         .register(SID.into(), info, waiter)
         .expect("form registered");
     let address = super::start_with(
-        crate::opening::StoreHandle::ready(Arc::clone(&store)),
+        planb_app::store::StoreHandle::ready(Arc::clone(&store)),
         forms,
         Arc::new(Reviews::default()),
         0,

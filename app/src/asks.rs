@@ -1,6 +1,6 @@
-//! Answers other processes record, for the asks this process waits on:
-//! one task reads the state once a second for all of them and hands each
-//! answer to its waiters.
+//! Waiting for the answer to an ask, whichever process records it: one
+//! task reads the state once a second for all the asks this process waits
+//! on and hands each answer to its waiters.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,7 +10,7 @@ use std::time::Duration;
 use planb_core::{Answers, AskId, AskStatus};
 use tokio::sync::oneshot;
 
-use crate::opening::StoreHandle;
+use crate::store::StoreHandle;
 
 /// How often a waiting tool looks in the log for an answer recorded by
 /// another process.
@@ -18,7 +18,7 @@ const LOG_POLL: Duration = Duration::from_secs(1);
 
 /// The answer the log holds for `ask`: the one returned in time, or the
 /// first given after the wait ended.
-pub(crate) fn recorded_answer(ask: &planb_core::Ask) -> Option<Answers> {
+pub fn recorded_answer(ask: &planb_core::Ask) -> Option<Answers> {
     match ask.status {
         AskStatus::Answered => ask.answers.clone(),
         _ => ask.late_answers.first().map(|(_, answers)| answers.clone()),
@@ -29,7 +29,7 @@ pub(crate) fn recorded_answer(ask: &planb_core::Ask) -> Option<Answers> {
 /// on: one task reads the state once every [`LOG_POLL`] for all of them
 /// (rather than one read per waiting ask), and stops when none is left.
 #[derive(Debug, Default)]
-pub(crate) struct AnswerWatch {
+pub struct AnswerWatch {
     waiting: Mutex<HashMap<AskId, Vec<oneshot::Sender<Answers>>>>,
     /// Whether the watching task runs.
     running: AtomicBool,
@@ -42,7 +42,7 @@ impl AnswerWatch {
 
     /// Resolves once the log holds an answer to `ask` (recorded by any
     /// process). Dropping the future stops the wait.
-    pub(crate) async fn answered(self: &Arc<Self>, store: &StoreHandle, ask: AskId) -> Answers {
+    pub async fn answered(self: &Arc<Self>, store: &StoreHandle, ask: AskId) -> Answers {
         let (sender, answered) = oneshot::channel();
         self.waiting().entry(ask).or_default().push(sender);
         if !self.running.swap(true, Ordering::SeqCst) {
@@ -53,6 +53,11 @@ impl AnswerWatch {
             // The watcher never drops a sender it has not answered.
             Err(_) => std::future::pending().await,
         }
+    }
+
+    /// Whether the watching task runs (it stops when nobody waits).
+    pub fn is_watching(&self) -> bool {
+        self.running.load(Ordering::SeqCst)
     }
 
     async fn watch(self: Arc<Self>, store: StoreHandle) {
@@ -77,13 +82,14 @@ impl AnswerWatch {
                 }
                 continue;
             }
-            let found = crate::blocking::read(&store, move |state| {
-                asks.iter()
-                    .filter_map(|ask| Some((*ask, recorded_answer(state.ask(ask)?)?)))
-                    .collect::<Vec<_>>()
-            })
-            .await
-            .unwrap_or_default();
+            let found = store
+                .read(move |state| {
+                    asks.iter()
+                        .filter_map(|ask| Some((*ask, recorded_answer(state.ask(ask)?)?)))
+                        .collect::<Vec<_>>()
+                })
+                .await
+                .unwrap_or_default();
             let mut waiting = self.waiting();
             for (ask, answers) in found {
                 for sender in waiting.remove(&ask).unwrap_or_default() {
@@ -97,19 +103,18 @@ impl AnswerWatch {
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
-    use std::sync::atomic::Ordering;
     use std::time::Duration;
 
     use planb_core::{AskId, Command, Delivery, SessionId};
     use planb_projections::Store;
-    use uuid::Uuid;
+    use planb_tests::fixtures::{new_uuid, storage_spec, store_with_session};
 
     use super::AnswerWatch;
-    use crate::opening::StoreHandle;
+    use crate::store::StoreHandle;
 
     fn open_ask(store: &Store, session: SessionId) -> AskId {
-        let ask = AskId::from_uuid(Uuid::new_v4());
-        let spec = crate::testing::storage_spec();
+        let ask = AskId::from_uuid(new_uuid());
+        let spec = storage_spec();
         store
             .execute(Command::OpenAsk {
                 session,
@@ -128,7 +133,7 @@ mod tests {
     #[tokio::test]
     async fn one_watcher_hands_each_waiting_ask_its_answer_and_stops_when_idle() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let (store, session) = crate::testing::store_with_session(dir.path());
+        let (store, session) = store_with_session(dir.path());
         let (first, second) = (open_ask(&store, session), open_ask(&store, session));
         let handle = StoreHandle::ready(Arc::clone(&store));
         let watch = Arc::new(AnswerWatch::default());
@@ -140,7 +145,7 @@ mod tests {
             })
             .collect();
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(watch.running.load(Ordering::SeqCst));
+        assert!(watch.is_watching());
         let spec = store
             .read(move |s| s.ask(&first).map(|a| a.spec.clone()))
             .expect("read")
@@ -166,7 +171,7 @@ mod tests {
         assert!(!unanswered.is_finished());
         unanswered.abort();
         for _ in 0..100 {
-            if !watch.running.load(Ordering::SeqCst) {
+            if !watch.is_watching() {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;

@@ -1,16 +1,22 @@
-//! The store opens on a thread of its own while the MCP handshake goes on.
+//! The store as a long-lived front door holds it: opened on a thread of its
+//! own while the front door starts (an MCP server's handshake goes on
+//! meanwhile), and reached from async code through this module's calls,
+//! which run the store's blocking work so a slow disk never stalls the
+//! runtime's other tasks.
 //!
 //! Opening folds the log tail after the state snapshot, which after a long
-//! absence or on a large history can take a while; `initialize` and
-//! `tools/list` need none of it, and a client gives a server only so long to
-//! answer them. Tool calls and form requests reach the store through a
-//! [`StoreHandle`]; they wait (on tokio's blocking pool, see `blocking.rs`)
-//! until the store is open, or get the reason it could not be opened.
+//! absence or on a large history can take a while; a client gives a server
+//! only so long to answer `initialize` and `tools/list`, which need none of
+//! it. Calls made before the store is open wait (on tokio's blocking pool)
+//! until it is, or get the reason it could not be opened. Once it is open,
+//! a call on a multi-thread runtime runs in place (`block_in_place`), so
+//! the caller's reply leaves from the same thread.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 
-use planb_projections::{DataRoot, Environment, Store, StoreError};
+use planb_core::{Command, EventBody, PlanKey, State};
+use planb_projections::{DataRoot, Environment, PlanFileChange, Store, StoreError};
 
 /// The store, open or on its way.
 #[derive(Debug, Clone)]
@@ -71,7 +77,6 @@ impl StoreHandle {
     }
 
     /// A handle on a store that is open already.
-    #[cfg(test)]
     pub fn ready(store: Arc<Store>) -> StoreHandle {
         let root = store.root().root().to_path_buf();
         let env = Arc::clone(store.env());
@@ -153,5 +158,92 @@ fn report_open(root: &std::path::Path, report: &planb_projections::OpenReport) {
             root.display(),
             report.events
         ),
+    }
+}
+
+/// A store call that did not finish: the runtime is shutting down, or the
+/// call panicked (a bug, already reported by the panic hook).
+fn interrupted(join: tokio::task::JoinError) -> StoreError {
+    StoreError::Interrupted(join.to_string())
+}
+
+/// Blocking work that did not finish: the runtime is shutting down, or it
+/// panicked (a bug, already reported by the panic hook).
+#[derive(Debug, thiserror::Error)]
+#[error("interrupted: {0}")]
+pub struct Interrupted(tokio::task::JoinError);
+
+/// Runs `work` (file or store calls that block) off the async workers,
+/// through the engine's bridge.
+pub async fn off_thread<R: Send + 'static>(
+    work: impl FnOnce() -> R + Send + 'static,
+) -> Result<R, Interrupted> {
+    planb_engine::host::off_workers(work)
+        .await
+        .map_err(Interrupted)
+}
+
+impl StoreHandle {
+    /// [`Store::execute_then_project`]: returns once the events are durable and
+    /// a saved plan version's Markdown file is written; the other session files
+    /// follow off the caller's path.
+    pub async fn execute_then_project(
+        &self,
+        command: Command,
+    ) -> Result<Vec<EventBody>, StoreError> {
+        self.on_store(move |store| store.execute_then_project(command))
+            .await
+            .map(|envelopes| envelopes.into_iter().map(|e| e.event.body).collect())
+    }
+
+    /// Runs `work` on the open store. Once the store is open and the runtime
+    /// has other workers to carry on its tasks, the work runs in place
+    /// (`block_in_place`): the caller's reply leaves from this thread, without
+    /// a hop to the blocking pool and back. Otherwise (still opening, a
+    /// single-threaded runtime) it goes to the blocking pool.
+    async fn on_store<R: Send + 'static>(
+        &self,
+        work: impl FnOnce(&planb_projections::Store) -> Result<R, StoreError> + Send + 'static,
+    ) -> Result<R, StoreError> {
+        let in_place = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        if in_place && let Some(open) = self.get() {
+            return tokio::task::block_in_place(|| work(&open));
+        }
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || store.wait().and_then(|open| work(&open)))
+            .await
+            .unwrap_or_else(|join| Err(interrupted(join)))
+    }
+
+    /// [`Store::execute`], returning the bodies of the recorded events.
+    pub async fn execute(&self, command: Command) -> Result<Vec<EventBody>, StoreError> {
+        self.on_store(move |store| store.execute(command))
+            .await
+            .map(|envelopes| envelopes.into_iter().map(|e| e.event.body).collect())
+    }
+
+    /// [`Store::read`]: `f` runs on the state after catching up on the log.
+    pub async fn read<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&State) -> R + Send + 'static,
+    ) -> Result<R, StoreError> {
+        self.on_store(move |store| store.read(f)).await
+    }
+
+    /// [`Store::execute_on_plan_file`]: records a hand edit of the plan's file,
+    /// runs `command` and brings the file up to date, as one step.
+    pub async fn on_plan_file(
+        &self,
+        plan: PlanKey,
+        path: PathBuf,
+        command: Option<Command>,
+    ) -> Result<PlanFileChange, StoreError> {
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || {
+            store.wait()?.execute_on_plan_file(&plan, &path, command)
+        })
+        .await
+        .unwrap_or_else(|join| Err(interrupted(join)))
     }
 }

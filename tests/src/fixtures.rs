@@ -1,4 +1,4 @@
-//! What the unit tests of this crate share.
+//! Small pieces of state the unit tests of several crates start from.
 
 use std::sync::Arc;
 
@@ -6,7 +6,7 @@ use planb_core::{AskSpec, Command, Question, QuestionKind, SessionId, Timestamp}
 use planb_projections::{DataRoot, FixedEnvironment, Store};
 
 /// A form of one required text question, `db`.
-pub(crate) fn storage_spec() -> AskSpec {
+pub fn storage_spec() -> AskSpec {
     AskSpec {
         title: "Storage".into(),
         intro_title: None,
@@ -21,11 +21,16 @@ pub(crate) fn storage_spec() -> AskSpec {
     }
 }
 
+/// A fresh id (time-ordered).
+pub fn new_uuid() -> uuid::Uuid {
+    uuid::Uuid::now_v7()
+}
+
 /// A store on a fresh data root in `dir`, with one session.
-pub(crate) fn store_with_session(dir: &std::path::Path) -> (Arc<Store>, SessionId) {
+pub fn store_with_session(dir: &std::path::Path) -> (Arc<Store>, SessionId) {
     let env = Arc::new(FixedEnvironment::new(Timestamp(1_700_000_000_000), 1_000));
     let (store, _) = Store::open(DataRoot::new(dir), env).expect("open store");
-    let session = SessionId::from_uuid(uuid::Uuid::new_v4());
+    let session = SessionId::from_uuid(new_uuid());
     store
         .execute(Command::CreateSession {
             session,
