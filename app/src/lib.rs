@@ -9,6 +9,7 @@ pub mod asks;
 pub mod error;
 pub mod import;
 pub mod launch;
+pub mod named;
 pub mod plans;
 pub mod runs;
 pub mod settings;

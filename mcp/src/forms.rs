@@ -212,16 +212,7 @@ pub struct ReviewInfo {
     pub path: std::sync::Arc<str>,
 }
 
-/// What a reviewer decided.
-#[derive(Debug, Clone)]
-pub struct ReviewOutcome {
-    /// Approve or request changes.
-    pub verdict: planb_core::Verdict,
-    /// General feedback.
-    pub feedback: Option<String>,
-    /// Comments on quoted passages.
-    pub comments: Vec<planb_core::ReviewComment>,
-}
+pub use planb_app::named::ReviewOutcome;
 
 /// Open review pages by rid.
 pub type Reviews = Registry<ReviewInfo, ReviewOutcome>;

@@ -494,14 +494,7 @@ async fn review(State(state): State<AppState>, headers: HeaderMap, body: Bytes) 
         }
         Some((info, false)) => info,
     };
-    let command = Command::ReviewPlan {
-        plan: info.plan.clone(),
-        round: info.round,
-        verdict: outcome.verdict,
-        feedback: outcome.feedback.clone(),
-        comments: outcome.comments.clone(),
-        channel: planb_core::ReviewChannel::Browser,
-    };
+    let command = outcome.command(&info.plan, info.round, planb_core::ReviewChannel::Browser);
     match state.store.execute(command).await {
         Ok(_) => {
             state.reviews.finish(&rid, outcome);

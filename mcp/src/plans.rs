@@ -1,15 +1,11 @@
 //! Named plans: `write_plan`, `edit_plan`, `submit_plan`, and the `plan` prompt.
 //!
-//! A named plan lives at `<plans-dir>/<planName>-plan.md`, a projection of its
-//! events. Before every change the file is compared with the recorded content:
-//! if a person edited it by hand, that content is recorded first, so their edit
-//! is a version of its own and never overwritten. Approval only ever comes from
-//! a person (the review page, the review form) — an external command's output
-//! is feedback, never an approval.
+//! The plans themselves (their files, hand edits, rounds, a submit
+//! command's feedback) are planb-app's `named`; here the arguments are read,
+//! the review is put in front of the person (the review page, or a form
+//! elicitation) and the verdict is worded for the agent.
 
-use std::path::{Path, PathBuf};
-
-use planb_core::{Command, PlanEdit, PlanKey, PlanName, ReviewChannel, Verdict, apply_edits};
+use planb_core::{PlanEdit, PlanKey, PlanName, ReviewChannel, Verdict};
 use rmcp::RoleServer;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, GetPromptResult, JsonObject, PromptMessage, Role};
@@ -21,10 +17,11 @@ use tokio::sync::oneshot;
 use crate::args::{self, Args};
 use crate::config::ReviewMode;
 use crate::deliver::{Outcome, Page, deliver_and_wait};
-use crate::forms::{ReviewInfo, ReviewOutcome};
+use crate::forms::ReviewInfo;
 use crate::server::{PlanbServer, store_error, tool_error};
+use planb_app::named::{CommandReviewError, NamedPlans, ReviewOutcome, SubmitError, Submitted};
 use planb_core::Rejection;
-use planb_projections::{PlanFileChange, StoreError};
+use planb_projections::StoreError;
 
 /// The `planb-plan` skill: the same review loop for clients (Claude Code)
 /// that pass a prompt only its first word per argument, while a skill gets
@@ -191,35 +188,16 @@ fn review_form_request(
         message: format!(
             "Review plan \"{}\" (round {round}) at {}",
             plan.name.as_str(),
-            PlanbServer::named_plan_path(plan).display()
+            NamedPlans::path(plan).display()
         ),
         requested_schema: schema,
     })
 }
 
 impl PlanbServer {
-    /// What `name` means for this server: the plan of that name in its
-    /// plans directory.
-    fn plan_key(&self, name: PlanName) -> PlanKey {
-        PlanKey::new(self.config().plans_dir.display().to_string(), name)
-    }
-
-    /// `<plans-dir>/<planName>-plan.md`.
-    fn named_plan_path(plan: &PlanKey) -> PathBuf {
-        Path::new(&plan.dir).join(format!("{}-plan.md", plan.name.as_str()))
-    }
-
-    /// Records a hand edit of the plan's file if there is one, runs
-    /// `command`, and brings the file up to date, in one step under the log's
-    /// append lock (see `planb_projections::plan_file`).
-    async fn on_plan_file(
-        &self,
-        plan: &PlanKey,
-        command: Option<Command>,
-    ) -> Result<PlanFileChange, StoreError> {
-        self.store()
-            .on_plan_file(plan.clone(), Self::named_plan_path(plan), command)
-            .await
+    /// The named plans of this server's plans directory.
+    fn named(&self) -> NamedPlans {
+        NamedPlans::new(self.store().clone(), self.config().plans_dir.clone())
     }
 }
 
@@ -244,13 +222,9 @@ impl PlanbServer {
         let (Some(plan), Some(content)) = (plan, content) else {
             return Ok(tool_error("planName and content are required"));
         };
-        let plan = self.plan_key(plan);
-        let command = Command::WritePlan {
-            plan: plan.clone(),
-            content,
-            session,
-        };
-        Ok(match self.on_plan_file(&plan, Some(command)).await {
+        let named = self.named();
+        let plan = named.key(plan);
+        Ok(match named.write(&plan, content, session).await {
             Ok(change) => CallToolResult::structured(json!({
                 "planName": plan.name.as_str(),
                 "planPath": change.path.display().to_string(),
@@ -273,23 +247,14 @@ impl PlanbServer {
             Ok(parsed) => parsed,
             Err(message) => return Ok(tool_error(message)),
         };
-        let plan = self.plan_key(plan);
-        let command = Command::EditPlan {
-            plan: plan.clone(),
-            edits: edits.clone(),
-        };
-        Ok(match self.on_plan_file(&plan, Some(command)).await {
-            Ok(change) => {
-                let replacements = change
-                    .before
-                    .and_then(|before| apply_edits(&before, &edits).ok())
-                    .map_or(0, |(_, n)| n);
-                CallToolResult::structured(json!({
-                    "planName": plan.name.as_str(),
-                    "planPath": change.path.display().to_string(),
-                    "replacementsMade": replacements,
-                }))
-            }
+        let named = self.named();
+        let plan = named.key(plan);
+        Ok(match named.edit(&plan, edits).await {
+            Ok((path, replacements)) => CallToolResult::structured(json!({
+                "planName": plan.name.as_str(),
+                "planPath": path.display().to_string(),
+                "replacementsMade": replacements,
+            })),
             // The one-edit form names its fields as the caller sent them.
             Err(StoreError::Rejected(Rejection::Edit(error))) => tool_error(error.message(single)),
             Err(error) => store_error(error),
@@ -317,34 +282,34 @@ impl PlanbServer {
         let Some(plan) = plan else {
             return Ok(tool_error("planName: required"));
         };
-        let plan = self.plan_key(plan);
+        let named = self.named();
+        let plan = named.key(plan);
         if self.config().submit_command.is_empty()
             && self.config().review == ReviewMode::Browser
             && let Some(result) = self.rejoin_review(&context, &plan).await
         {
             return Ok(result);
         }
-        let submitted = self
-            .on_plan_file(&plan, Some(Command::SubmitPlan { plan: plan.clone() }))
-            .await;
-        let submitted = match submitted {
-            Ok(change) => change,
-            Err(error) => return Ok(store_error(error)),
+        let submitted = match named.submit(&plan).await {
+            Ok(submitted) => submitted,
+            Err(SubmitError::Store(error)) => return Ok(store_error(error)),
+            Err(other) => return Ok(tool_error(other.to_string())),
         };
-        let round = match submitted.events.last().map(|e| &e.event.body) {
-            Some(planb_core::EventBody::NamedPlanSubmitted { round, .. }) => *round,
-            Some(other) => return Ok(tool_error(format!("unexpected event: {other:?}"))),
-            None => return Ok(tool_error("planName: nothing was submitted")),
-        };
-        // The content submitted is the change's; the round before it is
-        // found by number, since other processes may submit meanwhile.
-        let previous = match self.content_of_round(&plan, round.checked_sub(1)).await {
-            Ok(previous) => previous,
-            Err(error) => return Ok(store_error(error)),
-        };
-        let (content, path) = (submitted.content, submitted.path);
-        if !self.config().submit_command.is_empty() {
-            return Ok(self.review_by_command(&plan, round, &path).await);
+        let Submitted {
+            round,
+            content,
+            previous,
+            path,
+        } = submitted;
+        let command = &self.config().submit_command;
+        if !command.is_empty() {
+            return Ok(
+                match named.review_by_command(&plan, round, &path, command).await {
+                    Ok(outcome) => verdict_result(false, outcome.feedback),
+                    Err(CommandReviewError::Store(error)) => store_error(error),
+                    Err(other) => tool_error(other.to_string()),
+                },
+            );
         }
         match self.config().review {
             ReviewMode::Form => Ok(self.review_by_form(&plan, round, &content, &context).await),
@@ -365,92 +330,6 @@ impl PlanbServer {
 }
 
 impl PlanbServer {
-    /// The content submitted in round `round` of `plan`, if there was one.
-    async fn content_of_round(
-        &self,
-        plan: &PlanKey,
-        round: Option<u32>,
-    ) -> Result<Option<String>, StoreError> {
-        let Some(round) = round else {
-            return Ok(None);
-        };
-        let plan = plan.clone();
-        self.read_state(move |s| {
-            s.named_plan(&plan).and_then(|p| {
-                p.rounds
-                    .iter()
-                    .find(|r| r.round == round)
-                    .map(|r| r.content_at_submit.clone())
-            })
-        })
-        .await
-    }
-
-    async fn record_review(
-        &self,
-        plan: &PlanKey,
-        round: u32,
-        outcome: &ReviewOutcome,
-        channel: ReviewChannel,
-    ) -> Option<CallToolResult> {
-        let command = Command::ReviewPlan {
-            plan: plan.clone(),
-            round,
-            verdict: outcome.verdict,
-            feedback: outcome.feedback.clone(),
-            comments: outcome.comments.clone(),
-            channel,
-        };
-        self.execute(command).await.err().map(store_error)
-    }
-
-    /// Runs the external submit command with the plan's absolute path appended;
-    /// its stdout is feedback, never an approval.
-    async fn review_by_command(
-        &self,
-        plan: &PlanKey,
-        round: u32,
-        path: &std::path::Path,
-    ) -> CallToolResult {
-        let command = &self.config().submit_command;
-        let output = tokio::process::Command::new(&command[0])
-            .args(&command[1..])
-            .arg(path)
-            .stdin(std::process::Stdio::null())
-            .output()
-            .await;
-        let output = match output {
-            Ok(output) => output,
-            Err(error) => {
-                return tool_error(format!(
-                    "the submit command {:?} could not run: {error}",
-                    command[0]
-                ));
-            }
-        };
-        if !output.status.success() {
-            let stderr = String::from_utf8_lossy(&output.stderr);
-            return tool_error(format!(
-                "the submit command failed ({}): {}",
-                output.status,
-                stderr.trim()
-            ));
-        }
-        let stdout = String::from_utf8_lossy(&output.stdout).trim().to_string();
-        let outcome = ReviewOutcome {
-            verdict: Verdict::ChangesRequested,
-            feedback: (!stdout.is_empty()).then_some(stdout),
-            comments: Vec::new(),
-        };
-        if let Some(error) = self
-            .record_review(plan, round, &outcome, ReviewChannel::ExternalCommand)
-            .await
-        {
-            return error;
-        }
-        verdict_result(false, outcome.feedback)
-    }
-
     /// Form-mode elicitation: a flat `decision` (approve/deny, default deny)
     /// and `feedback`, with the plan itself in `_meta` (`ui: "planReview"`,
     /// `planName`, `round`, `plan` as Markdown) so that a client with a plan
@@ -503,11 +382,12 @@ impl PlanbServer {
             feedback,
             comments: Vec::new(),
         };
-        if let Some(error) = self
-            .record_review(plan, round, &outcome, ReviewChannel::FormElicitation)
-            .await
-        {
-            return error;
+        let recorded = self
+            .named()
+            .record(plan, round, &outcome, ReviewChannel::FormElicitation)
+            .await;
+        if let Err(error) = recorded {
+            return store_error(error);
         }
         verdict_result(approved, feedback_text(&outcome))
     }
@@ -560,22 +440,9 @@ impl PlanbServer {
         if !self.reviews().knows(|info| info.plan == *plan) {
             return None;
         }
-        // Records a hand edit first, which makes the plan changed.
-        let current = match self.on_plan_file(plan, None).await {
-            Ok(current) => current.content,
-            Err(error) => return Some(store_error(error)),
-        };
-        // The last round, if the plan is as it was submitted then.
-        let last = self
-            .read_state({
-                let plan = plan.clone();
-                move |s| {
-                    let last = s.named_plan(&plan)?.rounds.last()?;
-                    (last.content_at_submit == current).then_some((last.round, last.verdict))
-                }
-            })
-            .await;
-        let (round, verdict) = match last {
+        // The last round, if the plan is as it was submitted then (a hand
+        // edit, recorded first, makes it changed).
+        let (round, verdict) = match self.named().unchanged_round(plan).await {
             Ok(last) => last?,
             Err(error) => return Some(store_error(error)),
         };

@@ -1,0 +1,276 @@
+//! Named plans: Markdown plans an agent writes and a person reviews, each
+//! at `<plans-dir>/<name>-plan.md`, a projection of its events.
+//!
+//! Before every change the file is compared with the recorded content: if
+//! a person edited it by hand, that content is recorded first (in the same
+//! step, under the log's append lock), so their edit is a version of its
+//! own and never overwritten. Approval only ever comes from a person; a
+//! submit command's output is feedback, never an approval.
+
+use std::path::{Path, PathBuf};
+
+use planb_core::{
+    Command, EventBody, PlanEdit, PlanKey, PlanName, ReviewChannel, ReviewComment, SessionId,
+    Verdict, apply_edits,
+};
+use planb_projections::{PlanFileChange, StoreError};
+
+use crate::store::StoreHandle;
+
+/// What a reviewer decided.
+#[derive(Debug, Clone)]
+pub struct ReviewOutcome {
+    /// Approve or request changes.
+    pub verdict: Verdict,
+    /// General feedback.
+    pub feedback: Option<String>,
+    /// Comments on quoted passages.
+    pub comments: Vec<ReviewComment>,
+}
+
+impl ReviewOutcome {
+    /// The command that records this outcome as round `round`'s verdict.
+    pub fn command(&self, plan: &PlanKey, round: u32, channel: ReviewChannel) -> Command {
+        Command::ReviewPlan {
+            plan: plan.clone(),
+            round,
+            verdict: self.verdict,
+            feedback: self.feedback.clone(),
+            comments: self.comments.clone(),
+            channel,
+        }
+    }
+}
+
+/// A plan submitted for review.
+#[derive(Debug)]
+pub struct Submitted {
+    /// The round the submission opened.
+    pub round: u32,
+    /// The content submitted.
+    pub content: String,
+    /// The previous round's content, if there was one.
+    pub previous: Option<String>,
+    /// The plan's file.
+    pub path: PathBuf,
+}
+
+/// Why a submission is not under review.
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    /// The store failed or refused.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The store recorded something other than a submission.
+    #[error("unexpected event: {0}")]
+    Unexpected(String),
+    /// Nothing was recorded.
+    #[error("planName: nothing was submitted")]
+    Nothing,
+}
+
+/// Why a submit command gave no feedback.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandReviewError {
+    /// The command could not be started.
+    #[error("the submit command {program:?} could not run: {source}")]
+    NotRun {
+        /// The program named.
+        program: String,
+        /// Why it did not start.
+        source: std::io::Error,
+    },
+    /// The command exited unsuccessfully.
+    #[error("the submit command failed ({status}): {stderr}")]
+    Failed {
+        /// Its exit status.
+        status: std::process::ExitStatus,
+        /// Its stderr, trimmed.
+        stderr: String,
+    },
+    /// Its feedback could not be recorded.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The named plans of one plans directory.
+#[derive(Debug, Clone)]
+pub struct NamedPlans {
+    store: StoreHandle,
+    dir: PathBuf,
+}
+
+impl NamedPlans {
+    /// The plans of `dir` (absolute), recorded in `store`.
+    pub fn new(store: StoreHandle, dir: PathBuf) -> NamedPlans {
+        NamedPlans { store, dir }
+    }
+
+    /// The plan called `name` in this directory.
+    pub fn key(&self, name: PlanName) -> PlanKey {
+        PlanKey::new(self.dir.display().to_string(), name)
+    }
+
+    /// `<plans-dir>/<name>-plan.md`.
+    pub fn path(plan: &PlanKey) -> PathBuf {
+        Path::new(&plan.dir).join(format!("{}-plan.md", plan.name.as_str()))
+    }
+
+    /// Records a hand edit of the plan's file if there is one, runs
+    /// `command`, and brings the file up to date, as one step.
+    pub async fn on_file(
+        &self,
+        plan: &PlanKey,
+        command: Option<Command>,
+    ) -> Result<PlanFileChange, StoreError> {
+        self.store
+            .on_plan_file(plan.clone(), Self::path(plan), command)
+            .await
+    }
+
+    /// Writes (creates or replaces) the plan.
+    pub async fn write(
+        &self,
+        plan: &PlanKey,
+        content: String,
+        session: Option<SessionId>,
+    ) -> Result<PlanFileChange, StoreError> {
+        let command = Command::WritePlan {
+            plan: plan.clone(),
+            content,
+            session,
+        };
+        self.on_file(plan, Some(command)).await
+    }
+
+    /// Applies `edits` to the plan: the file and how many replacements
+    /// were made.
+    pub async fn edit(
+        &self,
+        plan: &PlanKey,
+        edits: Vec<PlanEdit>,
+    ) -> Result<(PathBuf, usize), StoreError> {
+        let command = Command::EditPlan {
+            plan: plan.clone(),
+            edits: edits.clone(),
+        };
+        let change = self.on_file(plan, Some(command)).await?;
+        let replacements = change
+            .before
+            .and_then(|before| apply_edits(&before, &edits).ok())
+            .map_or(0, |(_, n)| n);
+        Ok((change.path, replacements))
+    }
+
+    /// Submits the plan for review: a new round.
+    pub async fn submit(&self, plan: &PlanKey) -> Result<Submitted, SubmitError> {
+        let command = Command::SubmitPlan { plan: plan.clone() };
+        let change = self.on_file(plan, Some(command)).await?;
+        let round = match change.events.last().map(|e| &e.event.body) {
+            Some(EventBody::NamedPlanSubmitted { round, .. }) => *round,
+            Some(other) => return Err(SubmitError::Unexpected(format!("{other:?}"))),
+            None => return Err(SubmitError::Nothing),
+        };
+        // The round before is found by number: other processes may submit
+        // meanwhile.
+        let previous = self.content_of_round(plan, round.checked_sub(1)).await?;
+        Ok(Submitted {
+            round,
+            content: change.content,
+            previous,
+            path: change.path,
+        })
+    }
+
+    /// The content submitted in round `round` of `plan`, if there was one.
+    async fn content_of_round(
+        &self,
+        plan: &PlanKey,
+        round: Option<u32>,
+    ) -> Result<Option<String>, StoreError> {
+        let Some(round) = round else {
+            return Ok(None);
+        };
+        let plan = plan.clone();
+        self.store
+            .read(move |s| {
+                let rounds = &s.named_plan(&plan)?.rounds;
+                let found = rounds.iter().find(|r| r.round == round)?;
+                Some(found.content_at_submit.clone())
+            })
+            .await
+    }
+
+    /// The plan's last round and its verdict if the plan is as it was
+    /// submitted then (a hand edit, recorded first, changes it).
+    pub async fn unchanged_round(
+        &self,
+        plan: &PlanKey,
+    ) -> Result<Option<(u32, Option<Verdict>)>, StoreError> {
+        let current = self.on_file(plan, None).await?.content;
+        let plan = plan.clone();
+        self.store
+            .read(move |s| {
+                let last = s.named_plan(&plan)?.rounds.last()?;
+                (last.content_at_submit == current).then_some((last.round, last.verdict))
+            })
+            .await
+    }
+
+    /// Records `outcome` as round `round`'s verdict.
+    pub async fn record(
+        &self,
+        plan: &PlanKey,
+        round: u32,
+        outcome: &ReviewOutcome,
+        channel: ReviewChannel,
+    ) -> Result<(), StoreError> {
+        let command = outcome.command(plan, round, channel);
+        self.store.execute(command).await.map(drop)
+    }
+
+    /// Runs the submit command `command` with the plan's file appended and
+    /// records its stdout as feedback (changes requested, never an
+    /// approval).
+    pub async fn review_by_command(
+        &self,
+        plan: &PlanKey,
+        round: u32,
+        path: &Path,
+        command: &[String],
+    ) -> Result<ReviewOutcome, CommandReviewError> {
+        let (program, args) = command.split_first().ok_or_else(no_program)?;
+        let output = tokio::process::Command::new(program)
+            .args(args)
+            .arg(path)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .await
+            .map_err(|source| CommandReviewError::NotRun {
+                program: program.clone(),
+                source,
+            })?;
+        if !output.status.success() {
+            let stderr = String::from_utf8_lossy(&output.stderr).trim().to_owned();
+            let status = output.status;
+            return Err(CommandReviewError::Failed { status, stderr });
+        }
+        let stdout = String::from_utf8_lossy(&output.stdout).trim().to_string();
+        let outcome = ReviewOutcome {
+            verdict: Verdict::ChangesRequested,
+            feedback: (!stdout.is_empty()).then_some(stdout),
+            comments: Vec::new(),
+        };
+        self.record(plan, round, &outcome, ReviewChannel::ExternalCommand)
+            .await?;
+        Ok(outcome)
+    }
+}
+
+/// The refusal of an empty submit command.
+fn no_program() -> CommandReviewError {
+    CommandReviewError::NotRun {
+        program: String::new(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "no program"),
+    }
+}
