@@ -58,6 +58,26 @@ fn text(message: impl Into<String>) -> CallToolResult {
     CallToolResult::success(vec![ContentBlock::text(message.into())])
 }
 
+/// A tool call refused or failed: the error result it answers with, so
+/// that a tool's body can stop at the first problem with `?`.
+#[derive(Debug)]
+pub(crate) struct Refusal(Box<CallToolResult>);
+
+impl From<CallToolResult> for Refusal {
+    fn from(result: CallToolResult) -> Refusal {
+        Refusal(Box::new(result))
+    }
+}
+
+impl rmcp::handler::server::tool::IntoCallToolResult for Refusal {
+    fn into_call_tool_result(self) -> Result<rmcp::model::CallToolResponse, ErrorData> {
+        Ok((*self.0).into())
+    }
+}
+
+/// What a tool answers: its result, or the refusal it stops at.
+pub(crate) type Answer = Result<CallToolResult, Refusal>;
+
 pub(crate) fn tool_error(message: impl Into<String>) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(message.into())])
 }

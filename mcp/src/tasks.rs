@@ -20,7 +20,7 @@ use planb_engine::pipelines::{DEFAULT_TARGET, PROJECT_PLAN};
 use planb_projections::DataRoot;
 use rmcp::model::{CallToolResult, JsonObject};
 use rmcp::service::RequestContext;
-use rmcp::{ErrorData, Peer, RoleServer, tool, tool_router};
+use rmcp::{Peer, RoleServer, tool, tool_router};
 use serde_json::{Value, json};
 
 use planb_app::ErrorCode;
@@ -28,7 +28,7 @@ use planb_app::launch::{Launch, Runner, Start};
 use planb_app::tasks::{CreateRequest, TaskFile, Tasks, checked_pipeline};
 
 use crate::args::Args;
-use crate::server::{PLANEXE_VERSION, PlanbServer};
+use crate::server::{Answer, PLANEXE_VERSION, PlanbServer, Refusal};
 
 fn error(code: &str, message: impl Into<String>, details: Value) -> CallToolResult {
     CallToolResult::structured_error(json!({
@@ -36,8 +36,8 @@ fn error(code: &str, message: impl Into<String>, details: Value) -> CallToolResu
     }))
 }
 
-fn boxed(code: &str, message: impl Into<String>, details: Value) -> Box<CallToolResult> {
-    Box::new(error(code, message, details))
+fn boxed(code: &str, message: impl Into<String>, details: Value) -> Refusal {
+    Refusal::from(error(code, message, details))
 }
 
 /// An application error as the tools answer it.
@@ -279,13 +279,14 @@ fn invalid(errors: impl ToString) -> CallToolResult {
 fn task_args<T>(
     arguments: &JsonObject,
     more: impl FnOnce(&mut Args<'_>) -> T,
-) -> Result<(TaskId, T), Box<CallToolResult>> {
+) -> Result<(TaskId, T), Refusal> {
     let mut args = Args::new(arguments);
     let id = parse_task_id(&mut args);
     let rest = more(&mut args);
-    args.finish().map_err(|errors| Box::new(invalid(errors)))?;
+    args.finish()
+        .map_err(|errors| Refusal::from(invalid(errors)))?;
     // `finish` has reported a missing or malformed id already.
-    let id = id.ok_or_else(|| Box::new(invalid("task_id: required")))?;
+    let id = id.ok_or_else(|| Refusal::from(invalid("task_id: required")))?;
     Ok((id, rest))
 }
 
@@ -295,7 +296,7 @@ impl PlanbServer {
     }
 
     /// The task operations, once the store is open.
-    async fn tasks(&self) -> Result<Tasks, Box<CallToolResult>> {
+    async fn tasks(&self) -> Result<Tasks, Refusal> {
         self.plan_store()
             .await
             .map(Tasks::new)
@@ -303,7 +304,7 @@ impl PlanbServer {
     }
 
     /// The task, after ending its active run if the worker is gone.
-    async fn task_checked(&self, id: TaskId) -> Result<(Tasks, Task), Box<CallToolResult>> {
+    async fn task_checked(&self, id: TaskId) -> Result<(Tasks, Task), Refusal> {
         let tasks = self.tasks().await?;
         let task = tasks.find(id).await.map_err(app_error)?;
         Ok((tasks, task))
@@ -318,7 +319,7 @@ impl PlanbServer {
         runs_before: usize,
         runner: Runner,
         from: Start,
-    ) -> Result<Task, Box<CallToolResult>> {
+    ) -> Result<Task, Refusal> {
         // An in-process run's tool steps use this server's connections.
         let downstream = match runner {
             Runner::Here(_) => self
@@ -342,11 +343,7 @@ impl PlanbServer {
     /// Where a run of a task with `profile` goes (see
     /// [`planb_app::launch::runner`]), the client's model offered when it
     /// declared sampling.
-    fn runner(
-        &self,
-        profile: Option<&str>,
-        peer: &Peer<RoleServer>,
-    ) -> Result<Runner, Box<CallToolResult>> {
+    fn runner(&self, profile: Option<&str>, peer: &Peer<RoleServer>) -> Result<Runner, Refusal> {
         planb_app::launch::runner(profile, Sampler::of(peer, profile)).map_err(app_error)
     }
 
@@ -364,34 +361,18 @@ impl PlanbServer {
         arguments: JsonObject,
         peer: &Peer<RoleServer>,
         from: Start,
-    ) -> CallToolResult {
-        let (id, ()) = match task_args(&arguments, |_| ()) {
-            Ok(parsed) => parsed,
-            Err(result) => return *result,
-        };
-        let (tasks, task) = match self.task_checked(id).await {
-            Ok(found) => found,
-            Err(result) => return *result,
-        };
-        if let Err(e) = planb_app::tasks::may_run_again(&task) {
-            return app_failure(e);
-        }
-        let runner = match self.runner(task.model_profile.as_deref(), peer) {
-            Ok(runner) => runner,
-            Err(result) => return *result,
-        };
-        match self
-            .start_task_run(&tasks, id, task.runs.len(), runner, from)
-            .await
-        {
-            Ok(task) => self.answer_status(&task),
-            Err(result) => *result,
-        }
+    ) -> Answer {
+        let (id, ()) = task_args(&arguments, |_| ())?;
+        let (tasks, task) = self.task_checked(id).await?;
+        planb_app::tasks::may_run_again(&task).map_err(app_error)?;
+        let runner = self.runner(task.model_profile.as_deref(), peer)?;
+        let task = (self.start_task_run(&tasks, id, task.runs.len(), runner, from)).await?;
+        Ok(self.answer_status(&task))
     }
 }
 
 /// `task_create`'s arguments, checked; every problem is named at once.
-fn create_request(arguments: &JsonObject) -> Result<CreateRequest, Box<CallToolResult>> {
+fn create_request(arguments: &JsonObject) -> Result<CreateRequest, Refusal> {
     let mut args = Args::new(arguments);
     let prompt = args.string(
         "prompt",
@@ -422,8 +403,9 @@ fn create_request(arguments: &JsonObject) -> Result<CreateRequest, Box<CallToolR
             PROFILES.join(", ")
         ));
     }
-    args.finish().map_err(|errors| Box::new(invalid(errors)))?;
-    let prompt = prompt.ok_or_else(|| Box::new(invalid("prompt: required")))?;
+    args.finish()
+        .map_err(|errors| Refusal::from(invalid(errors)))?;
+    let prompt = prompt.ok_or_else(|| Refusal::from(invalid("prompt: required")))?;
     Ok(CreateRequest {
         prompt,
         speed,
@@ -435,7 +417,7 @@ fn create_request(arguments: &JsonObject) -> Result<CreateRequest, Box<CallToolR
 }
 
 /// An application error as the tools answer it.
-fn app_error(e: planb_app::Error) -> Box<CallToolResult> {
+fn app_error(e: planb_app::Error) -> Refusal {
     boxed(e.code.as_str(), e.message, e.details)
 }
 
@@ -449,7 +431,7 @@ impl PlanbServer {
         output_schema = schema(json!({"type": "object", "properties": {"samples": {"type": "array", "items": {"type": "string"}}, "message": {"type": "string"}}})),
         annotations(title = "Example task prompts", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn prompt_examples(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
+    async fn prompt_examples(&self, arguments: JsonObject) -> Answer {
         if let Err(errors) = Args::new(&arguments).finish() {
             return Ok(invalid(errors));
         }
@@ -484,46 +466,20 @@ impl PlanbServer {
         output_schema = open_output(),
         annotations(title = "Create a plan-generation task", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = true)
     )]
-    async fn task_create(
-        &self,
-        arguments: JsonObject,
-        peer: Peer<RoleServer>,
-    ) -> Result<CallToolResult, ErrorData> {
-        let create = match create_request(&arguments) {
-            Ok(create) => create,
-            Err(result) => return Ok(*result),
-        };
-        let tasks = match self.tasks().await {
-            Ok(tasks) => tasks,
-            Err(result) => return Ok(*result),
-        };
+    async fn task_create(&self, arguments: JsonObject, peer: Peer<RoleServer>) -> Answer {
+        let create = create_request(&arguments)?;
+        let tasks = self.tasks().await?;
         if let Some(key) = create.request_id.clone()
             && let Ok(Some(task)) = tasks.by_request(key).await
         {
             return Ok(CallToolResult::structured(created(&task)));
         }
-        let runner = match self.runner(create.profile.as_deref(), &peer) {
-            Ok(runner) => runner,
-            Err(result) => return Ok(*result),
-        };
+        let runner = self.runner(create.profile.as_deref(), &peer)?;
         let checked = checked_pipeline(&self.data_root(), &create.pipeline, &create.target);
-        let pipeline = match checked {
-            Ok(pipeline) => pipeline,
-            Err(e) => return Ok(app_failure(e)),
-        };
-        let id = match tasks.create(create, &pipeline).await {
-            Ok(id) => id,
-            Err(e) => return Ok(app_failure(e)),
-        };
-        Ok(
-            match self
-                .start_task_run(&tasks, id, 0, runner, Start::Resume)
-                .await
-            {
-                Ok(task) => CallToolResult::structured(created(&task)),
-                Err(result) => *result,
-            },
-        )
+        let pipeline = checked.map_err(app_error)?;
+        let id = tasks.create(create, &pipeline).await.map_err(app_error)?;
+        let task = (self.start_task_run(&tasks, id, 0, runner, Start::Resume)).await?;
+        Ok(CallToolResult::structured(created(&task)))
     }
 
     #[tool(
@@ -534,20 +490,17 @@ impl PlanbServer {
         output_schema = status_output(),
         annotations(title = "Task status", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn task_status(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
-        let (id, run_id) = match task_args(&arguments, parse_run_id) {
-            Ok(parsed) => parsed,
-            Err(result) => return Ok(*result),
-        };
-        let (_, task) = match self.task_checked(id).await {
-            Ok(found) => found,
-            Err(result) => return Ok(*result),
-        };
+    async fn task_status(&self, arguments: JsonObject) -> Answer {
+        let (id, run_id) = task_args(&arguments, parse_run_id)?;
+        let (_, task) = self.task_checked(id).await?;
         let now = self.store().env().now();
-        Ok(match planb_app::tasks::run_of(&task, run_id) {
-            Ok(run) => CallToolResult::structured(status_of(&self.data_root(), &task, run, now)),
-            Err(e) => app_failure(e),
-        })
+        let run = planb_app::tasks::run_of(&task, run_id).map_err(app_error)?;
+        Ok(CallToolResult::structured(status_of(
+            &self.data_root(),
+            &task,
+            run,
+            now,
+        )))
     }
 
     #[tool(
@@ -558,18 +511,10 @@ impl PlanbServer {
         output_schema = open_output(),
         annotations(title = "Stop a task", read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn task_stop(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
-        let (id, ()) = match task_args(&arguments, |_| ()) {
-            Ok(parsed) => parsed,
-            Err(result) => return Ok(*result),
-        };
-        Ok(match self.tasks().await {
-            Ok(tasks) => match tasks.stop(id).await {
-                Ok(task) => self.answer_status(&task),
-                Err(e) => app_failure(e),
-            },
-            Err(result) => *result,
-        })
+    async fn task_stop(&self, arguments: JsonObject) -> Answer {
+        let (id, ()) = task_args(&arguments, |_| ())?;
+        let task = self.tasks().await?.stop(id).await;
+        Ok(self.answer_status(&task.map_err(app_error)?))
     }
 
     #[tool(
@@ -580,12 +525,8 @@ impl PlanbServer {
         output_schema = open_output(),
         annotations(title = "Resume a task", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = true)
     )]
-    async fn task_resume(
-        &self,
-        arguments: JsonObject,
-        peer: Peer<RoleServer>,
-    ) -> Result<CallToolResult, ErrorData> {
-        Ok(self.next_run(arguments, &peer, Start::Resume).await)
+    async fn task_resume(&self, arguments: JsonObject, peer: Peer<RoleServer>) -> Answer {
+        self.next_run(arguments, &peer, Start::Resume).await
     }
 
     #[tool(
@@ -596,12 +537,8 @@ impl PlanbServer {
         output_schema = open_output(),
         annotations(title = "Retry a task from the start", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = true)
     )]
-    async fn task_retry(
-        &self,
-        arguments: JsonObject,
-        peer: Peer<RoleServer>,
-    ) -> Result<CallToolResult, ErrorData> {
-        Ok(self.next_run(arguments, &peer, Start::Retry).await)
+    async fn task_retry(&self, arguments: JsonObject, peer: Peer<RoleServer>) -> Answer {
+        self.next_run(arguments, &peer, Start::Retry).await
     }
 
     #[tool(
@@ -612,18 +549,10 @@ impl PlanbServer {
         output_schema = open_output(),
         annotations(title = "Archive a task", read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn task_archive(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
-        let (id, ()) = match task_args(&arguments, |_| ()) {
-            Ok(parsed) => parsed,
-            Err(result) => return Ok(*result),
-        };
-        Ok(match self.tasks().await {
-            Ok(tasks) => match tasks.archive(id).await {
-                Ok(task) => self.answer_status(&task),
-                Err(e) => app_failure(e),
-            },
-            Err(result) => *result,
-        })
+    async fn task_archive(&self, arguments: JsonObject) -> Answer {
+        let (id, ()) = task_args(&arguments, |_| ())?;
+        let task = self.tasks().await?.archive(id).await;
+        Ok(self.answer_status(&task.map_err(app_error)?))
     }
 
     #[tool(
@@ -634,15 +563,9 @@ impl PlanbServer {
         output_schema = open_output(),
         annotations(title = "Delete a task", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
     )]
-    async fn task_delete(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
-        let (id, ()) = match task_args(&arguments, |_| ()) {
-            Ok(parsed) => parsed,
-            Err(result) => return Ok(*result),
-        };
-        let tasks = match self.tasks().await {
-            Ok(tasks) => tasks,
-            Err(result) => return Ok(*result),
-        };
+    async fn task_delete(&self, arguments: JsonObject) -> Answer {
+        let (id, ()) = task_args(&arguments, |_| ())?;
+        let tasks = self.tasks().await?;
         Ok(match tasks.delete(id).await {
             Ok(folder) => CallToolResult::structured(json!({
                 "task_id": id.to_string(),
@@ -661,7 +584,7 @@ impl PlanbServer {
         output_schema = schema(json!({"type": "object", "properties": {"tasks": {"type": "array"}}})),
         annotations(title = "List tasks", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn task_list(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
+    async fn task_list(&self, arguments: JsonObject) -> Answer {
         self.recent_tasks(arguments).await
     }
 
@@ -673,7 +596,7 @@ impl PlanbServer {
         output_schema = schema(json!({"type": "object", "properties": {"tasks": {"type": "array"}}})),
         annotations(title = "List tasks (task_recent)", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn task_recent(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
+    async fn task_recent(&self, arguments: JsonObject) -> Answer {
         self.recent_tasks(arguments).await
     }
 
@@ -685,17 +608,12 @@ impl PlanbServer {
         output_schema = open_output(),
         annotations(title = "Latest task", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn task_get_latest(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
+    async fn task_get_latest(&self, arguments: JsonObject) -> Answer {
         if let Err(errors) = Args::new(&arguments).finish() {
             return Ok(invalid(errors));
         }
-        Ok(match self.tasks().await {
-            Ok(tasks) => match tasks.latest().await {
-                Ok(task) => self.answer_status(&task),
-                Err(e) => app_failure(e),
-            },
-            Err(result) => *result,
-        })
+        let task = self.tasks().await?.latest().await;
+        Ok(self.answer_status(&task.map_err(app_error)?))
     }
 
     #[tool(
@@ -710,7 +628,7 @@ impl PlanbServer {
         &self,
         arguments: JsonObject,
         context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, ErrorData> {
+    ) -> Answer {
         let parsed = task_args(&arguments, |args| {
             (
                 args.optional_number("timeout_sec", 0.0, 3600.0)
@@ -719,10 +637,7 @@ impl PlanbServer {
                     .unwrap_or(0.5),
             )
         });
-        let (id, (timeout, poll)) = match parsed {
-            Ok(parsed) => parsed,
-            Err(result) => return Ok(*result),
-        };
+        let (id, (timeout, poll)) = parsed?;
         let token = context.meta.get_progress_token();
         // Without a progress token a client's own timeout applies: hand back
         // in time (the agent calls again).
@@ -733,10 +648,7 @@ impl PlanbServer {
         let started = Instant::now();
         let mut last_sent = -1.0;
         loop {
-            let (_, task) = match self.task_checked(id).await {
-                Ok(found) => found,
-                Err(result) => return Ok(*result),
-            };
+            let (_, task) = self.task_checked(id).await?;
             let mut value = status(&self.data_root(), &task, self.store().env().now());
             let ended = !task.runs.is_empty() && task.active_run().is_none();
             if ended || started.elapsed() >= limit {
@@ -779,7 +691,7 @@ impl PlanbServer {
         output_schema = schema(json!({"type": "object", "properties": {"lines": {"type": "array"}, "next_cursor": {"type": "integer"}}})),
         annotations(title = "Task log", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn task_logs_tail(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
+    async fn task_logs_tail(&self, arguments: JsonObject) -> Answer {
         let parsed = task_args(&arguments, |args| {
             (
                 args.optional_integer("max_lines", 1, 500).unwrap_or(50),
@@ -788,15 +700,9 @@ impl PlanbServer {
                 parse_run_id(args),
             )
         });
-        let (id, (max, since, run_id)) = match parsed {
-            Ok(parsed) => parsed,
-            Err(result) => return Ok(*result),
-        };
+        let (id, (max, since, run_id)) = parsed?;
         let max = usize::try_from(max).unwrap_or(usize::MAX);
-        let (_, task) = match self.task_checked(id).await {
-            Ok(found) => found,
-            Err(result) => return Ok(*result),
-        };
+        let (_, task) = self.task_checked(id).await?;
         if let Err(e) = planb_app::tasks::run_of(&task, run_id) {
             return Ok(app_failure(e));
         }
@@ -823,8 +729,8 @@ impl PlanbServer {
         output_schema = open_output(),
         annotations(title = "Task file info", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn task_file_info(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
-        Ok(self.file_info(arguments, false).await)
+    async fn task_file_info(&self, arguments: JsonObject) -> Answer {
+        self.file_info(arguments, false).await
     }
 
     #[tool(
@@ -835,8 +741,8 @@ impl PlanbServer {
         output_schema = open_output(),
         annotations(title = "Download a task file", read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn task_download(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
-        Ok(self.file_info(arguments, true).await)
+    async fn task_download(&self, arguments: JsonObject) -> Answer {
+        self.file_info(arguments, true).await
     }
 
     #[tool(
@@ -847,27 +753,18 @@ impl PlanbServer {
         output_schema = open_output(),
         annotations(title = "Edit a task artifact", read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn task_artifact_write(
-        &self,
-        arguments: JsonObject,
-    ) -> Result<CallToolResult, ErrorData> {
+    async fn task_artifact_write(&self, arguments: JsonObject) -> Answer {
         let parsed = task_args(&arguments, |args| {
             (
                 args.string("path", 300),
                 args.string("content", planb_engine::backend::ANSWER_BYTES_MAX),
             )
         });
-        let (id, (Some(path), Some(content))) = (match parsed {
-            Ok(parsed) => parsed,
-            Err(result) => return Ok(*result),
-        }) else {
+        let (id, (Some(path), Some(content))) = parsed? else {
             // `task_args` has reported a missing path or content already.
             return Ok(invalid("path and content are required"));
         };
-        let tasks = match self.tasks().await {
-            Ok(tasks) => tasks,
-            Err(result) => return Ok(*result),
-        };
+        let tasks = self.tasks().await?;
         Ok(match tasks.write_artifact(id, &path, content).await {
             Ok(written) => CallToolResult::structured(json!({
                 "task_id": id.to_string(),
@@ -893,7 +790,7 @@ fn created(task: &Task) -> Value {
 }
 
 impl PlanbServer {
-    async fn file_info(&self, arguments: JsonObject, download: bool) -> CallToolResult {
+    async fn file_info(&self, arguments: JsonObject, download: bool) -> Answer {
         let parsed = task_args(&arguments, |args| {
             let artifact = args
                 .optional_string("artifact", 10)
@@ -908,30 +805,19 @@ impl PlanbServer {
             let run = (!download).then(|| parse_run_id(args)).flatten();
             (artifact, save, overwrite, run)
         });
-        let (id, (artifact, save, overwrite, run_id)) = match parsed {
-            Ok(parsed) => parsed,
-            Err(result) => return *result,
-        };
-        let (tasks, task) = match self.task_checked(id).await {
-            Ok(found) => found,
-            Err(result) => return *result,
-        };
+        let (id, (artifact, save, overwrite, run_id)) = parsed?;
+        let (tasks, task) = self.task_checked(id).await?;
         // The files are those of the task as it is now, which is its latest
         // run's; an earlier run's id is accepted and the answer says so.
-        let earlier = match planb_app::tasks::run_of(&task, run_id) {
-            Ok(run) => run.is_some_and(|r| task.runs.last().is_some_and(|last| last.id != r.id)),
-            Err(e) => return app_failure(e),
-        };
+        let run = planb_app::tasks::run_of(&task, run_id).map_err(app_error)?;
+        let earlier = run.is_some_and(|r| task.runs.last().is_some_and(|last| last.id != r.id));
         let file = if artifact == "report" {
             TaskFile::Report
         } else {
             TaskFile::Zip
         };
         let save = save.map(|to| (PathBuf::from(to), overwrite));
-        let info = match tasks.file(task, file, save).await {
-            Ok(info) => info,
-            Err(e) => return app_failure(e),
-        };
+        let info = tasks.file(task, file, save).await.map_err(app_error)?;
         let mut answer = json!({
             "task_id": id.to_string(),
             "artifact": artifact,
@@ -944,13 +830,13 @@ impl PlanbServer {
         if earlier {
             answer["note"] = "the files are kept for the task as it is now (its latest run); an earlier run's report is not kept apart".into();
         }
-        CallToolResult::structured(answer)
+        Ok(CallToolResult::structured(answer))
     }
 }
 
 impl PlanbServer {
     /// `task_list` (and `task_recent`): the newest tasks.
-    async fn recent_tasks(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
+    async fn recent_tasks(&self, arguments: JsonObject) -> Answer {
         let mut args = Args::new(&arguments);
         let limit = args
             .optional_integer("limit", 1, 100)
@@ -959,10 +845,7 @@ impl PlanbServer {
         if let Err(errors) = args.finish() {
             return Ok(invalid(errors));
         }
-        let tasks = match self.tasks().await {
-            Ok(tasks) => tasks,
-            Err(result) => return Ok(*result),
-        };
+        let tasks = self.tasks().await?;
         Ok(match tasks.list(limit, archived).await {
             Ok(listed) => {
                 let tasks: Vec<Value> = listed
