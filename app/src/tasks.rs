@@ -2,7 +2,8 @@
 //! plain data (how far its target's closure got, which step runs, the
 //! artifact files its successes wrote), and [`Tasks`], the operations on
 //! them (find, create, stop, archive, delete, list, the run log, the
-//! report and zip, an artifact's edit). The front doors shape and word
+//! report and zip, an artifact's edit, the outputs listed and read in
+//! [`outputs`]). The front doors shape and word
 //! the answers (the MCP tools' JSON, a page).
 
 use std::path::PathBuf;
@@ -21,6 +22,7 @@ use crate::error::{Error, ErrorCode};
 
 mod create;
 mod files;
+pub mod outputs;
 
 pub use create::{CreateRequest, checked_pipeline};
 pub use files::{ArtifactWritten, FileInfo, TaskFile};

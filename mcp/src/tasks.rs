@@ -106,8 +106,6 @@ fn open_output() -> Arc<JsonObject> {
     schema(json!({"type": "object"}))
 }
 
-pub(crate) use planb_app::tasks::pipeline_of;
-
 use planb_app::tasks::state_name;
 
 /// Whether prompts are kept out of lists and replays
