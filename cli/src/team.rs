@@ -23,7 +23,7 @@ pub enum TeamCommand {
 pub fn main(
     root: &DataRoot,
     command: &TeamCommand,
-    out: &mut impl Write,
+    out: &mut dyn Write,
 ) -> anyhow::Result<ExitCode> {
     if !root.log_dir().exists() {
         anyhow::bail!("no log at {}: nothing to ship", root.log_dir().display());
