@@ -3,6 +3,8 @@
 //! one (checked against the tools the downstream servers have), listing
 //! and showing plans, and the servers file's place.
 
+pub mod approval;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 

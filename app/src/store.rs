@@ -124,6 +124,18 @@ impl StoreHandle {
         }
     }
 
+    /// The store, once open, without blocking the caller's thread: at
+    /// once when it is open already (no trip to the blocking pool).
+    pub async fn opened(&self) -> Result<Arc<Store>, StoreError> {
+        if let Some(store) = self.get() {
+            return Ok(store);
+        }
+        let handle = self.clone();
+        off_thread(move || handle.wait())
+            .await
+            .map_err(|e| StoreError::Interrupted(e.to_string()))?
+    }
+
     /// The store if it is open by now.
     pub fn get(&self) -> Option<Arc<Store>> {
         match &*lock(&self.inner.slot) {

@@ -21,6 +21,7 @@ use serde_json::json;
 use crate::error::{Error, ErrorCode};
 
 mod create;
+pub mod examples;
 mod files;
 pub mod outputs;
 

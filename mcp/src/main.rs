@@ -11,7 +11,6 @@ mod browser;
 mod collect;
 mod config;
 mod deliver;
-mod examples;
 mod forms;
 mod groups;
 mod http;

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use planb_core::exec_plan::{ExecPlan, StepMark, render_dag};
 use planb_core::text::clip;
-use planb_core::{AskId, AskSpec, Command, Rejection, SessionId, Task, TaskErrorCode, TaskId};
+use planb_core::{AskId, Command, Rejection, SessionId, Task, TaskErrorCode, TaskId};
 use planb_engine::backend::sampling::Sampler;
 use planb_engine::plans::{self, Guards, Progress, RunOptions};
 use planb_projections::{Store, StoreError};
@@ -27,7 +27,7 @@ use serde_json::{Map, Value, json};
 
 use crate::args::Args;
 use crate::server::PlanbServer;
-use planb_app::plans::{self as exec_plans, PlanSummary};
+use planb_app::plans::{self as exec_plans, PlanSummary, approval};
 use planb_app::runs::{Attached, Finished, Follower, Heard};
 
 /// Most plans `plan_list` returns.
@@ -48,12 +48,6 @@ fn schema(value: Value) -> Arc<JsonObject> {
         _ => Arc::new(JsonObject::new()),
     }
 }
-
-/// The review form's choices.
-const APPROVE: &str = "Run it";
-const REJECT: &str = "Do not run it";
-/// Longest arguments shown per step on the review form.
-const REVIEW_ARGS_CHARS_MAX: usize = 4_000;
 
 /// What `plan_execute` was asked to do.
 #[derive(Debug)]
@@ -320,15 +314,7 @@ impl PlanbServer {
     /// The opened store (at once once it is open), for the calls that hold
     /// it across several steps: plan runs, task launches, hand edits.
     pub(crate) async fn plan_store(&self) -> Result<Arc<Store>, String> {
-        // Open long since, but for the first calls: no trip to the pool.
-        if let Some(store) = self.store().get() {
-            return Ok(store);
-        }
-        let handle = self.store().clone();
-        planb_app::store::off_thread(move || handle.wait())
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| format!("planb could not open its store: {e}"))
+        (self.store().opened().await).map_err(|e| format!("planb could not open its store: {e}"))
     }
 
     /// The store and the plan `id` names (`plan_id is required.` when it
@@ -539,7 +525,8 @@ impl PlanbServer {
         request: &ExecRequest,
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResult, CallToolResult> {
-        let spec = AskSpec::from_json(&review_form(task.id, plan, request))
+        let variables = request.variables.clone().unwrap_or_default();
+        let spec = approval::form(task.id, plan, &variables)
             .map_err(|error| failure(format!("the review form could not be made: {error}")))?;
         let session = SessionId::from_uuid(self.store().env().random_id());
         let created = self
@@ -582,7 +569,7 @@ impl PlanbServer {
             value
         };
         match outcome["status"].as_str() {
-            Some("answered") if outcome["answers"]["decision"] == APPROVE => None,
+            Some("answered") if approval::approved(&outcome["answers"]) => None,
             Some("answered") => Some(CallToolResult::structured(base(json!({
                 "approved": false,
                 "error": "The person did not approve this run; no tool was called.",
@@ -614,60 +601,6 @@ impl PlanbServer {
             }
         }
     }
-}
-
-/// The review form: the DAG, the call-time variables and the first batch's
-/// calls resolved, then approve or reject with an optional note.
-fn review_form(id: TaskId, plan: &ExecPlan, request: &ExecRequest) -> Value {
-    let call = request.variables.clone().unwrap_or_default();
-    let traced = plans::dry_run(plan, id, &call);
-    let batches = plan.batches();
-    let first = batches.first().map_or(0, Vec::len);
-    let mut intro = format!(
-        "**{}**: {} steps in {} batches.\n\n",
-        plan.title,
-        plan.steps.len(),
-        batches.len()
-    );
-    if let Some(description) = plan.description.as_deref().filter(|d| !d.trim().is_empty()) {
-        intro.push_str(&format!("{}\n\n", clip(description, 2_000)));
-    }
-    intro.push_str(&format!(
-        "```text\n{}\n```\n\n",
-        render_dag(plan, |_| StepMark::Pending)
-    ));
-    if !call.is_empty() {
-        let shown = serde_json::to_string_pretty(&call).unwrap_or_default();
-        intro.push_str(&format!(
-            "Variables given for this run:\n\n```json\n{}\n```\n\n",
-            clip(&shown, REVIEW_ARGS_CHARS_MAX)
-        ));
-    }
-    intro.push_str("The first batch calls, with the arguments as they will be sent:\n\n");
-    for step in traced.steps.iter().take(first) {
-        let args = serde_json::to_string_pretty(&step.args).unwrap_or_default();
-        intro.push_str(&format!(
-            "- Step {}: {} (`{}`)\n\n```json\n{}\n```\n\n",
-            step.index,
-            step.title,
-            step.tool,
-            clip(&args, REVIEW_ARGS_CHARS_MAX)
-        ));
-        if intro.len() > 50_000 {
-            intro.push_str("(more calls not shown)\n");
-            break;
-        }
-    }
-    json!({
-        "title": clip(&format!("Run execution plan \"{}\"?", plan.title), 200),
-        "introTitle": "The plan",
-        "intro": intro,
-        "questions": [
-            {"id": "decision", "kind": "single", "label": "Run this plan now?", "required": true,
-             "options": [APPROVE, REJECT]},
-            {"id": "feedback", "kind": "longtext", "label": "A note for the agent (optional)"}
-        ]
-    })
 }
 
 #[tool_router(router = plan_exec_tool_router, vis = "pub(crate)")]

@@ -433,7 +433,7 @@ impl PlanbServer {
         if let Err(errors) = Args::new(&arguments).finish() {
             return Ok(invalid(errors));
         }
-        let examples = &crate::examples::EXAMPLES;
+        let examples = &planb_app::tasks::examples::EXAMPLES;
         Ok(CallToolResult::structured(json!({
             "samples": examples.iter().map(|e| e.prompt).collect::<Vec<_>>(),
             "examples": examples

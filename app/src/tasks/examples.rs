@@ -1,9 +1,11 @@
-//! The sample prompts `prompt_examples` gives: each one the length and the
-//! kind of detail a plan-generation task needs (background, constraints,
+//! Sample prompts for a plan-generation task (what a front door shows
+//! before one is written): each one the length and the kind of detail a
+//! task needs (background, constraints,
 //! budget, timeline, place, success criteria, what is out of bounds), for a
 //! different kind of project.
 
 /// One sample prompt.
+#[derive(Debug)]
 pub struct Example {
     /// A short name.
     pub title: &'static str,
