@@ -1,13 +1,16 @@
-//! Waiting for the answer to an ask, whichever process records it: one
-//! task reads the state once a second for all the asks this process waits
-//! on and hands each answer to its waiters.
+//! Asks (`ask_user` rounds) as the front doors record and find them: an
+//! ask opened, ended without an answer (the answer wins a race), found by
+//! its id or by its form's sid; and the wait for its answer, whichever
+//! process records it ([`AnswerWatch`]: one task reads the state once a
+//! second for all the asks this process waits on).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use planb_core::{Answers, AskId, AskStatus};
+use planb_core::{Answers, AskId, AskSpec, AskStatus, Command, DeclineAction, Delivery, SessionId};
+use planb_projections::StoreError;
 use tokio::sync::oneshot;
 
 use crate::store::StoreHandle;
@@ -22,6 +25,137 @@ pub fn recorded_answer(ask: &planb_core::Ask) -> Option<Answers> {
     match ask.status {
         AskStatus::Answered => ask.answers.clone(),
         _ => ask.late_answers.first().map(|(_, answers)| answers.clone()),
+    }
+}
+
+/// A form about to be put in front of the person.
+#[derive(Debug)]
+pub struct NewAsk {
+    /// The session it belongs to.
+    pub session: SessionId,
+    /// The questions.
+    pub spec: AskSpec,
+    /// How the form reaches the person.
+    pub delivery: Delivery,
+    /// The form's address, without its secret.
+    pub url: String,
+    /// The form's secret (the log keeps its SHA-256).
+    pub sid: String,
+}
+
+/// How an ask ended without an answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ending {
+    /// Nobody answered in time (the form stays open).
+    TimedOut,
+    /// The person dismissed the form.
+    Declined(DeclineAction),
+    /// It could not go on (the detail says why).
+    Failed(String),
+}
+
+/// An ask as the log holds it, for a call that collects its answer.
+#[derive(Debug, Clone)]
+pub struct Found {
+    /// Its session.
+    pub session: SessionId,
+    /// Its questions.
+    pub spec: AskSpec,
+    /// Whether it has a form to serve (an imported ask has none).
+    pub has_form: bool,
+    /// Its answer, if one is recorded ([`recorded_answer`]).
+    pub answer: Option<Answers>,
+    /// Its form's address.
+    pub url: String,
+}
+
+/// The asks of a store.
+#[derive(Debug, Clone)]
+pub struct Asks {
+    store: StoreHandle,
+}
+
+impl Asks {
+    /// The asks of `store`.
+    pub fn new(store: StoreHandle) -> Asks {
+        Asks { store }
+    }
+
+    /// Records `ask` as opened, under a new id.
+    pub async fn open(&self, ask: NewAsk) -> Result<AskId, StoreError> {
+        let id = AskId::from_uuid(self.store.env().random_id());
+        let command = Command::OpenAsk {
+            session: ask.session,
+            ask: id,
+            spec: ask.spec,
+            delivery: ask.delivery,
+            url: ask.url,
+            sid: ask.sid,
+        };
+        self.store.execute(command).await?;
+        Ok(id)
+    }
+
+    /// Records how `ask` ended without an answer; if the person's answer
+    /// won the race, that answer instead (`None` if it cannot be read).
+    pub async fn end(&self, ask: AskId, ending: Ending) -> Result<(), Option<Answers>> {
+        let command = match ending {
+            Ending::TimedOut => Command::TimeOut { ask },
+            Ending::Declined(action) => Command::Decline { ask, action },
+            Ending::Failed(detail) => Command::Fail { ask, detail },
+        };
+        match self.store.execute(command).await {
+            Ok(_) => Ok(()),
+            Err(StoreError::Rejected(_)) => {
+                // The person submitted at the same moment: the answer is recorded.
+                let answers = self
+                    .store
+                    .read(move |s| s.ask(&ask).and_then(|a| a.answers.clone()))
+                    .await;
+                Err(answers.ok().flatten())
+            }
+            Err(error) => {
+                tracing::error!("recording the end of ask {ask} failed: {error}");
+                Ok(())
+            }
+        }
+    }
+
+    /// The ask `ask`, if the log holds it.
+    pub async fn find(&self, ask: AskId) -> Result<Option<Found>, StoreError> {
+        self.store
+            .read(move |s| {
+                s.ask(&ask).map(|a| Found {
+                    session: a.session,
+                    spec: a.spec.clone(),
+                    has_form: a.has_form(),
+                    answer: recorded_answer(a),
+                    url: a.url.clone(),
+                })
+            })
+            .await
+    }
+
+    /// The ask whose form has the secret `sid` and would still record an
+    /// answer (waiting, or closed without one: its server may have
+    /// exited).
+    pub async fn answerable(&self, sid: &str) -> Option<(AskId, AskSpec)> {
+        let sid = sid.to_owned();
+        let found = self.store.read(move |state| {
+            let mut asks = state.asks().values();
+            let ask = asks.find(|ask| ask.accepts_answer() && ask.has_sid(&sid))?;
+            Some((ask.id, ask.spec.clone()))
+        });
+        found.await.ok().flatten()
+    }
+
+    /// How many forms in the log would still record an answer.
+    pub async fn answerable_forms(&self) -> usize {
+        let counted = self.store.read(|s| {
+            let asks = s.asks().values();
+            asks.filter(|a| a.has_form() && a.accepts_answer()).count()
+        });
+        counted.await.unwrap_or(0)
     }
 }
 

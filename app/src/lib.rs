@@ -12,6 +12,7 @@ pub mod launch;
 pub mod named;
 pub mod plans;
 pub mod runs;
+pub mod sessions;
 pub mod settings;
 pub mod store;
 pub mod tasks;

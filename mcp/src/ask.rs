@@ -6,12 +6,14 @@
 
 use std::sync::Arc;
 
-use planb_core::{Answers, AskId, AskSpec, Command, Delivery, SessionId};
+use planb_core::{Answers, AskId, AskSpec, Delivery, SessionId};
 use rmcp::RoleServer;
 use rmcp::model::{CallToolResult, ContentBlock};
 use rmcp::service::{ElicitationMode, RequestContext};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
+
+use planb_app::asks::{Ending, NewAsk};
 
 use crate::config::Config;
 use crate::deliver::{Outcome, Page, deliver_and_wait};
@@ -115,19 +117,18 @@ async fn wait_detached(wait: Wait<'_>) -> CallToolResult {
         }
     };
     let closed = closing(wait.ask, wait.spec, wait.url, wait.sid, &config, outcome);
-    let (command, result) = match closed {
+    let (ending, result) = match closed {
         Ok(closing) => closing,
         Err(result) => return *result,
     };
     // The person may have submitted at the same moment: then the answer wins.
-    match wait.server.close_ask(wait.ask, command).await {
+    match wait.server.asks().end(wait.ask, ending).await {
         Err(Some(answers)) => answers_result(wait.ask, &answers),
         _ => result,
     }
 }
 
-/// How a wait that ended with `outcome` closes the ask: the command that
-/// records it and the tool's result; the result alone when nothing is to
+/// How a wait that ended with `outcome` closes the ask: how it ended and the tool's result; the result alone when nothing is to
 /// be recorded (the answer came, or the form stays open).
 fn closing(
     ask: AskId,
@@ -136,7 +137,7 @@ fn closing(
     sid: Option<&str>,
     config: &Config,
     outcome: Outcome<Answers>,
-) -> Result<(Command, CallToolResult), Box<CallToolResult>> {
+) -> Result<(Ending, CallToolResult), Box<CallToolResult>> {
     Ok(match outcome {
         Outcome::Answered(answers) => return Err(Box::new(answers_result(ask, &answers))),
         // Nothing ended: the ask stays pending and its form open.
@@ -149,7 +150,7 @@ fn closing(
             )));
         }
         Outcome::TimedOut => (
-            Command::TimeOut { ask },
+            Ending::TimedOut,
             ask_result(format!(
                 "The question \"{}\" timed out: the person did not answer within {}. \
                  The form at {} stays open and an answer submitted later is still recorded. \
@@ -162,32 +163,23 @@ fn closing(
             ), json!({"status": "timed_out", "askId": ask.to_string(), "url": url})),
         ),
         Outcome::Dismissed(action) => (
-            PlanbServer::decline_command(ask, action),
+            PlanbServer::declined(action),
             cancelled_result(ask),
         ),
         Outcome::ClientCancelled => (
-            Command::Fail {
-                ask,
-                detail: "the client cancelled the ask_user request".into(),
-            },
+            Ending::Failed("the client cancelled the ask_user request".into()),
             CallToolResult::error(vec![ContentBlock::text(
                 "ask_user was cancelled by the client",
             )]),
         ),
         Outcome::Disconnected => (
-            Command::Fail {
-                ask,
-                detail: "the MCP connection closed before the person answered (the agent or its window exited)".into(),
-            },
+            Ending::Failed("the MCP connection closed before the person answered (the agent or its window exited)".into()),
             CallToolResult::error(vec![ContentBlock::text(
                 "the MCP connection closed before the person answered",
             )]),
         ),
         Outcome::Closed => (
-            Command::Fail {
-                ask,
-                detail: "the form closed without an answer".into(),
-            },
+            Ending::Failed("the form closed without an answer".into()),
             CallToolResult::error(vec![ContentBlock::text(
                 "the form closed without an answer; call ask_user again",
             )]),
@@ -242,7 +234,6 @@ impl PlanbServer {
             .peer
             .supported_elicitation_modes()
             .contains(&ElicitationMode::Url);
-        let ask = AskId::from_uuid(self.store().env().random_id());
         let delivery = if url_mode {
             Delivery::UrlElicitation
         } else if self.config().no_open {
@@ -251,19 +242,17 @@ impl PlanbServer {
             Delivery::BrowserOpened
         };
         let spec = Arc::new(spec);
-        let recorded = self
-            .execute(Command::OpenAsk {
-                session,
-                ask,
-                spec: (*spec).clone(),
-                delivery,
-                url: address,
-                sid: sid.clone(),
-            })
-            .await;
-        if let Err(error) = recorded {
-            return store_error(error);
-        }
+        let new = NewAsk {
+            session,
+            spec: (*spec).clone(),
+            delivery,
+            url: address,
+            sid: sid.clone(),
+        };
+        let ask = match self.asks().open(new).await {
+            Ok(ask) => ask,
+            Err(error) => return store_error(error),
+        };
         let (sender, answered) = oneshot::channel();
         let info = crate::forms::FormInfo {
             ask,
@@ -271,10 +260,8 @@ impl PlanbServer {
         };
         if let Err(error) = self.forms().register(sid.clone(), info, sender) {
             let _ = self
-                .execute(Command::Fail {
-                    ask,
-                    detail: error.to_string(),
-                })
+                .asks()
+                .end(ask, Ending::Failed(error.to_string()))
                 .await;
             return tool_error(error.to_string());
         }

@@ -21,29 +21,17 @@ use tokio::sync::oneshot;
 
 use crate::forms::FormInfo;
 use crate::server::{PlanbServer, store_error, tool_error};
-use planb_app::asks::recorded_answer;
+use planb_app::asks::Asks;
 use planb_app::store::StoreHandle;
 
 /// The ask in the log whose form has this sid and would still record an
-/// answer (waiting, or closed without one: its server may have exited), as
-/// a form this process can serve.
+/// answer, as a form this process can serve.
 pub(crate) async fn answerable_form(store: &StoreHandle, sid: &str) -> Option<FormInfo> {
-    let sid = sid.to_owned();
-    store
-        .read(move |state| {
-            state
-                .asks()
-                .values()
-                .filter(|ask| ask.accepts_answer())
-                .find(|ask| ask.has_sid(&sid))
-                .map(|ask| FormInfo {
-                    ask: ask.id,
-                    spec: Arc::new(ask.spec.clone()),
-                })
-        })
-        .await
-        .ok()
-        .flatten()
+    let (ask, spec) = Asks::new(store.clone()).answerable(sid).await?;
+    Some(FormInfo {
+        ask,
+        spec: Arc::new(spec),
+    })
 }
 
 impl PlanbServer {
@@ -55,15 +43,7 @@ impl PlanbServer {
         if self.config().port == 0 {
             return;
         }
-        let pending = self
-            .read_state(|s| {
-                s.asks()
-                    .values()
-                    .filter(|a| a.has_form() && a.accepts_answer())
-                    .count()
-            })
-            .await
-            .unwrap_or(0);
+        let pending = self.asks().answerable_forms().await;
         if pending == 0 {
             return;
         }
@@ -90,33 +70,21 @@ impl PlanbServer {
             Ok(found) => found,
             Err(problem) => return tool_error(problem),
         };
-        let found = self
-            .read_state(move |s| {
-                s.ask(&ask_id).map(|a| {
-                    (
-                        a.session,
-                        a.spec.clone(),
-                        a.has_form(),
-                        recorded_answer(a),
-                        a.url.clone(),
-                    )
-                })
-            })
-            .await;
-        let (ask_session, spec, has_form, answer, form_address) = match found {
+        let found = match self.asks().find(ask_id).await {
             Ok(Some(found)) => found,
             Ok(None) => return tool_error(format!("askId: unknown ask {ask_id}")),
             Err(error) => return store_error(error),
         };
-        if session.is_some_and(|s| s != ask_session) {
+        if session.is_some_and(|s| s != found.session) {
             return tool_error(format!(
-                "askId: ask {ask_id} belongs to session {ask_session}, not the sessionId given"
+                "askId: ask {ask_id} belongs to session {}, not the sessionId given",
+                found.session
             ));
         }
-        if let Some(answer) = answer {
+        if let Some(answer) = found.answer {
             return crate::ask::answers_result(ask_id, &answer);
         }
-        if !has_form {
+        if !found.has_form {
             return tool_error(format!(
                 "askId: ask {ask_id} has no form to serve (it was imported); call ask_user with the questions again"
             ));
@@ -128,7 +96,7 @@ impl PlanbServer {
         if let Some(waited) = self.wait_on_shown(context, ask_id, url_mode).await {
             return waited;
         }
-        self.serve_again(context, ask_id, Arc::new(spec), &form_address, url_mode)
+        self.serve_again(context, ask_id, Arc::new(found.spec), &found.url, url_mode)
             .await
     }
 

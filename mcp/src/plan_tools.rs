@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use planb_core::exec_plan::{ExecPlan, StepMark, render_dag};
 use planb_core::text::clip;
-use planb_core::{AskId, Command, Rejection, SessionId, Task, TaskErrorCode, TaskId};
+use planb_core::{AskId, Command, Rejection, Task, TaskErrorCode, TaskId};
 use planb_engine::backend::sampling::Sampler;
 use planb_engine::plans::{self, Guards, Progress, RunOptions};
 use planb_projections::{Store, StoreError};
@@ -29,6 +29,7 @@ use crate::args::Args;
 use crate::server::PlanbServer;
 use planb_app::plans::{self as exec_plans, PlanSummary, approval};
 use planb_app::runs::{Attached, Finished, Follower, Heard};
+use planb_app::sessions::NewSession;
 
 /// Most plans `plan_list` returns.
 const LIST_MAX: usize = 200;
@@ -528,23 +529,16 @@ impl PlanbServer {
         let variables = request.variables.clone().unwrap_or_default();
         let spec = approval::form(task.id, plan, &variables)
             .map_err(|error| failure(format!("the review form could not be made: {error}")))?;
-        let session = SessionId::from_uuid(self.store().env().random_id());
-        let created = self
-            .execute(Command::CreateSession {
-                session,
-                title: Some(clip(&format!("Run \"{}\"?", plan.title), 200)),
-                intent: Some(format!(
-                    "Approve or reject a run of execution plan {}",
-                    task.id
-                )),
-                project_path: None,
-            })
-            .await;
-        if let Err(error) = created {
-            return Err(failure(format!(
-                "the review could not be recorded: {error}"
-            )));
-        }
+        let new = NewSession {
+            title: Some(clip(&format!("Run \"{}\"?", plan.title), 200)),
+            intent: Some(format!(
+                "Approve or reject a run of execution plan {}",
+                task.id
+            )),
+            project_path: None,
+        };
+        let (session, _) = (self.sessions().start(new).await)
+            .map_err(|error| failure(format!("the review could not be recorded: {error}")))?;
         Ok(self.open_ask(session, spec, context).await)
     }
 

@@ -7,9 +7,11 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use planb_core::{AskId, AskSpec, Command, DeclineAction, EventBody, SessionId, TaskId};
+use planb_core::{AskId, AskSpec, DeclineAction, TaskId};
 use planb_projections::StoreError;
 
+use planb_app::asks::{Asks, Ending};
+use planb_app::sessions::{NewSession, SaveError, Sessions};
 use planb_app::store::StoreHandle;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::model::{
@@ -131,18 +133,6 @@ impl PlanbServer {
         }
     }
 
-    pub(crate) async fn execute(&self, command: Command) -> Result<Vec<EventBody>, StoreError> {
-        self.store.execute(command).await
-    }
-
-    /// Runs `f` on the state after catching up on the log.
-    pub(crate) async fn read_state<R: Send + 'static>(
-        &self,
-        f: impl FnOnce(&planb_core::State) -> R + Send + 'static,
-    ) -> Result<R, StoreError> {
-        self.store.read(f).await
-    }
-
     pub(crate) fn store(&self) -> &StoreHandle {
         &self.store
     }
@@ -181,10 +171,14 @@ impl PlanbServer {
         )
     }
 
-    fn plan_path(&self, session: SessionId, version: u32) -> String {
-        planb_projections::files::plan_file(&self.config.data_root, &session, version)
-            .display()
-            .to_string()
+    /// The sessions of this server's store.
+    pub(crate) fn sessions(&self) -> Sessions {
+        Sessions::new(self.store.clone(), self.config.data_root.clone())
+    }
+
+    /// The asks of this server's store.
+    pub(crate) fn asks(&self) -> Asks {
+        Asks::new(self.store.clone())
     }
 }
 
@@ -252,28 +246,21 @@ impl PlanbServer {
             // `finish` has already reported both; kept as a plain error, not a panic.
             return Ok(tool_error("sessionId and plan are required"));
         };
-        let save = Command::SavePlan {
-            session,
-            title,
-            content: plan,
-        };
         // The agent reads the version's file by the path it is given; the
         // manifests follow off this reply's path.
-        let recorded = self.store.execute_then_project(save).await;
-        match recorded {
-            Ok(events) => match events.as_slice() {
-                [EventBody::PlanVersionSaved { version, .. }] => Ok(text(format!(
-                    "Saved plan v{version} for session {session}\npath: {}",
-                    self.plan_path(session, *version)
-                ))),
-                other => {
-                    tracing::error!("save_plan recorded unexpected events: {other:?}");
-                    Ok(tool_error(
-                        "planb recorded something unexpected; see its log",
-                    ))
-                }
-            },
-            Err(error) => Ok(store_error(error)),
+        match self.sessions().save_plan(session, title, plan).await {
+            Ok(saved) => Ok(text(format!(
+                "Saved plan v{} for session {session}\npath: {}",
+                saved.version,
+                saved.path.display()
+            ))),
+            Err(SaveError::Store(error)) => Ok(store_error(error)),
+            Err(unexpected) => {
+                tracing::error!("save_plan: {unexpected}");
+                Ok(tool_error(
+                    "planb recorded something unexpected; see its log",
+                ))
+            }
         }
     }
 
@@ -313,10 +300,7 @@ impl PlanbServer {
             Ok(spec) => spec,
             Err(errors) => return Ok(tool_error(format!("invalid question spec: {errors}"))),
         };
-        match self
-            .read_state(move |s| s.session(&session).is_some())
-            .await
-        {
+        match self.sessions().exists(session).await {
             Ok(true) => {}
             Ok(false) => {
                 return Ok(tool_error(format!(
@@ -330,42 +314,17 @@ impl PlanbServer {
 }
 
 impl PlanbServer {
-    /// Records an outcome other than an answer; if the answer won the race,
-    /// returns it instead.
-    pub(crate) async fn close_ask(
-        &self,
-        ask: AskId,
-        command: Command,
-    ) -> Result<(), Option<planb_core::Answers>> {
-        match self.execute(command).await {
-            Ok(_) => Ok(()),
-            Err(StoreError::Rejected(_)) => {
-                // The person submitted at the same moment: the answer is recorded.
-                let answers = self
-                    .read_state(move |s| s.ask(&ask).and_then(|a| a.answers.clone()))
-                    .await
-                    .ok()
-                    .flatten();
-                Err(answers)
-            }
-            Err(error) => {
-                tracing::error!("recording the end of ask {ask} failed: {error}");
-                Ok(())
-            }
-        }
-    }
-
     pub(crate) fn config(&self) -> &Config {
         &self.config
     }
 
-    pub(crate) fn decline_command(ask: AskId, action: ElicitationAction) -> Command {
-        let action = if action == ElicitationAction::Cancel {
+    /// How a dismissed form ends its ask.
+    pub(crate) fn declined(action: ElicitationAction) -> Ending {
+        Ending::Declined(if action == ElicitationAction::Cancel {
             DeclineAction::Cancel
         } else {
             DeclineAction::Decline
-        };
-        Command::Decline { ask, action }
+        })
     }
 
     pub(crate) async fn notify_progress(
@@ -523,17 +482,15 @@ impl PlanbServer {
         if let Err(errors) = args.finish() {
             return Ok(tool_error(errors.to_string()));
         }
-        let session = SessionId::from_uuid(self.store.env().random_id());
-        let command = Command::CreateSession {
-            session,
+        let new = NewSession {
             title,
             intent,
             project_path,
         };
-        if let Err(error) = self.execute(command).await {
-            return Ok(store_error(error));
-        }
-        let dir = planb_projections::files::session_dir(&self.config.data_root, &session);
+        let (session, dir) = match self.sessions().start(new).await {
+            Ok(started) => started,
+            Err(error) => return Ok(store_error(error)),
+        };
         Ok(text(format!(
             "sessionId: {session}\n\nPass this sessionId to every ask_user and save_plan call of this planning session. \
              Ask the person with ask_user before guessing, batch related questions into one form, and save the full plan \

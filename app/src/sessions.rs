@@ -1,0 +1,98 @@
+//! Planning sessions: started, their plan versions saved (each version's
+//! Markdown file written before the save is answered), looked up. The
+//! questions asked in a session are [`crate::asks`].
+
+use std::path::PathBuf;
+
+use planb_core::{Command, EventBody, SessionId};
+use planb_projections::{StoreError, files};
+
+use crate::store::StoreHandle;
+
+/// A session about to start.
+#[derive(Debug, Default)]
+pub struct NewSession {
+    /// Its title.
+    pub title: Option<String>,
+    /// What it is for.
+    pub intent: Option<String>,
+    /// The project it plans.
+    pub project_path: Option<String>,
+}
+
+/// A plan version saved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Saved {
+    /// Its number (1, 2, …).
+    pub version: u32,
+    /// Its Markdown file.
+    pub path: PathBuf,
+}
+
+/// Why a plan version was not saved.
+#[derive(Debug, thiserror::Error)]
+pub enum SaveError {
+    /// The store failed or refused.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The store recorded something other than one saved version.
+    #[error("the save recorded unexpected events: {0}")]
+    Unexpected(String),
+}
+
+/// The sessions of a store on a data root.
+#[derive(Debug, Clone)]
+pub struct Sessions {
+    store: StoreHandle,
+    root: PathBuf,
+}
+
+impl Sessions {
+    /// The sessions of `store`, whose data root is `root`.
+    pub fn new(store: StoreHandle, root: PathBuf) -> Sessions {
+        Sessions { store, root }
+    }
+
+    /// Starts a session: its id and the folder its files are kept in.
+    pub async fn start(&self, new: NewSession) -> Result<(SessionId, PathBuf), StoreError> {
+        let session = SessionId::from_uuid(self.store.env().random_id());
+        let command = Command::CreateSession {
+            session,
+            title: new.title,
+            intent: new.intent,
+            project_path: new.project_path,
+        };
+        self.store.execute(command).await?;
+        Ok((session, files::session_dir(&self.root, &session)))
+    }
+
+    /// Saves `content` as the session's next plan version; answered once
+    /// the version's file is written (the manifests follow).
+    pub async fn save_plan(
+        &self,
+        session: SessionId,
+        title: Option<String>,
+        content: String,
+    ) -> Result<Saved, SaveError> {
+        let save = Command::SavePlan {
+            session,
+            title,
+            content,
+        };
+        let events = self.store.execute_then_project(save).await?;
+        match events.as_slice() {
+            [EventBody::PlanVersionSaved { version, .. }] => Ok(Saved {
+                version: *version,
+                path: files::plan_file(&self.root, &session, *version),
+            }),
+            other => Err(SaveError::Unexpected(format!("{other:?}"))),
+        }
+    }
+
+    /// Whether the session exists.
+    pub async fn exists(&self, session: SessionId) -> Result<bool, StoreError> {
+        self.store
+            .read(move |s| s.session(&session).is_some())
+            .await
+    }
+}
