@@ -4,7 +4,7 @@
 
 mod support;
 
-use support::plan_step as step;
+use planb_tests::plans::step;
 
 use std::ffi::OsStr;
 use std::path::PathBuf;
@@ -110,11 +110,7 @@ impl Setup {
 
     /// The calls the servers received, in order.
     fn calls(&self) -> Vec<Value> {
-        std::fs::read_to_string(self.path("calls"))
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).expect("call line"))
-            .collect()
+        planb_tests::plans::calls(&self.path("calls"))
     }
 }
 

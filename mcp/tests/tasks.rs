@@ -126,14 +126,9 @@ async fn until_settled(server: &Server, task: &str) -> Value {
 
 /// Each run's started steps, from the log.
 fn started_by_run(dir: &Path) -> Vec<Vec<String>> {
-    let mut reader =
-        planb_log::read_dir(&dir.join("log"), Default::default(), planb_log::Cursor(1))
-            .expect("reader");
     let mut runs: Vec<(planb_core::RunId, Vec<String>)> = Vec::new();
-    while let Some(record) = reader.next().expect("read") {
-        let envelope = planb_core::decode(&record.payload, planb_core::Cursor(record.cursor.0))
-            .expect("decode");
-        match envelope.event.body {
+    for event in planb_tests::logs::events(dir) {
+        match event {
             EventBody::RunStarted { run, .. } => runs.push((run, Vec::new())),
             EventBody::StepStarted { run, step, .. } => {
                 if let Some((_, steps)) = runs.iter_mut().find(|(r, _)| *r == run) {
@@ -149,14 +144,9 @@ fn started_by_run(dir: &Path) -> Vec<Vec<String>> {
 /// Every artifact edit in the log, as (step, by), each checked to come
 /// before the run that follows it started.
 fn edits_in_log(dir: &Path) -> Vec<(String, String)> {
-    let mut reader =
-        planb_log::read_dir(&dir.join("log"), Default::default(), planb_log::Cursor(1))
-            .expect("reader");
     let mut edits = Vec::new();
-    while let Some(record) = reader.next().expect("read") {
-        let envelope = planb_core::decode(&record.payload, planb_core::Cursor(record.cursor.0))
-            .expect("decode");
-        match envelope.event.body {
+    for event in planb_tests::logs::events(dir) {
+        match event {
             EventBody::ArtifactEdited { step, by, .. } => edits.push((step, by)),
             EventBody::StepStarted { .. } => {
                 assert!(
