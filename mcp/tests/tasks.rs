@@ -2,6 +2,9 @@
 //! client, detached real worker processes, and a real OpenAI-compatible
 //! HTTP server started by each test with scripted answers (it counts the
 //! requests, can answer slowly, and can fail the first requests with 503).
+//! What a run does in one process is tested at planb-app
+//! (`app/tests/tasks.rs`); here, what needs the protocol, the detached
+//! worker, kills or several servers on one root.
 
 mod support;
 
@@ -1156,69 +1159,6 @@ async fn with_no_model_configured_a_sampling_client_answers_in_process_until_its
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_answer_of_the_wrong_shape_is_asked_for_again_and_then_fails_its_step() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    assert!(closure_of("build_plan").contains(&"schedule".to_owned()));
-    let schedule =
-        r#"{"tasks": [{"id": "1", "name": "Do it", "duration_days": 3, "depends_on": []}]}"#;
-    // Prose where the schedule step wants JSON; JSON once told why not.
-    let server = start_with_script(
-        dir.path(),
-        "learns.sh",
-        &format!(
-            "#!/bin/sh\np=$(cat)\ncase \"$p\" in\n  *'previous answer was refused'*) echo '{schedule}' ;;\n  *'Answer with JSON only'*) echo 'Here is the schedule you asked for.' ;;\n  *) printf '## Part\\n\\nText.\\n' ;;\nesac\n"
-        ),
-    )
-    .await;
-    let task = create(&server, "fast").await;
-    let done = wait(&server, &task).await;
-    assert_eq!(done["state"], "completed", "{done}");
-    let logs = ok(&call(
-        &server,
-        "task_logs_tail",
-        json!({"task_id": task, "max_lines": 200}),
-    )
-    .await)
-    .to_string();
-    assert!(
-        logs.contains("step schedule: answer 1 refused (the answer is not JSON"),
-        "{logs}"
-    );
-    let (state, _) = support::fold_log(dir.path());
-    let recorded = state.tasks().values().next().expect("task");
-    let artifact = recorded.successes["schedule"].artifact;
-    let stored = planb_projections::DataRoot::new(dir.path())
-        .blobs()
-        .get(&artifact)
-        .expect("the schedule's blob");
-    assert_eq!(String::from_utf8_lossy(&stored).trim(), schedule);
-    server.client.cancel().await.expect("close");
-
-    // A model that never gives the shape fails the step after three
-    // answers, recoverably, saying why.
-    let server = start_with_script(
-        dir.path(),
-        "stubborn.sh",
-        "#!/bin/sh\np=$(cat)\ncase \"$p\" in\n  *'Answer with JSON only'*) echo 'A schedule in words.' ;;\n  *) printf '## Part\\n\\nText.\\n' ;;\nesac\n",
-    )
-    .await;
-    let task = create(&server, "fast").await;
-    let failed = wait(&server, &task).await;
-    assert_eq!(failed["state"], "failed", "{failed}");
-    assert_eq!(failed["error"]["failed_step"], "schedule", "{failed}");
-    assert_eq!(failed["error"]["recoverable"], true, "{failed}");
-    let logs = ok(&call(
-        &server,
-        "task_logs_tail",
-        json!({"task_id": task, "max_lines": 200}),
-    )
-    .await)
-    .to_string();
-    assert!(logs.contains("refused 3 times"), "{logs}");
-    server.client.cancel().await.expect("close");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resources_page_through_every_task_newest_first() {
     let dir = tempfile::tempdir().expect("tempdir");
     let model = ModelServer::start(Script::INSTANT).await;
@@ -1383,92 +1323,6 @@ async fn killed_at_random_points_a_task_still_ends_as_an_uninterrupted_run_would
         artifacts(recorded),
         artifacts(state.task(&reference_id).expect("reference")),
         "after {kills} kill(s) (seed {seed})"
-    );
-    server.client.cancel().await.expect("close");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pipeline_tool_step_calls_a_downstream_server_with_the_artifact_it_needs() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let pipelines = dir.path().join("pipelines");
-    std::fs::create_dir_all(&pipelines).expect("pipelines");
-    std::fs::write(
-        pipelines.join("scout.json"),
-        json!({"name": "scout", "version": 1, "steps": [
-            {"id": "intake", "title": "Intake", "model": {"prompt": "Restate the goal: {{prompt}}"}},
-            {"id": "lookup", "title": "Look it up", "needs": ["intake"],
-             "tool": {"server": "alpha", "tool": "echo", "args": {"text": "${intake}"}}},
-            {"id": "report", "title": "Report", "needs": ["intake", "lookup"], "render": "report"}
-        ]})
-        .to_string(),
-    )
-    .expect("pipeline");
-    // Not the data root's own servers.json: the second part runs without it.
-    let servers = dir.path().join("elsewhere-servers.json");
-    std::fs::write(
-        &servers,
-        json!({"mcpServers": {"alpha": {"command": support::downstream_binary(), "args": ["alpha"]}}})
-            .to_string(),
-    )
-    .expect("servers");
-    let calls = dir.path().join("calls");
-    let model = ModelServer::start(Script::INSTANT).await;
-    let server = start_planb(
-        dir.path(),
-        Some(&model),
-        &[
-            ("PLANB_SERVERS", servers.to_str().expect("path")),
-            ("DOWNSTREAM_CALLS", calls.to_str().expect("path")),
-        ],
-    )
-    .await;
-    let created = ok(&call(
-        &server,
-        "task_create",
-        json!({"prompt": PROMPT, "pipeline": "scout", "target": "report", "speed_vs_detail": "fast"}),
-    )
-    .await);
-    let task = created["task_id"].as_str().expect("id").to_owned();
-    let done = wait(&server, &task).await;
-    assert_eq!(done["state"], "completed", "{done}");
-
-    // The tool got the intake's artifact, and its answer is the lookup's.
-    let (state, _) = support::fold_log(dir.path());
-    let recorded = state.tasks().values().next().expect("task");
-    let blobs = planb_projections::DataRoot::new(dir.path()).blobs();
-    let artifact = |step: &str| {
-        String::from_utf8(blobs.get(&recorded.successes[step].artifact).expect("blob"))
-            .expect("text")
-    };
-    let made: Vec<Value> = std::fs::read_to_string(&calls)
-        .expect("calls")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("call"))
-        .collect();
-    assert_eq!(made.len(), 1, "{made:?}");
-    assert_eq!(made[0]["tool"], "echo");
-    assert_eq!(made[0]["args"]["text"], artifact("intake"));
-    assert_eq!(artifact("lookup"), artifact("intake"));
-    assert!(artifact("report").contains("Look it up"));
-    server.client.cancel().await.expect("close");
-
-    // With no servers file, the tool step fails saying so; the model step
-    // before it ran.
-    let server = start_planb(dir.path(), Some(&model), &[]).await;
-    let created = ok(&call(
-        &server,
-        "task_create",
-        json!({"prompt": "Another goal entirely, to plan from scratch.", "pipeline": "scout", "target": "report", "speed_vs_detail": "fast"}),
-    )
-    .await);
-    let task = created["task_id"].as_str().expect("id").to_owned();
-    let failed = wait(&server, &task).await;
-    assert_eq!(failed["state"], "failed", "{failed}");
-    assert_eq!(failed["error"]["failed_step"], "lookup", "{failed}");
-    let logs = ok(&call(&server, "task_logs_tail", json!({"task_id": task})).await).to_string();
-    assert!(
-        logs.contains("no downstream servers are configured"),
-        "{logs}"
     );
     server.client.cancel().await.expect("close");
 }
@@ -1684,62 +1538,6 @@ async fn a_model_program_and_what_it_started_end_with_its_step_or_its_worker() {
         }
         server.client.cancel().await.expect("close");
     }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hand_edit_is_recorded_before_a_tool_writes_another_file_of_the_folder() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let model = ModelServer::start(Script::INSTANT).await;
-    let server = start_planb(dir.path(), Some(&model), &[]).await;
-    let task = create(&server, "fast").await;
-    completed(&server, dir.path(), &task).await;
-    let folder = dir.path().join("tasks").join(&task);
-    let mut files: Vec<String> = std::fs::read_dir(&folder)
-        .expect("task folder")
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with(|c: char| c.is_ascii_digit()))
-        .collect();
-    files.sort();
-    let step_of = |name: &str| {
-        name.split_once('-')
-            .and_then(|(_, rest)| rest.split('.').next())
-            .expect("step")
-            .to_owned()
-    };
-    let (by_hand, other) = (&files[0], &files[1]);
-    std::fs::write(folder.join(by_hand), "## Rewritten in an editor\n").expect("hand edit");
-    let written = ok(&call(
-        &server,
-        "task_artifact_write",
-        json!({"task_id": task, "path": other, "content": "## Written by the agent\n"}),
-    )
-    .await);
-    assert_eq!(written["changed"], true, "{written}");
-    assert_eq!(
-        std::fs::read_to_string(folder.join(by_hand)).expect("file"),
-        "## Rewritten in an editor\n",
-        "the hand edit was overwritten"
-    );
-    assert_eq!(
-        edits_in_log(dir.path()),
-        vec![
-            (step_of(by_hand), format!("hand edit of {by_hand}")),
-            (step_of(other), "task_artifact_write".to_owned()),
-        ]
-    );
-    // A later write of the hand-edited step itself takes the tool's text.
-    ok(&call(
-        &server,
-        "task_artifact_write",
-        json!({"task_id": task, "path": by_hand, "content": "## Agent again\n"}),
-    )
-    .await);
-    assert_eq!(
-        std::fs::read_to_string(folder.join(by_hand)).expect("file"),
-        "## Agent again\n"
-    );
-    server.client.cancel().await.expect("close");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
