@@ -127,23 +127,6 @@ async fn until_settled(server: &Server, task: &str) -> Value {
     now
 }
 
-/// Each run's started steps, from the log.
-fn started_by_run(dir: &Path) -> Vec<Vec<String>> {
-    let mut runs: Vec<(planb_core::RunId, Vec<String>)> = Vec::new();
-    for event in planb_tests::logs::events(dir) {
-        match event {
-            EventBody::RunStarted { run, .. } => runs.push((run, Vec::new())),
-            EventBody::StepStarted { run, step, .. } => {
-                if let Some((_, steps)) = runs.iter_mut().find(|(r, _)| *r == run) {
-                    steps.push(step);
-                }
-            }
-            _ => {}
-        }
-    }
-    runs.into_iter().map(|(_, steps)| steps).collect()
-}
-
 /// Every artifact edit in the log, as (step, by), each checked to come
 /// before the run that follows it started.
 fn edits_in_log(dir: &Path) -> Vec<(String, String)> {
@@ -175,7 +158,7 @@ async fn resume_reruns_nothing_done(server: &Server, dir: &Path, task: &str) -> 
     ok(&call(server, "task_resume", json!({"task_id": task})).await);
     let done = wait(server, task).await;
     assert_eq!(done["state"], "completed", "{done}");
-    let runs = started_by_run(dir);
+    let runs = planb_tests::logs::started_by_run(dir);
     let again: Vec<&String> = runs[1].iter().filter(|s| done_first.contains(*s)).collect();
     assert!(
         again.is_empty(),
@@ -621,7 +604,7 @@ async fn stop_then_edit_then_resume_reruns_only_what_is_missing_or_downstream() 
     let done = wait(&server, &task).await;
     assert_eq!(done["state"], "completed", "{done}");
 
-    let runs = started_by_run(dir.path());
+    let runs = planb_tests::logs::started_by_run(dir.path());
     assert_eq!(runs.len(), 2);
     let second: BTreeSet<String> = runs[1].iter().cloned().collect();
     assert_eq!(second.len(), runs[1].len(), "a step ran twice in one run");
@@ -733,7 +716,7 @@ async fn a_run_outlives_its_server_and_any_server_on_the_root_stops_resumes_and_
     );
     let done = wait(&second, &task).await;
     assert_eq!(done["state"], "completed", "{done}");
-    let runs = started_by_run(dir.path());
+    let runs = planb_tests::logs::started_by_run(dir.path());
     assert_eq!(runs.len(), 2);
     let again: Vec<&String> = runs[1].iter().filter(|s| done_first.contains(*s)).collect();
     assert!(
@@ -1287,7 +1270,7 @@ async fn killed_at_random_points_a_task_still_ends_as_an_uninterrupted_run_would
     // No step that succeeded ran again in a later run.
     let (state, _) = support::fold_log(dir.path());
     let recorded = state.task(&id).expect("task");
-    let started = started_by_run(dir.path());
+    let started = planb_tests::logs::started_by_run(dir.path());
     let mut succeeded_before: BTreeSet<String> = BTreeSet::new();
     for (run, steps) in recorded
         .runs
@@ -1628,7 +1611,7 @@ async fn a_task_retries_from_its_first_step_then_is_archived_and_deleted_never_u
     assert_eq!(retried["state"], "running", "{retried}");
     assert_eq!(retried["runs"], 2, "{retried}");
     let done = completed(&second, dir.path(), &task).await;
-    let runs = started_by_run(dir.path());
+    let runs = planb_tests::logs::started_by_run(dir.path());
     let mut again = runs.last().expect("the retry").clone();
     again.sort();
     let mut everything = closure_of(done["target"].as_str().expect("target"));

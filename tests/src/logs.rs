@@ -67,3 +67,21 @@ pub fn events(root: &Path) -> Vec<EventBody> {
     }
     events
 }
+
+/// The steps each run started, run by run in the order the runs started,
+/// from the log of the data root `root`.
+pub fn started_by_run(root: &Path) -> Vec<Vec<String>> {
+    let mut runs: Vec<(planb_core::RunId, Vec<String>)> = Vec::new();
+    for event in events(root) {
+        match event {
+            EventBody::RunStarted { run, .. } => runs.push((run, Vec::new())),
+            EventBody::StepStarted { run, step, .. } => {
+                if let Some((_, steps)) = runs.iter_mut().find(|(r, _)| *r == run) {
+                    steps.push(step);
+                }
+            }
+            _ => {}
+        }
+    }
+    runs.into_iter().map(|(_, steps)| steps).collect()
+}
