@@ -519,3 +519,111 @@ async fn a_hand_edit_is_recorded_before_a_tool_writes_another_file_of_the_folder
         "## Agent again\n"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_retries_from_its_first_step_then_is_archived_and_deleted_never_under_a_run() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let model = ModelServer::start(Script {
+        delay: Duration::from_millis(200),
+        fail_first: 0,
+    })
+    .await;
+    let tasks = open(dir.path());
+    let root = tasks.store().root().clone();
+    let id = create_and_start(&tasks, &model, "fast").await;
+    let running = until(&tasks, id, "two steps in", |t| t.successes.len() >= 2).await;
+    // Not retried, archived or deleted under a live run.
+    let retry = tasks::may_run_again(&running).expect_err("a run is active");
+    let archive = tasks.archive(id).await.expect_err("a run is active");
+    let delete = tasks.delete(id).await.expect_err("a run is active");
+    for refused in [retry, archive, delete] {
+        assert_eq!(refused.code, ErrorCode::RunAlreadyActive, "{refused}");
+    }
+    let stopped = tasks.stop(id).await.expect("stopped");
+    let stopped = match stopped.active_run() {
+        Some(_) => until_ended(&tasks, id).await,
+        None => stopped,
+    };
+    assert_eq!(tasks::state_name(&stopped), "stopped");
+    assert!(tasks::status(&root, &stopped).progress.done >= 2);
+    let stopped_run = stopped.runs[0].id;
+
+    // A retry starts over: the new run starts every step of the target's
+    // closure again, the stopped run stays in the history.
+    tasks::may_run_again(&stopped).expect("a stopped task may run again");
+    let retried = launch::start(&launch_of(&tasks), id, 1, here(&model), Start::Retry).await;
+    let retried = retried.expect("retried");
+    assert_eq!(tasks::state_name(&retried), "running");
+    assert_eq!(retried.runs.len(), 2);
+    let done = until_ended(&tasks, id).await;
+    assert_eq!(tasks::state_name(&done), "completed", "{}", log_text(&done));
+    let runs = planb_tests::logs::started_by_run(dir.path());
+    let mut again = runs.last().expect("the retry").clone();
+    again.sort();
+    let pipeline = tasks::pipeline_of(&root, &done.pipeline).expect("pipeline");
+    let target = StepId::parse(&done.target).expect("target");
+    let mut everything: Vec<String> = pipeline
+        .closure(&target)
+        .expect("closure")
+        .iter()
+        .map(|s| s.as_str().to_owned())
+        .collect();
+    everything.sort();
+    assert_eq!(again, everything, "the retry ran every step");
+    let earlier = tasks::run_of(&done, Some(stopped_run)).expect("its run");
+    assert_eq!(earlier.map(|r| r.state.as_str()), Some("stopped"));
+    let completed = tasks::may_run_again(&done).expect_err("a completed task");
+    assert_eq!(
+        completed.code,
+        ErrorCode::Conflict,
+        "a completed task is not run again"
+    );
+
+    // Archived: readable, frozen, out of the default list.
+    let archived = tasks.archive(id).await.expect("archived");
+    assert_eq!(archived.lifecycle().as_str(), "archived");
+    assert_eq!(tasks::state_name(&archived), "completed");
+    assert!(archived.archived_at.is_some());
+    let twice = tasks.archive(id).await.expect("archived again");
+    assert_eq!(
+        twice.archived_at, archived.archived_at,
+        "archiving twice changes nothing"
+    );
+    assert!(tasks.list(10, false).await.expect("listed").is_empty());
+    let listed = tasks.list(10, true).await.expect("listed");
+    assert_eq!(listed.iter().map(|t| t.id).collect::<Vec<_>>(), vec![id]);
+    let found = tasks.find(id).await.expect("found");
+    assert_eq!(found.lifecycle().as_str(), "archived");
+    let report = tasks.file(found.clone(), TaskFile::Report, None).await;
+    assert!(report.expect("the report").path.is_file());
+    let frozen = [
+        tasks::may_run_again(&found).expect_err("no resume or retry"),
+        tasks.stop(id).await.expect_err("no stop"),
+        tasks
+            .write_artifact(id, "intake", "x".into())
+            .await
+            .expect_err("no edit"),
+    ];
+    for refused in frozen {
+        assert_eq!(refused.code, ErrorCode::Conflict, "{refused}");
+    }
+
+    // Deleted: gone from every list and its folder removed; the log keeps
+    // its history.
+    assert!(root.task_dir(&id).is_dir());
+    let folder = tasks.delete(id).await.expect("deleted");
+    assert!(!folder.exists(), "{}", folder.display());
+    assert!(tasks.list(10, true).await.expect("listed").is_empty());
+    let gone = [
+        tasks.find(id).await.expect_err("no status"),
+        tasks.delete(id).await.expect_err("no second deletion"),
+        tasks.archive(id).await.expect_err("no archive"),
+    ];
+    for refused in gone {
+        assert_eq!(refused.code, ErrorCode::TaskNotFound, "{refused}");
+    }
+    let kept = tasks.store().read(|s| s.task(&id).cloned()).expect("read");
+    let kept = kept.expect("the task's history");
+    assert_eq!(kept.runs.len(), 2);
+    assert!(kept.deleted_at.is_some() && kept.archived_at.is_some());
+}
