@@ -225,6 +225,16 @@ pub fn find(store: &Store, text: &str) -> Result<Task, Error> {
     }
 }
 
+/// Deletes the plan named by `text` (as [`find`] finds it); its history
+/// stays in the log. Returns the deleted plan's id.
+pub fn delete(store: &Store, text: &str) -> Result<TaskId, Error> {
+    let task = find(store, text)?;
+    store
+        .execute(Command::DeletePlan { task: task.id })
+        .map_err(Error::internal)?;
+    Ok(task.id)
+}
+
 /// Checks `value` as a plan and every tool against the servers, then
 /// records it. Returns the new plan's id and the checked plan.
 pub async fn create(

@@ -9,12 +9,15 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use planb_app::ErrorCode;
 use planb_app::plans::ServersSource;
 use planb_app::runs::{Attached, Finished, Heard, PlanRuns, RunEnd};
-use planb_core::TaskId;
+use planb_core::exec_plan::ExecPlan;
+use planb_core::{Task, TaskId};
 use planb_engine::plans::{self, Progress, RunOptions, RunRequest};
 use planb_projections::{DataRoot, Store, SystemEnvironment};
-use serde_json::json;
+use planb_tests::plans::step;
+use serde_json::{Map, Value, json};
 
 struct Setup {
     store: Arc<Store>,
@@ -51,37 +54,72 @@ fn setup_with(root: &Path, servers: serde_json::Value) -> Setup {
     }
 }
 
-/// The downstream calls made so far, as the servers noted them.
-fn calls(root: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(root.join("calls"))
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("call line"))
-        .collect()
+/// A store in `root` and two servers: `alpha` (every tool of the example)
+/// and `beta` (its echo, sleep and crash only), so a bare `add` is alpha's
+/// and a bare `echo` is either's.
+fn alpha_and_beta(root: &Path) -> Setup {
+    let server = planb_tests::process::downstream_binary(env!("CARGO"));
+    let env = json!({"DOWNSTREAM_CALLS": root.join("calls")});
+    setup_with(
+        root,
+        json!({
+            "alpha": {"command": server, "args": ["alpha"], "env": env},
+            "beta": {"command": server, "args": ["beta", "echo", "sleep", "crash"], "env": env},
+        }),
+    )
 }
 
-/// Records the plan `definition` (checked against the servers) and runs
-/// it to its end with `options`, as `plan_create_and_execute` does.
-async fn create_and_run(
-    setup: &Setup,
-    definition: serde_json::Value,
-    options: RunOptions,
-) -> Result<Arc<RunEnd>, String> {
+/// The downstream calls made so far, as the servers noted them.
+fn calls(root: &Path) -> Vec<Value> {
+    planb_tests::plans::calls(&root.join("calls"))
+}
+
+/// Records the plan `definition`, checked against the servers' tools, as
+/// `plan_create` does.
+async fn create(setup: &Setup, definition: &Value) -> Result<TaskId, planb_app::Error> {
     let downstream = setup.runs.downstream.get(&setup.source).expect("servers");
-    let created = planb_app::plans::create(&setup.store, &downstream, &definition, None).await;
-    let id = created.map_err(|e| e.message)?.id;
+    let created = planb_app::plans::create(&setup.store, &downstream, definition, None).await;
+    created.map(|c| c.id)
+}
+
+/// Plan `id` as recorded now, and its steps.
+fn recorded(setup: &Setup, id: TaskId) -> (Task, Arc<ExecPlan>) {
     let task = setup.store.read(|s| s.task(&id).cloned()).expect("read");
-    let plan = plans::load(&task.expect("the plan's task")).expect("the plan");
-    let mut request = RunRequest::new(id);
-    request.options = options;
+    let task = task.expect("the plan's task");
+    let plan = plans::load(&task).expect("the plan");
+    (task, plan)
+}
+
+/// Runs the plan as `request` asks, to its end.
+async fn run(setup: &Setup, request: RunRequest) -> Finished {
+    let (_, plan) = recorded(setup, request.task);
     let started = setup
         .runs
         .start(&setup.store, &setup.source, &plan, request, false);
     until_ended(&mut started.expect("started").0).await
 }
 
-fn step(index: &str, tool: &str, args: serde_json::Value, deps: &[&str]) -> serde_json::Value {
-    json!({"index": index, "title": format!("Step {index}"), "tool": tool, "args": args, "depends_on": deps})
+/// A request to run plan `id` with `options`.
+fn request(id: TaskId, options: RunOptions) -> RunRequest {
+    let mut request = RunRequest::new(id);
+    request.options = options;
+    request
+}
+
+/// Call-time variables.
+fn variables(value: Value) -> Option<Map<String, Value>> {
+    value.as_object().cloned()
+}
+
+/// Records the plan `definition` (checked against the servers) and runs
+/// it to its end with `options`, as `plan_create_and_execute` does.
+async fn create_and_run(
+    setup: &Setup,
+    definition: Value,
+    options: RunOptions,
+) -> Result<Arc<RunEnd>, String> {
+    let id = create(setup, &definition).await.map_err(|e| e.message)?;
+    run(setup, request(id, options)).await
 }
 
 fn completed(end: &RunEnd) -> usize {
@@ -89,11 +127,7 @@ fn completed(end: &RunEnd) -> usize {
 }
 
 /// Records a plan: a slow first step whose text the second echoes.
-async fn two_step_plan(
-    setup: &Setup,
-    sleep_ms: u64,
-) -> (TaskId, Arc<planb_core::exec_plan::ExecPlan>) {
-    let downstream = setup.runs.downstream.get(&setup.source).expect("servers");
+async fn two_step_plan(setup: &Setup, sleep_ms: u64) -> (TaskId, Arc<ExecPlan>) {
     let definition = json!({
         "title": "Slow then echo",
         "steps": [
@@ -103,14 +137,8 @@ async fn two_step_plan(
              "args": {"text": "${first} twice"}, "depends_on": ["1"], "result_variable": "second"}
         ]
     });
-    let created = planb_app::plans::create(&setup.store, &downstream, &definition, None).await;
-    let id = created.expect("created").id;
-    let task = setup
-        .store
-        .read(|s| s.task(&id).cloned())
-        .expect("read")
-        .expect("the plan's task");
-    (id, plans::load(&task).expect("the plan"))
+    let id = create(setup, &definition).await.expect("created");
+    (id, recorded(setup, id).1)
 }
 
 async fn until_ended(attached: &mut Attached) -> Finished {
@@ -234,8 +262,8 @@ async fn a_server_s_last_words_are_kept_after_stderr_that_is_not_text() {
         ..RunOptions::default()
     };
     let definition = json!({"title": "Noisy", "steps": [
-        step("1", "alpha__noise", json!({"bytes": 300000}), &[]),
-        step("2", "alpha__crash", json!({}), &["1"]),
+        step("1", "alpha__noise", json!({"bytes": 300000}), &[], None),
+        step("2", "alpha__crash", json!({}), &["1"], None),
     ]});
     let ran = create_and_run(&setup, definition, options)
         .await
@@ -253,8 +281,8 @@ async fn after_a_server_crashes_the_next_plans_start_it_again() {
     let dir = tempfile::tempdir().expect("temp dir");
     let setup = setup(dir.path());
     let definition = json!({"title": "Crash", "steps": [
-        step("1", "alpha__echo", json!({"text": "before"}), &[]),
-        step("2", "alpha__crash", json!({}), &["1"]),
+        step("1", "alpha__echo", json!({"text": "before"}), &[], None),
+        step("2", "alpha__crash", json!({}), &["1"], None),
     ]});
     let crashed = create_and_run(&setup, definition, RunOptions::default()).await;
     let crashed = crashed.expect("ran");
@@ -263,7 +291,7 @@ async fn after_a_server_crashes_the_next_plans_start_it_again() {
     assert!(error.contains("crashing on purpose"), "{error}");
     for n in 0..2 {
         let definition = json!({"title": format!("After {n}"), "steps": [
-            step("1", "alpha__echo", json!({"text": format!("after {n}")}), &[]),
+            step("1", "alpha__echo", json!({"text": format!("after {n}")}), &[], None),
         ]});
         let ran = create_and_run(&setup, definition, RunOptions::default()).await;
         let ran = ran.expect("ran");
@@ -293,20 +321,286 @@ async fn a_server_no_step_names_does_not_stop_a_plan() {
         }),
     );
     let definition = json!({"title": "Named", "steps": [
-        step("1", "alpha__echo", json!({"text": "hi"}), &[]),
+        step("1", "alpha__echo", json!({"text": "hi"}), &[], None),
     ]});
     let ran = create_and_run(&setup, definition, RunOptions::default()).await;
     assert!(ran.expect("ran").outcome.success);
     // A bare name needs every server: the ones that did not start are named.
     let definition =
-        json!({"title": "Bare", "steps": [step("1", "nothing_has_this", json!({}), &[])]});
+        json!({"title": "Bare", "steps": [step("1", "nothing_has_this", json!({}), &[], None)]});
     let bare = create_and_run(&setup, definition, RunOptions::default()).await;
     let bare = bare.expect_err("no server has it");
     assert!(bare.contains("\"broken\" did not start"), "{bare}");
     assert!(bare.contains("\"remote\""), "{bare}");
     // A bare name the started servers have is fine.
     let definition =
-        json!({"title": "Bare ok", "steps": [step("1", "echo", json!({"text": "x"}), &[])]});
+        json!({"title": "Bare ok", "steps": [step("1", "echo", json!({"text": "x"}), &[], None)]});
     let found = create_and_run(&setup, definition, RunOptions::default()).await;
     assert!(found.expect("ran").outcome.success);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_diamond_passes_variables_and_a_dry_run_calls_nothing() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let setup = alpha_and_beta(dir.path());
+    let definition = json!({"title": "Diamond", "variables": {"who": "Ada"}, "steps": [
+        step("1", "alpha__echo", json!({"text": "hello ${who}"}), &[], Some("greeting")),
+        step("2", "add", json!({"a": 2, "b": 3}), &["1"], Some("sum")),
+        step("3", "beta__echo", json!({"text": "${greeting}!"}), &["1"], Some("loud")),
+        step("4", "alpha__echo", json!({"text": "${loud} ${sum.sum}"}), &["2", "3"], None),
+    ]});
+    let id = create(&setup, &definition).await.expect("created");
+    // Named by a prefix of its id, as a person names it.
+    let prefix = &id.to_string()[..8];
+    let task = planb_app::plans::find(&setup.store, prefix).expect("found by its prefix");
+    let plan = plans::load(&task).expect("the plan");
+    let shown = planb_app::plans::rendered(&task, &plan);
+    assert!(shown.contains("  ○ 2. Step 2"), "{shown}");
+    assert!(shown.contains("← after: 1 ∥"), "{shown}");
+
+    let dry = plans::dry_run(&plan, task.id, &Map::new());
+    let not_executed = json!("[dry-run: not executed]");
+    assert!(
+        dry.steps
+            .iter()
+            .all(|s| s.result.as_ref() == Some(&not_executed)),
+        "{dry:?}"
+    );
+    let traced = json!("<alpha__echo result>");
+    assert_eq!(dry.variables.get("greeting"), Some(&traced), "{dry:?}");
+    assert!(calls(dir.path()).is_empty(), "a dry run called a tool");
+
+    let mut first = RunRequest::new(id);
+    first.variables = variables(json!({"who": "Grace"}));
+    let ran = run(&setup, first).await.expect("ran");
+    assert!(ran.outcome.success, "{:?}", ran.outcome);
+    assert_eq!(completed(&ran), 4, "{:?}", ran.outcome);
+    let made = calls(dir.path());
+    assert_eq!(made.len(), 4);
+    assert_eq!(
+        made[0]["args"]["text"], "hello Grace",
+        "call-time variables win"
+    );
+    // 3 reads step 1's result; 4 reads those of 2 and 3.
+    let last = made.last().expect("call");
+    assert_eq!(last["server"], "alpha");
+    assert_eq!(last["args"]["text"], "hello Grace! 5.0");
+    // A resume keeps the variables of the run it resumes (more may be
+    // added): every recorded call matches, so nothing is called again.
+    let mut resume = RunRequest::new(id);
+    resume.resume = true;
+    resume.variables = variables(json!({"extra": 1}));
+    let resumed = run(&setup, resume).await.expect("resumed");
+    assert!(resumed.outcome.success, "{:?}", resumed.outcome);
+    assert_eq!(
+        calls(dir.path()).len(),
+        4,
+        "a resume called again: {:?}",
+        resumed.outcome
+    );
+    let (task, plan) = recorded(&setup, id);
+    let shown = planb_app::plans::rendered(&task, &plan);
+    assert!(shown.contains("  ● 4. Step 4"), "{shown}");
+    let last_run = task.runs.last().map(|r| r.state.as_str());
+    assert_eq!(last_run, Some("completed"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creation_refuses_unknown_tools_and_cycles_and_records_nothing() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let setup = alpha_and_beta(dir.path());
+    let unknown = json!({"title": "Bad", "steps": [step("1", "nope", json!({}), &[], None)]});
+    let refused = create(&setup, &unknown).await.expect_err("no such tool");
+    assert_eq!(refused.code, ErrorCode::InvalidArgument, "{refused}");
+    assert!(
+        refused
+            .message
+            .contains("steps[0].tool: Unknown tool: nope. Available: add, alpha__add"),
+        "{refused}"
+    );
+    let cycle = json!({"title": "Loop", "steps": [
+        step("1", "echo", json!({}), &["2"], None),
+        step("2", "alpha__echo", json!({}), &["1"], None)]});
+    let refused = create(&setup, &cycle).await.expect_err("a cycle");
+    assert_eq!(refused.code, ErrorCode::InvalidArgument, "{refused}");
+    assert!(
+        refused.message.contains("dependency cycle: 1 → 2 → 1"),
+        "{refused}"
+    );
+    let listed = planb_app::plans::list(&setup.store).expect("listed");
+    assert!(listed.is_empty(), "{listed:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_batch_stops_the_run_and_a_guard_blocks_without_calling() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let setup = alpha_and_beta(dir.path());
+    let fails = json!({"title": "Fails", "steps": [
+        step("1", "alpha__echo", json!({"text": "ok"}), &[], None),
+        step("2", "alpha__fail", json!({"message": "boom"}), &[], None),
+        step("3", "beta__echo", json!({"text": "never"}), &["1", "2"], None),
+    ]});
+    let failed = create_and_run(&setup, fails, RunOptions::default()).await;
+    let failed = failed.expect("ran");
+    assert!(!failed.outcome.success, "{:?}", failed.outcome);
+    let error = failed.outcome.error.as_deref().unwrap_or_default();
+    assert_eq!(error, "Batch 1 had failures: step 2: boom");
+    assert!(
+        !calls(dir.path())
+            .iter()
+            .any(|c| c["args"]["text"] == "never")
+    );
+
+    let chain = json!({"title": "Budget", "steps": [
+        step("1", "beta__echo", json!({"text": "first"}), &[], None),
+        step("2", "beta__echo", json!({"text": "second"}), &["1"], None),
+    ]});
+    let chain = create(&setup, &chain).await.expect("created");
+    let before = calls(dir.path()).len();
+    let mut budget = RunOptions::default();
+    budget.guards.max_calls = Some(1);
+    let blocked = run(&setup, request(chain, budget)).await.expect("ran");
+    assert!(!blocked.outcome.success, "{:?}", blocked.outcome);
+    let error = blocked.outcome.error.as_deref().unwrap_or_default();
+    assert_eq!(
+        error,
+        "Step 2 failed: Guard blocked: the run's budget of 1 tool calls is spent"
+    );
+    assert_eq!(
+        calls(dir.path()).len(),
+        before + 1,
+        "the blocked tool was called"
+    );
+    // Limits that could silently never apply are refused before any call.
+    let mut capped = RunOptions::default();
+    capped.guards.per_tool.insert("echo".into(), 1);
+    let refused = run(&setup, request(chain, capped)).await;
+    let refused = refused.expect_err("a cap of no step's tool");
+    assert!(
+        refused.contains("tool cap \"echo\": no step calls it (the plan's tools: beta__echo)"),
+        "{refused}"
+    );
+    let mut unnamed = RunRequest::new(chain);
+    unnamed.variables = variables(json!({"": "x"}));
+    let refused = run(&setup, unnamed).await.expect_err("no variable name");
+    assert!(
+        refused.contains("variables[\"\"]: \"\" is not a variable name"),
+        "{refused}"
+    );
+    assert_eq!(
+        calls(dir.path()).len(),
+        before + 1,
+        "a refused run called a tool"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wide_plan_runs_every_step() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let setup = alpha_and_beta(dir.path());
+    let wide = |tool: &str| -> Vec<Value> {
+        (1..=50)
+            .map(|i| {
+                let text = json!({"text": format!("n{i}")});
+                step(&i.to_string(), tool, text, &[], None)
+            })
+            .collect()
+    };
+    // `echo` is on both servers: a bare name that is not unique is refused.
+    let bare = json!({"title": "Wide", "steps": wide("echo")});
+    let refused = create(&setup, &bare).await.expect_err("not unique");
+    assert_eq!(refused.code, ErrorCode::InvalidArgument, "{refused}");
+    assert!(
+        refused
+            .message
+            .contains("Unknown tool: echo. Available: alpha__echo, beta__echo"),
+        "{refused}"
+    );
+    let named = json!({"title": "Wide", "steps": wide("beta__echo")});
+    let options = RunOptions {
+        concurrency: 4,
+        ..RunOptions::default()
+    };
+    let ran = create_and_run(&setup, named, options).await.expect("ran");
+    assert!(ran.outcome.success, "{:?}", ran.outcome.error);
+    let mut texts: Vec<String> = calls(dir.path())
+        .iter()
+        .map(|c| c["args"]["text"].as_str().unwrap_or("").to_owned())
+        .collect();
+    texts.sort();
+    let mut expected: Vec<String> = (1..=50).map(|i| format!("n{i}")).collect();
+    expected.sort();
+    assert_eq!(texts, expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_crashes_mid_call_fails_its_step_with_its_last_words() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let setup = alpha_and_beta(dir.path());
+    let definition = json!({"title": "Crash", "steps": [
+        step("1", "beta__crash", json!({}), &[], None),
+    ]});
+    let ran = create_and_run(&setup, definition, RunOptions::default()).await;
+    let ran = ran.expect("ran");
+    assert!(!ran.outcome.success, "{:?}", ran.outcome);
+    let error = ran.outcome.error.as_deref().unwrap_or_default();
+    assert!(
+        error.starts_with("Step 1 failed: downstream server \"beta\" closed"),
+        "{error}"
+    );
+    assert!(error.contains("crashing on purpose"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_plan_is_gone_from_the_list_and_cannot_be_found_to_run() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let setup = alpha_and_beta(dir.path());
+    let definition = json!({"title": "Short-lived", "steps": [
+        step("1", "beta__echo", json!({"text": "x"}), &[], None)]});
+    let id = create(&setup, &definition).await.expect("created");
+    let deleted = planb_app::plans::delete(&setup.store, &id.to_string()[..8]);
+    assert_eq!(deleted.expect("deleted"), id);
+    let listed = planb_app::plans::list(&setup.store).expect("listed");
+    assert!(listed.is_empty(), "{listed:?}");
+    let gone = planb_app::plans::find(&setup.store, &id.to_string());
+    let gone = gone.expect_err("deleted");
+    assert_eq!(gone.code, ErrorCode::TaskNotFound, "{gone}");
+    assert_eq!(gone.message, format!("Plan not found: {id}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_over_the_limit_fails_its_step_at_once_and_one_under_it_stays_whole() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let setup = alpha_and_beta(dir.path());
+    // 20 MB is over the stdio transport's own 16 MiB line cap; 70 MB is over
+    // planb's 64 MiB limit for one answer.
+    let definition = json!({"title": "Large answers", "steps": [
+        step("1", "alpha__big", json!({"bytes": 20_000_000}), &[], Some("blob")),
+        step("2", "alpha__echo", json!({"text": "${blob}"}), &["1"], None),
+        step("3", "alpha__big", json!({"bytes": 70_000_000}), &["2"], None),
+    ]});
+    let options = RunOptions {
+        step_timeout: std::time::Duration::from_secs(600),
+        ..RunOptions::default()
+    };
+    let ran = create_and_run(&setup, definition, options).await;
+    let ran = ran.expect("ran");
+    assert!(!ran.outcome.success, "{:?}", ran.outcome.error);
+    let error = ran.outcome.error.as_deref().unwrap_or_default();
+    assert!(
+        error.contains("over the limit of 67108864 bytes") && error.contains("70000"),
+        "the step names the size and the limit: {error}"
+    );
+    assert!(!error.contains("did not answer"), "{error}");
+    let made = calls(dir.path());
+    let echo = made
+        .iter()
+        .find(|c| c["tool"] == "echo")
+        .expect("echo call");
+    let text = echo["args"]["text"].as_str().expect("text");
+    assert_eq!(
+        text.len(),
+        20_000_000,
+        "the 20 MB result did not stay whole"
+    );
 }

@@ -11,13 +11,15 @@ use std::time::{Duration, Instant};
 
 use planb_app::ErrorCode;
 use planb_app::launch::{self, Launch, Runner, Start};
+use planb_app::plans::ServersSource;
 use planb_app::tasks::{self, CreateRequest, TaskFile, Tasks};
 use planb_core::dag::StepId;
-use planb_core::{Task, TaskId};
+use planb_core::{EventBody, Task, TaskId};
 use planb_engine::backend::Backend;
 use planb_engine::pipelines::{DEFAULT_TARGET, PROJECT_PLAN};
 use planb_projections::{DataRoot, Store, SystemEnvironment};
 use planb_tests::model::{ModelServer, Script};
+use serde_json::json;
 
 /// Longest a run in these tests may take.
 const RUN_WAIT: Duration = Duration::from_secs(120);
@@ -35,30 +37,52 @@ fn launch_of(tasks: &Tasks) -> Launch {
     }
 }
 
-fn here(model: &ModelServer) -> Runner {
-    let spec = model.spec();
+/// A run in this process on the model `spec` names (as `PLANB_MODEL`).
+fn here_on(spec: String) -> Runner {
     let var = move |name: &str| (name == "PLANB_MODEL").then(|| spec.clone());
     Runner::Here(Backend::configured(None, &var).expect("the model's spec"))
 }
 
-/// Creates a `speed` task toward the default target and starts its first
-/// run in this process.
-async fn create_and_start(tasks: &Tasks, model: &ModelServer, speed: &str) -> TaskId {
-    let root = tasks.store().root().clone();
-    let pipeline =
-        tasks::checked_pipeline(&root, PROJECT_PLAN, DEFAULT_TARGET).expect("the pipeline");
-    let request = CreateRequest {
-        prompt: "Open a small bakery in Lisbon within six months on a budget of 80k EUR.".into(),
+fn here(model: &ModelServer) -> Runner {
+    here_on(model.spec())
+}
+
+const PROMPT: &str = "Open a small bakery in Lisbon within six months on a budget of 80k EUR.";
+
+/// A task of `speed` planning `prompt`, toward the default target.
+fn request(prompt: &str, speed: &str) -> CreateRequest {
+    CreateRequest {
+        prompt: prompt.into(),
         speed: speed.into(),
         target: DEFAULT_TARGET.into(),
         pipeline: PROJECT_PLAN.into(),
         profile: None,
         request_id: None,
-    };
+    }
+}
+
+/// Creates the task `request` describes and starts its first run with
+/// `launch`, on `runner`.
+async fn start_new(
+    tasks: &Tasks,
+    launch: &Launch,
+    runner: Runner,
+    request: CreateRequest,
+) -> TaskId {
+    let root = tasks.store().root().clone();
+    let pipeline =
+        tasks::checked_pipeline(&root, &request.pipeline, &request.target).expect("the pipeline");
     let id = tasks.create(request, &pipeline).await.expect("created");
-    let started = launch::start(&launch_of(tasks), id, 0, here(model), Start::Resume).await;
+    let started = launch::start(launch, id, 0, runner, Start::Resume).await;
     assert_eq!(started.expect("started").runs.len(), 1);
     id
+}
+
+/// Creates a `speed` task toward the default target and starts its first
+/// run in this process.
+async fn create_and_start(tasks: &Tasks, model: &ModelServer, speed: &str) -> TaskId {
+    let launch = launch_of(tasks);
+    start_new(tasks, &launch, here(model), request(PROMPT, speed)).await
 }
 
 /// The task once `done` holds of it.
@@ -288,4 +312,318 @@ async fn a_request_id_creates_one_task_and_an_unknown_target_is_refused() {
     let found = tasks.by_request("garden-1".into()).await.expect("read");
     assert_eq!(found.map(|t| t.id), Some(first));
     assert_eq!(tasks.list(10, true).await.expect("listed").len(), 1);
+}
+
+/// The log's lines of `task`'s runs, as one text.
+fn log_text(task: &Task) -> String {
+    let tail = tasks::log_tail(task, None, 0, 500);
+    let lines: Vec<&str> = tail.lines.iter().map(|l| l.text.as_str()).collect();
+    lines.join("\n")
+}
+
+/// The artifact `step` of `task` recorded, as text.
+fn artifact(tasks: &Tasks, task: &Task, step: &str) -> String {
+    let blobs = tasks.store().root().blobs();
+    let bytes = blobs.get(&task.successes[step].artifact).expect("its blob");
+    String::from_utf8(bytes).expect("text")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipeline_tool_step_calls_a_downstream_server_with_the_artifact_it_needs() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let pipelines = dir.path().join("pipelines");
+    std::fs::create_dir_all(&pipelines).expect("pipelines");
+    std::fs::write(
+        pipelines.join("scout.json"),
+        json!({"name": "scout", "version": 1, "steps": [
+            {"id": "intake", "title": "Intake", "model": {"prompt": "Restate the goal: {{prompt}}"}},
+            {"id": "lookup", "title": "Look it up", "needs": ["intake"],
+             "tool": {"server": "alpha", "tool": "echo", "args": {"text": "${intake}"}}},
+            {"id": "report", "title": "Report", "needs": ["intake", "lookup"], "render": "report"}
+        ]})
+        .to_string(),
+    )
+    .expect("pipeline");
+    // Not the data root's own servers.json: the second part runs without it.
+    let servers = dir.path().join("elsewhere-servers.json");
+    let calls = dir.path().join("calls");
+    let server = planb_tests::process::downstream_binary(env!("CARGO"));
+    std::fs::write(
+        &servers,
+        json!({"mcpServers": {"alpha": {"command": server, "args": ["alpha"],
+            "env": {"DOWNSTREAM_CALLS": calls}}}})
+        .to_string(),
+    )
+    .expect("servers");
+    let model = ModelServer::start(Script::INSTANT).await;
+    let tasks = open(dir.path());
+    let source = ServersSource {
+        file: servers.clone(),
+        project: None,
+    };
+    let launch = Launch {
+        servers_file: servers,
+        downstream: Some(planb_app::plans::downstream(&source).expect("the servers")),
+        ..launch_of(&tasks)
+    };
+    let scout = |prompt: &str| CreateRequest {
+        pipeline: "scout".into(),
+        target: "report".into(),
+        ..request(prompt, "fast")
+    };
+    let id = start_new(&tasks, &launch, here(&model), scout(PROMPT)).await;
+    let done = until_ended(&tasks, id).await;
+    assert_eq!(tasks::state_name(&done), "completed", "{}", log_text(&done));
+
+    // The tool got the intake's artifact, and its answer is the lookup's.
+    let made = planb_tests::plans::calls(&calls);
+    assert_eq!(made.len(), 1, "{made:?}");
+    assert_eq!(made[0]["tool"], "echo");
+    assert_eq!(made[0]["args"]["text"], artifact(&tasks, &done, "intake"));
+    assert_eq!(
+        artifact(&tasks, &done, "lookup"),
+        artifact(&tasks, &done, "intake")
+    );
+    assert!(artifact(&tasks, &done, "report").contains("Look it up"));
+
+    // With no servers, the tool step fails saying so; the model step
+    // before it ran.
+    let another = scout("Another goal entirely, to plan from scratch.");
+    let id = start_new(&tasks, &launch_of(&tasks), here(&model), another).await;
+    let failed = until_ended(&tasks, id).await;
+    assert_eq!(
+        tasks::state_name(&failed),
+        "failed",
+        "{}",
+        log_text(&failed)
+    );
+    let run = failed.runs.last().expect("its run");
+    assert_eq!(run.failed_step.as_deref(), Some("lookup"));
+    assert!(failed.successes.contains_key("intake"));
+    let logs = log_text(&failed);
+    assert!(
+        logs.contains("no downstream servers are configured"),
+        "{logs}"
+    );
+}
+
+/// A model program (`command:sh <script>`) whose script is `body`.
+fn script_model(dir: &Path, name: &str, body: &str) -> Runner {
+    let script = dir.join(name);
+    std::fs::write(&script, body).expect("script");
+    here_on(format!("command:sh {}", script.display()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_of_the_wrong_shape_is_asked_for_again_and_then_fails_its_step() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let tasks = open(dir.path());
+    let root = tasks.store().root().clone();
+    let pipeline = tasks::pipeline_of(&root, PROJECT_PLAN).expect("pipeline");
+    let closure = pipeline
+        .closure(&StepId::parse(DEFAULT_TARGET).expect("target"))
+        .expect("closure");
+    assert!(closure.iter().any(|s| s.as_str() == "schedule"));
+    let schedule =
+        r#"{"tasks": [{"id": "1", "name": "Do it", "duration_days": 3, "depends_on": []}]}"#;
+    // Prose where the schedule step wants JSON; JSON once told why not.
+    let learns = script_model(
+        dir.path(),
+        "learns.sh",
+        &format!(
+            "#!/bin/sh\np=$(cat)\ncase \"$p\" in\n  *'previous answer was refused'*) echo '{schedule}' ;;\n  *'Answer with JSON only'*) echo 'Here is the schedule you asked for.' ;;\n  *) printf '## Part\\n\\nText.\\n' ;;\nesac\n"
+        ),
+    );
+    let launch = launch_of(&tasks);
+    let id = start_new(&tasks, &launch, learns, request(PROMPT, "fast")).await;
+    let done = until_ended(&tasks, id).await;
+    let logs = log_text(&done);
+    assert_eq!(tasks::state_name(&done), "completed", "{logs}");
+    assert!(
+        logs.contains("step schedule: answer 1 refused (the answer is not JSON"),
+        "{logs}"
+    );
+    assert_eq!(artifact(&tasks, &done, "schedule").trim(), schedule);
+
+    // A model that never gives the shape fails the step after three
+    // answers, recoverably, saying why.
+    let stubborn = script_model(
+        dir.path(),
+        "stubborn.sh",
+        "#!/bin/sh\np=$(cat)\ncase \"$p\" in\n  *'Answer with JSON only'*) echo 'A schedule in words.' ;;\n  *) printf '## Part\\n\\nText.\\n' ;;\nesac\n",
+    );
+    let id = start_new(&tasks, &launch, stubborn, request(PROMPT, "fast")).await;
+    let failed = until_ended(&tasks, id).await;
+    let logs = log_text(&failed);
+    assert_eq!(tasks::state_name(&failed), "failed", "{logs}");
+    let run = failed.runs.last().expect("its run");
+    assert_eq!(run.failed_step.as_deref(), Some("schedule"), "{logs}");
+    assert!(run.recoverable, "{logs}");
+    assert!(logs.contains("refused 3 times"), "{logs}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_edit_is_recorded_before_a_tool_writes_another_file_of_the_folder() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let model = ModelServer::start(Script::INSTANT).await;
+    let tasks = open(dir.path());
+    let id = create_and_start(&tasks, &model, "fast").await;
+    let done = until_ended(&tasks, id).await;
+    assert_eq!(tasks::state_name(&done), "completed", "{}", log_text(&done));
+    let folder = tasks.store().root().task_dir(&id);
+    let mut files: Vec<String> = std::fs::read_dir(&folder)
+        .expect("task folder")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(|c: char| c.is_ascii_digit()))
+        .collect();
+    files.sort();
+    let step_of = |name: &str| {
+        name.split_once('-')
+            .and_then(|(_, rest)| rest.split('.').next())
+            .expect("step")
+            .to_owned()
+    };
+    let (by_hand, other) = (&files[0], &files[1]);
+    std::fs::write(folder.join(by_hand), "## Rewritten in an editor\n").expect("hand edit");
+    let written = tasks
+        .write_artifact(id, other, "## Written by the agent\n".into())
+        .await;
+    assert!(written.expect("written").changed);
+    assert_eq!(
+        std::fs::read_to_string(folder.join(by_hand)).expect("file"),
+        "## Rewritten in an editor\n",
+        "the hand edit was overwritten"
+    );
+    let edits: Vec<(String, String)> = planb_tests::logs::events(dir.path())
+        .into_iter()
+        .filter_map(|event| match event {
+            EventBody::ArtifactEdited { step, by, .. } => Some((step, by)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        edits,
+        vec![
+            (step_of(by_hand), format!("hand edit of {by_hand}")),
+            (step_of(other), "task_artifact_write".to_owned()),
+        ]
+    );
+    // A later write of the hand-edited step itself takes the tool's text.
+    let again = tasks
+        .write_artifact(id, by_hand, "## Agent again\n".into())
+        .await;
+    again.expect("written");
+    assert_eq!(
+        std::fs::read_to_string(folder.join(by_hand)).expect("file"),
+        "## Agent again\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_retries_from_its_first_step_then_is_archived_and_deleted_never_under_a_run() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let model = ModelServer::start(Script {
+        delay: Duration::from_millis(200),
+        fail_first: 0,
+    })
+    .await;
+    let tasks = open(dir.path());
+    let root = tasks.store().root().clone();
+    let id = create_and_start(&tasks, &model, "fast").await;
+    let running = until(&tasks, id, "two steps in", |t| t.successes.len() >= 2).await;
+    // Not retried, archived or deleted under a live run.
+    let retry = tasks::may_run_again(&running).expect_err("a run is active");
+    let archive = tasks.archive(id).await.expect_err("a run is active");
+    let delete = tasks.delete(id).await.expect_err("a run is active");
+    for refused in [retry, archive, delete] {
+        assert_eq!(refused.code, ErrorCode::RunAlreadyActive, "{refused}");
+    }
+    let stopped = tasks.stop(id).await.expect("stopped");
+    let stopped = match stopped.active_run() {
+        Some(_) => until_ended(&tasks, id).await,
+        None => stopped,
+    };
+    assert_eq!(tasks::state_name(&stopped), "stopped");
+    assert!(tasks::status(&root, &stopped).progress.done >= 2);
+    let stopped_run = stopped.runs[0].id;
+
+    // A retry starts over: the new run starts every step of the target's
+    // closure again, the stopped run stays in the history.
+    tasks::may_run_again(&stopped).expect("a stopped task may run again");
+    let retried = launch::start(&launch_of(&tasks), id, 1, here(&model), Start::Retry).await;
+    let retried = retried.expect("retried");
+    assert_eq!(tasks::state_name(&retried), "running");
+    assert_eq!(retried.runs.len(), 2);
+    let done = until_ended(&tasks, id).await;
+    assert_eq!(tasks::state_name(&done), "completed", "{}", log_text(&done));
+    let runs = planb_tests::logs::started_by_run(dir.path());
+    let mut again = runs.last().expect("the retry").clone();
+    again.sort();
+    let pipeline = tasks::pipeline_of(&root, &done.pipeline).expect("pipeline");
+    let target = StepId::parse(&done.target).expect("target");
+    let mut everything: Vec<String> = pipeline
+        .closure(&target)
+        .expect("closure")
+        .iter()
+        .map(|s| s.as_str().to_owned())
+        .collect();
+    everything.sort();
+    assert_eq!(again, everything, "the retry ran every step");
+    let earlier = tasks::run_of(&done, Some(stopped_run)).expect("its run");
+    assert_eq!(earlier.map(|r| r.state.as_str()), Some("stopped"));
+    let completed = tasks::may_run_again(&done).expect_err("a completed task");
+    assert_eq!(
+        completed.code,
+        ErrorCode::Conflict,
+        "a completed task is not run again"
+    );
+
+    // Archived: readable, frozen, out of the default list.
+    let archived = tasks.archive(id).await.expect("archived");
+    assert_eq!(archived.lifecycle().as_str(), "archived");
+    assert_eq!(tasks::state_name(&archived), "completed");
+    assert!(archived.archived_at.is_some());
+    let twice = tasks.archive(id).await.expect("archived again");
+    assert_eq!(
+        twice.archived_at, archived.archived_at,
+        "archiving twice changes nothing"
+    );
+    assert!(tasks.list(10, false).await.expect("listed").is_empty());
+    let listed = tasks.list(10, true).await.expect("listed");
+    assert_eq!(listed.iter().map(|t| t.id).collect::<Vec<_>>(), vec![id]);
+    let found = tasks.find(id).await.expect("found");
+    assert_eq!(found.lifecycle().as_str(), "archived");
+    let report = tasks.file(found.clone(), TaskFile::Report, None).await;
+    assert!(report.expect("the report").path.is_file());
+    let frozen = [
+        tasks::may_run_again(&found).expect_err("no resume or retry"),
+        tasks.stop(id).await.expect_err("no stop"),
+        tasks
+            .write_artifact(id, "intake", "x".into())
+            .await
+            .expect_err("no edit"),
+    ];
+    for refused in frozen {
+        assert_eq!(refused.code, ErrorCode::Conflict, "{refused}");
+    }
+
+    // Deleted: gone from every list and its folder removed; the log keeps
+    // its history.
+    assert!(root.task_dir(&id).is_dir());
+    let folder = tasks.delete(id).await.expect("deleted");
+    assert!(!folder.exists(), "{}", folder.display());
+    assert!(tasks.list(10, true).await.expect("listed").is_empty());
+    let gone = [
+        tasks.find(id).await.expect_err("no status"),
+        tasks.delete(id).await.expect_err("no second deletion"),
+        tasks.archive(id).await.expect_err("no archive"),
+    ];
+    for refused in gone {
+        assert_eq!(refused.code, ErrorCode::TaskNotFound, "{refused}");
+    }
+    let kept = tasks.store().read(|s| s.task(&id).cloned()).expect("read");
+    let kept = kept.expect("the task's history");
+    assert_eq!(kept.runs.len(), 2);
+    assert!(kept.deleted_at.is_some() && kept.archived_at.is_some());
 }

@@ -209,9 +209,8 @@ pub fn main(
         }
         PlanCommand::Import { dir } => import(&store, servers, dir.as_deref(), out),
         PlanCommand::Delete { id } => {
-            let task = find(id)?;
-            store.execute(Command::DeletePlan { task: task.id })?;
-            writeln!(out, "Plan deleted: {}", task.id)?;
+            let task = exec_plans::delete(&store, id).map_err(|e| anyhow::anyhow!(e.message))?;
+            writeln!(out, "Plan deleted: {task}")?;
             Ok(ExitCode::SUCCESS)
         }
         PlanCommand::Run { id, dry_run, knobs } => {

@@ -6,7 +6,7 @@
 
 mod support;
 
-use support::plan_step as step;
+use planb_tests::plans::step;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -38,11 +38,7 @@ async fn planb(dir: &Path, env: &[(&str, &str)]) -> Server {
 }
 
 fn calls(dir: &Path) -> Vec<Value> {
-    std::fs::read_to_string(dir.join("calls"))
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("call line"))
-        .collect()
+    planb_tests::plans::calls(&dir.join("calls"))
 }
 
 fn json_of(result: &CallToolResult) -> Value {

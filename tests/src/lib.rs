@@ -7,13 +7,16 @@
 //! child on a free loopback port and kills its whole process group on drop;
 //! [`browser`] drives Debian's headless Chromium through chromedriver with
 //! fantoccini; [`postgres`] starts a private PostgreSQL server; [`model`]
-//! is a scripted OpenAI-compatible model server. Nothing here sleeps for a fixed time to let something settle:
-//! every wait polls a condition and fails with a message after [`WAIT`].
+//! is a scripted OpenAI-compatible model server; [`plans`] writes
+//! execution-plan steps and reads the calls downstream servers noted.
+//! Nothing here sleeps for a fixed time to let something settle: every
+//! wait polls a condition and fails with a message after [`WAIT`].
 
 pub mod browser;
 pub mod fixtures;
 pub mod logs;
 pub mod model;
+pub mod plans;
 pub mod postgres;
 pub mod process;
 

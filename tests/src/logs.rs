@@ -1,5 +1,6 @@
 //! Logs written straight through `planb_log`, as a server would append
-//! them but without a store: for tests that need many real events fast.
+//! them but without a store: for tests that need many real events fast;
+//! and a data root's log read back, event by event.
 
 use std::path::Path;
 
@@ -50,4 +51,37 @@ pub fn append_sessions(root: &Path, sessions: u32, project: &str, seed: u32) -> 
         appended += append(&log, bodies);
     }
     appended
+}
+
+/// Every event the log of the data root `root` holds, in order (read only:
+/// nothing is recovered or written).
+pub fn events(root: &Path) -> Vec<EventBody> {
+    let mut reader =
+        planb_log::read_dir(&root.join("log"), Default::default(), planb_log::Cursor(1))
+            .expect("the log");
+    let mut events = Vec::new();
+    while let Some(record) = reader.next().expect("a record") {
+        let envelope = planb_core::decode(&record.payload, planb_core::Cursor(record.cursor.0))
+            .expect("an event");
+        events.push(envelope.event.body);
+    }
+    events
+}
+
+/// The steps each run started, run by run in the order the runs started,
+/// from the log of the data root `root`.
+pub fn started_by_run(root: &Path) -> Vec<Vec<String>> {
+    let mut runs: Vec<(planb_core::RunId, Vec<String>)> = Vec::new();
+    for event in events(root) {
+        match event {
+            EventBody::RunStarted { run, .. } => runs.push((run, Vec::new())),
+            EventBody::StepStarted { run, step, .. } => {
+                if let Some((_, steps)) = runs.iter_mut().find(|(r, _)| *r == run) {
+                    steps.push(step);
+                }
+            }
+            _ => {}
+        }
+    }
+    runs.into_iter().map(|(_, steps)| steps).collect()
 }

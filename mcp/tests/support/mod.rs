@@ -499,22 +499,6 @@ pub fn all_output(output: &std::process::Output) -> String {
     )
 }
 
-/// An execution-plan step titled "Step <index>", binding `var` when given.
-pub fn plan_step(
-    index: &str,
-    tool: &str,
-    args: serde_json::Value,
-    deps: &[&str],
-    var: Option<&str>,
-) -> serde_json::Value {
-    let mut step = serde_json::json!({"index": index, "title": format!("Step {index}"),
-        "tool": tool, "args": args, "depends_on": deps});
-    if let Some(var) = var {
-        step["result_variable"] = serde_json::json!(var);
-    }
-    step
-}
-
 /// The `downstream` example MCP server, built on first use.
 pub fn downstream_binary() -> std::path::PathBuf {
     planb_tests::process::downstream_binary(env!("CARGO"))
