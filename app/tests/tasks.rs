@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use planb_app::ErrorCode;
 use planb_app::launch::{self, Launch, Runner, Start};
 use planb_app::plans::ServersSource;
+use planb_app::tasks::outputs::{Output, ReadError};
 use planb_app::tasks::{self, CreateRequest, TaskFile, Tasks};
 use planb_core::dag::StepId;
 use planb_core::{EventBody, Task, TaskId};
@@ -160,6 +161,54 @@ async fn a_task_runs_here_to_its_report_zip_and_run_log_and_is_listed() {
         Some(planb_core::RunId::parse("01890000-0000-7000-8000-000000000007").expect("an id")),
     );
     assert_eq!(run.expect_err("no such run").code, ErrorCode::RunNotFound);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_s_outputs_are_listed_a_page_at_a_time_and_read_back_as_recorded() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let model = ModelServer::start(Script::INSTANT).await;
+    let tasks = open(dir.path());
+    let id = create_and_start(&tasks, &model, "fast").await;
+    let task = until_ended(&tasks, id).await;
+    let (all, more) = tasks.outputs(0, 1_000).await.expect("listed");
+    assert!(!more);
+    let kinds: Vec<&Output> = all.iter().map(|o| &o.output).take(2).collect();
+    assert_eq!(kinds, [&Output::Report, &Output::Zip]);
+    let artifacts = all.len() - 2;
+    assert_eq!(artifacts, task.successes.len(), "one per step's success");
+    // Pages share one order.
+    let (first, more) = tasks.outputs(0, 3).await.expect("a page");
+    assert!(more);
+    let (rest, more) = tasks.outputs(3, 1_000).await.expect("the rest");
+    assert!(!more);
+    assert_eq!([first, rest].concat(), all);
+
+    for listed in &all {
+        let read = tasks.read_output(id, listed.output.clone()).await;
+        let read = read.expect("read back");
+        if let Some(size) = listed.size {
+            assert_eq!(read.bytes.len() as u64, size, "{listed:?}");
+            assert_eq!(Some(read.sha256), listed.sha256, "{listed:?}");
+        }
+        assert_eq!(read.at, listed.at, "{listed:?}");
+    }
+    let report = tasks.read_output(id, Output::Report).await.expect("report");
+    let file = tasks.file(task.clone(), TaskFile::Report, None).await;
+    let on_disk = std::fs::read(file.expect("the report").path).expect("its file");
+    assert_eq!((report.content_type, report.bytes), ("text/html", on_disk));
+    let zip = tasks.read_output(id, Output::Zip).await.expect("zip");
+    assert!(zip.bytes.starts_with(b"PK"), "a zip archive");
+
+    let unknown = tasks
+        .read_output(id, Output::Artifact("99-nothing.md".into()))
+        .await;
+    assert!(
+        matches!(unknown, Err(ReadError::UnknownName(_))),
+        "{unknown:?}"
+    );
+    let stranger = TaskId::parse("01890000-0000-7000-8000-000000000009").expect("an id");
+    let missing = tasks.read_output(stranger, Output::Report).await;
+    assert!(matches!(missing, Err(ReadError::NoTask(_))), "{missing:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
