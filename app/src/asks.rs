@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use planb_core::{Answers, AskId, AskSpec, AskStatus, Command, DeclineAction, Delivery, SessionId};
+use planb_core::{
+    Answers, AskId, AskSpec, AskStatus, Command, DeclineAction, Delivery, EventBody, SessionId,
+};
 use planb_projections::StoreError;
 use tokio::sync::oneshot;
 
@@ -119,6 +121,21 @@ impl Asks {
                 Ok(())
             }
         }
+    }
+
+    /// Records `answers` as the ask's draft, autosaved while the person
+    /// fills the form in.
+    pub async fn save_draft(&self, ask: AskId, answers: Answers) -> Result<(), StoreError> {
+        let command = Command::SaveDraft { ask, answers };
+        self.store.execute(command).await.map(drop)
+    }
+
+    /// Records the person's `answers`: whether they came while the tool
+    /// waited (`true`) or after it stopped waiting, as a late answer.
+    pub async fn submit(&self, ask: AskId, answers: Answers) -> Result<bool, StoreError> {
+        let command = Command::SubmitAnswers { ask, answers };
+        let events = self.store.execute(command).await?;
+        Ok(matches!(events.as_slice(), [EventBody::AskAnswered { .. }]))
     }
 
     /// The ask `ask`, if the log holds it.

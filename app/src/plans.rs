@@ -13,7 +13,7 @@ use planb_core::{Command, Task, TaskId};
 use planb_engine::backend::sampling::Sampler;
 use planb_engine::backend::{Backend, BackendError};
 use planb_engine::plans::{Downstream, ServerSpec, Servers, generate};
-use planb_projections::Store;
+use planb_projections::{Store, StoreError};
 use serde_json::Value;
 
 use crate::error::{Error, ErrorCode};
@@ -233,6 +233,27 @@ pub fn delete(store: &Store, text: &str) -> Result<TaskId, Error> {
         .execute(Command::DeletePlan { task: task.id })
         .map_err(Error::internal)?;
     Ok(task.id)
+}
+
+/// What asking a plan's run to stop did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// The stop is recorded; the run ends once its calls in flight are
+    /// cancelled.
+    Requested,
+    /// A stop had been asked for already.
+    AlreadyAsked,
+}
+
+/// Asks the run of the plan `task` to stop; refused (`RUN_NOT_ACTIVE`)
+/// when none runs.
+pub fn stop(store: &Store, task: TaskId) -> Result<Stop, StoreError> {
+    let events = store.execute(Command::RequestStop { task })?;
+    Ok(if events.is_empty() {
+        Stop::AlreadyAsked
+    } else {
+        Stop::Requested
+    })
 }
 
 /// Checks `value` as a plan and every tool against the servers, then

@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use planb_core::Task;
 use planb_core::exec_plan::{StepMark, render_dag};
 use planb_core::text::{unique_prefix_lengths, visible};
-use planb_core::{Command, Task};
 use planb_engine::plans::{self, Guards, PlanOutcome, Progress, RunOptions};
 use planb_projections::{DataRoot, Store, SystemEnvironment};
 use serde_json::{Map, Value};
@@ -197,10 +197,7 @@ pub fn main(
         PlanCommand::Show { id } => show(&find(id)?, out),
         PlanCommand::Stop { id } => {
             let task = find(id)?;
-            if store
-                .execute(Command::RequestStop { task: task.id })?
-                .is_empty()
-            {
+            if exec_plans::stop(&store, task.id)? == exec_plans::Stop::AlreadyAsked {
                 writeln!(out, "Plan {}: a stop was already asked for", task.id)?;
             } else {
                 writeln!(out, "Plan {}: stop requested", task.id)?;

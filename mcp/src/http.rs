@@ -13,6 +13,7 @@
 mod tests;
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use axum::Router;
@@ -22,7 +23,9 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use planb_core::{AnswerErrors, Command, EventBody, Rejection};
+use planb_app::asks::Asks;
+use planb_app::named::NamedPlans;
+use planb_core::{AnswerErrors, Rejection};
 use planb_http::{Limits, checks};
 use planb_projections::StoreError;
 
@@ -320,15 +323,11 @@ async fn draft(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -
         Ok(answers) => answers,
         Err(errors) => return answer_errors(&errors),
     };
-    match state
-        .store
-        .execute(Command::SaveDraft {
-            ask: form.ask,
-            answers,
-        })
+    match Asks::new(state.store.clone())
+        .save_draft(form.ask, answers)
         .await
     {
-        Ok(_) => StatusCode::NO_CONTENT.into_response(),
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(StoreError::Rejected(rejection)) => {
             json_error(StatusCode::CONFLICT, rejection.to_string())
         }
@@ -349,21 +348,15 @@ async fn submit(State(state): State<AppState>, headers: HeaderMap, body: Bytes) 
         Ok(answers) => answers,
         Err(errors) => return answer_errors(&errors),
     };
-    let recorded = state
-        .store
-        .execute(Command::SubmitAnswers {
-            ask: form.ask,
-            answers: answers.clone(),
-        })
-        .await;
-    match recorded.as_deref() {
-        Ok([EventBody::AskAnswered { .. }]) => {
+    let asks = Asks::new(state.store.clone());
+    match asks.submit(form.ask, answers.clone()).await {
+        Ok(true) => {
             // The tool may have stopped waiting a moment ago; the answer is
             // in the log either way.
             state.forms.finish(&sid, answers);
             axum::Json(json!({ "status": "answered" })).into_response()
         }
-        Ok(_) => {
+        Ok(false) => {
             // A tool collecting this ask (`ask_user {askId}`) waits for it.
             state.forms.finish(&sid, answers);
             axum::Json(json!({ "status": "late" })).into_response()
@@ -375,7 +368,7 @@ async fn submit(State(state): State<AppState>, headers: HeaderMap, body: Bytes) 
         Err(StoreError::Rejected(rejection)) => {
             json_error(StatusCode::CONFLICT, rejection.to_string())
         }
-        Err(error) => store_failure(error),
+        Err(error) => store_failure(&error),
     }
 }
 
@@ -494,9 +487,13 @@ async fn review(State(state): State<AppState>, headers: HeaderMap, body: Bytes) 
         }
         Some((info, false)) => info,
     };
-    let command = outcome.command(&info.plan, info.round, planb_core::ReviewChannel::Browser);
-    match state.store.execute(command).await {
-        Ok(_) => {
+    let plans = NamedPlans::new(state.store.clone(), PathBuf::from(&info.plan.dir));
+    let channel = planb_core::ReviewChannel::Browser;
+    match plans
+        .record(&info.plan, info.round, &outcome, channel)
+        .await
+    {
+        Ok(()) => {
             state.reviews.finish(&rid, outcome);
             axum::Json(json!({ "status": "recorded" })).into_response()
         }

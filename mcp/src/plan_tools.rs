@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use planb_core::exec_plan::{ExecPlan, StepMark, render_dag};
 use planb_core::text::clip;
-use planb_core::{AskId, Command, Rejection, Task, TaskErrorCode, TaskId};
+use planb_core::{AskId, Rejection, Task, TaskErrorCode, TaskId};
 use planb_engine::backend::sampling::Sampler;
 use planb_engine::plans::{self, Guards, Progress, RunOptions};
 use planb_projections::{Store, StoreError};
@@ -767,26 +767,26 @@ impl PlanbServer {
         // `plan_named` has ended a run whose process died (failed,
         // recoverable): no stop is left waiting for a process that is gone.
         let last = task.runs.last().map(|run| run.state.as_str());
-        let asked = planb_app::store::off_thread(move || {
-            store.execute(Command::RequestStop { task: plan_id })
-        })
-        .await
-        .map_err(|e| e.to_string())
-        .and_then(|asked| match asked {
-            Err(StoreError::Rejected(Rejection::Task {
-                code: TaskErrorCode::RunNotActive,
-                ..
-            })) => Err(match last {
-                Some(state) => format!("Plan {plan_id} is not running; its last run is {state}."),
-                None => format!("Plan {plan_id} is not running; it has never run."),
-            }),
-            other => other.map_err(|e| e.to_string()),
-        });
+        let asked = planb_app::store::off_thread(move || exec_plans::stop(&store, plan_id))
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|asked| match asked {
+                Err(StoreError::Rejected(Rejection::Task {
+                    code: TaskErrorCode::RunNotActive,
+                    ..
+                })) => Err(match last {
+                    Some(state) => {
+                        format!("Plan {plan_id} is not running; its last run is {state}.")
+                    }
+                    None => format!("Plan {plan_id} is not running; it has never run."),
+                }),
+                other => other.map_err(|e| e.to_string()),
+            });
         Ok(match asked {
-            Ok(events) => CallToolResult::structured(json!({
+            Ok(stop) => CallToolResult::structured(json!({
                 "success": true,
                 "plan_id": plan_id.to_string(),
-                "message": if events.is_empty() {
+                "message": if stop == exec_plans::Stop::AlreadyAsked {
                     "A stop was already asked for; the run ends once its calls in flight are cancelled."
                 } else {
                     "Stop requested; the run ends once its calls in flight are cancelled. Resume it with plan_execute and resume: true."

@@ -1,7 +1,8 @@
 //! Keeps ARCHITECTURE.md a true map: each crate depends on exactly the planb
 //! crates its section names; async code reaches blocking work only through
 //! the bridges (the engine's run host, planb-app's `store.rs`); the
-//! two runners share the host and the settle loop and import neither the
+//! front doors (planb-mcp, planb-cli) record nothing but through planb-app;
+//! the two runners share the host and the settle loop and import neither the
 //! other; no crate's modules import each other in a circle; no
 //! source function is over the limit; every golden fixture is
 //! named; no file cites a document (or an issue of the tracker) that is not
@@ -206,6 +207,35 @@ fn the_two_runners_share_the_host_and_the_settle_loop_and_import_neither_other()
             );
         }
     }
+}
+
+/// Whether `text` names planb-core's `Command` (what records an event).
+fn names_core_command(text: &str) -> bool {
+    if text.contains("planb_core::Command") {
+        return true;
+    }
+    text.split("use planb_core::{").skip(1).any(|rest| {
+        let list = rest.split_once('}').map_or(rest, |(list, _)| list);
+        list.split([',', ' ', '\n']).any(|name| name == "Command")
+    })
+}
+
+#[test]
+fn the_front_doors_record_nothing_but_through_planb_app() {
+    let mut files = Vec::new();
+    for dir in ["mcp/src", "cli/src"] {
+        sources(&root().join(dir), &mut files, &["rs"]);
+    }
+    // Unit tests may set a store up by hand.
+    let recording: Vec<String> = files
+        .iter()
+        .filter(|f| !f.ends_with("tests.rs") && names_core_command(&read(f)))
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(
+        recording.is_empty(),
+        "front doors that build a store command themselves: {recording:?}"
+    );
 }
 
 /// The longest a source function may be.
