@@ -11,8 +11,8 @@ use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use oneshot::{PORT, check, get_with_host};
 use planb_core::{
-    AnswerValue, Answers, AskId, AskSpec, Command, Delivery, PlanKey, PlanName, Question,
-    QuestionKind, ReviewChannel, ReviewComment, SessionId, Timestamp, Verdict,
+    AnswerValue, Answers, AskId, AskSpec, Command, Delivery, PlanKey, PlanName, ReviewChannel,
+    ReviewComment, SessionId, Timestamp, Verdict,
 };
 use planb_projections::{DataRoot, FixedEnvironment, Store};
 use planb_retro::{AppState, Retro, app};
@@ -30,18 +30,7 @@ struct Fixture {
 }
 
 fn spec(title: &str) -> AskSpec {
-    AskSpec {
-        title: title.into(),
-        intro_title: None,
-        intro: None,
-        questions: vec![Question {
-            id: "db".into(),
-            label: "Which database?".into(),
-            required: true,
-            tab: None,
-            kind: QuestionKind::Text { placeholder: None },
-        }],
-    }
+    planb_tests::fixtures::one_question(title)
 }
 
 /// A session with an answered ask, a pending one, three plan versions and a

@@ -11,8 +11,7 @@ use std::sync::Arc;
 
 use fantoccini::key::Key;
 use planb_core::{
-    AnswerValue, Answers, AskId, AskSpec, Command, Cursor, Delivery, Question, QuestionKind,
-    SessionId, Timestamp,
+    AnswerValue, Answers, AskId, AskSpec, Command, Cursor, Delivery, SessionId, Timestamp,
 };
 use planb_projections::{DataRoot, FixedEnvironment, Store};
 use serde_json::Value;
@@ -40,18 +39,7 @@ struct Fixture {
 }
 
 fn spec(title: &str) -> AskSpec {
-    AskSpec {
-        title: title.into(),
-        intro_title: None,
-        intro: None,
-        questions: vec![Question {
-            id: "db".into(),
-            label: "Which database?".into(),
-            required: true,
-            tab: None,
-            kind: QuestionKind::Text { placeholder: None },
-        }],
-    }
+    planb_tests::fixtures::one_question(title)
 }
 
 fn plan(version: usize) -> String {

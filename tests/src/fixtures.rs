@@ -5,10 +5,15 @@ use std::sync::Arc;
 use planb_core::{AskSpec, Command, Question, QuestionKind, SessionId, Timestamp};
 use planb_projections::{DataRoot, FixedEnvironment, Store};
 
-/// A form of one required text question, `db`.
+/// A form of one required text question, `db`, titled "Storage".
 pub fn storage_spec() -> AskSpec {
+    one_question("Storage")
+}
+
+/// A form titled `title` of one required text question, `db`.
+pub fn one_question(title: &str) -> AskSpec {
     AskSpec {
-        title: "Storage".into(),
+        title: title.into(),
         intro_title: None,
         intro: None,
         questions: vec![Question {
