@@ -65,6 +65,25 @@ pub enum Heard {
     Nothing,
 }
 
+/// What a call that waits with a limit gets.
+#[derive(Debug)]
+pub enum Waited {
+    /// The run ended.
+    Ended(Finished),
+    /// A step started or settled; the steps settled so far.
+    Step(usize, Progress),
+    /// The limit came first: the call hands back, and the result waits for
+    /// the plan's next call.
+    StillRunning {
+        /// Steps settled so far.
+        settled: usize,
+        /// Steps in the plan.
+        total: usize,
+    },
+    /// The run ended without a result: the process is shutting down.
+    Lost,
+}
+
 impl Attached {
     /// The result, once the run has ended.
     pub fn result(&self) -> Option<Finished> {
@@ -198,6 +217,38 @@ impl PlanRuns {
             active.remove(&id);
             if handed_back.load(Ordering::SeqCst) {
                 unclaimed.insert(id, finished.clone());
+            }
+        }
+    }
+
+    /// Waits on `attached`, the run of plan `id`, until it ends, a step is
+    /// told on `follow`, or `until`; then the call hands back
+    /// ([`Waited::StillRunning`]), unless the run ended just now.
+    pub async fn wait(
+        &self,
+        attached: &mut Attached,
+        mut follow: Option<&mut Follower>,
+        id: TaskId,
+        until: Option<Instant>,
+    ) -> Waited {
+        loop {
+            if let Some(done) = attached.result() {
+                return Waited::Ended(done);
+            }
+            if until.is_some_and(|at| Instant::now() >= at) {
+                return match self.hand_back(attached, id) {
+                    Some(done) => Waited::Ended(done),
+                    None => Waited::StillRunning {
+                        settled: attached.settled(),
+                        total: attached.steps_total(),
+                    },
+                };
+            }
+            match attached.next(follow.as_deref_mut(), until).await {
+                Heard::Ended(done) => return Waited::Ended(done),
+                Heard::Step(n, event) => return Waited::Step(n, event),
+                Heard::Lost => return Waited::Lost,
+                Heard::Nothing => {}
             }
         }
     }

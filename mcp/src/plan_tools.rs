@@ -28,7 +28,7 @@ use serde_json::{Map, Value, json};
 use crate::args::Args;
 use crate::server::PlanbServer;
 use planb_app::plans::{self as exec_plans, PlanSummary, approval};
-use planb_app::runs::{Attached, Finished, Follower, Heard};
+use planb_app::runs::{Attached, Finished, Follower, Waited};
 use planb_app::sessions::NewSession;
 
 /// Most plans `plan_list` returns.
@@ -378,47 +378,39 @@ impl PlanbServer {
         let until = token
             .is_none()
             .then(|| Instant::now() + self.config().hand_back);
+        let runs = &self.plan_runs().runs;
         loop {
-            if let Some(done) = attached.result() {
-                return finished(done);
-            }
-            if until.is_some_and(|at| Instant::now() >= at) {
-                if let Some(done) = self.plan_runs().runs.hand_back(&attached, task) {
-                    // It ended just now: no need to hand back.
-                    return finished(done);
-                }
-                return CallToolResult::structured(json!({
-                    "success": false,
-                    "running": true,
-                    "plan_id": task.to_string(),
-                    "title": title,
-                    "steps_settled": attached.settled(),
-                    "steps_total": attached.steps_total(),
-                    "message": "The plan is still running in planb. Call plan_execute again with the same plan_id to wait for this run and get its result (it is not started twice), or plan_show to see its DAG.",
-                }));
-            }
-            let total = attached.steps_total();
-            let heard = tokio::select! {
+            let waited = tokio::select! {
                 // Nobody is left to answer: the server is about to exit.
                 () = self.config().disconnect.closed() => {
                     return failure("the connection closed while the plan ran; it ends with this server (resume it with plan_execute and resume: true)");
                 }
-                heard = attached.next(follow.as_mut(), until) => heard,
+                waited = runs.wait(&mut attached, follow.as_mut(), task, until) => waited,
             };
-            match heard {
-                Heard::Ended(done) => return finished(done),
-                Heard::Lost => {
+            match waited {
+                Waited::Ended(done) => return finished(done),
+                Waited::StillRunning { settled, total } => {
+                    return CallToolResult::structured(json!({
+                        "success": false,
+                        "running": true,
+                        "plan_id": task.to_string(),
+                        "title": title,
+                        "steps_settled": settled,
+                        "steps_total": total,
+                        "message": "The plan is still running in planb. Call plan_execute again with the same plan_id to wait for this run and get its result (it is not started twice), or plan_show to see its DAG.",
+                    }));
+                }
+                Waited::Lost => {
                     return failure(
                         "the plan's run ended without a result (the server is shutting down); resume it with plan_execute and resume: true",
                     );
                 }
-                Heard::Step(n, event) => {
+                Waited::Step(n, event) => {
                     if let Some(token) = &token {
-                        let line = progress_line(n, total, &event);
+                        let line = progress_line(n, attached.steps_total(), &event);
                         PlanbServer::notify_progress(context, token, n as f64, line).await;
                     }
                 }
-                Heard::Nothing => {}
             }
         }
     }
