@@ -2,7 +2,7 @@
 //! while their writer lives, so a save costs the same at any session size;
 //! they never lag for good: the writer rewrites them when due and when it
 //! closes. (A process that finds one a killed writer left rewrites it:
-//! mcp/tests/damage_and_rebuild.rs, with real processes.)
+//! mcp/tests/mcp/damage_and_rebuild.rs, with real processes.)
 
 use std::path::Path;
 use std::sync::Arc;

@@ -1,17 +1,15 @@
 //! End to end: the real `planb-mcp` binary over stdio with rmcp's client, and the
 //! callback server over real HTTP. The test plays the person at the browser.
 
-mod support;
-
 use std::time::Duration;
 
-use planb_projections::{DataRoot, Store, SystemEnvironment};
-use rmcp::model::{CallToolRequestParams, CallToolResult, ElicitationAction};
-use serde_json::{Value, json};
-use support::{
+use crate::support::{
     Response, Server, UrlAnswer, call, get, http, new_session, parse_form_url, post_json,
     sample_ask, start, text_of,
 };
+use planb_projections::{DataRoot, Store, SystemEnvironment};
+use rmcp::model::{CallToolRequestParams, CallToolResult, ElicitationAction};
+use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -830,7 +828,7 @@ fn a_kill_9_while_an_ask_is_pending_loses_nothing() {
     child.kill().expect("kill -9");
     child.wait().expect("reap");
 
-    let check = support::planb(dir.path(), &["check"]);
+    let check = crate::support::planb(dir.path(), &["check"]);
     assert!(
         check.status.success(),
         "{}",
@@ -921,7 +919,7 @@ fn the_demo_runs_end_to_end_on_a_headless_machine() {
 
 /// The rough token count of a tool list every client can be held to: the
 /// compact JSON of `tools/list`'s result, divided by 4.
-async fn listed_tokens(server: &support::Server) -> (Vec<String>, usize) {
+async fn listed_tokens(server: &crate::support::Server) -> (Vec<String>, usize) {
     let tools = server.client.list_all_tools().await.expect("tools/list");
     let names = tools.iter().map(|t| t.name.to_string()).collect();
     let json = serde_json::to_string(&json!({"tools": tools})).expect("json");
@@ -976,7 +974,7 @@ async fn tool_groups_list_and_serve_only_their_tools_and_each_group_s_cost_is_me
     }
     // The flag wins over the variable; a tool of another group is refused
     // by name, with the flag that serves it.
-    let server = support::start_with(
+    let server = crate::support::start_with(
         dir.path(),
         UrlAnswer::NotSupported,
         None,

@@ -1,15 +1,13 @@
 //! Named plans and the review loop, end to end through the real binary.
 
-mod support;
-
 use std::path::Path;
 use std::time::Duration;
 
+use crate::support::{Server, UrlAnswer, call, get, http, start_with, text_of};
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ElicitationAction, GetPromptRequestParams,
 };
 use serde_json::{Value, json};
-use support::{Server, UrlAnswer, call, get, http, start_with, text_of};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -199,7 +197,7 @@ async fn a_hand_edit_between_two_tool_edits_is_kept_in_the_log() {
     );
     server.client.cancel().await.expect("shutdown");
     assert_eq!(
-        support::fold_log(dir.path()).1,
+        crate::support::fold_log(dir.path()).1,
         [
             "named_plan_written",
             "named_plan_changed_outside",
@@ -231,7 +229,7 @@ fn submit_in_background(server: &Server, plan: &str) -> tokio::task::JoinHandle<
     })
 }
 
-async fn post_review(port: u16, body: Value) -> support::Response {
+async fn post_review(port: u16, body: Value) -> crate::support::Response {
     http(
         port,
         "POST",
@@ -316,7 +314,7 @@ async fn the_browser_review_approves_or_requests_changes_with_comments() {
     );
     assert_eq!(verdict, json!({"approved": true}));
     server.client.cancel().await.expect("shutdown");
-    let kinds = support::fold_log(dir.path()).1;
+    let kinds = crate::support::fold_log(dir.path()).1;
     assert_eq!(
         kinds
             .iter()
@@ -501,7 +499,7 @@ async fn a_plan_can_be_tied_to_a_session_so_the_arc_replays_together() {
         "{}",
         text_of(&unknown)
     );
-    let session = support::new_session(&server).await;
+    let session = crate::support::new_session(&server).await;
     structured(
         &call(
             &server,

@@ -1,13 +1,11 @@
 //! The admin commands on a real data root, through the real binary.
 
-mod support;
-
 use std::process::Output;
 use std::sync::Arc;
 
+use crate::support::{all_output, planb};
 use planb_core::{Command as Cmd, SessionId, Timestamp};
 use planb_projections::{DataRoot, FixedEnvironment, Store};
-use support::{all_output, planb};
 
 fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()

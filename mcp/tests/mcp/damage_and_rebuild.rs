@@ -1,13 +1,11 @@
 //! Rebuilding beside running servers and killed half-way, and a log that
 //! lost its tail, with the real binaries.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::support::{Server, UrlAnswer, all_output, call, new_session, planb, start, text_of};
 use serde_json::json;
-use support::{Server, UrlAnswer, all_output, call, new_session, planb, start, text_of};
 
 async fn save(server: &Server, session: &str, plan: &str) -> Result<PathBuf, String> {
     let result = call(
@@ -303,7 +301,7 @@ fn checkpoint(root: &Path) -> u64 {
 
 /// The log's last cursor.
 fn log_end(root: &Path) -> u64 {
-    let (state, _) = support::fold_log(root);
+    let (state, _) = crate::support::fold_log(root);
     state.last_cursor().0
 }
 
@@ -487,7 +485,7 @@ async fn idle_connections_leave_descriptors_for_saving_under_a_low_limit() {
         .await
         .expect("save_plan before the connections");
     // A question opens the form server.
-    let asking = support::call_in_background(
+    let asking = crate::support::call_in_background(
         &server,
         "ask_user",
         json!({"sessionId": session, "title": "Q", "questions": [{"id": "q", "kind": "text", "label": "Q"}]}),

@@ -2,8 +2,6 @@
 //! into `clients/` at pinned versions: Claude Code's `mcp` commands, the MCP
 //! Inspector's CLI and the official MCP Python SDK.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -220,7 +218,7 @@ fn the_inspector_cli_lists_the_tools_and_completes_an_ask_answered_later() {
     // while the next call (a new process on the same port) waits.
     let collecting = tool("ask_user", &[&format!("askId={ask}")]);
     let collecting = std::thread::spawn(move || run(collecting));
-    let (form_port, sid) = support::parse_form_url(&url);
+    let (form_port, sid) = crate::support::parse_form_url(&url);
     assert_eq!(form_port, port);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -232,7 +230,7 @@ fn the_inspector_cli_lists_the_tools_and_completes_an_ask_answered_later() {
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
-            let response = support::post_json(
+            let response = crate::support::post_json(
                 port,
                 "/submit",
                 &json!({"sid": sid, "answers": {"db": "SQLite"}}),
@@ -300,14 +298,14 @@ fn the_python_sdk_without_progress_gets_an_answer_given_after_its_timeout() {
         .to_owned();
     // Longer than the agent's request timeout.
     std::thread::sleep(Duration::from_secs(4));
-    let (port, sid) = support::parse_form_url(&url);
+    let (port, sid) = crate::support::parse_form_url(&url);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("runtime");
     // A plain POST without Origin, as a program (or the original
     // planb-mcp's smoke test) sends it.
-    let answered = runtime.block_on(support::http(
+    let answered = runtime.block_on(crate::support::http(
         port,
         "POST",
         "/submit",

@@ -2,13 +2,11 @@
 //! pass every per-question limit but would not fit in one log record are a
 //! 422 naming the limit, the ask stays open, and nothing is lost.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::{UrlAnswer, new_session, parse_form_url, post_json, start, text_of};
 use rmcp::model::CallToolRequestParams;
 use serde_json::{Value, json};
-use support::{UrlAnswer, new_session, parse_form_url, post_json, start, text_of};
 
 const QUESTIONS: usize = 20;
 const WAIT: Duration = Duration::from_secs(60);
@@ -75,7 +73,7 @@ async fn answers_within_every_field_limit_but_over_a_record_get_422_and_lose_not
     server.client.cancel().await.expect("shutdown");
 
     // The log holds the kept draft and the answers, and checks clean.
-    let check = support::planb(dir.path(), &["check"]);
+    let check = crate::support::planb(dir.path(), &["check"]);
     let text = String::from_utf8_lossy(&check.stdout);
     assert!(check.status.success(), "{text}");
     assert!(text.contains("ask_draft_saved              1"), "{text}");

@@ -5,15 +5,13 @@
 //! the next call waits on the same page instead of opening another, and the
 //! answer or verdict comes back the moment it exists.
 
-mod support;
-
 use std::collections::HashMap;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::{parse_form_url, post_json};
 use serde_json::{Value, json};
-use support::{parse_form_url, post_json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot};
 
@@ -200,7 +198,7 @@ async fn an_ask_hands_back_still_open_and_the_next_call_gets_the_answer() {
         "{first}"
     );
     assert_eq!(
-        support::fold_log(dir.path()).1,
+        crate::support::fold_log(dir.path()).1,
         ["session_created", "ask_opened"],
         "handing back ends nothing"
     );
@@ -226,7 +224,7 @@ async fn an_ask_hands_back_still_open_and_the_next_call_gets_the_answer() {
     assert_eq!(text(&third), r#"{"db":"SQLite"}"#, "{third}");
     client.close().await;
     assert_eq!(
-        support::fold_log(dir.path()).1,
+        crate::support::fold_log(dir.path()).1,
         ["session_created", "ask_opened", "ask_answered"]
     );
 }
@@ -293,7 +291,7 @@ async fn a_review_hands_back_still_open_and_submitting_again_rejoins_it() {
     assert!(client.urls.try_recv().is_err(), "a third review was opened");
     client.close().await;
     assert_eq!(
-        support::fold_log(dir.path()).1,
+        crate::support::fold_log(dir.path()).1,
         [
             "named_plan_written",
             "named_plan_submitted",
@@ -310,7 +308,7 @@ async fn a_long_plan_run_hands_back_and_the_next_call_waits_for_the_same_run() {
     let dir = tempfile::tempdir().expect("tempdir");
     let calls = dir.path().join("calls");
     let servers = json!({"mcpServers": {"slow": {
-        "command": support::downstream_binary(),
+        "command": crate::support::downstream_binary(),
         "args": ["slow", "sleep", "echo"],
         "env": {"DOWNSTREAM_CALLS": &calls},
     }}});

@@ -3,21 +3,19 @@
 //! HTTP server started by each test with scripted answers (it counts the
 //! requests, can answer slowly, and can fail the first requests with 503).
 //! What a run does in one process is tested at planb-app
-//! (`app/tests/tasks.rs`); here, what needs the protocol, the detached
+//! (`app/tests/app/tasks.rs`); here, what needs the protocol, the detached
 //! worker, kills or several servers on one root.
-
-mod support;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::support::{Server, UrlAnswer, call, start};
 use planb_core::dag::StepId;
 use planb_core::{EventBody, RunState};
 use planb_tests::model::{ModelServer, Script, scripted_answer};
 use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
-use support::{Server, UrlAnswer, call, start};
 
 async fn start_planb(dir: &Path, model: Option<&ModelServer>, extra: &[(&str, &str)]) -> Server {
     let spec = model.map(ModelServer::spec);
@@ -48,7 +46,7 @@ fn structured(result: &CallToolResult) -> Value {
 fn ok(result: &CallToolResult) -> Value {
     assert_ne!(result.is_error, Some(true), "{result:?}");
     let value = structured(result);
-    let text = support::text_of(result);
+    let text = crate::support::text_of(result);
     assert_eq!(
         serde_json::from_str::<Value>(&text).expect("the text is JSON"),
         value
@@ -149,7 +147,7 @@ fn edits_in_log(dir: &Path) -> Vec<(String, String)> {
 /// Resumes `task` (one run so far, ended) and checks it completes without
 /// running again a step that run finished; returns each run's started steps.
 async fn resume_reruns_nothing_done(server: &Server, dir: &Path, task: &str) -> Vec<Vec<String>> {
-    let (state, _) = support::fold_log(dir);
+    let (state, _) = crate::support::fold_log(dir);
     let done_first: BTreeSet<String> = state.tasks().values().next().expect("task").runs[0]
         .succeeded
         .iter()
@@ -278,7 +276,7 @@ async fn a_fast_task_runs_to_a_report_and_a_zip() {
         error_code(&call(&server, "task_stop", json!({"task_id": task})).await),
         "RUN_NOT_ACTIVE"
     );
-    let (state, _) = support::fold_log(dir.path());
+    let (state, _) = crate::support::fold_log(dir.path());
     let recorded = state.tasks().values().next().expect("the task");
     assert_eq!(recorded.runs.len(), 1);
     assert_eq!(recorded.runs[0].state, RunState::Completed);
@@ -356,8 +354,8 @@ fn a_lost_folder_comes_back_with_rebuild(dir: &Path, task: &str) {
     let before = files(&folder);
     assert!(before.contains_key("report.html") && before.contains_key("run.zip"));
     std::fs::remove_dir_all(&folder).expect("lose the folder");
-    let output = support::planb(dir, &["rebuild"]);
-    let said = support::all_output(&output);
+    let output = crate::support::planb(dir, &["rebuild"]);
+    let said = crate::support::all_output(&output);
     assert!(output.status.success(), "{said}");
     assert!(said.contains("task folders rewritten: 1"), "{said}");
     assert_eq!(files(&folder), before);
@@ -367,8 +365,8 @@ fn a_lost_folder_comes_back_with_rebuild(dir: &Path, task: &str) {
         .find(|(name, _)| name.ends_with(".md"))
         .expect("an artifact file");
     std::fs::write(folder.join(name), "edited by hand\n").expect("edit");
-    let output = support::planb(dir, &["rebuild"]);
-    let said = support::all_output(&output);
+    let output = crate::support::planb(dir, &["rebuild"]);
+    let said = crate::support::all_output(&output);
     assert!(output.status.success(), "{said}");
     assert!(said.contains("hand edits not yet recorded"), "{said}");
     assert_eq!(
@@ -537,7 +535,7 @@ async fn stop_then_edit_then_resume_reruns_only_what_is_missing_or_downstream() 
     );
     let stopped = ok(&call(&server, "task_stop", json!({"task_id": task})).await);
     assert_eq!(stopped["state"], "stopped", "{stopped}");
-    let (state, _) = support::fold_log(dir.path());
+    let (state, _) = crate::support::fold_log(dir.path());
     let first = state.tasks().values().next().expect("task").runs[0].clone();
     let done_first: BTreeSet<String> = first.succeeded.iter().cloned().collect();
     assert!(
@@ -655,7 +653,7 @@ async fn a_killed_worker_is_a_recoverable_worker_error_and_resume_completes() {
     let server = start_planb(dir.path(), Some(&model), &[]).await;
     let task = create(&server, "fast").await;
     until_completed(&server, &task, 3).await;
-    let (state, _) = support::fold_log(dir.path());
+    let (state, _) = crate::support::fold_log(dir.path());
     let run = state.tasks().values().next().expect("task").runs[0].clone();
     let killed = std::process::Command::new("kill")
         .args(["-9", &run.owner_pid.to_string()])
@@ -703,7 +701,7 @@ async fn a_run_outlives_its_server_and_any_server_on_the_root_stops_resumes_and_
     let stopped = ok(&call(&second, "task_stop", json!({"task_id": task})).await);
     assert_eq!(stopped["state"], "stopped", "{stopped}");
     assert_eq!(status(&third, &task).await["state"], "stopped");
-    let (state, _) = support::fold_log(dir.path());
+    let (state, _) = crate::support::fold_log(dir.path());
     let done_first: BTreeSet<String> = state.tasks().values().next().expect("task").runs[0]
         .succeeded
         .iter()
@@ -760,7 +758,11 @@ async fn a_command_backend_answers_a_ping_and_bad_input_gets_the_seed_codes() {
         "TASK_NOT_FOUND"
     );
     bare.client.cancel().await.expect("close");
-    assert!(!support::fold_log(dir.path()).1.contains(&"task_created"));
+    assert!(
+        !crate::support::fold_log(dir.path())
+            .1
+            .contains(&"task_created")
+    );
 
     let server = start_with_script(
         dir.path(),
@@ -864,7 +866,7 @@ async fn a_command_backend_answers_a_ping_and_bad_input_gets_the_seed_codes() {
         "{message}"
     );
     // Refused before anything is recorded: no task is left behind.
-    let left = support::fold_log(dir.path())
+    let left = crate::support::fold_log(dir.path())
         .0
         .tasks()
         .values()
@@ -914,7 +916,7 @@ async fn the_report_opens_from_disk_in_chromium_with_every_section() {
     .await);
     server.client.cancel().await.expect("close");
     // No server: the browser reads the file itself.
-    let browser = support::browser::Browser::start().await;
+    let browser = crate::support::browser::Browser::start().await;
     browser
         .open(report["download_url"].as_str().expect("url"))
         .await;
@@ -986,7 +988,7 @@ async fn a_run_without_progress_fails_with_inactivity_timeout_and_resume_complet
         "{logs}"
     );
     // The cancelled step is recorded failed, and nothing succeeded.
-    let (state, _) = support::fold_log(dir.path());
+    let (state, _) = crate::support::fold_log(dir.path());
     let recorded = state.tasks().values().next().expect("the task");
     assert!(recorded.successes.is_empty());
     assert_eq!(recorded.runs[0].failures, 1, "{:?}", recorded.runs[0]);
@@ -1032,7 +1034,7 @@ fn run_error_file(dir: &Path, task: &str) -> std::path::PathBuf {
 async fn a_model_server_over_https_answers_once_its_authority_is_trusted() {
     let dir = tempfile::tempdir().expect("tempdir");
     let model = ModelServer::start(Script::INSTANT).await;
-    let front = support::TlsFront::start(dir.path(), model.port);
+    let front = crate::support::TlsFront::start(dir.path(), model.port);
     let spec = format!("openai:https://127.0.0.1:{}/v1", front.port);
 
     // The system does not trust the front's authority: the step fails at
@@ -1071,7 +1073,7 @@ async fn with_no_model_configured_a_sampling_client_answers_in_process_until_its
     let dir = tempfile::tempdir().expect("tempdir");
     let env = [("PLANB_CONCURRENCY", "2")];
     // Each answer takes 100 ms, so the run is caught halfway.
-    let mut server = support::start_sampling(
+    let mut server = crate::support::start_sampling(
         dir.path(),
         &env,
         scripted_answer,
@@ -1081,7 +1083,7 @@ async fn with_no_model_configured_a_sampling_client_answers_in_process_until_its
     let task = create(&server, "fast").await;
     until_completed(&server, &task, 3).await;
     // The run is this server's: no worker process, no worker log.
-    let (state, _) = support::fold_log(dir.path());
+    let (state, _) = crate::support::fold_log(dir.path());
     let run = state.tasks().values().next().expect("task").runs[0].clone();
     assert_eq!(run.owner_pid, server.pid);
     let task_id = planb_core::TaskId::parse(&task).expect("id");
@@ -1100,7 +1102,7 @@ async fn with_no_model_configured_a_sampling_client_answers_in_process_until_its
     // Its server dies: the run is a recoverable worker error.
     server.kill_9();
     let mut server =
-        support::start_sampling(dir.path(), &env, scripted_answer, Duration::ZERO).await;
+        crate::support::start_sampling(dir.path(), &env, scripted_answer, Duration::ZERO).await;
     let failed = until_settled(&server, &task).await;
     assert_eq!(failed["state"], "failed", "{failed}");
     assert_eq!(failed["error"]["failure_reason"], "worker_error");
@@ -1247,7 +1249,7 @@ async fn killed_at_random_points_a_task_still_ends_as_an_uninterrupted_run_would
     let mut kills = 0;
     for _ in 0..5 {
         tokio::time::sleep(Duration::from_millis(next(200))).await;
-        let (state, _) = support::fold_log(dir.path());
+        let (state, _) = crate::support::fold_log(dir.path());
         let run = state.task(&id).and_then(|t| t.runs.last()).cloned();
         let Some(run) = run.filter(|r| r.state == RunState::Running) else {
             break;
@@ -1268,7 +1270,7 @@ async fn killed_at_random_points_a_task_still_ends_as_an_uninterrupted_run_would
     eprintln!("completed after {kills} kill(s)");
 
     // No step that succeeded ran again in a later run.
-    let (state, _) = support::fold_log(dir.path());
+    let (state, _) = crate::support::fold_log(dir.path());
     let recorded = state.task(&id).expect("task");
     let started = planb_tests::logs::started_by_run(dir.path());
     let mut succeeded_before: BTreeSet<String> = BTreeSet::new();
@@ -1381,7 +1383,7 @@ async fn two_resumes_of_one_task_at_once_start_one_run_and_refuse_the_other() {
             ["RUN_ALREADY_ACTIVE", "running"],
             "round {round}: {answers:?}"
         );
-        let (state, _) = support::fold_log(dir.path());
+        let (state, _) = crate::support::fold_log(dir.path());
         let runs = state.tasks().values().next().expect("task").runs.len();
         assert_eq!(
             runs,
@@ -1393,7 +1395,7 @@ async fn two_resumes_of_one_task_at_once_start_one_run_and_refuse_the_other() {
     assert_eq!(done["state"], "completed", "{done}");
     // An earlier run answers for itself; an id of no run of the task is
     // RUN_NOT_FOUND, a malformed one INVALID_ARGUMENT.
-    let (state, _) = support::fold_log(dir.path());
+    let (state, _) = crate::support::fold_log(dir.path());
     let earliest = state.tasks().values().next().expect("task").runs[0]
         .id
         .to_string();
@@ -1507,7 +1509,7 @@ async fn a_model_program_and_what_it_started_end_with_its_step_or_its_worker() {
         let first: Vec<String> = running(&pids).into_iter().take(2).collect();
         std::fs::write(&pids, first.join("\n") + "\n").expect("pids");
         if case == "killed worker" {
-            let (state, _) = support::fold_log(dir.path());
+            let (state, _) = crate::support::fold_log(dir.path());
             let worker = state.tasks().values().next().expect("task").runs[0].owner_pid;
             let killed = std::process::Command::new("kill")
                 .args(["-9", &worker.to_string()])
@@ -1581,7 +1583,7 @@ async fn listed(server: &Server, include_archived: bool) -> Vec<String> {
 /// Another server on the same root cannot retry, archive or delete under
 /// a live run; each tool answers with its fields; a deleted task's folder
 /// put back goes with the next rebuild (what retrying, archiving and
-/// deleting do to the task is tested at planb-app: app/tests/tasks.rs).
+/// deleting do to the task is tested at planb-app: app/tests/app/tasks.rs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_server_is_refused_under_a_run_and_rebuild_drops_a_deleted_task_s_folder() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -1649,11 +1651,11 @@ async fn another_server_is_refused_under_a_run_and_rebuild_drops_a_deleted_task_
     // the next rebuild.
     std::fs::create_dir_all(&folder).expect("folder");
     std::fs::write(folder.join("01-intake.md"), "old").expect("file");
-    let rebuilt = support::planb(dir.path(), &["rebuild"]);
+    let rebuilt = crate::support::planb(dir.path(), &["rebuild"]);
     assert!(
         rebuilt.status.success(),
         "{}",
-        support::all_output(&rebuilt)
+        crate::support::all_output(&rebuilt)
     );
     assert!(!folder.exists(), "{}", folder.display());
 }

@@ -5,17 +5,15 @@
 //! the database holds is read back with SQL and compared with the logs
 //! byte for byte.
 
-mod support;
-
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::{UrlAnswer, all_output, call, new_session, start, text_of};
 use planb_core::{EventBody, TaskId};
 use planb_tests::logs::{append, append_sessions};
 use planb_tests::postgres::Postgres;
 use serde_json::json;
-use support::{UrlAnswer, all_output, call, new_session, start, text_of};
 
 /// Longest wait for the database to catch up.
 const WAIT: Duration = Duration::from_secs(30);
@@ -458,7 +456,7 @@ fn copy_dir(from: &Path, to: &Path) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sslmode_require_ships_over_tls_once_the_server_s_authority_is_trusted() {
-    let authority = support::Authority::new();
+    let authority = crate::support::Authority::new();
     let pg = Postgres::start_with_tls(&authority.certificate.pem(), &authority.key.serialize_pem());
     let ca = authority.ca_pem;
     let url = format!("{}?sslmode=require", pg.tcp_url());

@@ -1,11 +1,9 @@
 //! Execution plans end to end: the real `planb-mcp plan …` commands against
 //! real downstream MCP servers (the `downstream` example, started by planb
 //! over stdio), each recording the calls it receives. What a run does in
-//! one process is tested at planb-app (`app/tests/runs.rs`); here, what
+//! one process is tested at planb-app (`app/tests/app/runs.rs`); here, what
 //! needs the binary: its printed text and exit codes, kills, several
 //! processes on one root, the terminal, the process's environment.
-
-mod support;
 
 use planb_tests::plans::step;
 
@@ -27,7 +25,7 @@ struct Setup {
 impl Setup {
     fn new() -> Setup {
         let dir = tempfile::tempdir().expect("tempdir");
-        let ds = support::downstream_binary();
+        let ds = crate::support::downstream_binary();
         let servers = json!({"mcpServers": {
             "alpha": {"command": ds, "args": ["alpha"]},
             "beta": {"command": ds, "args": ["beta", "echo", "sleep", "crash"]},
@@ -128,7 +126,7 @@ fn saved_id(out: &str) -> String {
 
 /// A plan `plan create` cannot save exits 2 naming the problem, and no
 /// plan is listed (what is refused, and why, is planb-app's:
-/// app/tests/runs.rs).
+/// app/tests/app/runs.rs).
 #[test]
 fn a_plan_that_cannot_be_saved_exits_2_and_is_not_listed() {
     let setup = Setup::new();
@@ -149,7 +147,7 @@ fn a_plan_that_cannot_be_saved_exits_2_and_is_not_listed() {
 }
 
 /// A run that fails exits 1 saying why; limits that could silently never
-/// apply exit 2 before any call (the runs themselves: app/tests/runs.rs).
+/// apply exit 2 before any call (the runs themselves: app/tests/app/runs.rs).
 #[test]
 fn a_failed_run_exits_1_and_limits_that_cannot_apply_exit_2_before_any_call() {
     let setup = Setup::new();
@@ -580,7 +578,7 @@ fn walk(dir: &std::path::Path) -> usize {
 }
 
 /// `plan delete` takes a prefix and says so; the deleted plan then cannot
-/// run, and the command exits 2 (what a deletion leaves: app/tests/runs.rs).
+/// run, and the command exits 2 (what a deletion leaves: app/tests/app/runs.rs).
 #[test]
 fn a_deleted_plan_cannot_run_and_the_command_says_it_is_not_found() {
     let setup = Setup::new();
@@ -633,7 +631,7 @@ struct HttpServer {
 impl HttpServer {
     fn start(setup: &Setup, name: &str, token: &str) -> HttpServer {
         use std::io::BufRead;
-        let mut child = Command::new(support::downstream_binary())
+        let mut child = Command::new(crate::support::downstream_binary())
             .args([name, "--http", "127.0.0.1:0"])
             .env("DOWNSTREAM_CALLS", setup.path("calls"))
             .env("DOWNSTREAM_TOKEN", token)
@@ -673,8 +671,8 @@ fn a_server_reached_by_url_runs_its_steps_with_its_headers() {
         .and_then(|rest| rest.split('/').next())
         .and_then(|port| port.parse().ok())
         .expect("the url's port");
-    let front = support::TlsFront::start(setup.dir.path(), web_port);
-    let ds = support::downstream_binary();
+    let front = crate::support::TlsFront::start(setup.dir.path(), web_port);
+    let ds = crate::support::downstream_binary();
     let servers = json!({"mcpServers": {
         "alpha": {"command": ds, "args": ["alpha"]},
         "web": {"type": "http", "url": web.url,
@@ -787,7 +785,7 @@ fn mcp_cli_plans_and_checkpoints_are_imported_and_resume_where_they_stopped() {
     let setup = Setup::new();
     // mcp-cli's plans name tools bare: one server, so each name is its own.
     let servers = json!({"mcpServers": {
-        "alpha": {"command": support::downstream_binary(), "args": ["alpha"]},
+        "alpha": {"command": crate::support::downstream_binary(), "args": ["alpha"]},
     }});
     std::fs::write(setup.path("servers.json"), servers.to_string()).expect("servers");
     let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp-cli-plans");
@@ -950,7 +948,7 @@ fn a_plans_servers_start_at_once_not_one_after_another() {
     let setup = Setup::new();
     // `waits` starts only once `signals` has begun starting: started one
     // after the other in name order, `waits` would never answer.
-    let ds = support::downstream_binary();
+    let ds = crate::support::downstream_binary();
     let flag = setup.path("signals-started");
     let waits = setup.path("waits.sh");
     std::fs::write(
@@ -1033,7 +1031,7 @@ fn a_run_another_process_ends_is_left_as_it_was_ended_not_taken_for_a_stop() {
     );
     assert!(!said.contains("stopped"), "{said}");
     // The end recorded is the other writer's, and nothing after it.
-    let (state, _) = support::fold_log(&setup.path("root"));
+    let (state, _) = crate::support::fold_log(&setup.path("root"));
     let recorded = &state.task(&task).expect("task").runs[0];
     assert_eq!(recorded.reason.as_deref(), Some("ended by hand"));
 }
@@ -1281,7 +1279,7 @@ fn two_starts_of_one_short_plan_run_it_once() {
 #[test]
 fn a_server_that_never_answers_does_not_hold_up_a_plan_that_resolves_without_it() {
     let setup = Setup::new();
-    let ds = support::downstream_binary();
+    let ds = crate::support::downstream_binary();
     // `hangs` keeps its pipes open and never answers `initialize`.
     let servers = json!({"mcpServers": {
         "alpha": {"command": ds, "args": ["alpha"]},

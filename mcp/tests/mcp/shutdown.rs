@@ -2,8 +2,6 @@
 //! the server exits promptly, without a panic, and the ask is closed in the
 //! log with a recorded outcome.
 
-mod support;
-
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -125,7 +123,7 @@ fn closing_stdin_while_ask_user_waits_closes_the_ask_and_exits_cleanly() {
     assert!(status.success(), "{status:?}\n{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 
-    let (state, _) = support::fold_log(dir.path());
+    let (state, _) = crate::support::fold_log(dir.path());
     let ask = state.asks().values().next().expect("the ask");
     assert_eq!(ask.status, AskStatus::Failed, "{stderr}");
     let detail = ask.failure_detail.as_deref().unwrap_or_default();
@@ -170,7 +168,7 @@ fn alive(pid: u32) -> bool {
 #[test]
 fn closing_stdin_mid_run_ends_the_server_and_the_downstream_servers_it_started() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let ds = support::downstream_binary();
+    let ds = crate::support::downstream_binary();
     let servers = dir.path().join("servers.json");
     std::fs::write(
         &servers,
@@ -237,7 +235,7 @@ fn closing_stdin_mid_run_ends_the_server_and_the_downstream_servers_it_started()
     }
 
     // The server ended its run before it exited: failed, resumable.
-    let (state, _) = support::fold_log(dir.path());
+    let (state, _) = crate::support::fold_log(dir.path());
     let run = state
         .tasks()
         .values()

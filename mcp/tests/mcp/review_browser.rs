@@ -4,17 +4,15 @@
 //! over stdio. Needs Debian's `chromium` and `chromium-driver`
 //! (`scripts/test` installs them); without them the test fails.
 
-mod support;
-
 use std::path::Path;
 
+use crate::support::browser::{Browser, WAIT};
+use crate::support::{Server, UrlAnswer, call, get, start, text_of};
 use fantoccini::actions::{InputSource, KeyAction, KeyActions};
 use fantoccini::key::Key;
 use planb_core::{EventBody, ReviewChannel, ReviewComment, Verdict};
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use serde_json::{Value, json};
-use support::browser::{Browser, WAIT};
-use support::{Server, UrlAnswer, call, get, start, text_of};
 use tokio::task::JoinHandle;
 
 const PLAN: &str = "\

@@ -3,13 +3,11 @@
 //! waits over stdio. Needs Debian's `chromium` and `chromium-driver`
 //! (`scripts/test` installs them); without them every test here fails.
 
-mod support;
-
+use crate::support::browser::{Asked, Browser, ask};
+use crate::support::text_of;
 use fantoccini::key::Key;
 use planb_projections::{DataRoot, Store, SystemEnvironment};
 use serde_json::{Value, json};
-use support::browser::{Asked, Browser, ask};
-use support::text_of;
 
 /// The kinds recorded in the log of the data root at `root`, read after the
 /// server stopped.

@@ -3,15 +3,13 @@
 //! undone, a file that is merely behind the log is never taken for a hand
 //! edit, and no temp file is left behind.
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::{Server, UrlAnswer, call, fold_log, start_with, text_of};
 use serde_json::{Value, json};
-use support::{Server, UrlAnswer, call, fold_log, start_with, text_of};
 
 const PLAN: &str = "shared";
 const PROCESSES: usize = 3;

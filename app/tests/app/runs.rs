@@ -8,10 +8,11 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use planb_app::ErrorCode;
 use planb_app::plans::ServersSource;
-use planb_app::runs::{Attached, Finished, Heard, PlanRuns, RunEnd};
+use planb_app::runs::{Attached, Finished, Heard, PlanRuns, RunEnd, Waited};
 use planb_core::exec_plan::ExecPlan;
 use planb_core::{Task, TaskId};
 use planb_engine::plans::{self, Progress, RunOptions, RunRequest};
@@ -169,8 +170,17 @@ async fn two_calls_share_one_run_and_a_handed_back_result_waits_for_the_next_cal
     let (mut second, _) = start().expect("joined");
     assert!(setup.runs.running_here(id));
     assert_eq!(first.steps_total(), 2);
-    // The first call stops waiting while the run goes on.
-    assert!(setup.runs.hand_back(&first, id).is_none());
+    // The first call waits a moment, then hands back while the run goes on.
+    let limit = Some(Instant::now() + Duration::from_millis(50));
+    let waited = setup.runs.wait(&mut first, None, id, limit).await;
+    let still = matches!(
+        waited,
+        Waited::StillRunning {
+            settled: 0,
+            total: 2
+        }
+    );
+    assert!(still, "{waited:?}");
     let one = until_ended(&mut first).await.expect("ran");
     let two = until_ended(&mut second).await.expect("ran");
     assert_eq!(one.outcome.run, two.outcome.run, "one run for both calls");

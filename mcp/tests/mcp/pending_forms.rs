@@ -3,16 +3,14 @@
 //! link on a fixed port, or again on its own port through `ask_user
 //! {askId}`), records the answer, and hands it to the agent.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::{
+    UrlAnswer, call, fold_log, new_session, parse_form_url, post_json, sample_ask, start, text_of,
+};
 use planb_core::{AskId, AskStatus};
 use rmcp::model::CallToolRequestParams;
 use serde_json::{Value, json};
-use support::{
-    UrlAnswer, call, fold_log, new_session, parse_form_url, post_json, sample_ask, start, text_of,
-};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -133,7 +131,7 @@ async fn ask_user_with_an_ask_id_serves_the_form_again_and_waits_for_the_answer(
 
     let mut second = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
     let collecting =
-        support::call_in_background(&second, "ask_user", json!({"askId": ask.to_string()}));
+        crate::support::call_in_background(&second, "ask_user", json!({"askId": ask.to_string()}));
     let url = tokio::time::timeout(WAIT, second.seen.stderr_urls.recv())
         .await
         .expect("in time")
@@ -198,7 +196,7 @@ async fn a_waiting_ask_sees_an_answer_recorded_by_another_process() {
     .await;
     let session = new_session(&first).await;
     let waiting =
-        support::call_in_background(&first, "ask_user", Value::Object(sample_ask(&session)));
+        crate::support::call_in_background(&first, "ask_user", Value::Object(sample_ask(&session)));
     tokio::time::timeout(WAIT, first.seen.urls.recv())
         .await
         .expect("in time")
@@ -214,7 +212,7 @@ async fn a_waiting_ask_sees_an_answer_recorded_by_another_process() {
     // The person answers the form served by a second server.
     let mut second = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
     let collecting =
-        support::call_in_background(&second, "ask_user", json!({"askId": ask.to_string()}));
+        crate::support::call_in_background(&second, "ask_user", json!({"askId": ask.to_string()}));
     let url = tokio::time::timeout(WAIT, second.seen.stderr_urls.recv())
         .await
         .expect("in time")

@@ -4,19 +4,17 @@
 //! `plan_create_and_execute`, `plan_list`, `plan_show`, against real
 //! downstream MCP servers (the `downstream` example) recording their calls.
 
-mod support;
-
 use planb_tests::plans::step;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::support::{Server, UrlAnswer, call, start};
 use rmcp::model::{CallToolRequestParams, CallToolResult, NumberOrString, ProgressToken};
 use serde_json::{Value, json};
-use support::{Server, UrlAnswer, call, start};
 
 fn write_servers(dir: &Path) -> PathBuf {
-    let ds = support::downstream_binary();
+    let ds = crate::support::downstream_binary();
     let servers = json!({"mcpServers": {
         "alpha": {"command": ds, "args": ["alpha"]},
         "beta": {"command": ds, "args": ["beta", "echo", "sleep"]},
@@ -43,7 +41,7 @@ fn calls(dir: &Path) -> Vec<Value> {
 
 fn json_of(result: &CallToolResult) -> Value {
     let structured = result.structured_content.clone().expect("structured");
-    let text = support::text_of(result);
+    let text = crate::support::text_of(result);
     assert_eq!(
         serde_json::from_str::<Value>(&text).expect("the text is JSON"),
         structured,
@@ -408,7 +406,7 @@ async fn a_goal_becomes_a_checked_plan_through_the_model() {
     // No model configured, but the client samples: its model plans.
     let servers = write_servers(dir.path());
     let calls_file = dir.path().join("calls");
-    let mut sampling = support::start_sampling(
+    let mut sampling = crate::support::start_sampling(
         dir.path(),
         &[
             ("PLANB_SERVERS", servers.to_str().expect("path")),
@@ -480,14 +478,14 @@ async fn review_runs_the_plan_only_once_the_person_approves() {
             }
         };
         seen_urls.push(url.clone());
-        let (port, sid) = support::parse_form_url(&url);
-        let page = support::get(port, &format!("/ask?sid={sid}")).await;
+        let (port, sid) = crate::support::parse_form_url(&url);
+        let page = crate::support::get(port, &format!("/ask?sid={sid}")).await;
         assert_eq!(page.status, 200);
         // The form shows the DAG and the first call as it will be made.
         assert!(page.body.contains("← after: 1 ∥"), "{}", page.body);
         assert!(page.body.contains("hello Grace"), "{}", page.body);
         assert!(calls(dir.path()).is_empty(), "a call before the verdict");
-        let submitted = support::post_json(
+        let submitted = crate::support::post_json(
             port,
             "/submit",
             &json!({"sid": sid, "answers": {"decision": decision, "feedback": "checked"}}),
@@ -505,7 +503,7 @@ async fn review_runs_the_plan_only_once_the_person_approves() {
         }
     }
     // Both verdicts are in the log as answered asks.
-    let (state, _) = support::fold_log(dir.path());
+    let (state, _) = crate::support::fold_log(dir.path());
     let answered = state
         .sessions()
         .values()
@@ -529,7 +527,7 @@ async fn in_chromium_the_review_shows_the_dag_and_the_first_call_and_runs_once_a
         .await
         .expect("a form in time")
         .expect("stderr open");
-    let browser = support::browser::Browser::start().await;
+    let browser = crate::support::browser::Browser::start().await;
     browser.open(&url).await;
     browser
         .wait_until("the form", "!!document.getElementById('ask-form')")
