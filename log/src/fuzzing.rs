@@ -1,6 +1,6 @@
 //! The fuzz harness for recovery and reading, shared by the cargo-fuzz target
 //! (`log/fuzz`) and its deterministic run in the normal test suite
-//! (`log/tests/fuzz_smoke.rs`), so the two can never drift apart.
+//! (`log/tests/log/fuzz_smoke.rs`), so the two can never drift apart.
 //!
 //! An input is cut into one to three segment files, which go into a simulated
 //! directory under proper segment names. Then the log is opened, read from

@@ -1,5 +1,5 @@
 //! Test support shared by this crate's unit tests and its integration tests
-//! (`ui/tests/*.rs` include this file by path): the start tags of rendered
+//! (`ui/tests/ui/main.rs` includes this file by path): the start tags of rendered
 //! HTML, and the check that a page runs no inline code.
 //!
 //! maud, ammonia and html5ever all escape text and double-quote every

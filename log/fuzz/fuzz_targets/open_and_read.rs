@@ -1,5 +1,5 @@
 //! Fuzzes recovery and reading of arbitrary segment files with the harness in
-//! `planb_log::fuzzing` (also run deterministically by `log/tests/fuzz_smoke.rs`).
+//! `planb_log::fuzzing` (also run deterministically by `log/tests/log/fuzz_smoke.rs`).
 
 #![no_main]
 

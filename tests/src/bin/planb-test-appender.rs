@@ -1,6 +1,6 @@
 //! `planb-test-appender <log-dir> <writer-tag> <count|forever>`: a separate process
 //! that appends to a log as fast as it can, for the multi-process tests in
-//! `tests/log_processes.rs`.
+//! `tests/tests/system/log_processes.rs`.
 //!
 //! Payloads are `<writer-tag>:<seq>` with `seq` counting from 0. Stdout is the side
 //! channel of acknowledged appends: a line `<cursor> <writer-tag>:<seq>` is written

@@ -1,7 +1,7 @@
 //! `planb-test-run-holder <data-root> <task-id>`: a separate process that
 //! takes a task's run lock as a worker does, prints `held` once it has it,
 //! and keeps it until killed or until its stdin closes. For
-//! `tests/run_lock.rs`.
+//! `tests/tests/system/run_lock.rs`.
 
 use std::io::{Read, Write};
 use std::process::ExitCode;

@@ -1,15 +1,13 @@
 //! Router tests without a socket (`oneshot`), over a real data root written
 //! through `planb_projections::Store`, plus the live follower.
 
-mod oneshot;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::oneshot::{PORT, check, get_with_host};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
-use oneshot::{PORT, check, get_with_host};
 use planb_core::{
     AnswerValue, Answers, AskId, AskSpec, Command, Delivery, PlanKey, PlanName, ReviewChannel,
     ReviewComment, SessionId, Timestamp, Verdict,

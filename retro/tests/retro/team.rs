@@ -3,13 +3,10 @@
 //! does not), and `--team` replays every member from the database with the
 //! same pages each member's own replay shows.
 
-mod oneshot;
-mod support;
-
 use std::sync::Arc;
 
+use crate::oneshot::{PORT, check, get};
 use axum::http::StatusCode;
-use oneshot::{PORT, check, get};
 use planb_core::{Command, SessionId, Timestamp};
 use planb_projections::{DataRoot, FixedEnvironment, Store, TeamStatus, write_team_status};
 use planb_retro::{AppState, Retro, app};
@@ -301,8 +298,8 @@ async fn in_a_browser_the_team_replay_filters_by_member_scrubs_and_shows_new_eve
     push(&ana, "ana").await.expect("push");
     push(&bo, "bo").await.expect("push");
     let cache = tempfile::tempdir().expect("cache");
-    let server = support::RetroServer::start_team(&pg.url(), cache.path()).await;
-    let browser = support::Browser::start().await;
+    let server = crate::support::RetroServer::start_team(&pg.url(), cache.path()).await;
+    let browser = crate::support::Browser::start().await;
     browser.open(&server.url("/")).await;
     let context = "document.querySelector('main').innerText.slice(0, 600)";
     browser

@@ -4,13 +4,9 @@
 //! in Chromium, "Show earlier" puts them in place. The browser test needs
 //! Debian's `chromium` and `chromium-driver`.
 
+use crate::oneshot::{PORT, get};
 #[allow(dead_code, reason = "the support module serves several test files")]
-mod support;
-
-mod oneshot;
-
 use axum::http::StatusCode;
-use oneshot::{PORT, get};
 use planb_core::{Event, EventBody, EventId, SessionId, Timestamp, encode};
 use planb_log::LogOptions;
 use planb_projections::DataRoot;
@@ -228,8 +224,8 @@ const ENTRIES_SHOWN: &str =
 #[tokio::test]
 async fn show_earlier_puts_the_left_out_entries_in_place() {
     let long = long();
-    let server = support::RetroServer::start(long.dir.path()).await;
-    let browser = support::Browser::start().await;
+    let server = crate::support::RetroServer::start(long.dir.path()).await;
+    let browser = crate::support::Browser::start().await;
     browser
         .open(&server.url(&format!("/sessions/{}", long.session)))
         .await;

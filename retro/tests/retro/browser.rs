@@ -5,17 +5,15 @@
 //! while the page is open appear without a reload. Needs Debian's `chromium`
 //! and `chromium-driver`; without them every test here fails.
 
-mod support;
-
 use std::sync::Arc;
 
+use crate::support::{Browser, RetroServer};
 use fantoccini::key::Key;
 use planb_core::{
     AnswerValue, Answers, AskId, AskSpec, Command, Cursor, Delivery, SessionId, Timestamp,
 };
 use planb_projections::{DataRoot, FixedEnvironment, Store};
 use serde_json::Value;
-use support::{Browser, RetroServer};
 use tempfile::TempDir;
 use uuid::Uuid;
 

@@ -2,11 +2,7 @@
 //! (no inline script, no style attribute), sanitised Markdown, and the
 //! embedded assets the page refers to.
 
-#[allow(dead_code, reason = "each test file uses a different part")]
-#[path = "../src/html_scan.rs"]
-mod html_scan;
-
-use html_scan::{assert_no_inline_code, start_tags};
+use crate::html_scan::{assert_no_inline_code, start_tags};
 use planb_core::{AnswerValue, Answers, AskSpec};
 use planb_ui::pages::{self, CONTENT_SECURITY_POLICY, asset, asset_paths};
 use serde_json::{Value, json};

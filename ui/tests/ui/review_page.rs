@@ -3,11 +3,7 @@
 //! script, no style attribute), sanitised agent Markdown, the limits handed
 //! to the script, and the embedded assets the page refers to.
 
-#[allow(dead_code, reason = "each test file uses a different part")]
-#[path = "../src/html_scan.rs"]
-mod html_scan;
-
-use html_scan::{StartTag, assert_no_inline_code, start_tags};
+use crate::html_scan::{StartTag, assert_no_inline_code, start_tags};
 use planb_ui::pages::review::{
     REVIEW_COMMENT_CHARS_MAX, REVIEW_COMMENTS_MAX, REVIEW_FEEDBACK_CHARS_MAX,
     REVIEW_QUOTE_CHARS_MAX,

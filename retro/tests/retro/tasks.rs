@@ -4,15 +4,12 @@
 //! the task scrubber driven with the keyboard in headless Chromium against
 //! the real `planb-retro` binary.
 
-mod oneshot;
-mod support;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::oneshot::{PORT, check};
 use axum::http::StatusCode;
 use fantoccini::key::Key;
-use oneshot::{PORT, check};
 use planb_core::dag::StepId;
 use planb_core::pipelines;
 use planb_core::state::ContentHash;
@@ -377,7 +374,7 @@ async fn bad_task_addresses_are_pages_with_their_status() {
         (999_999, cursors[cursors.len() - 1]),
     ] {
         assert_eq!(
-            oneshot::redirect(&router, &format!("/tasks/{task}?pos={pos}")).await,
+            crate::oneshot::redirect(&router, &format!("/tasks/{task}?pos={pos}")).await,
             format!("/tasks/{task}?at={cursor}")
         );
     }
@@ -706,8 +703,8 @@ async fn a_step_called_in_many_runs_shows_its_latest_calls_and_links_to_earlier_
 async fn the_task_scrubber_moved_with_the_keyboard_shows_each_step_as_of_each_event() {
     let f = fixture();
     let task = f.task.to_string();
-    let server = support::RetroServer::start(f.root.root()).await;
-    let browser = support::Browser::start().await;
+    let server = crate::support::RetroServer::start(f.root.root()).await;
+    let browser = crate::support::Browser::start().await;
     browser.open(&server.url(&format!("/tasks/{task}"))).await;
     let state = |step: &str| format!("document.querySelector('[data-step=\"{step}\"]').className");
     let context = "document.querySelector('#task-scrubber').innerText + ' | ' + \
@@ -866,8 +863,8 @@ async fn the_built_in_pipeline_is_drawn_with_an_arrow_per_need_and_fits_the_page
         arrows < needs,
         "the built-in pipeline has needs other paths show"
     );
-    let server = support::RetroServer::start(f.root.root()).await;
-    let browser = support::Browser::start().await;
+    let server = crate::support::RetroServer::start(f.root.root()).await;
+    let browser = crate::support::Browser::start().await;
     browser
         .open(&server.url(&format!("/tasks/{}", f.task)))
         .await;
@@ -923,7 +920,7 @@ async fn the_built_in_pipeline_is_drawn_with_an_arrow_per_need_and_fits_the_page
 }
 
 /// The JavaScript `expression`'s value as a number.
-async fn number(browser: &support::Browser, expression: &str) -> f64 {
+async fn number(browser: &crate::support::Browser, expression: &str) -> f64 {
     browser
         .string(&format!("String({expression})"))
         .await

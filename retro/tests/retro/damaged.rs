@@ -3,13 +3,11 @@
 //! page must say the history it shows is incomplete and where the damage is,
 //! instead of passing a partial history off as the whole.
 
-mod oneshot;
-
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::oneshot::{PORT, get};
 use axum::http::StatusCode;
-use oneshot::{PORT, get};
 use planb_core::{Command, SessionId, Timestamp};
 use planb_projections::{DataRoot, FixedEnvironment, Store};
 use planb_retro::{AppState, Retro, app};
