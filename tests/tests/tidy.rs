@@ -1,7 +1,7 @@
 //! Keeps ARCHITECTURE.md a true map: each crate depends on exactly the planb
 //! crates its section names; async code reaches blocking work only through
 //! the bridges (the engine's run host, planb-app's `store.rs`); the
-//! front doors (planb-mcp, planb-cli) record nothing but through planb-app;
+//! front doors (planb-mcp, planb-cli) build no store command themselves;
 //! the two runners share the host and the settle loop and import neither the
 //! other; no crate's modules import each other in a circle; no
 //! source function is over the limit; every golden fixture is
@@ -221,7 +221,7 @@ fn names_core_command(text: &str) -> bool {
 }
 
 #[test]
-fn the_front_doors_record_nothing_but_through_planb_app() {
+fn the_front_doors_build_no_store_command_themselves() {
     let mut files = Vec::new();
     for dir in ["mcp/src", "cli/src"] {
         sources(&root().join(dir), &mut files, &["rs"]);
