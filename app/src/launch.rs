@@ -259,9 +259,8 @@ impl Wait<'_> {
     async fn task_now(&self) -> Result<Option<Task>, Error> {
         let store = Arc::clone(self.store);
         let id = self.id;
-        crate::off_thread(move || store.read(|s| s.pipeline_task(&id).cloned()))
+        planb_engine::host::blocking(move || store.read(|s| s.pipeline_task(&id).cloned()))
             .await
-            .map_err(|e| Error::new(ErrorCode::InternalError, e))?
             .map_err(Error::internal)
     }
 

@@ -20,11 +20,3 @@ pub mod team;
 pub mod worker;
 
 pub use error::{Error, ErrorCode};
-
-/// Runs `work` (store or file calls that block) off the async workers,
-/// through the engine's one bridge ([`store::off_thread`]).
-pub(crate) async fn off_thread<R: Send + 'static>(
-    work: impl FnOnce() -> R + Send + 'static,
-) -> Result<R, String> {
-    store::off_thread(work).await.map_err(|e| e.to_string())
-}

@@ -376,9 +376,8 @@ pub async fn record(
         client_request_id: client_request_id.clone(),
     };
     let store_now = Arc::clone(store);
-    let done = crate::off_thread(move || store_now.execute(command))
+    let done = planb_engine::host::blocking(move || store_now.execute(command))
         .await
-        .map_err(Error::internal)?
         .map_err(Error::internal)?;
     if done.is_empty()
         && let Some(key) = client_request_id

@@ -40,17 +40,16 @@ pub enum SaveError {
     Unexpected(String),
 }
 
-/// The sessions of a store on a data root.
+/// The sessions of a store.
 #[derive(Debug, Clone)]
 pub struct Sessions {
     store: StoreHandle,
-    root: PathBuf,
 }
 
 impl Sessions {
-    /// The sessions of `store`, whose data root is `root`.
-    pub fn new(store: StoreHandle, root: PathBuf) -> Sessions {
-        Sessions { store, root }
+    /// The sessions of `store`.
+    pub fn new(store: StoreHandle) -> Sessions {
+        Sessions { store }
     }
 
     /// Starts a session: its id and the folder its files are kept in.
@@ -63,7 +62,7 @@ impl Sessions {
             project_path: new.project_path,
         };
         self.store.execute(command).await?;
-        Ok((session, files::session_dir(&self.root, &session)))
+        Ok((session, files::session_dir(self.store.root(), &session)))
     }
 
     /// Saves `content` as the session's next plan version; answered once
@@ -83,7 +82,7 @@ impl Sessions {
         match events.as_slice() {
             [EventBody::PlanVersionSaved { version, .. }] => Ok(Saved {
                 version: *version,
-                path: files::plan_file(&self.root, &session, *version),
+                path: files::plan_file(self.store.root(), &session, *version),
             }),
             other => Err(SaveError::Unexpected(format!("{other:?}"))),
         }

@@ -12,7 +12,7 @@
 //! a call on a multi-thread runtime runs in place (`block_in_place`), so
 //! the caller's reply leaves from the same thread.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 
 use planb_core::{Command, EventBody, PlanKey, State};
@@ -94,6 +94,11 @@ impl StoreHandle {
         }
     }
 
+    /// The data root the store is on.
+    pub fn root(&self) -> &Path {
+        &self.inner.root
+    }
+
     /// The clock and id source (available before the store is open).
     pub fn env(&self) -> &Arc<dyn Environment> {
         &self.inner.env
@@ -131,9 +136,7 @@ impl StoreHandle {
             return Ok(store);
         }
         let handle = self.clone();
-        off_thread(move || handle.wait())
-            .await
-            .map_err(|e| StoreError::Interrupted(e.to_string()))?
+        planb_engine::host::blocking(move || handle.wait()).await
     }
 
     /// The store if it is open by now.

@@ -173,7 +173,7 @@ impl PlanbServer {
 
     /// The sessions of this server's store.
     pub(crate) fn sessions(&self) -> Sessions {
-        Sessions::new(self.store.clone(), self.config.data_root.clone())
+        Sessions::new(self.store.clone())
     }
 
     /// The asks of this server's store.

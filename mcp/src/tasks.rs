@@ -36,15 +36,6 @@ fn error(code: &str, message: impl Into<String>, details: Value) -> CallToolResu
     }))
 }
 
-fn boxed(code: &str, message: impl Into<String>, details: Value) -> Refusal {
-    Refusal::from(error(code, message, details))
-}
-
-/// An application error as the tools answer it.
-fn app_failure(e: planb_app::Error) -> CallToolResult {
-    error(e.code.as_str(), e.message, e.details)
-}
-
 fn schema(value: Value) -> Arc<JsonObject> {
     match value {
         Value::Object(map) => Arc::new(map),
@@ -298,7 +289,8 @@ impl PlanbServer {
         self.plan_store()
             .await
             .map(Tasks::new)
-            .map_err(|e| boxed(ErrorCode::InternalError.as_str(), e, json!({})))
+            .map_err(planb_app::Error::internal)
+            .map_err(app_error)
     }
 
     /// The task, after ending its active run if the worker is gone.
@@ -416,7 +408,7 @@ fn create_request(arguments: &JsonObject) -> Result<CreateRequest, Refusal> {
 
 /// An application error as the tools answer it.
 fn app_error(e: planb_app::Error) -> Refusal {
-    boxed(e.code.as_str(), e.message, e.details)
+    Refusal::from(error(e.code.as_str(), e.message, e.details))
 }
 
 #[tool_router(router = task_tool_router, vis = "pub(crate)")]
@@ -564,14 +556,12 @@ impl PlanbServer {
     async fn task_delete(&self, arguments: JsonObject) -> Answer {
         let (id, ()) = task_args(&arguments, |_| ())?;
         let tasks = self.tasks().await?;
-        Ok(match tasks.delete(id).await {
-            Ok(folder) => CallToolResult::structured(json!({
-                "task_id": id.to_string(),
-                "lifecycle": "deleted",
-                "folder_removed": folder.display().to_string(),
-            })),
-            Err(e) => app_failure(e),
-        })
+        let folder = tasks.delete(id).await.map_err(app_error)?;
+        Ok(CallToolResult::structured(json!({
+            "task_id": id.to_string(),
+            "lifecycle": "deleted",
+            "folder_removed": folder.display().to_string(),
+        })))
     }
 
     #[tool(
@@ -701,9 +691,7 @@ impl PlanbServer {
         let (id, (max, since, run_id)) = parsed?;
         let max = usize::try_from(max).unwrap_or(usize::MAX);
         let (_, task) = self.task_checked(id).await?;
-        if let Err(e) = planb_app::tasks::run_of(&task, run_id) {
-            return Ok(app_failure(e));
-        }
+        planb_app::tasks::run_of(&task, run_id).map_err(app_error)?;
         // One run's lines when a run_id is given.
         let tail = planb_app::tasks::log_tail(&task, run_id, since, max);
         let lines: Vec<Value> = tail
@@ -763,17 +751,16 @@ impl PlanbServer {
             return Ok(invalid("path and content are required"));
         };
         let tasks = self.tasks().await?;
-        Ok(match tasks.write_artifact(id, &path, content).await {
-            Ok(written) => CallToolResult::structured(json!({
-                "task_id": id.to_string(),
-                "step": written.step,
-                "sha256": written.sha256,
-                "size": written.size,
-                "changed": written.changed,
-                "invalidated": written.invalidated,
-            })),
-            Err(e) => app_failure(e),
-        })
+        let written = tasks.write_artifact(id, &path, content).await;
+        let written = written.map_err(app_error)?;
+        Ok(CallToolResult::structured(json!({
+            "task_id": id.to_string(),
+            "step": written.step,
+            "sha256": written.sha256,
+            "size": written.size,
+            "changed": written.changed,
+            "invalidated": written.invalidated,
+        })))
     }
 }
 
@@ -844,23 +831,19 @@ impl PlanbServer {
             return Ok(invalid(errors));
         }
         let tasks = self.tasks().await?;
-        Ok(match tasks.list(limit, archived).await {
-            Ok(listed) => {
-                let tasks: Vec<Value> = listed
-                    .iter()
-                    .map(|t| {
-                        json!({
-                            "task_id": t.id.to_string(),
-                            "created_at": t.created_at.to_iso8601(),
-                            "state": t.state,
-                            "lifecycle": t.lifecycle,
-                            "prompt_summary": prompt_summary(&t.prompt),
-                        })
-                    })
-                    .collect();
-                CallToolResult::structured(json!({"tasks": tasks}))
-            }
-            Err(e) => app_failure(e),
-        })
+        let listed = tasks.list(limit, archived).await.map_err(app_error)?;
+        let tasks: Vec<Value> = listed
+            .iter()
+            .map(|t| {
+                json!({
+                    "task_id": t.id.to_string(),
+                    "created_at": t.created_at.to_iso8601(),
+                    "state": t.state,
+                    "lifecycle": t.lifecycle,
+                    "prompt_summary": prompt_summary(&t.prompt),
+                })
+            })
+            .collect();
+        Ok(CallToolResult::structured(json!({"tasks": tasks})))
     }
 }

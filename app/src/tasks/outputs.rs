@@ -14,6 +14,7 @@ use planb_projections::DataRoot;
 
 use super::{Tasks, pipeline_of};
 use crate::error::Error;
+use crate::store::off_thread;
 
 /// The largest output read whole (a zip of many large artifacts can
 /// exceed it; a download writes it to a file instead).
@@ -276,7 +277,7 @@ impl Tasks {
         let more = entries.len() > page;
         entries.truncate(page);
         let root = self.root();
-        crate::off_thread(move || {
+        off_thread(move || {
             let listed = entries.into_iter().filter_map(|e| listed(&root, e));
             (listed.collect(), more)
         })
@@ -289,8 +290,8 @@ impl Tasks {
         let task = self.read(move |s| s.pipeline_task(&id).cloned()).await?;
         let task = task.ok_or(ReadError::NoTask(id))?;
         let root = self.root();
-        crate::off_thread(move || read(&root, &task, output))
+        off_thread(move || read(&root, &task, output))
             .await
-            .map_err(ReadError::Internal)?
+            .map_err(|e| ReadError::Internal(e.to_string()))?
     }
 }

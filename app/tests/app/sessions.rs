@@ -24,7 +24,7 @@ fn store(root: &Path) -> StoreHandle {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_s_plan_versions_are_numbered_in_order_and_written_before_the_answer() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let sessions = Sessions::new(store(dir.path()), dir.path().to_path_buf());
+    let sessions = Sessions::new(store(dir.path()));
     let new = NewSession {
         title: Some("Storage".into()),
         ..NewSession::default()
@@ -63,7 +63,7 @@ async fn opened(asks: &Asks, session: SessionId, sid: &str) -> planb_core::AskId
 async fn an_ask_ended_after_its_answer_keeps_it_and_an_ended_form_takes_one_late_answer() {
     let dir = tempfile::tempdir().expect("temp dir");
     let handle = store(dir.path());
-    let sessions = Sessions::new(handle.clone(), dir.path().to_path_buf());
+    let sessions = Sessions::new(handle.clone());
     let (session, _) = sessions
         .start(NewSession::default())
         .await
