@@ -69,20 +69,10 @@ struct Cli {
 }
 
 fn data_root(cli: &Cli) -> anyhow::Result<PathBuf> {
-    if let Some(dir) = &cli.data_dir {
-        return Ok(dir.clone());
+    match &cli.data_dir {
+        Some(dir) => Ok(dir.clone()),
+        None => Ok(planb_projections::DataRoot::locate()?.root().to_path_buf()),
     }
-    if let Some(dir) = std::env::var_os("PLANB_MCP_DATA_DIR").filter(|d| !d.is_empty()) {
-        return Ok(PathBuf::from(dir));
-    }
-    // A setup written for browser-plan, planb's forerunner, keeps its root.
-    if let Some(dir) = std::env::var_os("BROWSER_PLAN_DATA_DIR").filter(|d| !d.is_empty()) {
-        return Ok(PathBuf::from(dir));
-    }
-    let home = std::env::var_os("HOME")
-        .filter(|h| !h.is_empty())
-        .ok_or_else(|| anyhow::anyhow!("HOME is not set; pass --data-dir or PLANB_MCP_DATA_DIR"))?;
-    Ok(PathBuf::from(home).join(".planb-mcp"))
 }
 
 /// Where execution plans' downstream servers are configured.

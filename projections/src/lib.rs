@@ -44,7 +44,7 @@ pub use import::{IMPORTED_ASK_URL, ImportProblem, ImportReport, Imported, Skippe
 pub use index::{Index, IndexDump, IndexedAskStatus, IndexedTaskState};
 pub use plan_file::{PLAN_FILE_BYTES_MAX, PlanFileChange, PlanFileError};
 pub use rebuild::{AcceptedLoss, RebuildReport, accept_loss, rebuild};
-pub use root::DataRoot;
+pub use root::{DataRoot, NoDataRoot};
 pub use runs::{RunLock, RunLockError, worker_alive};
 pub use snapshot::{SnapshotCheck, check_snapshot};
 pub use store::{OpenReport, SNAPSHOT_AFTER_EVENTS, Store};

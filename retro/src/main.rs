@@ -1,6 +1,6 @@
 //! `planb-retro`: serves the read-only replay of the planb log on
 //! 127.0.0.1:4317 (`--port`, else `PORT`), from `--data-dir`, else
-//! `PLANB_MCP_DATA_DIR` (default `~/.planb-mcp`). Glue only: read the
+//! the root `planb-mcp` uses (`PLANB_MCP_DATA_DIR`, default `~/.planb-mcp`). Glue only: read the
 //! command line and the environment, open, serve.
 
 use std::path::PathBuf;
@@ -52,16 +52,10 @@ fn token() -> anyhow::Result<String> {
 }
 
 fn data_root(cli: &Cli) -> anyhow::Result<DataRoot> {
-    if let Some(dir) = &cli.data_dir {
-        return Ok(DataRoot::new(dir.clone()));
+    match &cli.data_dir {
+        Some(dir) => Ok(DataRoot::new(dir.clone())),
+        None => Ok(DataRoot::locate()?),
     }
-    if let Some(dir) = std::env::var_os("PLANB_MCP_DATA_DIR").filter(|d| !d.is_empty()) {
-        return Ok(DataRoot::new(PathBuf::from(dir)));
-    }
-    let home = std::env::var_os("HOME")
-        .filter(|h| !h.is_empty())
-        .context("neither PLANB_MCP_DATA_DIR nor HOME is set; set PLANB_MCP_DATA_DIR")?;
-    Ok(DataRoot::new(PathBuf::from(home).join(".planb-mcp")))
 }
 
 fn port(cli: &Cli) -> anyhow::Result<u16> {

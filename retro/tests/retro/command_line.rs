@@ -8,7 +8,10 @@ use std::time::{Duration, Instant};
 
 fn retro() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_planb-retro"));
-    command.env_remove("PORT").env_remove("PLANB_MCP_DATA_DIR");
+    command
+        .env_remove("PORT")
+        .env_remove("PLANB_MCP_DATA_DIR")
+        .env_remove("BROWSER_PLAN_DATA_DIR");
     command
 }
 
@@ -59,12 +62,11 @@ fn free_port() -> u16 {
     probe.local_addr().expect("addr").port()
 }
 
-#[test]
-fn with_prompts_redacted_no_page_shows_a_task_s_prompt() {
+/// A data root at `dir` holding one task whose prompt is `prompt`.
+fn root_with_task(dir: &std::path::Path, prompt: &str) -> planb_core::TaskId {
     use planb_core::{Command, TaskId, Timestamp};
     use planb_projections::{DataRoot, FixedEnvironment, Store};
-    let dir = tempfile::tempdir().expect("tempdir");
-    let root = DataRoot::new(dir.path());
+    let root = DataRoot::new(dir);
     let env = std::sync::Arc::new(FixedEnvironment::new(Timestamp(1_700_000_000_000), 1_000));
     let (store, _) = Store::open(root, env).expect("open store");
     let task = TaskId::from_uuid(uuid::Uuid::new_v4());
@@ -74,14 +76,62 @@ fn with_prompts_redacted_no_page_shows_a_task_s_prompt() {
             task,
             pipeline: pipeline.name().into(),
             pipeline_version: pipeline.version(),
-            prompt: "Secret merger of Acme and Globex".into(),
+            prompt: prompt.into(),
             speed: "fast".into(),
             target: "build_plan".into(),
             model_profile: None,
             client_request_id: None,
         })
         .expect("create");
-    drop(store);
+    task
+}
+
+/// Without `--data-dir`, the replay reads the root `planb-mcp` writes to
+/// under the same environment: `PLANB_MCP_DATA_DIR`, else a forerunner's
+/// `BROWSER_PLAN_DATA_DIR`, else `~/.planb-mcp`.
+#[test]
+fn without_a_data_dir_the_replay_reads_the_root_planb_mcp_writes() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let chosen = tempfile::tempdir().expect("tempdir");
+    let other = tempfile::tempdir().expect("tempdir");
+    let home_root = home.path().join(".planb-mcp");
+    let cases: [(&[(&str, &std::path::Path)], &std::path::Path); 3] = [
+        (
+            &[
+                ("PLANB_MCP_DATA_DIR", chosen.path()),
+                ("BROWSER_PLAN_DATA_DIR", other.path()),
+            ],
+            chosen.path(),
+        ),
+        (&[("BROWSER_PLAN_DATA_DIR", chosen.path())], chosen.path()),
+        (&[], &home_root),
+    ];
+    for (n, (vars, served)) in cases.into_iter().enumerate() {
+        let prompt = format!("The root of case {n}");
+        root_with_task(served, &prompt);
+        let port = free_port();
+        let mut command = retro();
+        command.env("HOME", home.path());
+        for (name, value) in vars {
+            command.env(name, value);
+        }
+        let mut child = command
+            .args(["--port", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn");
+        let page = get(port, "/");
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(page.contains(&prompt), "case {n} ({vars:?}): {page}");
+    }
+}
+
+#[test]
+fn with_prompts_redacted_no_page_shows_a_task_s_prompt() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let task = root_with_task(dir.path(), "Secret merger of Acme and Globex");
     for (redact, shown) in [("1", false), ("0", true)] {
         let port = free_port();
         let mut child = retro()
