@@ -1,8 +1,10 @@
-//! The `PLANB_*` settings of the application layer, read in one place
-//! ([`Settings::from_env`]) and each checked before anything is recorded;
-//! an error names the variable. The model's variables (`PLANB_MODEL`, …)
-//! are read by the engine's `Backend::configured`, the team's by
-//! `planb-team`, a front door's own (port, tool list) by that front door.
+//! The settings planb reads from the environment, in one place and each
+//! checked before anything is recorded; an error names the variable.
+//! [`Settings::from_env`] holds those of runs and tasks, which every process
+//! reads; [`ServerSettings::from_env`] those of the MCP server's waits and
+//! forms. The model's variables (`PLANB_MODEL`, …) are read by the engine's
+//! `Backend::configured`, the team's by `planb-team`, where the data root is
+//! by `DataRoot::locate`.
 
 use std::time::Duration;
 
@@ -52,6 +54,89 @@ impl Settings {
             server_start: seconds(var, "PLANB_SERVER_START_SEC")?,
             redact_prompts: redacted(var),
         })
+    }
+}
+
+/// How long `ask_user` waits for an answer unless `ASK_ANSWER_TIMEOUT_MS`
+/// says otherwise.
+pub const DEFAULT_ANSWER_TIMEOUT: Duration = Duration::from_millis(86_400_000);
+/// How often a waiting tool reports progress when the request carries a
+/// token, unless `PLANB_PROGRESS_INTERVAL_MS` says otherwise.
+pub const DEFAULT_PROGRESS_INTERVAL: Duration = Duration::from_secs(5);
+/// How long a tool call without a progress token waits for the person before
+/// it answers "still open": well inside the 60 s after which the MCP
+/// Inspector gives up on a request (mcp-cli: 120 s).
+pub const DEFAULT_HAND_BACK: Duration = Duration::from_secs(45);
+
+/// The MCP server's own settings, each at its default when its variable is
+/// not set (or blank).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerSettings {
+    /// `ASK_ANSWER_TIMEOUT_MS`: how long a question waits for its answer.
+    pub answer_timeout: Duration,
+    /// `ASK_NO_OPEN` (anything but `0`): print a form's URL instead of
+    /// launching a browser.
+    pub no_open: bool,
+    /// `PLANB_PORT`: a fixed port for the callback server (0 = any free one).
+    pub port: u16,
+    /// `PLANB_PROGRESS_INTERVAL_MS`: how often a wait reports progress.
+    pub progress_interval: Duration,
+    /// `PLANB_HAND_BACK_MS`: how long a call without a progress token waits
+    /// for the person before answering "still open".
+    pub hand_back: Duration,
+    /// `PLANB_TOOLS`: the tool groups to serve, as written.
+    pub tools: Option<String>,
+    /// `BROWSER_PLAN_DATA_DIR` is set: list the forerunner's tool names too.
+    pub browser_plan_names: bool,
+}
+
+impl ServerSettings {
+    /// Reads every server setting from the environment.
+    pub fn from_env() -> Result<ServerSettings, SettingError> {
+        ServerSettings::from_vars(&|name| std::env::var(name).ok())
+    }
+
+    /// Reads every server setting through `var`.
+    pub fn from_vars(var: &dyn Fn(&str) -> Option<String>) -> Result<ServerSettings, SettingError> {
+        let var = |name: &str| var(name).filter(|v| !v.trim().is_empty());
+        let port = match var("PLANB_PORT") {
+            None => 0,
+            Some(text) => text.trim().parse::<u16>().map_err(|_| SettingError {
+                variable: "PLANB_PORT",
+                problem: format!("expected a port number 0-65535, got {text:?}"),
+            })?,
+        };
+        Ok(ServerSettings {
+            answer_timeout: millis(&var, "ASK_ANSWER_TIMEOUT_MS", DEFAULT_ANSWER_TIMEOUT)?,
+            no_open: var("ASK_NO_OPEN").is_some_and(|v| v.trim() != "0"),
+            port,
+            progress_interval: millis(
+                &var,
+                "PLANB_PROGRESS_INTERVAL_MS",
+                DEFAULT_PROGRESS_INTERVAL,
+            )?,
+            hand_back: millis(&var, "PLANB_HAND_BACK_MS", DEFAULT_HAND_BACK)?,
+            tools: var("PLANB_TOOLS"),
+            browser_plan_names: var("BROWSER_PLAN_DATA_DIR").is_some(),
+        })
+    }
+}
+
+/// A positive number of milliseconds, `default` when unset.
+fn millis(
+    var: &dyn Fn(&str) -> Option<String>,
+    name: &'static str,
+    default: Duration,
+) -> Result<Duration, SettingError> {
+    match var(name) {
+        None => Ok(default),
+        Some(text) => match text.trim().parse::<u64>() {
+            Ok(ms) if ms > 0 => Ok(Duration::from_millis(ms)),
+            _ => Err(SettingError {
+                variable: name,
+                problem: format!("expected a positive number of milliseconds, got {text:?}"),
+            }),
+        },
     }
 }
 
@@ -170,5 +255,43 @@ mod tests {
                 .expect("ok")
                 .redact_prompts
         );
+    }
+
+    #[test]
+    fn the_server_settings_default_and_a_bad_one_is_named() {
+        let read = |pairs: &[(&str, &str)]| {
+            let owned: Vec<(String, String)> = pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+            ServerSettings::from_vars(&move |name| {
+                owned
+                    .iter()
+                    .find(|(k, _)| k == name)
+                    .map(|(_, v)| v.clone())
+            })
+        };
+        let none = read(&[("PLANB_TOOLS", " ")]).expect("none set");
+        assert_eq!(none.answer_timeout, DEFAULT_ANSWER_TIMEOUT);
+        assert_eq!((none.port, none.no_open, none.tools), (0, false, None));
+        let set = read(&[
+            ("PLANB_PORT", "4999"),
+            ("ASK_NO_OPEN", "1"),
+            ("PLANB_HAND_BACK_MS", "250"),
+            ("BROWSER_PLAN_DATA_DIR", "/b"),
+        ])
+        .expect("set");
+        assert_eq!((set.port, set.no_open), (4999, true));
+        assert_eq!(set.hand_back, Duration::from_millis(250));
+        assert!(set.browser_plan_names);
+        for (name, value) in [
+            ("PLANB_PORT", "70000"),
+            ("ASK_ANSWER_TIMEOUT_MS", "0"),
+            ("PLANB_PROGRESS_INTERVAL_MS", "soon"),
+        ] {
+            let error = read(&[(name, value)]).expect_err(name);
+            assert_eq!(error.variable, name);
+            assert!(error.to_string().contains(value), "{error}");
+        }
     }
 }

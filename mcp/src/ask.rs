@@ -236,7 +236,7 @@ impl PlanbServer {
             .contains(&ElicitationMode::Url);
         let delivery = if url_mode {
             Delivery::UrlElicitation
-        } else if self.config().no_open {
+        } else if self.config().env.no_open {
             Delivery::BrowserNotOpened
         } else {
             Delivery::BrowserOpened

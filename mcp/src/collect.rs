@@ -40,7 +40,7 @@ impl PlanbServer {
     /// work again after a restart (the forms are found by sid on the first
     /// request).
     pub async fn serve_answerable_forms(&self) {
-        if self.config().port == 0 {
+        if self.config().env.port == 0 {
             return;
         }
         let pending = self.asks().answerable_forms().await;
@@ -148,7 +148,7 @@ impl PlanbServer {
         // On a fixed port the link the person was given reaches this process
         // too (any planb-mcp on the port serves it, found by the hash of its
         // sid): wait for the answer without opening another page.
-        let port = self.config().port;
+        let port = self.config().env.port;
         if port != 0
             && form_address == format!("http://127.0.0.1:{port}/ask")
             && self.callback_address().await.is_ok()

@@ -1,35 +1,18 @@
-//! Settings from the environment, read once at start-up. A malformed value is an
-//! error naming the variable, so a typo never silently becomes a default.
+//! The server's settings: the environment's (read by planb-app's
+//! `ServerSettings`, where a malformed value is an error naming the
+//! variable) and the command line's.
 
+use planb_app::settings::ServerSettings;
 use std::path::PathBuf;
-use std::time::Duration;
-
-/// How long `ask_user` waits for an answer unless `ASK_ANSWER_TIMEOUT_MS` says otherwise.
-pub const DEFAULT_ANSWER_TIMEOUT: Duration = Duration::from_millis(86_400_000);
-/// How often a waiting `ask_user` reports progress when the request carries a token.
-pub const DEFAULT_PROGRESS_INTERVAL: Duration = Duration::from_secs(5);
-/// How long a tool call without a progress token waits for the person before
-/// it answers "still open": well inside the 60 s after which the MCP
-/// Inspector gives up on a request (mcp-cli: 120 s).
-pub const DEFAULT_HAND_BACK: Duration = Duration::from_secs(45);
 
 /// The server's settings.
 #[derive(Debug, Clone)]
 pub struct Config {
     /// The data root (absolute).
     pub data_root: PathBuf,
-    /// `ASK_ANSWER_TIMEOUT_MS`.
-    pub answer_timeout: Duration,
-    /// `ASK_NO_OPEN=1`: print the form's URL instead of launching a browser.
-    pub no_open: bool,
-    /// `PLANB_PORT`: a fixed port for the callback server (0 = ephemeral).
-    pub port: u16,
-    /// `PLANB_PROGRESS_INTERVAL_MS`.
-    pub progress_interval: Duration,
-    /// `PLANB_HAND_BACK_MS`: how long `ask_user` and `submit_plan` wait when
-    /// the request carries no progress token (so nothing keeps the client's
-    /// request timeout at bay) before returning a "still open" result.
-    pub hand_back: Duration,
+    /// The environment's settings: waits, the callback server's port,
+    /// whether a browser is opened.
+    pub env: ServerSettings,
     /// `--plans-dir` (absolute): where named plans are written.
     pub plans_dir: PathBuf,
     /// `--review`: how `submit_plan` collects a verdict.
@@ -61,40 +44,18 @@ pub enum ReviewMode {
     Form,
 }
 
-fn var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
-}
-
-fn millis(name: &str, default: Duration) -> anyhow::Result<Duration> {
-    match var(name) {
-        None => Ok(default),
-        Some(text) => match text.trim().parse::<u64>() {
-            Ok(ms) if ms > 0 => Ok(Duration::from_millis(ms)),
-            _ => anyhow::bail!("{name}: expected a positive number of milliseconds, got {text:?}"),
-        },
-    }
-}
-
 impl Config {
-    /// Reads the environment; `data_root` is resolved by the caller.
-    pub fn from_env(data_root: PathBuf) -> anyhow::Result<Config> {
-        let port = match var("PLANB_PORT") {
-            None => 0,
-            Some(text) => text.trim().parse::<u16>().map_err(|_| {
-                anyhow::anyhow!("PLANB_PORT: expected a port number 0-65535, got {text:?}")
-            })?,
-        };
+    /// The server's settings: the environment's `env`, every command-line
+    /// option at its default; `data_root` is resolved by the caller.
+    pub fn new(data_root: PathBuf, env: ServerSettings) -> Config {
         let servers = planb_app::plans::ServersSource {
             file: planb_app::plans::servers_path(&data_root, None),
             project: None,
         };
-        Ok(Config {
+        Config {
             data_root,
-            answer_timeout: millis("ASK_ANSWER_TIMEOUT_MS", DEFAULT_ANSWER_TIMEOUT)?,
-            no_open: var("ASK_NO_OPEN").is_some_and(|v| v.trim() != "0"),
-            port,
-            progress_interval: millis("PLANB_PROGRESS_INTERVAL_MS", DEFAULT_PROGRESS_INTERVAL)?,
-            hand_back: millis("PLANB_HAND_BACK_MS", DEFAULT_HAND_BACK)?,
+            browser_plan_names: env.browser_plan_names,
+            env,
             plans_dir: PathBuf::from("docs/plans"),
             review: ReviewMode::Browser,
             submit_command: Vec::new(),
@@ -102,14 +63,13 @@ impl Config {
             servers,
             tools: crate::groups::Selection::default(),
             prompt_problem: None,
-            browser_plan_names: var("BROWSER_PLAN_DATA_DIR").is_some(),
             disconnect: crate::stdio::Disconnect::never(),
-        })
+        }
     }
 }
 
 /// "24 h", "90 s", "1.5 min": a duration as a person reads it.
-pub fn human_duration(duration: Duration) -> String {
+pub fn human_duration(duration: std::time::Duration) -> String {
     let secs = duration.as_secs_f64();
     if secs >= 3600.0 {
         format!("{} h", trim(secs / 3600.0))
@@ -130,10 +90,14 @@ fn trim(value: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn durations_read_naturally() {
-        assert_eq!(human_duration(DEFAULT_ANSWER_TIMEOUT), "24 h");
+        assert_eq!(
+            human_duration(planb_app::settings::DEFAULT_ANSWER_TIMEOUT),
+            "24 h"
+        );
         assert_eq!(human_duration(Duration::from_secs(90)), "1.5 min");
         assert_eq!(human_duration(Duration::from_millis(1500)), "1.5 s");
         assert_eq!(human_duration(Duration::from_millis(300)), "300 ms");

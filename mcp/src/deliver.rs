@@ -94,15 +94,15 @@ async fn wait<T>(config: &Config, page: &Page<'_>, mut answer: oneshot::Receiver
             tracing::info!("sent by URL elicitation: {}", page.url);
         }
         _ => {
-            crate::browser::open(page.url, config.no_open);
+            crate::browser::open(page.url, config.env.no_open);
         }
     }
-    let deadline = tokio::time::sleep(config.answer_timeout);
+    let deadline = tokio::time::sleep(config.env.answer_timeout);
     tokio::pin!(deadline);
     let token = page.context.meta.get_progress_token();
-    let hand_back = tokio::time::sleep(config.hand_back);
+    let hand_back = tokio::time::sleep(config.env.hand_back);
     tokio::pin!(hand_back);
-    let mut ticker = tokio::time::interval(config.progress_interval);
+    let mut ticker = tokio::time::interval(config.env.progress_interval);
     ticker.tick().await;
     let mut progress = 0.0;
     loop {
@@ -125,7 +125,7 @@ async fn wait<T>(config: &Config, page: &Page<'_>, mut answer: oneshot::Receiver
                         // Some clients advertise URL elicitation and then fail it:
                         // fall back to opening the browser ourselves.
                         tracing::warn!("URL elicitation failed ({error}); opening the page directly");
-                        crate::browser::open(page.url, config.no_open);
+                        crate::browser::open(page.url, config.env.no_open);
                     }
                 }
             }

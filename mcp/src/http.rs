@@ -530,7 +530,7 @@ impl crate::server::PlanbServer {
     /// Where the callback server listens: started on the first form.
     pub(crate) async fn callback_address(&self) -> std::io::Result<std::net::SocketAddr> {
         let (cell, store, forms, reviews) = self.callback_parts();
-        let port = self.config().port;
+        let port = self.config().env.port;
         cell.get_or_try_init(|| start(store.clone(), forms, reviews, port))
             .await
             .copied()

@@ -25,6 +25,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
+use planb_app::settings::ServerSettings;
 use planb_engine::backend::keeper;
 
 /// planb: a planning companion for AI coding agents.
@@ -131,13 +132,13 @@ fn with_submit_separator(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsS
 /// The tool groups `--tools`, else `PLANB_TOOLS`, names; all when neither
 /// does, or when the one given cannot be read (said on stderr, so a client's
 /// server still starts).
-fn tool_selection(flag: Option<&str>) -> groups::Selection {
-    let (source, text) = match (flag, std::env::var("PLANB_TOOLS").ok()) {
-        (Some(text), _) => ("--tools", text.to_owned()),
-        (None, Some(text)) if !text.trim().is_empty() => ("PLANB_TOOLS", text),
+fn tool_selection(flag: Option<&str>, variable: Option<&str>) -> groups::Selection {
+    let (source, text) = match (flag, variable) {
+        (Some(text), _) => ("--tools", text),
+        (None, Some(text)) => ("PLANB_TOOLS", text),
         _ => return groups::Selection::default(),
     };
-    groups::Selection::parse(&text).unwrap_or_else(|problem| {
+    groups::Selection::parse(text).unwrap_or_else(|problem| {
         tracing::warn!("{source}: {problem}; serving every tool");
         groups::Selection::default()
     })
@@ -148,11 +149,11 @@ fn serve(root: PathBuf, cli: &Cli) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&root)
         .map_err(|e| anyhow::anyhow!("cannot create the data root {}: {e}", root.display()))?;
     let root = root.canonicalize()?;
-    let mut config = config::Config::from_env(root.clone())?;
+    let mut config = config::Config::new(root.clone(), ServerSettings::from_env()?);
     config.plans_dir = std::env::current_dir()?.join(&cli.plans_dir);
     config.review = cli.review;
     config.submit_command = cli.submit_command.clone();
-    config.tools = tool_selection(cli.tools.as_deref());
+    config.tools = tool_selection(cli.tools.as_deref(), config.env.tools.as_deref());
     config.browser_plan_names |= cli.browser_plan_names;
     config.servers = servers_source(&planb_projections::DataRoot::new(&root), cli)?;
     if let Some(file) = &cli.prompt_file {

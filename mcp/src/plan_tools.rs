@@ -377,7 +377,7 @@ impl PlanbServer {
         let token = context.meta.get_progress_token();
         let until = token
             .is_none()
-            .then(|| Instant::now() + self.config().hand_back);
+            .then(|| Instant::now() + self.config().env.hand_back);
         let runs = &self.plan_runs().runs;
         loop {
             let waited = tokio::select! {

@@ -469,7 +469,7 @@ fn instructions(tools: &crate::groups::Selection) -> String {
 
 /// A human name for how long the server waits for an answer.
 pub(crate) fn timeout_text(config: &Config) -> String {
-    human_duration(config.answer_timeout)
+    human_duration(config.env.answer_timeout)
 }
 
 impl PlanbServer {

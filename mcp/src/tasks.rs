@@ -631,7 +631,7 @@ impl PlanbServer {
         // in time (the agent calls again).
         let mut limit = Duration::from_secs_f64(timeout);
         if token.is_none() {
-            limit = limit.min(self.config().hand_back);
+            limit = limit.min(self.config().env.hand_back);
         }
         let started = Instant::now();
         let mut last_sent = -1.0;
