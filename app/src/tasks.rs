@@ -326,6 +326,47 @@ impl Tasks {
     }
 }
 
+/// What [`Tasks::wait`] found.
+#[derive(Debug, Clone)]
+pub enum TaskWaited {
+    /// The task's run has ended.
+    Ended(Task),
+    /// The limit came first: the task as it is then.
+    TimedOut(Task),
+    /// Still running, further along than the caller was last told.
+    Progressed(Task, TaskStatus),
+}
+
+impl Tasks {
+    /// Waits until the run of task `id` ends or `until` comes, looking at
+    /// it every `poll`; returns early once its progress is past `told` per
+    /// cent, for the caller to tell (`f64::INFINITY` never is). A task whose
+    /// first run has not started yet is waited on.
+    pub async fn wait(
+        &self,
+        id: TaskId,
+        until: Instant,
+        poll: Duration,
+        told: f64,
+    ) -> Result<TaskWaited, Error> {
+        loop {
+            let task = self.find(id).await?;
+            if !task.runs.is_empty() && task.active_run().is_none() {
+                return Ok(TaskWaited::Ended(task));
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(TaskWaited::TimedOut(task));
+            }
+            let status = status(&self.root(), &task);
+            if status.percentage > told {
+                return Ok(TaskWaited::Progressed(task, status));
+            }
+            tokio::time::sleep(poll.min(left)).await;
+        }
+    }
+}
+
 /// How long [`Tasks::stop`] waits for the run to end.
 pub const STOP_WAIT: Duration = Duration::from_secs(10);
 

@@ -9,14 +9,15 @@ use std::sync::Arc;
 use planb_core::{Answers, AskId, AskSpec, Delivery, SessionId};
 use rmcp::RoleServer;
 use rmcp::model::{CallToolResult, ContentBlock};
-use rmcp::service::{ElicitationMode, RequestContext};
+use rmcp::service::RequestContext;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
 use planb_app::asks::{Ending, NewAsk};
 
 use crate::config::Config;
-use crate::deliver::{Outcome, Page, deliver_and_wait};
+use crate::deliver::{Outcome, Page, deliver_and_wait, url_mode};
+use crate::http::PageKind;
 use crate::server::{PlanbServer, store_error, timeout_text, tool_error};
 
 /// Everything one wait needs.
@@ -196,27 +197,6 @@ pub(crate) fn cancelled_result(ask: AskId) -> CallToolResult {
 }
 
 impl PlanbServer {
-    /// Where a new form is served (`http://127.0.0.1:<port>/ask`) and its
-    /// new sid; why the page cannot be served otherwise.
-    async fn new_form_link(&self) -> Result<(String, String), String> {
-        let address = match self.callback_address().await {
-            Ok(address) => address,
-            Err(error) => {
-                tracing::error!("callback server: {error}");
-                return Err(format!("the form could not be opened: {error}"));
-            }
-        };
-        let sid = match crate::server::new_sid() {
-            Ok(sid) => sid,
-            Err(error) => {
-                return Err(format!(
-                    "the form could not be opened: no randomness: {error}"
-                ));
-            }
-        };
-        Ok((format!("http://127.0.0.1:{}/ask", address.port()), sid))
-    }
-
     /// Opens a form for `spec` in `session`, records it and waits for the
     /// person as `ask_user` does; the result is `ask_user`'s.
     pub(crate) async fn open_ask(
@@ -225,15 +205,12 @@ impl PlanbServer {
         spec: AskSpec,
         context: &RequestContext<RoleServer>,
     ) -> CallToolResult {
-        let (address, sid) = match self.new_form_link().await {
-            Ok(link) => link,
+        let page = match self.new_page(PageKind::FORM).await {
+            Ok(page) => page,
             Err(problem) => return tool_error(problem),
         };
-        let url = format!("{address}?sid={sid}");
-        let url_mode = context
-            .peer
-            .supported_elicitation_modes()
-            .contains(&ElicitationMode::Url);
+        let url = page.url();
+        let url_mode = url_mode(context);
         let delivery = if url_mode {
             Delivery::UrlElicitation
         } else if self.config().env.no_open {
@@ -246,8 +223,8 @@ impl PlanbServer {
             session,
             spec: (*spec).clone(),
             delivery,
-            url: address,
-            sid: sid.clone(),
+            url: page.address,
+            sid: page.id.clone(),
         };
         let ask = match self.asks().open(new).await {
             Ok(ask) => ask,
@@ -258,6 +235,7 @@ impl PlanbServer {
             ask,
             spec: Arc::clone(&spec),
         };
+        let sid = page.id;
         if let Err(error) = self.forms().register(sid.clone(), info, sender) {
             let _ = self
                 .asks()

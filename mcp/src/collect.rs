@@ -15,11 +15,12 @@ use std::sync::Arc;
 use planb_core::{AskId, AskSpec, SessionId};
 use rmcp::RoleServer;
 use rmcp::model::{CallToolResult, JsonObject};
-use rmcp::service::{ElicitationMode, RequestContext};
+use rmcp::service::RequestContext;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
 use crate::forms::FormInfo;
+use crate::http::PageKind;
 use crate::server::{PlanbServer, store_error, tool_error};
 use planb_app::asks::Asks;
 use planb_app::store::StoreHandle;
@@ -89,10 +90,7 @@ impl PlanbServer {
                 "askId: ask {ask_id} has no form to serve (it was imported); call ask_user with the questions again"
             ));
         }
-        let url_mode = context
-            .peer
-            .supported_elicitation_modes()
-            .contains(&ElicitationMode::Url);
+        let url_mode = crate::deliver::url_mode(context);
         if let Some(waited) = self.wait_on_shown(context, ask_id, url_mode).await {
             return waited;
         }
@@ -110,14 +108,13 @@ impl PlanbServer {
         url_mode: bool,
     ) -> Option<CallToolResult> {
         let (sid, info, answered) = self.forms().rewait(|info| info.ask == ask_id)?;
-        let address = match self.callback_address().await {
-            Ok(address) => address,
-            Err(error) => {
+        let url = match self.page_url(PageKind::FORM, &sid).await {
+            Ok(url) => url,
+            Err(problem) => {
                 self.forms().detach(&sid);
-                return Some(tool_error(format!("the form could not be opened: {error}")));
+                return Some(tool_error(problem));
             }
         };
-        let url = format!("http://127.0.0.1:{}/ask?sid={sid}", address.port());
         Some(
             crate::ask::wait(crate::ask::Wait {
                 server: self,
@@ -170,19 +167,11 @@ impl PlanbServer {
         }
         // The log holds only the hash of the old sid: this process serves
         // the form under a new one.
-        let sid = match crate::server::new_sid() {
-            Ok(sid) => sid,
-            Err(error) => {
-                return tool_error(format!(
-                    "the form could not be opened: no randomness: {error}"
-                ));
-            }
+        let page = match self.new_page(PageKind::FORM).await {
+            Ok(page) => page,
+            Err(problem) => return tool_error(problem),
         };
-        let address = match self.callback_address().await {
-            Ok(address) => address,
-            Err(error) => return tool_error(format!("the form could not be opened: {error}")),
-        };
-        let url = format!("http://127.0.0.1:{}/ask?sid={sid}", address.port());
+        let (url, sid) = (page.url(), page.id);
         let (sender, answered) = oneshot::channel();
         let info = FormInfo {
             ask: ask_id,

@@ -18,11 +18,19 @@ use std::pin::Pin;
 
 use rmcp::RoleServer;
 use rmcp::model::ElicitationAction;
-use rmcp::service::{ElicitationError, RequestContext};
+use rmcp::service::{ElicitationError, ElicitationMode, RequestContext};
 use tokio::sync::oneshot;
 
 use crate::config::Config;
 use crate::server::PlanbServer;
+
+/// Whether the client takes a page by URL elicitation.
+pub fn url_mode(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .peer
+        .supported_elicitation_modes()
+        .contains(&ElicitationMode::Url)
+}
 
 /// How a wait ended.
 #[derive(Debug)]

@@ -18,6 +18,7 @@ use crate::args::{self, Args};
 use crate::config::ReviewMode;
 use crate::deliver::{Outcome, Page, deliver_and_wait};
 use crate::forms::ReviewInfo;
+use crate::http::PageKind;
 use crate::server::{PlanbServer, store_error, tool_error};
 use planb_app::named::{CommandReviewError, NamedPlans, ReviewOutcome, SubmitError, Submitted};
 use planb_core::Rejection;
@@ -398,19 +399,11 @@ impl PlanbServer {
         context: &RequestContext<RoleServer>,
         info: ReviewInfo,
     ) -> CallToolResult {
-        let address = match self.callback_address().await {
-            Ok(address) => address,
-            Err(error) => {
-                return tool_error(format!("the review page could not be opened: {error}"));
-            }
+        let page = match self.new_page(PageKind::REVIEW).await {
+            Ok(page) => page,
+            Err(problem) => return tool_error(problem),
         };
-        let rid = match crate::server::new_sid() {
-            Ok(rid) => rid,
-            Err(error) => {
-                return tool_error(format!("the review page could not be opened: {error}"));
-            }
-        };
-        let url = format!("http://127.0.0.1:{}/review?rid={rid}", address.port());
+        let (url, rid) = (page.url(), page.id);
         let (sender, answered) = oneshot::channel();
         let (plan, round) = (info.plan.clone(), info.round);
         if let Err(error) = self.reviews().register(rid.clone(), info, sender) {
@@ -469,16 +462,13 @@ impl PlanbServer {
                 )
             });
         };
-        let address = match self.callback_address().await {
-            Ok(address) => address,
-            Err(error) => {
+        let url = match self.page_url(PageKind::REVIEW, &rid).await {
+            Ok(url) => url,
+            Err(problem) => {
                 self.reviews().detach(&rid);
-                return Some(tool_error(format!(
-                    "the review page could not be served: {error}"
-                )));
+                return Some(tool_error(problem));
             }
         };
-        let url = format!("http://127.0.0.1:{}/review?rid={rid}", address.port());
         let review = Review {
             rid: &rid,
             url: &url,
@@ -496,10 +486,7 @@ impl PlanbServer {
         review: Review<'_>,
         answered: oneshot::Receiver<ReviewOutcome>,
     ) -> CallToolResult {
-        let url_mode = context
-            .peer
-            .supported_elicitation_modes()
-            .contains(&ElicitationMode::Url);
+        let url_mode = crate::deliver::url_mode(context);
         let label = format!("review of plan \"{}\"", review.plan.name.as_str());
         let page = Page {
             context,

@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 
 use planb_app::ErrorCode;
 use planb_app::launch::{Launch, Runner, Start};
-use planb_app::tasks::{CreateRequest, TaskFile, Tasks, checked_pipeline};
+use planb_app::tasks::{CreateRequest, TaskFile, TaskWaited, Tasks, checked_pipeline};
 
 use crate::args::Args;
 use crate::server::{Answer, PLANEXE_VERSION, PlanbServer, Refusal};
@@ -195,6 +195,20 @@ fn failure_of(run: &Run) -> Value {
             _ => "the run failed".to_owned(),
         },
     })
+}
+
+/// A waited-on task's progress as a line: `running 40% (2 of 5 steps), running purpose`.
+fn progress_message(task: &Task, status: &planb_app::tasks::TaskStatus) -> String {
+    let running = (status.progress.current.as_deref())
+        .map(|step| format!(", running {step}"))
+        .unwrap_or_default();
+    format!(
+        "{} {:.0}% ({} of {} steps){running}",
+        state_name(task),
+        status.percentage,
+        status.progress.done,
+        status.progress.total,
+    )
 }
 
 fn next_steps(task: &Task) -> Vec<String> {
@@ -633,42 +647,29 @@ impl PlanbServer {
         if token.is_none() {
             limit = limit.min(self.config().env.hand_back);
         }
-        let started = Instant::now();
-        let mut last_sent = -1.0;
-        loop {
-            let (_, task) = self.task_checked(id).await?;
-            let mut value = status(&self.data_root(), &task, self.store().env().now());
-            let ended = !task.runs.is_empty() && task.active_run().is_none();
-            if ended || started.elapsed() >= limit {
-                if let Value::Object(map) = &mut value {
-                    map.insert("next_steps".into(), json!(next_steps(&task)));
-                    map.insert("timed_out".into(), json!(!ended));
+        let (until, poll) = (Instant::now() + limit, Duration::from_secs_f64(poll));
+        let tasks = self.tasks().await?;
+        // Progress is told only to a request that carries a token.
+        let mut told = if token.is_some() { -1.0 } else { f64::INFINITY };
+        let (task, ended) = loop {
+            match tasks.wait(id, until, poll, told).await.map_err(app_error)? {
+                TaskWaited::Ended(task) => break (task, true),
+                TaskWaited::TimedOut(task) => break (task, false),
+                TaskWaited::Progressed(task, status) => {
+                    told = status.percentage;
+                    if let Some(token) = &token {
+                        let message = progress_message(&task, &status);
+                        PlanbServer::notify_progress(&context, token, told, message).await;
+                    }
                 }
-                return Ok(CallToolResult::structured(value));
             }
-            let percentage = value["progress_percentage"].as_f64().unwrap_or(0.0);
-            if let Some(token) = &token
-                && percentage > last_sent
-            {
-                last_sent = percentage;
-                let message = format!(
-                    "{} {:.0}% ({} of {} steps){}",
-                    value["state"].as_str().unwrap_or(""),
-                    percentage,
-                    value["steps_completed"],
-                    value["steps_total"],
-                    value["current_step"]
-                        .as_str()
-                        .map(|s| format!(", running {s}"))
-                        .unwrap_or_default()
-                );
-                PlanbServer::notify_progress(&context, token, percentage, message).await;
-            }
-            tokio::time::sleep(
-                Duration::from_secs_f64(poll).min(limit.saturating_sub(started.elapsed())),
-            )
-            .await;
+        };
+        let mut value = status(&self.data_root(), &task, self.store().env().now());
+        if let Value::Object(map) = &mut value {
+            map.insert("next_steps".into(), json!(next_steps(&task)));
+            map.insert("timed_out".into(), json!(!ended));
         }
+        Ok(CallToolResult::structured(value))
     }
 
     #[tool(

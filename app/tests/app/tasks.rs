@@ -324,6 +324,57 @@ async fn archive_and_delete_wait_for_the_run_and_a_deleted_task_leaves_no_folder
     assert_eq!(latest.code, ErrorCode::TaskNotFound);
 }
 
+/// A wait on a task tells its progress only past what was told, hands back
+/// at its limit while the run goes on, waits on a task whose run has not
+/// started yet, and returns the task once its run has ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_tells_new_progress_hands_back_at_its_limit_and_ends_with_the_run() {
+    use planb_app::tasks::TaskWaited;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let model = ModelServer::start(Script {
+        delay: Duration::from_millis(100),
+        fail_first: 0,
+    })
+    .await;
+    let tasks = open(dir.path());
+    let root = tasks.store().root().clone();
+    let pipeline = tasks::checked_pipeline(&root, PROJECT_PLAN, DEFAULT_TARGET).expect("pipeline");
+    let unstarted = tasks.create(request(PROMPT, "fast"), &pipeline).await;
+    let unstarted = unstarted.expect("created");
+    let poll = Duration::from_millis(20);
+    let soon = || Instant::now() + Duration::from_millis(150);
+    let waited = tasks.wait(unstarted, soon(), poll, f64::INFINITY).await;
+    assert!(
+        matches!(waited.expect("waited"), TaskWaited::TimedOut(t) if t.runs.is_empty()),
+        "a task whose run has not started is waited on"
+    );
+
+    let id = create_and_start(&tasks, &model, "fast").await;
+    let first = tasks.wait(id, soon(), poll, -1.0).await.expect("waited");
+    let TaskWaited::Progressed(_, status) = first else {
+        panic!("anything is news to a caller told nothing: {first:?}");
+    };
+    let waited = tasks.wait(id, soon(), poll, 100.0).await.expect("waited");
+    assert!(
+        matches!(&waited, TaskWaited::TimedOut(t) if t.active_run().is_some()),
+        "nothing is past 100%: the wait hands back while the run goes on ({waited:?}, first at {}%)",
+        status.percentage
+    );
+    let mut told = status.percentage;
+    let deadline = Instant::now() + RUN_WAIT;
+    let ended = loop {
+        match tasks.wait(id, deadline, poll, told).await.expect("waited") {
+            TaskWaited::Ended(task) => break task,
+            TaskWaited::TimedOut(task) => panic!("the run did not end: {task:?}"),
+            TaskWaited::Progressed(_, now) => {
+                assert!(now.percentage > told, "{} after {told}", now.percentage);
+                told = now.percentage;
+            }
+        }
+    };
+    assert_eq!(tasks::state_name(&ended), "completed");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_id_creates_one_task_and_an_unknown_target_is_refused() {
     let dir = tempfile::tempdir().expect("temp dir");
