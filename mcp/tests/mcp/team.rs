@@ -611,7 +611,16 @@ async fn when_the_window_that_ships_is_killed_another_on_the_root_takes_over() {
             .expect("status")
             .map(|s| s.pid)
     };
-    let holder = shipper().expect("a shipper wrote its status");
+    // The shipper writes its status after the pass the database already
+    // shows.
+    let deadline = Instant::now() + WAIT;
+    let holder = loop {
+        if let Some(pid) = shipper() {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "no shipper wrote its status");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     let (killed, survivor) = if holder == first.pid {
         (first, second)
     } else {
