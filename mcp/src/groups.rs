@@ -145,13 +145,13 @@ pub fn lean(tool: &mut rmcp::model::Tool) {
         input.remove(key);
     }
     let mut input = serde_json::Value::Object(input);
-    optional_not_null(&mut input);
+    crate::schema::optional_not_null(&mut input);
     if let serde_json::Value::Object(input) = input {
         tool.input_schema = std::sync::Arc::new(input);
     }
     if let Some(output) = &tool.output_schema {
         let mut output = serde_json::Value::Object((**output).clone());
-        strip_prose(&mut output);
+        crate::schema::strip_prose(&mut output);
         if let serde_json::Value::Object(output) = output {
             tool.output_schema = Some(std::sync::Arc::new(output));
         }
@@ -179,51 +179,6 @@ fn lean_hints(hints: &mut rmcp::model::ToolAnnotations, title: Option<&str>) {
     }
     if hints.open_world_hint == Some(true) {
         hints.open_world_hint = None;
-    }
-}
-
-/// `"type": ["string", "null"]` as `"type": "string"` throughout an input
-/// schema: an optional argument is one left out (a null is taken as left
-/// out all the same).
-fn optional_not_null(schema: &mut serde_json::Value) {
-    match schema {
-        serde_json::Value::Object(map) => {
-            if let Some(serde_json::Value::Array(types)) = map.get("type")
-                && types.len() == 2
-                && types.iter().any(|t| t == "null")
-                && let Some(kept) = types.iter().find(|t| *t != "null").cloned()
-            {
-                map.insert("type".into(), kept);
-            }
-            map.values_mut().for_each(optional_not_null);
-        }
-        serde_json::Value::Array(items) => items.iter_mut().for_each(optional_not_null),
-        _ => {}
-    }
-}
-
-/// Removes `$schema`, `title` and `description` keywords from a schema and
-/// its subschemas (a property that happens to be named so is kept).
-fn strip_prose(schema: &mut serde_json::Value) {
-    match schema {
-        serde_json::Value::Object(map) => {
-            for key in ["$schema", "title", "description"] {
-                if !map.get(key).is_some_and(serde_json::Value::is_object) {
-                    map.remove(key);
-                }
-            }
-            for (key, value) in map.iter_mut() {
-                if key == "properties" || key == "$defs" {
-                    if let serde_json::Value::Object(named) = value {
-                        named.values_mut().for_each(strip_prose);
-                    }
-                } else {
-                    strip_prose(value);
-                }
-            }
-        }
-        serde_json::Value::Array(items) => items.iter_mut().for_each(strip_prose),
-        _ => {}
     }
 }
 

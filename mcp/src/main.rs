@@ -17,6 +17,7 @@ mod http;
 mod plan_tools;
 mod plans;
 mod resources;
+mod schema;
 mod server;
 mod stdio;
 mod tasks;

@@ -26,6 +26,7 @@ use rmcp::{ErrorData, Peer, RoleServer, tool, tool_router};
 use serde_json::{Map, Value, json};
 
 use crate::args::Args;
+use crate::schema::schema;
 use crate::server::PlanbServer;
 use planb_app::plans::{self as exec_plans, PlanSummary, approval};
 use planb_app::runs::{Attached, Finished, Follower, Waited};
@@ -41,13 +42,6 @@ fn failure(message: impl Into<String>) -> CallToolResult {
 /// An application error as the plan tools answer it: its text alone.
 fn app_failure(e: planb_app::Error) -> CallToolResult {
     failure(e.message)
-}
-
-fn schema(value: Value) -> Arc<JsonObject> {
-    match value {
-        Value::Object(map) => Arc::new(map),
-        _ => Arc::new(JsonObject::new()),
-    }
 }
 
 /// What `plan_execute` was asked to do.
@@ -104,21 +98,6 @@ fn execute_properties() -> Map<String, Value> {
         return Map::new();
     };
     map
-}
-
-/// `properties` (a map of property schemas) without their descriptions,
-/// nested ones included.
-fn without_descriptions(value: &mut Value) {
-    match value {
-        Value::Object(map) => {
-            if map.get("description").is_some_and(Value::is_string) {
-                map.remove("description");
-            }
-            map.values_mut().for_each(without_descriptions);
-        }
-        Value::Array(items) => items.iter_mut().for_each(without_descriptions),
-        _ => {}
-    }
 }
 
 fn object_schema(properties: Map<String, Value>, required: &[&str]) -> Arc<JsonObject> {
@@ -667,12 +646,7 @@ impl PlanbServer {
             let mut properties = create_properties();
             properties.extend(execute_properties());
             properties.remove("resume");
-            let mut properties = Value::Object(properties);
-            without_descriptions(&mut properties);
-            let Value::Object(properties) = properties else {
-                unreachable!("an object stays an object")
-            };
-            object_schema(properties, &[])
+            object_schema(crate::schema::without_descriptions(properties), &[])
         },
         output_schema = executed_output(),
         annotations(title = "Create and run an execution plan", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = true)

@@ -14,11 +14,12 @@ use rmcp::{ErrorData, prompt, prompt_router, tool, tool_router};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
-use crate::args::{self, Args};
+use crate::args::Args;
 use crate::config::ReviewMode;
 use crate::deliver::{Outcome, Page, deliver_and_wait};
 use crate::forms::ReviewInfo;
 use crate::http::PageKind;
+use crate::schema;
 use crate::server::{PlanbServer, store_error, tool_error};
 use planb_app::named::{CommandReviewError, NamedPlans, ReviewOutcome, SubmitError, Submitted};
 use planb_core::Rejection;
@@ -208,8 +209,8 @@ impl PlanbServer {
         name = "write_plan",
         description = "Write (create or replace) a named plan, Markdown, at <plans-dir>/<planName>-plan.md; every change is kept as a version. Returns {planName, planPath, bytesWritten}.",
         title = "Write a plan",
-        input_schema = args::schema::<args::WritePlanInput>(),
-        output_schema = args::schema::<args::WritePlanOutput>(),
+        input_schema = schema::of::<schema::WritePlanInput>(),
+        output_schema = schema::of::<schema::WritePlanOutput>(),
         annotations(title = "Write a plan", read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn write_plan(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
@@ -239,8 +240,8 @@ impl PlanbServer {
         name = "edit_plan",
         description = "Edit a named plan by exact replacement: oldString -> newString, or several `edits` at once. A missing, ambiguous (without replaceAll) or overlapping match changes nothing. Hand edits to the file are kept. Returns {planName, planPath, replacementsMade}.",
         title = "Edit a plan",
-        input_schema = args::schema::<args::EditPlanInput>(),
-        output_schema = args::schema::<args::EditPlanOutput>(),
+        input_schema = schema::of::<schema::EditPlanInput>(),
+        output_schema = schema::of::<schema::EditPlanOutput>(),
         annotations(title = "Edit a plan", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
     )]
     async fn edit_plan(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
@@ -266,8 +267,8 @@ impl PlanbServer {
         name = "submit_plan",
         description = "Submit a named plan for the person's review and wait for the verdict: {approved, feedback?}. Not approved: revise with edit_plan and submit again. {pending: true, reviewUrl} (after ~45 s without a progress token): call again to keep waiting.",
         title = "Submit a plan for review",
-        input_schema = args::schema::<args::SubmitPlanInput>(),
-        output_schema = args::schema::<args::SubmitPlanOutput>(),
+        input_schema = schema::of::<schema::SubmitPlanInput>(),
+        output_schema = schema::of::<schema::SubmitPlanOutput>(),
         annotations(title = "Submit a plan for review", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
     )]
     async fn submit_plan(

@@ -24,9 +24,10 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, tool, tool_handler, tool_router};
 use tokio::sync::OnceCell;
 
-use crate::args::{self, Args};
+use crate::args::Args;
 use crate::config::{Config, human_duration};
 use crate::forms::Forms;
+use crate::schema;
 
 /// The version of the task interface (PlanExe's) the task tools implement.
 pub(crate) const PLANEXE_VERSION: &str = "1.0";
@@ -188,7 +189,7 @@ impl PlanbServer {
         name = "init_planb_session",
         description = "Start a planning session; returns its sessionId. Call once per planning arc and pass the id to ask_user and save_plan, so questions, answers and plan versions are kept and replayed together.",
         title = "Start a planning session",
-        input_schema = args::schema::<args::InitSessionInput>(),
+        input_schema = schema::of::<schema::InitSessionInput>(),
         annotations(
             title = "Start a planning session",
             read_only_hint = false,
@@ -205,7 +206,7 @@ impl PlanbServer {
         name = "init_browser_plan_session",
         description = "The same as init_planb_session, under the name skills written for browser-plan call.",
         title = "Start a planning session (browser-plan name)",
-        input_schema = args::schema::<args::InitSessionInput>(),
+        input_schema = schema::of::<schema::InitSessionInput>(),
         annotations(
             title = "Start a planning session (browser-plan name)",
             read_only_hint = false,
@@ -225,7 +226,7 @@ impl PlanbServer {
         name = "save_plan",
         description = "Save a session's whole plan (Markdown) as its next version (v1, v2, ...); earlier versions are kept for the replay.",
         title = "Save a plan version",
-        input_schema = args::schema::<args::SavePlanInput>(),
+        input_schema = schema::of::<schema::SavePlanInput>(),
         annotations(
             title = "Save a plan version",
             read_only_hint = false,
@@ -268,8 +269,8 @@ impl PlanbServer {
         name = "ask_user",
         description = "Ask the person structured questions in a browser form; returns their answers as JSON {questionId: value}. Kinds: text, longtext (strings), single (an option's value), multi (option values), scale (a number; min, max, step). Questions group into tabs by `tab`; an optional Markdown intro (tables, code, mermaid) opens the form. Waits for the person. After a timeout or a \"waiting\" result (about 45 s when the request has no progress token), call with {askId} alone to collect the answer or keep waiting. For non-sensitive input only.",
         title = "Ask the user (browser form)",
-        input_schema = args::schema::<args::AskUserInput>(),
-        output_schema = args::schema::<args::AskUserOutput>(),
+        input_schema = schema::of::<schema::AskUserInput>(),
+        output_schema = schema::of::<schema::AskUserOutput>(),
         annotations(
             title = "Ask the user (browser form)",
             read_only_hint = false,

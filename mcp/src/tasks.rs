@@ -28,19 +28,13 @@ use planb_app::launch::{Launch, Runner, Start};
 use planb_app::tasks::{CreateRequest, TaskFile, TaskWaited, Tasks, checked_pipeline};
 
 use crate::args::Args;
+use crate::schema::schema;
 use crate::server::{Answer, PLANEXE_VERSION, PlanbServer, Refusal};
 
 fn error(code: &str, message: impl Into<String>, details: Value) -> CallToolResult {
     CallToolResult::structured_error(json!({
         "error": {"code": code, "message": message.into(), "details": details}
     }))
-}
-
-fn schema(value: Value) -> Arc<JsonObject> {
-    match value {
-        Value::Object(map) => Arc::new(map),
-        _ => Arc::new(JsonObject::new()),
-    }
 }
 
 fn task_id_schema() -> Value {
