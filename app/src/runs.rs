@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use planb_core::TaskId;
 use planb_core::exec_plan::ExecPlan;
+use planb_core::{AskId, TaskId};
 use planb_engine::plans::{self, PlanOutcome, PlanRunError, Progress, RunRequest};
 use planb_engine::worker::WorkerError;
 use planb_projections::Store;
@@ -144,9 +144,27 @@ pub struct PlanRuns {
     /// Results of runs that ended after their call handed back, until the
     /// next call of the plan collects them.
     unclaimed: Mutex<HashMap<TaskId, Finished>>,
+    /// The approval forms (`plans::approval`) the person has not decided
+    /// yet, by plan, until the next call that asks for a review waits on it.
+    approvals: Mutex<HashMap<TaskId, AskId>>,
 }
 
 impl PlanRuns {
+    /// The approval form of a run of plan `id` that the person had not
+    /// decided when its call handed back, taken: this call waits on it
+    /// rather than asking again.
+    pub fn take_approval(&self, id: TaskId) -> Option<AskId> {
+        self.approvals.lock().ok()?.remove(&id)
+    }
+
+    /// Keeps `ask`, the approval form of a run of plan `id`, for the next
+    /// call: the person has not decided yet.
+    pub fn approval_pending(&self, id: TaskId, ask: AskId) {
+        if let Ok(mut approvals) = self.approvals.lock() {
+            approvals.insert(id, ask);
+        }
+    }
+
     /// Whether this process runs plan `id` now.
     pub fn running_here(&self, id: TaskId) -> bool {
         self.active.lock().is_ok_and(|a| a.contains_key(&id))

@@ -326,7 +326,6 @@ impl PlanbServer {
         let store = self.plan_store().await.map_err(failure)?;
         let downstream = self
             .plan_runs()
-            .runs
             .downstream
             .get(&self.config().servers)
             .map_err(app_failure)?;
@@ -357,7 +356,7 @@ impl PlanbServer {
         let until = token
             .is_none()
             .then(|| Instant::now() + self.config().env.hand_back);
-        let runs = &self.plan_runs().runs;
+        let runs = &self.plan_runs();
         loop {
             let waited = tokio::select! {
                 // Nobody is left to answer: the server is about to exit.
@@ -419,7 +418,7 @@ impl PlanbServer {
             return CallToolResult::structured(value);
         }
         // The result of a run whose call handed back is this call's.
-        let runs = &self.plan_runs().runs;
+        let runs = &self.plan_runs();
         let running_here = runs.running_here(task.id);
         if let Some(done) = runs.collect(task.id) {
             return finished(done);
@@ -469,13 +468,7 @@ impl PlanbServer {
         request: &ExecRequest,
         context: &RequestContext<RoleServer>,
     ) -> Result<(), CallToolResult> {
-        let pending = self
-            .plan_runs()
-            .reviews
-            .lock()
-            .ok()
-            .and_then(|mut reviews| reviews.remove(&task.id));
-        let result = match pending {
+        let result = match self.plan_runs().take_approval(task.id) {
             Some(ask) => {
                 let mut arguments = JsonObject::new();
                 arguments.insert("askId".into(), ask.to_string().into());
@@ -541,10 +534,8 @@ impl PlanbServer {
                 "feedback": outcome["answers"]["feedback"],
             })))),
             Some("waiting") => {
-                if let Some(ask) = outcome["askId"].as_str().and_then(|a| AskId::parse(a).ok())
-                    && let Ok(mut reviews) = self.plan_runs().reviews.lock()
-                {
-                    reviews.insert(task.id, ask);
+                if let Some(ask) = outcome["askId"].as_str().and_then(|a| AskId::parse(a).ok()) {
+                    self.plan_runs().approval_pending(task.id, ask);
                 }
                 Some(CallToolResult::structured(base(json!({
                     "review": "waiting",

@@ -7,7 +7,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use planb_core::{AskId, AskSpec, DeclineAction, TaskId};
+use planb_core::{AskSpec, DeclineAction};
 use planb_projections::StoreError;
 
 use planb_app::asks::{Asks, Ending};
@@ -32,14 +32,6 @@ use crate::schema;
 /// The version of the task interface (PlanExe's) the task tools implement.
 pub(crate) const PLANEXE_VERSION: &str = "1.0";
 
-/// The plan runs of one server process, and the review forms the person
-/// has not decided yet, by plan.
-#[derive(Debug, Default)]
-pub(crate) struct PlanRuns {
-    pub(crate) runs: Arc<planb_app::runs::PlanRuns>,
-    pub(crate) reviews: std::sync::Mutex<std::collections::HashMap<TaskId, AskId>>,
-}
-
 /// The planb MCP server.
 #[derive(Debug, Clone)]
 pub struct PlanbServer {
@@ -50,7 +42,7 @@ pub struct PlanbServer {
     /// Answers to waited asks recorded by other processes.
     answer_watch: Arc<planb_app::asks::AnswerWatch>,
     /// Execution plans' runs in this process and their downstream servers.
-    plan_runs: Arc<PlanRuns>,
+    plan_runs: Arc<planb_app::runs::PlanRuns>,
     /// The callback server, started on the first form.
     http: Arc<OnceCell<SocketAddr>>,
     tool_router: ToolRouter<Self>,
@@ -146,7 +138,7 @@ impl PlanbServer {
         &self.reviews
     }
 
-    pub(crate) fn plan_runs(&self) -> &PlanRuns {
+    pub(crate) fn plan_runs(&self) -> &Arc<planb_app::runs::PlanRuns> {
         &self.plan_runs
     }
 

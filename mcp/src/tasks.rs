@@ -320,12 +320,7 @@ impl PlanbServer {
     ) -> Result<Task, Refusal> {
         // An in-process run's tool steps use this server's connections.
         let downstream = match runner {
-            Runner::Here(_) => self
-                .plan_runs()
-                .runs
-                .downstream
-                .get(&self.config().servers)
-                .ok(),
+            Runner::Here(_) => self.plan_runs().downstream.get(&self.config().servers).ok(),
             Runner::Worker => None,
         };
         let launch = Launch {

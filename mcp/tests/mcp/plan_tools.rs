@@ -13,7 +13,7 @@ use crate::support::{Server, UrlAnswer, call, start};
 use rmcp::model::{CallToolRequestParams, CallToolResult, NumberOrString, ProgressToken};
 use serde_json::{Value, json};
 
-fn write_servers(dir: &Path) -> PathBuf {
+pub(crate) fn write_servers(dir: &Path) -> PathBuf {
     let ds = crate::support::downstream_binary();
     let servers = json!({"mcpServers": {
         "alpha": {"command": ds, "args": ["alpha"]},
@@ -62,7 +62,7 @@ fn error(result: &CallToolResult) -> String {
     value["error"].as_str().expect("error text").to_owned()
 }
 
-fn diamond() -> Value {
+pub(crate) fn diamond() -> Value {
     json!({"title": "Diamond", "variables": {"who": "Ada"}, "steps": [
         step("1", "alpha__echo", json!({"text": "hello ${who}"}), &[], Some("greeting")),
         step("2", "add", json!({"a": 2, "b": 3}), &["1"], Some("sum")),

@@ -33,7 +33,13 @@ struct RawClient {
 
 impl RawClient {
     async fn start(dir: &std::path::Path) -> RawClient {
+        RawClient::start_with(dir, &[]).await
+    }
+
+    /// [`RawClient::start`] with `env` set as well.
+    async fn start_with(dir: &std::path::Path, env: &[(&str, &str)]) -> RawClient {
         let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_planb-mcp"))
+            .envs(env.iter().copied())
             .current_dir(dir)
             .env("PLANB_MCP_DATA_DIR", dir)
             .env("ASK_NO_OPEN", "1")
@@ -358,5 +364,49 @@ async fn a_long_plan_run_hands_back_and_the_next_call_waits_for_the_same_run() {
     let again = finished(client.call("plan_execute", json!({"plan_id": id}))).await;
     assert_eq!(again["structuredContent"]["running"], true, "{again}");
     assert_eq!(sleeps().len(), 2);
+    client.close().await;
+}
+
+/// An execution plan's review not decided when the call hands back stays
+/// open: each next `plan_execute` with a review waits on the same form (no
+/// second one is opened), and the plan runs once the person approves there.
+#[tokio::test]
+async fn an_undecided_run_review_is_waited_on_again_by_the_next_call() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    crate::plan_tools::write_servers(dir.path());
+    let calls_file = dir.path().join("calls");
+    let env = [("DOWNSTREAM_CALLS", calls_file.to_str().expect("path"))];
+    let mut client = RawClient::start_with(dir.path(), &env).await;
+    let created = finished(client.call("plan_create", crate::plan_tools::diamond())).await;
+    let id = created["structuredContent"]["plan_id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let review = json!({"plan_id": id, "review": true});
+    let first = client.call("plan_execute", review.clone());
+    let url = client.next_url().await;
+    let first = finished(first).await;
+    assert_eq!(first["structuredContent"]["review"], "waiting", "{first}");
+    assert_eq!(first["structuredContent"]["url"], url.as_str());
+    let calls = || planb_tests::plans::calls(&calls_file);
+    assert!(calls().is_empty(), "a call before the verdict");
+
+    // The next call waits on the same form, and hands back the same link.
+    let second = finished(client.call("plan_execute", review.clone())).await;
+    assert_eq!(second["structuredContent"]["review"], "waiting", "{second}");
+    assert_eq!(second["structuredContent"]["url"], url.as_str());
+
+    let again = client.call("plan_execute", review);
+    let (port, sid) = parse_form_url(&url);
+    let answers = json!({"sid": sid, "answers": {"decision": "Run it", "feedback": ""}});
+    let submitted = post_json(port, "/submit", &answers).await;
+    assert_eq!(submitted.status, 200, "{}", submitted.body);
+    let ran = finished(again).await;
+    assert_eq!(ran["structuredContent"]["success"], true, "{ran}");
+    assert_eq!(calls().len(), 4);
+    assert!(
+        client.urls.try_recv().is_err(),
+        "a second review form was opened"
+    );
     client.close().await;
 }
