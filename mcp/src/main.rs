@@ -33,7 +33,8 @@ use planb_engine::backend::keeper;
 #[derive(Debug, Parser)]
 #[command(name = "planb-mcp", version, about)]
 struct Cli {
-    /// Data root (default: $PLANB_MCP_DATA_DIR, else ~/.planb-mcp).
+    /// Data root (default: $PLANB_MCP_DATA_DIR, else $BROWSER_PLAN_DATA_DIR,
+    /// else ~/.planb-mcp).
     #[arg(long, global = true, value_name = "DIR")]
     data_dir: Option<PathBuf>,
     /// Where named plans are written (relative to the working directory).

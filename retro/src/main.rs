@@ -1,6 +1,6 @@
 //! `planb-retro`: serves the read-only replay of the planb log on
 //! 127.0.0.1:4317 (`--port`, else `PORT`), from `--data-dir`, else
-//! the root `planb-mcp` uses (`PLANB_MCP_DATA_DIR`, default `~/.planb-mcp`). Glue only: read the
+//! the root `planb-mcp` uses (`DataRoot::locate`). Glue only: read the
 //! command line and the environment, open, serve.
 
 use std::path::PathBuf;
@@ -16,7 +16,8 @@ use planb_retro::{DEFAULT_PORT, POLL_INTERVAL, Retro, serve};
 #[derive(Debug, Parser)]
 #[command(name = "planb-retro", version, about)]
 struct Cli {
-    /// Data root (default: $PLANB_MCP_DATA_DIR, else ~/.planb-mcp).
+    /// Data root (default: $PLANB_MCP_DATA_DIR, else $BROWSER_PLAN_DATA_DIR,
+    /// else ~/.planb-mcp).
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
     /// Port on 127.0.0.1 (default: $PORT, else 4317).
