@@ -39,6 +39,47 @@ pub struct Wait<'a> {
     pub answered: oneshot::Receiver<Answers>,
 }
 
+/// How a call that put a form in front of the person ended.
+#[derive(Debug)]
+pub(crate) enum Asked {
+    /// The person's answers.
+    Answered(AskId, Answers),
+    /// Not answered yet: the form stays open at `url` (its link when
+    /// `is_link`, else only its address: this process waits on a link
+    /// another process gave out, whose sid it never saw).
+    Waiting {
+        ask: AskId,
+        title: String,
+        url: String,
+        is_link: bool,
+    },
+    /// Ended without answers (timed out, dismissed, failed, refused): the
+    /// tool's result says how.
+    Ended(CallToolResult),
+}
+
+impl Asked {
+    /// The `ask_user` result.
+    pub fn into_result(self) -> CallToolResult {
+        match self {
+            Asked::Answered(ask, answers) => answers_result(ask, &answers),
+            Asked::Waiting {
+                ask,
+                title,
+                url,
+                is_link,
+            } => still_open_result(ask, &title, &url, is_link),
+            Asked::Ended(result) => result,
+        }
+    }
+}
+
+impl From<CallToolResult> for Asked {
+    fn from(result: CallToolResult) -> Asked {
+        Asked::Ended(result)
+    }
+}
+
 /// A successful `ask_user` result: `text` for the model (the form the interface
 /// specifies) and the same outcome as `structuredContent` (see
 /// `args::AskUserOutput`).
@@ -49,7 +90,7 @@ fn ask_result(text: String, structured: Value) -> CallToolResult {
 }
 
 /// The tool result for answers: exactly the answers JSON as text.
-pub(crate) fn answers_result(ask: AskId, answers: &Answers) -> CallToolResult {
+fn answers_result(ask: AskId, answers: &Answers) -> CallToolResult {
     let answers = answers.to_json();
     ask_result(
         answers.to_string(),
@@ -59,8 +100,6 @@ pub(crate) fn answers_result(ask: AskId, answers: &Answers) -> CallToolResult {
 
 /// The person has not answered yet and the request could time out in its
 /// client: say where the form is and how to keep waiting.
-/// `url` is the form's link when `is_link`, else only its address (this
-/// process waits on a link another process gave out, whose sid it never saw).
 fn still_open_result(ask: AskId, title: &str, url: &str, is_link: bool) -> CallToolResult {
     let (whereabouts, structured) = if is_link {
         (
@@ -84,8 +123,8 @@ fn still_open_result(ask: AskId, title: &str, url: &str, is_link: bool) -> CallT
     )
 }
 
-/// Delivers the form, waits, records the outcome; returns the tool result.
-pub async fn wait(wait: Wait<'_>) -> CallToolResult {
+/// Delivers the form, waits, records the outcome.
+pub async fn wait(wait: Wait<'_>) -> Asked {
     let (server, sid) = (wait.server, wait.sid);
     let result = wait_detached(wait).await;
     if let Some(sid) = sid {
@@ -94,7 +133,7 @@ pub async fn wait(wait: Wait<'_>) -> CallToolResult {
     result
 }
 
-async fn wait_detached(wait: Wait<'_>) -> CallToolResult {
+async fn wait_detached(wait: Wait<'_>) -> Asked {
     let config = wait.server.config().clone();
     let label = format!("form \"{}\"", wait.spec.title);
     let page = Page {
@@ -120,17 +159,18 @@ async fn wait_detached(wait: Wait<'_>) -> CallToolResult {
     let closed = closing(wait.ask, wait.spec, wait.url, wait.sid, &config, outcome);
     let (ending, result) = match closed {
         Ok(closing) => closing,
-        Err(result) => return *result,
+        Err(asked) => return *asked,
     };
     // The person may have submitted at the same moment: then the answer wins.
     match wait.server.asks().end(wait.ask, ending).await {
-        Err(Some(answers)) => answers_result(wait.ask, &answers),
-        _ => result,
+        Err(Some(answers)) => Asked::Answered(wait.ask, answers),
+        _ => Asked::Ended(result),
     }
 }
 
-/// How a wait that ended with `outcome` closes the ask: how it ended and the tool's result; the result alone when nothing is to
-/// be recorded (the answer came, or the form stays open).
+/// How a wait that ended with `outcome` closes the ask: how it ended and
+/// the tool's result; how the call ended alone when nothing is to be
+/// recorded (the answer came, or the form stays open).
 fn closing(
     ask: AskId,
     spec: &AskSpec,
@@ -138,17 +178,17 @@ fn closing(
     sid: Option<&str>,
     config: &Config,
     outcome: Outcome<Answers>,
-) -> Result<(Ending, CallToolResult), Box<CallToolResult>> {
+) -> Result<(Ending, CallToolResult), Box<Asked>> {
     Ok(match outcome {
-        Outcome::Answered(answers) => return Err(Box::new(answers_result(ask, &answers))),
+        Outcome::Answered(answers) => return Err(Box::new(Asked::Answered(ask, answers))),
         // Nothing ended: the ask stays pending and its form open.
         Outcome::StillOpen => {
-            return Err(Box::new(still_open_result(
+            return Err(Box::new(Asked::Waiting {
                 ask,
-                &spec.title,
-                url,
-                sid.is_some(),
-            )));
+                title: spec.title.clone(),
+                url: url.to_owned(),
+                is_link: sid.is_some(),
+            }));
         }
         Outcome::TimedOut => (
             Ending::TimedOut,
@@ -198,16 +238,16 @@ pub(crate) fn cancelled_result(ask: AskId) -> CallToolResult {
 
 impl PlanbServer {
     /// Opens a form for `spec` in `session`, records it and waits for the
-    /// person as `ask_user` does; the result is `ask_user`'s.
+    /// person as `ask_user` does.
     pub(crate) async fn open_ask(
         &self,
         session: SessionId,
         spec: AskSpec,
         context: &RequestContext<RoleServer>,
-    ) -> CallToolResult {
+    ) -> Asked {
         let page = match self.new_page(PageKind::FORM).await {
             Ok(page) => page,
-            Err(problem) => return tool_error(problem),
+            Err(problem) => return tool_error(problem).into(),
         };
         let url = page.url();
         let url_mode = url_mode(context);
@@ -228,7 +268,7 @@ impl PlanbServer {
         };
         let ask = match self.asks().open(new).await {
             Ok(ask) => ask,
-            Err(error) => return store_error(error),
+            Err(error) => return store_error(error).into(),
         };
         let (sender, answered) = oneshot::channel();
         let info = crate::forms::FormInfo {
@@ -241,7 +281,7 @@ impl PlanbServer {
                 .asks()
                 .end(ask, Ending::Failed(error.to_string()))
                 .await;
-            return tool_error(error.to_string());
+            return tool_error(error.to_string()).into();
         }
         wait(Wait {
             server: self,

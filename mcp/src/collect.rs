@@ -14,11 +14,12 @@ use std::sync::Arc;
 
 use planb_core::{AskId, AskSpec, SessionId};
 use rmcp::RoleServer;
-use rmcp::model::{CallToolResult, JsonObject};
+use rmcp::model::JsonObject;
 use rmcp::service::RequestContext;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
+use crate::ask::Asked;
 use crate::forms::FormInfo;
 use crate::http::PageKind;
 use crate::server::{PlanbServer, store_error, tool_error};
@@ -66,27 +67,38 @@ impl PlanbServer {
         &self,
         arguments: &JsonObject,
         context: &RequestContext<RoleServer>,
-    ) -> CallToolResult {
-        let (ask_id, session) = match collect_arguments(arguments) {
-            Ok(found) => found,
-            Err(problem) => return tool_error(problem),
-        };
+    ) -> Asked {
+        match collect_arguments(arguments) {
+            Ok((ask_id, session)) => self.collect(ask_id, session, context).await,
+            Err(problem) => ended(problem),
+        }
+    }
+
+    /// The answer to `ask_id` (an ask of `session`, when given) if the log
+    /// holds one; otherwise its form is served by this process and the call
+    /// waits.
+    pub(crate) async fn collect(
+        &self,
+        ask_id: AskId,
+        session: Option<SessionId>,
+        context: &RequestContext<RoleServer>,
+    ) -> Asked {
         let found = match self.asks().find(ask_id).await {
             Ok(Some(found)) => found,
-            Ok(None) => return tool_error(format!("askId: unknown ask {ask_id}")),
-            Err(error) => return store_error(error),
+            Ok(None) => return ended(format!("askId: unknown ask {ask_id}")),
+            Err(error) => return store_error(error).into(),
         };
         if session.is_some_and(|s| s != found.session) {
-            return tool_error(format!(
+            return ended(format!(
                 "askId: ask {ask_id} belongs to session {}, not the sessionId given",
                 found.session
             ));
         }
         if let Some(answer) = found.answer {
-            return crate::ask::answers_result(ask_id, &answer);
+            return Asked::Answered(ask_id, answer);
         }
         if !found.has_form {
-            return tool_error(format!(
+            return ended(format!(
                 "askId: ask {ask_id} has no form to serve (it was imported); call ask_user with the questions again"
             ));
         }
@@ -106,13 +118,13 @@ impl PlanbServer {
         context: &RequestContext<RoleServer>,
         ask_id: AskId,
         url_mode: bool,
-    ) -> Option<CallToolResult> {
+    ) -> Option<Asked> {
         let (sid, info, answered) = self.forms().rewait(|info| info.ask == ask_id)?;
         let url = match self.page_url(PageKind::FORM, &sid).await {
             Ok(url) => url,
             Err(problem) => {
                 self.forms().detach(&sid);
-                return Some(tool_error(problem));
+                return Some(ended(problem));
             }
         };
         Some(
@@ -141,7 +153,7 @@ impl PlanbServer {
         spec: Arc<AskSpec>,
         form_address: &str,
         url_mode: bool,
-    ) -> CallToolResult {
+    ) -> Asked {
         // On a fixed port the link the person was given reaches this process
         // too (any planb-mcp on the port serves it, found by the hash of its
         // sid): wait for the answer without opening another page.
@@ -169,7 +181,7 @@ impl PlanbServer {
         // the form under a new one.
         let page = match self.new_page(PageKind::FORM).await {
             Ok(page) => page,
-            Err(problem) => return tool_error(problem),
+            Err(problem) => return ended(problem),
         };
         let (url, sid) = (page.url(), page.id);
         let (sender, answered) = oneshot::channel();
@@ -178,7 +190,7 @@ impl PlanbServer {
             spec: Arc::clone(&spec),
         };
         if let Err(error) = self.forms().register(sid.clone(), info, sender) {
-            return tool_error(error.to_string());
+            return ended(error.to_string());
         }
         crate::ask::wait(crate::ask::Wait {
             server: self,
@@ -193,6 +205,11 @@ impl PlanbServer {
         })
         .await
     }
+}
+
+/// A call that ends with `message`, an error.
+fn ended(message: impl Into<String>) -> Asked {
+    tool_error(message).into()
 }
 
 /// `ask_user {askId}`'s arguments: the ask and, when given, the session it

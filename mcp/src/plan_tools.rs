@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use planb_core::exec_plan::{ExecPlan, StepMark, render_dag};
 use planb_core::text::clip;
-use planb_core::{AskId, Rejection, Task, TaskErrorCode, TaskId};
+use planb_core::{Rejection, Task, TaskErrorCode, TaskId};
 use planb_engine::backend::sampling::Sampler;
 use planb_engine::plans::{self, Guards, Progress, RunOptions};
 use planb_projections::{Store, StoreError};
@@ -26,6 +26,7 @@ use rmcp::{ErrorData, Peer, RoleServer, tool, tool_router};
 use serde_json::{Map, Value, json};
 
 use crate::args::Args;
+use crate::ask::Asked;
 use crate::schema::schema;
 use crate::server::PlanbServer;
 use planb_app::plans::{self as exec_plans, PlanSummary, approval};
@@ -468,15 +469,11 @@ impl PlanbServer {
         request: &ExecRequest,
         context: &RequestContext<RoleServer>,
     ) -> Result<(), CallToolResult> {
-        let result = match self.plan_runs().take_approval(task.id) {
-            Some(ask) => {
-                let mut arguments = JsonObject::new();
-                arguments.insert("askId".into(), ask.to_string().into());
-                self.collect_ask(&arguments, context).await
-            }
+        let asked = match self.plan_runs().take_approval(task.id) {
+            Some(ask) => self.collect(ask, None, context).await,
             None => self.open_review(task, plan, request, context).await?,
         };
-        match self.refused(task, plan, &result) {
+        match self.refused(task, plan, asked) {
             None => Ok(()),
             Some(refused) => Err(refused),
         }
@@ -489,7 +486,7 @@ impl PlanbServer {
         plan: &ExecPlan,
         request: &ExecRequest,
         context: &RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, CallToolResult> {
+    ) -> Result<Asked, CallToolResult> {
         let variables = request.variables.clone().unwrap_or_default();
         let spec = approval::form(task.id, plan, &variables)
             .map_err(|error| failure(format!("the review form could not be made: {error}")))?;
@@ -508,13 +505,7 @@ impl PlanbServer {
 
     /// What the review form's outcome means for the run: `None` once
     /// approved; otherwise the result to return.
-    fn refused(
-        &self,
-        task: &Task,
-        plan: &ExecPlan,
-        result: &CallToolResult,
-    ) -> Option<CallToolResult> {
-        let outcome = result.structured_content.clone().unwrap_or(Value::Null);
+    fn refused(&self, task: &Task, plan: &ExecPlan, asked: Asked) -> Option<CallToolResult> {
         let base = |more: Value| {
             let mut value = json!({
                 "success": false,
@@ -524,36 +515,39 @@ impl PlanbServer {
             if let (Value::Object(map), Value::Object(more)) = (&mut value, more) {
                 map.extend(more);
             }
-            value
+            Some(CallToolResult::structured(value))
         };
-        match outcome["status"].as_str() {
-            Some("answered") if approval::approved(&outcome["answers"]) => None,
-            Some("answered") => Some(CallToolResult::structured(base(json!({
-                "approved": false,
-                "error": "The person did not approve this run; no tool was called.",
-                "feedback": outcome["answers"]["feedback"],
-            })))),
-            Some("waiting") => {
-                if let Some(ask) = outcome["askId"].as_str().and_then(|a| AskId::parse(a).ok()) {
-                    self.plan_runs().approval_pending(task.id, ask);
+        match asked {
+            Asked::Answered(_, answers) => {
+                let answers = answers.to_json();
+                if approval::approved(&answers) {
+                    return None;
                 }
-                Some(CallToolResult::structured(base(json!({
-                    "review": "waiting",
-                    "url": outcome["url"],
-                    "message": "The person has not approved or rejected this run yet; the review form stays open. Call plan_execute again with the same plan_id and review: true to keep waiting on it. No tool was called.",
-                }))))
+                base(json!({
+                    "approved": false,
+                    "error": "The person did not approve this run; no tool was called.",
+                    "feedback": answers["feedback"],
+                }))
             }
-            _ => {
-                let said = result
-                    .content
-                    .first()
+            Asked::Waiting {
+                ask, url, is_link, ..
+            } => {
+                self.plan_runs().approval_pending(task.id, ask);
+                base(json!({
+                    "review": "waiting",
+                    "url": is_link.then_some(url),
+                    "message": "The person has not approved or rejected this run yet; the review form stays open. Call plan_execute again with the same plan_id and review: true to keep waiting on it. No tool was called.",
+                }))
+            }
+            Asked::Ended(result) => {
+                let said = (result.content.first())
                     .and_then(|c| c.as_text())
                     .map(|t| t.text.clone())
                     .unwrap_or_default();
-                Some(CallToolResult::structured(base(json!({
+                base(json!({
                     "approved": false,
                     "error": format!("The review ended without an approval; no tool was called. {said}"),
-                }))))
+                }))
             }
         }
     }

@@ -277,7 +277,7 @@ impl PlanbServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         if arguments.contains_key("askId") {
-            return Ok(self.collect_ask(&arguments, &context).await);
+            return Ok(self.collect_ask(&arguments, &context).await.into_result());
         }
         let mut args = Args::new(&arguments);
         let session = args.session_id();
@@ -302,7 +302,7 @@ impl PlanbServer {
             }
             Err(error) => return Ok(store_error(error)),
         }
-        Ok(self.open_ask(session, spec, &context).await)
+        Ok(self.open_ask(session, spec, &context).await.into_result())
     }
 }
 
