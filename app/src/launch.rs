@@ -16,6 +16,7 @@ use planb_projections::{DataRoot, Store};
 use serde_json::{Value, json};
 
 use crate::error::{Error, ErrorCode};
+use crate::plans::ServersSource;
 use crate::settings::{SettingError, Settings, worker_options};
 
 /// How long a worker (or an in-process run) may take to record its run.
@@ -69,8 +70,8 @@ pub fn runner(profile: Option<&str>, sampler: Option<Sampler>) -> Result<Runner,
 pub struct Launch {
     /// The store.
     pub store: Arc<Store>,
-    /// The servers file a worker's tool steps use.
-    pub servers_file: PathBuf,
+    /// The servers a worker's tool steps use.
+    pub servers: ServersSource,
     /// The downstream connections an in-process run's tool steps use.
     pub downstream: Option<Arc<Downstream>>,
 }
@@ -112,7 +113,7 @@ fn spawn_worker(
     root: &DataRoot,
     task: TaskId,
     runs_seen: usize,
-    servers: &Path,
+    servers: &ServersSource,
     from: Start,
 ) -> std::io::Result<std::process::Child> {
     use std::os::unix::process::CommandExt;
@@ -129,13 +130,16 @@ fn spawn_worker(
         .arg("--data-dir")
         .arg(root.root())
         .arg("--servers")
-        .arg(servers)
+        .arg(&servers.file)
         .arg("worker")
         .arg(task.to_string())
         .arg("--runs-seen")
         .arg(runs_seen.to_string());
     if from == Start::Retry {
         command.arg("--retry");
+    }
+    if let Some(project) = &servers.project {
+        command.arg("--project-servers-file").arg(project);
     }
     command
         .stdin(std::process::Stdio::null())
@@ -207,13 +211,12 @@ async fn start_worker(
     // The log keeps earlier workers' lines: only this one's say why it exited.
     let log_path = worker_log(&root, &id);
     let log_from = std::fs::metadata(&log_path).map_or(0, |m| m.len());
-    let mut child =
-        spawn_worker(&root, id, runs_before, &launch.servers_file, from).map_err(|e| {
-            Error::new(
-                ErrorCode::InternalError,
-                format!("the worker could not start: {e}"),
-            )
-        })?;
+    let mut child = spawn_worker(&root, id, runs_before, &launch.servers, from).map_err(|e| {
+        Error::new(
+            ErrorCode::InternalError,
+            format!("the worker could not start: {e}"),
+        )
+    })?;
     let details = json!({"worker_log": log_path.display().to_string()});
     let pid = child.id();
     let mut exited = || {

@@ -62,9 +62,11 @@ pub fn run(
         .map_err(|e| failed(ErrorCode::InvalidConfiguration, e))?;
     options.runs_seen = runs_seen;
     options.start = start;
-    // Tool steps call the servers of the servers file; without one (or with
-    // one that cannot be read) they fail saying so, and model steps run on.
-    if servers.file.exists() {
+    // Tool steps call the servers of the servers file and the project's;
+    // without either (or with one that cannot be read) they fail saying
+    // so, and model steps run on.
+    let configured = std::iter::once(&servers.file).chain(&servers.project);
+    if configured.into_iter().any(|file| file.exists()) {
         match crate::plans::downstream(servers) {
             Ok(downstream) => options.servers = Some(downstream),
             Err(problem) => tracing::warn!("task {task}: no downstream servers: {problem}"),

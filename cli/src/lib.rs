@@ -68,6 +68,10 @@ pub enum Command {
         /// Begin at the first step, reusing nothing (task_retry).
         #[arg(long)]
         retry: bool,
+        /// A project's `.mcp.json` whose servers join the servers file's, as
+        /// they do for the server that starts the worker.
+        #[arg(long, value_name = "FILE", hide = true)]
+        project_servers_file: Option<std::path::PathBuf>,
     },
     /// Execution plans: DAGs of tool calls on downstream MCP servers.
     Plan {
@@ -134,9 +138,13 @@ impl Command {
                 task,
                 runs_seen,
                 retry,
+                project_servers_file,
             } => {
                 let start = if *retry { Start::Retry } else { Start::Resume };
-                let servers = servers()?;
+                let mut servers = servers()?;
+                if let Some(project) = project_servers_file {
+                    servers.project = Some(project.clone());
+                }
                 Ok(worker::main(root.root(), &servers, task, *runs_seen, start))
             }
             Command::Plan { command } => {

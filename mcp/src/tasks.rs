@@ -325,7 +325,7 @@ impl PlanbServer {
         };
         let launch = Launch {
             store: Arc::clone(tasks.store()),
-            servers_file: self.config().servers.file.clone(),
+            servers: self.config().servers.clone(),
             downstream,
         };
         planb_app::launch::start(&launch, id, runs_before, runner, from)

@@ -33,7 +33,10 @@ fn open(root: &Path) -> Tasks {
 fn launch_of(tasks: &Tasks) -> Launch {
     Launch {
         store: Arc::clone(tasks.store()),
-        servers_file: tasks.store().root().root().join("no-servers.json"),
+        servers: ServersSource {
+            file: tasks.store().root().root().join("no-servers.json"),
+            project: None,
+        },
         downstream: None,
     }
 }
@@ -462,8 +465,8 @@ async fn a_pipeline_tool_step_calls_a_downstream_server_with_the_artifact_it_nee
         project: None,
     };
     let launch = Launch {
-        servers_file: servers,
         downstream: Some(planb_app::plans::downstream(&source).expect("the servers")),
+        servers: source,
         ..launch_of(&tasks)
     };
     let scout = |prompt: &str| CreateRequest {

@@ -1659,3 +1659,47 @@ async fn another_server_is_refused_under_a_run_and_rebuild_drops_a_deleted_task_
     );
     assert!(!folder.exists(), "{}", folder.display());
 }
+
+/// With `--project-servers`, a task's detached worker calls the project's
+/// servers (its `.mcp.json`) as the server that started it would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_calls_the_project_s_servers_as_its_server_does() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pipelines = dir.path().join("pipelines");
+    std::fs::create_dir_all(&pipelines).expect("pipelines");
+    let pipeline = json!({"name": "scout", "version": 1, "steps": [
+        {"id": "intake", "title": "Intake", "model": {"prompt": "Restate the goal: {{prompt}}"}},
+        {"id": "lookup", "title": "Look it up", "needs": ["intake"],
+         "tool": {"server": "alpha", "tool": "echo", "args": {"text": "${intake}"}}},
+        {"id": "report", "title": "Report", "needs": ["intake", "lookup"], "render": "report"}
+    ]});
+    std::fs::write(pipelines.join("scout.json"), pipeline.to_string()).expect("pipeline");
+    // The project's servers only: the data root has no servers file.
+    let calls = dir.path().join("calls");
+    let project = json!({"mcpServers": {"alpha": {
+        "command": crate::support::downstream_binary(), "args": ["alpha"],
+        "env": {"DOWNSTREAM_CALLS": calls}}}});
+    std::fs::write(dir.path().join(".mcp.json"), project.to_string()).expect(".mcp.json");
+    let model = ModelServer::start(Script::INSTANT).await;
+    let env = [("PLANB_MODEL", model.spec())];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let server = crate::support::start_with(
+        dir.path(),
+        UrlAnswer::NotSupported,
+        None,
+        &env,
+        &["--project-servers"],
+    )
+    .await;
+    let created = ok(&call(
+        &server,
+        "task_create",
+        json!({"prompt": PROMPT, "speed_vs_detail": "fast", "pipeline": "scout", "target": "report"}),
+    )
+    .await);
+    let task = created["task_id"].as_str().expect("task_id");
+    completed(&server, dir.path(), task).await;
+    let made = planb_tests::plans::calls(&calls);
+    assert_eq!(made.len(), 1, "{made:?}");
+    assert_eq!(made[0]["tool"], "echo");
+}
