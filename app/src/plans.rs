@@ -101,9 +101,8 @@ pub fn downstream(source: &ServersSource) -> Result<Arc<Downstream>, Error> {
 }
 
 fn configured(source: &ServersSource) -> Result<Downstream, Error> {
-    let start = crate::settings::Settings::from_env()
+    let start = crate::settings::server_start()
         .map_err(unusable)?
-        .server_start
         .unwrap_or(std::time::Duration::from_secs(30));
     Ok(Downstream::new(source.load()?, start))
 }
@@ -334,9 +333,8 @@ pub async fn create_from_goal(
         )));
     }
     // As long as a model step of a task may take.
-    let timeout = crate::settings::Settings::from_env()
+    let timeout = crate::settings::step_timeout()
         .map_err(unusable)?
-        .step_timeout
         .unwrap_or(std::time::Duration::from_secs(600));
     let mut plan = generate::generate(&backend, goal, &tools, timeout)
         .await

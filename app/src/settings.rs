@@ -45,8 +45,10 @@ impl Settings {
         Settings::from_vars(&|name| std::env::var(name).ok())
     }
 
-    /// Reads every setting through `var`.
+    /// Reads every setting through `var`; a blank value counts as unset.
     pub fn from_vars(var: &dyn Fn(&str) -> Option<String>) -> Result<Settings, SettingError> {
+        let var = |name: &str| var(name).filter(|v| !v.trim().is_empty());
+        let var: &dyn Fn(&str) -> Option<String> = &var;
         Ok(Settings {
             step_timeout: seconds(var, "PLANB_STEP_TIMEOUT_SEC")?,
             inactivity: seconds(var, "PLANB_INACTIVITY_SEC")?,
@@ -140,6 +142,23 @@ fn millis(
     }
 }
 
+/// `PLANB_SERVER_START_SEC` alone, for what needs no other setting (an
+/// execution plan's downstream servers).
+pub fn server_start() -> Result<Option<Duration>, SettingError> {
+    seconds(&env_var, "PLANB_SERVER_START_SEC")
+}
+
+/// `PLANB_STEP_TIMEOUT_SEC` alone, for what needs no other setting (a plan
+/// a model writes).
+pub fn step_timeout() -> Result<Option<Duration>, SettingError> {
+    seconds(&env_var, "PLANB_STEP_TIMEOUT_SEC")
+}
+
+/// A variable of the environment; blank counts as unset.
+fn env_var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
 /// Whether prompts are kept out of lists and replays
 /// (`PLANB_REDACT_PROMPTS=1`); read alone, since it never fails.
 pub fn redact_prompts() -> bool {
@@ -227,6 +246,8 @@ mod tests {
     #[test]
     fn every_setting_is_read_and_a_bad_one_is_named() {
         assert_eq!(read(&[]).expect("none set"), Settings::default());
+        let blank = read(&[("PLANB_CONCURRENCY", " "), ("PLANB_STEP_TIMEOUT_SEC", "")]);
+        assert_eq!(blank.expect("blank is unset"), Settings::default());
         let set = read(&[
             ("PLANB_STEP_TIMEOUT_SEC", "1.5"),
             ("PLANB_INACTIVITY_SEC", "60"),

@@ -24,7 +24,7 @@ impl DataRoot {
     /// The data root every planb process on this machine uses unless its
     /// command line names one: `$PLANB_MCP_DATA_DIR`, else
     /// `$BROWSER_PLAN_DATA_DIR` (a setup written for browser-plan, planb's
-    /// forerunner, keeps its root), else `~/.planb-mcp`. An empty variable
+    /// forerunner, keeps its root), else `~/.planb-mcp`. A blank variable
     /// counts as unset.
     pub fn locate() -> Result<DataRoot, NoDataRoot> {
         DataRoot::locate_with(&|name| std::env::var_os(name))
@@ -32,7 +32,8 @@ impl DataRoot {
 
     /// [`DataRoot::locate`] with the environment read through `var`.
     pub fn locate_with(var: &dyn Fn(&str) -> Option<OsString>) -> Result<DataRoot, NoDataRoot> {
-        let set = |name| var(name).filter(|value: &OsString| !value.is_empty());
+        let set =
+            |name| var(name).filter(|value: &OsString| !value.to_string_lossy().trim().is_empty());
         if let Some(dir) = set("PLANB_MCP_DATA_DIR").or_else(|| set("BROWSER_PLAN_DATA_DIR")) {
             return Ok(DataRoot::new(dir));
         }
@@ -116,6 +117,6 @@ mod tests {
             located(&[("PLANB_MCP_DATA_DIR", ""), ("HOME", "/h")]),
             Some("/h/.planb-mcp".into())
         );
-        assert_eq!(located(&[("BROWSER_PLAN_DATA_DIR", "")]), None);
+        assert_eq!(located(&[("BROWSER_PLAN_DATA_DIR", " ")]), None);
     }
 }

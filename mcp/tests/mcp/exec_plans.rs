@@ -146,6 +146,34 @@ fn a_plan_that_cannot_be_saved_exits_2_and_is_not_listed() {
     assert!(listed.contains("No saved plans"), "{listed}");
 }
 
+/// A plan reads only the settings plans use: a task's setting that could
+/// not be used, or a blank one, stops no plan; a bad
+/// `PLANB_SERVER_START_SEC`, which plans use, stops it before any call,
+/// naming the variable.
+#[test]
+fn a_plan_is_stopped_only_by_a_setting_plans_use() {
+    let setup = Setup::new();
+    let file = setup.path("plan.json");
+    let plan = json!({"title": "Settings", "steps": [
+        step("1", "alpha__echo", json!({"text": "ran"}), &[], None),
+    ]});
+    std::fs::write(&file, plan.to_string()).expect("plan file");
+    let file = file.to_str().expect("path");
+    let run = |vars: &[(&str, &str)]| {
+        let mut command = setup.command(&["create", file]);
+        command.envs(vars.iter().copied());
+        let output = command.output().expect("run planb-mcp");
+        let text = String::from_utf8_lossy(&output.stderr).into_owned();
+        (output.status.code(), text)
+    };
+    let task_only = [("PLANB_CONCURRENCY", "100"), ("PLANB_INACTIVITY_SEC", " ")];
+    let (code, said) = run(&task_only);
+    assert_eq!(code, Some(0), "{said}");
+    let (code, said) = run(&[("PLANB_SERVER_START_SEC", "soon")]);
+    assert_eq!(code, Some(2), "{said}");
+    assert!(said.contains("PLANB_SERVER_START_SEC"), "{said}");
+}
+
 /// A run that fails exits 1 saying why; limits that could silently never
 /// apply exit 2 before any call (the runs themselves: app/tests/app/runs.rs).
 #[test]
