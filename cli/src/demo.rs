@@ -179,8 +179,19 @@ async fn start_server(
     let mut command = tokio::process::Command::new(exe);
     command
         .env("PLANB_MCP_DATA_DIR", data_root)
-        .env("PLANB_LOG", "info")
-        .env_remove("ASK_ANSWER_TIMEOUT_MS");
+        .env("PLANB_LOG", "info");
+    // The person's own server settings (a tool selection, a fixed port, a
+    // team database, shorter waits) are not the demo's.
+    for own in [
+        "ASK_ANSWER_TIMEOUT_MS",
+        "PLANB_HAND_BACK_MS",
+        "PLANB_PORT",
+        "PLANB_PROGRESS_INTERVAL_MS",
+        "PLANB_TEAM_URL",
+        "PLANB_TOOLS",
+    ] {
+        command.env_remove(own);
+    }
     if headless {
         command.env("ASK_NO_OPEN", "1");
     }

@@ -859,6 +859,8 @@ fn the_demo_runs_end_to_end_on_a_headless_machine() {
     let mut demo = std::process::Command::new(env!("CARGO_BIN_EXE_planb-mcp"))
         .args(["demo", "--data-dir"])
         .arg(dir.path())
+        // The caller's own server settings do not reach the demo's server.
+        .env("PLANB_TOOLS", "tasks")
         .env_remove("DISPLAY")
         .env_remove("WAYLAND_DISPLAY")
         .env_remove("PLANB_LOG")
