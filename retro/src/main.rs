@@ -100,7 +100,7 @@ fn open(cli: &Cli) -> anyhow::Result<(Retro, planb_retro::Follower, String)> {
         let (retro, follower) = Retro::open(&root);
         return Ok((retro, follower, root.root().display().to_string()));
     }
-    let settings = planb_team::TeamSettings::from_env()?
+    let settings = planb_team::TeamSettings::reader_from_env()?
         .context("--team reads the team database named by PLANB_TEAM_URL, which is not set")?;
     let database = settings.database();
     let cache = team_cache(&database)?;

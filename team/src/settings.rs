@@ -54,7 +54,6 @@ impl TeamSettings {
     /// The settings of this process's environment; `None` when
     /// `PLANB_TEAM_URL` is unset or empty (no team).
     pub fn from_env() -> Result<Option<TeamSettings>, SettingsError> {
-        let var = |name| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
         let Some(url) = var("PLANB_TEAM_URL") else {
             return Ok(None);
         };
@@ -68,6 +67,17 @@ impl TeamSettings {
             None => default_member(),
         };
         TeamSettings::new(&url, &member, projects).map(Some)
+    }
+
+    /// What a reader of the team database needs (the team replay):
+    /// `PLANB_TEAM_URL` alone. What this process would ship, and as whom,
+    /// is not read, so a shipping setting a reader cannot use does not stop
+    /// it. `None` when the URL is unset or empty.
+    pub fn reader_from_env() -> Result<Option<TeamSettings>, SettingsError> {
+        let Some(url) = var("PLANB_TEAM_URL") else {
+            return Ok(None);
+        };
+        TeamSettings::new(&url, READER, Projects::default()).map(Some)
     }
 
     /// Settings from values: the URL parsed, the member checked.
@@ -187,6 +197,15 @@ fn pgpass_fields(line: &str) -> Vec<String> {
         }
     }
     fields
+}
+
+/// The member a reader's settings name: a reader ships nothing, so it is
+/// never recorded.
+const READER: &str = "reader";
+
+/// A variable of the environment; blank counts as unset.
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
 /// `git config user.name`, else `$USER`, else `unknown`.

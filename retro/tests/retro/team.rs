@@ -434,6 +434,57 @@ async fn beyond_loopback_every_request_presents_the_token_once_given_in_the_link
     assert_eq!(status, StatusCode::FORBIDDEN);
 }
 
+/// The team replay reads the database `PLANB_TEAM_URL` names and nothing
+/// of what this machine would ship: a projects list it could not use (a
+/// relative path) does not stop it.
+#[test]
+fn the_team_replay_starts_whatever_this_machine_would_ship() {
+    use std::io::{Read, Write};
+    let pg = planb_tests::postgres::Postgres::start();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|probe| probe.local_addr())
+        .expect("a free port")
+        .port();
+    let cache = tempfile::tempdir().expect("cache");
+    let mut retro = std::process::Command::new(env!("CARGO_BIN_EXE_planb-retro"))
+        .args(["--team", "--port", &port.to_string()])
+        .env("PLANB_TEAM_URL", pg.url())
+        .env("PLANB_TEAM_PROJECTS", "src/shop")
+        .env("XDG_CACHE_HOME", cache.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run planb-retro");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let page = loop {
+        if let Ok(Some(status)) = retro.try_wait() {
+            let mut said = String::new();
+            let _ = retro
+                .stderr
+                .take()
+                .expect("stderr")
+                .read_to_string(&mut said);
+            panic!("planb-retro --team exited ({status}): {said}");
+        }
+        if let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            let request =
+                format!("GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
+            stream.write_all(request.as_bytes()).expect("request");
+            let mut page = String::new();
+            stream.read_to_string(&mut page).expect("response");
+            break page;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nothing served on {port}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let _ = retro.kill();
+    let _ = retro.wait();
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+}
+
 #[test]
 fn listening_beyond_loopback_without_a_token_is_refused_naming_the_variable() {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_planb-retro"))
