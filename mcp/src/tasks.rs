@@ -150,7 +150,7 @@ fn status_of(root: &DataRoot, task: &Task, run: Option<&Run>, now: planb_core::T
         if prompts_redacted() {
             map.insert(
                 "prompt_redacted".into(),
-                "the prompt is kept out of task lists, run logs and planb-retro (PLANB_REDACT_PROMPTS=1); the log keeps it for the run".into(),
+                "the prompt is kept out of this server's task lists and run logs (PLANB_REDACT_PROMPTS=1); planb-retro keeps it out when started with the same setting; the log keeps it for the run".into(),
             );
         }
         if let Some(at) = task.archived_at {
