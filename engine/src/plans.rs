@@ -16,7 +16,7 @@ pub mod servers;
 
 pub use run::{
     ForeignRun, Guards, PlanOutcome, PlanRunError, Progress, RunOptions, RunRequest, StepReport,
-    dry_run, load, record_foreign_run, run_plan,
+    check_request, dry_run, load, record_foreign_run, run_plan,
 };
 pub use servers::{
     Downstream, DownstreamError, PlanTools, ServerSpec, Servers, ToolAnswer, ToolInfo, available,

@@ -424,11 +424,25 @@ impl PlanbServer {
         if let Some(done) = runs.collect(task.id) {
             return finished(done);
         }
+        let review = request.review;
+        let request = plans::RunRequest {
+            task: task.id,
+            variables: request.variables,
+            resume: request.resume,
+            options: request.options,
+            progress: None,
+        };
+        // Nothing is asked of the person for a run that would be refused.
+        if let Err(problem) = plans::check_request(&task, &plan, &request) {
+            return failure(problem);
+        }
         // A run this process already executes is joined as it is: the person
         // approved it, or it was started without a review.
-        if request.review
+        if review
             && !running_here
-            && let Err(refused) = self.review_run(&task, &plan, &request, context).await
+            && let Err(refused) = self
+                .review_run(&task, &plan, request.variables.as_ref(), context)
+                .await
         {
             return refused;
         }
@@ -436,13 +450,6 @@ impl PlanbServer {
         // it shares would be copied whole.
         let id = task.id;
         drop(task);
-        let request = plans::RunRequest {
-            task: id,
-            variables: request.variables,
-            resume: request.resume,
-            options: request.options,
-            progress: None,
-        };
         // Followed only to be told on: a call without a token is not woken
         // by every step.
         let follow = context.meta.get_progress_token().is_some();
@@ -466,12 +473,12 @@ impl PlanbServer {
         &self,
         task: &Task,
         plan: &ExecPlan,
-        request: &ExecRequest,
+        variables: Option<&Map<String, Value>>,
         context: &RequestContext<RoleServer>,
     ) -> Result<(), CallToolResult> {
         let asked = match self.plan_runs().take_approval(task.id) {
             Some(ask) => self.collect(ask, None, context).await,
-            None => self.open_review(task, plan, request, context).await?,
+            None => self.open_review(task, plan, variables, context).await?,
         };
         match self.refused(task, plan, asked) {
             None => Ok(()),
@@ -484,10 +491,10 @@ impl PlanbServer {
         &self,
         task: &Task,
         plan: &ExecPlan,
-        request: &ExecRequest,
+        variables: Option<&Map<String, Value>>,
         context: &RequestContext<RoleServer>,
     ) -> Result<Asked, CallToolResult> {
-        let variables = request.variables.clone().unwrap_or_default();
+        let variables = variables.cloned().unwrap_or_default();
         let spec = approval::form(task.id, plan, &variables)
             .map_err(|error| failure(format!("the review form could not be made: {error}")))?;
         let new = NewSession {

@@ -644,6 +644,30 @@ struct Begun {
     in_flight: Vec<String>,
 }
 
+/// Whether `request` can run `plan` (the task `found`), as far as the plan
+/// and its record tell: something to resume, guards that name its tools,
+/// variables with usable names. Checked again when the run begins (under
+/// its run lock); a front door checks first when it asks a person before
+/// running, so that nothing is asked for a run that would be refused.
+pub fn check_request(found: &Task, plan: &ExecPlan, request: &RunRequest) -> Result<(), String> {
+    if request.resume && found.runs.is_empty() {
+        return Err(format!(
+            "plan {} has not run yet: nothing to resume (run it)",
+            request.task
+        ));
+    }
+    request
+        .options
+        .guards
+        .check(plan)
+        .map_err(|e| e.to_string())?;
+    if let Some(given) = &request.variables {
+        planb_core::exec_plan::check_variable_names(given, "variables")
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
 /// Checks the request against the plan as recorded (under its run lock)
 /// and reads what the run starts from.
 async fn begin(
@@ -652,21 +676,8 @@ async fn begin(
     plan: Arc<ExecPlan>,
     request: &mut RunRequest,
 ) -> Result<Begun, PlanRunError> {
+    check_request(found, &plan, request).map_err(PlanRunError::Invalid)?;
     let previous = found.runs.last();
-    if request.resume && previous.is_none() {
-        return Err(PlanRunError::Invalid(format!(
-            "plan {} has not run yet: nothing to resume (run it)",
-            request.task
-        )));
-    }
-    let guards = &request.options.guards;
-    guards
-        .check(&plan)
-        .map_err(|e| PlanRunError::Invalid(e.to_string()))?;
-    if let Some(given) = &request.variables {
-        planb_core::exec_plan::check_variable_names(given, "variables")
-            .map_err(|e| PlanRunError::Invalid(e.to_string()))?;
-    }
     let (tools, silent) = step_tools(downstream, &plan).await?;
     let previous = previous.filter(|_| request.resume);
     // A resume keeps the variables of the run it resumes (the results it

@@ -516,6 +516,32 @@ async fn review_runs_the_plan_only_once_the_person_approves() {
     assert_eq!(answered, 2);
 }
 
+/// A run that would be refused is refused before the person is asked:
+/// no review form, nothing recorded of one.
+#[tokio::test]
+async fn a_run_that_would_be_refused_asks_nobody_to_review_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = planb(dir.path(), &[]).await;
+    let created = ok(&call(&server, "plan_create", diamond()).await);
+    let id = created["plan_id"].as_str().expect("id");
+    for (bad, named) in [
+        (json!({"tool_caps": {"nosuch": 1}}), "nosuch"),
+        (json!({"variables": {"bad name": 1}}), "bad name"),
+        (json!({"resume": true}), "nothing to resume"),
+    ] {
+        let mut arguments = json!({"plan_id": id, "review": true});
+        arguments
+            .as_object_mut()
+            .expect("object")
+            .extend(bad.as_object().expect("object").clone());
+        let refused = error(&call(&server, "plan_execute", arguments).await);
+        assert!(refused.contains(named), "{refused}");
+    }
+    let (state, _) = crate::support::fold_log(dir.path());
+    assert_eq!(state.sessions().len(), 0, "a review was recorded");
+    assert!(calls(dir.path()).is_empty());
+}
+
 #[tokio::test]
 async fn in_chromium_the_review_shows_the_dag_and_the_first_call_and_runs_once_approved() {
     let dir = tempfile::tempdir().expect("tempdir");
