@@ -89,29 +89,45 @@ pub fn worker_alive(root: &DataRoot, task: &TaskId) -> Result<bool, StoreError> 
     }
 }
 
+/// `task`'s active run and a step it was running, if any.
+fn active_run(state: &planb_core::State, task: TaskId) -> Option<(RunId, Option<String>)> {
+    let run = state.task(&task)?.active_run()?;
+    Some((run.id, run.running.iter().next().cloned()))
+}
+
 impl Store {
     /// Ends `task`'s active run as `failed`, `worker_error`, recoverable
     /// when its worker is gone. Returns the run it ended, if any.
     pub fn end_dead_run(&self, task: TaskId) -> Result<Option<RunId>, StoreError> {
-        // The state first, then the lock (see the module docs).
-        let active = self.read(|state| state.task(&task).and_then(|t| t.active_run()).is_some())?;
-        if !active || worker_alive(self.root(), &task)? {
+        // The state first, then the lock (see the module docs); only the run
+        // read then is ended: a run begun since, by a worker that took the
+        // lock after the look at it, is that worker's.
+        let Some((run, failed_step)) = self.read(|state| active_run(state, task))? else {
+            return Ok(None);
+        };
+        if worker_alive(self.root(), &task)? {
             return Ok(None);
         }
-        self.end_lost_run(task)
+        self.end_as_lost(task, run, failed_step)
     }
 
     /// Ends `task`'s active run as `failed`, `worker_error`, recoverable,
     /// without looking at the lock: for the holder of the run lock, which
     /// knows that no worker runs it.
     pub fn end_lost_run(&self, task: TaskId) -> Result<Option<RunId>, StoreError> {
-        let active = self.read(|state| {
-            let run = state.task(&task)?.active_run()?;
-            Some((run.id, run.running.iter().next().cloned()))
-        })?;
-        let Some((run, failed_step)) = active else {
+        let Some((run, failed_step)) = self.read(|state| active_run(state, task))? else {
             return Ok(None);
         };
+        self.end_as_lost(task, run, failed_step)
+    }
+
+    /// Ends `run` of `task` as lost, unless it is no longer the active run.
+    fn end_as_lost(
+        &self,
+        task: TaskId,
+        run: RunId,
+        failed_step: Option<String>,
+    ) -> Result<Option<RunId>, StoreError> {
         let command = Command::EndRun {
             task,
             run,
@@ -146,5 +162,66 @@ impl Store {
             }
         }
         Ok(ended)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use planb_core::{Command, RunId, RunOutcome, TaskId, Timestamp};
+
+    use crate::{DataRoot, FixedEnvironment, Store};
+
+    fn start(store: &Store, task: TaskId) -> RunId {
+        let run = RunId::from_uuid(uuid::Uuid::now_v7());
+        let start = Command::StartRun {
+            task,
+            run,
+            resumed_from: None,
+            owner_pid: 1,
+            host: "test".into(),
+            variables: None,
+        };
+        store.execute(start).expect("start run");
+        run
+    }
+
+    /// A run read as active, whose worker was then found gone, is ended
+    /// only while it is still the active run: one begun since is not.
+    #[test]
+    fn a_lost_run_read_earlier_ends_no_run_begun_since() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let env = Arc::new(FixedEnvironment::new(Timestamp(1_700_000_000_000), 1_000));
+        let (store, _) = Store::open(DataRoot::new(dir.path()), env).expect("open");
+        let task = TaskId::from_uuid(uuid::Uuid::now_v7());
+        let create = Command::CreateTask {
+            task,
+            pipeline: "project-plan".into(),
+            pipeline_version: 2,
+            prompt: "A bakery".into(),
+            speed: "fast".into(),
+            target: "build_plan".into(),
+            model_profile: None,
+            client_request_id: None,
+        };
+        store.execute(create).expect("create task");
+        let first = start(&store, task);
+        let end = Command::EndRun {
+            task,
+            run: first,
+            outcome: RunOutcome::Stopped,
+            reason: None,
+            failed_step: None,
+            recoverable: true,
+        };
+        store.execute(end).expect("end the first run");
+        let second = start(&store, task);
+        let ended = store
+            .end_as_lost(task, first, None)
+            .expect("no store error");
+        assert_eq!(ended, None);
+        let active = store.read(|s| s.task(&task).and_then(|t| t.active_run()).map(|r| r.id));
+        assert_eq!(active.expect("read"), Some(second));
     }
 }
