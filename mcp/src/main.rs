@@ -146,6 +146,19 @@ fn tool_selection(flag: Option<&str>, variable: Option<&str>) -> groups::Selecti
     })
 }
 
+/// The text of a `--prompt-file`, at most `PROMPT_FILE_BYTES_MAX` bytes.
+fn prompt_file(file: &std::path::Path) -> std::io::Result<String> {
+    let max = plans::PROMPT_FILE_BYTES_MAX;
+    match planb_projections::bounded::read(file, max)? {
+        Ok(bytes) => String::from_utf8(bytes)
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text")),
+        Err(over) => Err(std::io::Error::other(format!(
+            "{} bytes, over the {max}-byte limit",
+            over.0
+        ))),
+    }
+}
+
 /// Runs the MCP server on stdin/stdout until the client closes the connection.
 fn serve(root: PathBuf, cli: &Cli) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&root)
@@ -161,7 +174,7 @@ fn serve(root: PathBuf, cli: &Cli) -> anyhow::Result<ExitCode> {
     if let Some(file) = &cli.prompt_file {
         // A prompt file that cannot be read leaves the built-in prompt, and
         // says why: a server that does not start shows the person nothing.
-        match std::fs::read_to_string(file) {
+        match prompt_file(file) {
             Ok(text) => config.prompt_template = Some(text),
             Err(e) => {
                 let problem = format!("--prompt-file {}: {e}", file.display());

@@ -39,6 +39,13 @@ fn built_in_plan_prompt() -> &'static str {
         .map_or(PLAN_SKILL, |(_, body)| body.trim_start())
 }
 
+/// Longest `ARGUMENTS` the `plan` prompt takes.
+const PROMPT_ARGUMENTS_BYTES_MAX: usize = 64 << 10;
+/// Longest `plan` prompt, its template filled.
+const PROMPT_BYTES_MAX: usize = 1 << 20;
+/// Largest `--prompt-file`.
+pub const PROMPT_FILE_BYTES_MAX: usize = 256 << 10;
+
 /// Arguments of the `plan` prompt.
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
 pub struct PlanPromptArgs {
@@ -554,12 +561,26 @@ impl PlanbServer {
         name = "plan",
         description = "Plan a task with planb before implementing it: ask before guessing, write a named plan, submit it for review, revise until approved."
     )]
-    async fn plan_prompt(&self, Parameters(args): Parameters<PlanPromptArgs>) -> GetPromptResult {
+    async fn plan_prompt(
+        &self,
+        Parameters(args): Parameters<PlanPromptArgs>,
+    ) -> Result<GetPromptResult, ErrorData> {
         let template = self
             .config()
             .prompt_template
             .as_deref()
             .unwrap_or(built_in_plan_prompt());
+        let uses = template.matches("$ARGUMENTS").count();
+        let bytes = template.len() + uses.saturating_mul(args.arguments.len());
+        if args.arguments.len() > PROMPT_ARGUMENTS_BYTES_MAX || bytes > PROMPT_BYTES_MAX {
+            return Err(ErrorData::invalid_params(
+                format!(
+                    "ARGUMENTS: {} bytes make the prompt too long (at most {PROMPT_ARGUMENTS_BYTES_MAX} bytes, and {PROMPT_BYTES_MAX} for the whole prompt)",
+                    args.arguments.len()
+                ),
+                None,
+            ));
+        }
         let text = template.replace("$ARGUMENTS", &args.arguments);
         // A prompt file that could not be read is said where the person
         // looks when the prompt is not theirs.
@@ -567,8 +588,10 @@ impl PlanbServer {
             Some(problem) => format!("Plan mode with planb (the built-in prompt: {problem})"),
             None => "Plan mode with planb".to_owned(),
         };
-        GetPromptResult::new(vec![PromptMessage::new_text(Role::User, text)])
-            .with_description(description)
+        Ok(
+            GetPromptResult::new(vec![PromptMessage::new_text(Role::User, text)])
+                .with_description(description),
+        )
     }
 }
 

@@ -16,6 +16,7 @@
 
 mod blob_places;
 mod blobs;
+pub mod bounded;
 mod env;
 mod error;
 pub mod files;

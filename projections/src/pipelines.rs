@@ -31,16 +31,15 @@ pub fn resolve(root: &DataRoot, name: &str) -> Result<Pipeline, String> {
         ));
     }
     let path = user_pipeline_path(root, name);
-    let text = match std::fs::read(&path) {
-        Ok(bytes) if bytes.len() > planb_core::dag::PIPELINE_FILE_BYTES_MAX => {
+    let text = match crate::bounded::read(&path, planb_core::dag::PIPELINE_FILE_BYTES_MAX) {
+        Ok(Err(crate::bounded::Over(bytes))) => {
             return Err(format!(
-                "{}: {} bytes, over the {}-byte limit",
+                "{}: {bytes} bytes, over the {}-byte limit",
                 path.display(),
-                bytes.len(),
                 planb_core::dag::PIPELINE_FILE_BYTES_MAX
             ));
         }
-        Ok(bytes) => {
+        Ok(Ok(bytes)) => {
             String::from_utf8(bytes).map_err(|_| format!("{}: not UTF-8 text", path.display()))?
         }
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {

@@ -152,8 +152,15 @@ impl Store {
 
 fn read_plan_file(path: &Path) -> Result<Option<String>, StoreError> {
     let display = || path.display().to_string();
-    let bytes = match std::fs::read(path) {
-        Ok(bytes) => bytes,
+    let bytes = match crate::bounded::read(path, PLAN_FILE_BYTES_MAX) {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(crate::bounded::Over(bytes))) => {
+            return Err(PlanFileError::TooLarge {
+                path: display(),
+                bytes,
+            }
+            .into());
+        }
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(source) => {
             return Err(PlanFileError::Read {
@@ -163,13 +170,6 @@ fn read_plan_file(path: &Path) -> Result<Option<String>, StoreError> {
             .into());
         }
     };
-    if bytes.len() > PLAN_FILE_BYTES_MAX {
-        return Err(PlanFileError::TooLarge {
-            path: display(),
-            bytes: bytes.len(),
-        }
-        .into());
-    }
     String::from_utf8(bytes)
         .map(Some)
         .map_err(|_| PlanFileError::NotText { path: display() }.into())

@@ -597,7 +597,36 @@ async fn configs_written_for_other_plan_servers_start_a_submit_command_without_s
     );
     let description = prompt.description.unwrap_or_default();
     assert!(description.contains("no-such-prompt.md"), "{description}");
+    // ARGUMENTS past the prompt's limit are refused, named.
+    let Value::Object(args) = json!({"ARGUMENTS": "x".repeat(100_000)}) else {
+        unreachable!()
+    };
+    let refused = server
+        .client
+        .get_prompt(GetPromptRequestParams::new("plan").with_arguments(args))
+        .await
+        .expect_err("too long");
+    assert!(refused.to_string().contains("ARGUMENTS"), "{refused}");
     server.client.cancel().await.expect("shutdown");
     let said = server.stderr.lock().await.join("\n");
     assert!(said.contains("no-such-prompt.md"), "{said}");
+
+    // A prompt file over its limit is not used, and the reason says so.
+    let big = dir.path().join("big-prompt.md");
+    std::fs::write(&big, "$ARGUMENTS\n".repeat(40_000)).expect("big prompt");
+    let server = start_server(dir.path(), &["--prompt-file", big.to_str().expect("utf8")]).await;
+    let Value::Object(args) = json!({"ARGUMENTS": "ship it"}) else {
+        unreachable!()
+    };
+    let prompt = server
+        .client
+        .get_prompt(GetPromptRequestParams::new("plan").with_arguments(args))
+        .await
+        .expect("prompts/get");
+    let description = prompt.description.unwrap_or_default();
+    assert!(
+        description.contains("over the 262144-byte limit"),
+        "{description}"
+    );
+    server.client.cancel().await.expect("shutdown");
 }
