@@ -299,6 +299,18 @@ impl PlanbServer {
         {
             return Ok(result);
         }
+        // Nothing is submitted for a review this client cannot hold.
+        if self.config().submit_command.is_empty()
+            && self.config().review == ReviewMode::Form
+            && !context
+                .peer
+                .supported_elicitation_modes()
+                .contains(&ElicitationMode::Form)
+        {
+            return Ok(tool_error(
+                "this client cannot show forms (no elicitation capability); start planb-mcp without --review form to review in the browser",
+            ));
+        }
         let submitted = match named.submit(&plan).await {
             Ok(submitted) => submitted,
             Err(SubmitError::Store(error)) => return Ok(store_error(error)),
@@ -350,15 +362,6 @@ impl PlanbServer {
         content: &str,
         context: &RequestContext<RoleServer>,
     ) -> CallToolResult {
-        if !context
-            .peer
-            .supported_elicitation_modes()
-            .contains(&ElicitationMode::Form)
-        {
-            return tool_error(
-                "this client cannot show forms (no elicitation capability); start planb-mcp without --review form to review in the browser",
-            );
-        }
         let Some(request) = review_form_request(plan, round, content) else {
             return tool_error("internal error: the review form schema is invalid");
         };

@@ -33,12 +33,13 @@ struct RawClient {
 
 impl RawClient {
     async fn start(dir: &std::path::Path) -> RawClient {
-        RawClient::start_with(dir, &[]).await
+        RawClient::start_with(dir, &[], &[]).await
     }
 
-    /// [`RawClient::start`] with `env` set as well.
-    async fn start_with(dir: &std::path::Path, env: &[(&str, &str)]) -> RawClient {
+    /// [`RawClient::start`] with `env` set and `args` given as well.
+    async fn start_with(dir: &std::path::Path, env: &[(&str, &str)], args: &[&str]) -> RawClient {
         let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_planb-mcp"))
+            .args(args)
             .envs(env.iter().copied())
             .current_dir(dir)
             .env("PLANB_MCP_DATA_DIR", dir)
@@ -376,7 +377,7 @@ async fn an_undecided_run_review_is_waited_on_again_by_the_next_call() {
     crate::plan_tools::write_servers(dir.path());
     let calls_file = dir.path().join("calls");
     let env = [("DOWNSTREAM_CALLS", calls_file.to_str().expect("path"))];
-    let mut client = RawClient::start_with(dir.path(), &env).await;
+    let mut client = RawClient::start_with(dir.path(), &env, &[]).await;
     let created = finished(client.call("plan_create", crate::plan_tools::diamond())).await;
     let id = created["structuredContent"]["plan_id"]
         .as_str()
@@ -409,4 +410,25 @@ async fn an_undecided_run_review_is_waited_on_again_by_the_next_call() {
         "a second review form was opened"
     );
     client.close().await;
+}
+
+/// With `--review form`, a client that cannot show forms (this one declares
+/// no elicitation) is told so, and nothing is submitted: no review round
+/// waits for a verdict it cannot get.
+#[tokio::test]
+async fn a_form_review_for_a_client_without_forms_submits_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut client = RawClient::start_with(dir.path(), &[], &["--review", "form"]).await;
+    let plan = json!({"planName": "p", "content": "# P"});
+    let written = finished(client.call("write_plan", plan)).await;
+    assert_ne!(written["isError"], true, "{written}");
+    let refused = finished(client.call("submit_plan", json!({"planName": "p"}))).await;
+    assert_eq!(refused["isError"], true, "{refused}");
+    assert!(text(&refused).contains("cannot show forms"), "{refused}");
+    client.close().await;
+    let submitted = planb_tests::logs::events(dir.path())
+        .into_iter()
+        .filter(|e| matches!(e, planb_core::EventBody::NamedPlanSubmitted { .. }))
+        .count();
+    assert_eq!(submitted, 0, "a round was submitted");
 }
