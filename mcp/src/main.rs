@@ -165,7 +165,12 @@ fn serve(root: PathBuf, cli: &Cli) -> anyhow::Result<ExitCode> {
         .map_err(|e| anyhow::anyhow!("cannot create the data root {}: {e}", root.display()))?;
     let root = root.canonicalize()?;
     let mut config = config::Config::new(root.clone(), ServerSettings::from_env()?);
-    config.plans_dir = std::env::current_dir()?.join(&cli.plans_dir);
+    // One spelling of the folder, so that windows started with `docs/plans`
+    // and `./docs/plans/` key their plans alike.
+    config.plans_dir = std::env::current_dir()?
+        .join(&cli.plans_dir)
+        .components()
+        .collect();
     config.review = cli.review;
     config.submit_command = cli.submit_command.clone();
     config.tools = tool_selection(cli.tools.as_deref(), config.env.tools.as_deref());

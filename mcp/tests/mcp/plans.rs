@@ -33,6 +33,36 @@ fn plan_file(dir: &Path, name: &str) -> std::path::PathBuf {
     dir.join("docs/plans").join(format!("{name}-plan.md"))
 }
 
+/// The plans folder has one spelling whatever way it was given: two
+/// windows started with `docs/plans` and `./docs/plans/` share one plan.
+#[tokio::test]
+async fn a_plans_folder_given_two_ways_is_one_folder() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plain = start_server(dir.path(), &["--plans-dir", "docs/plans"]).await;
+    let dotted = start_server(dir.path(), &["--plans-dir", "./docs/plans/"]).await;
+    let content = json!({"planName": "auth", "content": "# Auth"});
+    let first = structured(&call(&plain, "write_plan", content).await);
+    let edit = json!({"planName": "auth", "oldString": "Auth", "newString": "Auth v2"});
+    let edited = structured(&call(&dotted, "edit_plan", edit).await);
+    assert_eq!(first["planPath"], edited["planPath"]);
+    let path = plan_file(dir.path(), "auth")
+        .canonicalize()
+        .expect("plan file");
+    assert_eq!(edited["planPath"], path.display().to_string());
+    plain.client.cancel().await.expect("shutdown");
+    dotted.client.cancel().await.expect("shutdown");
+    // One plan in the log, with no hand edit: each saw the other's write.
+    let events = planb_tests::logs::events(dir.path());
+    let edits = events
+        .iter()
+        .filter(|e| matches!(e, planb_core::EventBody::NamedPlanChangedOutside { .. }))
+        .count();
+    assert_eq!(
+        edits, 0,
+        "a write of the other window was taken for a hand edit"
+    );
+}
+
 #[tokio::test]
 async fn write_and_edit_keep_the_file_and_report_what_changed() {
     let dir = tempfile::tempdir().expect("tempdir");
