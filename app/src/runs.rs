@@ -7,7 +7,7 @@
 //! what they come to is plain data ([`Finished`]), which the front doors
 //! shape.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -135,6 +135,41 @@ impl Attached {
     }
 }
 
+/// Most results of runs whose call handed back kept for a later call; past
+/// it the oldest is forgotten (the run's outcome stays in the log).
+pub const UNCLAIMED_MAX: usize = 64;
+/// Most undecided approval forms kept for a later call; past it the oldest
+/// is forgotten (the form stays answerable, and a later call asks anew).
+pub const APPROVALS_MAX: usize = 256;
+
+/// Values by plan, oldest first, at most a limit of them.
+#[derive(Debug)]
+struct Newest<V>(VecDeque<(TaskId, V)>);
+
+impl<V> Default for Newest<V> {
+    fn default() -> Self {
+        Newest(VecDeque::new())
+    }
+}
+
+impl<V> Newest<V> {
+    /// Keeps `value` for `id` (replacing one it had), forgetting the oldest
+    /// past `max`.
+    fn keep(&mut self, id: TaskId, value: V, max: usize) {
+        self.take(id);
+        self.0.push_back((id, value));
+        while self.0.len() > max {
+            self.0.pop_front();
+        }
+    }
+
+    /// The value kept for `id`, taken.
+    fn take(&mut self, id: TaskId) -> Option<V> {
+        let at = self.0.iter().position(|(kept, _)| *kept == id)?;
+        self.0.remove(at).map(|(_, value)| value)
+    }
+}
+
 /// The plan runs of one process and its downstream connections.
 #[derive(Debug, Default)]
 pub struct PlanRuns {
@@ -143,10 +178,10 @@ pub struct PlanRuns {
     active: Mutex<HashMap<TaskId, Attached>>,
     /// Results of runs that ended after their call handed back, until the
     /// next call of the plan collects them.
-    unclaimed: Mutex<HashMap<TaskId, Finished>>,
+    unclaimed: Mutex<Newest<Finished>>,
     /// The approval forms (`plans::approval`) the person has not decided
     /// yet, by plan, until the next call that asks for a review waits on it.
-    approvals: Mutex<HashMap<TaskId, AskId>>,
+    approvals: Mutex<Newest<AskId>>,
 }
 
 impl PlanRuns {
@@ -154,14 +189,14 @@ impl PlanRuns {
     /// decided when its call handed back, taken: this call waits on it
     /// rather than asking again.
     pub fn take_approval(&self, id: TaskId) -> Option<AskId> {
-        self.approvals.lock().ok()?.remove(&id)
+        self.approvals.lock().ok()?.take(id)
     }
 
     /// Keeps `ask`, the approval form of a run of plan `id`, for the next
     /// call: the person has not decided yet.
     pub fn approval_pending(&self, id: TaskId, ask: AskId) {
         if let Ok(mut approvals) = self.approvals.lock() {
-            approvals.insert(id, ask);
+            approvals.keep(id, ask, APPROVALS_MAX);
         }
     }
 
@@ -173,7 +208,7 @@ impl PlanRuns {
     /// The result of a run of plan `id` whose call handed back, once: the
     /// next call of the plan gets it.
     pub fn collect(&self, id: TaskId) -> Option<Finished> {
-        self.unclaimed.lock().ok()?.remove(&id)
+        self.unclaimed.lock().ok()?.take(id)
     }
 
     /// Starts the run `request` asks for in the background, or joins the
@@ -234,7 +269,7 @@ impl PlanRuns {
         if let (Ok(mut active), Ok(mut unclaimed)) = (self.active.lock(), self.unclaimed.lock()) {
             active.remove(&id);
             if handed_back.load(Ordering::SeqCst) {
-                unclaimed.insert(id, finished.clone());
+                unclaimed.keep(id, finished.clone(), UNCLAIMED_MAX);
             }
         }
     }
@@ -278,7 +313,7 @@ impl PlanRuns {
         attached.handed_back.store(true, Ordering::SeqCst);
         let finished = attached.result()?;
         if let Ok(mut unclaimed) = self.unclaimed.lock() {
-            unclaimed.remove(&id);
+            unclaimed.take(id);
         }
         Some(finished)
     }
@@ -318,5 +353,31 @@ fn finished(
             "Plan {id} is running in another planb process: see it with plan_show, or stop it with `planb-mcp plan stop {id}`"
         )),
         Err(error) => Err(error.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn past_its_limit_the_oldest_kept_value_is_forgotten() {
+        let ids: Vec<TaskId> = (0..4)
+            .map(|n| TaskId::parse(&format!("01890000-0000-7000-8000-00000000000{n}")).expect("id"))
+            .collect();
+        let mut kept = Newest::default();
+        for (n, id) in ids.iter().enumerate() {
+            kept.keep(*id, n, 3);
+        }
+        assert_eq!(kept.take(ids[0]), None, "the oldest is forgotten");
+        // Kept again, a value is the newest.
+        kept.keep(ids[1], 10, 3);
+        kept.keep(ids[0], 0, 3);
+        assert_eq!(kept.take(ids[2]), None);
+        assert_eq!(
+            (kept.take(ids[1]), kept.take(ids[3]), kept.take(ids[0])),
+            (Some(10), Some(3), Some(0))
+        );
+        assert_eq!(kept.take(ids[1]), None, "taken once");
     }
 }
