@@ -100,9 +100,19 @@ pub fn worker_log(root: &DataRoot, task: &TaskId) -> PathBuf {
 /// What was appended to `path` after its first `from` bytes, at most its
 /// last `chars` characters.
 fn tail_of(path: &Path, from: u64, chars: usize) -> String {
-    let bytes = std::fs::read(path).unwrap_or_default();
-    let start = usize::try_from(from).unwrap_or(usize::MAX).min(bytes.len());
-    let text = String::from_utf8_lossy(&bytes[start..]);
+    use std::io::{Read, Seek, SeekFrom};
+    // Only the end is read: the log keeps every earlier worker's lines.
+    let read = |start: u64| -> std::io::Result<Vec<u8>> {
+        let mut file = std::fs::File::open(path)?;
+        file.seek(SeekFrom::Start(start))?;
+        let mut bytes = Vec::new();
+        file.take(4 * chars as u64).read_to_end(&mut bytes)?;
+        Ok(bytes)
+    };
+    let len = std::fs::metadata(path).map_or(0, |m| m.len());
+    let start = from.max(len.saturating_sub(4 * chars as u64));
+    let bytes = read(start).unwrap_or_default();
+    let text = String::from_utf8_lossy(&bytes);
     let tail: Vec<char> = text.chars().rev().take(chars).collect();
     tail.into_iter().rev().collect::<String>().trim().to_owned()
 }
