@@ -142,7 +142,15 @@ fn password_from_env_or_pgpass(config: &tokio_postgres::Config) -> Option<String
     let path = std::env::var_os("PGPASSFILE")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".pgpass")))?;
-    let meta = std::fs::metadata(&path).ok()?;
+    // No file is the usual case; one that cannot be read is said.
+    let meta = match std::fs::metadata(&path) {
+        Ok(meta) => meta,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(error) => {
+            tracing::warn!("{}: {error}: no password read from it", path.display());
+            return None;
+        }
+    };
     if std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o077 != 0
         || meta.len() > 1 << 20
     {
@@ -152,7 +160,13 @@ fn password_from_env_or_pgpass(config: &tokio_postgres::Config) -> Option<String
         );
         return None;
     }
-    let text = std::fs::read_to_string(&path).ok()?;
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(error) => {
+            tracing::warn!("{}: {error}: no password read from it", path.display());
+            return None;
+        }
+    };
     let host = match config.get_hosts().first()? {
         tokio_postgres::config::Host::Tcp(host) => host.clone(),
         tokio_postgres::config::Host::Unix(_) => "localhost".into(),
