@@ -44,7 +44,8 @@ impl std::fmt::Display for LostTail {
              planb records nothing until this is resolved: put back the log files that hold them, \
              or run `planb-mcp accept-loss` to go on from cursor {end}; it moves index.redb, \
              sessions/, sessions.cursor and state.snapshot to {root}/lost-<time>/ (the files there may hold the \
-             only copy of the missing events) and rebuilds them from the log",
+             only copy of the missing events) and rebuilds them from the log; planb processes already \
+             open on this root (agent windows, planb-retro) keep refusing until they are restarted",
             end = self.log_end.0,
             witness = self.witness,
             seen = self.seen.0,
