@@ -88,9 +88,37 @@ pub enum CommandReviewError {
         /// Its stderr, trimmed.
         stderr: String,
     },
+    /// It printed more than feedback can hold.
+    #[error(
+        "the submit command printed more than {COMMAND_OUTPUT_BYTES_MAX} bytes; its feedback is at most {} characters",
+        planb_core::state::REVIEW_FEEDBACK_CHARS_MAX
+    )]
+    TooLong,
     /// Its feedback could not be recorded.
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// Most of a submit command's stdout read (feedback holds at most
+/// `REVIEW_FEEDBACK_CHARS_MAX` characters of up to 4 bytes).
+pub const COMMAND_OUTPUT_BYTES_MAX: usize = 4 * planb_core::state::REVIEW_FEEDBACK_CHARS_MAX;
+/// Most of a failing submit command's stderr said.
+const COMMAND_STDERR_BYTES_MAX: usize = 16 << 10;
+
+/// At most `max` bytes of `pipe` and whether it held more; the rest is
+/// read and dropped, so the command never waits on a full pipe.
+async fn read_at_most(
+    pipe: Option<impl tokio::io::AsyncRead + Unpin>,
+    max: usize,
+) -> std::io::Result<(Vec<u8>, bool)> {
+    use tokio::io::AsyncReadExt;
+    let Some(mut pipe) = pipe else {
+        return Ok((Vec::new(), false));
+    };
+    let mut bytes = Vec::new();
+    (&mut pipe).take(max as u64).read_to_end(&mut bytes).await?;
+    let more = tokio::io::copy(&mut pipe, &mut tokio::io::sink()).await?;
+    Ok((bytes, more > 0))
 }
 
 /// The named plans of one plans directory.
@@ -240,22 +268,33 @@ impl NamedPlans {
         command: &[String],
     ) -> Result<ReviewOutcome, CommandReviewError> {
         let (program, args) = command.split_first().ok_or_else(no_program)?;
-        let output = tokio::process::Command::new(program)
+        let not_run = |source| CommandReviewError::NotRun {
+            program: program.clone(),
+            source,
+        };
+        let mut child = tokio::process::Command::new(program)
             .args(args)
             .arg(path)
             .stdin(std::process::Stdio::null())
-            .output()
-            .await
-            .map_err(|source| CommandReviewError::NotRun {
-                program: program.clone(),
-                source,
-            })?;
-        if !output.status.success() {
-            let stderr = String::from_utf8_lossy(&output.stderr).trim().to_owned();
-            let status = output.status;
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .map_err(not_run)?;
+        let (stdout, stderr) = tokio::join!(
+            read_at_most(child.stdout.take(), COMMAND_OUTPUT_BYTES_MAX),
+            read_at_most(child.stderr.take(), COMMAND_STDERR_BYTES_MAX)
+        );
+        let status = child.wait().await.map_err(not_run)?;
+        let ((stdout, too_long), (stderr, _)) =
+            (stdout.map_err(not_run)?, stderr.map_err(not_run)?);
+        if !status.success() {
+            let stderr = String::from_utf8_lossy(&stderr).trim().to_owned();
             return Err(CommandReviewError::Failed { status, stderr });
         }
-        let stdout = String::from_utf8_lossy(&output.stdout).trim().to_string();
+        if too_long {
+            return Err(CommandReviewError::TooLong);
+        }
+        let stdout = String::from_utf8_lossy(&stdout).trim().to_string();
         let outcome = ReviewOutcome {
             verdict: Verdict::ChangesRequested,
             feedback: (!stdout.is_empty()).then_some(stdout),

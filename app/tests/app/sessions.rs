@@ -247,6 +247,15 @@ async fn a_submit_command_s_output_is_recorded_as_feedback_and_never_as_an_appro
         matches!(not_run, Err(CommandReviewError::NotRun { .. })),
         "{not_run:?}"
     );
+    // Past what feedback holds, the output is read no further.
+    let chatty = say("yes feedback | head -c 2000000");
+    let too_long = named
+        .review_by_command(&plan, again.round, &again.path, &chatty)
+        .await;
+    assert!(
+        matches!(too_long, Err(CommandReviewError::TooLong)),
+        "{too_long:?}"
+    );
     let key = plan.clone();
     let verdict = handle
         .read(move |s| s.named_plan(&key).and_then(|p| p.rounds.last()?.verdict))
