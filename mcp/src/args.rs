@@ -6,6 +6,9 @@ use planb_core::SessionId;
 use rmcp::model::JsonObject;
 use serde_json::Value;
 
+/// Most unknown fields named one by one in an error.
+const UNKNOWN_SHOWN: usize = 10;
+
 /// Problems with a tool's arguments, one message per field.
 #[derive(Debug, Default)]
 pub struct ArgErrors(pub Vec<String>);
@@ -207,17 +210,25 @@ impl<'a> Args<'a> {
 
     /// Fails on fields the tool does not take, then returns every problem found.
     pub fn finish(mut self) -> Result<(), ArgErrors> {
-        for key in self.object.keys() {
-            if !self.known.contains(&key.as_str()) {
-                self.errors.0.push(if self.known.is_empty() {
-                    format!("{key}: unknown field (this tool takes no arguments)")
-                } else {
-                    format!(
-                        "{key}: unknown field (expected one of: {})",
-                        self.known.join(", ")
-                    )
-                });
-            }
+        let unknown: Vec<&String> = (self.object.keys())
+            .filter(|key| !self.known.contains(&key.as_str()))
+            .collect();
+        for key in unknown.iter().take(UNKNOWN_SHOWN) {
+            let key = planb_core::text::clip(key, 100);
+            self.errors.0.push(if self.known.is_empty() {
+                format!("{key}: unknown field (this tool takes no arguments)")
+            } else {
+                format!(
+                    "{key}: unknown field (expected one of: {})",
+                    self.known.join(", ")
+                )
+            });
+        }
+        if unknown.len() > UNKNOWN_SHOWN {
+            let more = unknown.len() - UNKNOWN_SHOWN;
+            self.errors
+                .0
+                .push(format!("and {more} more unknown fields"));
         }
         if self.errors.0.is_empty() {
             Ok(())
@@ -235,5 +246,25 @@ fn kind(value: &Value) -> &'static str {
         Value::String(_) => "a string",
         Value::Array(_) => "an array",
         Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_fields_are_named_ten_at_most_and_cut_short() {
+        let mut object = JsonObject::new();
+        for n in 0..12 {
+            object.insert(format!("extra{n:02}"), Value::Null);
+        }
+        object.insert("a".repeat(500), Value::Null);
+        let mut args = Args::new(&object);
+        args.optional_bool("known");
+        let errors = args.finish().expect_err("unknown fields").0;
+        assert_eq!(errors.len(), 11, "{errors:?}");
+        assert_eq!(errors[10], "and 3 more unknown fields");
+        assert!(errors.iter().all(|e| e.len() < 200), "{errors:?}");
     }
 }

@@ -283,7 +283,10 @@ fn parse_body(headers: &HeaderMap, body: &Bytes) -> Result<(String, Value), ApiE
     if let Some(key) = object.keys().next() {
         return Err(refuse(
             StatusCode::BAD_REQUEST,
-            format!("{key}: unknown field (expected sid, answers)"),
+            format!(
+                "{}: unknown field (expected sid, answers)",
+                planb_core::text::clip(key, 100)
+            ),
         ));
     }
     Ok((sid, answers))

@@ -33,6 +33,9 @@ use planb_app::plans::{self as exec_plans, PlanSummary, approval};
 use planb_app::runs::{Attached, Finished, Follower, Waited};
 use planb_app::sessions::NewSession;
 
+/// Most tools `tool_caps` names.
+const TOOL_CAPS_MAX: usize = 256;
+
 /// Most plans `plan_list` returns.
 const LIST_MAX: usize = 200;
 
@@ -217,14 +220,21 @@ fn exec_args(args: &mut Args<'_>, with_call_variables: bool) -> ExecRequest {
         .optional_integer("step_timeout_sec", 1, 86_400)
         .unwrap_or(300);
     let mut per_tool = std::collections::BTreeMap::new();
-    if let Some(caps) = args.optional_object("tool_caps") {
+    let caps = args.optional_object("tool_caps");
+    if let Some(caps) = caps.filter(|caps| caps.len() > TOOL_CAPS_MAX) {
+        args.push(format!(
+            "tool_caps: at most {TOOL_CAPS_MAX} tools (got {})",
+            caps.len()
+        ));
+    } else if let Some(caps) = caps {
         for (tool, cap) in caps {
             match cap.as_u64().and_then(|n| u32::try_from(n).ok()) {
                 Some(n) => {
                     per_tool.insert(tool.clone(), n);
                 }
                 None => args.push(format!(
-                    "tool_caps.{tool}: must be a whole number from 0 to {}",
+                    "tool_caps.{}: must be a whole number from 0 to {}",
+                    clip(tool, 100),
                     u32::MAX
                 )),
             }
