@@ -99,10 +99,18 @@ impl Object<'_> {
     }
 }
 
+/// Largest JSON file (a session's or an ask's) an import reads.
+const JSON_BYTES_MAX: usize = 16 << 20;
+
 /// Reads a JSON object, or reports why not.
 fn read_object<'a>(path: &'a Path, problems: &mut Vec<ImportProblem>) -> Option<Object<'a>> {
-    let bytes = match std::fs::read(path) {
-        Ok(bytes) => bytes,
+    let bytes = match crate::bounded::read(path, JSON_BYTES_MAX) {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(over)) => {
+            let message = format!("{} bytes, over the {JSON_BYTES_MAX}-byte limit", over.0);
+            problems.push(ImportProblem::new(path, message));
+            return None;
+        }
         Err(e) => {
             problems.push(ImportProblem::new(path, format!("cannot read: {e}")));
             return None;
@@ -372,8 +380,23 @@ fn plans(
             problems.push(ImportProblem::new(&path, message));
             break;
         };
-        let content = match std::fs::read_to_string(path) {
-            Ok(content) => content,
+        let max = planb_core::state::PLAN_CONTENT_BYTES_MAX;
+        let content = match crate::bounded::read(path, max).map(|read| read.map(String::from_utf8))
+        {
+            Ok(Ok(Ok(content))) => content,
+            Ok(Ok(Err(_))) => {
+                let message = format!("not UTF-8 text; v{version} to v{last} are not imported");
+                problems.push(ImportProblem::new(path, message));
+                break;
+            }
+            Ok(Err(over)) => {
+                let message = format!(
+                    "{} bytes, over the {max}-byte plan limit; v{version} to v{last} are not imported",
+                    over.0
+                );
+                problems.push(ImportProblem::new(path, message));
+                break;
+            }
             Err(e) => {
                 let message = format!("cannot read: {e}; v{version} to v{last} are not imported");
                 problems.push(ImportProblem::new(path, message));

@@ -557,3 +557,32 @@ fn a_malformed_file_is_reported_with_its_path_and_the_rest_is_imported() {
     assert_eq!(report.imported.len(), 6, "{:?}", report.imported);
     assert_eq!(statuses(&store, NODE_B), [Answered, Declined]);
 }
+
+/// A file over an import's size limit is reported, named, without being
+/// read past the limit; the rest is imported.
+#[test]
+fn a_file_over_the_limit_is_reported_and_the_rest_is_imported() {
+    let node = tempfile::tempdir().expect("tempdir");
+    copy_tree(&node_root(), node.path());
+    let a = node.path().join("sessions").join(NODE_A);
+    let asks = files_under(&a.join("asks"));
+    let huge = a.join("asks").join(asks.keys().next().expect("an ask"));
+    let file = std::fs::File::create(&huge).expect("create");
+    file.set_len(17 << 20).expect("a sparse 17 MiB file");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open(dir.path());
+    let report = import(&store, node.path()).expect("import");
+    let problems: Vec<(PathBuf, String)> = report
+        .problems
+        .iter()
+        .map(|p| (p.path.clone(), p.problem.clone()))
+        .collect();
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert_eq!(problems[0].0, huge);
+    assert!(
+        problems[0].1.contains("over the 16777216-byte limit"),
+        "{}",
+        problems[0].1
+    );
+    assert_eq!(report.imported.len(), 13, "{:?}", report.imported);
+}
