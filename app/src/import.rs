@@ -288,54 +288,6 @@ pub enum Imported {
     },
     /// Imported before: the id it has.
     Already(TaskId),
-    /// Imported before by an import cut short before its checkpoint, which
-    /// is recorded now: the id, what the checkpoint gave, and warnings.
-    Checkpoint {
-        task: TaskId,
-        run: String,
-        notes: Vec<String>,
-    },
-}
-
-/// Records the checkpoint of `saved`, if it has one, as a run of `plan`
-/// (the task `task`): what it gave, and notes on what it could not.
-async fn checkpoint(
-    store: &Arc<Store>,
-    downstream: &Arc<Downstream>,
-    saved: &Saved,
-    task: TaskId,
-    plan: &ExecPlan,
-) -> (Option<String>, Vec<String>) {
-    let mut notes = Vec::new();
-    let Some(path) = &saved.checkpoint else {
-        return (None, notes);
-    };
-    let recorded = match read_json(path)
-        .and_then(|checkpoint| checkpoint_run(&checkpoint, plan))
-        .map_err(|e| format!("{}: {e}", path.display()))
-    {
-        Ok((foreign, left)) => {
-            notes.extend(left);
-            let summary = format!(
-                "{} of {} steps done{}",
-                foreign.completed.len(),
-                plan.steps.len(),
-                if foreign.finished { ", completed" } else { "" }
-            );
-            plans::record_foreign_run(Arc::clone(store), Arc::clone(downstream), task, foreign)
-                .await
-                .map(|run| run.map(|_| summary))
-                .map_err(|e| e.to_string())
-        }
-        Err(e) => Err(e),
-    };
-    match recorded {
-        Ok(run) => (run, notes),
-        Err(e) => {
-            notes.push(format!("its checkpoint was not imported: {e}"));
-            (None, notes)
-        }
-    }
 }
 
 /// Imports one saved plan (and its checkpoint).
@@ -346,23 +298,10 @@ pub async fn import(
 ) -> Result<Imported, Error> {
     let key = format!("{KEY_PREFIX}{}", saved.id);
     let existing = store
-        .read(|s| s.task_by_request(&key).map(|t| (t.id, t.runs.is_empty())))
+        .read(|s| s.task_by_request(&key).map(|t| t.id))
         .map_err(Error::internal)?;
-    match existing {
-        // An import cut short after the plan, before its checkpoint: the
-        // checkpoint is recorded now.
-        Some((task, true)) if saved.checkpoint.is_some() => {
-            let plan = crate::plans::find(store, &task.to_string())
-                .and_then(|found| plans::load(&found).map_err(|e| Error::invalid(e.to_string())));
-            if let Ok(plan) = plan
-                && let (Some(run), notes) = checkpoint(store, downstream, saved, task, &plan).await
-            {
-                return Ok(Imported::Checkpoint { task, run, notes });
-            }
-            return Ok(Imported::Already(task));
-        }
-        Some((task, _)) => return Ok(Imported::Already(task)),
-        None => {}
+    if let Some(task) = existing {
+        return Ok(Imported::Already(task));
     }
     let shown = saved.path.display();
     let raw = read_json(&saved.path).map_err(Error::invalid)?;
@@ -374,7 +313,33 @@ pub async fn import(
         // is that import's to record.
         return Ok(Imported::Already(task));
     }
-    let (run, notes) = checkpoint(store, downstream, saved, task, &plan).await;
+    let mut notes = Vec::new();
+    let mut run = None;
+    if let Some(path) = &saved.checkpoint {
+        let recorded = match read_json(path)
+            .and_then(|checkpoint| checkpoint_run(&checkpoint, &plan))
+            .map_err(|e| format!("{}: {e}", path.display()))
+        {
+            Ok((foreign, left)) => {
+                notes.extend(left);
+                let summary = format!(
+                    "{} of {} steps done{}",
+                    foreign.completed.len(),
+                    plan.steps.len(),
+                    if foreign.finished { ", completed" } else { "" }
+                );
+                plans::record_foreign_run(Arc::clone(store), Arc::clone(downstream), task, foreign)
+                    .await
+                    .map(|_| summary)
+                    .map_err(|e| e.to_string())
+            }
+            Err(e) => Err(e),
+        };
+        match recorded {
+            Ok(summary) => run = Some(summary),
+            Err(e) => notes.push(format!("its checkpoint was not imported: {e}")),
+        }
+    }
     Ok(Imported::New {
         task,
         title: plan.title.clone(),

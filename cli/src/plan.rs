@@ -378,16 +378,6 @@ fn import(
             Ok(planb_app::import::Imported::Already(task)) => {
                 writeln!(out, "{}: imported before, as {task}", plan.id)?;
             }
-            Ok(planb_app::import::Imported::Checkpoint { task, run, notes }) => {
-                writeln!(
-                    out,
-                    "{}: imported before, as {task}; its checkpoint, left out then, now: {run}",
-                    plan.id
-                )?;
-                for note in notes {
-                    writeln!(out, "  {note}")?;
-                }
-            }
             Err(error) => {
                 failed += 1;
                 writeln!(out, "{}: not imported: {}", plan.id, error.message)?;

@@ -1169,19 +1169,14 @@ pub struct ForeignRun {
 /// call (resolved as this build would resolve it, so a resume reuses the
 /// step exactly when its call is the same) and result, then the run's end:
 /// completed only when `finished`, otherwise failed and recoverable, so
-/// `resume` runs the rest. Holds the plan's run lock meanwhile; a plan that
-/// has run already (another import recorded the run first) is left as it
-/// is: `Ok(None)`.
+/// `resume` runs the rest. Holds the plan's run lock meanwhile.
 pub async fn record_foreign_run(
     store: Arc<Store>,
     downstream: Arc<Downstream>,
     task: TaskId,
     foreign: ForeignRun,
-) -> Result<Option<RunId>, PlanRunError> {
-    let (lock, found, plan) = hold(&store, task).await?;
-    if !found.runs.is_empty() {
-        return Ok(None);
-    }
+) -> Result<RunId, PlanRunError> {
+    let (lock, _, plan) = hold(&store, task).await?;
     let (tools, _) = step_tools(&downstream, &plan).await?;
     let variables = Some(Value::Object(foreign.call_variables.clone()).to_string());
     let host = RunHost::start(&store, task, None, variables).await?;
@@ -1228,7 +1223,7 @@ pub async fn record_foreign_run(
     })
     .await?;
     drop(lock);
-    Ok(Some(run))
+    Ok(run)
 }
 
 #[cfg(test)]

@@ -893,48 +893,6 @@ fn mcp_cli_plans_and_checkpoints_are_imported_and_resume_where_they_stopped() {
     assert_eq!(calls[0]["args"]["text"].as_str().map(str::len), Some(1500));
 }
 
-/// An import cut short after recording a plan, before its checkpoint (here:
-/// its server was not configured yet), records the checkpoint when the
-/// plan is imported again; once recorded, never twice.
-#[test]
-fn a_checkpoint_left_out_by_an_import_is_recorded_by_the_next() {
-    let setup = Setup::new();
-    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp-cli-plans");
-    let dir = setup.path("plans");
-    std::fs::create_dir(&dir).expect("dir");
-    for name in [
-        "e9b14d1f-5728-48f3-b6db-622c2a84bacf.json",
-        "e9b14d1f-5728-48f3-b6db-622c2a84bacf_state.json",
-    ] {
-        std::fs::copy(fixtures.join(name), dir.join(name)).expect("copy");
-    }
-    let dir = dir.to_str().expect("path");
-    std::fs::write(setup.path("servers.json"), r#"{"mcpServers": {}}"#).expect("servers");
-    let (code, first) = setup.run(&["import", dir]);
-    assert_eq!(code, 0, "{first}");
-    assert!(first.contains("its checkpoint was not imported"), "{first}");
-    let servers = json!({"mcpServers": {
-        "alpha": {"command": crate::support::downstream_binary(), "args": ["alpha"]},
-    }});
-    std::fs::write(setup.path("servers.json"), servers.to_string()).expect("servers");
-    let (code, second) = setup.run(&["import", dir]);
-    assert_eq!(code, 0, "{second}");
-    assert!(
-        second.contains("its checkpoint, left out then, now: 3 of 3 steps done, completed"),
-        "{second}"
-    );
-    let (code, third) = setup.run(&["import", dir]);
-    assert_eq!(code, 0, "{third}");
-    assert!(
-        third.contains("imported before, as") && !third.contains("checkpoint"),
-        "{third}"
-    );
-    // The completed diamond resumes without a call.
-    let (code, out) = setup.run(&["resume", "e9b14d1f"]);
-    assert_eq!(code, 0, "{out}");
-    assert!(setup.calls().is_empty(), "{:?}", setup.calls());
-}
-
 /// Runs `args` with stdout and stderr on a pseudo-terminal of 40 rows and
 /// 120 columns, and returns its exit code and everything the terminal got.
 fn on_a_terminal(setup: &Setup, args: &[&str]) -> (i32, String) {
