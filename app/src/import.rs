@@ -86,15 +86,16 @@ fn saved_in(dir: &Path) -> Result<Vec<Saved>, String> {
 
 fn read_json(path: &Path) -> Result<Value, String> {
     let shown = path.display();
-    let meta = std::fs::metadata(path).map_err(|e| format!("{shown}: {e}"))?;
-    if meta.len() > FILE_BYTES_MAX {
-        return Err(format!(
-            "{shown}: {} bytes; at most {FILE_BYTES_MAX} are read",
-            meta.len()
-        ));
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: {e}"))?;
-    serde_json::from_str(&text).map_err(|e| format!("{shown}: not JSON: {e}"))
+    let max = usize::try_from(FILE_BYTES_MAX).unwrap_or(usize::MAX);
+    let bytes = planb_projections::bounded::read(path, max)
+        .map_err(|e| format!("{shown}: {e}"))?
+        .map_err(|over| {
+            format!(
+                "{shown}: {} bytes; at most {FILE_BYTES_MAX} are read",
+                over.0
+            )
+        })?;
+    serde_json::from_slice(&bytes).map_err(|e| format!("{shown}: not JSON: {e}"))
 }
 
 /// mcp-cli's plan file as a planb plan; `INVALID_ARGUMENT` naming the

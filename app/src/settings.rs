@@ -88,7 +88,8 @@ pub struct ServerSettings {
     pub hand_back: Duration,
     /// `PLANB_TOOLS`: the tool groups to serve, as written.
     pub tools: Option<String>,
-    /// `BROWSER_PLAN_DATA_DIR` is set: list the forerunner's tool names too.
+    /// `BROWSER_PLAN_DATA_DIR` is set: list the forerunner's tool names too
+    /// (the server's `--browser-plan-names` sets it as well).
     pub browser_plan_names: bool,
 }
 

@@ -25,9 +25,6 @@ pub struct Config {
     pub servers: planb_app::plans::ServersSource,
     /// Why `--prompt-file` was not used, when it could not be read.
     pub prompt_problem: Option<String>,
-    /// Whether `init_browser_plan_session` is listed (`BROWSER_PLAN_DATA_DIR`
-    /// set, or `--browser-plan-names`).
-    pub browser_plan_names: bool,
     /// The tool groups listed and served.
     pub tools: crate::groups::Selection,
     /// Fires when the client's connection closes.
@@ -54,7 +51,6 @@ impl Config {
         };
         Config {
             data_root,
-            browser_plan_names: env.browser_plan_names,
             env,
             plans_dir: PathBuf::from("docs/plans"),
             review: ReviewMode::Browser,

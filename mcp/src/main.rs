@@ -174,7 +174,7 @@ fn serve(root: PathBuf, cli: &Cli) -> anyhow::Result<ExitCode> {
     config.review = cli.review;
     config.submit_command = cli.submit_command.clone();
     config.tools = tool_selection(cli.tools.as_deref(), config.env.tools.as_deref());
-    config.browser_plan_names |= cli.browser_plan_names;
+    config.env.browser_plan_names |= cli.browser_plan_names;
     config.servers = servers_source(&planb_projections::DataRoot::new(&root), cli)?;
     if let Some(file) = &cli.prompt_file {
         // A prompt file that cannot be read leaves the built-in prompt, and

@@ -379,7 +379,11 @@ impl ServerHandler for PlanbServer {
             .tool_router
             .list_all()
             .into_iter()
-            .filter(|tool| config.tools.lists(&tool.name, config.browser_plan_names))
+            .filter(|tool| {
+                config
+                    .tools
+                    .lists(&tool.name, config.env.browser_plan_names)
+            })
             .collect();
         Ok(rmcp::model::ListToolsResult::with_all_items(tools))
     }

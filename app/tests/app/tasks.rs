@@ -334,8 +334,10 @@ async fn archive_and_delete_wait_for_the_run_and_a_deleted_task_leaves_no_folder
 async fn a_wait_tells_new_progress_hands_back_at_its_limit_and_ends_with_the_run() {
     use planb_app::tasks::TaskWaited;
     let dir = tempfile::tempdir().expect("temp dir");
+    // Each model step takes longer than a wait's short limit, so the run
+    // cannot end within one.
     let model = ModelServer::start(Script {
-        delay: Duration::from_millis(100),
+        delay: Duration::from_millis(400),
         fail_first: 0,
     })
     .await;

@@ -371,8 +371,13 @@ impl Servers {
         let unreadable = |e: std::io::Error| {
             ServersError::of_file(path, ServersProblem::Unreadable(e.to_string()))
         };
-        let meta = match std::fs::metadata(path) {
-            Ok(meta) => meta,
+        let max = usize::try_from(SERVERS_FILE_BYTES_MAX).unwrap_or(usize::MAX);
+        let bytes = match planb_projections::bounded::read(path, max) {
+            Ok(Ok(bytes)) => bytes,
+            Ok(Err(over)) => {
+                let size = over.0 as u64;
+                return Err(ServersError::of_file(path, ServersProblem::TooLarge(size)));
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Ok(Servers {
                     path: Some(path.to_owned()),
@@ -382,13 +387,12 @@ impl Servers {
             }
             Err(e) => return Err(unreadable(e)),
         };
-        if meta.len() > SERVERS_FILE_BYTES_MAX {
-            return Err(ServersError::of_file(
-                path,
-                ServersProblem::TooLarge(meta.len()),
-            ));
-        }
-        let text = std::fs::read_to_string(path).map_err(unreadable)?;
+        let text = String::from_utf8(bytes).map_err(|_| {
+            unreadable(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "stream did not contain valid UTF-8",
+            ))
+        })?;
         let value: Value = serde_json::from_str(&text)
             .map_err(|e| ServersError::of_file(path, ServersProblem::NotJson(e.to_string())))?;
         let mut servers = Servers::parse(&value).map_err(|e| ServersError {
