@@ -17,8 +17,8 @@ use planb_app::asks::{Ending, NewAsk};
 
 use crate::config::Config;
 use crate::deliver::{Outcome, Page, deliver_and_wait, url_mode};
-use crate::http::PageKind;
 use crate::server::{PlanbServer, store_error, timeout_text, tool_error};
+use planb_forms::PageKind;
 
 /// Everything one wait needs.
 #[derive(Debug)]
@@ -245,9 +245,9 @@ impl PlanbServer {
         spec: AskSpec,
         context: &RequestContext<RoleServer>,
     ) -> Asked {
-        let page = match self.new_page(PageKind::FORM).await {
+        let page = match self.pages().new_page(PageKind::FORM).await {
             Ok(page) => page,
-            Err(problem) => return tool_error(problem).into(),
+            Err(problem) => return tool_error(problem.to_string()).into(),
         };
         let url = page.url();
         let url_mode = url_mode(context);
@@ -271,7 +271,7 @@ impl PlanbServer {
             Err(error) => return store_error(error).into(),
         };
         let (sender, answered) = oneshot::channel();
-        let info = crate::forms::FormInfo {
+        let info = planb_forms::FormInfo {
             ask,
             spec: Arc::clone(&spec),
         };

@@ -20,21 +20,8 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use crate::ask::Asked;
-use crate::forms::FormInfo;
-use crate::http::PageKind;
 use crate::server::{PlanbServer, store_error, tool_error};
-use planb_app::asks::Asks;
-use planb_app::store::StoreHandle;
-
-/// The ask in the log whose form has this sid and would still record an
-/// answer, as a form this process can serve.
-pub(crate) async fn answerable_form(store: &StoreHandle, sid: &str) -> Option<FormInfo> {
-    let (ask, spec) = Asks::new(store.clone()).answerable(sid).await?;
-    Some(FormInfo {
-        ask,
-        spec: Arc::new(spec),
-    })
-}
+use planb_forms::{FormInfo, PageKind};
 
 impl PlanbServer {
     /// With a fixed `PLANB_PORT`, starts the callback server at once when the
@@ -49,7 +36,7 @@ impl PlanbServer {
         if pending == 0 {
             return;
         }
-        match self.callback_address().await {
+        match self.pages().address().await {
             Ok(address) => tracing::info!(
                 "{pending} form(s) in the log that can still be answered are served again at http://{address}"
             ),
@@ -120,11 +107,11 @@ impl PlanbServer {
         url_mode: bool,
     ) -> Option<Asked> {
         let (sid, info, answered) = self.forms().rewait(|info| info.ask == ask_id)?;
-        let url = match self.page_url(PageKind::FORM, &sid).await {
+        let url = match self.pages().page_url(PageKind::FORM, &sid).await {
             Ok(url) => url,
             Err(problem) => {
                 self.forms().detach(&sid);
-                return Some(ended(problem));
+                return Some(ended(problem.to_string()));
             }
         };
         Some(
@@ -160,7 +147,7 @@ impl PlanbServer {
         let port = self.config().env.port;
         if port != 0
             && form_address == format!("http://127.0.0.1:{port}/ask")
-            && self.callback_address().await.is_ok()
+            && self.pages().address().await.is_ok()
         {
             // Nobody sends on this channel: the answer comes through the log.
             let (_unused, answered) = oneshot::channel();
@@ -179,9 +166,9 @@ impl PlanbServer {
         }
         // The log holds only the hash of the old sid: this process serves
         // the form under a new one.
-        let page = match self.new_page(PageKind::FORM).await {
+        let page = match self.pages().new_page(PageKind::FORM).await {
             Ok(page) => page,
-            Err(problem) => return ended(problem),
+            Err(problem) => return ended(problem.to_string()),
         };
         let (url, sid) = (page.url(), page.id);
         let (sender, answered) = oneshot::channel();

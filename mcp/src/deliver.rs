@@ -102,7 +102,7 @@ async fn wait<T>(config: &Config, page: &Page<'_>, mut answer: oneshot::Receiver
             tracing::info!("sent by URL elicitation: {}", page.url);
         }
         _ => {
-            crate::browser::open(page.url, config.env.no_open);
+            planb_forms::browser::open(page.url, config.env.no_open);
         }
     }
     let deadline = tokio::time::sleep(config.env.answer_timeout);
@@ -133,7 +133,7 @@ async fn wait<T>(config: &Config, page: &Page<'_>, mut answer: oneshot::Receiver
                         // Some clients advertise URL elicitation and then fail it:
                         // fall back to opening the browser ourselves.
                         tracing::warn!("URL elicitation failed ({error}); opening the page directly");
-                        crate::browser::open(page.url, config.env.no_open);
+                        planb_forms::browser::open(page.url, config.env.no_open);
                     }
                 }
             }

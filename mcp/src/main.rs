@@ -7,13 +7,10 @@
 
 mod args;
 mod ask;
-mod browser;
 mod collect;
 mod config;
 mod deliver;
-mod forms;
 mod groups;
-mod http;
 mod plan_tools;
 mod plans;
 mod resources;
@@ -189,7 +186,7 @@ fn serve(root: PathBuf, cli: &Cli) -> anyhow::Result<ExitCode> {
         }
     }
     // The store opens beside the handshake: `initialize` does not wait for
-    // the log to be folded (see `opening.rs`).
+    // the log to be folded (see `planb_app::store`).
     let store = planb_app::store::StoreHandle::open(
         planb_projections::DataRoot::new(&root),
         std::sync::Arc::new(planb_projections::SystemEnvironment),
@@ -262,7 +259,7 @@ fn describe(error: &anyhow::Error) -> String {
 /// `RUST_LOG`) asks for more. Clients such as Claude Code show every stderr
 /// line of a server as an error, so a healthy server is silent; the one line a
 /// person needs, the URL of a form no browser was opened for, is printed
-/// plainly (see `browser.rs`).
+/// plainly (see `planb_forms::browser`).
 fn log_filter() -> tracing_subscriber::EnvFilter {
     use tracing_subscriber::EnvFilter;
     for variable in ["PLANB_LOG", "RUST_LOG"] {

@@ -17,12 +17,11 @@ use tokio::sync::oneshot;
 use crate::args::Args;
 use crate::config::ReviewMode;
 use crate::deliver::{Outcome, Page, deliver_and_wait};
-use crate::forms::ReviewInfo;
-use crate::http::PageKind;
 use crate::schema;
 use crate::server::{PlanbServer, store_error, tool_error};
 use planb_app::named::{CommandReviewError, NamedPlans, ReviewOutcome, SubmitError, Submitted};
 use planb_core::Rejection;
+use planb_forms::{PageKind, ReviewInfo};
 use planb_projections::StoreError;
 
 /// The `planb-plan` skill: the same review loop for clients (Claude Code)
@@ -410,9 +409,9 @@ impl PlanbServer {
         context: &RequestContext<RoleServer>,
         info: ReviewInfo,
     ) -> CallToolResult {
-        let page = match self.new_page(PageKind::REVIEW).await {
+        let page = match self.pages().new_page(PageKind::REVIEW).await {
             Ok(page) => page,
-            Err(problem) => return tool_error(problem),
+            Err(problem) => return tool_error(problem.to_string()),
         };
         let (url, rid) = (page.url(), page.id);
         let (sender, answered) = oneshot::channel();
@@ -473,11 +472,11 @@ impl PlanbServer {
                 )
             });
         };
-        let url = match self.page_url(PageKind::REVIEW, &rid).await {
+        let url = match self.pages().page_url(PageKind::REVIEW, &rid).await {
             Ok(url) => url,
             Err(problem) => {
                 self.reviews().detach(&rid);
-                return Some(tool_error(problem));
+                return Some(tool_error(problem.to_string()));
             }
         };
         let review = Review {

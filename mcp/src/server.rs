@@ -4,7 +4,6 @@
 //! recording is the store's. The result texts are part of the interface
 //! (agents and scripts parse them) and follow the brief exactly.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use planb_core::{AskSpec, DeclineAction};
@@ -22,12 +21,11 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, tool, tool_handler, tool_router};
-use tokio::sync::OnceCell;
 
 use crate::args::Args;
 use crate::config::{Config, human_duration};
-use crate::forms::Forms;
 use crate::schema;
+use planb_forms::{Callback, Forms, Reviews};
 
 /// The version of the task interface (PlanExe's) the task tools implement.
 pub(crate) const PLANEXE_VERSION: &str = "1.0";
@@ -37,14 +35,12 @@ pub(crate) const PLANEXE_VERSION: &str = "1.0";
 pub struct PlanbServer {
     store: StoreHandle,
     config: Arc<Config>,
-    forms: Arc<Forms>,
-    reviews: Arc<crate::forms::Reviews>,
+    /// The callback server and its pages, started on the first page.
+    pages: Arc<Callback>,
     /// Answers to waited asks recorded by other processes.
     answer_watch: Arc<planb_app::asks::AnswerWatch>,
     /// Execution plans' runs in this process and their downstream servers.
     plan_runs: Arc<planb_app::runs::PlanRuns>,
-    /// The callback server, started on the first form.
-    http: Arc<OnceCell<SocketAddr>>,
     tool_router: ToolRouter<Self>,
     prompt_router: rmcp::handler::server::router::prompt::PromptRouter<Self>,
 }
@@ -90,13 +86,6 @@ pub(crate) fn store_error(error: StoreError) -> CallToolResult {
     }
 }
 
-/// 256 random bits, hex: the form's only credential.
-pub(crate) fn new_sid() -> Result<String, getrandom::Error> {
-    let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes)?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
-}
-
 impl PlanbServer {
     /// A server over `store`.
     pub fn new(store: StoreHandle, config: Config) -> PlanbServer {
@@ -114,13 +103,11 @@ impl PlanbServer {
             }
         }
         PlanbServer {
+            pages: Arc::new(Callback::new(store.clone(), config.env.port)),
             store,
             config: Arc::new(config),
-            forms: Arc::new(Forms::default()),
-            reviews: Arc::new(crate::forms::Reviews::default()),
             answer_watch: Arc::default(),
             plan_runs: Arc::default(),
-            http: Arc::new(OnceCell::new()),
             tool_router,
             prompt_router: Self::prompt_router(),
         }
@@ -130,12 +117,17 @@ impl PlanbServer {
         &self.store
     }
 
-    pub(crate) fn forms(&self) -> &Forms {
-        &self.forms
+    /// The callback server and the pages it serves.
+    pub(crate) fn pages(&self) -> &Callback {
+        &self.pages
     }
 
-    pub(crate) fn reviews(&self) -> &crate::forms::Reviews {
-        &self.reviews
+    pub(crate) fn forms(&self) -> &Forms {
+        self.pages.forms()
+    }
+
+    pub(crate) fn reviews(&self) -> &Reviews {
+        self.pages.reviews()
     }
 
     pub(crate) fn plan_runs(&self) -> &Arc<planb_app::runs::PlanRuns> {
@@ -144,24 +136,6 @@ impl PlanbServer {
 
     pub(crate) fn answer_watch(&self) -> &Arc<planb_app::asks::AnswerWatch> {
         &self.answer_watch
-    }
-
-    /// What the callback server is started with (see `http.rs`): the cell
-    /// its address is kept in once started, the store and the pages.
-    pub(crate) fn callback_parts(
-        &self,
-    ) -> (
-        &OnceCell<SocketAddr>,
-        &StoreHandle,
-        Arc<Forms>,
-        Arc<crate::forms::Reviews>,
-    ) {
-        (
-            &self.http,
-            &self.store,
-            Arc::clone(&self.forms),
-            Arc::clone(&self.reviews),
-        )
     }
 
     /// The sessions of this server's store.

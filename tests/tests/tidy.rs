@@ -1,7 +1,8 @@
 //! Keeps ARCHITECTURE.md a true map: each crate depends on exactly the planb
 //! crates its section names; async code reaches blocking work only through
 //! the bridges (the engine's run host, planb-app's `store.rs`); the
-//! front doors (planb-mcp, planb-cli) build no store command themselves;
+//! front doors (planb-mcp, planb-cli, planb-forms) build no store command
+//! themselves; the person's pages and the agent's protocol stay apart;
 //! the two runners share the host and the settle loop and import neither the
 //! other; no crate's modules import each other in a circle; no
 //! source function is over the limit; every golden fixture is
@@ -54,21 +55,22 @@ fn map_sections(map: &str) -> Vec<(String, String, BTreeSet<String>)> {
 
 /// The planb crates a manifest's `[dependencies]` name (not dev ones).
 fn planb_dependencies(manifest: &str) -> BTreeSet<String> {
+    dependency_names(manifest)
+        .into_iter()
+        .filter(|name| name.starts_with("planb-"))
+        .collect()
+}
+
+/// Every crate a manifest's `[dependencies]` name, planb's and others.
+fn dependency_names(manifest: &str) -> BTreeSet<String> {
     let mut in_dependencies = false;
     let mut found = BTreeSet::new();
-    for line in manifest.lines() {
-        let line = line.trim();
+    for line in manifest.lines().map(str::trim) {
         if line.starts_with('[') {
             in_dependencies = line == "[dependencies]";
-            continue;
-        }
-        if in_dependencies && line.starts_with("planb-") {
-            let name = line
-                .split(['.', ' ', '='])
-                .next()
-                .unwrap_or_default()
-                .to_owned();
-            found.insert(name);
+        } else if in_dependencies && !line.is_empty() && !line.starts_with('#') {
+            let name = line.split(['.', ' ', '=']).next().unwrap_or_default();
+            found.insert(name.to_owned());
         }
     }
     found
@@ -172,7 +174,14 @@ fn async_code_reaches_blocking_work_only_through_the_bridges() {
         root().join("app/src/store.rs"),
     ];
     let mut files = Vec::new();
-    for dir in ["app/src", "cli/src", "engine/src", "mcp/src", "team/src"] {
+    for dir in [
+        "app/src",
+        "cli/src",
+        "engine/src",
+        "forms/src",
+        "mcp/src",
+        "team/src",
+    ] {
         sources(&root().join(dir), &mut files, &["rs"]);
     }
     let call = ["spawn", "_blocking"].concat();
@@ -223,7 +232,7 @@ fn names_core_command(text: &str) -> bool {
 #[test]
 fn the_front_doors_build_no_store_command_themselves() {
     let mut files = Vec::new();
-    for dir in ["mcp/src", "cli/src"] {
+    for dir in ["mcp/src", "cli/src", "forms/src"] {
         sources(&root().join(dir), &mut files, &["rs"]);
     }
     // Unit tests may set a store up by hand.
@@ -236,6 +245,23 @@ fn the_front_doors_build_no_store_command_themselves() {
         recording.is_empty(),
         "front doors that build a store command themselves: {recording:?}"
     );
+}
+
+#[test]
+fn the_person_s_pages_and_the_agent_s_protocol_stay_apart() {
+    let names = |folder: &str| dependency_names(&read(&root().join(folder).join("Cargo.toml")));
+    let forms = names("forms");
+    assert!(
+        !forms.contains("rmcp"),
+        "planb-forms depends on rmcp: the callback server knows nothing of MCP"
+    );
+    let mcp = names("mcp");
+    for http in ["axum", "planb-http", "planb-ui"] {
+        assert!(
+            !mcp.contains(http),
+            "planb-mcp depends on {http}: pages are served by planb-forms"
+        );
+    }
 }
 
 /// The longest a source function may be.

@@ -13,7 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use uuid::Uuid;
 
-use crate::forms::{FormInfo, Forms, Reviews};
+use crate::registry::{FormInfo, Forms, Reviews};
 
 /// How long a test waits for something that should happen much sooner.
 const BOUND: Duration = Duration::from_secs(10);

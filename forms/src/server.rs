@@ -34,7 +34,7 @@ use planb_ui::pages;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::forms::{FormInfo, Forms, ReviewOutcome, Reviews};
+use crate::registry::{FormInfo, Forms, ReviewOutcome, Reviews};
 
 /// Largest request body accepted: 20 long answers of 100 000 characters fit.
 pub const BODY_BYTES_MAX: usize = 8 << 20;
@@ -162,7 +162,11 @@ async fn lookup(state: &AppState, sid: &str) -> Option<(FormInfo, bool)> {
     if let Some(found) = state.forms.get(sid) {
         return Some(found);
     }
-    let form = crate::collect::answerable_form(&state.store, sid).await?;
+    let (ask, spec) = Asks::new(state.store.clone()).answerable(sid).await?;
+    let form = FormInfo {
+        ask,
+        spec: Arc::new(spec),
+    };
     state.forms.adopt(sid.to_owned(), form.clone());
     Some((form, false))
 }
@@ -527,69 +531,4 @@ async fn asset(Path(name): Path<String>) -> Response {
 
 async fn not_found() -> Response {
     json_error(StatusCode::NOT_FOUND, "not found")
-}
-
-/// A kind of page the callback server serves a person: its path, the
-/// name of its secret id in the link, and what messages call it.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct PageKind(&'static str, &'static str, &'static str);
-
-impl PageKind {
-    /// A question form: `/ask?sid=…`.
-    pub const FORM: PageKind = PageKind("ask", "sid", "the form");
-    /// A plan review: `/review?rid=…`.
-    pub const REVIEW: PageKind = PageKind("review", "rid", "the review page");
-}
-
-/// A page about to be served: its address and its new secret id.
-#[derive(Debug)]
-pub(crate) struct NewPage {
-    /// `http://127.0.0.1:<port>/ask`: what the log records of the link.
-    pub address: String,
-    /// The secret id (256 random bits), the page's only credential.
-    pub id: String,
-    kind: PageKind,
-}
-
-impl NewPage {
-    /// The link the person opens.
-    pub fn url(&self) -> String {
-        format!("{}?{}={}", self.address, self.kind.1, self.id)
-    }
-}
-
-impl crate::server::PlanbServer {
-    /// A new page of `kind`: the callback server started if it was not,
-    /// and a fresh secret id; why the page cannot be served otherwise.
-    pub(crate) async fn new_page(&self, kind: PageKind) -> Result<NewPage, String> {
-        let address = self.page_address(kind).await?;
-        let id = crate::server::new_sid()
-            .map_err(|error| format!("{} could not be opened: no randomness: {error}", kind.2))?;
-        Ok(NewPage { address, id, kind })
-    }
-
-    /// The link of the page of `kind` this process registered as `id`.
-    pub(crate) async fn page_url(&self, kind: PageKind, id: &str) -> Result<String, String> {
-        let address = self.page_address(kind).await?;
-        Ok(format!("{address}?{}={id}", kind.1))
-    }
-
-    async fn page_address(&self, kind: PageKind) -> Result<String, String> {
-        match self.callback_address().await {
-            Ok(address) => Ok(format!("http://127.0.0.1:{}/{}", address.port(), kind.0)),
-            Err(error) => {
-                tracing::error!("callback server: {error}");
-                Err(format!("{} could not be opened: {error}", kind.2))
-            }
-        }
-    }
-
-    /// Where the callback server listens: started on the first form.
-    pub(crate) async fn callback_address(&self) -> std::io::Result<std::net::SocketAddr> {
-        let (cell, store, forms, reviews) = self.callback_parts();
-        let port = self.config().env.port;
-        cell.get_or_try_init(|| start(store.clone(), forms, reviews, port))
-            .await
-            .copied()
-    }
 }
