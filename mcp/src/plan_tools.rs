@@ -22,13 +22,13 @@ use planb_engine::plans::{self, Guards, Progress, RunOptions};
 use planb_projections::{Store, StoreError};
 use rmcp::model::{CallToolResult, JsonObject};
 use rmcp::service::RequestContext;
-use rmcp::{ErrorData, Peer, RoleServer, tool, tool_router};
+use rmcp::{Peer, RoleServer, tool, tool_router};
 use serde_json::{Map, Value, json};
 
 use crate::args::Args;
 use crate::ask::Asked;
 use crate::schema::schema;
-use crate::server::PlanbServer;
+use crate::server::{Answer, PlanbServer};
 use planb_app::plans::{self as exec_plans, PlanSummary, approval};
 use planb_app::runs::{Attached, Finished, Follower, Waited};
 use planb_app::sessions::NewSession;
@@ -411,11 +411,8 @@ impl PlanbServer {
         task: Task,
         request: ExecRequest,
         context: &RequestContext<RoleServer>,
-    ) -> CallToolResult {
-        let plan = match plans::load(&task) {
-            Ok(plan) => plan,
-            Err(error) => return failure(error.to_string()),
-        };
+    ) -> Answer {
+        let plan = plans::load(&task).map_err(|error| failure(error.to_string()))?;
         if request.dry_run {
             let outcome = plans::dry_run(&plan, task.id, &request.variables.unwrap_or_default());
             let mut value = outcome.to_json();
@@ -426,13 +423,13 @@ impl PlanbServer {
                     render_dag(&plan, |_| StepMark::Pending).into(),
                 );
             }
-            return CallToolResult::structured(value);
+            return Ok(CallToolResult::structured(value));
         }
         // The result of a run whose call handed back is this call's.
         let runs = &self.plan_runs();
         let running_here = runs.running_here(task.id);
         if let Some(done) = runs.collect(task.id) {
-            return finished(done);
+            return Ok(finished(done));
         }
         let review = request.review;
         let request = plans::RunRequest {
@@ -443,18 +440,16 @@ impl PlanbServer {
             progress: None,
         };
         // Nothing is asked of the person for a run that would be refused.
-        if let Err(problem) = plans::check_request(&task, &plan, &request) {
-            return failure(problem);
-        }
+        plans::check_request(&task, &plan, &request).map_err(failure)?;
         // A run this process already executes is joined as it is: the person
         // approved it, or it was started without a review.
+        // A refused review is an answer, not an error: returned as it is.
         if review
             && !running_here
-            && let Err(refused) = self
-                .review_run(&task, &plan, request.variables.as_ref(), context)
-                .await
+            && let Err(refused) =
+                (self.review_run(&task, &plan, request.variables.as_ref(), context)).await
         {
-            return refused;
+            return Ok(refused);
         }
         // No copy of the task is held while its run starts: the run list
         // it shares would be copied whole.
@@ -463,13 +458,12 @@ impl PlanbServer {
         // Followed only to be told on: a call without a token is not woken
         // by every step.
         let follow = context.meta.get_progress_token().is_some();
-        match runs.start(store, &self.config().servers, &plan, request, follow) {
-            Ok((attached, follower)) => {
-                self.wait_run(attached, follower, id, &plan.title, context)
-                    .await
-            }
-            Err(e) => app_failure(e),
-        }
+        let (attached, follower) =
+            (runs.start(store, &self.config().servers, &plan, request, follow))
+                .map_err(app_failure)?;
+        Ok(self
+            .wait_run(attached, follower, id, &plan.title, context)
+            .await)
     }
 }
 
@@ -580,33 +574,24 @@ impl PlanbServer {
         output_schema = created_output(),
         annotations(title = "Create an execution plan", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = true)
     )]
-    async fn plan_create(
-        &self,
-        arguments: JsonObject,
-        peer: Peer<RoleServer>,
-    ) -> Result<CallToolResult, ErrorData> {
+    async fn plan_create(&self, arguments: JsonObject, peer: Peer<RoleServer>) -> Answer {
         let mut args = Args::new(&arguments);
         let (source, request) = create_args(&mut args);
-        if let Err(errors) = args.finish() {
-            return Ok(failure(errors.to_string()));
+        args.finish()
+            .map_err(|errors| failure(errors.to_string()))?;
+        let (_, created) = self.create_plan(source, request, &peer).await?;
+        let plan = &created.plan;
+        let mut out = json!({
+            "success": true,
+            "plan_id": created.id.to_string(),
+            "title": plan.title,
+            "steps": steps_summary(plan),
+            "dag": render_dag(plan, |_| StepMark::Pending),
+        });
+        if !created.silent.is_empty() {
+            out["servers_not_answering"] = json!(created.silent);
         }
-        Ok(match self.create_plan(source, request, &peer).await {
-            Ok((_, created)) => {
-                let plan = &created.plan;
-                let mut out = json!({
-                    "success": true,
-                    "plan_id": created.id.to_string(),
-                    "title": plan.title,
-                    "steps": steps_summary(plan),
-                    "dag": render_dag(plan, |_| StepMark::Pending),
-                });
-                if !created.silent.is_empty() {
-                    out["servers_not_answering"] = json!(created.silent);
-                }
-                CallToolResult::structured(out)
-            }
-            Err(refused) => refused,
-        })
+        Ok(CallToolResult::structured(out))
     }
 
     #[tool(
@@ -625,17 +610,14 @@ impl PlanbServer {
         &self,
         arguments: JsonObject,
         context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, ErrorData> {
+    ) -> Answer {
         let mut args = Args::new(&arguments);
         let id = args.optional_string("plan_id", 200);
         let request = exec_args(&mut args, true);
-        if let Err(errors) = args.finish() {
-            return Ok(failure(errors.to_string()));
-        }
-        Ok(match self.plan_named(id).await {
-            Ok((store, task)) => self.execute_plan(&store, task, request, &context).await,
-            Err(refused) => refused,
-        })
+        args.finish()
+            .map_err(|errors| failure(errors.to_string()))?;
+        let (store, task) = self.plan_named(id).await?;
+        self.execute_plan(&store, task, request, &context).await
     }
 
     #[tool(
@@ -657,30 +639,20 @@ impl PlanbServer {
         &self,
         arguments: JsonObject,
         context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, ErrorData> {
+    ) -> Answer {
         let mut args = Args::new(&arguments);
         let (source, client_request) = create_args(&mut args);
         let request = exec_args(&mut args, false);
-        if let Err(errors) = args.finish() {
-            return Ok(failure(errors.to_string()));
-        }
-        let (store, id) = match self
-            .create_plan(source, client_request, &context.peer)
+        args.finish()
+            .map_err(|errors| failure(errors.to_string()))?;
+        let (store, created) = (self.create_plan(source, client_request, &context.peer)).await?;
+        let (id, found) = (created.id, Arc::clone(&store));
+        let task = planb_app::store::off_thread(move || found.read(|s| s.task(&id).cloned()))
             .await
-        {
-            Ok((store, created)) => (store, created.id),
-            Err(refused) => return Ok(refused),
-        };
-        let created = Arc::clone(&store);
-        let task = planb_app::store::off_thread(move || created.read(|s| s.task(&id).cloned()))
-            .await
-            .map_err(|e| e.to_string())
-            .and_then(|read| read.map_err(|e| e.to_string()));
-        match task {
-            Ok(Some(task)) => Ok(self.execute_plan(&store, task, request, &context).await),
-            Ok(None) => Ok(failure(format!("Plan not found: {id}"))),
-            Err(message) => Ok(failure(message)),
-        }
+            .map_err(|e| failure(e.to_string()))?
+            .map_err(|e| failure(e.to_string()))?
+            .ok_or_else(|| failure(format!("Plan not found: {id}")))?;
+        self.execute_plan(&store, task, request, &context).await
     }
 
     #[tool(
@@ -691,26 +663,21 @@ impl PlanbServer {
         output_schema = schema(json!({"type": "object", "properties": {"plans": {"type": "array"}}})),
         annotations(title = "List execution plans", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn plan_list(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
+    async fn plan_list(&self, arguments: JsonObject) -> Answer {
         let mut args = Args::new(&arguments);
         let limit = args
             .optional_integer("limit", 1, LIST_MAX as u64)
             .map_or(LIST_MAX, |n| usize::try_from(n).unwrap_or(LIST_MAX));
-        if let Err(errors) = args.finish() {
-            return Ok(failure(errors.to_string()));
-        }
-        let store = match self.plan_store().await {
-            Ok(store) => store,
-            Err(message) => return Ok(failure(message)),
-        };
+        args.finish()
+            .map_err(|errors| failure(errors.to_string()))?;
+        let store = self.plan_store().await.map_err(failure)?;
         let rows = planb_app::store::off_thread(move || exec_plans::list(&store))
             .await
-            .map_err(|e| e.to_string())
-            .and_then(|rows| rows.map_err(|e| e.message));
-        Ok(match rows {
-            Ok(rows) => CallToolResult::structured(json!({ "plans": listed(rows, limit) })),
-            Err(message) => failure(message),
-        })
+            .map_err(|e| failure(e.to_string()))?
+            .map_err(app_failure)?;
+        Ok(CallToolResult::structured(
+            json!({ "plans": listed(rows, limit) }),
+        ))
     }
 
     #[tool(
@@ -721,47 +688,40 @@ impl PlanbServer {
         output_schema = schema(json!({"type": "object", "properties": {"success": {"type": "boolean"}, "plan_id": {"type": "string"}, "message": {"type": "string"}, "error": {"type": "string"}}})),
         annotations(title = "Stop an execution plan", read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn plan_stop(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
+    async fn plan_stop(&self, arguments: JsonObject) -> Answer {
         let mut args = Args::new(&arguments);
         let id = args.optional_string("plan_id", 200);
-        if let Err(errors) = args.finish() {
-            return Ok(failure(errors.to_string()));
-        }
-        let (store, task) = match self.plan_named(id).await {
-            Ok(found) => found,
-            Err(refused) => return Ok(refused),
-        };
+        args.finish()
+            .map_err(|errors| failure(errors.to_string()))?;
+        let (store, task) = self.plan_named(id).await?;
         let plan_id = task.id;
         // `plan_named` has ended a run whose process died (failed,
         // recoverable): no stop is left waiting for a process that is gone.
         let last = task.runs.last().map(|run| run.state.as_str());
-        let asked = planb_app::store::off_thread(move || exec_plans::stop(&store, plan_id))
+        let stop = planb_app::store::off_thread(move || exec_plans::stop(&store, plan_id))
             .await
-            .map_err(|e| e.to_string())
-            .and_then(|asked| match asked {
-                Err(StoreError::Rejected(Rejection::Task {
+            .map_err(|e| failure(e.to_string()))?
+            .map_err(|e| match e {
+                StoreError::Rejected(Rejection::Task {
                     code: TaskErrorCode::RunNotActive,
                     ..
-                })) => Err(match last {
+                }) => failure(match last {
                     Some(state) => {
                         format!("Plan {plan_id} is not running; its last run is {state}.")
                     }
                     None => format!("Plan {plan_id} is not running; it has never run."),
                 }),
-                other => other.map_err(|e| e.to_string()),
-            });
-        Ok(match asked {
-            Ok(stop) => CallToolResult::structured(json!({
-                "success": true,
-                "plan_id": plan_id.to_string(),
-                "message": if stop == exec_plans::Stop::AlreadyAsked {
-                    "A stop was already asked for; the run ends once its calls in flight are cancelled."
-                } else {
-                    "Stop requested; the run ends once its calls in flight are cancelled. Resume it with plan_execute and resume: true."
-                },
-            })),
-            Err(message) => failure(message),
-        })
+                other => failure(other.to_string()),
+            })?;
+        Ok(CallToolResult::structured(json!({
+            "success": true,
+            "plan_id": plan_id.to_string(),
+            "message": if stop == exec_plans::Stop::AlreadyAsked {
+                "A stop was already asked for; the run ends once its calls in flight are cancelled."
+            } else {
+                "Stop requested; the run ends once its calls in flight are cancelled. Resume it with plan_execute and resume: true."
+            },
+        })))
     }
 
     #[tool(
@@ -772,20 +732,13 @@ impl PlanbServer {
         output_schema = schema(json!({"type": "object", "properties": {"success": {"type": "boolean"}, "plan_id": {"type": "string"}, "title": {"type": "string"}, "description": {"type": ["string", "null"]}, "variables": {"type": "object"}, "steps": {"type": "array"}, "dag": {"type": "string"}, "runs": {"type": "integer"}, "last_run": {"type": ["object", "null"]}, "error": {"type": "string"}}})),
         annotations(title = "Show an execution plan", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn plan_show(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
+    async fn plan_show(&self, arguments: JsonObject) -> Answer {
         let mut args = Args::new(&arguments);
         let id = args.optional_string("plan_id", 200);
-        if let Err(errors) = args.finish() {
-            return Ok(failure(errors.to_string()));
-        }
-        let task = match self.plan_named(id).await {
-            Ok((_, task)) => task,
-            Err(refused) => return Ok(refused),
-        };
-        let plan = match plans::load(&task) {
-            Ok(plan) => plan,
-            Err(error) => return Ok(failure(error.to_string())),
-        };
+        args.finish()
+            .map_err(|errors| failure(errors.to_string()))?;
+        let (_, task) = self.plan_named(id).await?;
+        let plan = plans::load(&task).map_err(|error| failure(error.to_string()))?;
         let marks = exec_plans::marks(&task, &plan);
         let last_run = task.runs.last().map(|run| {
             json!({

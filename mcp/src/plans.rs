@@ -18,7 +18,7 @@ use crate::args::Args;
 use crate::config::ReviewMode;
 use crate::deliver::{Outcome, Page, deliver_and_wait};
 use crate::schema;
-use crate::server::{PlanbServer, store_error, tool_error};
+use crate::server::{Answer, PlanbServer, bad_arguments, store_error, tool_error};
 use planb_app::named::{CommandReviewError, NamedPlans, ReviewOutcome, SubmitError, Submitted};
 use planb_core::Rejection;
 use planb_forms::{PageKind, ReviewInfo};
@@ -160,6 +160,9 @@ fn feedback_text(outcome: &ReviewOutcome) -> Option<String> {
     (!text.trim().is_empty()).then_some(text)
 }
 
+/// The feedback of a review the person dismissed.
+const DISMISSED: &str = "The person dismissed the review without a verdict.";
+
 fn verdict_result(approved: bool, feedback: Option<String>) -> CallToolResult {
     let mut value = json!({ "approved": approved });
     if let Some(feedback) = feedback {
@@ -219,27 +222,23 @@ impl PlanbServer {
         output_schema = schema::of::<schema::WritePlanOutput>(),
         annotations(title = "Write a plan", read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn write_plan(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
+    async fn write_plan(&self, arguments: JsonObject) -> Answer {
         let mut args = Args::new(&arguments);
         let plan = plan_name(&mut args);
         let content = args.string("content", planb_core::state::NAMED_PLAN_BYTES_MAX);
         let session = args.optional_session_id();
-        if let Err(errors) = args.finish() {
-            return Ok(tool_error(errors.to_string()));
-        }
+        args.finish().map_err(bad_arguments)?;
         let (Some(plan), Some(content)) = (plan, content) else {
-            return Ok(tool_error("planName and content are required"));
+            return Err(tool_error("planName and content are required").into());
         };
         let named = self.named();
         let plan = named.key(plan);
-        Ok(match named.write(&plan, content, session).await {
-            Ok(change) => CallToolResult::structured(json!({
-                "planName": plan.name.as_str(),
-                "planPath": change.path.display().to_string(),
-                "bytesWritten": change.content.len(),
-            })),
-            Err(error) => store_error(error),
-        })
+        let change = (named.write(&plan, content, session).await).map_err(store_error)?;
+        Ok(CallToolResult::structured(json!({
+            "planName": plan.name.as_str(),
+            "planPath": change.path.display().to_string(),
+            "bytesWritten": change.content.len(),
+        })))
     }
 
     #[tool(
@@ -250,23 +249,20 @@ impl PlanbServer {
         output_schema = schema::of::<schema::EditPlanOutput>(),
         annotations(title = "Edit a plan", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
     )]
-    async fn edit_plan(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
-        let (plan, edits, single) = match parse_edits(&arguments) {
-            Ok(parsed) => parsed,
-            Err(message) => return Ok(tool_error(message)),
-        };
+    async fn edit_plan(&self, arguments: JsonObject) -> Answer {
+        let (plan, edits, single) = parse_edits(&arguments).map_err(tool_error)?;
         let named = self.named();
         let plan = named.key(plan);
-        Ok(match named.edit(&plan, edits).await {
-            Ok((path, replacements)) => CallToolResult::structured(json!({
-                "planName": plan.name.as_str(),
-                "planPath": path.display().to_string(),
-                "replacementsMade": replacements,
-            })),
+        let (path, replacements) = (named.edit(&plan, edits).await).map_err(|e| match e {
             // The one-edit form names its fields as the caller sent them.
-            Err(StoreError::Rejected(Rejection::Edit(error))) => tool_error(error.message(single)),
-            Err(error) => store_error(error),
-        })
+            StoreError::Rejected(Rejection::Edit(error)) => tool_error(error.message(single)),
+            error => store_error(error),
+        })?;
+        Ok(CallToolResult::structured(json!({
+            "planName": plan.name.as_str(),
+            "planPath": path.display().to_string(),
+            "replacementsMade": replacements,
+        })))
     }
 
     #[tool(
@@ -281,15 +277,11 @@ impl PlanbServer {
         &self,
         arguments: JsonObject,
         context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, ErrorData> {
+    ) -> Answer {
         let mut args = Args::new(&arguments);
         let plan = plan_name(&mut args);
-        if let Err(errors) = args.finish() {
-            return Ok(tool_error(errors.to_string()));
-        }
-        let Some(plan) = plan else {
-            return Ok(tool_error("planName: required"));
-        };
+        args.finish().map_err(bad_arguments)?;
+        let plan = plan.ok_or_else(|| tool_error("planName: required"))?;
         let named = self.named();
         let plan = named.key(plan);
         if self.config().submit_command.is_empty()
@@ -306,15 +298,14 @@ impl PlanbServer {
                 .supported_elicitation_modes()
                 .contains(&ElicitationMode::Form)
         {
-            return Ok(tool_error(
+            return Err(tool_error(
                 "this client cannot show forms (no elicitation capability); start planb-mcp without --review form to review in the browser",
-            ));
+            ).into());
         }
-        let submitted = match named.submit(&plan).await {
-            Ok(submitted) => submitted,
-            Err(SubmitError::Store(error)) => return Ok(store_error(error)),
-            Err(other) => return Ok(tool_error(other.to_string())),
-        };
+        let submitted = named.submit(&plan).await.map_err(|e| match e {
+            SubmitError::Store(error) => store_error(error),
+            other => tool_error(other.to_string()),
+        })?;
         let Submitted {
             round,
             content,
@@ -323,28 +314,25 @@ impl PlanbServer {
         } = submitted;
         let command = &self.config().submit_command;
         if !command.is_empty() {
-            return Ok(
-                match named.review_by_command(&plan, round, &path, command).await {
-                    Ok(outcome) => verdict_result(false, outcome.feedback),
-                    Err(CommandReviewError::Store(error)) => store_error(error),
-                    Err(other) => tool_error(other.to_string()),
-                },
-            );
+            let reviewed = named.review_by_command(&plan, round, &path, command).await;
+            let outcome = reviewed.map_err(|e| match e {
+                CommandReviewError::Store(error) => store_error(error),
+                other => tool_error(other.to_string()),
+            })?;
+            return Ok(verdict_result(false, outcome.feedback));
         }
         match self.config().review {
-            ReviewMode::Form => Ok(self.review_by_form(&plan, round, &content, &context).await),
-            ReviewMode::Browser => Ok(self
-                .review_in_browser(
-                    &context,
-                    ReviewInfo {
-                        plan,
-                        round,
-                        content: content.into(),
-                        previous: previous.map(Into::into),
-                        path: path.display().to_string().into(),
-                    },
-                )
-                .await),
+            ReviewMode::Form => self.review_by_form(&plan, round, &content, &context).await,
+            ReviewMode::Browser => {
+                let info = ReviewInfo {
+                    plan,
+                    round,
+                    content: content.into(),
+                    previous: previous.map(Into::into),
+                    path: path.display().to_string().into(),
+                };
+                self.review_in_browser(&context, info).await
+            }
         }
     }
 }
@@ -360,21 +348,13 @@ impl PlanbServer {
         round: u32,
         content: &str,
         context: &RequestContext<RoleServer>,
-    ) -> CallToolResult {
-        let Some(request) = review_form_request(plan, round, content) else {
-            return tool_error("internal error: the review form schema is invalid");
-        };
-        let response = match context.peer.create_elicitation(request).await {
-            Ok(response) => response,
-            Err(error) => {
-                return tool_error(format!("the review form could not be shown: {error}"));
-            }
-        };
+    ) -> Answer {
+        let request = review_form_request(plan, round, content)
+            .ok_or_else(|| tool_error("internal error: the review form schema is invalid"))?;
+        let response = (context.peer.create_elicitation(request).await)
+            .map_err(|error| tool_error(format!("the review form could not be shown: {error}")))?;
         if response.action != rmcp::model::ElicitationAction::Accept {
-            return verdict_result(
-                false,
-                Some("The person dismissed the review without a verdict.".into()),
-            );
+            return Ok(verdict_result(false, Some(DISMISSED.into())));
         }
         let content = response.content.unwrap_or(Value::Null);
         let approved = content.get("decision").and_then(Value::as_str) == Some("approve");
@@ -393,14 +373,9 @@ impl PlanbServer {
             feedback,
             comments: Vec::new(),
         };
-        let recorded = self
-            .named()
-            .record(plan, round, &outcome, ReviewChannel::FormElicitation)
-            .await;
-        if let Err(error) = recorded {
-            return store_error(error);
-        }
-        verdict_result(approved, feedback_text(&outcome))
+        let channel = ReviewChannel::FormElicitation;
+        (self.named().record(plan, round, &outcome, channel).await).map_err(store_error)?;
+        Ok(verdict_result(approved, feedback_text(&outcome)))
     }
 
     /// The review page, delivered like a question form.
@@ -408,17 +383,14 @@ impl PlanbServer {
         &self,
         context: &RequestContext<RoleServer>,
         info: ReviewInfo,
-    ) -> CallToolResult {
-        let page = match self.pages().new_page(PageKind::REVIEW).await {
-            Ok(page) => page,
-            Err(problem) => return tool_error(problem.to_string()),
-        };
+    ) -> Answer {
+        let page = self.pages().new_page(PageKind::REVIEW).await;
+        let page = page.map_err(|problem| tool_error(problem.to_string()))?;
         let (url, rid) = (page.url(), page.id);
         let (sender, answered) = oneshot::channel();
         let (plan, round) = (info.plan.clone(), info.round);
-        if let Err(error) = self.reviews().register(rid.clone(), info, sender) {
-            return tool_error(error.to_string());
-        }
+        (self.reviews().register(rid.clone(), info, sender))
+            .map_err(|error| tool_error(error.to_string()))?;
         let review = Review {
             rid: &rid,
             url: &url,
@@ -426,7 +398,7 @@ impl PlanbServer {
             round,
             deliver: true,
         };
-        self.wait_for_review(context, review, answered).await
+        Ok(self.wait_for_review(context, review, answered).await)
     }
 
     /// `submit_plan` of a plan unchanged since its last submission, whose
@@ -535,10 +507,7 @@ impl PlanbServer {
                     crate::server::timeout_text(self.config())
                 )),
             ),
-            Outcome::Dismissed(_) => verdict_result(
-                false,
-                Some("The person dismissed the review without a verdict.".into()),
-            ),
+            Outcome::Dismissed(_) => verdict_result(false, Some(DISMISSED.into())),
             Outcome::ClientCancelled | Outcome::Closed | Outcome::Disconnected => {
                 tool_error("submit_plan was cancelled before a verdict")
             }

@@ -73,6 +73,11 @@ pub(crate) fn tool_error(message: impl Into<String>) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(message.into())])
 }
 
+/// Arguments that cannot be taken, as a tool error naming each problem.
+pub(crate) fn bad_arguments(errors: impl ToString) -> CallToolResult {
+    tool_error(errors.to_string())
+}
+
 /// A store failure as the agent sees it: a rejection is the agent's to fix,
 /// anything else is ours.
 pub(crate) fn store_error(error: StoreError) -> CallToolResult {
@@ -156,15 +161,9 @@ impl PlanbServer {
         description = "Start a planning session; returns its sessionId. Call once per planning arc and pass the id to ask_user and save_plan, so questions, answers and plan versions are kept and replayed together.",
         title = "Start a planning session",
         input_schema = schema::of::<schema::InitSessionInput>(),
-        annotations(
-            title = "Start a planning session",
-            read_only_hint = false,
-            destructive_hint = false,
-            idempotent_hint = false,
-            open_world_hint = false
-        )
+        annotations(title = "Start a planning session", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
     )]
-    async fn init_planb_session(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
+    async fn init_planb_session(&self, arguments: JsonObject) -> Answer {
         self.start_session(arguments).await
     }
 
@@ -173,18 +172,9 @@ impl PlanbServer {
         description = "The same as init_planb_session, under the name skills written for browser-plan call.",
         title = "Start a planning session (browser-plan name)",
         input_schema = schema::of::<schema::InitSessionInput>(),
-        annotations(
-            title = "Start a planning session (browser-plan name)",
-            read_only_hint = false,
-            destructive_hint = false,
-            idempotent_hint = false,
-            open_world_hint = false
-        )
+        annotations(title = "Start a planning session (browser-plan name)", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
     )]
-    async fn init_browser_plan_session(
-        &self,
-        arguments: JsonObject,
-    ) -> Result<CallToolResult, ErrorData> {
+    async fn init_browser_plan_session(&self, arguments: JsonObject) -> Answer {
         self.start_session(arguments).await
     }
 
@@ -193,42 +183,33 @@ impl PlanbServer {
         description = "Save a session's whole plan (Markdown) as its next version (v1, v2, ...); earlier versions are kept for the replay.",
         title = "Save a plan version",
         input_schema = schema::of::<schema::SavePlanInput>(),
-        annotations(
-            title = "Save a plan version",
-            read_only_hint = false,
-            destructive_hint = false,
-            idempotent_hint = false,
-            open_world_hint = false
-        )
+        annotations(title = "Save a plan version", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
     )]
-    async fn save_plan(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
+    async fn save_plan(&self, arguments: JsonObject) -> Answer {
         let mut args = Args::new(&arguments);
         let session = args.session_id();
         let plan = args.string("plan", planb_core::state::PLAN_CONTENT_BYTES_MAX);
         let title = args.optional_string("title", 200);
-        if let Err(errors) = args.finish() {
-            return Ok(tool_error(errors.to_string()));
-        }
+        args.finish().map_err(bad_arguments)?;
         let (Some(session), Some(plan)) = (session, plan) else {
             // `finish` has already reported both; kept as a plain error, not a panic.
-            return Ok(tool_error("sessionId and plan are required"));
+            return Err(tool_error("sessionId and plan are required").into());
         };
         // The agent reads the version's file by the path it is given; the
         // manifests follow off this reply's path.
-        match self.sessions().save_plan(session, title, plan).await {
-            Ok(saved) => Ok(text(format!(
-                "Saved plan v{} for session {session}\npath: {}",
-                saved.version,
-                saved.path.display()
-            ))),
-            Err(SaveError::Store(error)) => Ok(store_error(error)),
-            Err(unexpected) => {
-                tracing::error!("save_plan: {unexpected}");
-                Ok(tool_error(
-                    "planb recorded something unexpected; see its log",
-                ))
-            }
-        }
+        let saved =
+            (self.sessions().save_plan(session, title, plan).await).map_err(|e| match e {
+                SaveError::Store(error) => store_error(error),
+                unexpected => {
+                    tracing::error!("save_plan: {unexpected}");
+                    tool_error("planb recorded something unexpected; see its log")
+                }
+            })?;
+        Ok(text(format!(
+            "Saved plan v{} for session {session}\npath: {}",
+            saved.version,
+            saved.path.display()
+        )))
     }
 
     #[tool(
@@ -237,44 +218,25 @@ impl PlanbServer {
         title = "Ask the user (browser form)",
         input_schema = schema::of::<schema::AskUserInput>(),
         output_schema = schema::of::<schema::AskUserOutput>(),
-        annotations(
-            title = "Ask the user (browser form)",
-            read_only_hint = false,
-            destructive_hint = false,
-            idempotent_hint = false,
-            open_world_hint = false
-        )
+        annotations(title = "Ask the user (browser form)", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
     )]
-    async fn ask_user(
-        &self,
-        arguments: JsonObject,
-        context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, ErrorData> {
+    async fn ask_user(&self, arguments: JsonObject, context: RequestContext<RoleServer>) -> Answer {
         if arguments.contains_key("askId") {
             return Ok(self.collect_ask(&arguments, &context).await.into_result());
         }
         let mut args = Args::new(&arguments);
         let session = args.session_id();
-        if let Err(errors) = args.finish_partial() {
-            return Ok(tool_error(errors.to_string()));
-        }
-        let Some(session) = session else {
-            return Ok(tool_error("sessionId: required"));
-        };
+        args.finish_partial().map_err(bad_arguments)?;
+        let session = session.ok_or_else(|| tool_error("sessionId: required"))?;
         let mut spec_json = arguments.clone();
         spec_json.remove("sessionId");
-        let spec = match AskSpec::from_json(&serde_json::Value::Object(spec_json)) {
-            Ok(spec) => spec,
-            Err(errors) => return Ok(tool_error(format!("invalid question spec: {errors}"))),
-        };
-        match self.sessions().exists(session).await {
-            Ok(true) => {}
-            Ok(false) => {
-                return Ok(tool_error(format!(
-                    "sessionId: unknown session {session}; call init_planb_session first and pass the sessionId it returns"
-                )));
-            }
-            Err(error) => return Ok(store_error(error)),
+        let spec = AskSpec::from_json(&serde_json::Value::Object(spec_json))
+            .map_err(|errors| tool_error(format!("invalid question spec: {errors}")))?;
+        if !self.sessions().exists(session).await.map_err(store_error)? {
+            return Err(tool_error(format!(
+                "sessionId: unknown session {session}; call init_planb_session first and pass the sessionId it returns"
+            ))
+            .into());
         }
         Ok(self.open_ask(session, spec, &context).await.into_result())
     }
@@ -445,23 +407,18 @@ pub(crate) fn timeout_text(config: &Config) -> String {
 
 impl PlanbServer {
     /// `init_planb_session` (and its browser-plan name).
-    async fn start_session(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
+    async fn start_session(&self, arguments: JsonObject) -> Answer {
         let mut args = Args::new(&arguments);
         let title = args.optional_string("title", 200);
         let intent = args.optional_string("intent", 2000);
         let project_path = args.optional_string("projectPath", 4096);
-        if let Err(errors) = args.finish() {
-            return Ok(tool_error(errors.to_string()));
-        }
+        args.finish().map_err(bad_arguments)?;
         let new = NewSession {
             title,
             intent,
             project_path,
         };
-        let (session, dir) = match self.sessions().start(new).await {
-            Ok(started) => started,
-            Err(error) => return Ok(store_error(error)),
-        };
+        let (session, dir) = self.sessions().start(new).await.map_err(store_error)?;
         Ok(text(format!(
             "sessionId: {session}\n\nPass this sessionId to every ask_user and save_plan call of this planning session. \
              Ask the person with ask_user before guessing, batch related questions into one form, and save the full plan \
