@@ -14,6 +14,11 @@
 //! (mcp-cli's own resume would pass the cut value on). A completed step
 //! without a `result_variable` has no result on record: it is recorded
 //! with `null`.
+//!
+//! Imports run one at a time on a data root ([`ImportLock`]). A plan
+//! imported before whose checkpoint is not on record (the import that
+//! recorded the plan ended before it got there, or the checkpoint came
+//! later) gets it on the next import, as long as the plan has never run.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -21,7 +26,7 @@ use std::sync::Arc;
 use planb_core::TaskId;
 use planb_core::exec_plan::ExecPlan;
 use planb_engine::plans::{self, Downstream, ForeignRun};
-use planb_projections::Store;
+use planb_projections::{ImportLock, Store};
 use serde_json::{Map, Value, json};
 
 use crate::error::Error;
@@ -287,22 +292,29 @@ pub enum Imported {
         run: Option<String>,
         notes: Vec<String>,
     },
-    /// Imported before: the id it has.
-    Already(TaskId),
+    /// Imported before: the id it has, and what its checkpoint gave now
+    /// when it was not on record then.
+    Already {
+        task: TaskId,
+        run: Option<String>,
+        notes: Vec<String>,
+    },
 }
 
-/// Imports one saved plan (and its checkpoint).
+/// Imports one saved plan (and its checkpoint), while `_lock` keeps other
+/// imports out.
 pub async fn import(
     store: &Arc<Store>,
     downstream: &Arc<Downstream>,
     saved: &Saved,
+    _lock: &ImportLock,
 ) -> Result<Imported, Error> {
     let key = format!("{KEY_PREFIX}{}", saved.id);
     let existing = store
-        .read(|s| s.task_by_request(&key).map(|t| t.id))
+        .read(|s| s.task_by_request(&key).cloned())
         .map_err(Error::internal)?;
     if let Some(task) = existing {
-        return Ok(Imported::Already(task));
+        return owed_checkpoint(store, downstream, saved, &task).await;
     }
     let shown = saved.path.display();
     let raw = read_json(&saved.path).map_err(Error::invalid)?;
@@ -310,37 +322,12 @@ pub async fn import(
     let plan = ExecPlan::from_json(&value).map_err(|e| Error::invalid(format!("{shown}: {e}")))?;
     let (task, plan, created) = crate::plans::record(store, plan, Some(key)).await?;
     if !created {
-        // Another import recorded it since the look above: its checkpoint
-        // is that import's to record.
-        return Ok(Imported::Already(task));
+        // Recorded under its key since the look above, though not by an
+        // import: a plan created with that key as its client request id.
+        let (run, notes) = (None, Vec::new());
+        return Ok(Imported::Already { task, run, notes });
     }
-    let mut notes = Vec::new();
-    let mut run = None;
-    if let Some(path) = &saved.checkpoint {
-        let recorded = match read_json(path)
-            .and_then(|checkpoint| checkpoint_run(&checkpoint, &plan))
-            .map_err(|e| format!("{}: {e}", path.display()))
-        {
-            Ok((foreign, left)) => {
-                notes.extend(left);
-                let summary = format!(
-                    "{} of {} steps done{}",
-                    foreign.completed.len(),
-                    plan.steps.len(),
-                    if foreign.finished { ", completed" } else { "" }
-                );
-                plans::record_foreign_run(Arc::clone(store), Arc::clone(downstream), task, foreign)
-                    .await
-                    .map(|_| summary)
-                    .map_err(|e| e.to_string())
-            }
-            Err(e) => Err(e),
-        };
-        match recorded {
-            Ok(summary) => run = Some(summary),
-            Err(e) => notes.push(format!("its checkpoint was not imported: {e}")),
-        }
-    }
+    let (run, notes) = checkpoint(store, downstream, saved, task, &plan).await;
     Ok(Imported::New {
         task,
         title: plan.title.clone(),
@@ -348,6 +335,72 @@ pub async fn import(
         run,
         notes,
     })
+}
+
+/// A plan imported before: its checkpoint is recorded now if the plan has
+/// never run (no other import is under way to be recording it).
+async fn owed_checkpoint(
+    store: &Arc<Store>,
+    downstream: &Arc<Downstream>,
+    saved: &Saved,
+    task: &planb_core::Task,
+) -> Result<Imported, Error> {
+    if saved.checkpoint.is_none() || !task.runs.is_empty() {
+        let (run, notes) = (None, Vec::new());
+        return Ok(Imported::Already {
+            task: task.id,
+            run,
+            notes,
+        });
+    }
+    let plan = plans::load(task).map_err(Error::internal)?;
+    let (run, notes) = checkpoint(store, downstream, saved, task.id, &plan).await;
+    Ok(Imported::Already {
+        task: task.id,
+        run,
+        notes,
+    })
+}
+
+/// Records `saved`'s checkpoint, if it has one, as a run of `task`: what it
+/// gave, and notes on what it left out or why it was not imported.
+async fn checkpoint(
+    store: &Arc<Store>,
+    downstream: &Arc<Downstream>,
+    saved: &Saved,
+    task: TaskId,
+    plan: &ExecPlan,
+) -> (Option<String>, Vec<String>) {
+    let mut notes = Vec::new();
+    let Some(path) = &saved.checkpoint else {
+        return (None, notes);
+    };
+    let recorded = match read_json(path)
+        .and_then(|checkpoint| checkpoint_run(&checkpoint, plan))
+        .map_err(|e| format!("{}: {e}", path.display()))
+    {
+        Ok((foreign, left)) => {
+            notes.extend(left);
+            let summary = format!(
+                "{} of {} steps done{}",
+                foreign.completed.len(),
+                plan.steps.len(),
+                if foreign.finished { ", completed" } else { "" }
+            );
+            plans::record_foreign_run(Arc::clone(store), Arc::clone(downstream), task, foreign)
+                .await
+                .map(|_| summary)
+                .map_err(|e| e.to_string())
+        }
+        Err(e) => Err(e),
+    };
+    match recorded {
+        Ok(summary) => (Some(summary), notes),
+        Err(e) => {
+            notes.push(format!("its checkpoint was not imported: {e}"));
+            (None, notes)
+        }
+    }
 }
 
 /// mcp-cli's plans directory: `~/.mcp-cli/plans`.

@@ -541,7 +541,10 @@ pub fn import(
         anyhow::bail!("{}: not a directory", from.display());
     }
     let store = open_store(root)?;
-    let report = planb_projections::import(&store, from)?;
+    let lock = planb_projections::ImportLock::take(root, || {
+        eprintln!("planb-mcp: waiting for another import into this data root to end");
+    })?;
+    let report = planb_projections::import(&store, from, &lock)?;
     let mut counts = std::collections::BTreeMap::<&str, usize>::new();
     for imported in &report.imported {
         let kind = match imported {

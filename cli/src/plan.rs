@@ -353,9 +353,13 @@ fn import(
     }
     let downstream = exec_plans::downstream(servers).map_err(|e| anyhow::anyhow!(e.message))?;
     let runtime = runtime()?;
+    let lock = planb_projections::ImportLock::take(store.root(), || {
+        eprintln!("planb-mcp: waiting for another import into this data root to end");
+    })?;
     let mut failed = 0;
     for plan in &saved {
-        let imported = runtime.block_on(planb_app::import::import(store, &downstream, plan));
+        let imported = planb_app::import::import(store, &downstream, plan, &lock);
+        let imported = runtime.block_on(imported);
         match imported {
             Ok(planb_app::import::Imported::New {
                 task,
@@ -375,8 +379,17 @@ fn import(
                     writeln!(out, "  {note}")?;
                 }
             }
-            Ok(planb_app::import::Imported::Already(task)) => {
-                writeln!(out, "{}: imported before, as {task}", plan.id)?;
+            Ok(planb_app::import::Imported::Already { task, run, notes }) => {
+                writeln!(
+                    out,
+                    "{}: imported before, as {task}{}",
+                    plan.id,
+                    run.map(|r| format!("; its checkpoint, not on record then: {r}"))
+                        .unwrap_or_default()
+                )?;
+                for note in notes {
+                    writeln!(out, "  {note}")?;
+                }
             }
             Err(error) => {
                 failed += 1;

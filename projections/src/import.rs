@@ -18,6 +18,11 @@
 //!   (as planb's own export writes for late answers) are imported as a late
 //!   answer.
 //!
+//! Imports into one data root run one at a time, across processes
+//! ([`ImportLock`]): each decides what is new by reading the log, and
+//! another import under way would change it under its feet (two at once
+//! could each save the same plan version).
+//!
 //! Importing is idempotent: a session, ask or plan version already in the
 //! state is skipped (an ask still pending in the state gets its outcome), and
 //! the report says so. A file that cannot be read, is not valid JSON, or
@@ -32,7 +37,7 @@ use std::path::{Path, PathBuf};
 
 use planb_core::{AskId, AskStatus, Command, Delivery, EventBody, SessionId, Timestamp};
 
-use crate::{Store, StoreError};
+use crate::{DataRoot, Store, StoreError};
 use read::{Outcome, SessionFiles};
 
 /// The form URL recorded for imported asks: the Node tool kept none, and an
@@ -119,9 +124,46 @@ impl ImportReport {
     }
 }
 
+/// The right to import into a data root, held by one process at a time
+/// (an `flock` on `import.lock`) until dropped. Every import of planb's
+/// (old session folders, mcp-cli's plans) holds it.
+#[derive(Debug)]
+pub struct ImportLock {
+    _file: std::fs::File,
+}
+
+impl ImportLock {
+    /// Takes the lock of `root`, waiting for an import under way to end
+    /// (`waiting` is called first, then).
+    pub fn take(root: &DataRoot, waiting: impl FnOnce()) -> Result<ImportLock, StoreError> {
+        let path = root.import_lock_path();
+        let io = |op: &'static str| {
+            let path = path.display().to_string();
+            move |source| StoreError::Io { op, path, source }
+        };
+        std::fs::create_dir_all(root.root()).map_err(io("create data root"))?;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(io("open"))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                waiting();
+                file.lock().map_err(io("lock"))?;
+            }
+            Err(std::fs::TryLockError::Error(source)) => return Err(io("lock")(source)),
+        }
+        Ok(ImportLock { _file: file })
+    }
+}
+
 /// Imports the planb-mcp data root at `from` (the directory holding
-/// `sessions/`, or that `sessions/` directory itself) into `store`.
-pub fn import(store: &Store, from: &Path) -> Result<ImportReport, StoreError> {
+/// `sessions/`, or that `sessions/` directory itself) into `store`, while
+/// `_lock` keeps other imports out.
+pub fn import(store: &Store, from: &Path, _lock: &ImportLock) -> Result<ImportReport, StoreError> {
     let nested = from.join("sessions");
     let sessions_dir = if nested.is_dir() {
         nested

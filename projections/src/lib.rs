@@ -41,7 +41,9 @@ pub use env::{Environment, FixedEnvironment, SystemEnvironment};
 pub use error::StoreError;
 pub use files::{ExportReport, export};
 pub use health::{LostTail, TreeCheck, check_tree};
-pub use import::{IMPORTED_ASK_URL, ImportProblem, ImportReport, Imported, Skipped, import};
+pub use import::{
+    IMPORTED_ASK_URL, ImportLock, ImportProblem, ImportReport, Imported, Skipped, import,
+};
 pub use index::{Index, IndexDump, IndexedAskStatus, IndexedTaskState};
 pub use plan_file::{PLAN_FILE_BYTES_MAX, PlanFileChange, PlanFileError};
 pub use rebuild::{AcceptedLoss, RebuildReport, accept_loss, rebuild};

@@ -77,6 +77,11 @@ impl DataRoot {
         self.root.join("team")
     }
 
+    /// Held while an import runs, so imports run one at a time.
+    pub fn import_lock_path(&self) -> PathBuf {
+        self.root.join("import.lock")
+    }
+
     /// The blob store: artifact bytes the log names by hash. Ground truth,
     /// like the log, for blobs too large to be in the log.
     pub fn blobs_dir(&self) -> PathBuf {

@@ -197,6 +197,47 @@ fn import_of_a_node_data_root_is_idempotent_and_export_writes_the_layout() {
     }
 }
 
+/// The number before `what` in an import's summary (0 when absent).
+fn imported_count(text: &str, what: &str) -> usize {
+    text.split(", ")
+        .flat_map(|part| part.split(' '))
+        .collect::<Vec<_>>()
+        .windows(2)
+        .find(|pair| pair[1].starts_with(what))
+        .and_then(|pair| pair[0].trim_start_matches("imported ").parse().ok())
+        .unwrap_or(0)
+}
+
+/// Two imports of one folder into one root at once: one waits for the
+/// other, so every session and plan version is recorded once.
+#[test]
+fn two_imports_at_once_record_each_plan_version_once() {
+    let node_root =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/import/node-root");
+    let node_root = node_root.to_str().expect("utf8");
+    for _ in 0..4 {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let outputs: Vec<Output> = std::thread::scope(|scope| {
+            let importers: Vec<_> = (0..2)
+                .map(|_| scope.spawn(|| planb(dir.path(), &["import", node_root])))
+                .collect();
+            importers
+                .into_iter()
+                .map(|i| i.join().expect("import"))
+                .collect()
+        });
+        let mut versions = 0;
+        let mut sessions = 0;
+        for output in &outputs {
+            assert!(output.status.success(), "{}", all_output(output));
+            versions += imported_count(&stdout(output), "plan");
+            sessions += imported_count(&stdout(output), "session");
+        }
+        let all: String = outputs.iter().map(all_output).collect();
+        assert_eq!((sessions, versions), (2, 5), "{all}");
+    }
+}
+
 /// Copies the directory `from` to `to`, files and folders.
 fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
     std::fs::create_dir_all(to).expect("mkdir");

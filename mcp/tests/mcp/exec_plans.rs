@@ -893,6 +893,50 @@ fn mcp_cli_plans_and_checkpoints_are_imported_and_resume_where_they_stopped() {
     assert_eq!(calls[0]["args"]["text"].as_str().map(str::len), Some(1500));
 }
 
+#[test]
+fn a_checkpoint_not_on_record_when_its_plan_was_imported_comes_with_the_next_import() {
+    let setup = Setup::new();
+    let servers = json!({"mcpServers": {
+        "alpha": {"command": crate::support::downstream_binary(), "args": ["alpha"]},
+    }});
+    std::fs::write(setup.path("servers.json"), servers.to_string()).expect("servers");
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp-cli-plans");
+    let diamond = "e9b14d1f-5728-48f3-b6db-622c2a84bacf";
+    let dir = setup.path("plans");
+    std::fs::create_dir(&dir).expect("dir");
+    let copy = |name: &str| {
+        std::fs::copy(fixtures.join(name), dir.join(name)).expect("copy");
+    };
+    // The plan is on record and its checkpoint is not: as an import that
+    // ended between the two leaves it, or one made before mcp-cli saved it.
+    copy(&format!("{diamond}.json"));
+    let dir = dir.to_str().expect("path");
+    let (code, out) = setup.run(&["import", dir]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains(": imported as ") && !out.contains("checkpoint"),
+        "{out}"
+    );
+    copy(&format!("{diamond}_state.json"));
+    let (code, out) = setup.run(&["import", dir]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("imported before, as ")
+            && out.contains("; its checkpoint, not on record then: 3 of 3 steps done, completed"),
+        "{out}"
+    );
+    // Once the plan has a run, its checkpoint is never recorded again.
+    let (code, out) = setup.run(&["import", dir]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("imported before, as ") && !out.contains("checkpoint"),
+        "{out}"
+    );
+    let (code, out) = setup.run(&["resume", diamond]);
+    assert_eq!(code, 0, "{out}");
+    assert!(setup.calls().is_empty(), "{:?}", setup.calls());
+}
+
 /// Runs `args` with stdout and stderr on a pseudo-terminal of 40 rows and
 /// 120 columns, and returns its exit code and everything the terminal got.
 fn on_a_terminal(setup: &Setup, args: &[&str]) -> (i32, String) {

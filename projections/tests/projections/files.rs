@@ -10,8 +10,17 @@ use planb_core::{
     AskId, AskSpec, AskStatus, Command, DeclineAction, Delivery, Event, EventBody, EventId,
     SessionId, Timestamp,
 };
-use planb_projections::{DataRoot, FixedEnvironment, Store, export, import, rebuild};
+use planb_projections::{DataRoot, FixedEnvironment, ImportLock, Store, export, rebuild};
 use serde_json::{Value, json};
+
+/// Imports `from` into `store`, holding its root's import lock.
+fn import(
+    store: &Store,
+    from: &Path,
+) -> Result<planb_projections::ImportReport, planb_projections::StoreError> {
+    let lock = ImportLock::take(store.root(), || {}).expect("the import lock");
+    planb_projections::import(store, from, &lock)
+}
 
 fn at(iso: &str) -> Timestamp {
     Timestamp::parse_iso8601(iso).expect("timestamp")
