@@ -292,8 +292,8 @@ pub enum Imported {
         run: Option<String>,
         notes: Vec<String>,
     },
-    /// Imported before: the id it has, and what its checkpoint gave now
-    /// when it was not on record then.
+    /// Imported before: the id it has; what its checkpoint gave, when it is
+    /// recorded now (it was not then), and notes.
     Already {
         task: TaskId,
         run: Option<String>,
@@ -338,28 +338,40 @@ pub async fn import(
 }
 
 /// A plan imported before: its checkpoint is recorded now if the plan has
-/// never run (no other import is under way to be recording it).
+/// never run (no other import is under way to be recording it) and mcp-cli's
+/// plan is still the one imported.
 async fn owed_checkpoint(
     store: &Arc<Store>,
     downstream: &Arc<Downstream>,
     saved: &Saved,
     task: &planb_core::Task,
 ) -> Result<Imported, Error> {
-    if saved.checkpoint.is_none() || !task.runs.is_empty() {
-        let (run, notes) = (None, Vec::new());
-        return Ok(Imported::Already {
+    let already = |run, notes| {
+        Ok(Imported::Already {
             task: task.id,
             run,
             notes,
-        });
+        })
+    };
+    if saved.checkpoint.is_none() || !task.runs.is_empty() {
+        return already(None, Vec::new());
     }
-    let plan = plans::load(task).map_err(Error::internal)?;
+    let plan = match plans::load(task) {
+        Ok(plan) => plan,
+        Err(e) => return already(None, vec![format!("its checkpoint was not imported: {e}")]),
+    };
+    let now = read_json(&saved.path)
+        .and_then(|raw| converted(&raw))
+        .and_then(|value| ExecPlan::from_json(&value).map_err(|e| e.to_string()));
+    if now.as_ref() != Ok(&*plan) {
+        let note = format!(
+            "its checkpoint was not imported: {} is no longer the plan imported; import it into another data root, or create it anew",
+            saved.path.display()
+        );
+        return already(None, vec![note]);
+    }
     let (run, notes) = checkpoint(store, downstream, saved, task.id, &plan).await;
-    Ok(Imported::Already {
-        task: task.id,
-        run,
-        notes,
-    })
+    already(run, notes)
 }
 
 /// Records `saved`'s checkpoint, if it has one, as a run of `task`: what it

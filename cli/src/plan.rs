@@ -384,7 +384,7 @@ fn import(
                     out,
                     "{}: imported before, as {task}{}",
                     plan.id,
-                    run.map(|r| format!("; its checkpoint, not on record then: {r}"))
+                    run.map(|r| format!("; its checkpoint, recorded now: {r}"))
                         .unwrap_or_default()
                 )?;
                 for note in notes {

@@ -136,25 +136,25 @@ impl ImportLock {
     /// Takes the lock of `root`, waiting for an import under way to end
     /// (`waiting` is called first, then).
     pub fn take(root: &DataRoot, waiting: impl FnOnce()) -> Result<ImportLock, StoreError> {
-        let path = root.import_lock_path();
-        let io = |op: &'static str| {
+        let io = |op: &'static str, path: &Path| {
             let path = path.display().to_string();
             move |source| StoreError::Io { op, path, source }
         };
-        std::fs::create_dir_all(root.root()).map_err(io("create data root"))?;
+        std::fs::create_dir_all(root.root()).map_err(io("create data root", root.root()))?;
+        let path = root.import_lock_path();
         let file = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .open(&path)
-            .map_err(io("open"))?;
+            .map_err(io("open", &path))?;
         match file.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {
                 waiting();
-                file.lock().map_err(io("lock"))?;
+                file.lock().map_err(io("lock", &path))?;
             }
-            Err(std::fs::TryLockError::Error(source)) => return Err(io("lock")(source)),
+            Err(std::fs::TryLockError::Error(source)) => return Err(io("lock", &path)(source)),
         }
         Ok(ImportLock { _file: file })
     }

@@ -1169,14 +1169,22 @@ pub struct ForeignRun {
 /// call (resolved as this build would resolve it, so a resume reuses the
 /// step exactly when its call is the same) and result, then the run's end:
 /// completed only when `finished`, otherwise failed and recoverable, so
-/// `resume` runs the rest. Holds the plan's run lock meanwhile.
+/// `resume` runs the rest. Holds the plan's run lock meanwhile. Refused
+/// once the plan has a run: the foreign run would be taken for its newest.
 pub async fn record_foreign_run(
     store: Arc<Store>,
     downstream: Arc<Downstream>,
     task: TaskId,
     foreign: ForeignRun,
 ) -> Result<RunId, PlanRunError> {
-    let (lock, _, plan) = hold(&store, task).await?;
+    let (lock, found, plan) = hold(&store, task).await?;
+    if let Some(run) = found.runs.last() {
+        return Err(PlanRunError::Invalid(format!(
+            "the plan has run since it was imported (run {}); a checkpoint is recorded only before a plan's first run",
+            run.id
+        )));
+    }
+    drop(found);
     let (tools, _) = step_tools(&downstream, &plan).await?;
     let variables = Some(Value::Object(foreign.call_variables.clone()).to_string());
     let host = RunHost::start(&store, task, None, variables).await?;

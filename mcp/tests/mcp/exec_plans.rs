@@ -917,12 +917,27 @@ fn a_checkpoint_not_on_record_when_its_plan_was_imported_comes_with_the_next_imp
         out.contains(": imported as ") && !out.contains("checkpoint"),
         "{out}"
     );
+    // Not onto a plan mcp-cli changed since: its steps may be others.
     copy(&format!("{diamond}_state.json"));
+    let plan_file = PathBuf::from(dir).join(format!("{diamond}.json"));
+    let original = std::fs::read_to_string(&plan_file).expect("plan");
+    let mut changed: Value = serde_json::from_str(&original).expect("plan JSON");
+    changed["variables"]["base"] = json!(41);
+    std::fs::write(&plan_file, changed.to_string()).expect("change the plan");
+    let (code, out) = setup.run(&["import", dir]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("its checkpoint was not imported: ")
+            && out.contains("is no longer the plan imported")
+            && !out.contains("recorded now"),
+        "{out}"
+    );
+    std::fs::write(&plan_file, original).expect("restore the plan");
     let (code, out) = setup.run(&["import", dir]);
     assert_eq!(code, 0, "{out}");
     assert!(
         out.contains("imported before, as ")
-            && out.contains("; its checkpoint, not on record then: 3 of 3 steps done, completed"),
+            && out.contains("; its checkpoint, recorded now: 3 of 3 steps done, completed"),
         "{out}"
     );
     // Once the plan has a run, its checkpoint is never recorded again.
