@@ -23,7 +23,8 @@ use futures_util::future::BoxFuture;
 use planb_core::dag::{Action, Decision, Pipeline, Schedule, StepId, Success};
 use planb_core::state::ContentHash;
 use planb_core::{
-    Command, INLINE_BLOB_BYTES_MAX, RunEndReason, RunId, RunOutcome, StepStart, Task, TaskId,
+    Command, INLINE_BLOB_BYTES_MAX, Rejection, RunEndReason, RunId, RunOutcome, StepStart, Task,
+    TaskErrorCode, TaskId,
 };
 use planb_projections::{DataRoot, Store, StoreError};
 
@@ -353,7 +354,14 @@ pub async fn run(store: Arc<Store>, task: TaskId, options: Options) -> Result<En
 /// dependents again: before a run starts (under the run lock) and before
 /// anything else writes the folder. Returns the lines the run log gets
 /// about them.
+///
+/// Under a run, an edit cannot be recorded (the run may be writing the
+/// very file): it stays in the folder, where no projection overwrites it,
+/// until the run has ended.
 pub async fn record_hand_edits(store: &Arc<Store>, task: &Task) -> Result<Vec<String>, StoreError> {
+    if task.active_run().is_some() {
+        return Ok(Vec::new());
+    }
     let Ok(pipeline) = pipelines::resolve(store.root(), &task.pipeline) else {
         return Ok(Vec::new());
     };
@@ -396,7 +404,14 @@ pub async fn record_hand_edits(store: &Arc<Store>, task: &Task) -> Result<Vec<St
             by: format!("hand edit of {}", edit.name),
         };
         let store_now = Arc::clone(store);
-        blocking(move || store_now.execute(command).map(|_| ())).await?;
+        match blocking(move || store_now.execute(command).map(|_| ())).await {
+            // A run began since `task` was read: the edit waits for its end.
+            Err(StoreError::Rejected(Rejection::Task {
+                code: TaskErrorCode::RunningReadonly,
+                ..
+            })) => break,
+            recorded => recorded?,
+        }
         let (root, name) = (store.root().clone(), edit.name.clone());
         let id = task.id;
         blocking(move || {

@@ -625,6 +625,61 @@ async fn a_hand_edit_is_recorded_before_a_tool_writes_another_file_of_the_folder
     );
 }
 
+/// A file of the task's folder a person edits while a run is under way:
+/// the report and the zip are still to be had (the edit cannot be recorded
+/// under a run), and the edit is recorded once the run has ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_edit_during_a_run_waits_for_its_end_and_the_zip_is_still_to_be_had() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    // Steps slow enough that the run is still under way after the edit.
+    let model = ModelServer::start(Script {
+        delay: Duration::from_millis(1500),
+        fail_first: 0,
+    })
+    .await;
+    let tasks = open(dir.path());
+    let id = create_and_start(&tasks, &model, "fast").await;
+    let folder = tasks.store().root().task_dir(&id);
+    let first_file = || {
+        std::fs::read_dir(&folder)
+            .ok()?
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .find(|n| n.starts_with(|c: char| c.is_ascii_digit()) && !n.ends_with(".tmp"))
+    };
+    let running = until(&tasks, id, "past a step", |_| first_file().is_some()).await;
+    let name = first_file().expect("an artifact file");
+    std::fs::write(folder.join(&name), "## Rewritten in an editor\n").expect("hand edit");
+    let zip = tasks.file(running, TaskFile::Zip, None).await;
+    let under_way = tasks
+        .find(id)
+        .await
+        .expect("the task")
+        .active_run()
+        .is_some();
+    assert!(under_way, "the run ended before the zip was asked for");
+    zip.expect("the zip while a run is under way");
+    let edits = || {
+        planb_tests::logs::events(dir.path())
+            .into_iter()
+            .filter(|event| matches!(event, EventBody::ArtifactEdited { .. }))
+            .count()
+    };
+    assert_eq!(edits(), 0, "an edit recorded under a run");
+    let stopped = tasks.stop(id).await.expect("stopped");
+    let ended = until_ended(&tasks, stopped.id).await;
+    tasks
+        .file(ended, TaskFile::Zip, None)
+        .await
+        .expect("the zip");
+    assert_eq!(edits(), 1, "the edit is recorded once the run has ended");
+    assert_eq!(
+        std::fs::read_to_string(folder.join(&name)).expect("file"),
+        "## Rewritten in an editor\n",
+        "the hand edit was overwritten"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_retries_from_its_first_step_then_is_archived_and_deleted_never_under_a_run() {
     let dir = tempfile::tempdir().expect("temp dir");
