@@ -10,11 +10,13 @@
 //! may hold the only copy of the lost events. So the store refuses to write
 //! until a person restores the log or runs `accept_loss` (beside the
 //! rebuild it ends with), which moves the
-//! projections aside, never deleting them.
+//! projections aside, never deleting them. It leaves `loss.accepted`
+//! behind ([`Accepted`]), so a process that was refusing since before
+//! writes again without a restart.
 
 use std::path::PathBuf;
 
-use planb_core::{Cursor, State, decode};
+use planb_core::{Cursor, State, Timestamp, decode};
 use planb_log::LogOptions;
 
 use crate::StoreError;
@@ -45,7 +47,7 @@ impl std::fmt::Display for LostTail {
              or run `planb-mcp accept-loss` to go on from cursor {end}; it moves index.redb, \
              sessions/, sessions.cursor and state.snapshot to {root}/lost-<time>/ (the files there may hold the \
              only copy of the missing events) and rebuilds them from the log; planb processes already \
-             open on this root (agent windows, planb-retro) keep refusing until they are restarted",
+             open on this root record again once it is done",
             end = self.log_end.0,
             witness = self.witness,
             seen = self.seen.0,
@@ -57,6 +59,51 @@ impl std::fmt::Display for LostTail {
 }
 
 impl std::error::Error for LostTail {}
+
+impl LostTail {
+    /// Whether `now` is an acceptance of this very gap (the log ending
+    /// where this process found it) made since it found it, when
+    /// `loss.accepted` said `at_open`: then it may write again.
+    pub(crate) fn accepted(&self, at_open: Option<Accepted>, now: Option<Accepted>) -> bool {
+        now.is_some_and(|a| a.log_end == self.log_end && Some(a) != at_open)
+    }
+}
+
+/// What `accept_loss` leaves in `loss.accepted`: the end of the log it
+/// went on from, and when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Accepted {
+    pub log_end: Cursor,
+    pub at: Timestamp,
+}
+
+/// Records `accepted` (temp name and rename), once the projections are
+/// rebuilt.
+pub(crate) fn write_accepted(root: &DataRoot, accepted: Accepted) -> Result<(), StoreError> {
+    let path = root.accepted_loss_path();
+    let temp = path.with_extension("tmp");
+    let text = format!("{} {}\n", accepted.log_end.0, accepted.at.0);
+    std::fs::write(&temp, text)
+        .and_then(|()| std::fs::rename(&temp, &path))
+        .map_err(|source| StoreError::Io {
+            op: "write",
+            path: path.display().to_string(),
+            source,
+        })
+}
+
+/// The last acceptance recorded in `loss.accepted`, if it can be read.
+pub(crate) fn read_accepted(root: &DataRoot) -> Option<Accepted> {
+    let bytes = crate::bounded::read(&root.accepted_loss_path(), 64)
+        .ok()?
+        .ok()?;
+    let text = String::from_utf8(bytes).ok()?;
+    let (end, at) = text.trim().split_once(' ')?;
+    Some(Accepted {
+        log_end: Cursor(end.parse().ok()?),
+        at: Timestamp(at.parse().ok()?),
+    })
+}
 
 /// Whether a projection has seen more of the log than it holds, given the
 /// log's last cursor, the index's applied cursor (if known) and the cursor
@@ -170,4 +217,34 @@ pub fn check_tree(root: &DataRoot) -> Result<TreeCheck, StoreError> {
         examples: writer.wrong,
         count,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_acceptance_of_the_same_gap_made_since_the_open_clears_a_lost_tail() {
+        let lost = LostTail {
+            root: PathBuf::from("/data"),
+            log_end: Cursor(3),
+            seen: Cursor(4),
+            witness: "sessions.cursor",
+        };
+        let accepted = |end, at| {
+            Some(Accepted {
+                log_end: Cursor(end),
+                at: Timestamp(at),
+            })
+        };
+        let at_open = accepted(3, 500);
+        assert!(lost.accepted(at_open, accepted(3, 2_000)));
+        assert!(lost.accepted(None, accepted(3, 2_000)));
+        assert!(!lost.accepted(at_open, None), "nothing accepted");
+        assert!(!lost.accepted(at_open, accepted(2, 2_000)), "another gap");
+        assert!(
+            !lost.accepted(at_open, at_open),
+            "accepted before this open"
+        );
+    }
 }

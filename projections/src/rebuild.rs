@@ -299,7 +299,10 @@ pub fn accept_loss(
         })?;
         moved.push(name.to_owned());
     }
-    let (_, rebuilt) = rebuild_locked(root, &log, &guard)?;
+    let (state, rebuilt) = rebuild_locked(root, &log, &guard)?;
+    // Processes that refused over this gap since before now write again.
+    let log_end = state.last_cursor();
+    health::write_accepted(root, health::Accepted { log_end, at: now })?;
     Ok(AcceptedLoss {
         kept_in,
         moved,

@@ -77,6 +77,11 @@ impl DataRoot {
         self.root.join("team")
     }
 
+    /// Where `accept-loss` says which gap in the log it accepted, and when.
+    pub fn accepted_loss_path(&self) -> PathBuf {
+        self.root.join("loss.accepted")
+    }
+
     /// Held while an import runs, so imports run one at a time.
     pub fn import_lock_path(&self) -> PathBuf {
         self.root.join("import.lock")

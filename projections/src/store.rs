@@ -233,8 +233,11 @@ pub struct Store {
     /// Notes where the log holds the small blobs this process records.
     places: crate::blob_places::PlacesWriter,
     /// Set at open when a projection has seen cursors the log no longer
-    /// holds: then nothing is appended or projected (see `health.rs`).
-    lost_tail: Option<Box<LostTail>>,
+    /// holds: then nothing is appended or projected (see `health.rs`),
+    /// until the loss is accepted.
+    lost_tail: Mutex<Option<Box<LostTail>>>,
+    /// What `loss.accepted` said at open (whether an acceptance came after).
+    accepted_at_open: Option<crate::health::Accepted>,
 }
 
 /// How far the index has applied the log, as an open reads it. Only the
@@ -323,6 +326,9 @@ impl Store {
         let indexed = index_applied.map_or(0, |applied| {
             folded.state.last_cursor().0.saturating_sub(applied.0)
         });
+        // Read before the look for a lost tail: an acceptance made after
+        // it, however soon, lifts the refusal.
+        let accepted_at_open = crate::health::read_accepted(&root);
         let lost_tail = lost_tail_at_open(&root, &log, &mut folded, index_applied, start)?;
         let log = Arc::new(log);
         let folded = Arc::new(Mutex::new(folded));
@@ -332,14 +338,15 @@ impl Store {
         });
         let places = crate::blob_places::PlacesWriter::start(root.blobs_dir());
         let store = Store {
-            root,
             log,
-            env,
             folded,
             indexer: Indexer::start(slot),
             flusher,
             places,
-            lost_tail,
+            lost_tail: Mutex::new(lost_tail),
+            accepted_at_open,
+            root,
+            env,
         };
         store.indexer.wake();
         let report = OpenReport {
@@ -360,7 +367,7 @@ impl Store {
             self.save_snapshot();
         }
         let current = self.files_current(&mut self.folded());
-        if self.lost_tail.is_none() {
+        if !self.is_lost() {
             if !files::lagging_manifests(&self.root).is_empty() {
                 // Manifests a process left behind when it died.
                 flush_manifests(&self.root, &self.log, &self.folded, true);
@@ -377,8 +384,31 @@ impl Store {
 
     /// Set when a projection has seen cursors the log no longer holds; every
     /// write is then refused with [`StoreError::LostTail`].
-    pub fn lost_tail(&self) -> Option<&LostTail> {
-        self.lost_tail.as_deref()
+    pub fn lost_tail(&self) -> Option<LostTail> {
+        let lost = self.lost_tail.lock().unwrap_or_else(|p| p.into_inner());
+        lost.as_deref().cloned()
+    }
+
+    /// Whether writes (and projections) are refused for a lost tail.
+    fn is_lost(&self) -> bool {
+        self.refusal().is_some()
+    }
+
+    /// Why a write is refused: the lost tail found at open, unless
+    /// `accept-loss` has accepted that very gap since (then it is cleared).
+    fn refusal(&self) -> Option<Box<LostTail>> {
+        let mut lost = self.lost_tail.lock().unwrap_or_else(|p| p.into_inner());
+        let found = lost.as_ref()?;
+        let accepted = crate::health::read_accepted(&self.root);
+        if !found.accepted(self.accepted_at_open, accepted) {
+            return Some(found.clone());
+        }
+        tracing::warn!(
+            "events after cursor {} were accepted as lost (planb-mcp accept-loss); recording again",
+            found.log_end.0
+        );
+        *lost = None;
+        None
     }
 
     /// The environment (clock and ids).
@@ -455,8 +485,8 @@ impl Store {
         &self,
         f: impl FnOnce(&mut Locked<'_, '_>) -> Result<R, StoreError>,
     ) -> Result<R, StoreError> {
-        if let Some(lost) = &self.lost_tail {
-            return Err(StoreError::LostTail(lost.clone()));
+        if let Some(lost) = self.refusal() {
+            return Err(StoreError::LostTail(lost));
         }
         let result = {
             let mut guard = self.log.lock()?;
@@ -492,7 +522,7 @@ impl Store {
     pub fn read<R>(&self, f: impl FnOnce(&State) -> R) -> Result<R, StoreError> {
         let mut folded = self.folded();
         folded.catch_up()?;
-        if self.lost_tail.is_none() && !self.files_current(&mut folded) {
+        if !self.is_lost() && !self.files_current(&mut folded) {
             drop(folded);
             self.project_if_behind();
             folded = self.folded();
@@ -587,7 +617,7 @@ impl Store {
             let folded = self.folded();
             folded.pending.next_due().is_some() || !folded.pending.is_empty(&folded.state)
         };
-        if self.lost_tail.is_none() && behind {
+        if !self.is_lost() && behind {
             flush_manifests(&self.root, &self.log, &self.folded, true);
         }
     }
@@ -611,7 +641,7 @@ impl Store {
     /// lost its tail, since the snapshot there may hold the only trace of
     /// the lost events.
     pub fn save_snapshot(&self) {
-        if self.lost_tail.is_some() {
+        if self.is_lost() {
             return;
         }
         let mut folded = self.folded();

@@ -137,14 +137,15 @@ fn a_log_that_lost_its_tail_is_noticed_and_nothing_is_overwritten() {
     assert!(text.contains("LOST TAIL"), "{text}");
     assert!(text.contains("events 4..=4 are missing"), "{text}");
 
-    runtime.block_on(async {
+    // A window open through what follows, refusing until the loss is accepted.
+    let open_window = runtime.block_on(async {
         let server = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
         let refused = save(&server, &session, "# would reuse v3\n")
             .await
             .expect_err("writing on a log that lost its tail");
         assert!(refused.contains("events 4..=4 are missing"), "{refused}");
         assert!(refused.contains("planb-mcp accept-loss"), "{refused}");
-        server.client.cancel().await.expect("shutdown");
+        server
     });
     assert_eq!(
         std::fs::read_to_string(&lost_v3).expect("the only copy of v3"),
@@ -175,11 +176,17 @@ fn a_log_that_lost_its_tail_is_noticed_and_nothing_is_overwritten() {
     );
 
     runtime.block_on(async {
-        let server = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
-        let path = save(&server, &session, "# v3 again\n")
+        // The window that refused writes again, without a restart.
+        let path = save(&open_window, &session, "# v3 again\n")
             .await
-            .expect("writes resume");
+            .expect("writes resume in the window open since before");
         assert!(path.ends_with("plans/v3.md"), "{}", path.display());
+        open_window.client.cancel().await.expect("shutdown");
+        let server = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
+        let path = save(&server, &session, "# v4\n")
+            .await
+            .expect("writes in a new window");
+        assert!(path.ends_with("plans/v4.md"), "{}", path.display());
         server.client.cancel().await.expect("shutdown");
     });
     let check = planb(dir.path(), &["check"]);
