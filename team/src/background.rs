@@ -18,7 +18,7 @@ use crate::settings::TeamSettings;
 use crate::ship::{Pass, ShipError, Shipper};
 
 /// How often an idle shipper looks at the log's end: a read of the last
-/// segment's length when nothing is new.
+/// segment's length when nothing is new, and nothing asked of the database.
 pub const POLL: Duration = Duration::from_millis(20);
 /// How often a process without the role tries to take it.
 pub const ROLE_RETRY: Duration = Duration::from_secs(2);
@@ -63,9 +63,12 @@ pub fn start(settings: TeamSettings, root: DataRoot) -> std::io::Result<Backgrou
 
 async fn run(root: DataRoot, settings: TeamSettings, stop: &AtomicBool) {
     if settings.projects.is_empty() {
+        // Nor is the shipper's role taken, which another process on the
+        // root, told what to ship, may need.
         tracing::warn!(
             "PLANB_TEAM_URL is set but PLANB_TEAM_PROJECTS names no project: nothing is shipped"
         );
+        return;
     }
     let _lock = loop {
         if stop.load(Ordering::Relaxed) {

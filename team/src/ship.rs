@@ -116,6 +116,8 @@ struct Position {
     /// the log from its start.
     at_mark: Option<ReadPosition>,
     placer: Placer,
+    /// The record read past the mark to learn the log had grown.
+    ahead: Option<Record>,
 }
 
 /// Ships one data root.
@@ -215,6 +217,7 @@ impl Shipper {
             return Some(Position {
                 reader,
                 placer: Placer::new(self.settings.projects.clone()),
+                ahead: None,
                 ..position
             });
         };
@@ -222,13 +225,23 @@ impl Shipper {
         let record = reader.next().ok()??;
         let same =
             record.cursor.0 == position.mark.to && Some(record.checksum) == position.mark.checksum;
-        same.then_some(Position { reader, ..position })
+        same.then_some(Position {
+            reader,
+            ahead: None,
+            ..position
+        })
     }
 
     async fn pass(&mut self) -> Result<Pass, ShipError> {
         if self.settings.projects.is_empty() {
             // Nothing may leave: not even the origin is made known.
             return Ok(Pass::default());
+        }
+        if let Some(shipped_to) = self.idle() {
+            return Ok(Pass {
+                shipped_to,
+                ..Pass::default()
+            });
         }
         if self.client.is_none() {
             self.client = Some(db::connect(&self.settings).await?);
@@ -260,6 +273,28 @@ impl Shipper {
             if batch.last.is_none() {
                 pass.shipped_to = mark.to;
                 return Ok(pass);
+            }
+        }
+    }
+
+    /// The mark, when the log holds nothing past what this shipper shipped
+    /// last: then the database is not asked (an idle shipper looks often).
+    /// A record found past it is kept for the pass.
+    fn idle(&mut self) -> Option<u64> {
+        let position = self.position.as_mut()?;
+        if position.ahead.is_some() {
+            return None;
+        }
+        match position.reader.next() {
+            Ok(None) => Some(position.mark.to),
+            Ok(Some(record)) => {
+                position.ahead = Some(record);
+                None
+            }
+            Err(_) => {
+                // Read again from the mark by the pass, which says what is wrong.
+                self.position = None;
+                None
             }
         }
     }
@@ -336,6 +371,7 @@ impl Shipper {
             mark,
             at_mark,
             placer,
+            ahead: None,
         });
         Ok(())
     }
@@ -384,8 +420,8 @@ impl Shipper {
     /// beside them, so they are shipped first.
     fn next_batch(&mut self) -> Result<(Batch, Option<ShipError>), ShipError> {
         let position = self.position.as_mut().expect("placed by stand_at");
-        let mut records = Vec::new();
-        let mut bytes = 0;
+        let mut records: Vec<Record> = position.ahead.take().into_iter().collect();
+        let mut bytes: usize = records.iter().map(|r| r.payload.len()).sum();
         let mut damage = None;
         while records.len() < BATCH_RECORDS_MAX && bytes < BATCH_BYTES_MAX {
             let cursor = position.reader.next_cursor().0;

@@ -77,3 +77,52 @@ async fn a_batch_refused_midway_is_shipped_again_from_the_mark_with_no_gap() {
         "every event once, no gap"
     );
 }
+
+/// An idle pass asks nothing of the database (a shipper looks at the log
+/// every few milliseconds): with its connection cut it still ends well,
+/// and once the log grows the next passes reconnect and ship the rest.
+#[tokio::test]
+async fn an_idle_pass_asks_nothing_of_the_database() {
+    let pg = planb_tests::postgres::Postgres::start();
+    let dir = tempfile::tempdir().expect("root");
+    let root = DataRoot::new(dir.path());
+    planb_tests::logs::append_sessions(root.root(), 3, "/src/shop", 1);
+    let projects = Projects::parse("/src", None).expect("projects");
+    let settings = TeamSettings::new(&pg.url(), "ana", projects).expect("settings");
+    let mut shipper = Shipper::new(root.clone(), settings).expect("shipper");
+    let first = shipper.ship_to_end().await.expect("the first pass");
+    assert!(first.shipped > 0, "{first:?}");
+    let (client, connection) = tokio_postgres::connect(&pg.url(), tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(connection);
+    let cut = client
+        .query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE pid <> pg_backend_pid() AND datname = current_database()",
+            &[],
+        )
+        .await
+        .expect("cut the shipper's connection");
+    assert_eq!(cut.len(), 1, "the shipper's one connection");
+    let idle = shipper.ship_to_end().await.expect("an idle pass");
+    assert_eq!((idle.shipped, idle.shipped_to), (0, first.shipped_to));
+
+    let more = planb_tests::logs::append_sessions(root.root(), 2, "/src/shop", 2);
+    let mut passes = 0;
+    let shipped_to = loop {
+        passes += 1;
+        match shipper.ship_to_end().await {
+            Ok(pass) => break pass.shipped_to,
+            Err(ShipError::Db(_)) if passes < 3 => {}
+            Err(error) => panic!("pass {passes}: {error}"),
+        }
+    };
+    assert_eq!(shipped_to, first.shipped_to + more);
+    let mark: i64 = client
+        .query_one("SELECT shipped_to FROM planb_origins", &[])
+        .await
+        .expect("mark")
+        .get(0);
+    assert_eq!(u64::try_from(mark).expect("mark"), shipped_to);
+}
