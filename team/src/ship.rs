@@ -419,15 +419,17 @@ impl Shipper {
     /// Reads the next batch; damage met after some records is returned
     /// beside them, so they are shipped first.
     fn next_batch(&mut self) -> Result<(Batch, Option<ShipError>), ShipError> {
+        let blobs = self.root.blobs();
+        let size = |record: &Record| record.payload.len() + blob_bytes_named(&blobs, record);
         let position = self.position.as_mut().expect("placed by stand_at");
         let mut records: Vec<Record> = position.ahead.take().into_iter().collect();
-        let mut bytes: usize = records.iter().map(|r| r.payload.len()).sum();
+        let mut bytes: usize = records.iter().map(size).sum();
         let mut damage = None;
         while records.len() < BATCH_RECORDS_MAX && bytes < BATCH_BYTES_MAX {
             let cursor = position.reader.next_cursor().0;
             match position.reader.next() {
                 Ok(Some(record)) => {
-                    bytes += record.payload.len();
+                    bytes += size(&record);
                     records.push(record);
                 }
                 Ok(None) => break,
@@ -685,6 +687,20 @@ fn collect_blobs(
     }
 }
 
+/// The bytes of the stored blobs `record`'s event names, as their files
+/// say (a blob small enough to be in the log counts as nothing more): a
+/// batch is bounded with the blobs it carries.
+fn blob_bytes_named(blobs: &planb_projections::Blobs, record: &Record) -> usize {
+    let Ok(envelope) = decoded(record) else {
+        return 0;
+    };
+    let (mut have, mut wanted) = (BTreeMap::new(), BTreeSet::new());
+    collect_blobs(&envelope.event.body, &mut have, &mut wanted);
+    let on_disk = |hash: &BlobHash| std::fs::metadata(blobs.path(hash)).map_or(0, |m| m.len());
+    let total: u64 = wanted.iter().map(on_disk).sum();
+    usize::try_from(total).unwrap_or(usize::MAX)
+}
+
 fn decoded(record: &Record) -> Result<event::Envelope, ShipError> {
     event::decode(&record.payload, Cursor(record.cursor.0)).map_err(|e| ShipError::Damaged {
         cursor: record.cursor.0,
@@ -705,4 +721,46 @@ fn host_name() -> String {
         .ok()
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "unknown".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Projects;
+
+    /// Three events, each naming a 5 MiB blob: the batch stops once its
+    /// blobs pass the budget, not after every record of the log.
+    #[test]
+    fn a_batch_is_bounded_by_the_blobs_it_carries() {
+        let dir = tempfile::tempdir().expect("root");
+        let root = DataRoot::new(dir.path());
+        let blobs = root.blobs();
+        let (log, _) = planb_log::open_dir(&root.log_dir(), LogOptions::default()).expect("log");
+        let task = planb_core::TaskId::from_uuid(Uuid::now_v7());
+        let bodies = (0..3u8)
+            .map(|n| {
+                let artifact = blobs.put(&vec![n; 5 << 20]).expect("blob");
+                EventBody::ArtifactEdited {
+                    task,
+                    step: format!("step-{n}"),
+                    artifact,
+                    bytes: 5 << 20,
+                    by: "test".into(),
+                }
+            })
+            .collect();
+        planb_tests::logs::append(&log, bodies);
+        let projects = Projects::parse("/src", None).expect("projects");
+        let settings = TeamSettings::new("postgres://localhost/team", "ana", projects);
+        let mut shipper = Shipper::new(root, settings.expect("settings")).expect("shipper");
+        shipper
+            .stand_at(Mark {
+                to: 0,
+                checksum: None,
+            })
+            .expect("at the start");
+        let (batch, damage) = shipper.next_batch().expect("a batch");
+        assert!(damage.is_none());
+        assert_eq!((batch.first, batch.last.map(|m| m.to)), (Some(1), Some(2)));
+    }
 }
