@@ -101,8 +101,14 @@ pub struct TeamSource {
     next: u64,
     /// Where the blobs the events name are copied.
     blobs: Blobs,
+    /// Blobs that could not be copied yet (the database or the cache
+    /// failed): tried again on each poll, at most [`RETRIES_PER_POLL`].
+    uncopied: std::collections::BTreeSet<BlobHash>,
     members: Members,
 }
+
+/// Most uncopied blobs tried again in one poll.
+const RETRIES_PER_POLL: usize = 64;
 
 impl Drop for TeamSource {
     /// Ends the runtime without waiting, so a source may be dropped from
@@ -149,6 +155,7 @@ impl TeamSource {
             read_to: HashMap::new(),
             next: 1,
             blobs,
+            uncopied: std::collections::BTreeSet::new(),
             members: Members::default(),
         })
     }
@@ -271,6 +278,7 @@ impl TeamSource {
                 changed = true;
             }
         }
+        self.copy_uncopied();
         rows.sort_by_key(|row| (row.at, row.origin, row.cursor));
         let mut events = Vec::with_capacity(rows.len());
         for row in rows {
@@ -299,7 +307,7 @@ impl TeamSource {
             };
             self.next += 1;
             self.read_to.insert(row.origin, row.cursor);
-            self.note(row.origin, &envelope.event.body)?;
+            self.note(row.origin, &envelope.event.body);
             changed = true;
             events.push(envelope);
         }
@@ -310,8 +318,10 @@ impl TeamSource {
         })
     }
 
-    /// Remembers whose `body` is and copies the blobs it names.
-    fn note(&mut self, origin: Uuid, body: &EventBody) -> Result<(), String> {
+    /// Remembers whose `body` is and copies the blobs it names. A blob
+    /// that cannot be copied now is tried again later: the event is taken
+    /// either way, since what was read is not read again.
+    fn note(&mut self, origin: Uuid, body: &EventBody) {
         if let Some(o) = self.members.origins.get_mut(&origin) {
             o.events += 1;
         }
@@ -323,16 +333,39 @@ impl TeamSource {
         }
         match body {
             EventBody::BlobStored { bytes, .. } => {
-                self.blobs.put(bytes).map_err(|e| e.to_string())?;
+                if let Err(error) = self.blobs.put(bytes) {
+                    tracing::warn!("team replay: a blob in the log was not kept: {error}");
+                }
             }
             EventBody::StepStarted {
                 call: Some(hash), ..
             }
             | EventBody::StepSucceeded { artifact: hash, .. }
-            | EventBody::ArtifactEdited { artifact: hash, .. } => self.copy_blob(hash)?,
+            | EventBody::ArtifactEdited { artifact: hash, .. } => {
+                if let Err(error) = self.copy_blob(hash) {
+                    if self.uncopied.is_empty() {
+                        tracing::warn!("team replay: blobs not copied yet: {error}");
+                    }
+                    self.uncopied.insert(*hash);
+                }
+            }
             _ => {}
         }
-        Ok(())
+    }
+
+    /// Tries again the blobs that could not be copied.
+    fn copy_uncopied(&mut self) {
+        let tried: Vec<BlobHash> = self
+            .uncopied
+            .iter()
+            .take(RETRIES_PER_POLL)
+            .copied()
+            .collect();
+        for hash in tried {
+            if self.copy_blob(&hash).is_ok() {
+                self.uncopied.remove(&hash);
+            }
+        }
     }
 
     /// Copies one blob from the database into the cache, once.

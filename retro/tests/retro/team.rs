@@ -548,3 +548,67 @@ async fn an_event_this_build_cannot_read_ends_the_team_history_there_and_says_so
     .await;
     drop(follower);
 }
+
+/// A blob the database cannot hand over now (here its table is gone for a
+/// moment) costs the replay nothing it read: every event is taken, and the
+/// blob is copied by a later poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blob_not_copied_now_keeps_its_event_and_is_copied_later() {
+    let pg = planb_tests::postgres::Postgres::start();
+    let (ana, _) = member_root("shop", 1_700_000_000_000);
+    let root = DataRoot::new(ana.path());
+    let artifact = root
+        .blobs()
+        .put(b"# Intake, edited by hand\n")
+        .expect("blob");
+    let (log, _) = planb_log::open_dir(&root.log_dir(), Default::default()).expect("log");
+    let task = planb_core::TaskId::from_uuid(uuid::Uuid::new_v4());
+    let edited = planb_core::EventBody::ArtifactEdited {
+        task,
+        step: "intake".into(),
+        artifact,
+        bytes: 25,
+        by: "test".into(),
+    };
+    let shipped = planb_tests::logs::append(&log, vec![edited]) + 9;
+    drop(log);
+    let settings =
+        planb_team::TeamSettings::new(&pg.url(), "ana", planb_team::Projects::everything())
+            .expect("settings");
+    planb_team::push(root, settings.clone())
+        .await
+        .expect("push");
+    let (client, connection) = tokio_postgres::connect(&pg.url(), tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(connection);
+    let rename = |from: &str, to: &str| format!("ALTER TABLE {from} RENAME TO {to}");
+    let gone = rename("planb_blobs", "planb_blobs_away");
+    client.batch_execute(&gone).await.expect("hide the blobs");
+    let cache = tempfile::tempdir().expect("cache");
+    let blobs = DataRoot::new(cache.path()).blobs();
+    let (mut source, first) = tokio::task::spawn_blocking(move || {
+        let mut source = planb_retro::team::TeamSource::new(settings, blobs).expect("source");
+        let first = source.poll();
+        (source, first)
+    })
+    .await
+    .expect("first poll");
+    let first = first.expect("a poll whose blob cannot be copied");
+    assert_eq!(first.events.len() as u64, shipped, "every event is taken");
+    let cached = || DataRoot::new(cache.path()).blobs().read_file(&artifact);
+    assert!(cached().is_err(), "the blob could not be copied yet");
+    let back = rename("planb_blobs_away", "planb_blobs");
+    client
+        .batch_execute(&back)
+        .await
+        .expect("the blobs are back");
+    let again = tokio::task::spawn_blocking(move || (source.poll(), source))
+        .await
+        .expect("second poll");
+    assert!(again.0.expect("a later poll").events.is_empty());
+    assert_eq!(
+        cached().expect("copied by the later poll"),
+        b"# Intake, edited by hand\n"
+    );
+}
