@@ -50,6 +50,42 @@ pub struct Attached {
     /// Set when a call handed back before the run ended: its result is then
     /// kept for the next call of the plan.
     handed_back: Arc<AtomicBool>,
+    /// What the call that started it asked for.
+    asked: Arc<Asked>,
+}
+
+/// What a call asked of a run: its variables and whether it resumes. A
+/// later call that asks the same, or names neither, is after that run.
+#[derive(Debug, Clone, PartialEq)]
+struct Asked {
+    variables: Option<serde_json::Map<String, serde_json::Value>>,
+    resume: bool,
+}
+
+impl Asked {
+    fn of(request: &RunRequest) -> Asked {
+        Asked {
+            variables: request.variables.clone(),
+            resume: request.resume,
+        }
+    }
+
+    /// Whether `request` is after the run this was asked of.
+    fn taken_by(&self, request: &RunRequest) -> bool {
+        let names_nothing = request.variables.is_none() && !request.resume;
+        names_nothing || *self == Asked::of(request)
+    }
+}
+
+/// What a call of a plan finds of the plan's runs in this process.
+#[derive(Debug)]
+pub enum Found {
+    /// A run under way that the call joins, with a follower when asked.
+    Running(Attached, Option<Follower>),
+    /// The result of a run whose call handed back, taken by this call.
+    Ended(Finished),
+    /// Neither: the call may start a run.
+    Nothing,
 }
 
 /// What a call waiting on a run hears next.
@@ -135,6 +171,25 @@ impl Attached {
     }
 }
 
+/// `attached`, joined by the call `request` asks, with a follower when
+/// asked; refused when the call asks for another run than that one.
+fn joined(
+    attached: &Attached,
+    request: &RunRequest,
+    follow: bool,
+) -> Result<(Attached, Option<Follower>), Error> {
+    if !attached.asked.taken_by(request) {
+        return Err(Error::new(
+            crate::error::ErrorCode::RunAlreadyActive,
+            format!(
+                "RUN_ALREADY_ACTIVE: plan {} is running in this server with other variables or resume; wait for that run (plan_execute with its plan_id alone) or stop it (plan_stop), then call again",
+                request.task
+            ),
+        ));
+    }
+    Ok((attached.clone(), follow.then(|| attached.follow())))
+}
+
 /// Most results of runs whose call handed back kept for a later call; past
 /// it the oldest is forgotten (the run's outcome stays in the log).
 pub const UNCLAIMED_MAX: usize = 64;
@@ -178,7 +233,7 @@ pub struct PlanRuns {
     active: Mutex<HashMap<TaskId, Attached>>,
     /// Results of runs that ended after their call handed back, until the
     /// next call of the plan collects them.
-    unclaimed: Mutex<Newest<Finished>>,
+    unclaimed: Mutex<Newest<(Finished, Arc<Asked>)>>,
     /// The approval forms (`plans::approval`) the person has not decided
     /// yet, by plan, until the next call that asks for a review waits on it.
     approvals: Mutex<Newest<AskId>>,
@@ -205,10 +260,25 @@ impl PlanRuns {
         self.active.lock().is_ok_and(|a| a.contains_key(&id))
     }
 
-    /// The result of a run of plan `id` whose call handed back, once: the
-    /// next call of the plan gets it.
-    pub fn collect(&self, id: TaskId) -> Option<Finished> {
-        self.unclaimed.lock().ok()?.take(id)
+    /// What `request` finds of its plan's runs here, in one look (under
+    /// the locks a run's end takes, in the same order): the run under way,
+    /// joined; else the result of one whose call handed back, once; else
+    /// nothing. A call naming other variables (or a resume) than the run it
+    /// finds is not after it: a run under way refuses it, a kept result is
+    /// dropped (its outcome stays in the log).
+    pub fn find(&self, request: &RunRequest, follow: bool) -> Result<Found, Error> {
+        let poisoned = || Error::internal("the plan runs' table is poisoned");
+        let active = self.active.lock().map_err(|_| poisoned())?;
+        let mut unclaimed = self.unclaimed.lock().map_err(|_| poisoned())?;
+        let id = request.task;
+        if let Some(attached) = active.get(&id) {
+            let joined = joined(attached, request, follow)?;
+            return Ok(Found::Running(joined.0, joined.1));
+        }
+        Ok(match unclaimed.take(id) {
+            Some((done, asked)) if asked.taken_by(request) => Found::Ended(done),
+            _ => Found::Nothing,
+        })
     }
 
     /// Starts the run `request` asks for in the background, or joins the
@@ -229,8 +299,7 @@ impl PlanRuns {
             .lock()
             .map_err(|_| Error::internal("the plan runs' table is poisoned"))?;
         if let Some(attached) = active.get(&id) {
-            let follower = follow.then(|| attached.follow());
-            return Ok((attached.clone(), follower));
+            return joined(attached, &request, follow);
         }
         let downstream = self.downstream.get(servers)?;
         let (done_tx, done) = watch::channel(None);
@@ -240,6 +309,7 @@ impl PlanRuns {
             settled: Arc::default(),
             steps_total: plan.steps.len(),
             handed_back: Arc::default(),
+            asked: Arc::new(Asked::of(&request)),
         };
         active.insert(id, attached.clone());
         drop(active);
@@ -249,6 +319,7 @@ impl PlanRuns {
             planb_engine::runtime::spawn(plans::run_plan(Arc::clone(store), downstream, request));
         let (runs, store, plan) = (Arc::clone(self), Arc::clone(store), Arc::clone(plan));
         let handed_back = Arc::clone(&attached.handed_back);
+        let asked = Arc::clone(&attached.asked);
         tokio::spawn(async move {
             let finished = match run.await {
                 Err(stopped) => Err(format!(
@@ -256,7 +327,7 @@ impl PlanRuns {
                 )),
                 Ok(ended) => finished(&store, &plan, id, ended),
             };
-            runs.ended(id, &handed_back, &finished);
+            runs.ended(id, &handed_back, (&finished, asked));
             let _ = done_tx.send(Some(finished));
         });
         Ok((attached, follower))
@@ -265,11 +336,11 @@ impl PlanRuns {
     /// Takes the ended run of `id` out of the table, keeping its result for
     /// the next call when the call that started it handed back. Both under
     /// one lock order, so a call in between finds it in one or the other.
-    fn ended(&self, id: TaskId, handed_back: &AtomicBool, finished: &Finished) {
+    fn ended(&self, id: TaskId, handed_back: &AtomicBool, ended: (&Finished, Arc<Asked>)) {
         if let (Ok(mut active), Ok(mut unclaimed)) = (self.active.lock(), self.unclaimed.lock()) {
             active.remove(&id);
             if handed_back.load(Ordering::SeqCst) {
-                unclaimed.keep(id, finished.clone(), UNCLAIMED_MAX);
+                unclaimed.keep(id, (ended.0.clone(), ended.1), UNCLAIMED_MAX);
             }
         }
     }

@@ -30,7 +30,7 @@ use crate::ask::Asked;
 use crate::schema::schema;
 use crate::server::{Answer, PlanbServer};
 use planb_app::plans::{self as exec_plans, PlanSummary, approval};
-use planb_app::runs::{Attached, Finished, Follower, Waited};
+use planb_app::runs::{Attached, Finished, Follower, Found, Waited};
 use planb_app::sessions::NewSession;
 
 /// Most tools `tool_caps` names.
@@ -425,12 +425,6 @@ impl PlanbServer {
             }
             return Ok(CallToolResult::structured(value));
         }
-        // The result of a run whose call handed back is this call's.
-        let runs = &self.plan_runs();
-        let running_here = runs.running_here(task.id);
-        if let Some(done) = runs.collect(task.id) {
-            return Ok(finished(done));
-        }
         let review = request.review;
         let request = plans::RunRequest {
             task: task.id,
@@ -439,28 +433,33 @@ impl PlanbServer {
             options: request.options,
             progress: None,
         };
-        // Nothing is asked of the person for a run that would be refused.
-        plans::check_request(&task, &plan, &request).map_err(failure)?;
-        // A run this process already executes is joined as it is: the person
-        // approved it, or it was started without a review.
-        // A refused review is an answer, not an error: returned as it is.
-        if review
-            && !running_here
-            && let Err(refused) =
-                (self.review_run(&task, &plan, request.variables.as_ref(), context)).await
-        {
-            return Ok(refused);
-        }
-        // No copy of the task is held while its run starts: the run list
-        // it shares would be copied whole.
-        let id = task.id;
-        drop(task);
+        let (runs, id) = (&self.plan_runs(), task.id);
         // Followed only to be told on: a call without a token is not woken
         // by every step.
         let follow = context.meta.get_progress_token().is_some();
-        let (attached, follower) =
-            (runs.start(store, &self.config().servers, &plan, request, follow))
-                .map_err(app_failure)?;
+        let (attached, follower) = match runs.find(&request, follow).map_err(app_failure)? {
+            // The result of a run whose call handed back is this call's.
+            Found::Ended(done) => return Ok(finished(done)),
+            // A run this process already executes is joined as it is: the
+            // person approved it, or it was started without a review.
+            Found::Running(attached, follower) => (attached, follower),
+            Found::Nothing => {
+                // Nothing is asked of the person for a run that would be refused.
+                plans::check_request(&task, &plan, &request).map_err(failure)?;
+                // A refused review is an answer, not an error: returned as it is.
+                if review
+                    && let Err(refused) =
+                        (self.review_run(&task, &plan, request.variables.as_ref(), context)).await
+                {
+                    return Ok(refused);
+                }
+                // No copy of the task is held while its run starts: the run
+                // list it shares would be copied whole.
+                drop(task);
+                let servers = &self.config().servers;
+                (runs.start(store, servers, &plan, request, follow)).map_err(app_failure)?
+            }
+        };
         Ok(self
             .wait_run(attached, follower, id, &plan.title, context)
             .await)

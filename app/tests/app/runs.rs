@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use planb_app::ErrorCode;
 use planb_app::plans::ServersSource;
-use planb_app::runs::{Attached, Finished, Heard, PlanRuns, RunEnd, Waited};
+use planb_app::runs::{Attached, Finished, Found, Heard, PlanRuns, RunEnd, Waited};
 use planb_core::exec_plan::ExecPlan;
 use planb_core::{Task, TaskId};
 use planb_engine::plans::{self, Progress, RunOptions, RunRequest};
@@ -185,12 +185,76 @@ async fn two_calls_share_one_run_and_a_handed_back_result_waits_for_the_next_cal
     assert!(one.dag.as_deref().is_some_and(|d| d.contains("Echo")));
 
     // The run ended after its call handed back: the next call gets it, once.
-    let collected = setup.runs.collect(id).expect("kept").expect("ran");
+    let collected = match setup.runs.find(&RunRequest::new(id), false) {
+        Ok(Found::Ended(done)) => done.expect("ran"),
+        other => panic!("the kept result: {other:?}"),
+    };
     assert_eq!(collected.outcome.run, one.outcome.run);
-    assert!(setup.runs.collect(id).is_none());
+    let again = setup.runs.find(&RunRequest::new(id), false);
+    assert!(matches!(again, Ok(Found::Nothing)), "{again:?}");
     assert!(!setup.runs.running_here(id));
     let runs = setup.store.read(|s| s.task(&id).map(|t| t.runs.len()));
     assert_eq!(runs.expect("read"), Some(1));
+}
+
+/// A call that names other variables than the run of the plan under way
+/// is refused rather than joined, and does not take that run's result
+/// once its call has handed back; a call naming nothing, or the same,
+/// is after that run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_asking_for_another_run_neither_joins_nor_collects_the_one_there_is() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let setup = setup(dir.path());
+    let (id, plan) = two_step_plan(&setup, 400).await;
+    let asking = |who: Option<&str>| {
+        let mut request = RunRequest::new(id);
+        request.variables = who.map(|who| {
+            let mut map = Map::new();
+            map.insert("who".into(), json!(who));
+            map
+        });
+        request
+    };
+    let (mut first, _) = setup
+        .runs
+        .start(
+            &setup.store,
+            &setup.source,
+            &plan,
+            asking(Some("ada")),
+            false,
+        )
+        .expect("started");
+    let other = setup.runs.find(&asking(Some("bob")), false);
+    let refused = other.expect_err("other variables while a run is under way");
+    assert!(
+        refused.message.contains("RUN_ALREADY_ACTIVE"),
+        "{refused:?}"
+    );
+    let started = (setup.runs).start(
+        &setup.store,
+        &setup.source,
+        &plan,
+        asking(Some("bob")),
+        false,
+    );
+    assert!(started.is_err(), "started beside the run under way");
+    for same in [asking(Some("ada")), asking(None)] {
+        let found = setup.runs.find(&same, false);
+        assert!(matches!(found, Ok(Found::Running(..))), "{found:?}");
+    }
+    // Its call hands back, then the run ends: the result is kept.
+    let waited = setup
+        .runs
+        .wait(&mut first, None, id, Some(Instant::now()))
+        .await;
+    assert!(matches!(waited, Waited::StillRunning { .. }), "{waited:?}");
+    until_ended(&mut first).await.expect("ran");
+    // Not for a call that names other variables: it is dropped.
+    let found = setup.runs.find(&asking(Some("bob")), false);
+    assert!(matches!(found, Ok(Found::Nothing)), "{found:?}");
+    let found = setup.runs.find(&asking(None), false);
+    assert!(matches!(found, Ok(Found::Nothing)), "{found:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -235,7 +299,8 @@ async fn a_follower_hears_each_step_start_and_settle_in_order() {
     assert_eq!(heard, expected);
     assert_eq!(attached.settled(), 2);
     // A finished run is not kept for anyone: nobody handed back.
-    assert!(setup.runs.collect(id).is_none());
+    let kept = setup.runs.find(&RunRequest::new(id), false);
+    assert!(matches!(kept, Ok(Found::Nothing)), "{kept:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
