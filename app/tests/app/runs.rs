@@ -586,6 +586,18 @@ async fn a_wide_plan_runs_every_step() {
             .contains("Unknown tool: echo. Available: alpha__echo, beta__echo"),
         "{refused}"
     );
+    // So it is beside a step naming its server, which has the tool too.
+    let mixed = json!({"title": "Mixed", "steps": [
+        step("1", "beta__sleep", json!({"ms": 1}), &[], None),
+        step("2", "echo", json!({"text": "x"}), &["1"], None),
+    ]});
+    let refused = create(&setup, &mixed).await.expect_err("not unique");
+    assert!(
+        refused
+            .message
+            .contains("Unknown tool: echo. Available: alpha__echo, beta__echo"),
+        "{refused}"
+    );
     let named = json!({"title": "Wide", "steps": wide("beta__echo")});
     let options = RunOptions {
         concurrency: 4,

@@ -951,11 +951,13 @@ impl Downstream {
         for started in self.connections(needed.iter().copied()).await {
             found.tools.extend(started?.tools.iter().cloned());
         }
-        let resolved =
-            |tools: &[ToolInfo]| bare.iter().all(|n| Downstream::resolve(tools, n).is_ok());
-        if resolved(&found.tools) {
+        // A bare name is looked up among every server, even when the
+        // servers named so far have it: another may have it too.
+        if bare.is_empty() {
             return Ok(found);
         }
+        let resolved =
+            |tools: &[ToolInfo]| bare.iter().all(|n| Downstream::resolve(tools, n).is_ok());
         let mut waiting: BTreeSet<&str> = servers
             .iter()
             .map(String::as_str)
