@@ -85,7 +85,7 @@ impl TeamSettings {
         if url.len() > URL_BYTES_MAX {
             return Err(SettingsError::Url("longer than 4 KiB".into()));
         }
-        let mut config = tokio_postgres::Config::from_str(url.trim())
+        let mut config = tokio_postgres::Config::from_str(&libpq_sslmode(url.trim()))
             .map_err(|e| SettingsError::Url(format!("not a PostgreSQL connection URL: {e}")))?;
         if config.get_hosts().is_empty() {
             return Err(SettingsError::Url("names no host".into()));
@@ -240,9 +240,61 @@ fn default_member() -> String {
     std::env::var("USER").unwrap_or_else(|_| "unknown".into())
 }
 
+/// `url` with the `sslmode` values libpq takes and tokio-postgres does
+/// not written as the ones that mean as much here: the server's certificate
+/// chain and host name are always checked (rustls), so `verify-ca` and
+/// `verify-full` are `require`; `allow` is `prefer`.
+fn libpq_sslmode(url: &str) -> String {
+    let libpq = |pair: &str| match pair.strip_prefix("sslmode=") {
+        Some("verify-ca" | "verify-full") => "sslmode=require".to_owned(),
+        Some("allow") => "sslmode=prefer".to_owned(),
+        _ => pair.to_owned(),
+    };
+    match url.split_once('?') {
+        Some((base, query)) if url.contains("://") => {
+            let query: Vec<String> = query.split('&').map(libpq).collect();
+            format!("{base}?{}", query.join("&"))
+        }
+        None if !url.contains("://") => {
+            let pairs: Vec<String> = url.split(' ').map(libpq).collect();
+            pairs.join(" ")
+        }
+        _ => url.to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn libpq_s_certificate_checking_modes_are_taken() {
+        use tokio_postgres::config::SslMode;
+        let mode = |url: &str| {
+            let settings = TeamSettings::new(url, "ana", Projects::default());
+            settings.expect("parses").config.get_ssl_mode()
+        };
+        let url = "postgres://planb@db.example/team?connect_timeout=5&sslmode=verify-full";
+        assert_eq!(mode(url), SslMode::Require);
+        assert_eq!(
+            mode("host=db.example sslmode=verify-ca dbname=team"),
+            SslMode::Require
+        );
+        assert_eq!(
+            mode("postgres://db.example/team?sslmode=allow"),
+            SslMode::Prefer
+        );
+        assert_eq!(
+            mode("postgres://db.example/team?sslmode=disable"),
+            SslMode::Disable
+        );
+        let odd = TeamSettings::new(
+            "postgres://db.example/t?sslmode=sometimes",
+            "ana",
+            Projects::default(),
+        );
+        assert!(odd.is_err(), "an sslmode libpq does not take either");
+    }
 
     #[test]
     fn a_url_is_shown_without_its_password() {
