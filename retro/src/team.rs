@@ -101,6 +101,9 @@ pub struct TeamSource {
     next: u64,
     /// Where the blobs the events name are copied.
     blobs: Blobs,
+    /// Each origin's latest `at` merged so far: its events keep their own
+    /// order whatever times they carry (an import stamps old ones).
+    merged_at: HashMap<Uuid, std::time::SystemTime>,
     /// Blobs that could not be copied yet (the database or the cache
     /// failed): tried again on each poll, at most [`RETRIES_PER_POLL`].
     uncopied: std::collections::BTreeSet<BlobHash>,
@@ -156,6 +159,7 @@ impl TeamSource {
             next: 1,
             blobs,
             uncopied: std::collections::BTreeSet::new(),
+            merged_at: HashMap::new(),
             members: Members::default(),
         })
     }
@@ -279,7 +283,7 @@ impl TeamSource {
             }
         }
         self.copy_uncopied();
-        rows.sort_by_key(|row| (row.at, row.origin, row.cursor));
+        self.merge(&mut rows);
         let mut events = Vec::with_capacity(rows.len());
         for row in rows {
             let cursor = Cursor(self.next);
@@ -351,6 +355,20 @@ impl TeamSource {
             }
             _ => {}
         }
+    }
+
+    /// Orders `rows` by when they happened, then origin, then cursor, each
+    /// at the latest time its origin reached by then: an event that says it
+    /// happened before one its origin recorded earlier (an import, a clock
+    /// set back) comes after that one, as it does in its own log.
+    fn merge(&mut self, rows: &mut [Row]) {
+        rows.sort_by_key(|row| (row.origin, row.cursor));
+        for row in rows.iter_mut() {
+            let latest = self.merged_at.entry(row.origin).or_insert(row.at);
+            *latest = (*latest).max(row.at);
+            row.at = *latest;
+        }
+        rows.sort_by_key(|row| (row.at, row.origin, row.cursor));
     }
 
     /// Tries again the blobs that could not be copied.

@@ -612,3 +612,72 @@ async fn a_blob_not_copied_now_keeps_its_event_and_is_copied_later() {
         b"# Intake, edited by hand\n"
     );
 }
+
+/// A member's events keep their own order in the team timeline whatever
+/// times they carry: an imported plan version, stamped before the session
+/// it belongs to was recorded, still comes after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_s_events_keep_their_order_whatever_times_they_carry() {
+    use planb_core::{Event, EventBody, EventId, encode};
+    let pg = planb_tests::postgres::Postgres::start();
+    let dir = tempfile::tempdir().expect("root");
+    let root = DataRoot::new(dir.path());
+    let session = SessionId::from_uuid(uuid::Uuid::new_v4());
+    let events = [
+        (
+            2_000_000_000_000,
+            EventBody::SessionCreated {
+                session,
+                title: Some("imported".into()),
+                intent: None,
+                project_path: Some("/src/shop".into()),
+            },
+        ),
+        (
+            1_000_000_000_000,
+            EventBody::PlanVersionSaved {
+                session,
+                version: 1,
+                title: None,
+                content: "# Written long before it was imported\n".into(),
+            },
+        ),
+    ];
+    let payloads: Vec<Vec<u8>> = events
+        .into_iter()
+        .map(|(at, body)| {
+            let id = EventId::from_uuid(uuid::Uuid::now_v7());
+            encode(&Event {
+                id,
+                at: Timestamp(at),
+                body,
+            })
+            .expect("encode")
+        })
+        .collect();
+    let (log, _) = planb_log::open_dir(&root.log_dir(), Default::default()).expect("log");
+    let refs: Vec<&[u8]> = payloads.iter().map(Vec::as_slice).collect();
+    log.append(&refs).expect("append");
+    drop(log);
+    let settings =
+        planb_team::TeamSettings::new(&pg.url(), "ana", planb_team::Projects::everything())
+            .expect("settings");
+    planb_team::push(root, settings.clone())
+        .await
+        .expect("push");
+    let cache = tempfile::tempdir().expect("cache");
+    let blobs = DataRoot::new(cache.path()).blobs();
+    let polled = tokio::task::spawn_blocking(move || {
+        let mut source = planb_retro::team::TeamSource::new(settings, blobs).expect("source");
+        source.poll()
+    })
+    .await
+    .expect("poll")
+    .expect("polled");
+    let kinds: Vec<&str> = polled
+        .events
+        .iter()
+        .map(|e| e.event.body.kind_name())
+        .collect();
+    assert_eq!(kinds, ["session_created", "plan_version_saved"]);
+}
