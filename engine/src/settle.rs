@@ -296,14 +296,28 @@ async fn collect<K: StepKind>(
     while let Some(Some(more)) = flight.calls.next().now_or_never() {
         done.push(more);
     }
+    let mut panic = None;
     for one in done {
-        let one = one.map_err(|panic| panicked(&flight.running, panic))?;
+        let one = match one {
+            Ok(one) => one,
+            Err(said) => {
+                panic.get_or_insert_with(|| panicked(&flight.running, said));
+                continue;
+            }
+        };
         flight.running.remove(K::step_of(&one));
         clock.last_progress = Instant::now();
         let end = end_of(host, kind, one).await;
         ends.push(end);
     }
-    Ok(())
+    match panic {
+        // What the other calls did is recorded before the run fails.
+        Some(panic) => {
+            record_ends(host, kind, ends).await?;
+            Err(panic)
+        }
+        None => Ok(()),
+    }
 }
 
 /// The end of `done`, its large artifact synced in the blob store already;
@@ -413,5 +427,132 @@ async fn cut_short<K: StepKind>(
             ..
         })) => Ok(settled),
         Err(error) => Err(error.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use planb_core::state::ContentHash;
+    use planb_core::{RunId, TaskId};
+    use planb_projections::{DataRoot, Store, SystemEnvironment};
+
+    use super::*;
+
+    /// Starts steps `a` and `b` together; `b`'s call panics.
+    struct OnePanics {
+        task: TaskId,
+        run: RunId,
+        started: bool,
+    }
+
+    impl StepKind for OnePanics {
+        type Work = &'static str;
+        type Done = &'static str;
+        type Failure = ();
+
+        async fn next(
+            &mut self,
+            _room: usize,
+            _idle: bool,
+        ) -> Result<Next<&'static str, ()>, StoreError> {
+            let launch = |step: &'static str| Launch {
+                start: StepStart {
+                    step: step.into(),
+                    input: [0; 32],
+                    call: None,
+                },
+                blob: None,
+                work: step,
+            };
+            let first = !std::mem::replace(&mut self.started, true);
+            let launches = if first {
+                vec![launch("a"), launch("b")]
+            } else {
+                Vec::new()
+            };
+            Ok(Next::Start(launches))
+        }
+
+        fn launch(work: &'static str) -> BoxFuture<'static, &'static str> {
+            Box::pin(async move {
+                assert_ne!(work, "b", "a bug in the call of step b");
+                work
+            })
+        }
+
+        fn step_of(done: &&'static str) -> &'static str {
+            done
+        }
+
+        fn started(&mut self, _step: &str) {}
+
+        fn ended(&mut self, done: &'static str) -> End {
+            let artifact = b"done".to_vec();
+            End {
+                command: Command::SucceedStep {
+                    task: self.task,
+                    run: self.run,
+                    step: done.into(),
+                    input: [0; 32],
+                    artifact: ContentHash::of_bytes(&artifact).0,
+                    bytes: artifact.len() as u64,
+                    duration_ms: 0,
+                    tokens_in: 0,
+                    tokens_out: 0,
+                },
+                blob: Some(artifact),
+            }
+        }
+
+        fn unstored(&mut self, step: &str, error: &StoreError) -> Command {
+            unreachable!("{step}: {error}")
+        }
+
+        fn cancelled(&mut self, step: &str, _cut: Cut) -> Command {
+            unreachable!("{step} cut short")
+        }
+
+        async fn recorded(&mut self) -> Result<(), StoreError> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_call_that_panics_fails_the_run_after_what_the_others_did_is_recorded() {
+        let dir = tempfile::tempdir().expect("root");
+        let root = DataRoot::new(dir.path());
+        let (store, _) = Store::open(root, Arc::new(SystemEnvironment)).expect("store");
+        let store = Arc::new(store);
+        let task = TaskId::from_uuid(uuid::Uuid::new_v4());
+        let pipeline = planb_core::pipelines::project_plan();
+        let create = Command::CreateTask {
+            task,
+            pipeline: pipeline.name().into(),
+            pipeline_version: pipeline.version(),
+            prompt: "Plan it".into(),
+            speed: "fast".into(),
+            target: "build_plan".into(),
+            model_profile: None,
+            client_request_id: None,
+        };
+        store.execute(create).expect("task");
+        let host = RunHost::start(&store, task, None, None).await.expect("run");
+        let mut kind = OnePanics {
+            task,
+            run: host.run,
+            started: false,
+        };
+        let pace = Pace {
+            concurrency: 4,
+            poll: Duration::from_secs(60),
+            inactivity: None,
+        };
+        let settled = settle(&host, &mut kind, pace).await;
+        let failed = settled.expect_err("a panic fails the run");
+        assert!(failed.to_string().contains("panicked"), "{failed}");
+        let succeeded = store.read(|s| s.task(&task).map(|t| t.successes.contains_key("a")));
+        assert_eq!(succeeded.expect("read"), Some(true), "a's success was lost");
     }
 }
