@@ -562,6 +562,20 @@ async fn a_failing_batch_stops_the_run_and_a_guard_blocks_without_calling() {
         before + 1,
         "a refused run called a tool"
     );
+    // A cap holds for its tool however the steps name it.
+    let twice = json!({"title": "Twice", "steps": [
+        step("1", "add", json!({"a": 1, "b": 2}), &[], None),
+        step("2", "alpha__add", json!({"a": 3, "b": 4}), &["1"], None),
+    ]});
+    let twice = create(&setup, &twice).await.expect("created");
+    let mut capped = RunOptions::default();
+    capped.guards.per_tool.insert("add".into(), 1);
+    let blocked = run(&setup, request(twice, capped)).await.expect("ran");
+    let error = blocked.outcome.error.as_deref().unwrap_or_default();
+    assert_eq!(
+        error,
+        "Step 2 failed: Guard blocked: alpha__add may be called at most 1 times in a run"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

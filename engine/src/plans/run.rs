@@ -842,7 +842,7 @@ impl PlanSteps {
             plan: Arc::clone(&begun.plan),
             tools: begun.tools.clone(),
             recorded: begun.recorded.clone(),
-            guards: guards.clone(),
+            guards: by_tool(guards, &begun.plan, &begun.tools),
             started,
             next_batch: 0,
             batch: None,
@@ -945,7 +945,7 @@ impl PlanSteps {
                 self.reports.insert(at, report);
                 continue;
             };
-            let guard = self.guard(&report.tool);
+            let guard = self.guard(&call.tool.qualified());
             let start = StepStart {
                 step: report.index.clone(),
                 input: call.input.0,
@@ -1118,6 +1118,25 @@ async fn restore(host: &RunHost, artifact: [u8; 32], index: &str) -> Option<Valu
         tracing::warn!("step {index}: its recorded result cannot be read back; calling it again");
     }
     restored
+}
+
+/// `guards` with each per-tool cap keyed by the tool its steps call, as
+/// resolved (`server__tool`): steps naming one tool two ways (`add`,
+/// `alpha__add`) share its cap; of two caps on one tool, the lower holds.
+fn by_tool(guards: &Guards, plan: &ExecPlan, tools: &[Arc<ToolInfo>]) -> Guards {
+    let mut per_tool: BTreeMap<String, u32> = BTreeMap::new();
+    for (written, &cap) in &guards.per_tool {
+        for (step, tool) in plan.steps.iter().zip(tools) {
+            if step.tool == *written {
+                let held = per_tool.entry(tool.qualified()).or_insert(cap);
+                *held = (*held).min(cap);
+            }
+        }
+    }
+    Guards {
+        per_tool,
+        ..guards.clone()
+    }
 }
 
 fn guard_reason(
