@@ -1,8 +1,10 @@
 //! The lines a downstream server writes on stdout, each one JSON-RPC
 //! message, passed on whole up to [`ANSWER_BYTES_MAX`]. A longer line is not
-//! passed on: in its place goes an error answering the same request, naming
-//! the size and the limit, so the call that asked fails at once instead of
-//! waiting for an answer that was dropped.
+//! passed on: in place of an answer goes an error answering the same
+//! request, naming the size and the limit, so the call that asked fails at
+//! once instead of waiting for an answer that was dropped. A longer request
+//! of the server's own (its `id` is the server's, not one of ours) is
+//! dropped, and said on stderr.
 
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
@@ -37,7 +39,7 @@ pub async fn relay(
                     scanner.feed(chunk);
                     *bytes += take;
                 }
-                None if line.len() + take > max => {
+                None if line.len() + take - usize::from(newline.is_some()) > max => {
                     let mut scanner = IdScanner::default();
                     scanner.feed(&line);
                     scanner.feed(chunk);
@@ -57,9 +59,11 @@ pub async fn relay(
             Some((scanner, bytes)) => {
                 let bytes = bytes.saturating_sub(1);
                 match scanner.id() {
-                    Some(id) => to.write_all(&too_long(id, bytes, max)).await?,
-                    None => tracing::warn!(
-                        "downstream server {server:?} wrote a message of {bytes} bytes with no request id, over the {max}-byte limit: dropped"
+                    Some(id) if !scanner.is_request() => {
+                        to.write_all(&too_long(id, bytes, max)).await?;
+                    }
+                    _ => tracing::warn!(
+                        "downstream server {server:?} wrote a message of {bytes} bytes that answers no request of planb's, over the {max}-byte limit: dropped"
                     ),
                 }
             }
@@ -107,6 +111,12 @@ struct IdScanner {
     expect_key: bool,
     /// The top-level key being read (its first bytes).
     key: Option<Vec<u8>>,
+    /// A top-level `method` key was read: the message is a request or a
+    /// notification, not an answer.
+    method: bool,
+    /// A top-level `result`, `error` or `method` key was read: what the
+    /// message is, is known.
+    kind_known: bool,
     /// The key just read was `id` and `:` has not come yet, or has.
     id_key: bool,
     id_colon: bool,
@@ -123,7 +133,7 @@ const ID_BYTES_MAX: usize = 128;
 impl IdScanner {
     fn feed(&mut self, bytes: &[u8]) {
         for &b in bytes {
-            if self.found.is_some() || self.spoiled {
+            if (self.found.is_some() && self.kind_known) || self.spoiled {
                 return;
             }
             if self.value.is_some() {
@@ -142,7 +152,9 @@ impl IdScanner {
         };
         let quoted = value.first() == Some(&b'"');
         if !quoted && (b == b',' || b == b'}' || b.is_ascii_whitespace()) {
-            self.found = self.value.take();
+            self.id_found();
+            // The byte that ended the value belongs to the structure.
+            self.structure_byte(b);
             return;
         }
         value.push(b);
@@ -154,9 +166,16 @@ impl IdScanner {
             } else if b == b'\\' {
                 self.escaped = true;
             } else if b == b'"' {
-                self.found = self.value.take();
+                self.id_found();
             }
         }
+    }
+
+    /// The id's value is read whole: the scan goes on among the keys.
+    fn id_found(&mut self) {
+        self.found = self.value.take();
+        self.id_key = false;
+        self.id_colon = false;
     }
 
     fn string_byte(&mut self, b: u8) {
@@ -168,11 +187,13 @@ impl IdScanner {
             self.in_string = false;
             if let Some(key) = self.key.take() {
                 self.id_key = key == b"id";
+                self.method |= key == b"method";
+                self.kind_known |= matches!(key.as_slice(), b"method" | b"result" | b"error");
             }
             return;
         }
         if let Some(key) = self.key.as_mut()
-            && key.len() <= 2
+            && key.len() <= 6
         {
             key.push(b);
         }
@@ -200,6 +221,11 @@ impl IdScanner {
             _ if self.id_colon => self.value = Some(vec![b]),
             _ => {}
         }
+    }
+
+    /// Whether the message is a request (or a notification) of its own.
+    fn is_request(&self) -> bool {
+        self.method
     }
 
     /// The id, when one was found whole.
@@ -275,5 +301,23 @@ mod tests {
             "{message}"
         );
         assert_eq!(lines[2], json!({"id": 2}));
+    }
+
+    #[tokio::test]
+    async fn a_line_of_the_limit_passes_and_a_request_over_it_is_dropped_unanswered() {
+        let exact = format!("{{\"id\":4,\"result\":\"{}\"}}", "y".repeat(80));
+        let max = exact.len();
+        let request = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"sampling/createMessage\",\"params\":\"{}\"}}",
+            "z".repeat(200)
+        );
+        let input = format!("{exact}\n{request}\n{{\"id\":6}}\n");
+        let mut out = Vec::new();
+        relay(input.as_bytes(), &mut out, max, "s".into())
+            .await
+            .expect("relay");
+        let out = String::from_utf8(out).expect("utf-8");
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines, [exact.as_str(), "{\"id\":6}"], "{out}");
     }
 }
