@@ -12,6 +12,7 @@
 //! root holding only `blobs/`), where the task pages read them as they do
 //! from a member's own root.
 
+use planb_team::db::timed;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
@@ -224,30 +225,34 @@ impl TeamSource {
             }
         }
         let client = client.as_ref().expect("connected above");
-        let origins: Vec<(Uuid, String, String, i64)> = client
-            .query(
+        let origins: Vec<(Uuid, String, String, i64)> = timed(
+            "read the origins",
+            client.query(
                 "SELECT origin, member, host, shipped_to FROM planb_origins ORDER BY origin",
                 &[],
-            )
-            .await
-            .map_err(|e| format!("database: {e}"))?
-            .iter()
-            .map(|row| (row.get(0), row.get(1), row.get(2), row.get(3)))
-            .collect();
+            ),
+        )
+        .await
+        .map_err(|e| format!("database: {e}"))?
+        .iter()
+        .map(|row| (row.get(0), row.get(1), row.get(2), row.get(3)))
+        .collect();
         let mut rows = Vec::new();
         for (origin, _, _, mark) in &origins {
             let from = read_to.get(origin).copied().unwrap_or(0);
             if *mark <= from {
                 continue;
             }
-            let read = client
-                .query(
+            let read = timed(
+                "read the events",
+                client.query(
                     "SELECT cursor, at, payload FROM planb_events \
                      WHERE origin = $1 AND cursor > $2 AND cursor <= $3 ORDER BY cursor LIMIT $4",
                     &[origin, &from, mark, &POLL_EVENTS_MAX],
-                )
-                .await
-                .map_err(|e| format!("database: {e}"))?;
+                ),
+            )
+            .await
+            .map_err(|e| format!("database: {e}"))?;
             rows.extend(read.iter().map(|row| Row {
                 origin: *origin,
                 cursor: row.get(0),
@@ -396,9 +401,12 @@ impl TeamSource {
         };
         let row = self
             .runtime()
-            .block_on(client.query_opt(
-                "SELECT bytes FROM planb_blobs WHERE hash = $1",
-                &[&hash.as_slice()],
+            .block_on(timed(
+                "read a blob",
+                client.query_opt(
+                    "SELECT bytes FROM planb_blobs WHERE hash = $1",
+                    &[&hash.as_slice()],
+                ),
             ))
             .map_err(|e| format!("database: {e}"))?;
         if let Some(row) = row {
