@@ -439,27 +439,38 @@ impl Shipper {
                 }
             }
         }
-        let batch = self.batch_of(records)?;
-        Ok((batch, damage))
+        let (batch, undecodable) = self.batch_of(records)?;
+        Ok((batch, undecodable.or(damage)))
     }
 
     /// Decodes `records`, places each by scope and gathers the blobs the
-    /// shipped ones name.
-    fn batch_of(&mut self, records: Vec<Record>) -> Result<Batch, ShipError> {
+    /// shipped ones name. A record that does not decode ends the batch
+    /// before it (the ones before it are shipped) and is its damage.
+    fn batch_of(&mut self, records: Vec<Record>) -> Result<(Batch, Option<ShipError>), ShipError> {
         let mut batch = Batch::default();
-        let Some(last) = records.last() else {
-            return Ok(batch);
+        let mut damage = None;
+        let mut read = Vec::with_capacity(records.len());
+        for record in records {
+            match decoded(&record) {
+                Ok(envelope) => read.push((record, envelope)),
+                Err(undecodable) => {
+                    damage = Some(undecodable);
+                    break;
+                }
+            }
+        }
+        let Some((last, _)) = read.last() else {
+            return Ok((batch, damage));
         };
         batch.last = Some(Mark {
             to: last.cursor.0,
             checksum: Some(last.checksum),
         });
         batch.last_at = Some(last.position);
-        batch.first = records.first().map(|r| r.cursor.0);
+        batch.first = read.first().map(|(r, _)| r.cursor.0);
         let placer = &mut self.position.as_mut().expect("placed by stand_at").placer;
         let mut wanted = BTreeSet::new();
-        for record in records {
-            let envelope = decoded(&record)?;
+        for (record, envelope) in read {
             let Place::Ship { project } = placer.place(&envelope.event.body) else {
                 batch.withheld += 1;
                 continue;
@@ -481,7 +492,7 @@ impl Shipper {
             })?;
             batch.blobs.insert(hash, bytes);
         }
-        Ok(batch)
+        Ok((batch, damage))
     }
 
     /// Writes `batch` and moves the mark from `from`, in one transaction;
@@ -727,6 +738,35 @@ fn host_name() -> String {
 mod tests {
     use super::*;
     use crate::Projects;
+
+    /// A record that does not decode: the batch ends before it, with the
+    /// records before it, and the damage names its cursor.
+    #[test]
+    fn a_batch_ships_up_to_a_record_that_does_not_decode() {
+        let dir = tempfile::tempdir().expect("root");
+        let root = DataRoot::new(dir.path());
+        planb_tests::logs::append_sessions(root.root(), 1, "/src/shop", 1);
+        let (log, _) = planb_log::open_dir(&root.log_dir(), LogOptions::default()).expect("log");
+        log.append(&[b"not an event".as_slice()]).expect("append");
+        drop(log);
+        let projects = Projects::parse("/src", None).expect("projects");
+        let settings = TeamSettings::new("postgres://localhost/team", "ana", projects);
+        let mut shipper = Shipper::new(root, settings.expect("settings")).expect("shipper");
+        shipper
+            .stand_at(Mark {
+                to: 0,
+                checksum: None,
+            })
+            .expect("at the start");
+        let (batch, damage) = shipper.next_batch().expect("a batch");
+        assert_eq!(batch.last.map(|m| m.to), Some(6), "the six good records");
+        assert_eq!(batch.rows.len(), 6);
+        let damage = damage.expect("the damage after them");
+        assert!(
+            matches!(damage, ShipError::Damaged { cursor: 7, .. }),
+            "{damage}"
+        );
+    }
 
     /// Three events, each naming a 5 MiB blob: the batch stops once its
     /// blobs pass the budget, not after every record of the log.
