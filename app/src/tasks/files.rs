@@ -140,17 +140,21 @@ impl Tasks {
         let blobs = root.blobs();
         let bytes = content.into_bytes();
         let size = bytes.len() as u64;
+        let command = Command::EditArtifact {
+            task: id,
+            step: step.as_str().to_owned(),
+            artifact: ContentHash::of_bytes(&bytes).0,
+            bytes: size,
+            by: "task_artifact_write".into(),
+        };
+        // An edit that would be refused (a run under way, an archived task)
+        // is refused before its bytes are stored, so no blob is left over.
+        let decided = command.clone();
+        self.read(move |state| state.decide(decided)).await??;
         let hash = match off_workers(move || blobs.put(&bytes)).await {
             Ok(Ok(hash)) => hash,
             Ok(Err(e)) => return Err(Error::internal(e.to_string())),
             Err(e) => return Err(Error::internal(e.to_string())),
-        };
-        let command = Command::EditArtifact {
-            task: id,
-            step: step.as_str().to_owned(),
-            artifact: hash,
-            bytes: size,
-            by: "task_artifact_write".into(),
         };
         let changed = self.execute(command).await? > 0;
         let invalidated: Vec<String> = pipeline

@@ -659,6 +659,14 @@ async fn a_hand_edit_during_a_run_waits_for_its_end_and_the_zip_is_still_to_be_h
         .is_some();
     assert!(under_way, "the run ended before the zip was asked for");
     zip.expect("the zip while a run is under way");
+    // A write of the agent's under the run is refused, its bytes not kept.
+    let text = "## Written by the agent under the run\n";
+    let refused = tasks.write_artifact(id, &name, text.into()).await;
+    let refused = refused.expect_err("a write under a run");
+    assert_eq!(refused.code, ErrorCode::RunningReadonly, "{refused:?}");
+    let hash = planb_core::state::ContentHash::of_bytes(text.as_bytes()).0;
+    let blob = tasks.store().root().blobs().path(&hash);
+    assert!(!blob.exists(), "the refused write left its blob");
     let edits = || {
         planb_tests::logs::events(dir.path())
             .into_iter()
