@@ -81,6 +81,21 @@ pub fn step_of_name(pipeline: &Pipeline, name: &str) -> Option<StepId> {
     pipeline.step(&candidate).map(|s| s.id.clone())
 }
 
+/// The step whose artifact file `name` is, named as the projection names
+/// them (`NN-<step>.md`, `.json` or `.html`); `None` for any other file,
+/// such as one a person put in the folder (`2026-budget.md`,
+/// `01-intake.md.bak`), which is neither an edit nor removed.
+pub fn step_of_file(pipeline: &Pipeline, name: &str) -> Option<StepId> {
+    let (stem, ext) = name.rsplit_once('.')?;
+    if !matches!(ext, "md" | "json" | "html") {
+        return None;
+    }
+    let (number, step) = stem.split_once('-')?;
+    let id = StepId::parse(step).ok()?;
+    let index = pipeline.steps().iter().position(|s| s.id == id)?;
+    (number == format!("{:02}", index + 1)).then_some(id)
+}
+
 fn looks_like_json(bytes: &[u8]) -> bool {
     let trimmed = bytes.trim_ascii_start();
     (trimmed.starts_with(b"{") || trimmed.starts_with(b"["))
@@ -273,7 +288,7 @@ pub fn hand_edits(
         .collect();
     names.sort();
     for name in names {
-        let Some(step) = step_of_name(pipeline, &name) else {
+        let Some(step) = step_of_file(pipeline, &name) else {
             continue;
         };
         let Some(success) = task.successes.get(step.as_str()) else {
@@ -399,7 +414,7 @@ pub fn project(
         write_atomic(&dir, "run.zip", &zip)?;
     }
     keep.extend(["report.html".into(), "run.zip".into()]);
-    remove_stale(&dir, &keep);
+    remove_stale(&dir, &keep, pipeline);
     Ok(dir)
 }
 
@@ -435,7 +450,7 @@ fn write_artifacts(dir: &Path, artifacts: &[(TaskFile, Vec<u8>)]) -> std::io::Re
 
 /// Removes the artifact files of steps renamed away (JSON became
 /// Markdown), and temporary files a killed writer left.
-fn remove_stale(dir: &Path, keep: &[String]) {
+fn remove_stale(dir: &Path, keep: &[String], pipeline: &Pipeline) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -446,7 +461,7 @@ fn remove_stale(dir: &Path, keep: &[String]) {
                 .metadata()
                 .and_then(|m| m.modified())
                 .is_ok_and(|m| m.elapsed().is_ok_and(|age| age.as_secs() > 60));
-        let old_artifact = name.starts_with(|c: char| c.is_ascii_digit()) && !keep.contains(&name);
+        let old_artifact = step_of_file(pipeline, &name).is_some() && !keep.contains(&name);
         if stale_temp || old_artifact {
             let _ = std::fs::remove_file(entry.path());
         }

@@ -173,3 +173,32 @@ fn a_changed_file_is_an_edit_and_an_oversized_one_is_named_not_read() {
     std::fs::remove_file(f.root.task_dir(&f.task).join(".written.json")).expect("remove");
     assert_eq!(f.edits(1 << 20), NONE);
 }
+
+#[test]
+fn files_a_person_adds_to_the_folder_are_neither_edits_nor_removed() {
+    let f = Fixture::new();
+    let dir = f.root.task_dir(&f.task);
+    let mine = [
+        ("2026-budget.md", "# Budget notes\n"),
+        ("01-intake.md.bak", "## Goal\n\nAn older goal.\n"),
+        ("01-intake.v2.md", "## Goal\n\nA second draft.\n"),
+    ];
+    for (name, text) in mine {
+        std::fs::write(dir.join(name), text).expect("a person's file");
+    }
+    assert_eq!(f.edits(1 << 20), NONE);
+    let pipeline = pipelines::project_plan();
+    task_files::project(&f.root, &pipeline, &f.task(), true).expect("project");
+    for (name, text) in mine {
+        let kept = std::fs::read_to_string(dir.join(name));
+        assert_eq!(
+            kept.ok().as_deref(),
+            Some(text),
+            "{name} was removed or changed"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(f.intake_file()).expect("file"),
+        FIRST
+    );
+}
