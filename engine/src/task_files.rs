@@ -227,8 +227,14 @@ fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
 /// The record of what [`project`] wrote: artifact file name → SHA-256 hex.
 const WRITTEN: &str = ".written.json";
 
+/// Largest record of what was written read back (a file a person could
+/// replace).
+const WRITTEN_BYTES_MAX: usize = 16 << 20;
+
 fn read_written(dir: &Path) -> Option<BTreeMap<String, String>> {
-    let bytes = std::fs::read(dir.join(WRITTEN)).ok()?;
+    let bytes = planb_projections::bounded::read(&dir.join(WRITTEN), WRITTEN_BYTES_MAX)
+        .ok()?
+        .ok()?;
     match serde_json::from_slice(&bytes) {
         Ok(written) => Some(written),
         Err(error) => {
@@ -306,8 +312,15 @@ pub fn hand_edits(
             });
             continue;
         }
-        let bytes = match std::fs::read(&path) {
-            Ok(bytes) => bytes,
+        let bytes = match planb_projections::bounded::read(&path, max_bytes) {
+            Ok(Ok(bytes)) => bytes,
+            Ok(Err(over)) => {
+                skipped.push(SkippedEdit {
+                    name,
+                    why: format!("{} bytes, over the {max_bytes}-byte artifact limit", over.0),
+                });
+                continue;
+            }
             Err(error) => {
                 skipped.push(SkippedEdit {
                     name,
@@ -424,14 +437,20 @@ fn write_artifacts(dir: &Path, artifacts: &[(TaskFile, Vec<u8>)]) -> std::io::Re
     let before = read_written(dir);
     let mut written = BTreeMap::new();
     for (file, bytes) in artifacts {
-        let current = std::fs::read(dir.join(&file.name)).ok();
-        if current.as_deref() != Some(bytes.as_slice()) {
+        // Read with a bound: a person may have put anything there, even a
+        // link to an endless file. Over it, it is not what was written.
+        let limit = bytes.len().max(crate::backend::ANSWER_BYTES_MAX);
+        let current = planb_projections::bounded::read(&dir.join(&file.name), limit).ok();
+        if current.as_ref().and_then(|c| c.as_deref().ok()) != Some(bytes.as_slice()) {
             // A file changed by hand since it was written is left for
             // `hand_edits` to find, never overwritten unrecorded.
             let last = before.as_ref().and_then(|w| w.get(&file.name));
-            if let (Some(now), Some(last)) = (&current, last)
-                && ContentHash::of_bytes(now).to_hex() != *last
-            {
+            let by_hand = match (&current, last) {
+                (Some(Ok(now)), Some(last)) => ContentHash::of_bytes(now).to_hex() != *last,
+                (Some(Err(_)), Some(_)) => true,
+                _ => false,
+            };
+            if let (true, Some(last)) = (by_hand, last) {
                 written.insert(file.name.clone(), last.clone());
                 continue;
             }

@@ -202,3 +202,17 @@ fn files_a_person_adds_to_the_folder_are_neither_edits_nor_removed() {
         FIRST
     );
 }
+
+/// A step file replaced by a link to an endless file: writing the folder
+/// reads no more of it than an artifact can hold, and leaves it be.
+#[test]
+fn a_step_file_linked_to_an_endless_file_is_read_with_a_bound_and_left_alone() {
+    let f = Fixture::new();
+    std::fs::remove_file(f.intake_file()).expect("remove");
+    std::os::unix::fs::symlink("/dev/zero", f.intake_file()).expect("link");
+    let pipeline = pipelines::project_plan();
+    task_files::project(&f.root, &pipeline, &f.task(), true).expect("project");
+    let link = std::fs::symlink_metadata(f.intake_file()).expect("still there");
+    assert!(link.file_type().is_symlink());
+    assert_eq!(f.edits(1 << 20), NONE);
+}

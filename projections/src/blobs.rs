@@ -129,10 +129,15 @@ impl Blobs {
             });
         }
         let path = self.path(&hash);
+        let shard = path.parent().unwrap_or(&self.dir).to_path_buf();
         if self.read(&hash).is_ok() {
+            // Another writer may have renamed it into place and not yet
+            // synced the directories (or died first): an event may name it
+            // only once its entry is durable.
+            sync_dir(&shard)?;
+            sync_dir(&self.dir)?;
             return Ok(hash);
         }
-        let shard = path.parent().unwrap_or(&self.dir).to_path_buf();
         if !shard.is_dir() {
             std::fs::create_dir_all(&shard).map_err(io("create directory", &shard))?;
             sync_dir(&self.dir)?;
