@@ -239,6 +239,7 @@ pub(crate) fn project_locked(
         && state.last_session_cursor() <= pending.after
     {
         pending.clear(end);
+        advance_over_task_events(root, state);
         return None;
     }
     let checkpoint = read_full_checkpoint(root);
@@ -255,6 +256,23 @@ pub(crate) fn project_locked(
     }
     write_projection(root, log, state, pending, checkpoint.as_ref(), flush);
     pending.next_due()
+}
+
+/// Moves the checkpoint over task events, which change no session file,
+/// when it vouches for every session event: then `sessions.cursor` shows
+/// every process on the root how far the log went, and a lost tail made of
+/// task events alone is found by any of them, not only the index's owner.
+fn advance_over_task_events(root: &DataRoot, state: &State) {
+    let end = state.last_cursor();
+    let Some((cursor, lagging)) = read_full_checkpoint(root) else {
+        return;
+    };
+    if cursor < end
+        && covers(cursor, state)
+        && let Err(error) = write_checkpoint(root, end, &lagging)
+    {
+        tracing::debug!(%error, "the checkpoint was not moved over task events");
+    }
 }
 
 /// Writes the session files `pending` notes (all of them, when the
