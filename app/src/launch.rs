@@ -135,7 +135,10 @@ fn spawn_worker(
         .create(true)
         .append(true)
         .open(&log_path)?;
-    let mut command = std::process::Command::new(std::env::current_exe()?);
+    let program = planb_engine::backend::keeper::this_program()?;
+    let mut command = std::process::Command::new(program);
+    // Named as people know it in `ps`, not as `/proc/self/exe`.
+    command.arg0("planb-mcp");
     command
         .arg("--data-dir")
         .arg(root.root())

@@ -175,7 +175,8 @@ async fn start_server(
     RunningService<RoleClient, ClientConfig>,
     tokio::sync::mpsc::UnboundedReceiver<String>,
 )> {
-    let exe = std::env::current_exe().context("cannot find the planb-mcp binary")?;
+    let exe = planb_engine::backend::keeper::this_program()
+        .context("cannot find the planb-mcp binary")?;
     let mut command = tokio::process::Command::new(exe);
     command
         .env("PLANB_MCP_DATA_DIR", data_root)

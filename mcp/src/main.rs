@@ -291,7 +291,7 @@ fn main() -> ExitCode {
         let code = keeper::keeper_main(&argv[3..]);
         return ExitCode::from(u8::try_from(code).unwrap_or(1));
     }
-    if let Ok(me) = std::env::current_exe() {
+    if let Ok(me) = keeper::this_program() {
         keeper::keep_commands_with(me);
     }
     tracing_subscriber::fmt()

@@ -25,6 +25,19 @@ const KEEPER_POLL: Duration = Duration::from_millis(50);
 
 static KEEPER: OnceLock<PathBuf> = OnceLock::new();
 
+/// The program this process runs, to start again (a task worker, a
+/// keeper, the demo's server): `/proc/self/exe` where there is one, which
+/// names the running program even once its file was replaced or removed
+/// (planb upgraded while a server runs); else the path it was started as.
+pub fn this_program() -> std::io::Result<PathBuf> {
+    let running = PathBuf::from("/proc/self/exe");
+    if running.exists() {
+        Ok(running)
+    } else {
+        std::env::current_exe()
+    }
+}
+
 /// Model commands of this process start under `binary KEEPER_ARG -- …`.
 pub fn keep_commands_with(binary: PathBuf) {
     let _ = KEEPER.set(binary);

@@ -1703,3 +1703,25 @@ async fn a_worker_calls_the_project_s_servers_as_its_server_does() {
     assert_eq!(made.len(), 1, "{made:?}");
     assert_eq!(made[0]["tool"], "echo");
 }
+
+/// planb-mcp replaced while a server runs (an upgrade): the server's task
+/// workers are still the program it runs, not a file that is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_whose_binary_was_replaced_still_starts_its_workers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bin = tempfile::tempdir().expect("bin dir");
+    let binary = bin.path().join("planb-mcp");
+    std::fs::copy(env!("CARGO_BIN_EXE_planb-mcp"), &binary).expect("copy the binary");
+    let model = ModelServer::start(Script::INSTANT).await;
+    let spec = model.spec();
+    let env = [
+        ("PLANB_MODEL", spec.as_str()),
+        ("PLANB_MODEL_NAME", "scripted"),
+    ];
+    let server = crate::support::start_binary(&binary, dir.path(), &env).await;
+    std::fs::remove_file(&binary).expect("the binary goes");
+    let created = call(&server, "task_create", json!({"prompt": PROMPT})).await;
+    let task = ok(&created)["task_id"].as_str().expect("id").to_owned();
+    completed(&server, dir.path(), &task).await;
+    server.client.cancel().await.expect("close");
+}

@@ -558,8 +558,15 @@ fn task_events_leave_the_session_files_alone_and_move_their_checkpoint() {
         create_task(&first, task, &format!("plan number {n}"));
     }
     let after = checkpoint();
-    assert!(after.starts_with("5 "), "the checkpoint stayed behind: {after}");
-    assert_eq!(after[2..], before[2..], "the rest of the checkpoint changed");
+    assert!(
+        after.starts_with("5 "),
+        "the checkpoint stayed behind: {after}"
+    );
+    assert_eq!(
+        after[2..],
+        before[2..],
+        "the rest of the checkpoint changed"
+    );
     first.save_snapshot();
     drop(first);
     for from_snapshot in [true, false] {

@@ -205,11 +205,13 @@ pub async fn start_sampling(
     answer: fn(&str) -> String,
     delay: Duration,
 ) -> Server {
+    let sampling = Some((answer, delay));
     launch(
+        Binary::Built,
         data_dir,
         UrlAnswer::NotSupported,
         None,
-        Some((answer, delay)),
+        sampling,
         env,
         &[],
     )
@@ -224,10 +226,34 @@ pub async fn start_with(
     env: &[(&str, &str)],
     args: &[&str],
 ) -> Server {
-    launch(data_dir, url_answer, form_reply, None, env, args).await
+    launch(
+        Binary::Built,
+        data_dir,
+        url_answer,
+        form_reply,
+        None,
+        env,
+        args,
+    )
+    .await
+}
+
+/// Which planb-mcp a test server runs.
+enum Binary<'a> {
+    /// The one cargo built for the tests.
+    Built,
+    /// A copy of it elsewhere (one the test may remove while it runs).
+    At(&'a Path),
+}
+
+/// [`start`] of the planb-mcp at `binary`.
+pub async fn start_binary(binary: &Path, data_dir: &Path, env: &[(&str, &str)]) -> Server {
+    let at = Binary::At(binary);
+    launch(at, data_dir, UrlAnswer::NotSupported, None, None, env, &[]).await
 }
 
 async fn launch(
+    binary: Binary<'_>,
     data_dir: &Path,
     url_answer: UrlAnswer,
     form_reply: Option<(ElicitationAction, Option<Value>)>,
@@ -235,7 +261,10 @@ async fn launch(
     env: &[(&str, &str)],
     args: &[&str],
 ) -> Server {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_planb-mcp"));
+    let mut command = tokio::process::Command::new(match binary {
+        Binary::Built => Path::new(env!("CARGO_BIN_EXE_planb-mcp")),
+        Binary::At(path) => path,
+    });
     command.args(args).current_dir(data_dir);
     command
         .env("PLANB_MCP_DATA_DIR", data_dir)
