@@ -361,14 +361,42 @@ impl Pipes {
     }
 }
 
-/// Writes the prompt while reading the answer and stderr's end, then waits
-/// for the program: its status, its answer and that end. Dropped, it kills
-/// the program (kill_on_drop).
+/// How long a program's pipes may stay open after it exited: something it
+/// started in the background may hold them (`sleep 600 &`), and the answer
+/// is whole once the program itself has ended.
+const PIPES_GRACE: Duration = Duration::from_secs(2);
+
+/// Writes the prompt while reading the answer and stderr's end, and waits
+/// for the program: its status, its answer and that end. Once the program
+/// has ended, its pipes have [`PIPES_GRACE`] to close before its group is
+/// killed. Dropped, it kills the program (kill_on_drop).
 async fn talk(
     mut child: tokio::process::Child,
     pipes: Pipes,
     prompt: Vec<u8>,
 ) -> Result<(std::process::ExitStatus, Vec<u8>, Vec<u8>), BackendError> {
+    let group = keeper::GroupKill::new(child.id());
+    let reading = read_and_write(pipes, prompt);
+    tokio::pin!(reading);
+    let status = tokio::select! {
+        read = &mut reading => {
+            let (answer, errors) = read?;
+            return Ok((child.wait().await?, answer, errors));
+        }
+        status = child.wait() => status?,
+    };
+    if let Ok(read) = tokio::time::timeout(PIPES_GRACE, &mut reading).await {
+        let (answer, errors) = read?;
+        return Ok((status, answer, errors));
+    }
+    // What the program left behind holds its pipes: it goes, and they close.
+    group.kill();
+    let (answer, errors) = reading.await?;
+    Ok((status, answer, errors))
+}
+
+/// Writes the prompt while reading the answer and stderr's end.
+async fn read_and_write(pipes: Pipes, prompt: Vec<u8>) -> Result<(Vec<u8>, Vec<u8>), BackendError> {
     let Pipes {
         mut stdin,
         stdout,
@@ -385,8 +413,7 @@ async fn talk(
     // An oversized answer ends the talk at once; the program is then
     // killed when `child` is dropped (kill_on_drop).
     let ((), answer, errors) = tokio::try_join!(write, read_answer(stdout), read_tail(stderr))?;
-    let status = child.wait().await?;
-    Ok((status, answer, errors))
+    Ok((answer, errors))
 }
 
 /// The program's stdout, refused once it passes [`ANSWER_BYTES_MAX`].

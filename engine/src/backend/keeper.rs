@@ -65,6 +65,13 @@ impl GroupKill {
     pub(crate) fn new(leader: Option<u32>) -> GroupKill {
         GroupKill(leader.and_then(|pid| Pid::from_raw(i32::try_from(pid).ok()?)))
     }
+
+    /// Kills the group now (what is still in it).
+    pub(crate) fn kill(&self) {
+        if let Some(group) = self.0 {
+            let _ = rustix::process::kill_process_group(group, Signal::KILL);
+        }
+    }
 }
 
 impl Drop for GroupKill {

@@ -1725,3 +1725,21 @@ async fn a_server_whose_binary_was_replaced_still_starts_its_workers() {
     completed(&server, dir.path(), &task).await;
     server.client.cancel().await.expect("close");
 }
+
+/// A `command:` model that leaves something running in the background with
+/// its output (`sleep 600 &`): its answer counts once it has ended, and
+/// what it left goes with its group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_program_that_leaves_a_child_holding_its_output_still_answers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = dir.path().join("model.sh");
+    let body = "#!/bin/sh\ncat > /dev/null\necho '## Intake'\necho 'The goal, restated.'\nsleep 600 &\n";
+    std::fs::write(&script, body).expect("script");
+    let spec = format!("command:sh {}", script.display());
+    let env = [("PLANB_MODEL", spec.as_str()), ("PLANB_STEP_TIMEOUT_SEC", "60")];
+    let server = start_planb(dir.path(), None, &env).await;
+    let created = call(&server, "task_create", json!({"prompt": PROMPT})).await;
+    let task = ok(&created)["task_id"].as_str().expect("id").to_owned();
+    completed(&server, dir.path(), &task).await;
+    server.client.cancel().await.expect("close");
+}
