@@ -240,6 +240,18 @@ fn parse_completion(bytes: &[u8]) -> Result<Answer, String> {
     if content.len() > ANSWER_BYTES_MAX {
         return Err(format!("the answer passed {ANSWER_BYTES_MAX} bytes"));
     }
+    // An answer the server stopped at its token limit is not the whole
+    // answer: taken, it would be recorded as the step's result.
+    if value
+        .pointer("/choices/0/finish_reason")
+        .and_then(Value::as_str)
+        == Some("length")
+    {
+        return Err(
+            "the answer was cut off at the server's token limit (finish_reason \"length\"); raise the limit the server allows"
+                .into(),
+        );
+    }
     let tokens = |field: &str| {
         value
             .pointer(&format!("/usage/{field}"))
@@ -266,6 +278,10 @@ mod tests {
         assert_eq!(answer.text, "hi");
         assert_eq!((answer.tokens_in, answer.tokens_out), (Some(3), Some(1)));
         assert!(parse_completion(b"{}").is_err());
+        let cut =
+            br#"{"choices":[{"message":{"content":"Intake: the go"},"finish_reason":"length"}]}"#;
+        let refused = parse_completion(cut).expect_err("a cut-off answer");
+        assert!(refused.contains("cut off"), "{refused}");
         assert!(parse_completion(b"<html>").is_err());
     }
 

@@ -97,6 +97,13 @@ impl Sampler {
                 result.model
             )));
         }
+        // Stopped at the token limit: not the whole answer.
+        if result.stop_reason.as_deref() == Some("maxTokens") {
+            return Err(BackendError::Sampling(format!(
+                "the client's model ({}) was cut off at {MAX_TOKENS} tokens (stopReason maxTokens)",
+                result.model
+            )));
+        }
         Ok(Answer {
             text,
             duration: started.elapsed(),

@@ -1733,10 +1733,14 @@ async fn a_server_whose_binary_was_replaced_still_starts_its_workers() {
 async fn a_model_program_that_leaves_a_child_holding_its_output_still_answers() {
     let dir = tempfile::tempdir().expect("tempdir");
     let script = dir.path().join("model.sh");
-    let body = "#!/bin/sh\ncat > /dev/null\necho '## Intake'\necho 'The goal, restated.'\nsleep 600 &\n";
+    let body =
+        "#!/bin/sh\ncat > /dev/null\necho '## Intake'\necho 'The goal, restated.'\nsleep 600 &\n";
     std::fs::write(&script, body).expect("script");
     let spec = format!("command:sh {}", script.display());
-    let env = [("PLANB_MODEL", spec.as_str()), ("PLANB_STEP_TIMEOUT_SEC", "60")];
+    let env = [
+        ("PLANB_MODEL", spec.as_str()),
+        ("PLANB_STEP_TIMEOUT_SEC", "60"),
+    ];
     let server = start_planb(dir.path(), None, &env).await;
     let created = call(&server, "task_create", json!({"prompt": PROMPT})).await;
     let task = ok(&created)["task_id"].as_str().expect("id").to_owned();
