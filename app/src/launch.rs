@@ -284,7 +284,8 @@ impl Wait<'_> {
     /// `mine` (started by what this call started), or another caller's,
     /// which refuses this call (`RUN_ALREADY_ACTIVE`; what this call started
     /// then records no run). `ended` says why what was started ended without
-    /// recording one, if it has; past [`WORKER_START`] the wait fails.
+    /// recording one, if it has; past [`WORKER_START`], see
+    /// [`Wait::still_starting`].
     async fn until_recorded(
         self,
         ended: &mut (dyn FnMut() -> Option<Error> + Send),
@@ -307,18 +308,37 @@ impl Wait<'_> {
                 return Err(failure);
             }
             if started.elapsed() > WORKER_START {
-                return Err(Error::with(
-                    ErrorCode::InternalError,
-                    format!(
-                        "{} did not start a run within {} s",
-                        self.what,
-                        WORKER_START.as_secs()
-                    ),
-                    self.details,
-                ));
+                return self.still_starting().await;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// What a caller gets when what it started has not recorded a run in
+    /// [`WORKER_START`] and goes on starting: a new task as it stands (not
+    /// started yet, which its status says), since an error would have the
+    /// caller create it again; for a task's next run, an error saying the
+    /// run may still begin.
+    async fn still_starting(self) -> Result<Task, Error> {
+        let seconds = WORKER_START.as_secs();
+        if self.runs_before == 0
+            && let Some(task) = self.task_now().await?
+        {
+            tracing::warn!(
+                "task {}: {} had not started a run after {seconds} s",
+                self.id,
+                self.what
+            );
+            return Ok(task);
+        }
+        Err(Error::with(
+            ErrorCode::InternalError,
+            format!(
+                "{} had not started a run within {seconds} s; it may still start it (task_status shows when)",
+                self.what
+            ),
+            self.details,
+        ))
     }
 
     fn settled(
