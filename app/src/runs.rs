@@ -63,17 +63,19 @@ struct Asked {
 }
 
 impl Asked {
+    /// What `request` asks; no variables and `{}` are the same.
     fn of(request: &RunRequest) -> Asked {
         Asked {
-            variables: request.variables.clone(),
+            variables: request.variables.clone().filter(|v| !v.is_empty()),
             resume: request.resume,
         }
     }
 
     /// Whether `request` is after the run this was asked of.
     fn taken_by(&self, request: &RunRequest) -> bool {
-        let names_nothing = request.variables.is_none() && !request.resume;
-        names_nothing || *self == Asked::of(request)
+        let asked = Asked::of(request);
+        let names_nothing = asked.variables.is_none() && !asked.resume;
+        names_nothing || *self == asked
     }
 }
 

@@ -739,6 +739,19 @@ mod tests {
     use super::*;
     use crate::Projects;
 
+    /// The first batch a shipper of `root` reads (no database needed).
+    fn first_batch(root: DataRoot) -> (Batch, Option<ShipError>) {
+        let projects = Projects::parse("/src", None).expect("projects");
+        let settings = TeamSettings::new("postgres://localhost/team", "ana", projects);
+        let mut shipper = Shipper::new(root, settings.expect("settings")).expect("shipper");
+        let start = Mark {
+            to: 0,
+            checksum: None,
+        };
+        shipper.stand_at(start).expect("at the start");
+        shipper.next_batch().expect("a batch")
+    }
+
     /// A record that does not decode: the batch ends before it, with the
     /// records before it, and the damage names its cursor.
     #[test]
@@ -749,16 +762,7 @@ mod tests {
         let (log, _) = planb_log::open_dir(&root.log_dir(), LogOptions::default()).expect("log");
         log.append(&[b"not an event".as_slice()]).expect("append");
         drop(log);
-        let projects = Projects::parse("/src", None).expect("projects");
-        let settings = TeamSettings::new("postgres://localhost/team", "ana", projects);
-        let mut shipper = Shipper::new(root, settings.expect("settings")).expect("shipper");
-        shipper
-            .stand_at(Mark {
-                to: 0,
-                checksum: None,
-            })
-            .expect("at the start");
-        let (batch, damage) = shipper.next_batch().expect("a batch");
+        let (batch, damage) = first_batch(root);
         assert_eq!(batch.last.map(|m| m.to), Some(6), "the six good records");
         assert_eq!(batch.rows.len(), 6);
         let damage = damage.expect("the damage after them");
@@ -790,16 +794,7 @@ mod tests {
             })
             .collect();
         planb_tests::logs::append(&log, bodies);
-        let projects = Projects::parse("/src", None).expect("projects");
-        let settings = TeamSettings::new("postgres://localhost/team", "ana", projects);
-        let mut shipper = Shipper::new(root, settings.expect("settings")).expect("shipper");
-        shipper
-            .stand_at(Mark {
-                to: 0,
-                checksum: None,
-            })
-            .expect("at the start");
-        let (batch, damage) = shipper.next_batch().expect("a batch");
+        let (batch, damage) = first_batch(root);
         assert!(damage.is_none());
         assert_eq!((batch.first, batch.last.map(|m| m.to)), (Some(1), Some(2)));
     }

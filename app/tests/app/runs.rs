@@ -239,7 +239,9 @@ async fn a_call_asking_for_another_run_neither_joins_nor_collects_the_one_there_
         false,
     );
     assert!(started.is_err(), "started beside the run under way");
-    for same in [asking(Some("ada")), asking(None)] {
+    let mut empty = asking(None);
+    empty.variables = Some(Map::new());
+    for same in [asking(Some("ada")), asking(None), empty] {
         let found = setup.runs.find(&same, false);
         assert!(matches!(found, Ok(Found::Running(..))), "{found:?}");
     }
