@@ -7,11 +7,15 @@
 //! log's append lock, so the writes of the file follow the log's order and an
 //! older version can never land last.
 //!
-//! **What counts as a hand edit.** A file that shows any content the plan has
-//! held is merely behind the log (its writer was killed between the append
-//! and the write, or failed to write); it is brought up to date, never
-//! recorded as a version. Only content the plan never held is a hand edit,
-//! recorded first so the person's version is kept before the command applies.
+//! **What counts as a hand edit.** planb keeps the hash of what it last
+//! wrote to each plan file (`<data root>/plans.written/`). A file that still
+//! holds that is merely behind the log (its writer was killed between the
+//! append and the write, or failed to write); it is brought up to date,
+//! never recorded as a version. Anything else is a hand edit, recorded
+//! first so the person's version is kept before the command applies: even
+//! a file set back to an earlier version's text. Without that record (a
+//! file planb wrote before it kept one), a file showing any content the
+//! plan has held is taken for one behind.
 //!
 //! **Temp files.** The new content is written to a temp file unique to the
 //! process and the write, then renamed over the plan. Every plan file is
@@ -22,10 +26,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use planb_core::state::ContentHash;
 use planb_core::{Command, Envelope, PlanKey, PlanName, Rejection};
 
-use crate::StoreError;
 use crate::store::{Locked, Store};
+use crate::{DataRoot, StoreError};
 
 /// Largest plan file planb reads, in bytes: the largest plan it records.
 pub const PLAN_FILE_BYTES_MAX: usize = planb_core::state::NAMED_PLAN_BYTES_MAX;
@@ -106,7 +111,11 @@ impl Store {
                     .state()
                     .named_plan(plan)
                     .is_some_and(|p| p.has_held(text));
-                if !held {
+                let behind = match last_written(self.root(), path) {
+                    Some(last) => ContentHash::of_bytes(text.as_bytes()).to_hex() == last,
+                    None => held,
+                };
+                if !behind {
                     tracing::info!(
                         "{} was changed by hand; recording that version first",
                         path.display()
@@ -138,6 +147,7 @@ impl Store {
                 && on_disk.as_deref() != Some(content.as_str())
             {
                 write_plan_file(locked, &plan.name, path, content)?;
+                note_written(self.root(), path, content);
             }
             events.extend(outcome?);
             Ok(PlanFileChange {
@@ -173,6 +183,38 @@ fn read_plan_file(path: &Path) -> Result<Option<String>, StoreError> {
     String::from_utf8(bytes)
         .map(Some)
         .map_err(|_| PlanFileError::NotText { path: display() }.into())
+}
+
+/// Where the hash of what planb last wrote to the plan file `path` is kept.
+fn written_record(root: &DataRoot, path: &Path) -> PathBuf {
+    let key = ContentHash::of_bytes(path.as_os_str().as_encoded_bytes()).to_hex();
+    root.root().join("plans.written").join(key)
+}
+
+/// The hash (hex) of what planb last wrote to `path`, when it is known.
+fn last_written(root: &DataRoot, path: &Path) -> Option<String> {
+    let bytes = crate::bounded::read(&written_record(root, path), 128)
+        .ok()?
+        .ok()?;
+    let hex = String::from_utf8(bytes).ok()?;
+    Some(hex.trim().to_owned()).filter(|h| h.len() == 64)
+}
+
+/// Notes that planb wrote `content` to `path` (under the append lock, after
+/// the file). A failure is logged: without the note, a file set back to an
+/// earlier version by hand is taken for one behind, as before.
+fn note_written(root: &DataRoot, path: &Path, content: &str) {
+    let record = written_record(root, path);
+    let temp = record.with_extension("tmp");
+    let hash = ContentHash::of_bytes(content.as_bytes()).to_hex();
+    let written = record
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| std::fs::write(&temp, hash))
+        .and_then(|()| std::fs::rename(&temp, &record));
+    if let Err(error) = written {
+        tracing::warn!("{}: {error}", record.display());
+    }
 }
 
 /// The prefix of the plan's temp files: `.<planName>-plan.md.`.

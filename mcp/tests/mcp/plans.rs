@@ -236,6 +236,37 @@ async fn a_hand_edit_between_two_tool_edits_is_kept_in_the_log() {
     );
 }
 
+/// A person who sets the plan's file back to an earlier version's text has
+/// changed it: that is recorded, and the next edit applies to it, rather
+/// than the file being taken for one planb left behind and overwritten.
+#[tokio::test]
+async fn a_hand_revert_to_an_earlier_version_is_kept() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = start_server(dir.path(), &[]).await;
+    let write = |content: &str| json!({"planName": "db", "content": content});
+    structured(&call(&server, "write_plan", write("# DB\n- migrate\n")).await);
+    structured(&call(&server, "write_plan", write("# DB\n- rewrite it all\n")).await);
+    let path = plan_file(dir.path(), "db");
+    std::fs::write(&path, "# DB\n- migrate\n").expect("the person reverts");
+    let edit =
+        json!({"planName": "db", "oldString": "- migrate", "newString": "- migrate in two steps"});
+    structured(&call(&server, "edit_plan", edit).await);
+    assert_eq!(
+        std::fs::read_to_string(&path).expect("read"),
+        "# DB\n- migrate in two steps\n"
+    );
+    server.client.cancel().await.expect("shutdown");
+    assert_eq!(
+        crate::support::fold_log(dir.path()).1,
+        [
+            "named_plan_written",
+            "named_plan_written",
+            "named_plan_changed_outside",
+            "named_plan_edited"
+        ]
+    );
+}
+
 async fn review_url(server: &mut Server) -> (u16, String) {
     let url = tokio::time::timeout(WAIT, server.seen.stderr_urls.recv())
         .await

@@ -251,8 +251,16 @@ async fn a_file_behind_the_log_is_brought_up_to_date_not_recorded_as_a_hand_edit
     )
     .await;
     // What a writer killed between its append and its rename leaves: the
-    // file still shows an older version, and a temp file lies beside it.
+    // file still shows an older version, which planb's record of what it
+    // last wrote there still names, and a temp file lies beside it.
     std::fs::write(plan_path(dir.path()), v1).expect("roll the file back");
+    let hex = |bytes: &[u8]| planb_core::state::ContentHash::of_bytes(bytes).to_hex();
+    let path = plan_path(dir.path()).canonicalize().expect("plan file");
+    let record = dir
+        .path()
+        .join("plans.written")
+        .join(hex(path.as_os_str().as_encoded_bytes()));
+    std::fs::write(&record, hex(v1.as_bytes())).expect("roll the record back");
     let stale = dir
         .path()
         .join("docs/plans")
