@@ -329,8 +329,7 @@ impl PlanRuns {
                 )),
                 Ok(ended) => finished(&store, &plan, id, ended),
             };
-            runs.ended(id, &handed_back, (&finished, asked));
-            let _ = done_tx.send(Some(finished));
+            runs.ended(id, &handed_back, (finished, asked), &done_tx);
         });
         Ok((attached, follower))
     }
@@ -338,12 +337,26 @@ impl PlanRuns {
     /// Takes the ended run of `id` out of the table, keeping its result for
     /// the next call when the call that started it handed back. Both under
     /// one lock order, so a call in between finds it in one or the other.
-    fn ended(&self, id: TaskId, handed_back: &AtomicBool, ended: (&Finished, Arc<Asked>)) {
-        if let (Ok(mut active), Ok(mut unclaimed)) = (self.active.lock(), self.unclaimed.lock()) {
-            active.remove(&id);
-            if handed_back.load(Ordering::SeqCst) {
-                unclaimed.keep(id, (ended.0.clone(), ended.1), UNCLAIMED_MAX);
-            }
+    /// The result is told to the calls waiting under the same lock
+    /// [`PlanRuns::hand_back`] takes: a call handing back either sees it, or
+    /// has said so before this looks.
+    fn ended(
+        &self,
+        id: TaskId,
+        handed_back: &AtomicBool,
+        ended: (Finished, Arc<Asked>),
+        done: &watch::Sender<Option<Finished>>,
+    ) {
+        let (finished, asked) = ended;
+        let (Ok(mut active), Ok(mut unclaimed)) = (self.active.lock(), self.unclaimed.lock())
+        else {
+            let _ = done.send(Some(finished));
+            return;
+        };
+        active.remove(&id);
+        let _ = done.send(Some(finished.clone()));
+        if handed_back.load(Ordering::SeqCst) {
+            unclaimed.keep(id, (finished, asked), UNCLAIMED_MAX);
         }
     }
 
@@ -383,9 +396,12 @@ impl PlanRuns {
     /// for the next call, unless the run ended just now (then it is this
     /// call's).
     pub fn hand_back(&self, attached: &Attached, id: TaskId) -> Option<Finished> {
+        // Under the lock the run's end takes to tell its result: either the
+        // result is here now, or the end keeps it for the next call.
+        let mut unclaimed = self.unclaimed.lock().ok();
         attached.handed_back.store(true, Ordering::SeqCst);
         let finished = attached.result()?;
-        if let Ok(mut unclaimed) = self.unclaimed.lock() {
+        if let Some(unclaimed) = unclaimed.as_mut() {
             unclaimed.take(id);
         }
         Some(finished)

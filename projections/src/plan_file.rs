@@ -7,15 +7,15 @@
 //! log's append lock, so the writes of the file follow the log's order and an
 //! older version can never land last.
 //!
-//! **What counts as a hand edit.** planb keeps the hash of what it last
-//! wrote to each plan file (`<data root>/plans.written/`). A file that still
-//! holds that is merely behind the log (its writer was killed between the
-//! append and the write, or failed to write); it is brought up to date,
-//! never recorded as a version. Anything else is a hand edit, recorded
-//! first so the person's version is kept before the command applies: even
-//! a file set back to an earlier version's text. Without that record (a
-//! file planb wrote before it kept one), a file showing any content the
-//! plan has held is taken for one behind.
+//! **What counts as a hand edit.** planb keeps the hash of the content
+//! each plan file last held as recorded (`<data root>/plans.written/`). A
+//! file showing a version the plan has held that is still that content is
+//! merely behind the log (its writer was killed between the append and the
+//! write, or failed to write); it is brought up to date, never recorded as
+//! a version. Anything else is a hand edit, recorded first so the person's
+//! version is kept before the command applies: even a file set back to an
+//! earlier version's text. Without that record (a file planb wrote before
+//! it kept one), any content the plan has held is taken for one behind.
 //!
 //! **Temp files.** The new content is written to a temp file unique to the
 //! process and the write, then renamed over the plan. Every plan file is
@@ -111,10 +111,11 @@ impl Store {
                     .state()
                     .named_plan(plan)
                     .is_some_and(|p| p.has_held(text));
-                let behind = match last_written(self.root(), path) {
-                    Some(last) => ContentHash::of_bytes(text.as_bytes()).to_hex() == last,
-                    None => held,
-                };
+                // Content the plan held, still as planb last wrote it there
+                // (when that is known). A file holding a version the log has
+                // lost is no file behind: it may be that version's only copy.
+                let hash = ContentHash::of_bytes(text.as_bytes()).to_hex();
+                let behind = held && last_written(self.root(), path).is_none_or(|l| l == hash);
                 if !behind {
                     tracing::info!(
                         "{} was changed by hand; recording that version first",
@@ -143,10 +144,12 @@ impl Store {
             // Bring the file up to date even when the command was rejected:
             // it may be behind the log.
             let content = locked.state().named_plan(plan).map(|p| p.content.clone());
-            if let Some(content) = &content
-                && on_disk.as_deref() != Some(content.as_str())
-            {
-                write_plan_file(locked, &plan.name, path, content)?;
+            if let Some(content) = &content {
+                if on_disk.as_deref() != Some(content.as_str()) {
+                    write_plan_file(locked, &plan.name, path, content)?;
+                }
+                // The file holds the plan as recorded: what a later look
+                // compares it with, however it came to hold it.
                 note_written(self.root(), path, content);
             }
             events.extend(outcome?);

@@ -255,12 +255,28 @@ async fn a_hand_revert_to_an_earlier_version_is_kept() {
         std::fs::read_to_string(&path).expect("read"),
         "# DB\n- migrate in two steps\n"
     );
+    // Changed by hand, kept by a refused edit (which writes nothing), then
+    // set back by hand to what planb had written: that is an edit too.
+    std::fs::write(&path, "# DB\n- by hand\n").expect("the person edits");
+    let refused = json!({"planName": "db", "oldString": "nowhere", "newString": "x"});
+    let refused = call(&server, "edit_plan", refused).await;
+    assert_eq!(refused.is_error, Some(true), "{}", text_of(&refused));
+    std::fs::write(&path, "# DB\n- migrate in two steps\n").expect("and reverts");
+    let edit = json!({"planName": "db", "oldString": "two", "newString": "three"});
+    structured(&call(&server, "edit_plan", edit).await);
+    assert_eq!(
+        std::fs::read_to_string(&path).expect("read"),
+        "# DB\n- migrate in three steps\n"
+    );
     server.client.cancel().await.expect("shutdown");
     assert_eq!(
         crate::support::fold_log(dir.path()).1,
         [
             "named_plan_written",
             "named_plan_written",
+            "named_plan_changed_outside",
+            "named_plan_edited",
+            "named_plan_changed_outside",
             "named_plan_changed_outside",
             "named_plan_edited"
         ]
