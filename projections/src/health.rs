@@ -61,11 +61,12 @@ impl std::fmt::Display for LostTail {
 impl std::error::Error for LostTail {}
 
 impl LostTail {
-    /// Whether `now` is an acceptance of this very gap (the log ending
-    /// where this process found it) made since it found it, when
-    /// `loss.accepted` said `at_open`: then it may write again.
+    /// Whether `now` is an acceptance made since this process found the
+    /// gap (when `loss.accepted` said `at_open`) of the log ending where it
+    /// found it or later (a process unaware of the gap may have appended
+    /// meanwhile): then it may write again.
     pub(crate) fn accepted(&self, at_open: Option<Accepted>, now: Option<Accepted>) -> bool {
-        now.is_some_and(|a| a.log_end == self.log_end && Some(a) != at_open)
+        now.is_some_and(|a| a.log_end >= self.log_end && Some(a) != at_open)
     }
 }
 
@@ -224,7 +225,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_an_acceptance_of_the_same_gap_made_since_the_open_clears_a_lost_tail() {
+    fn only_an_acceptance_made_since_the_open_of_the_log_as_long_clears_a_lost_tail() {
         let lost = LostTail {
             root: PathBuf::from("/data"),
             log_end: Cursor(3),
@@ -241,7 +242,14 @@ mod tests {
         assert!(lost.accepted(at_open, accepted(3, 2_000)));
         assert!(lost.accepted(None, accepted(3, 2_000)));
         assert!(!lost.accepted(at_open, None), "nothing accepted");
-        assert!(!lost.accepted(at_open, accepted(2, 2_000)), "another gap");
+        assert!(
+            !lost.accepted(at_open, accepted(2, 2_000)),
+            "a log shorter still"
+        );
+        assert!(
+            lost.accepted(at_open, accepted(5, 2_000)),
+            "appended to since"
+        );
         assert!(
             !lost.accepted(at_open, at_open),
             "accepted before this open"
