@@ -241,6 +241,19 @@ impl EventBody {
         }
     }
 
+    /// The stored blob the event names by hash (a step's call, a step's or
+    /// an edit's artifact), which lives beside the log, not in the event.
+    pub fn named_blob(&self) -> Option<&[u8; 32]> {
+        match self {
+            EventBody::StepStarted {
+                call: Some(hash), ..
+            }
+            | EventBody::StepSucceeded { artifact: hash, .. }
+            | EventBody::ArtifactEdited { artifact: hash, .. } => Some(hash),
+            _ => None,
+        }
+    }
+
     /// The session the event names directly. Ask events other than
     /// `AskOpened` name only the ask (look its session up in the state), and
     /// named-plan events other than a write with a session name none.

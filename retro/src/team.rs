@@ -340,25 +340,18 @@ impl TeamSource {
         if let Some(task) = body.task() {
             self.members.tasks.entry(task).or_insert(origin);
         }
-        match body {
-            EventBody::BlobStored { bytes, .. } => {
-                if let Err(error) = self.blobs.put(bytes) {
-                    tracing::warn!("team replay: a blob in the log was not kept: {error}");
-                }
+        if let EventBody::BlobStored { bytes, .. } = body
+            && let Err(error) = self.blobs.put(bytes)
+        {
+            tracing::warn!("team replay: a blob in the log was not kept: {error}");
+        }
+        if let Some(hash) = body.named_blob()
+            && let Err(error) = self.copy_blob(hash)
+        {
+            if self.uncopied.is_empty() {
+                tracing::warn!("team replay: blobs not copied yet: {error}");
             }
-            EventBody::StepStarted {
-                call: Some(hash), ..
-            }
-            | EventBody::StepSucceeded { artifact: hash, .. }
-            | EventBody::ArtifactEdited { artifact: hash, .. } => {
-                if let Err(error) = self.copy_blob(hash) {
-                    if self.uncopied.is_empty() {
-                        tracing::warn!("team replay: blobs not copied yet: {error}");
-                    }
-                    self.uncopied.insert(*hash);
-                }
-            }
-            _ => {}
+            self.uncopied.insert(*hash);
         }
     }
 

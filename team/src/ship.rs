@@ -420,47 +420,47 @@ impl Shipper {
     /// beside them, so they are shipped first.
     fn next_batch(&mut self) -> Result<(Batch, Option<ShipError>), ShipError> {
         let blobs = self.root.blobs();
-        let size = |record: &Record| record.payload.len() + blob_bytes_named(&blobs, record);
         let position = self.position.as_mut().expect("placed by stand_at");
-        let mut records: Vec<Record> = position.ahead.take().into_iter().collect();
-        let mut bytes: usize = records.iter().map(size).sum();
+        let mut read = Vec::new();
+        let mut bytes = 0;
         let mut damage = None;
-        while records.len() < BATCH_RECORDS_MAX && bytes < BATCH_BYTES_MAX {
+        let mut ahead = position.ahead.take();
+        while read.len() < BATCH_RECORDS_MAX && bytes < BATCH_BYTES_MAX {
             let cursor = position.reader.next_cursor().0;
-            match position.reader.next() {
-                Ok(Some(record)) => {
-                    bytes += size(&record);
-                    records.push(record);
-                }
+            let next = match ahead.take() {
+                Some(record) => Ok(Some(record)),
+                None => position.reader.next(),
+            };
+            let record = match next {
+                Ok(Some(record)) => record,
                 Ok(None) => break,
                 Err(e) => {
                     damage = Some(damaged(cursor, &e));
                     break;
                 }
-            }
-        }
-        let (batch, undecodable) = self.batch_of(records)?;
-        Ok((batch, undecodable.or(damage)))
-    }
-
-    /// Decodes `records`, places each by scope and gathers the blobs the
-    /// shipped ones name. A record that does not decode ends the batch
-    /// before it (the ones before it are shipped) and is its damage.
-    fn batch_of(&mut self, records: Vec<Record>) -> Result<(Batch, Option<ShipError>), ShipError> {
-        let mut batch = Batch::default();
-        let mut damage = None;
-        let mut read = Vec::with_capacity(records.len());
-        for record in records {
+            };
+            // A record that does not decode ends the batch before it (the
+            // ones before it are shipped) and is its damage.
             match decoded(&record) {
-                Ok(envelope) => read.push((record, envelope)),
+                Ok(envelope) => {
+                    bytes += record.payload.len() + blob_bytes(&blobs, &envelope.event.body);
+                    read.push((record, envelope));
+                }
                 Err(undecodable) => {
                     damage = Some(undecodable);
                     break;
                 }
             }
         }
+        Ok((self.batch_of(read)?, damage))
+    }
+
+    /// Places each of the decoded `read` by scope and gathers the blobs the
+    /// shipped ones name.
+    fn batch_of(&mut self, read: Vec<(Record, event::Envelope)>) -> Result<Batch, ShipError> {
+        let mut batch = Batch::default();
         let Some((last, _)) = read.last() else {
-            return Ok((batch, damage));
+            return Ok(batch);
         };
         batch.last = Some(Mark {
             to: last.cursor.0,
@@ -492,7 +492,7 @@ impl Shipper {
             })?;
             batch.blobs.insert(hash, bytes);
         }
-        Ok((batch, damage))
+        Ok(batch)
     }
 
     /// Writes `batch` and moves the mark from `from`, in one transaction;
@@ -683,32 +683,18 @@ fn collect_blobs(
     have: &mut BTreeMap<BlobHash, Vec<u8>>,
     wanted: &mut BTreeSet<BlobHash>,
 ) {
-    match body {
-        EventBody::BlobStored { bytes, .. } => {
-            have.insert(sha2::Sha256::digest(bytes).into(), bytes.clone());
-        }
-        EventBody::StepStarted {
-            call: Some(hash), ..
-        }
-        | EventBody::StepSucceeded { artifact: hash, .. }
-        | EventBody::ArtifactEdited { artifact: hash, .. } => {
-            wanted.insert(*hash);
-        }
-        _ => {}
+    if let EventBody::BlobStored { bytes, .. } = body {
+        have.insert(sha2::Sha256::digest(bytes).into(), bytes.clone());
     }
+    wanted.extend(body.named_blob().copied());
 }
 
-/// The bytes of the stored blobs `record`'s event names, as their files
-/// say (a blob small enough to be in the log counts as nothing more): a
-/// batch is bounded with the blobs it carries.
-fn blob_bytes_named(blobs: &planb_projections::Blobs, record: &Record) -> usize {
-    let Ok(envelope) = decoded(record) else {
-        return 0;
-    };
-    let (mut have, mut wanted) = (BTreeMap::new(), BTreeSet::new());
-    collect_blobs(&envelope.event.body, &mut have, &mut wanted);
+/// The bytes of the stored blob `body` names, as its file says (a blob
+/// small enough to be in the log counts as nothing more): a batch is
+/// bounded with the blobs it carries.
+fn blob_bytes(blobs: &planb_projections::Blobs, body: &EventBody) -> usize {
     let on_disk = |hash: &BlobHash| std::fs::metadata(blobs.path(hash)).map_or(0, |m| m.len());
-    let total: u64 = wanted.iter().map(on_disk).sum();
+    let total = body.named_blob().map_or(0, on_disk);
     usize::try_from(total).unwrap_or(usize::MAX)
 }
 

@@ -71,6 +71,28 @@ async fn the_index_says_how_far_the_team_shipper_got_and_why_it_stopped() {
 }
 
 /// Two sessions with three plan versions each, in a fresh root.
+/// Ships `root` whole as the member ana; the settings to read it back.
+async fn shipped_as_ana(
+    pg: &planb_tests::postgres::Postgres,
+    root: DataRoot,
+) -> planb_team::TeamSettings {
+    let everything = planb_team::Projects::everything();
+    let settings = planb_team::TeamSettings::new(&pg.url(), "ana", everything).expect("settings");
+    planb_team::push(root, settings.clone())
+        .await
+        .expect("push");
+    settings
+}
+
+/// A plain SQL client of `pg`, as any reader of the team database has.
+async fn sql(pg: &planb_tests::postgres::Postgres) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(&pg.url(), tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(connection);
+    client
+}
+
 fn member_root(title: &str, at: i64) -> (tempfile::TempDir, Vec<SessionId>) {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = DataRoot::new(dir.path());
@@ -202,10 +224,7 @@ async fn the_team_replay_shows_each_member_s_pages_as_their_own_replay_does() {
     })
     .await
     .expect("load");
-    let (client, connection) = tokio_postgres::connect(&pg.url(), tokio_postgres::NoTls)
-        .await
-        .expect("connect");
-    tokio::spawn(connection);
+    let client = sql(&pg).await;
     let listening: i64 = client
         .query_one(
             "SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN planb_events'",
@@ -505,17 +524,9 @@ fn listening_beyond_loopback_without_a_token_is_refused_naming_the_variable() {
 async fn an_event_this_build_cannot_read_ends_the_team_history_there_and_says_so() {
     let pg = planb_tests::postgres::Postgres::start();
     let (ana, _) = member_root("shop", 1_700_000_000_000);
-    let settings =
-        planb_team::TeamSettings::new(&pg.url(), "ana", planb_team::Projects::everything())
-            .expect("settings");
-    planb_team::push(DataRoot::new(ana.path()), settings.clone())
-        .await
-        .expect("push");
+    let settings = shipped_as_ana(&pg, DataRoot::new(ana.path())).await;
     // The fifth event as a newer planb would have written it.
-    let (client, connection) = tokio_postgres::connect(&pg.url(), tokio_postgres::NoTls)
-        .await
-        .expect("connect");
-    tokio::spawn(connection);
+    let client = sql(&pg).await;
     client
         .execute(
             "UPDATE planb_events SET payload = '\\x50456300'::bytea WHERE cursor = 5",
@@ -572,16 +583,8 @@ async fn a_blob_not_copied_now_keeps_its_event_and_is_copied_later() {
     };
     let shipped = planb_tests::logs::append(&log, vec![edited]) + 9;
     drop(log);
-    let settings =
-        planb_team::TeamSettings::new(&pg.url(), "ana", planb_team::Projects::everything())
-            .expect("settings");
-    planb_team::push(root, settings.clone())
-        .await
-        .expect("push");
-    let (client, connection) = tokio_postgres::connect(&pg.url(), tokio_postgres::NoTls)
-        .await
-        .expect("connect");
-    tokio::spawn(connection);
+    let settings = shipped_as_ana(&pg, root).await;
+    let client = sql(&pg).await;
     let rename = |from: &str, to: &str| format!("ALTER TABLE {from} RENAME TO {to}");
     let gone = rename("planb_blobs", "planb_blobs_away");
     client.batch_execute(&gone).await.expect("hide the blobs");
@@ -659,12 +662,7 @@ async fn a_member_s_events_keep_their_order_whatever_times_they_carry() {
     let refs: Vec<&[u8]> = payloads.iter().map(Vec::as_slice).collect();
     log.append(&refs).expect("append");
     drop(log);
-    let settings =
-        planb_team::TeamSettings::new(&pg.url(), "ana", planb_team::Projects::everything())
-            .expect("settings");
-    planb_team::push(root, settings.clone())
-        .await
-        .expect("push");
+    let settings = shipped_as_ana(&pg, root).await;
     let cache = tempfile::tempdir().expect("cache");
     let blobs = DataRoot::new(cache.path()).blobs();
     let polled = tokio::task::spawn_blocking(move || {
