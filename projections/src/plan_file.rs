@@ -207,9 +207,13 @@ fn last_written(root: &DataRoot, path: &Path) -> Option<String> {
 /// the file). A failure is logged: without the note, a file set back to an
 /// earlier version by hand is taken for one behind, as before.
 fn note_written(root: &DataRoot, path: &Path, content: &str) {
+    let hash = ContentHash::of_bytes(content.as_bytes()).to_hex();
+    // A look or a refused change leaves it as it was: a read, no write.
+    if last_written(root, path).as_deref() == Some(hash.as_str()) {
+        return;
+    }
     let record = written_record(root, path);
     let temp = record.with_extension("tmp");
-    let hash = ContentHash::of_bytes(content.as_bytes()).to_hex();
     let written = record
         .parent()
         .map_or(Ok(()), std::fs::create_dir_all)
