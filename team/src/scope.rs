@@ -7,7 +7,7 @@
 //! shipped only when the list is `*` (everything). An event whose place is
 //! unknown is withheld: nothing leaves by default.
 
-use std::path::{Component, Path};
+use std::path::{Component, Path, PathBuf};
 
 use std::collections::HashMap;
 
@@ -23,7 +23,7 @@ pub const PROJECTS_MAX: usize = 256;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Projects {
     everything: bool,
-    patterns: Vec<Vec<String>>,
+    patterns: Vec<glob::Pattern>,
     written: Vec<String>,
 }
 
@@ -40,8 +40,16 @@ pub struct ProjectsError {
     /// The entry as written (shortened).
     pub entry: String,
     /// What is wrong with it.
-    pub problem: &'static str,
+    pub problem: String,
 }
+
+/// How a pattern meets a path: `*`, `?` and `[…]` stay within one
+/// component, `**` spans any number of them; case counts.
+const MATCHING: glob::MatchOptions = glob::MatchOptions {
+    case_sensitive: true,
+    require_literal_separator: true,
+    require_literal_leading_dot: false,
+};
 
 /// Where an event goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,16 +65,13 @@ pub enum Place {
 
 impl Projects {
     /// Parses a list of absolute paths or globs separated by `:` or new
-    /// lines (`*` in a component matches within it, `**` any number of
-    /// components, `~/` is `home`); `*` alone is everything. A path names
-    /// its folder and everything under it.
+    /// lines (shell patterns: `*` and `?` within a component, `[ab]` and
+    /// `[!ab]` classes, `**` as a whole component for any number of them;
+    /// `~/` is `home`); `*` alone is everything. A path names its folder and
+    /// everything under it; `.` and `..` are resolved as written.
     pub fn parse(text: &str, home: Option<&Path>) -> Result<Projects, ProjectsError> {
-        let problem = |entry: &str, problem| ProjectsError {
-            entry: entry.chars().take(80).collect(),
-            problem,
-        };
         if text.len() > PROJECTS_BYTES_MAX {
-            return Err(problem(text, "starts a value longer than 64 KiB"));
+            return Err(problem(text, "starts a value longer than 64 KiB".into()));
         }
         let mut projects = Projects::default();
         for entry in text
@@ -75,24 +80,14 @@ impl Projects {
             .filter(|e| !e.is_empty())
         {
             if projects.patterns.len() >= PROJECTS_MAX {
-                return Err(problem(entry, "is past the 256 entries read"));
+                return Err(problem(entry, "is past the 256 entries read".into()));
             }
             projects.written.push(entry.to_string());
             if entry == "*" {
                 projects.everything = true;
                 continue;
             }
-            let path = match (entry.strip_prefix("~/"), home) {
-                (Some(rest), Some(home)) => home.join(rest),
-                (Some(_), None) => {
-                    return Err(problem(entry, "starts with ~/ but HOME is not set"));
-                }
-                (None, _) => Path::new(entry).to_path_buf(),
-            };
-            if !path.is_absolute() {
-                return Err(problem(entry, "is not an absolute path (nor `*`)"));
-            }
-            projects.patterns.push(components(&path));
+            projects.patterns.push(pattern(entry, home)?);
         }
         Ok(projects)
     }
@@ -122,20 +117,72 @@ impl Projects {
         self.everything
     }
 
-    /// Whether `path` (a project folder or a folder under one) is shipped.
+    /// Whether `path` (a project folder or a folder under one) is shipped:
+    /// where it leads once `.` and `..` are resolved; a relative path, or
+    /// one whose `..` climbs above the root, is not.
     pub fn includes(&self, path: &str) -> bool {
         if self.everything {
             return true;
         }
-        let path = Path::new(path);
-        if !path.is_absolute() {
+        let Some(path) = lexical(Path::new(path)) else {
             return false;
-        }
-        let parts = components(path);
-        self.patterns
-            .iter()
-            .any(|pattern| (0..=parts.len()).any(|n| matches(pattern, &parts[..n])))
+        };
+        path.ancestors().any(|folder| {
+            self.patterns
+                .iter()
+                .any(|pattern| pattern.matches_path_with(folder, MATCHING))
+        })
     }
+}
+
+fn problem(entry: &str, problem: String) -> ProjectsError {
+    ProjectsError {
+        entry: entry.chars().take(80).collect(),
+        problem,
+    }
+}
+
+/// The pattern an entry of the list names.
+fn pattern(entry: &str, home: Option<&Path>) -> Result<glob::Pattern, ProjectsError> {
+    let path = match (entry.strip_prefix("~/"), home) {
+        (Some(rest), Some(home)) => home.join(rest),
+        (Some(_), None) => {
+            return Err(problem(entry, "starts with ~/ but HOME is not set".into()));
+        }
+        (None, _) => PathBuf::from(entry),
+    };
+    if !path.is_absolute() {
+        return Err(problem(entry, "is not an absolute path (nor `*`)".into()));
+    }
+    let path =
+        lexical(&path).ok_or_else(|| problem(entry, "climbs above the root with `..`".into()))?;
+    let text = path
+        .to_str()
+        .ok_or_else(|| problem(entry, "is not UTF-8 once HOME is put in".into()))?;
+    glob::Pattern::new(text)
+        .map_err(|e| problem(entry, format!("is not a pattern this reads: {e}")))
+}
+
+/// `path` with `.` and `..` resolved as written (no link is followed);
+/// `None` when it is relative or its `..` climbs above the root.
+fn lexical(path: &Path) -> Option<PathBuf> {
+    if !path.is_absolute() {
+        return None;
+    }
+    let mut out = PathBuf::from("/");
+    for component in path.components() {
+        match component {
+            Component::RootDir | Component::CurDir => {}
+            Component::ParentDir => {
+                if !out.pop() {
+                    return None;
+                }
+            }
+            Component::Normal(part) => out.push(part),
+            Component::Prefix(_) => return None,
+        }
+    }
+    Some(out)
 }
 
 /// What placing an event needs to remember of the events before it: the
@@ -228,41 +275,6 @@ fn plans_dir(body: &EventBody) -> Option<&str> {
     }
 }
 
-fn components(path: &Path) -> Vec<String> {
-    path.components()
-        .filter_map(|c| match c {
-            Component::Normal(part) => Some(part.to_string_lossy().into_owned()),
-            _ => None,
-        })
-        .collect()
-}
-
-/// Whether the components `path` match `pattern` whole.
-fn matches(pattern: &[String], path: &[String]) -> bool {
-    match pattern.split_first() {
-        None => path.is_empty(),
-        Some((first, rest)) if first == "**" => {
-            (0..=path.len()).any(|skip| matches(rest, &path[skip..]))
-        }
-        Some((first, rest)) => match path.split_first() {
-            Some((part, path_rest)) => {
-                glob(first.as_bytes(), part.as_bytes()) && matches(rest, path_rest)
-            }
-            None => false,
-        },
-    }
-}
-
-/// `*` and `?` within one component.
-fn glob(pattern: &[u8], text: &[u8]) -> bool {
-    match pattern.split_first() {
-        None => text.is_empty(),
-        Some((b'*', rest)) => (0..=text.len()).any(|skip| glob(rest, &text[skip..])),
-        Some((b'?', rest)) => !text.is_empty() && glob(rest, &text[1..]),
-        Some((c, rest)) => text.first() == Some(c) && glob(rest, &text[1..]),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -352,6 +364,50 @@ mod tests {
         let mut everything = Placer::new(Projects::everything());
         assert!(!everything.needs_history());
         assert_eq!(everything.place(&task), Place::Ship { project: None });
+    }
+
+    /// A path through `..` is matched where it leads, not as written: a
+    /// session in `/work/allowed/../secret` is in `/work/secret`.
+    #[test]
+    fn a_path_is_matched_where_its_dots_lead() {
+        let p = projects("/work/allowed/*");
+        assert!(!p.includes("/work/allowed/../secret"));
+        assert!(!p.includes("/work/allowed/x/../../secret"));
+        assert!(p.includes("/work/allowed/./x/../y"));
+        assert!(
+            !p.includes("/work/allowed/x/../../../../etc"),
+            "above the root"
+        );
+        let p = projects("/work/a/../b");
+        assert!(p.includes("/work/b/c"), "an entry is normalised too");
+        assert!(!p.includes("/work/a/c"));
+        let mut placer = Placer::new(projects("/work/allowed/*"));
+        let session = EventBody::SessionCreated {
+            session: SessionId::from_uuid(uuid::Uuid::from_u128(1)),
+            title: None,
+            intent: None,
+            project_path: Some("/work/allowed/../secret".into()),
+        };
+        assert_eq!(placer.place(&session), Place::Withhold);
+    }
+
+    /// Character classes match as a shell's do; a pattern that cannot be
+    /// read is refused, naming it.
+    #[test]
+    fn globs_have_a_shell_s_character_classes() {
+        let p = projects("/tmp/proj-[ab]-*");
+        assert!(p.includes("/tmp/proj-a-1"));
+        assert!(p.includes("/tmp/proj-b-2/docs"));
+        assert!(!p.includes("/tmp/proj-c-1"));
+        let p = projects("/tmp/proj-[!ab]?");
+        assert!(p.includes("/tmp/proj-cx"));
+        assert!(!p.includes("/tmp/proj-ax"));
+        assert!(!projects("/srv/*").includes("/srv"), "a star needs a name");
+        let error = Projects::parse("/ok:/tmp/proj-[ab", None).expect_err("unclosed");
+        assert_eq!(error.entry, "/tmp/proj-[ab");
+        assert!(error.to_string().contains("PLANB_TEAM_PROJECTS"), "{error}");
+        let error = Projects::parse("/tmp/a**b", None).expect_err("** inside a name");
+        assert!(error.to_string().contains("a**b"), "{error}");
     }
 
     #[test]
