@@ -151,22 +151,30 @@ fn plans(state: &planb_core::State) -> Vec<&Task> {
 pub const IMPORTED_KEY_PREFIX: &str = "mcp-cli:";
 
 /// The plans imported from mcp-cli whose mcp-cli id starts with `prefix`
-/// (lowercase).
-fn imported_as(store: &Store, prefix: &str) -> Result<Vec<Task>, Error> {
-    store
+/// (lowercase), and whether one's id is all of it: then only that one.
+fn imported_as(store: &Store, prefix: &str) -> Result<(bool, Vec<Task>), Error> {
+    let found: Vec<(bool, Task)> = store
         .read(|s| {
             plans(s)
                 .into_iter()
-                .filter(|t| {
-                    t.client_request_id
-                        .as_deref()
-                        .and_then(|key| key.strip_prefix(IMPORTED_KEY_PREFIX))
-                        .is_some_and(|id| id.to_ascii_lowercase().starts_with(prefix))
+                .filter_map(|t| {
+                    let id = t
+                        .client_request_id
+                        .as_deref()?
+                        .strip_prefix(IMPORTED_KEY_PREFIX)?
+                        .to_ascii_lowercase();
+                    id.starts_with(prefix).then(|| (id == prefix, t.clone()))
                 })
-                .cloned()
                 .collect()
         })
-        .map_err(Error::internal)
+        .map_err(Error::internal)?;
+    let exact = found.iter().any(|(whole, _)| *whole);
+    let kept = found
+        .into_iter()
+        .filter(|(whole, _)| *whole || !exact)
+        .map(|(_, task)| task)
+        .collect();
+    Ok((exact, kept))
 }
 
 /// The plan named by `text`: its whole id or a prefix only it has (or,
@@ -198,11 +206,15 @@ pub fn find(store: &Store, text: &str) -> Result<Task, Error> {
         })
         .map_err(Error::internal)?;
     // A plan imported from mcp-cli also answers to mcp-cli's id (or a
-    // prefix of it), which it was recorded under.
-    let matches = if matches.is_empty() {
-        imported_as(store, &prefix)?
-    } else {
-        matches
+    // prefix of it), which it was recorded under. A name given whole wins
+    // over every prefix: planb's id, then mcp-cli's, then prefixes.
+    let matches = match whole {
+        Some(_) if !matches.is_empty() => matches,
+        _ => match imported_as(store, &prefix)? {
+            (true, exact) => exact,
+            (false, imported) if matches.is_empty() => imported,
+            (false, _) => matches,
+        },
     };
     let count = matches.len();
     let mut matches = matches.into_iter();

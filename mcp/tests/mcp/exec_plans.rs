@@ -952,6 +952,42 @@ fn a_checkpoint_not_on_record_when_its_plan_was_imported_comes_with_the_next_imp
     assert!(setup.calls().is_empty(), "{:?}", setup.calls());
 }
 
+/// An id given whole names its plan even when a longer id begins with it:
+/// mcp-cli's `peer-chain50` is found beside `peer-chain50-sleep`, and a
+/// prefix both share is still refused as ambiguous.
+#[test]
+fn an_exact_id_wins_over_a_longer_id_it_begins() {
+    let setup = Setup::new();
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp-cli-plans");
+    let raw = std::fs::read_to_string(fixtures.join("32593754-879c-4c65-ba69-d172c132f409.json"))
+        .expect("fixture");
+    let dir = setup.path("plans");
+    std::fs::create_dir(&dir).expect("dir");
+    for (id, title) in [("peer-chain50", "Chain"), ("peer-chain50-sleep", "Sleepy")] {
+        let mut plan: Value = serde_json::from_str(&raw).expect("plan JSON");
+        plan["id"] = json!(id);
+        plan["title"] = json!(title);
+        std::fs::write(dir.join(format!("{id}.json")), plan.to_string()).expect("plan");
+    }
+    let (code, out) = setup.run(&["import", dir.to_str().expect("path")]);
+    assert_eq!(code, 0, "{out}");
+    let (code, shown) = setup.run(&["show", "peer-chain50"]);
+    assert_eq!(code, 0, "{shown}");
+    assert!(
+        shown.contains("Chain") && !shown.contains("Sleepy"),
+        "{shown}"
+    );
+    let (code, dry) = setup.run(&["run", "peer-chain50", "--dry-run"]);
+    assert_eq!(code, 0, "{dry}");
+    assert!(dry.contains("Chain") && !dry.contains("Sleepy"), "{dry}");
+    let (code, shown) = setup.run(&["show", "peer-chain50-"]);
+    assert_eq!(code, 0, "{shown}");
+    assert!(shown.contains("Sleepy"), "{shown}");
+    let (code, both) = setup.run(&["show", "peer-chain"]);
+    assert_eq!(code, 2, "{both}");
+    assert!(both.contains("is the start of 2 plans' ids"), "{both}");
+}
+
 /// Runs `args` with stdout and stderr on a pseudo-terminal of 40 rows and
 /// 120 columns, and returns its exit code and everything the terminal got.
 fn on_a_terminal(setup: &Setup, args: &[&str]) -> (i32, String) {
