@@ -53,14 +53,19 @@ fn projects_text(projects: &Projects) -> String {
 }
 
 fn pushed_text(pushed: &Pushed) -> String {
-    format!(
+    let mut text = format!(
         "shipped {} event(s) to {} (up to cursor {}); {} kept on this machine by PLANB_TEAM_PROJECTS ({})",
         pushed.pass.shipped,
         pushed.database,
         pushed.pass.shipped_to,
         pushed.pass.withheld,
         projects_text(&pushed.projects),
-    )
+    );
+    for refused in &pushed.pass.refused {
+        text.push('\n');
+        text.push_str(&refused.to_string());
+    }
+    text
 }
 
 fn ago(now: SystemTime, then: SystemTime) -> String {

@@ -136,6 +136,9 @@ impl Tracker {
         self.status.log_end = self.status.log_end.max(shipper.log_end());
         match result {
             Ok(pass) => {
+                for refused in &pass.refused {
+                    tracing::warn!("team shipping: {refused}");
+                }
                 if self.status.last_error.is_some() {
                     tracing::warn!("team shipping: the database takes events again");
                 }

@@ -13,7 +13,7 @@ use tokio_postgres::{Client, NoTls};
 use crate::settings::TeamSettings;
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// Longest any one statement or round trip may take before the shipper
 /// gives up on the connection and tries again later.
@@ -24,7 +24,8 @@ const MIGRATION_LOCK: i64 = 0x0070_6c61_6e62;
 
 /// Each migration, in order: `MIGRATIONS[n]` takes the schema from version
 /// `n` to `n + 1`.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE planb_origins (
     origin           uuid PRIMARY KEY,
     member           text NOT NULL,
@@ -60,7 +61,29 @@ CREATE TABLE planb_blobs (
     hash  bytea PRIMARY KEY CHECK (length(hash) = 32),
     bytes bytea NOT NULL
 );
-"#];
+"#,
+    r#"
+ALTER TABLE planb_events ADD COLUMN prev_checksum bigint, ADD COLUMN prev_cursor bigint;
+COMMENT ON COLUMN planb_events.prev_checksum IS
+    'the checksum of the record before this one in the origin''s log, which this record''s checksum covers';
+COMMENT ON COLUMN planb_events.prev_cursor IS
+    'the origin''s cursor before this one the database held or refused when this row was shipped';
+ALTER TABLE planb_origins ADD COLUMN last_cursor bigint;
+COMMENT ON COLUMN planb_origins.last_cursor IS
+    'the highest cursor of the origin shipped or refused';
+CREATE TABLE planb_refused (
+    origin     uuid NOT NULL REFERENCES planb_origins,
+    cursor     bigint NOT NULL,
+    member     text NOT NULL,
+    at         timestamptz NOT NULL,
+    kind       text NOT NULL,
+    checksum   bigint NOT NULL,
+    reason     text NOT NULL,
+    refused_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (origin, cursor)
+);
+"#,
+];
 
 /// Why the database could not be used.
 #[derive(Debug, thiserror::Error)]

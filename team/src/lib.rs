@@ -19,14 +19,16 @@ pub use db::{DbError, SCHEMA_VERSION};
 pub use local::Status;
 pub use scope::{Place, Placer, Projects};
 pub use settings::{SettingsError, TeamSettings};
-pub use ship::{Pass, ShipError, Shipper};
+pub use ship::{Pass, Refused, ShipError, Shipper};
 
 /// Most passes `push` makes when other shippers of the same root keep
 /// moving the mark under it.
 const PUSH_PASSES_MAX: u32 = 100;
 
-/// Ships everything up to the log's end now; the total shipped and
-/// withheld, and the mark at the end.
+/// Ships everything up to the log's end now: the events shipped, the mark
+/// at the end, and, of the whole log up to it, how many events are kept on
+/// this machine and which ones the database refused (the first
+/// [`ship::REFUSED_NAMED_MAX`]).
 pub async fn push(root: DataRoot, settings: TeamSettings) -> Result<Pass, ShipError> {
     let mut shipper = Shipper::new(root, settings)?;
     let mut total = Pass::default();
@@ -36,6 +38,8 @@ pub async fn push(root: DataRoot, settings: TeamSettings) -> Result<Pass, ShipEr
                 total.shipped += pass.shipped;
                 total.withheld += pass.withheld;
                 total.shipped_to = pass.shipped_to;
+                total.refused.extend(pass.refused);
+                shipper.tally(&mut total).await?;
                 return Ok(total);
             }
             Err(ShipError::Raced) => tokio::time::sleep(background::POLL).await,

@@ -19,7 +19,7 @@ use planb_core::time::Cursor;
 use planb_log::{LogOptions, LogReader, ReadPosition, Record};
 use planb_projections::{BlobHash, DataRoot};
 use sha2::Digest;
-use tokio_postgres::Client;
+use tokio_postgres::{Client, Transaction};
 use uuid::Uuid;
 
 use crate::db::{self, DbError, timed};
@@ -88,7 +88,7 @@ impl ShipError {
 }
 
 /// What a pass did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Pass {
     /// Events written to the database.
     pub shipped: u64,
@@ -96,7 +96,32 @@ pub struct Pass {
     pub withheld: u64,
     /// The mark after the pass.
     pub shipped_to: u64,
+    /// Events the database would not take (the ones after them shipped).
+    pub refused: Vec<Refused>,
 }
+
+/// An event the database would not take (a value it cannot hold, a rule
+/// of its own): named in `planb_refused`, and passed over, so the events
+/// after it ship.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the database refused the event at cursor {cursor} ({kind}) of origin {origin}: {reason}; the events after it are shipped"
+)]
+pub struct Refused {
+    /// The origin whose event it is.
+    pub origin: Uuid,
+    /// Its cursor in that origin's log.
+    pub cursor: u64,
+    /// Its kind (`plan_version_saved` …).
+    pub kind: String,
+    /// The database's reason.
+    pub reason: String,
+}
+
+/// Longest reason kept for a refused event, in characters.
+const REASON_CHARS_MAX: usize = 500;
+/// Most refused events a push names.
+pub const REFUSED_NAMED_MAX: i64 = 100;
 
 /// The database's mark for an origin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,6 +162,8 @@ struct Row {
     kind: &'static str,
     project: Option<String>,
     checksum: i64,
+    /// The checksum of the record before it, which its own covers.
+    prev_checksum: i64,
     payload: Vec<u8>,
     body: serde_json::Value,
 }
@@ -259,7 +286,9 @@ impl Shipper {
                         found: first,
                     });
                 }
-                pass.shipped += self.commit(mark, &batch).await?;
+                let (shipped, refused) = self.commit(mark, &batch).await?;
+                pass.shipped += shipped;
+                pass.refused.extend(refused);
                 pass.withheld += batch.withheld;
                 mark = last;
                 if let Some(position) = &mut self.position {
@@ -468,15 +497,19 @@ impl Shipper {
         });
         batch.last_at = Some(last.position);
         batch.first = read.first().map(|(r, _)| r.cursor.0);
-        let placer = &mut self.position.as_mut().expect("placed by stand_at").placer;
+        let position = self.position.as_mut().expect("placed by stand_at");
+        let mut prev_checksum = position.mark.checksum.unwrap_or(0);
         let mut wanted = BTreeSet::new();
         for (record, envelope) in read {
-            let Place::Ship { project } = placer.place(&envelope.event.body) else {
+            let prev = std::mem::replace(&mut prev_checksum, record.checksum);
+            let Place::Ship { project } = position.placer.place(&envelope.event.body) else {
                 batch.withheld += 1;
                 continue;
             };
             collect_blobs(&envelope.event.body, &mut batch.blobs, &mut wanted);
-            batch.rows.push(row_of(record, &envelope.event, project));
+            batch
+                .rows
+                .push(row_of(record, prev, &envelope.event, project));
         }
         let blobs = self.root.blobs();
         for hash in wanted {
@@ -496,8 +529,12 @@ impl Shipper {
     }
 
     /// Writes `batch` and moves the mark from `from`, in one transaction;
-    /// how many events were new to the database.
-    async fn commit(&mut self, from: Mark, batch: &Batch) -> Result<u64, ShipError> {
+    /// how many events were new to the database, and the ones it refused.
+    async fn commit(
+        &mut self,
+        from: Mark,
+        batch: &Batch,
+    ) -> Result<(u64, Vec<Refused>), ShipError> {
         let origin = self.origin;
         let member = self.settings.member.clone();
         let last = batch.last.expect("a batch with records");
@@ -515,17 +552,24 @@ impl Shipper {
             return Err(ShipError::Raced);
         }
         insert_blobs(&tx, &batch.blobs).await?;
-        let inserted = insert_rows(&tx, origin, &member, &batch.rows).await?;
+        let rows = Rows {
+            origin,
+            member: &member,
+            rows: &batch.rows,
+        };
+        let (inserted, refused) = rows.insert(&tx).await?;
+        let last_cursor = batch.rows.last().map(|r| r.cursor);
         timed(
             "move the mark",
             tx.execute(
                 "UPDATE planb_origins SET shipped_to = $2, shipped_checksum = $3, member = $4, \
-                 last_shipped_at = now() WHERE origin = $1",
+                 last_shipped_at = now(), last_cursor = greatest(last_cursor, $5) WHERE origin = $1",
                 &[
                     &origin,
                     &(last.to as i64),
                     &last.checksum.map(i64::from),
                     &member,
+                    &last_cursor,
                 ],
             ),
         )
@@ -541,7 +585,51 @@ impl Shipper {
             .await?;
         }
         timed("commit", tx.commit()).await?;
-        Ok(inserted)
+        Ok((inserted, refused))
+    }
+
+    /// `pass` told for the whole log up to its mark: the events the
+    /// database does not hold are the ones kept on this machine (a second
+    /// push, or one after a server's shipper, examines nothing new), but
+    /// for those it refused, which are named.
+    pub(crate) async fn tally(&mut self, pass: &mut Pass) -> Result<(), ShipError> {
+        if self.client.is_none() {
+            return Ok(());
+        }
+        let origin = self.origin;
+        let to = pass.shipped_to as i64;
+        let client = self.client();
+        let held: i64 = timed(
+            "count the events held",
+            client.query_one(
+                "SELECT count(*) FROM planb_events WHERE origin = $1 AND cursor <= $2",
+                &[&origin, &to],
+            ),
+        )
+        .await?
+        .get(0);
+        let refused = timed(
+            "read the refused events",
+            client.query(
+                "SELECT r.cursor, r.kind, r.reason FROM planb_refused r WHERE r.origin = $1 \
+                 AND r.cursor <= $2 AND NOT EXISTS (SELECT 1 FROM planb_events e \
+                 WHERE e.origin = r.origin AND e.cursor = r.cursor) ORDER BY r.cursor LIMIT $3",
+                &[&origin, &to, &REFUSED_NAMED_MAX],
+            ),
+        )
+        .await?;
+        pass.refused = refused
+            .iter()
+            .map(|row| Refused {
+                origin,
+                cursor: row.get::<_, i64>(0).max(0) as u64,
+                kind: row.get(1),
+                reason: row.get(2),
+            })
+            .collect();
+        let kept = to - held - pass.refused.len() as i64;
+        pass.withheld = kept.max(0) as u64;
+        Ok(())
     }
 }
 
@@ -585,43 +673,172 @@ async fn insert_blobs(
     Ok(())
 }
 
-/// Inserts `rows`; a row already there must hold the same bytes. How many
-/// were new.
-async fn insert_rows(
-    tx: &tokio_postgres::Transaction<'_>,
+/// A batch's rows of one origin, to insert.
+struct Rows<'a> {
     origin: Uuid,
-    member: &str,
+    member: &'a str,
+    rows: &'a [Row],
+}
+
+impl Rows<'_> {
+    /// Inserts the rows; a row already there must hold the same bytes.
+    /// When the database refuses the batch for what a row holds, each row
+    /// is offered alone, and the ones refused are named in
+    /// `planb_refused`. How many were new, and the refused.
+    async fn insert(&self, tx: &Transaction<'_>) -> Result<(u64, Vec<Refused>), ShipError> {
+        if self.rows.is_empty() {
+            return Ok((0, Vec::new()));
+        }
+        let prev = self.prev_cursor(tx).await?;
+        timed("savepoint", tx.batch_execute("SAVEPOINT rows")).await?;
+        match self.insert_some(tx, self.rows, prev).await {
+            Ok(count) => {
+                timed("release", tx.batch_execute("RELEASE SAVEPOINT rows")).await?;
+                Ok((count, Vec::new()))
+            }
+            Err(ShipError::Db(error)) if refusal(&error).is_some() => {
+                timed("roll back", tx.batch_execute("ROLLBACK TO SAVEPOINT rows")).await?;
+                self.insert_each(tx, prev).await
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Each row alone, under a savepoint of its own.
+    async fn insert_each(
+        &self,
+        tx: &Transaction<'_>,
+        mut prev: Option<i64>,
+    ) -> Result<(u64, Vec<Refused>), ShipError> {
+        let (mut count, mut refused) = (0, Vec::new());
+        for (n, row) in self.rows.iter().enumerate() {
+            timed("savepoint", tx.batch_execute("SAVEPOINT one")).await?;
+            match self.insert_some(tx, &self.rows[n..=n], prev).await {
+                Ok(new) => count += new,
+                Err(ShipError::Db(error)) => {
+                    let Some(reason) = refusal(&error) else {
+                        return Err(ShipError::Db(error));
+                    };
+                    timed("roll back", tx.batch_execute("ROLLBACK TO SAVEPOINT one")).await?;
+                    refused.push((row, reason));
+                }
+                Err(error) => return Err(error),
+            }
+            prev = Some(row.cursor);
+        }
+        self.store_refused(tx, &refused).await?;
+        let refused = refused
+            .into_iter()
+            .map(|(row, reason)| Refused {
+                origin: self.origin,
+                cursor: row.cursor.max(0) as u64,
+                kind: row.kind.to_string(),
+                reason,
+            })
+            .collect();
+        Ok((count, refused))
+    }
+
+    /// The origin's greatest cursor before the first row that the database
+    /// holds or refused: what the first row follows.
+    async fn prev_cursor(&self, tx: &Transaction<'_>) -> Result<Option<i64>, ShipError> {
+        let first = self.rows.first().map_or(0, |r| r.cursor);
+        let row = timed(
+            "read the cursor before the batch",
+            tx.query_one(
+                "SELECT greatest((SELECT max(cursor) FROM planb_events WHERE origin = $1 AND cursor < $2), \
+                 (SELECT max(cursor) FROM planb_refused WHERE origin = $1 AND cursor < $2))",
+                &[&self.origin, &first],
+            ),
+        )
+        .await?;
+        Ok(row.get(0))
+    }
+
+    /// Names the refused rows in `planb_refused`.
+    async fn store_refused(
+        &self,
+        tx: &Transaction<'_>,
+        refused: &[(&Row, String)],
+    ) -> Result<(), ShipError> {
+        if refused.is_empty() {
+            return Ok(());
+        }
+        let cursors: Vec<i64> = refused.iter().map(|(r, _)| r.cursor).collect();
+        let ats: Vec<SystemTime> = refused.iter().map(|(r, _)| r.at).collect();
+        let kinds: Vec<&str> = refused.iter().map(|(r, _)| r.kind).collect();
+        let checksums: Vec<i64> = refused.iter().map(|(r, _)| r.checksum).collect();
+        let reasons: Vec<&str> = refused.iter().map(|(_, why)| why.as_str()).collect();
+        timed(
+            "name the refused events",
+            tx.execute(
+                "INSERT INTO planb_refused (origin, cursor, member, at, kind, checksum, reason) \
+                 SELECT $1, c, $2, a, k, s, r FROM unnest($3::bigint[], $4::timestamptz[], \
+                 $5::text[], $6::bigint[], $7::text[]) AS t(c, a, k, s, r) \
+                 ON CONFLICT (origin, cursor) DO UPDATE SET reason = EXCLUDED.reason, refused_at = now()",
+                &[&self.origin, &self.member, &cursors, &ats, &kinds, &checksums, &reasons],
+            ),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Inserts `rows` (the first following `prev`); a row already there must
+    /// hold the same bytes. How many were new.
+    async fn insert_some(
+        &self,
+        tx: &Transaction<'_>,
+        rows: &[Row],
+        prev: Option<i64>,
+    ) -> Result<u64, ShipError> {
+        let cursors: Vec<i64> = rows.iter().map(|r| r.cursor).collect();
+        let prevs: Vec<Option<i64>> = std::iter::once(prev)
+            .chain(cursors.iter().copied().map(Some))
+            .take(rows.len())
+            .collect();
+        let ats: Vec<SystemTime> = rows.iter().map(|r| r.at).collect();
+        let kinds: Vec<&str> = rows.iter().map(|r| r.kind).collect();
+        let projects: Vec<Option<&str>> = rows.iter().map(|r| r.project.as_deref()).collect();
+        let checksums: Vec<i64> = rows.iter().map(|r| r.checksum).collect();
+        let prev_checksums: Vec<i64> = rows.iter().map(|r| r.prev_checksum).collect();
+        let payloads: Vec<&[u8]> = rows.iter().map(|r| r.payload.as_slice()).collect();
+        let bodies: Vec<&serde_json::Value> = rows.iter().map(|r| &r.body).collect();
+        let inserted = timed(
+            "store events",
+            tx.query(
+                "INSERT INTO planb_events (origin, cursor, member, at, kind, project, checksum, payload, body, \
+                 prev_checksum, prev_cursor) \
+                 SELECT $1, c, $2, a, k, p, s, b, j, ps, pc FROM unnest($3::bigint[], $4::timestamptz[], $5::text[], \
+                 $6::text[], $7::bigint[], $8::bytea[], $9::jsonb[], $10::bigint[], $11::bigint[]) \
+                 AS t(c, a, k, p, s, b, j, ps, pc) \
+                 ON CONFLICT (origin, cursor) DO NOTHING RETURNING cursor",
+                &[
+                    &self.origin, &self.member, &cursors, &ats, &kinds, &projects, &checksums,
+                    &payloads, &bodies, &prev_checksums, &prevs,
+                ],
+            ),
+        )
+        .await?;
+        let count = inserted.len() as u64;
+        if inserted.len() < rows.len() {
+            let inserted: BTreeSet<i64> = inserted.iter().map(|row| row.get(0)).collect();
+            compare(tx, self.origin, rows, &inserted).await?;
+        }
+        Ok(count)
+    }
+}
+
+/// The rows of `rows` not `inserted` are already in the database: each
+/// must hold the same bytes, else the origin's history diverged.
+async fn compare(
+    tx: &Transaction<'_>,
+    origin: Uuid,
     rows: &[Row],
-) -> Result<u64, ShipError> {
-    if rows.is_empty() {
-        return Ok(0);
-    }
-    let cursors: Vec<i64> = rows.iter().map(|r| r.cursor).collect();
-    let ats: Vec<SystemTime> = rows.iter().map(|r| r.at).collect();
-    let kinds: Vec<&str> = rows.iter().map(|r| r.kind).collect();
-    let projects: Vec<Option<&str>> = rows.iter().map(|r| r.project.as_deref()).collect();
-    let checksums: Vec<i64> = rows.iter().map(|r| r.checksum).collect();
-    let payloads: Vec<&[u8]> = rows.iter().map(|r| r.payload.as_slice()).collect();
-    let bodies: Vec<&serde_json::Value> = rows.iter().map(|r| &r.body).collect();
-    let inserted = timed(
-        "store events",
-        tx.query(
-            "INSERT INTO planb_events (origin, cursor, member, at, kind, project, checksum, payload, body) \
-             SELECT $1, c, $2, a, k, p, s, b, j FROM unnest($3::bigint[], $4::timestamptz[], $5::text[], \
-             $6::text[], $7::bigint[], $8::bytea[], $9::jsonb[]) AS t(c, a, k, p, s, b, j) \
-             ON CONFLICT (origin, cursor) DO NOTHING RETURNING cursor",
-            &[&origin, &member, &cursors, &ats, &kinds, &projects, &checksums, &payloads, &bodies],
-        ),
-    )
-    .await?;
-    let count = inserted.len() as u64;
-    if inserted.len() == rows.len() {
-        return Ok(count);
-    }
-    let inserted: BTreeSet<i64> = inserted.iter().map(|row| row.get(0)).collect();
-    let present: Vec<i64> = cursors
+    inserted: &BTreeSet<i64>,
+) -> Result<(), ShipError> {
+    let present: Vec<i64> = rows
         .iter()
-        .copied()
+        .map(|r| r.cursor)
         .filter(|c| !inserted.contains(c))
         .collect();
     let held = timed(
@@ -648,7 +865,42 @@ async fn insert_rows(
             });
         }
     }
-    Ok(count)
+    Ok(())
+}
+
+/// The database's reason when `error` is its refusal of what a row
+/// holds (a value it cannot store, a constraint, a size limit), which
+/// offering the row again cannot change; `None` for anything else (the
+/// database down, slow, full), which a later pass tries again.
+fn refusal(error: &DbError) -> Option<String> {
+    let DbError::Postgres(error) = error else {
+        return None;
+    };
+    let server = error.as_db_error()?;
+    let code = server.code().code();
+    if !["22", "23", "54"]
+        .iter()
+        .any(|class| code.starts_with(class))
+    {
+        return None;
+    }
+    let mut reason = server.message().to_string();
+    // A failing row's detail repeats the row itself.
+    if let Some(detail) = server
+        .detail()
+        .filter(|d| !d.starts_with("Failing row contains"))
+    {
+        reason.push_str(": ");
+        reason.push_str(detail);
+    }
+    reason.push_str(&format!(" (SQLSTATE {code})"));
+    Some(
+        reason
+            .chars()
+            .filter(|c| *c != '\0')
+            .take(REASON_CHARS_MAX)
+            .collect(),
+    )
 }
 
 fn mark_of(to: i64, checksum: Option<i64>) -> Mark {
@@ -658,7 +910,12 @@ fn mark_of(to: i64, checksum: Option<i64>) -> Mark {
     }
 }
 
-fn row_of(record: Record, event: &planb_core::event::Event, project: Option<String>) -> Row {
+fn row_of(
+    record: Record,
+    prev_checksum: u32,
+    event: &planb_core::event::Event,
+    project: Option<String>,
+) -> Row {
     let ms = event.at.unix_ms();
     let at = if ms >= 0 {
         UNIX_EPOCH + Duration::from_millis(ms as u64)
@@ -671,8 +928,35 @@ fn row_of(record: Record, event: &planb_core::event::Event, project: Option<Stri
         kind: event.body.kind_name(),
         project,
         checksum: i64::from(record.checksum),
-        body: serde_json::to_value(event).unwrap_or(serde_json::Value::Null),
+        prev_checksum: i64::from(prev_checksum),
+        body: rendering(event),
         payload: record.payload,
+    }
+}
+
+/// What SQL readers see of an event: its JSON, each NUL (which jsonb
+/// cannot hold) shown as U+2400 (␀). The archived bytes beside it are
+/// exact.
+fn rendering(event: &planb_core::event::Event) -> serde_json::Value {
+    let mut value = serde_json::to_value(event).unwrap_or(serde_json::Value::Null);
+    without_nul(&mut value);
+    value
+}
+
+fn without_nul(value: &mut serde_json::Value) {
+    use serde_json::Value;
+    let replaced = |text: &str| text.replace('\0', "\u{2400}");
+    match value {
+        Value::String(text) if text.contains('\0') => *text = replaced(text),
+        Value::Array(items) => items.iter_mut().for_each(without_nul),
+        Value::Object(map) => {
+            if map.keys().any(|k| k.contains('\0')) {
+                let entries = std::mem::take(map);
+                map.extend(entries.into_iter().map(|(k, v)| (replaced(&k), v)));
+            }
+            map.values_mut().for_each(without_nul);
+        }
+        _ => {}
     }
 }
 

@@ -126,3 +126,152 @@ async fn an_idle_pass_asks_nothing_of_the_database() {
         .get(0);
     assert_eq!(u64::try_from(mark).expect("mark"), shipped_to);
 }
+
+/// A plain SQL client of `pg`.
+async fn sql(pg: &planb_tests::postgres::Postgres) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(&pg.url(), tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(connection);
+    client
+}
+
+/// Every record of `root`'s log: cursor and payload.
+fn local_records(root: &DataRoot) -> Vec<(i64, Vec<u8>)> {
+    let mut reader = planb_log::read_dir(&root.log_dir(), Default::default(), planb_log::Cursor(1))
+        .expect("read log");
+    let mut records = Vec::new();
+    while let Some(record) = reader.next().expect("read") {
+        records.push((record.cursor.0 as i64, record.payload));
+    }
+    records
+}
+
+/// A NUL in a title, a plan and an answer (which a jsonb value cannot
+/// hold) ships: the archived bytes exactly, the JSON rendering with the
+/// NUL shown as U+2400, and every event after it too.
+#[tokio::test]
+async fn a_nul_in_a_plan_ships_and_reads_back_exactly() {
+    use planb_core::{EventBody, SessionId};
+    let pg = planb_tests::postgres::Postgres::start();
+    let dir = tempfile::tempdir().expect("root");
+    let root = DataRoot::new(dir.path());
+    let session = SessionId::from_uuid(uuid::Uuid::now_v7());
+    let (log, _) = planb_log::open_dir(&root.log_dir(), Default::default()).expect("log");
+    planb_tests::logs::append(
+        &log,
+        vec![
+            EventBody::SessionCreated {
+                session,
+                title: Some("a\0title".into()),
+                intent: None,
+                project_path: Some("/src/shop".into()),
+            },
+            EventBody::PlanVersionSaved {
+                session,
+                version: 1,
+                title: Some("v\0 one".into()),
+                content: "# Plan\n\n- a step\0 with a NUL\n".into(),
+            },
+        ],
+    );
+    drop(log);
+    planb_tests::logs::append_sessions(root.root(), 2, "/src/shop", 1);
+    let projects = Projects::parse("/src", None).expect("projects");
+    let settings = TeamSettings::new(&pg.url(), "ana", projects).expect("settings");
+    let pass = planb_team::push(root.clone(), settings)
+        .await
+        .expect("a NUL ships");
+    assert_eq!((pass.shipped, pass.shipped_to), (14, 14), "{pass:?}");
+    let client = sql(&pg).await;
+    let rows = client
+        .query(
+            "SELECT cursor, payload, body::text FROM planb_events ORDER BY cursor",
+            &[],
+        )
+        .await
+        .expect("rows");
+    let held: Vec<(i64, Vec<u8>)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    assert_eq!(held, local_records(&root), "the archived bytes, exactly");
+    let body: String = rows[1].get(2);
+    assert!(body.contains("a step\u{2400} with a NUL"), "{body}");
+    let envelope = planb_core::decode(&held[1].1, planb_core::Cursor(2)).expect("decode");
+    let EventBody::PlanVersionSaved { content, .. } = envelope.event.body else {
+        panic!("a plan version");
+    };
+    assert_eq!(content, "# Plan\n\n- a step\0 with a NUL\n");
+}
+
+/// An event the database refuses (here a constraint on its table) is
+/// named, with its cursor and the database's reason, and every event after
+/// it ships: one refusal holds nothing back, and no later push halts on it.
+#[tokio::test]
+async fn an_event_the_database_refuses_is_named_and_the_rest_ship() {
+    let pg = planb_tests::postgres::Postgres::start();
+    let dir = tempfile::tempdir().expect("root");
+    let root = DataRoot::new(dir.path());
+    planb_tests::logs::append_sessions(root.root(), 3, "/src/shop", 1);
+    let projects = Projects::parse("/src", None).expect("projects");
+    let settings = TeamSettings::new(&pg.url(), "ana", projects).expect("settings");
+    planb_team::db::connect(&settings).await.expect("schema");
+    let client = sql(&pg).await;
+    client
+        .batch_execute("ALTER TABLE planb_events ADD CONSTRAINT not_four CHECK (cursor <> 4)")
+        .await
+        .expect("a constraint");
+    let pass = planb_team::push(root.clone(), settings.clone())
+        .await
+        .expect("the others ship");
+    assert_eq!((pass.shipped, pass.shipped_to), (17, 18), "{pass:?}");
+    assert_eq!(pass.refused.len(), 1, "{pass:?}");
+    let refused = &pass.refused[0];
+    assert_eq!(refused.cursor, 4);
+    assert!(refused.reason.contains("not_four"), "{refused:?}");
+    let text = refused.to_string();
+    assert!(
+        text.contains("cursor 4") && text.contains("not_four"),
+        "{text}"
+    );
+    let cursors: Vec<i64> = client
+        .query("SELECT cursor FROM planb_events ORDER BY cursor", &[])
+        .await
+        .expect("rows")
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    let expected: Vec<i64> = (1..=18).filter(|c| *c != 4).collect();
+    assert_eq!(cursors, expected);
+    let again = planb_team::push(root, settings).await.expect("no halt");
+    assert_eq!((again.shipped, again.shipped_to), (0, 18));
+    assert_eq!(again.refused, pass.refused, "still named");
+    let named: Vec<(i64, String)> = client
+        .query("SELECT cursor, reason FROM planb_refused", &[])
+        .await
+        .expect("the refused are kept")
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    assert_eq!(named.len(), 1);
+    assert_eq!(named[0].0, 4);
+}
+
+/// `push` tells how many events stay on this machine however many passes
+/// examined them: a second push, or one after a server's shipper, says
+/// the same as the first (it said 0), and a character class in a pattern
+/// matches as a shell's does.
+#[tokio::test]
+async fn a_push_counts_every_event_kept_on_this_machine() {
+    let pg = planb_tests::postgres::Postgres::start();
+    let dir = tempfile::tempdir().expect("root");
+    let root = DataRoot::new(dir.path());
+    planb_tests::logs::append_sessions(root.root(), 2, "/tmp/proj-a-1", 1);
+    planb_tests::logs::append_sessions(root.root(), 1, "/tmp/proj-c-1", 2);
+    let projects = Projects::parse("/tmp/proj-[ab]-*", None).expect("projects");
+    let settings = TeamSettings::new(&pg.url(), "ana", projects).expect("settings");
+    let first = planb_team::push(root.clone(), settings.clone())
+        .await
+        .expect("push");
+    assert_eq!((first.shipped, first.withheld), (12, 6), "{first:?}");
+    let second = planb_team::push(root, settings).await.expect("push again");
+    assert_eq!((second.shipped, second.withheld), (0, 6), "{second:?}");
+}
