@@ -78,7 +78,7 @@ impl Sessions {
             title,
             content,
         };
-        let events = self.store.execute_then_project(save).await?;
+        let events = self.store.execute(save).await?;
         match events.as_slice() {
             [EventBody::PlanVersionSaved { version, .. }] => Ok(Saved {
                 version: *version,

@@ -199,18 +199,6 @@ pub async fn off_thread<R: Send + 'static>(
 }
 
 impl StoreHandle {
-    /// [`Store::execute_then_project`]: returns once the events are durable and
-    /// a saved plan version's Markdown file is written; the other session files
-    /// follow off the caller's path.
-    pub async fn execute_then_project(
-        &self,
-        command: Command,
-    ) -> Result<Vec<EventBody>, StoreError> {
-        self.on_store(move |store| store.execute_then_project(command))
-            .await
-            .map(|envelopes| envelopes.into_iter().map(|e| e.event.body).collect())
-    }
-
     /// Runs `work` on the open store. Once the store is open and the runtime
     /// has other workers to carry on its tasks, the work runs in place
     /// (`block_in_place`): the caller's reply leaves from this thread, without

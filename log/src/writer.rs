@@ -396,12 +396,25 @@ impl Tail {
         options: &LogOptions,
         batches: &[Vec<Vec<u8>>],
     ) -> Result<Vec<CursorRange>, LogError> {
+        self.write_then(storage, options, batches, SyncWhen::Now)
+    }
+
+    /// [`write`](Self::write), with the last segment's sync `when` asked:
+    /// [`SyncWhen::Later`] leaves it to [`Tail::sync_last`] (segments filled on
+    /// the way are synced at once, as they are rolled over).
+    fn write_then(
+        &mut self,
+        storage: &dyn Storage,
+        options: &LogOptions,
+        batches: &[Vec<Vec<u8>>],
+        when: SyncWhen,
+    ) -> Result<Vec<CursorRange>, LogError> {
         if let Some(reason) = &self.poisoned {
             return Err(LogError::Poisoned {
                 reason: reason.clone(),
             });
         }
-        match self.write_unpoisoned(storage, options, batches) {
+        match self.write_unpoisoned(storage, options, batches, when) {
             Err(error @ LogError::Io { .. }) => {
                 // Bytes may have reached the file and the kernel may have dropped dirty
                 // pages after a failed sync: neither the tail nor a retry can be trusted.
@@ -423,6 +436,7 @@ impl Tail {
         storage: &dyn Storage,
         options: &LogOptions,
         batches: &[Vec<Vec<u8>>],
+        when: SyncWhen,
     ) -> Result<Vec<CursorRange>, LogError> {
         if self.segment.is_none() {
             self.roll(storage)?;
@@ -460,27 +474,45 @@ impl Tail {
                 count: batch.len() as u64,
             });
         }
-        self.flush(storage, &buf, buf_start)?;
+        match when {
+            SyncWhen::Now => self.flush(storage, &buf, buf_start)?,
+            SyncWhen::Later => self.put(storage, &buf, buf_start)?,
+        }
         Ok(ranges)
     }
 
     /// Writes `buf` at `offset` of the current segment and syncs it.
     fn flush(&mut self, storage: &dyn Storage, buf: &[u8], offset: u64) -> Result<(), LogError> {
+        self.put(storage, buf, offset)?;
+        self.sync_last(storage)
+    }
+
+    /// Writes `buf` at `offset` of the current segment, unsynced: the bytes
+    /// are in the page cache, where every process reads them, and survive
+    /// the writer's death but not a power cut until [`Tail::sync_last`].
+    fn put(&mut self, storage: &dyn Storage, buf: &[u8], offset: u64) -> Result<(), LogError> {
         let segment = self
             .segment
             .as_ref()
             .expect("a segment exists while writing");
-        let describe = || storage.describe(&segment.name);
         segment
             .file
             .write_all_at(offset, buf)
-            .map_err(|e| LogError::io("write", describe(), e))?;
+            .map_err(|e| LogError::io("write", storage.describe(&segment.name), e))?;
+        self.len = offset + buf.len() as u64;
+        Ok(())
+    }
+
+    /// Makes what was written to the current segment durable.
+    fn sync_last(&self, storage: &dyn Storage) -> Result<(), LogError> {
+        let segment = self
+            .segment
+            .as_ref()
+            .expect("a segment exists while writing");
         segment
             .file
             .sync_data()
-            .map_err(|e| LogError::io("fdatasync", describe(), e))?;
-        self.len = offset + buf.len() as u64;
-        Ok(())
+            .map_err(|e| LogError::io("fdatasync", storage.describe(&segment.name), e))
     }
 
     /// Starts a new segment at `next_cursor`, durably (file and directory entry).
@@ -504,6 +536,15 @@ impl Tail {
         self.len = SEGMENT_HEADER_LEN as u64;
         Ok(())
     }
+}
+
+/// When [`Tail::write_then`] syncs the last segment it wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SyncWhen {
+    /// Before it returns.
+    Now,
+    /// When the caller calls [`Tail::sync_last`].
+    Later,
 }
 
 /// Appends waiting for a leader, and who holds the right to write.
@@ -830,13 +871,54 @@ impl AppendGuard<'_> {
     /// reader of this process at the end of the log can move past them
     /// without reading them back ([`crate::LogReader::pass`]).
     pub fn append_placed(&mut self, payloads: &[&[u8]]) -> Result<Placed, LogError> {
+        self.write_placed(payloads, SyncWhen::Now)
+    }
+
+    /// [`append_placed`](Self::append_placed), running `during` while the
+    /// records are made durable: once they are written (readable by every
+    /// process, and kept should this one die) and while `fdatasync` runs on
+    /// another thread. Returns once both are done, so work that needs the
+    /// records placed but not durable costs no time of its own. A failed
+    /// sync poisons the log as any failed append does; `during` has run by
+    /// then, and its result is dropped.
+    pub fn append_placed_overlapping<R>(
+        &mut self,
+        payloads: &[&[u8]],
+        during: impl FnOnce(&Placed) -> R,
+    ) -> Result<(Placed, R), LogError> {
+        let placed = self.write_placed(payloads, SyncWhen::Later)?;
+        let storage = self.log.inner.storage.as_ref();
+        let tail = &*self.tail;
+        let (synced, result) = std::thread::scope(|scope| {
+            let syncing = std::thread::Builder::new()
+                .name("planb-log-sync".into())
+                .spawn_scoped(scope, || tail.sync_last(storage));
+            let result = during(&placed);
+            let synced = match syncing {
+                Ok(syncing) => syncing.join().unwrap_or_else(|_| {
+                    Err(LogError::Poisoned {
+                        reason: "the thread syncing the log panicked".into(),
+                    })
+                }),
+                // No thread to be had: sync here, after `during`.
+                Err(_) => tail.sync_last(storage),
+            };
+            (synced, result)
+        });
+        match synced {
+            Ok(()) => Ok((placed, result)),
+            Err(error) => Err(self.tail.poison(&error)),
+        }
+    }
+
+    fn write_placed(&mut self, payloads: &[&[u8]], when: SyncWhen) -> Result<Placed, LogError> {
         self.log.check_sizes(payloads)?;
         let batch = vec![payloads.iter().map(|p| p.to_vec()).collect()];
         let inner = &self.log.inner;
         let from = self.tail.position();
         let ranges = self
             .tail
-            .write(inner.storage.as_ref(), &inner.options, &batch)?;
+            .write_then(inner.storage.as_ref(), &inner.options, &batch, when)?;
         Ok(Placed {
             range: ranges[0],
             from,

@@ -40,8 +40,8 @@ use serde_json::{Map, Value};
 use crate::StoreError;
 
 pub(crate) use live::{
-    Pending, is_current, lagging_manifests, project_locked, raw_checkpoint, read_checkpoint,
-    remove, write_all, write_checkpoint,
+    Pending, is_current, project_files, project_locked, raw_checkpoint, read_checkpoint, remove,
+    write_all, write_checkpoint,
 };
 
 /// The `schemaVersion` of every JSON file of the layout.
@@ -82,14 +82,12 @@ pub(crate) enum Parts {
     /// Every ask and plan file, and `session.json`.
     All,
     /// Only these asks' files and these plan versions' files, and
-    /// `session.json` when `manifest`.
+    /// `session.json`.
     Some {
         /// Asks whose record changed.
         asks: BTreeSet<AskId>,
         /// Plan versions that were saved.
         plans: BTreeSet<u32>,
-        /// Whether to write `session.json` too.
-        manifest: bool,
     },
 }
 
@@ -105,9 +103,6 @@ pub(crate) struct Writer {
     pub(crate) verify_only: bool,
     /// With `verify_only`: the files that are missing or hold other bytes.
     pub(crate) wrong: Vec<(PathBuf, &'static str)>,
-    /// With `verify_only`: sessions whose `session.json` the checkpoint
-    /// says may lag (see `files/live.rs`), so it is not compared.
-    pub(crate) lagging: BTreeSet<SessionId>,
     /// Plan texts at hand, by the cursor of the event that saved them (the
     /// events just folded); the state holds only their length and hash.
     pub(crate) texts: HashMap<Cursor, String>,
@@ -147,13 +142,6 @@ impl Writer {
             let (md, json) = plan_file_names(plan.version);
             self.put_plan_text(&plans.join(&md), plan)?;
             self.put(&plans.join(json), &pretty(&plan_json(session.id, plan)))?;
-        }
-        let manifest = match parts {
-            Parts::All => true,
-            Parts::Some { manifest, .. } => *manifest,
-        };
-        if !manifest || (self.verify_only && self.lagging.contains(id)) {
-            return Ok(());
         }
         // Last, so a reader that finds an ask or plan in the manifest finds its file.
         self.put(

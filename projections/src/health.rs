@@ -200,7 +200,6 @@ pub fn check_tree(root: &DataRoot) -> Result<TreeCheck, StoreError> {
     }
     let mut writer = Writer {
         verify_only: true,
-        lagging: files::lagging_manifests(root),
         ..Writer::default()
     };
     files::write_all(&mut writer, root, &state)?;

@@ -365,6 +365,12 @@ impl Index {
                 meta.insert(APPLIED_CURSOR, last)
                     .map_err(self.err("write meta"))?;
             }
+            if durable {
+                // Records read may not be durable yet (their writer syncs
+                // after writing): a durable claim of them must not outlive
+                // them in a power cut, which would read as a lost tail.
+                reader.sync_read()?;
+            }
             txn.commit().map_err(self.err("commit"))?;
             self.committed(durable);
             total += count as u64;

@@ -20,7 +20,6 @@ pub mod bounded;
 mod env;
 mod error;
 pub mod files;
-mod flusher;
 mod health;
 mod import;
 mod index;

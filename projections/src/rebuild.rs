@@ -93,7 +93,7 @@ pub(crate) fn rebuild_locked(
     create_dir(&beside.sessions_dir())?;
 
     let kept_unknown = swap_in(root, &beside, &state)?;
-    files::write_checkpoint(root, state.last_cursor(), &Default::default())?;
+    files::write_checkpoint(root, state.last_cursor())?;
     files::remove(beside.root(), true)?;
     // The next process starts from the rebuilt state instead of folding the
     // whole log again. A snapshot that cannot be written only costs time.

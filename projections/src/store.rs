@@ -21,7 +21,6 @@ use planb_log::{Log, LogOptions, LogReader, RecoveryReport, Storage};
 use crate::StoreError;
 use crate::env::Environment;
 use crate::files::{self, Pending};
-use crate::flusher::Flusher;
 use crate::health::LostTail;
 use crate::index::Index;
 use crate::indexer::{IndexSlot, Indexer};
@@ -134,9 +133,64 @@ impl Locked<'_, '_> {
         command: Command,
         at: Option<Timestamp>,
     ) -> Result<Vec<Envelope>, StoreError> {
+        let Some((events, payloads)) = self.decide(command, at)? else {
+            return Ok(Vec::new());
+        };
+        let refs: Vec<&[u8]> = payloads.iter().map(Vec::as_slice).collect();
+        let placed = self.guard.append_placed(&refs)?;
+        Ok(applied(self.store, self.folded, events, &placed))
+    }
+
+    /// [`decide_and_append`](Self::decide_and_append), then the session
+    /// files brought up to date: written while the log syncs the events,
+    /// the checkpoint once they are durable. When it returns, every file
+    /// of the layout the events change is in place.
+    pub(crate) fn decide_append_project(
+        &mut self,
+        command: Command,
+        at: Option<Timestamp>,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        let Some((events, payloads)) = self.decide(command, at)? else {
+            return Ok(Vec::new());
+        };
+        let refs: Vec<&[u8]> = payloads.iter().map(Vec::as_slice).collect();
+        let (store, folded) = (self.store, &mut *self.folded);
+        let outcome = self.guard.append_placed_overlapping(&refs, |placed| {
+            let envelopes = applied(store, folded, events, placed);
+            let projected = files::project_files(
+                &store.root,
+                store.log.storage(),
+                &folded.state,
+                &mut folded.pending,
+            );
+            (envelopes, projected)
+        });
+        match outcome {
+            Ok((_, (envelopes, projected))) => {
+                projected.settle(&self.store.root, &mut self.folded.pending);
+                Ok(envelopes)
+            }
+            Err(error) => {
+                // The events are in this process's state and maybe in the
+                // files, but not durable: the log refuses every later append
+                // of this process, and the next projection anywhere
+                // rewrites the tree from what the log holds.
+                self.folded.pending.mark_failed();
+                Err(error.into())
+            }
+        }
+    }
+
+    /// The events `command` decides on the state, stamped and encoded;
+    /// `None` when it decides none.
+    fn decide(
+        &self,
+        command: Command,
+        at: Option<Timestamp>,
+    ) -> Result<Option<Decided>, StoreError> {
         let bodies = self.folded.state.decide(command)?;
         if bodies.is_empty() {
-            return Ok(Vec::new());
+            return Ok(None);
         }
         let at = at.unwrap_or_else(|| self.store.env.now());
         let events: Vec<Event> = bodies
@@ -148,76 +202,58 @@ impl Locked<'_, '_> {
             })
             .collect();
         let payloads = events.iter().map(encode).collect::<Result<Vec<_>, _>>()?;
-        let refs: Vec<&[u8]> = payloads.iter().map(Vec::as_slice).collect();
-        let placed = self.guard.append_placed(&refs)?;
-        let range = placed.range;
-        let envelopes: Vec<Envelope> = events
-            .into_iter()
-            .enumerate()
-            .map(|(i, event)| Envelope {
-                cursor: Cursor(range.first.0 + i as u64),
-                event,
-            })
-            .collect();
-        for (envelope, at) in envelopes.iter().zip(&placed.records) {
-            if let EventBody::BlobStored { bytes, .. } = &envelope.event.body {
-                self.store.places.note(bytes.clone(), *at);
-            }
-        }
-        let folded = &mut *self.folded;
-        for envelope in &envelopes {
-            folded.state.apply(envelope);
-            folded.pending.note(&folded.state, envelope);
-        }
-        // Applied already: the reader need not read them back.
-        if folded.reader.pass(&placed)
-            && let Some((position, checksum)) = placed.last
-        {
-            folded.anchor = Some(Anchor { position, checksum });
-        }
-        Ok(envelopes)
-    }
-
-    /// Writes the Markdown file of each plan version in `envelopes` (what a
-    /// `save_plan` caller reads at once by the path it is given); the rest of
-    /// the session files stay pending for the next projection.
-    pub(crate) fn write_plan_texts(&self, envelopes: &[Envelope]) {
-        for envelope in envelopes {
-            if let EventBody::PlanVersionSaved {
-                session,
-                version,
-                content,
-                ..
-            } = &envelope.event.body
-            {
-                let path = files::plan_file(self.store.root.root(), session, *version);
-                if let Err(error) = files::write_if_changed(&path, content.as_bytes()) {
-                    // The projection that follows writes it again.
-                    tracing::warn!(%error, "could not write {}", path.display());
-                }
-            }
-        }
+        Ok(Some((events, payloads)))
     }
 
     /// Rewrites the session files the applied events changed.
     pub(crate) fn project(&mut self) {
         let folded = &mut *self.folded;
-        let due = files::project_locked(
+        files::project_locked(
             &self.store.root,
             self.store.log.storage(),
             &folded.state,
             &mut folded.pending,
-            false,
         );
-        self.store.flusher.schedule(due);
     }
 }
 
-/// The most the session files other than a saved version's Markdown lag
-/// behind [`Store::execute_then_project`] while its process lives: saves in
-/// quick succession share one projection, and so one set of file renames
-/// for the next append's sync to carry.
-pub const PROJECTION_LAG: std::time::Duration = std::time::Duration::from_millis(20);
+/// Events decided and stamped, and their encodings.
+type Decided = (Vec<Event>, Vec<Vec<u8>>);
+
+/// Applies `events`, appended where `placed` says, to the folded state and
+/// notes what they change; returns them with their cursors.
+fn applied(
+    store: &Store,
+    folded: &mut Folded,
+    events: Vec<Event>,
+    placed: &planb_log::Placed,
+) -> Vec<Envelope> {
+    let range = placed.range;
+    let envelopes: Vec<Envelope> = events
+        .into_iter()
+        .enumerate()
+        .map(|(i, event)| Envelope {
+            cursor: Cursor(range.first.0 + i as u64),
+            event,
+        })
+        .collect();
+    for (envelope, at) in envelopes.iter().zip(&placed.records) {
+        if let EventBody::BlobStored { bytes, .. } = &envelope.event.body {
+            store.places.note(bytes.clone(), *at);
+        }
+    }
+    for envelope in &envelopes {
+        folded.state.apply(envelope);
+        folded.pending.note(&folded.state, envelope);
+    }
+    // Applied already: the reader need not read them back.
+    if folded.reader.pass(placed)
+        && let Some((position, checksum)) = placed.last
+    {
+        folded.anchor = Some(Anchor { position, checksum });
+    }
+    envelopes
+}
 
 /// The store over one data root.
 #[derive(Debug)]
@@ -228,8 +264,6 @@ pub struct Store {
     /// Lock order: the log's append lock first, then this.
     folded: Arc<Mutex<Folded>>,
     indexer: Indexer,
-    /// Rewrites large manifests left behind once they are due.
-    flusher: Flusher,
     /// Notes where the log holds the small blobs this process records.
     places: crate::blob_places::PlacesWriter,
     /// Set at open when a projection has seen cursors the log no longer
@@ -332,16 +366,11 @@ impl Store {
         let lost_tail = lost_tail_at_open(&root, &log, &mut folded, index_applied, start)?;
         let log = Arc::new(log);
         let folded = Arc::new(Mutex::new(folded));
-        let flusher = Flusher::start({
-            let (root, log, folded) = (root.clone(), Arc::clone(&log), Arc::clone(&folded));
-            move || flush_manifests(&root, &log, &folded, false)
-        });
         let places = crate::blob_places::PlacesWriter::start(root.blobs_dir());
         let store = Store {
             log,
             folded,
             indexer: Indexer::start(slot),
-            flusher,
             places,
             lost_tail: Mutex::new(lost_tail),
             accepted_at_open,
@@ -367,13 +396,8 @@ impl Store {
             self.save_snapshot();
         }
         let current = self.files_current(&mut self.folded());
-        if !self.is_lost() {
-            if !files::lagging_manifests(&self.root).is_empty() {
-                // Manifests a process left behind when it died.
-                flush_manifests(&self.root, &self.log, &self.folded, true);
-            } else if !current {
-                self.project_if_behind();
-            }
+        if !self.is_lost() && !current {
+            self.project_if_behind();
         }
     }
 
@@ -430,33 +454,13 @@ impl Store {
     /// processes' events), appends the resulting events durably and applies them.
     /// Returns the recorded events; a rejection records nothing.
     ///
-    /// The session files the events change are rewritten before the append
-    /// lock is released; failing to write them is logged, not returned, since
-    /// the events are durable by then (`rebuild` rewrites the files).
+    /// The session files the events change are written while the log syncs
+    /// the events, and their checkpoint once the events are durable, before
+    /// the append lock is released: when it returns, every file of the
+    /// layout the events change is in place. Failing to write them is
+    /// logged, not returned (`rebuild` rewrites the files).
     pub fn execute(&self, command: Command) -> Result<Vec<Envelope>, StoreError> {
         self.execute_stamped(command, None)
-    }
-
-    /// [`execute`](Self::execute), returning once the events are durable and
-    /// each saved plan version's Markdown file is written; the other session
-    /// files (`session.json`, the version's `vN.json`, the checkpoint) follow
-    /// within [`PROJECTION_LAG`] on the store's flusher thread, or with this
-    /// process's next call, whichever comes first (and when the store
-    /// closes; a process killed before leaves the checkpoint behind, and the
-    /// next process to open the root writes them). A reader of those files
-    /// waits for the checkpoint (`sessions.cursor`) to reach the events'
-    /// cursor.
-    pub fn execute_then_project(&self, command: Command) -> Result<Vec<Envelope>, StoreError> {
-        let envelopes = self.locked(|locked| {
-            let envelopes = locked.decide_and_append(command, None)?;
-            locked.write_plan_texts(&envelopes);
-            Ok(envelopes)
-        })?;
-        if !envelopes.is_empty() {
-            self.flusher
-                .schedule(Some(std::time::Instant::now() + PROJECTION_LAG));
-        }
-        Ok(envelopes)
     }
 
     /// [`execute`](Self::execute) with the events stamped `at` instead of the
@@ -470,12 +474,7 @@ impl Store {
         command: Command,
         at: Option<Timestamp>,
     ) -> Result<Vec<Envelope>, StoreError> {
-        let envelopes = self.locked(|locked| {
-            let envelopes = locked.decide_and_append(command, at)?;
-            locked.project();
-            Ok(envelopes)
-        })?;
-        Ok(envelopes)
+        self.locked(|locked| locked.decide_append_project(command, at))
     }
 
     /// Runs `f` under the log's append lock on the state caught up to the end
@@ -557,14 +556,12 @@ impl Store {
                 folded.catch_up()?;
                 if !folded.pending.is_empty(&folded.state) {
                     let folded = &mut *folded;
-                    let due = files::project_locked(
+                    files::project_locked(
                         &self.root,
                         self.log.storage(),
                         &folded.state,
                         &mut folded.pending,
-                        false,
                     );
-                    self.flusher.schedule(due);
                 }
                 Ok(())
             });
@@ -608,17 +605,16 @@ impl Store {
         self.read(State::clone)
     }
 
-    /// Writes now the session files this process left to follow (the
-    /// manifests of its latest saves, large manifests lagging): what a
-    /// store does when it closes, for a process that exits without dropping
-    /// it.
+    /// Writes now the session files of events this process folded and
+    /// nobody projected yet: what a store does when it closes, for a
+    /// process that exits without dropping it.
     pub fn finish_projection(&self) {
         let behind = {
             let folded = self.folded();
-            folded.pending.next_due().is_some() || !folded.pending.is_empty(&folded.state)
+            !folded.pending.is_empty(&folded.state)
         };
         if !self.is_lost() && behind {
-            flush_manifests(&self.root, &self.log, &self.folded, true);
+            self.project_if_behind();
         }
     }
 
@@ -656,6 +652,13 @@ impl Store {
         if cursor <= folded.snapshot_cursor {
             return;
         }
+        // The snapshot claims every record up to `cursor`: make sure a
+        // power cut cannot take one of them from the log (another process
+        // may still be syncing what it wrote).
+        if let Err(error) = folded.reader.sync_read() {
+            tracing::warn!(%error, "state snapshot not saved");
+            return;
+        }
         let started = std::time::Instant::now();
         match snapshot::save(&self.root, &folded.state, anchor) {
             Ok(bytes) => {
@@ -674,7 +677,6 @@ impl Store {
 
 impl Drop for Store {
     fn drop(&mut self) {
-        self.flusher.stop();
         self.finish_projection();
         self.save_snapshot_if_behind();
     }
@@ -682,30 +684,4 @@ impl Drop for Store {
 
 fn lock_folded(folded: &Mutex<Folded>) -> MutexGuard<'_, Folded> {
     folded.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Rewrites the large manifests left behind that are due (all of them when
-/// `all`), under the append lock; returns when the next one is due.
-fn flush_manifests(
-    root: &DataRoot,
-    log: &Log,
-    folded: &Mutex<Folded>,
-    all: bool,
-) -> Option<std::time::Instant> {
-    let result = log.lock().map_err(StoreError::from).and_then(|_guard| {
-        let mut folded = lock_folded(folded);
-        folded.catch_up()?;
-        let folded = &mut *folded;
-        Ok(files::project_locked(
-            root,
-            log.storage(),
-            &folded.state,
-            &mut folded.pending,
-            all,
-        ))
-    });
-    result.unwrap_or_else(|error| {
-        tracing::warn!(%error, "could not bring the session manifests up to date");
-        None
-    })
 }

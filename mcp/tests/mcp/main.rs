@@ -11,6 +11,7 @@ mod browser;
 mod damage_and_rebuild;
 mod exec_plans;
 mod jsonrpc;
+mod layout_at_reply;
 mod limits;
 mod pending_forms;
 mod plan_tools;

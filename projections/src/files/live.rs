@@ -5,19 +5,20 @@
 //! append lock, on a state caught up to the end of the log. Lock holders
 //! follow one another in log order, so a later projection always writes a
 //! newer state and an older one can never overwrite it. The writer of an
-//! event projects it right after appending it (`Store::execute`), or, for a
-//! saved plan version, writes its Markdown at once and the rest on its
-//! flusher thread within `PROJECTION_LAG` (`Store::execute_then_project`:
-//! the version file is a new file holding the event's own text, so writing
-//! it ahead of the projection cannot show an older state); a process
-//! that folds events another process appended projects them too when the
+//! event projects it before it answers (`Store::execute`): the files are
+//! written while the log syncs the event (they need no sync of their own,
+//! the log is the truth), so at the moment a tool replies every file of the
+//! layout it changed is in place and agrees with the log. A process that
+//! folds events another process appended projects them too when the
 //! checkpoint shows nobody did (that process crashed between append and
 //! projection, or failed to write).
 //!
 //! **The checkpoint.** `<root>/sessions.cursor` holds the cursor `c` such that
 //! every event up to `c` is reflected in the tree, and the boot id of the
 //! machine that wrote it. It is written after a projection that left no
-//! gap and wrote every file; a failed projection leaves it behind. Each
+//! gap and wrote every file, and only once the events it vouches for are
+//! durable (a checkpoint past the durable log would be taken for a lost
+//! tail after a power cut); a failed projection leaves it behind. Each
 //! process keeps a [`Pending`] set: the sessions (and their asks and plan
 //! versions) changed by the events it folded since it last projected. Under
 //! the lock, with the checkpoint at `c` and the pending set covering events
@@ -29,16 +30,9 @@
 //!   somewhere, `c` past the end because the log was replaced): write every
 //!   session, then set the checkpoint.
 //!
-//! **Large manifests lag.** `session.json` lists every ask and plan version
-//! of its session, so rewriting it costs the session's size. A session with
-//! more than [`MANIFEST_EAGER_MAX`] entries has its manifest rewritten at
-//! most once per [`MANIFEST_LAG`] per process: a change within that time of
-//! the last rewrite leaves it behind (every other file of the change is
-//! written at once), the checkpoint names the session on a `lagging <id>`
-//! line, and the process rewrites it when the time is up (the store's
-//! flusher thread) or when it closes. A process that finds a lagging
-//! manifest it did not leave (its writer died) rewrites it on its next
-//! projection. So `save_plan` costs the same at version 10 and 10,000.
+//! A checkpoint with more than its first line (earlier versions named
+//! manifests left to follow on it) is not trusted: the next projection
+//! rewrites every session.
 //!
 //! Files are not fsynced (see `files.rs`); a checkpoint written during an
 //! earlier boot is therefore not trusted, since an unclean shutdown may have
@@ -46,7 +40,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
 
 use planb_core::{AskId, Cursor, Envelope, EventBody, SessionId, State};
 use planb_log::Storage;
@@ -68,10 +61,6 @@ pub(crate) struct Pending {
     failed: bool,
     /// Changed sessions, with the asks and plan versions whose files changed.
     sessions: BTreeMap<SessionId, (BTreeSet<AskId>, BTreeSet<u32>)>,
-    /// Large manifests this process left behind, and since when.
-    lagging: BTreeMap<SessionId, Instant>,
-    /// When this process last rewrote each large manifest.
-    rewritten: HashMap<SessionId, Instant>,
     /// The texts of the plan versions noted, up to [`PENDING_TEXT_BYTES_MAX`]
     /// in all; a version past that has its text read from the log.
     texts: HashMap<Cursor, String>,
@@ -82,14 +71,6 @@ pub(crate) struct Pending {
 /// The most plan text a process keeps between folding events and writing
 /// their files.
 const PENDING_TEXT_BYTES_MAX: usize = 64 << 20;
-
-/// Sessions with at most this many asks and plan versions have their
-/// `session.json` rewritten with every change.
-pub(crate) const MANIFEST_EAGER_MAX: usize = 256;
-
-/// The most a large `session.json` lags behind the other files while its
-/// writer lives.
-pub(crate) const MANIFEST_LAG: Duration = Duration::from_secs(1);
 
 impl Pending {
     /// For a process about to fold the log from `start` on (after a state
@@ -112,8 +93,6 @@ impl Pending {
             full: after.is_none(),
             failed: false,
             sessions: BTreeMap::new(),
-            lagging: BTreeMap::new(),
-            rewritten: HashMap::new(),
             texts: HashMap::new(),
             text_bytes: 0,
         }
@@ -180,23 +159,21 @@ impl Pending {
         !self.full && state.last_cursor() <= self.after
     }
 
+    /// Notes that the tree may show events the log does not hold (they
+    /// failed to become durable): the next projection rewrites everything.
+    pub(crate) fn mark_failed(&mut self) {
+        self.failed = true;
+    }
+
     /// Forgets everything up to `end`: it is in the tree, or a failed
     /// projection set `failed` so that the next one rewrites every
-    /// session. Lagging manifests stay noted.
+    /// session.
     pub(crate) fn clear(&mut self, end: Cursor) {
         self.after = end;
         self.full = false;
         self.sessions.clear();
         self.texts.clear();
         self.text_bytes = 0;
-    }
-
-    /// When the earliest manifest this process left behind is due.
-    pub(crate) fn next_due(&self) -> Option<Instant> {
-        self.lagging
-            .values()
-            .min()
-            .map(|since| *since + MANIFEST_LAG)
     }
 }
 
@@ -214,172 +191,165 @@ fn covers(c: Cursor, state: &State) -> bool {
     c >= state.last_cursor() || c >= state.last_session_cursor()
 }
 
-/// Brings the live tree up to `state` and empties `pending`. Call under the
-/// log's append lock with `state` at the end of the log. Large manifests
-/// rewritten within the last [`MANIFEST_LAG`] are left behind unless
-/// `flush`; returns when the earliest one left behind is due. A failure is
-/// logged, not returned: the events are durable already, the checkpoint
-/// stays behind so the next projection rewrites everything, and `rebuild`
-/// can always redo the tree.
+/// What a projection leaves to do once the events it wrote are durable:
+/// the checkpoint that vouches for them.
+#[must_use = "the checkpoint is written by `settle`, once the events are durable"]
+#[derive(Debug)]
+pub(crate) enum Projected {
+    /// Nothing to vouch for anew.
+    Nothing,
+    /// Every file up to this cursor is written.
+    Files(Cursor),
+    /// Only task events came since the checkpoint: move it over them if it
+    /// still vouches for every session event.
+    TaskEvents(Cursor),
+}
+
+impl Projected {
+    /// Writes the checkpoint; call once the events up to it are durable.
+    pub(crate) fn settle(self, root: &DataRoot, pending: &mut Pending) {
+        match self {
+            Projected::Nothing => {}
+            Projected::Files(end) => {
+                if let Err(error) = write_checkpoint(root, end) {
+                    pending.failed = true;
+                    tracing::warn!(
+                        %error,
+                        cursor = end.0,
+                        "could not write the session files' checkpoint; the next change rewrites them"
+                    );
+                }
+            }
+            Projected::TaskEvents(end) => advance_over_task_events(root, end),
+        }
+    }
+}
+
+/// Brings the live tree up to `state` and empties `pending`, then writes
+/// the checkpoint: for events durable already. Call under the log's append
+/// lock with `state` at the end of the log.
 pub(crate) fn project_locked(
     root: &DataRoot,
     log: &Arc<dyn Storage>,
     state: &State,
     pending: &mut Pending,
-    flush: bool,
-) -> Option<Instant> {
+) {
+    project_files(root, log, state, pending).settle(root, pending);
+}
+
+/// Brings the live tree's files up to `state` and empties `pending`; the
+/// checkpoint is left to [`Projected::settle`]. Call under the log's append
+/// lock with `state` at the end of the log. A failure is logged, not
+/// returned: the events are durable (or about to be), the checkpoint stays
+/// behind so the next projection rewrites everything, and `rebuild` can
+/// always redo the tree.
+pub(crate) fn project_files(
+    root: &DataRoot,
+    log: &Arc<dyn Storage>,
+    state: &State,
+    pending: &mut Pending,
+) -> Projected {
     let end = state.last_cursor();
     // Only task events since the tree was last brought up to date (they
     // change no session file): nothing to write, and nothing to read.
     if !pending.full
         && !pending.failed
-        && !flush
         && pending.sessions.is_empty()
-        && pending.lagging.is_empty()
         && state.last_session_cursor() <= pending.after
     {
         pending.clear(end);
-        advance_over_task_events(root, state);
-        return None;
+        return Projected::TaskEvents(end);
     }
-    let checkpoint = read_full_checkpoint(root);
-    let now = Instant::now();
-    if let Some((cursor, lagging)) = &checkpoint
-        && *cursor <= end
-        && covers(*cursor, state)
-        && lagging.iter().all(|s| pending.lagging.contains_key(s))
-        && (!flush || lagging.is_empty())
-        && pending.next_due().is_none_or(|due| due > now)
+    let checkpoint = read_checkpoint(root);
+    if let Some(cursor) = checkpoint
+        && cursor <= end
+        && covers(cursor, state)
     {
         pending.clear(end);
-        return pending.next_due();
+        return Projected::Nothing;
     }
-    write_projection(root, log, state, pending, checkpoint.as_ref(), flush);
-    pending.next_due()
+    write_projection(root, log, state, pending, checkpoint)
 }
 
 /// Moves the checkpoint over task events, which change no session file,
 /// when it vouches for every session event: then `sessions.cursor` shows
 /// every process on the root how far the log went, and a lost tail made of
 /// task events alone is found by any of them, not only the index's owner.
-fn advance_over_task_events(root: &DataRoot, state: &State) {
-    let end = state.last_cursor();
-    let Some((cursor, lagging)) = read_full_checkpoint(root) else {
+fn advance_over_task_events(root: &DataRoot, end: Cursor) {
+    let Some(cursor) = read_checkpoint(root) else {
         return;
     };
     if cursor < end
-        && covers(cursor, state)
-        && let Err(error) = write_checkpoint(root, end, &lagging)
+        && let Err(error) = write_checkpoint(root, end)
     {
         tracing::debug!(%error, "the checkpoint was not moved over task events");
     }
 }
 
 /// Writes the session files `pending` notes (all of them, when the
-/// `checkpoint` cannot vouch for the rest), then the checkpoint at the end
-/// of `state`; says how it went in the service log.
+/// `checkpoint` cannot vouch for the rest); says how it went in the
+/// service log.
 fn write_projection(
     root: &DataRoot,
     log: &Arc<dyn Storage>,
     state: &State,
     pending: &mut Pending,
-    checkpoint: Option<&(Cursor, BTreeSet<SessionId>)>,
-    flush: bool,
-) {
+    checkpoint: Option<Cursor>,
+) -> Projected {
     let end = state.last_cursor();
     // Every session event up to `pending.after` is in the tree (this
     // process wrote it, or a checkpoint vouched for it) and every later one
     // is noted, so the noted files are all a checkpoint needs, wherever it
     // stands. A failed projection leaves `failed` set instead.
-    let partial = checkpoint.filter(|(c, _)| !pending.full && !pending.failed && *c <= end);
+    let partial = checkpoint.is_some_and(|c| !pending.full && !pending.failed && c <= end);
     let mut writer = Writer {
         texts: std::mem::take(&mut pending.texts),
         ..Writer::default()
     };
-    let result = match partial {
-        Some((_, lagging)) => write_pending(&mut writer, root, state, pending, lagging, flush),
-        None => {
-            pending.lagging.clear();
-            write_all(&mut writer, root, state)
-        }
+    let result = if partial {
+        write_pending(&mut writer, root, state, pending)
+    } else {
+        write_all(&mut writer, root, state)
     };
     let result = result.and_then(|()| writer.finish(log));
-    let lagging: BTreeSet<SessionId> = pending.lagging.keys().copied().collect();
-    let result = result.and_then(|()| write_checkpoint(root, end, &lagging));
     pending.clear(end);
     pending.failed = result.is_err();
     match result {
-        Ok(()) => tracing::debug!(
-            cursor = end.0,
-            full = partial.is_none(),
-            written = writer.written,
-            unchanged = writer.unchanged,
-            lagging = lagging.len(),
-            "session files projected"
-        ),
+        Ok(()) => {
+            tracing::debug!(
+                cursor = end.0,
+                full = !partial,
+                written = writer.written,
+                unchanged = writer.unchanged,
+                "session files projected"
+            );
+            Projected::Files(end)
+        }
         Err(error) => {
-            pending.lagging.clear();
             tracing::warn!(
                 %error,
                 cursor = end.0,
                 "could not write the session files; the next change rewrites them, or run `planb-mcp rebuild`"
             );
+            Projected::Nothing
         }
     }
 }
 
+/// Writes the files of the sessions `pending` notes: each one's
+/// `session.json` and the asks and plan versions that changed.
 fn write_pending(
     writer: &mut Writer,
     root: &DataRoot,
     state: &State,
-    pending: &mut Pending,
-    lagging_before: &BTreeSet<SessionId>,
-    flush: bool,
+    pending: &Pending,
 ) -> Result<(), StoreError> {
-    let now = Instant::now();
-    pending
-        .rewritten
-        .retain(|_, at| now.duration_since(*at) < MANIFEST_LAG);
-    let manifests: BTreeSet<SessionId> = pending
-        .sessions
-        .keys()
-        .chain(lagging_before)
-        .chain(pending.lagging.keys())
-        .copied()
-        .collect();
-    for session in manifests {
-        let (asks, plans) = pending.sessions.get(&session).cloned().unwrap_or_default();
-        let manifest = match state.session(&session) {
-            None => {
-                pending.lagging.remove(&session);
-                continue;
-            }
-            Some(s) if s.asks.len() + s.plans.len() <= MANIFEST_EAGER_MAX => true,
-            Some(_) => match pending.lagging.get(&session) {
-                Some(since) => flush || now.duration_since(*since) >= MANIFEST_LAG,
-                // Left behind by another process, or by this one before it
-                // lost track (a failed projection): take it over now.
-                None if !pending.sessions.contains_key(&session) => true,
-                None => flush || !pending.rewritten.contains_key(&session),
-            },
-        };
+    for (session, (asks, plans)) in &pending.sessions {
         let parts = Parts::Some {
-            asks,
-            plans,
-            manifest,
+            asks: asks.clone(),
+            plans: plans.clone(),
         };
-        writer.session(root.root(), state, &session, &parts)?;
-        if manifest {
-            pending.lagging.remove(&session);
-            let large = state
-                .session(&session)
-                .is_some_and(|s| s.asks.len() + s.plans.len() > MANIFEST_EAGER_MAX);
-            if large {
-                pending.rewritten.insert(session, now);
-            }
-        } else {
-            pending.lagging.entry(session).or_insert(now);
-        }
+        writer.session(root.root(), state, session, &parts)?;
     }
     Ok(())
 }
@@ -434,21 +404,9 @@ pub(crate) fn raw_checkpoint(root: &DataRoot) -> Option<Cursor> {
         .map(Cursor)
 }
 
-/// The checkpoint, if there is a trustworthy one. Its text is
-/// `<cursor> <boot id>\n`, then a `lagging <session id>\n` line for each
-/// session whose `session.json` may lag behind its other files.
+/// The checkpoint, if there is a trustworthy one: its text is exactly
+/// `<cursor> <boot id>\n`, written during this boot.
 pub(crate) fn read_checkpoint(root: &DataRoot) -> Option<Cursor> {
-    read_full_checkpoint(root).map(|(cursor, _)| cursor)
-}
-
-/// The sessions whose manifest the trustworthy checkpoint says may lag.
-pub(crate) fn lagging_manifests(root: &DataRoot) -> BTreeSet<SessionId> {
-    read_full_checkpoint(root)
-        .map(|(_, lagging)| lagging)
-        .unwrap_or_default()
-}
-
-fn read_full_checkpoint(root: &DataRoot) -> Option<(Cursor, BTreeSet<SessionId>)> {
     if !root.sessions_dir().is_dir() {
         return None;
     }
@@ -457,33 +415,21 @@ fn read_full_checkpoint(root: &DataRoot) -> Option<(Cursor, BTreeSet<SessionId>)
     let mut words = lines.next()?.split_whitespace();
     let cursor = words.next()?.parse::<u64>().ok()?;
     let boot = words.next().unwrap_or("");
-    if boot != boot_id() {
+    // Further lines named manifests an earlier version left to follow: the
+    // tree they describe is rewritten whole.
+    if boot != boot_id() || lines.next().is_some() {
         return None;
     }
-    let mut lagging = BTreeSet::new();
-    for line in lines {
-        // An unreadable line voids the checkpoint: better one full rewrite
-        // than a manifest nobody knows is behind.
-        let id = line.strip_prefix("lagging ")?;
-        lagging.insert(SessionId::parse(id).ok()?);
-    }
-    Some((Cursor(cursor), lagging))
+    Some(Cursor(cursor))
 }
 
-pub(crate) fn write_checkpoint(
-    root: &DataRoot,
-    cursor: Cursor,
-    lagging: &BTreeSet<SessionId>,
-) -> Result<(), StoreError> {
+pub(crate) fn write_checkpoint(root: &DataRoot, cursor: Cursor) -> Result<(), StoreError> {
     let dir = root.sessions_dir();
     std::fs::create_dir_all(&dir).map_err(|source| StoreError::Io {
         op: "create directory",
         path: dir.display().to_string(),
         source,
     })?;
-    let mut text = format!("{} {}\n", cursor.0, boot_id());
-    for session in lagging {
-        text.push_str(&format!("lagging {session}\n"));
-    }
+    let text = format!("{} {}\n", cursor.0, boot_id());
     write_if_changed(&root.sessions_checkpoint_path(), text.as_bytes()).map(|_| ())
 }

@@ -4,5 +4,6 @@
 
 mod files;
 mod manifests;
+mod power_cut;
 mod snapshot;
 mod store;
