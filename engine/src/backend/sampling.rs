@@ -19,8 +19,11 @@
 use std::time::{Duration, Instant};
 
 use rmcp::model::{
-    CreateMessageRequestParams, ModelPreferences, SamplingMessage, SamplingMessageContentBlock,
+    CancelledNotification, CancelledNotificationParam, ClientResult, CreateMessageRequest,
+    CreateMessageRequestParams, CreateMessageResult, ModelPreferences, RequestId, SamplingMessage,
+    SamplingMessageContentBlock, ServerRequest,
 };
+use rmcp::service::{PeerRequestOptions, ServiceError};
 use rmcp::{Peer, RoleServer};
 
 use super::{ANSWER_BYTES_MAX, Answer, BackendError};
@@ -67,6 +70,40 @@ impl Sampler {
         Some(preferences)
     }
 
+    /// Sends `sampling/createMessage` and waits for its answer within
+    /// `timeout`. The client is told when planb stops waiting: on the
+    /// timeout (`notifications/cancelled`, sent by rmcp) and when the step
+    /// is dropped unanswered (a stopped run), so it can stop its model and
+    /// take the request off the person's screen.
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        timeout: Duration,
+    ) -> Result<CreateMessageResult, BackendError> {
+        params.validate().map_err(BackendError::Sampling)?;
+        let request = ServerRequest::CreateMessageRequest(CreateMessageRequest::new(params));
+        let handle = self
+            .peer
+            .send_cancellable_request(request, PeerRequestOptions::with_timeout(timeout))
+            .await
+            .map_err(|e| BackendError::Sampling(e.to_string()))?;
+        let mut unanswered = CancelOnDrop {
+            peer: self.peer.clone(),
+            id: Some(handle.id.clone()),
+        };
+        let answered = handle.await_response().await;
+        // Answered, or cancelled by rmcp at its timeout.
+        unanswered.id = None;
+        match answered {
+            Ok(ClientResult::CreateMessageResult(result)) => Ok(*result),
+            Ok(_) => Err(BackendError::Sampling(
+                "the client answered sampling/createMessage with another kind of result".into(),
+            )),
+            Err(ServiceError::Timeout { .. }) => Err(BackendError::Timeout(timeout)),
+            Err(error) => Err(BackendError::Sampling(error.to_string())),
+        }
+    }
+
     /// Asks the client's model `prompt`, within `timeout`.
     pub async fn ask(&self, prompt: &str, timeout: Duration) -> Result<Answer, BackendError> {
         let started = Instant::now();
@@ -75,10 +112,7 @@ impl Sampler {
         if let Some(preferences) = self.preferences() {
             params = params.with_model_preferences(preferences);
         }
-        let result = tokio::time::timeout(timeout, self.peer.create_message(params))
-            .await
-            .map_err(|_| BackendError::Timeout(timeout))?
-            .map_err(|e| BackendError::Sampling(e.to_string()))?;
+        let result = self.create_message(params, timeout).await?;
         let mut text = String::new();
         for block in result.message.content.into_vec() {
             if let SamplingMessageContentBlock::Text(part) = block {
@@ -110,5 +144,31 @@ impl Sampler {
             tokens_in: None,
             tokens_out: None,
         })
+    }
+}
+
+/// Tells the client a sampling request is no longer waited for, should the
+/// step waiting on it be dropped before an answer came (`id` still set).
+struct CancelOnDrop {
+    peer: Peer<RoleServer>,
+    id: Option<RequestId>,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let peer = self.peer.clone();
+        runtime.spawn(async move {
+            let notification = CancelledNotification::new(CancelledNotificationParam::new(
+                Some(id),
+                Some("the step waiting for this answer was stopped".into()),
+            ));
+            let _ = peer.send_notification(notification.into()).await;
+        });
     }
 }

@@ -1747,3 +1747,38 @@ async fn a_model_program_that_leaves_a_child_holding_its_output_still_answers() 
     completed(&server, dir.path(), &task).await;
     server.client.cancel().await.expect("close");
 }
+
+/// A sampling request planb no longer waits for is cancelled at the
+/// client (`notifications/cancelled`), so its model stops and the person
+/// is not left with a request nobody reads: at the step's timeout, and
+/// when the run is stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sampling_request_no_longer_waited_for_is_cancelled_at_the_client() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let never = Duration::from_secs(600);
+    let env = [("PLANB_STEP_TIMEOUT_SEC", "1")];
+    let mut server =
+        crate::support::start_sampling(dir.path(), &env, scripted_answer, never).await;
+    create(&server, "fast").await;
+    let reason = tokio::time::timeout(Duration::from_secs(60), server.seen.cancelled.recv())
+        .await
+        .expect("a cancellation within a minute")
+        .expect("channel open");
+    assert!(reason.contains("timeout"), "{reason}");
+    server.client.cancel().await.expect("close");
+
+    let mut server = crate::support::start_sampling(dir.path(), &[], scripted_answer, never).await;
+    let task = create(&server, "fast").await;
+    // The run waits on the client's model; stopping it drops the request.
+    let running = until_completed(&server, &task, 0).await;
+    assert_eq!(running["state"], "running", "{running}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(server.seen.cancelled.try_recv().is_err(), "nothing cancelled yet");
+    ok(&call(&server, "task_stop", json!({"task_id": task})).await);
+    let reason = tokio::time::timeout(Duration::from_secs(30), server.seen.cancelled.recv())
+        .await
+        .expect("a cancellation once the run stopped")
+        .expect("channel open");
+    assert!(reason.contains("stopped"), "{reason}");
+    server.client.cancel().await.expect("close");
+}

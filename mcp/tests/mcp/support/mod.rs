@@ -47,6 +47,8 @@ pub struct Seen {
     pub samples: mpsc::UnboundedReceiver<String>,
     /// Form-mode elicitation requests, as JSON.
     pub forms: mpsc::UnboundedReceiver<Value>,
+    /// The reasons of `notifications/cancelled` the server sent.
+    pub cancelled: mpsc::UnboundedReceiver<String>,
 }
 
 #[derive(Debug)]
@@ -61,6 +63,7 @@ pub struct TestClient {
     sampler: Option<Sampling>,
     samples: mpsc::UnboundedSender<String>,
     forms: mpsc::UnboundedSender<Value>,
+    cancelled: mpsc::UnboundedSender<String>,
 }
 
 impl ClientHandler for TestClient {
@@ -120,6 +123,14 @@ impl ClientHandler for TestClient {
             }
             _ => Ok(ElicitResult::new(ElicitationAction::Decline)),
         }
+    }
+
+    async fn on_cancelled(
+        &self,
+        params: rmcp::model::CancelledNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let _ = self.cancelled.send(params.reason.unwrap_or_default());
     }
 
     async fn on_custom_notification(
@@ -305,6 +316,7 @@ async fn launch(
     let (progress_tx, progress) = mpsc::unbounded_channel();
     let (samples_tx, samples) = mpsc::unbounded_channel();
     let (forms_tx, forms) = mpsc::unbounded_channel();
+    let (cancelled_tx, cancelled) = mpsc::unbounded_channel();
     let handler = TestClient {
         url_answer,
         form_reply,
@@ -314,6 +326,7 @@ async fn launch(
         sampler,
         samples: samples_tx,
         forms: forms_tx,
+        cancelled: cancelled_tx,
     };
     let client = handler.serve(transport).await.expect("initialize");
     Server {
@@ -325,6 +338,7 @@ async fn launch(
             stderr_urls,
             samples,
             forms,
+            cancelled,
         },
         stderr: lines,
         stderr_closed,
