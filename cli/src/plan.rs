@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::Context;
 use planb_core::Task;
 use planb_core::exec_plan::{StepMark, render_dag};
-use planb_core::text::{unique_prefix_lengths, visible};
+use planb_core::text::{json_visible, unique_prefix_lengths, visible};
 use planb_engine::plans::{self, Guards, PlanOutcome, Progress, RunOptions};
 use planb_projections::{DataRoot, Store, SystemEnvironment};
 use serde_json::{Map, Value};
@@ -327,7 +327,7 @@ fn show(task: &planb_core::Task, out: &mut dyn Write) -> anyhow::Result<ExitCode
             run.state.as_str(),
             run.reason
                 .as_ref()
-                .map(|r| format!(" ({r})"))
+                .map(|r| format!(" ({})", shown(r)))
                 .unwrap_or_default()
         )?;
     }
@@ -370,30 +370,36 @@ fn import(
             }) => {
                 writeln!(
                     out,
-                    "{}: imported as {task}: {title} ({steps} steps){}",
-                    plan.id,
+                    "{}: imported as {task}: {} ({steps} steps){}",
+                    shown(&plan.id),
+                    shown(&title),
                     run.map(|r| format!("; its checkpoint: {r}"))
                         .unwrap_or_default()
                 )?;
                 for note in notes {
-                    writeln!(out, "  {note}")?;
+                    writeln!(out, "  {}", shown(&note))?;
                 }
             }
             Ok(planb_app::import::Imported::Already { task, run, notes }) => {
                 writeln!(
                     out,
                     "{}: imported before, as {task}{}",
-                    plan.id,
+                    shown(&plan.id),
                     run.map(|r| format!("; its checkpoint, recorded now: {r}"))
                         .unwrap_or_default()
                 )?;
                 for note in notes {
-                    writeln!(out, "  {note}")?;
+                    writeln!(out, "  {}", shown(&note))?;
                 }
             }
             Err(error) => {
                 failed += 1;
-                writeln!(out, "{}: not imported: {}", plan.id, error.message)?;
+                writeln!(
+                    out,
+                    "{}: not imported: {}",
+                    shown(&plan.id),
+                    shown(&error.message)
+                )?;
             }
         }
     }
@@ -424,22 +430,22 @@ fn trace(task: &planb_core::Task, knobs: &Knobs, out: &mut dyn Write) -> anyhow:
         writeln!(
             out,
             "  Step {}: {} [{}] args {}{} → {}",
-            step.index,
+            shown(&step.index),
             shown(&step.title),
-            step.tool,
-            step.args,
+            shown(&step.tool),
+            json_visible(step.args.to_string()),
             if after.is_empty() {
                 String::new()
             } else {
-                format!(" (after {})", after.join(", "))
+                format!(" (after {})", shown(&after.join(", ")))
             },
-            step.result.as_ref().map_or(Value::Null, Clone::clone)
+            json_visible(step.result.as_ref().unwrap_or(&Value::Null).to_string())
         )?;
     }
     writeln!(
         out,
         "Variables: {}",
-        serde_json::to_string(&outcome.variables)?
+        json_visible(serde_json::to_string(&outcome.variables)?)
     )?;
     writeln!(
         out,

@@ -35,6 +35,26 @@ pub fn visible(text: &str, lines: bool) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(shown)
 }
 
+/// JSON text (as `serde_json` writes it) with DEL and the C1 control
+/// characters (U+0080–U+009F, the 8-bit CSI among them) written as `\u`
+/// escapes: the same value, and nothing in it a terminal acts on. The
+/// serializer escapes C0 itself; these it leaves raw.
+pub fn json_visible(json: String) -> String {
+    let raw = |c: char| ('\u{7f}'..='\u{9f}').contains(&c);
+    if !json.chars().any(raw) {
+        return json;
+    }
+    let mut shown = String::with_capacity(json.len() + 8);
+    for c in json.chars() {
+        if raw(c) {
+            shown.push_str(&format!("\\u{:04x}", c as u32));
+        } else {
+            shown.push(c);
+        }
+    }
+    shown
+}
+
 /// For each of `ids`, the length of its shortest prefix of at least `min`
 /// characters that no other of `ids` starts with (its whole length when
 /// another id starts with all of it).
@@ -56,7 +76,7 @@ pub fn unique_prefix_lengths(ids: &[&str], min: usize) -> Vec<usize> {
 
 #[cfg(test)]
 mod tests {
-    use super::{clip, unique_prefix_lengths, visible};
+    use super::{clip, json_visible, unique_prefix_lengths, visible};
 
     #[test]
     fn control_characters_are_shown_not_acted_on() {
@@ -68,6 +88,18 @@ mod tests {
         assert_eq!(visible("a\nb\tc\r", false), "a␊b␉c␍");
         assert_eq!(visible("a\nb\tc\r", true), "a\nb\tc␍");
         assert_eq!(visible("x\u{9b}2J\u{7f}", true), "x\\u{9b}2J␡");
+    }
+
+    #[test]
+    fn json_keeps_its_value_and_shows_c1() {
+        let value = serde_json::json!({"title": "a\u{9b}2J\u{7f}\u{1b}b", "é": "ü"});
+        let text = json_visible(value.to_string());
+        assert_eq!(text, r#"{"title":"a\u009b2J\u007f\u001bb","é":"ü"}"#);
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&text).ok(),
+            Some(value)
+        );
+        assert_eq!(json_visible("[1]".into()), "[1]");
     }
 
     #[test]

@@ -13,6 +13,7 @@ mod deliver;
 mod groups;
 mod plan_tools;
 mod plans;
+mod reply;
 mod resources;
 mod schema;
 mod server;

@@ -40,7 +40,7 @@ const TOOL_CAPS_MAX: usize = 256;
 const LIST_MAX: usize = 200;
 
 fn failure(message: impl Into<String>) -> CallToolResult {
-    CallToolResult::structured_error(json!({ "error": message.into() }))
+    crate::reply::structured_error(json!({ "error": message.into() }))
 }
 
 /// An application error as the plan tools answer it: its text alone.
@@ -266,7 +266,7 @@ fn finished(finished: Finished) -> CallToolResult {
             if let (Value::Object(map), Some(dag)) = (&mut value, &end.dag) {
                 map.insert("dag".into(), dag.clone().into());
             }
-            CallToolResult::structured(value)
+            crate::reply::structured(value)
         }
         Err(message) => failure(message),
     }
@@ -280,16 +280,19 @@ fn progress_line(n: usize, total: usize, event: &Progress) -> String {
         };
         return format!("step {index} started");
     };
+    let shown = |text: &str| planb_core::text::visible(text, false).into_owned();
     let head = format!(
         "{n}/{total} step {} {} [{}]",
-        report.index, report.title, report.tool
+        shown(&report.index),
+        shown(&report.title),
+        shown(&report.tool)
     );
     if report.reused {
         format!("{head}: recorded result reused")
     } else if report.success {
         format!("{head} done in {} ms", report.duration_ms)
     } else {
-        let error = report.error.as_deref().unwrap_or("failed");
+        let error = shown(report.error.as_deref().unwrap_or("failed"));
         format!("{head} failed: {error}")
     }
 }
@@ -379,7 +382,7 @@ impl PlanbServer {
             match waited {
                 Waited::Ended(done) => return finished(done),
                 Waited::StillRunning { settled, total } => {
-                    return CallToolResult::structured(json!({
+                    return crate::reply::structured(json!({
                         "success": false,
                         "running": true,
                         "plan_id": task.to_string(),
@@ -423,7 +426,7 @@ impl PlanbServer {
                     render_dag(&plan, |_| StepMark::Pending).into(),
                 );
             }
-            return Ok(CallToolResult::structured(value));
+            return Ok(crate::reply::structured(value));
         }
         let review = request.review;
         let request = plans::RunRequest {
@@ -525,7 +528,7 @@ impl PlanbServer {
             if let (Value::Object(map), Value::Object(more)) = (&mut value, more) {
                 map.extend(more);
             }
-            Some(CallToolResult::structured(value))
+            Some(crate::reply::structured(value))
         };
         match asked {
             Asked::Answered(_, answers) => {
@@ -590,7 +593,7 @@ impl PlanbServer {
         if !created.silent.is_empty() {
             out["servers_not_answering"] = json!(created.silent);
         }
-        Ok(CallToolResult::structured(out))
+        Ok(crate::reply::structured(out))
     }
 
     #[tool(
@@ -674,7 +677,7 @@ impl PlanbServer {
             .await
             .map_err(|e| failure(e.to_string()))?
             .map_err(app_failure)?;
-        Ok(CallToolResult::structured(
+        Ok(crate::reply::structured(
             json!({ "plans": listed(rows, limit) }),
         ))
     }
@@ -712,7 +715,7 @@ impl PlanbServer {
                 }),
                 other => failure(other.to_string()),
             })?;
-        Ok(CallToolResult::structured(json!({
+        Ok(crate::reply::structured(json!({
             "success": true,
             "plan_id": plan_id.to_string(),
             "message": if stop == exec_plans::Stop::AlreadyAsked {
@@ -765,7 +768,7 @@ impl PlanbServer {
                 })
             })
             .collect();
-        Ok(CallToolResult::structured(json!({
+        Ok(crate::reply::structured(json!({
             "success": true,
             "plan_id": task.id.to_string(),
             "title": plan.title,

@@ -168,7 +168,7 @@ fn verdict_result(approved: bool, feedback: Option<String>) -> CallToolResult {
     if let Some(feedback) = feedback {
         value["feedback"] = Value::String(feedback);
     }
-    CallToolResult::structured(value)
+    crate::reply::structured(value)
 }
 
 /// The form-mode elicitation of a review: a flat `decision` (approve/deny,
@@ -234,7 +234,7 @@ impl PlanbServer {
         let named = self.named();
         let plan = named.key(plan);
         let change = (named.write(&plan, content, session).await).map_err(store_error)?;
-        Ok(CallToolResult::structured(json!({
+        Ok(crate::reply::structured(json!({
             "planName": plan.name.as_str(),
             "planPath": change.path.display().to_string(),
             "bytesWritten": change.content.len(),
@@ -258,7 +258,7 @@ impl PlanbServer {
             StoreError::Rejected(Rejection::Edit(error)) => tool_error(error.message(single)),
             error => store_error(error),
         })?;
-        Ok(CallToolResult::structured(json!({
+        Ok(crate::reply::structured(json!({
             "planName": plan.name.as_str(),
             "planPath": path.display().to_string(),
             "replacementsMade": replacements,
@@ -487,7 +487,7 @@ impl PlanbServer {
                 outcome.verdict == Verdict::Approved,
                 feedback_text(&outcome),
             ),
-            Outcome::StillOpen => CallToolResult::structured(json!({
+            Outcome::StillOpen => crate::reply::structured(json!({
                 "approved": false,
                 "pending": true,
                 "round": review.round,

@@ -32,7 +32,7 @@ use crate::schema::schema;
 use crate::server::{Answer, PLANEXE_VERSION, PlanbServer, Refusal};
 
 fn error(code: &str, message: impl Into<String>, details: Value) -> CallToolResult {
-    CallToolResult::structured_error(json!({
+    crate::reply::structured_error(json!({
         "error": {"code": code, "message": message.into(), "details": details}
     }))
 }
@@ -342,7 +342,7 @@ impl PlanbServer {
 
     /// The task's status as the tools answer it.
     fn answer_status(&self, task: &Task) -> CallToolResult {
-        CallToolResult::structured(status(&self.data_root(), task, self.store().env().now()))
+        crate::reply::structured(status(&self.data_root(), task, self.store().env().now()))
     }
 }
 
@@ -429,7 +429,7 @@ impl PlanbServer {
             return Ok(invalid(errors));
         }
         let examples = &planb_app::tasks::examples::EXAMPLES;
-        Ok(CallToolResult::structured(json!({
+        Ok(crate::reply::structured(json!({
             "samples": examples.iter().map(|e| e.prompt).collect::<Vec<_>>(),
             "examples": examples
                 .iter()
@@ -465,14 +465,14 @@ impl PlanbServer {
         if let Some(key) = create.request_id.clone()
             && let Ok(Some(task)) = tasks.by_request(key).await
         {
-            return Ok(CallToolResult::structured(created(&task)));
+            return Ok(crate::reply::structured(created(&task)));
         }
         let runner = self.runner(create.profile.as_deref(), &peer)?;
         let checked = checked_pipeline(&self.data_root(), &create.pipeline, &create.target);
         let pipeline = checked.map_err(app_error)?;
         let id = tasks.create(create, &pipeline).await.map_err(app_error)?;
         let task = (self.start_task_run(&tasks, id, 0, runner, Start::Resume)).await?;
-        Ok(CallToolResult::structured(created(&task)))
+        Ok(crate::reply::structured(created(&task)))
     }
 
     #[tool(
@@ -488,7 +488,7 @@ impl PlanbServer {
         let (_, task) = self.task_checked(id).await?;
         let now = self.store().env().now();
         let run = planb_app::tasks::run_of(&task, run_id).map_err(app_error)?;
-        Ok(CallToolResult::structured(status_of(
+        Ok(crate::reply::structured(status_of(
             &self.data_root(),
             &task,
             run,
@@ -560,7 +560,7 @@ impl PlanbServer {
         let (id, ()) = task_args(&arguments, |_| ())?;
         let tasks = self.tasks().await?;
         let folder = tasks.delete(id).await.map_err(app_error)?;
-        Ok(CallToolResult::structured(json!({
+        Ok(crate::reply::structured(json!({
             "task_id": id.to_string(),
             "lifecycle": "deleted",
             "folder_removed": folder.display().to_string(),
@@ -658,7 +658,7 @@ impl PlanbServer {
             map.insert("next_steps".into(), json!(next_steps(&task)));
             map.insert("timed_out".into(), json!(!ended));
         }
-        Ok(CallToolResult::structured(value))
+        Ok(crate::reply::structured(value))
     }
 
     #[tool(
@@ -689,7 +689,7 @@ impl PlanbServer {
             .iter()
             .map(|l| json!({"cursor": l.number, "at": l.at.to_iso8601(), "run_id": l.run.to_string(), "text": l.text}))
             .collect();
-        Ok(CallToolResult::structured(json!({
+        Ok(crate::reply::structured(json!({
             "task_id": id.to_string(),
             "lines": lines,
             "next_cursor": tail.next_cursor,
@@ -743,7 +743,7 @@ impl PlanbServer {
         let tasks = self.tasks().await?;
         let written = tasks.write_artifact(id, &path, content).await;
         let written = written.map_err(app_error)?;
-        Ok(CallToolResult::structured(json!({
+        Ok(crate::reply::structured(json!({
             "task_id": id.to_string(),
             "step": written.step,
             "sha256": written.sha256,
@@ -805,7 +805,7 @@ impl PlanbServer {
         if earlier {
             answer["note"] = "the files are kept for the task as it is now (its latest run); an earlier run's report is not kept apart".into();
         }
-        Ok(CallToolResult::structured(answer))
+        Ok(crate::reply::structured(answer))
     }
 }
 
@@ -834,6 +834,6 @@ impl PlanbServer {
                 })
             })
             .collect();
-        Ok(CallToolResult::structured(json!({"tasks": tasks})))
+        Ok(crate::reply::structured(json!({"tasks": tasks})))
     }
 }

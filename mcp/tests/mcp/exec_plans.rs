@@ -988,6 +988,44 @@ fn an_exact_id_wins_over_a_longer_id_it_begins() {
     assert!(both.contains("is the start of 2 plans' ids"), "{both}");
 }
 
+/// Whether `text` holds a C1 control character (U+0080–U+009F), which a
+/// terminal may act on as it does on ESC.
+fn has_c1(text: &str) -> bool {
+    text.chars().any(|c| ('\u{80}'..='\u{9f}').contains(&c))
+}
+
+/// C1 control characters (the 8-bit CSI) in a plan's title, steps, arguments
+/// and variables reach no command's output: they are shown, not acted on.
+#[test]
+fn c1_control_characters_are_shown_not_acted_on() {
+    let setup = Setup::new();
+    let id = setup.create(
+        &json!({"title": "T\u{9b}2J", "variables": {"v": "x\u{9b}y"},
+        "steps": [step("1", "alpha__echo", json!({"text": "a\u{9b}b ${v}"}), &[], Some("r"))]}),
+    );
+    let (code, dry) = setup.run(&["run", &id, "--dry-run"]);
+    assert_eq!(code, 0, "{dry}");
+    assert!(!has_c1(&dry), "{dry:?}");
+    assert!(
+        dry.contains(r#"args {"text":"a\u009bb x\u009by"}"#),
+        "{dry}"
+    );
+    let (code, shown) = setup.run(&["show", &id]);
+    assert_eq!(code, 0, "{shown}");
+    assert!(!has_c1(&shown) && shown.contains("T\\u{9b}2J"), "{shown:?}");
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp-cli-plans");
+    let raw = std::fs::read_to_string(fixtures.join("32593754-879c-4c65-ba69-d172c132f409.json"))
+        .expect("fixture");
+    let mut plan: Value = serde_json::from_str(&raw).expect("plan JSON");
+    plan["title"] = json!("Imported\u{9b}31m");
+    let dir = setup.path("plans");
+    std::fs::create_dir(&dir).expect("dir");
+    std::fs::write(dir.join("c1.json"), plan.to_string()).expect("plan");
+    let (code, out) = setup.run(&["import", dir.to_str().expect("path")]);
+    assert_eq!(code, 0, "{out}");
+    assert!(!has_c1(&out) && out.contains("Imported"), "{out:?}");
+}
+
 /// Runs `args` with stdout and stderr on a pseudo-terminal of 40 rows and
 /// 120 columns, and returns its exit code and everything the terminal got.
 fn on_a_terminal(setup: &Setup, args: &[&str]) -> (i32, String) {

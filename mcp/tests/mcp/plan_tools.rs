@@ -261,6 +261,37 @@ async fn an_agent_creates_inspects_dry_runs_and_runs_the_diamond() {
     );
 }
 
+/// A plan's C1 control characters (the 8-bit CSI) stay in its JSON value
+/// and are escaped in the result's text, which a client may print.
+#[tokio::test]
+async fn c1_control_characters_in_a_plan_are_escaped_in_the_text() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = planb(dir.path(), &[]).await;
+    let title = "T\u{9b}2J";
+    let created = ok(&call(
+        &server,
+        "plan_create",
+        json!({"title": title, "steps": [step("1", "add", json!({"a": "\u{9b}"}), &[], None)]}),
+    )
+    .await);
+    let id = created["plan_id"].as_str().expect("id").to_owned();
+    for (tool, arguments) in [
+        ("plan_show", json!({"plan_id": id})),
+        ("plan_list", json!({})),
+    ] {
+        let result = call(&server, tool, arguments).await;
+        let text = crate::support::text_of(&result);
+        assert!(
+            !text.chars().any(|c| ('\u{80}'..='\u{9f}').contains(&c)),
+            "{tool}: {text:?}"
+        );
+        assert!(text.contains("T\\u009b2J"), "{tool}: {text}");
+        let value = ok(&result);
+        let shown = value.get("plans").map_or(&value, |plans| &plans[0]);
+        assert_eq!(shown["title"], title, "{tool}: {value}");
+    }
+}
+
 #[tokio::test]
 async fn a_killed_server_leaves_a_run_that_plan_execute_resumes_exactly() {
     let dir = tempfile::tempdir().expect("tempdir");
