@@ -21,7 +21,9 @@
 //! process and the write, then renamed over the plan. Every plan file is
 //! written under the lock, so any plan's temp file found in the directory
 //! under the lock belongs to a writer that died mid-write: each change of a
-//! plan removes those of every plan beside it.
+//! plan removes those of every plan beside it. Opening a data root removes,
+//! from every plans directory its log names, those whose writer's process
+//! (its id is in the name) no longer runs.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -103,7 +105,7 @@ impl Store {
         command: Option<Command>,
     ) -> Result<PlanFileChange, StoreError> {
         self.locked(|locked| {
-            remove_stale_temp_files(&plan.name, path);
+            remove_stale_temp_files(path);
             let on_disk = read_plan_file(path)?;
             let mut events = Vec::new();
             if let Some(text) = &on_disk {
@@ -268,43 +270,76 @@ fn write_plan_file(
     Ok(())
 }
 
-/// Whether `name` is a plan file's temp file:
-/// `.<planName>-plan.md.<pid>.<sequence>.tmp`.
-fn is_plan_temp(name: &str) -> bool {
-    let Some(inner) = name
-        .strip_prefix('.')
-        .and_then(|rest| rest.strip_suffix(".tmp"))
+/// The process id in a plan file's temp file's name
+/// (`.<planName>-plan.md.<pid>.<sequence>.tmp`); `None` for any other name.
+fn temp_writer(name: &str) -> Option<u32> {
+    let inner = name.strip_prefix('.')?.strip_suffix(".tmp")?;
+    let (_, numbers) = inner.rsplit_once("-plan.md.")?;
+    let (pid, sequence) = numbers.split_once('.')?;
+    let digits = |n: &str| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit());
+    if !digits(pid) || !digits(sequence) {
+        return None;
+    }
+    pid.parse().ok()
+}
+
+/// Whether the process `pid` is gone: no process of that id runs (one
+/// this process may not signal still runs).
+fn writer_gone(pid: u32) -> bool {
+    let Some(pid) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
     else {
         return false;
     };
-    let Some((_, numbers)) = inner.rsplit_once("-plan.md.") else {
-        return false;
-    };
-    numbers.split_once('.').is_some_and(|(pid, sequence)| {
-        [pid, sequence]
-            .iter()
-            .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-    })
+    rustix::process::test_kill_process(pid) == Err(rustix::io::Errno::SRCH)
 }
 
 /// Removes the temp files of the plans in `path`'s directory left by writers
 /// that died mid-write. Called under the append lock, when no writer of this
 /// data root is writing one.
-fn remove_stale_temp_files(plan: &PlanName, path: &Path) {
-    let Some(dir) = path.parent() else { return };
+fn remove_stale_temp_files(path: &Path) {
+    if let Some(dir) = path.parent() {
+        remove_temps(dir, |_| true);
+    }
+}
+
+/// Most plans directories swept when a data root is opened.
+const SWEPT_DIRS_MAX: usize = 1024;
+
+/// Removes, from each plans directory the log names, the temp files of
+/// writers no longer running, so what a killed writer left does not wait for
+/// the next change of a plan. Without the append lock: a writer still
+/// running keeps its file, as the process id in its name tells.
+pub(crate) fn remove_dead_writers_temps(state: &planb_core::State) {
+    let dirs: std::collections::BTreeSet<&str> = state
+        .named_plans()
+        .keys()
+        .map(|key| key.dir.as_str())
+        .filter(|dir| Path::new(dir).is_absolute())
+        .collect();
+    for dir in dirs.into_iter().take(SWEPT_DIRS_MAX) {
+        remove_temps(Path::new(dir), writer_gone);
+    }
+}
+
+/// Removes the plan temp files in `dir` whose writer's process id `stale`
+/// accepts.
+fn remove_temps(dir: &Path, stale: impl Fn(u32) -> bool) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     for entry in entries.flatten() {
         let name = entry.file_name();
         let name = name.to_string_lossy();
-        if is_plan_temp(&name) {
-            match std::fs::remove_file(entry.path()) {
+        if temp_writer(&name).is_some_and(&stale) {
+            let path = entry.path();
+            match std::fs::remove_file(&path) {
                 Ok(()) => tracing::info!(
-                    plan = plan.as_str(),
-                    "removed {name}, left by a write that was interrupted"
+                    "removed {}, left by a write that was interrupted",
+                    path.display()
                 ),
-                Err(error) => tracing::warn!(plan = plan.as_str(), "cannot remove {name}: {error}"),
+                Err(error) => tracing::warn!("cannot remove {}: {error}", path.display()),
             }
         }
     }

@@ -233,6 +233,39 @@ async fn kill_9_during_edit_plan_leaves_no_spurious_hand_edit_or_temp_file() {
     keeper.client.cancel().await.expect("shutdown");
 }
 
+/// A temp file a killed writer left beside a plan's file is removed when
+/// the data root is next opened, with no plan changed; one whose writer
+/// still runs is left to it.
+#[tokio::test]
+async fn a_dead_writers_temp_file_is_removed_when_the_root_is_opened() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = start_server(dir.path()).await;
+    let written = call(
+        &server,
+        "write_plan",
+        json!({"planName": PLAN, "content": "# Plan\n"}),
+    )
+    .await;
+    assert_eq!(written.is_error, Some(false), "{}", text_of(&written));
+    server.client.cancel().await.expect("shutdown");
+    let mut gone = std::process::Command::new("true").spawn().expect("spawn");
+    let dead = gone.id();
+    gone.wait().expect("wait");
+    let plans = dir.path().join("docs/plans");
+    let stale = plans.join(format!(".{PLAN}-plan.md.{dead}.0.tmp"));
+    let live = plans.join(format!(".{PLAN}-plan.md.{}.0.tmp", std::process::id()));
+    std::fs::write(&stale, "half a plan").expect("stale temp file");
+    std::fs::write(&live, "a plan being written").expect("live temp file");
+    let output = crate::support::planb(dir.path(), &["plan", "list"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        crate::support::all_output(&output)
+    );
+    assert!(!stale.exists(), "left: {:?}", temp_files(dir.path()));
+    assert!(live.exists(), "a running writer's temp file was removed");
+}
+
 #[tokio::test]
 async fn a_file_behind_the_log_is_brought_up_to_date_not_recorded_as_a_hand_edit() {
     let dir = tempfile::tempdir().expect("tempdir");
