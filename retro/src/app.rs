@@ -38,8 +38,9 @@ pub struct AppState {
 #[derive(Debug, Clone)]
 enum Access {
     /// Whoever reaches the loopback port, naming it as the host (a page of
-    /// another site cannot, by DNS rebinding).
-    Loopback,
+    /// another site cannot, by DNS rebinding): `127.0.0.1` or `localhost`,
+    /// or the other loopback address it listens on.
+    Loopback(Option<std::net::IpAddr>),
     /// Whoever presents this token: once in the address (`?token=`), which
     /// sets a cookie, or in an `Authorization: Bearer` header.
     Token(std::sync::Arc<str>),
@@ -52,7 +53,13 @@ const TOKEN_COOKIE: &str = "planb_retro_token";
 
 /// The router; tests call it without a socket.
 pub fn app(state: AppState) -> Router {
-    router(state, Access::Loopback)
+    router(state, Access::Loopback(None))
+}
+
+/// [`app`] listening on the loopback address `ip` (`127.0.0.2` …), which
+/// requests may name as their host too.
+pub fn app_on(state: AppState, ip: std::net::IpAddr) -> Router {
+    router(state, Access::Loopback(Some(ip)))
 }
 
 /// The router for a replay served beyond loopback: every request must
@@ -136,8 +143,9 @@ async fn guard(
     next: Next,
 ) -> Response {
     let mut response = match &access {
-        Access::Loopback => match checks::loopback_host(request.headers(), request.uri(), state.port) {
+        Access::Loopback(ip) => match checks::loopback_host(request.headers(), request.uri(), state.port) {
             Ok(()) => next.run(request).await,
+            Err(_) if names(&request, *ip, state.port) => next.run(request).await,
             Err(problem) => {
                 PageError::new(StatusCode::FORBIDDEN, "Wrong host", problem).into_response()
             }
@@ -159,6 +167,23 @@ async fn guard(
             .insert(name, HeaderValue::from_static(value));
     }
     response
+}
+
+/// Whether `request` names `ip`:`port` as its host (and as its target's
+/// authority when it has one).
+fn names(request: &Request, ip: Option<std::net::IpAddr>, port: u16) -> bool {
+    let Some(ip) = ip else {
+        return false;
+    };
+    let expected = std::net::SocketAddr::new(ip, port).to_string();
+    let mut hosts = request.headers().get_all(header::HOST).iter();
+    let host = hosts.next().and_then(|h| h.to_str().ok());
+    host == Some(expected.as_str())
+        && hosts.next().is_none()
+        && request
+            .uri()
+            .authority()
+            .is_none_or(|a| a.as_str() == expected)
 }
 
 /// How a request shows the token, if it does.
@@ -217,7 +242,9 @@ fn same(given: &str, token: &str) -> bool {
 /// Sets the token's cookie and sends the browser to the same address
 /// without it, so it leaves the address bar and the history.
 fn keep_token(request: &Request, token: &str) -> Response {
-    let path = request.uri().path();
+    // One leading slash: `//host/` or `/\host/` would send the browser to
+    // another site.
+    let path = format!("/{}", request.uri().path().trim_start_matches(['/', '\\']));
     let rest: Vec<&str> = request
         .uri()
         .query()
@@ -226,7 +253,7 @@ fn keep_token(request: &Request, token: &str) -> Response {
         .filter(|pair| !pair.starts_with("token="))
         .collect();
     let location = if rest.is_empty() {
-        path.to_string()
+        path
     } else {
         format!("{path}?{}", rest.join("&"))
     };
@@ -287,7 +314,10 @@ struct IndexQuery {
 }
 
 async fn index(State(state): State<AppState>, Query(query): Query<IndexQuery>) -> Response {
-    let problem = state.retro.problem();
+    let problem = match (state.retro.problem(), state.retro.untrusted()) {
+        (Some(problem), Some(untrusted)) => Some(format!("{problem} {untrusted}")),
+        (problem, untrusted) => problem.or(untrusted),
+    };
     let timeline = state.retro.timeline();
     if timeline.is_empty()
         && let Some(problem) = &problem

@@ -21,7 +21,7 @@ mod live;
 mod tasks;
 pub mod team;
 
-pub use app::{AppState, PageError, TOKEN_CHARS_MIN, app, app_with_token};
+pub use app::{AppState, PageError, TOKEN_CHARS_MIN, app, app_on, app_with_token};
 pub use live::{Follower, POLL_INTERVAL, Retro};
 pub use tasks::CALLS_SHOWN;
 
@@ -41,23 +41,46 @@ pub async fn serve(retro: Retro, port: u16) -> std::io::Result<SocketAddr> {
 
 /// [`serve`] within other limits (tests use short timeouts).
 pub async fn serve_with(retro: Retro, port: u16, limits: Limits) -> std::io::Result<SocketAddr> {
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+    let address = SocketAddr::from(([127, 0, 0, 1], port));
+    serve_on(retro, address, limits).await
+}
+
+/// Serves the replay on `address`, a loopback address (`127.0.0.2:4317`,
+/// `[::1]:4317` …), without a token: requests must name it, or
+/// `127.0.0.1`/`localhost` on its port, as their host. Returns the bound
+/// address; the error names it.
+pub async fn serve_on(
+    retro: Retro,
+    address: SocketAddr,
+    limits: Limits,
+) -> std::io::Result<SocketAddr> {
+    if !address.ip().is_loopback() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{address} is not a loopback address: serving beyond it needs a token"),
+        ));
+    }
+    let listener = tokio::net::TcpListener::bind(address)
         .await
         .map_err(|e| {
             std::io::Error::new(
                 e.kind(),
                 format!(
-                    "cannot listen on 127.0.0.1:{port}: {e}; is another planb-retro running? set PORT to use another port"
+                    "cannot listen on {address}: {e}; is another planb-retro running? set PORT to use another port"
                 ),
             )
         })?;
-    let address = listener.local_addr()?;
-    let router = app(AppState {
+    let bound = listener.local_addr()?;
+    let state = AppState {
         retro,
-        port: address.port(),
-    });
-    tokio::spawn(planb_http::serve(listener, router, limits));
-    Ok(address)
+        port: bound.port(),
+    };
+    tokio::spawn(planb_http::serve(
+        listener,
+        app_on(state, bound.ip()),
+        limits,
+    ));
+    Ok(bound)
 }
 
 /// Serves the replay on `address`, beyond loopback: every request must

@@ -55,6 +55,19 @@ struct Inner {
     plans: Mutex<HashMap<TaskId, Arc<Result<ExecPlan, String>>>>,
     /// A team replay's members and origins; `None` for a local log.
     members: RwLock<Option<Arc<Members>>>,
+    /// What a team database holds that cannot be trusted: events left
+    /// out (origin, cursor, why), names cut.
+    untrusted: RwLock<Untrusted>,
+}
+
+/// Most untrusted rows named; past it they are counted.
+pub const UNTRUSTED_NAMED_MAX: usize = 200;
+
+/// What cannot be trusted, the first [`UNTRUSTED_NAMED_MAX`] named.
+#[derive(Debug, Default)]
+struct Untrusted {
+    named: Vec<String>,
+    more: u64,
 }
 
 /// Reads the log forward from where the timeline ends.
@@ -67,6 +80,8 @@ pub struct Follower {
     /// events and show wrong states, so the follower stops and the timeline
     /// says why ([`Timeline::incomplete`]).
     stopped: bool,
+    /// The last poll of a team database left events to read.
+    more: bool,
 }
 
 impl Retro {
@@ -79,6 +94,7 @@ impl Retro {
             reader: None,
             team: None,
             stopped: false,
+            more: false,
         };
         follower.poll(&retro);
         (retro, follower)
@@ -98,8 +114,12 @@ impl Retro {
             reader: None,
             team: Some(source),
             stopped: false,
+            more: false,
         };
         follower.poll(&retro);
+        while follower.more {
+            follower.poll(&retro);
+        }
         (retro, follower)
     }
 
@@ -124,6 +144,7 @@ impl Retro {
                 entries: EntryCache::default(),
                 plans: Mutex::default(),
                 members: RwLock::new(None),
+                untrusted: RwLock::default(),
             }),
         }
     }
@@ -165,6 +186,47 @@ impl Retro {
             .clone()
     }
 
+    /// What the team database holds that cannot be trusted, said in one
+    /// text: the events left out (origin, cursor, why) and names cut;
+    /// `None` when all is well (and for a local log).
+    pub fn untrusted(&self) -> Option<String> {
+        let untrusted = self
+            .inner
+            .untrusted
+            .read()
+            .unwrap_or_else(|p| p.into_inner());
+        if untrusted.named.is_empty() {
+            return None;
+        }
+        let more = match untrusted.more {
+            0 => String::new(),
+            n => format!("; and {n} more"),
+        };
+        Some(format!(
+            "The team database holds what this replay cannot trust, left out or cut: {}{more}.",
+            untrusted.named.join("; ")
+        ))
+    }
+
+    fn add_untrusted(&self, said: Vec<String>) {
+        if said.is_empty() {
+            return;
+        }
+        let mut untrusted = self
+            .inner
+            .untrusted
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        for text in said {
+            tracing::warn!("team replay: {text}");
+            if untrusted.named.len() < UNTRUSTED_NAMED_MAX {
+                untrusted.named.push(text);
+            } else {
+                untrusted.more += 1;
+            }
+        }
+    }
+
     /// Notifications of the last cursor after each batch of new events.
     pub fn subscribe(&self) -> broadcast::Receiver<Cursor> {
         self.inner.appended.subscribe()
@@ -203,6 +265,9 @@ impl Follower {
     /// database, until a shipper announces a batch (at most
     /// [`crate::team::WAIT_MAX`]).
     pub fn wait(&mut self, interval: Duration) {
+        if self.more {
+            return;
+        }
         match self.team.as_mut() {
             Some(source) => source.wait(crate::team::WAIT_MAX),
             None => std::thread::sleep(interval),
@@ -215,7 +280,7 @@ impl Follower {
             return 0;
         }
         if let Some(source) = self.team.as_mut() {
-            return poll_team(source, retro, &mut self.stopped);
+            return poll_team(source, retro, &mut self.more);
         }
         let log_dir = &retro.inner.log_dir;
         if self.reader.is_none() {
@@ -322,11 +387,13 @@ impl Retro {
 }
 
 /// One poll of a team database: the new events pushed, the members
-/// updated, a failure said on the index page.
-fn poll_team(source: &mut TeamSource, retro: &Retro, stopped: &mut bool) -> usize {
+/// updated, what cannot be trusted and a failure said on the index page.
+/// An event left out does not stop the replay: the others go on.
+fn poll_team(source: &mut TeamSource, retro: &Retro, more: &mut bool) -> usize {
     let polled = match source.poll() {
         Ok(polled) => polled,
         Err(error) => {
+            *more = false;
             retro.set_problem(Some(format!(
                 "cannot read the team database {}: {error}; retrying",
                 source.database()
@@ -335,6 +402,7 @@ fn poll_team(source: &mut TeamSource, retro: &Retro, stopped: &mut bool) -> usiz
         }
     };
     retro.set_problem(None);
+    *more = polled.more;
     if let Some(members) = polled.members {
         *retro
             .inner
@@ -342,10 +410,8 @@ fn poll_team(source: &mut TeamSource, retro: &Retro, stopped: &mut bool) -> usiz
             .write()
             .unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(members));
     }
+    retro.add_untrusted(polled.untrusted);
     let count = polled.events.len();
-    // Past an event this build cannot read, the team's history would show
-    // wrong states: it stops there, and the pages say so.
-    *stopped = polled.incomplete.is_some();
-    retro.append(polled.events, polled.incomplete);
+    retro.append(polled.events, None);
     count
 }

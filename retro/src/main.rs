@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use anyhow::{Context, bail};
 use clap::Parser;
 use planb_projections::DataRoot;
-use planb_retro::{DEFAULT_PORT, POLL_INTERVAL, Retro, serve};
+use planb_retro::{DEFAULT_PORT, POLL_INTERVAL, Retro, serve_on};
 
 /// The replay of planb's log in the browser: every planning session, plan
 /// review and task as it unfolded, with time-travel scrubbing.
@@ -27,9 +27,11 @@ struct Cli {
     /// this machine's log.
     #[arg(long)]
     team: bool,
-    /// Listen on this address instead of 127.0.0.1:PORT, for others to
-    /// read: needs PLANB_RETRO_TOKEN (at least 20 characters), which every
-    /// reader presents (the link `http://ADDR/?token=…`).
+    /// Listen on this address instead of 127.0.0.1:PORT. Another loopback
+    /// address (127.0.0.2:PORT, [::1]:PORT) serves this computer as the
+    /// default does; any other serves others and needs PLANB_RETRO_TOKEN
+    /// (at least 20 characters), which every reader presents (the link
+    /// `http://ADDR/?token=…`).
     #[arg(long, value_name = "ADDR:PORT")]
     listen: Option<std::net::SocketAddr>,
 }
@@ -122,6 +124,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     if let Some(problem) = retro.problem() {
         eprintln!("planb-retro: {problem}");
     }
+    if let Some(untrusted) = retro.untrusted() {
+        eprintln!("planb-retro: {untrusted}");
+    }
     if let Some(incomplete) = retro.timeline().incomplete() {
         eprintln!(
             "planb-retro: history incomplete from event #{}: {}",
@@ -135,8 +140,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             eprintln!("planb-retro: replaying {what} on http://{bound}/ to those given ?token=…");
         }
         (listen, _) => {
-            let port = listen.map_or(port, |address| address.port());
-            let address = serve(retro, port).await?;
+            let address =
+                listen.unwrap_or_else(|| std::net::SocketAddr::from(([127, 0, 0, 1], port)));
+            let address = serve_on(retro, address, planb_retro::Limits::DEFAULT).await?;
             eprintln!("planb-retro: replaying {what} on http://{address}");
         }
     }

@@ -8,9 +8,12 @@
 //! sessions, asks and tasks are UUIDs, so the pages' addresses are the same
 //! as a member's own replay. An origin is read only up to its mark, which
 //! its shipper moves in the same transaction as the rows, so no event is
-//! skipped. The blobs the events name are copied into a cache folder (a data
-//! root holding only `blobs/`), where the task pages read them as they do
-//! from a member's own root.
+//! skipped. Each row is checked first: its bytes against its checksum,
+//! the event it follows still held, its size; one that cannot be trusted
+//! (altered, deleted, too large, unreadable, refused when shipped) is left
+//! out and named, and the others are replayed. The blobs the events name
+//! are copied into a cache folder (a data root holding only `blobs/`),
+//! where the task pages read them as they do from a member's own root.
 
 use planb_team::db::timed;
 use std::collections::{BTreeMap, HashMap};
@@ -18,13 +21,26 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use planb_core::{Cursor, Envelope, EventBody, SessionId, TaskId, decode};
+use planb_log::format::RecordHeader;
 use planb_projections::{BlobHash, Blobs};
 use planb_team::TeamSettings;
 use tokio_postgres::Client;
 use uuid::Uuid;
 
-/// Most events read from the database in one poll.
+/// Most events of one origin read from the database in one poll.
 const POLL_EVENTS_MAX: i64 = 50_000;
+/// Most payload bytes of one origin read in one poll, past its first row.
+const POLL_BYTES_MAX: i64 = 32 << 20;
+/// Largest payload read: what one record of a log may hold.
+pub const PAYLOAD_BYTES_MAX: i64 = planb_log::LogOptions::DEFAULT_MAX_RECORD_BYTES as i64;
+/// Most origins read; the others (by id) are left out, and said.
+pub const ORIGINS_MAX: i64 = 1_000;
+/// Longest member name read, in characters (what a shipper sends).
+pub const MEMBER_CHARS_MAX: i32 = 200;
+/// Longest host name read, in characters.
+pub const HOST_CHARS_MAX: i32 = 255;
+/// Most refused events of one origin named in one poll.
+const REFUSED_READ_MAX: i64 = 200;
 
 /// The longest wait for a notification before polling anyway (a
 /// notification lost with a broken listener, a shipper of another build).
@@ -85,6 +101,43 @@ struct Row {
     payload: Vec<u8>,
 }
 
+/// What the database says of one origin.
+struct OriginRow {
+    id: Uuid,
+    member: String,
+    host: String,
+    /// The member's or host's name was longer than is read.
+    cut: bool,
+    shipped_to: i64,
+    /// The origin's highest cursor shipped or refused, when the database
+    /// no longer holds it (deleted).
+    last_missing: Option<i64>,
+}
+
+/// One origin's rows read in a poll.
+#[derive(Default)]
+struct OriginRead {
+    origin: Uuid,
+    rows: Vec<Row>,
+    /// What cannot be trusted, named.
+    skipped: Vec<Skipped>,
+    /// The last cursor read.
+    read_to: i64,
+    /// The poll's bounds stopped before the origin's mark.
+    more: bool,
+}
+
+/// An event of the team database the replay leaves out, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    /// The origin whose event it is.
+    pub origin: Uuid,
+    /// Its cursor in that origin's log.
+    pub cursor: i64,
+    /// Why it cannot be trusted.
+    pub why: String,
+}
+
 /// Reads a team database forward.
 pub struct TeamSource {
     settings: TeamSettings,
@@ -138,10 +191,13 @@ impl std::fmt::Debug for TeamSource {
 pub struct Polled {
     /// New events, in team-cursor order.
     pub events: Vec<Envelope>,
-    /// An event this build cannot read: the replay stops before it.
-    pub incomplete: Option<planb_projections::timeline::Incomplete>,
+    /// What the database holds that cannot be trusted, each said once:
+    /// the events left out (origin, cursor, why), names cut to the limit.
+    pub untrusted: Vec<String>,
     /// Who is who, when it changed.
     pub members: Option<Members>,
+    /// The poll's bounds left events to read: poll again now.
+    pub more: bool,
 }
 
 impl TeamSource {
@@ -192,31 +248,32 @@ impl TeamSource {
         self.settings.database()
     }
 
-    /// Reads every event shipped since the last poll. The error says why
-    /// the database cannot be read now (the next poll tries again).
+    /// Reads the events shipped since the last poll (within the poll's
+    /// bounds: `more` says when some are left). The error says why the
+    /// database cannot be read now (the next poll tries again).
     pub fn poll(&mut self) -> Result<Polled, String> {
         let result = self
             .runtime
             .as_ref()
             .expect("kept until dropped")
             .block_on(Self::read(&self.settings, &mut self.client, &self.read_to));
-        let (origins, rows) = match result {
-            Ok(Some(read)) => read,
-            Ok(None) => return Ok(Polled::default()),
+        match result {
+            Ok(Some((origins, reads))) => Ok(self.take(origins, reads)),
+            Ok(None) => Ok(Polled::default()),
             Err(error) => {
                 self.client = None;
-                return Err(error);
+                Err(error)
             }
-        };
-        self.take(origins, rows)
+        }
     }
 
-    /// The origins and the rows past what was read, up to each mark.
+    /// The origins and, of each, the rows past what was read, up to its
+    /// mark and within the poll's bounds.
     async fn read(
         settings: &TeamSettings,
         client: &mut Option<Client>,
         read_to: &HashMap<Uuid, i64>,
-    ) -> Result<Option<(Vec<(Uuid, String, String, i64)>, Vec<Row>)>, String> {
+    ) -> Result<Option<(Vec<OriginRow>, Vec<OriginRead>)>, String> {
         if client.is_none() {
             match planb_team::db::connect_reader(settings).await {
                 Ok(Some(connected)) => *client = Some(connected),
@@ -225,106 +282,97 @@ impl TeamSource {
             }
         }
         let client = client.as_ref().expect("connected above");
-        let origins: Vec<(Uuid, String, String, i64)> = timed(
-            "read the origins",
-            client.query(
-                "SELECT origin, member, host, shipped_to FROM planb_origins ORDER BY origin",
-                &[],
-            ),
-        )
-        .await
-        .map_err(|e| format!("database: {e}"))?
-        .iter()
-        .map(|row| (row.get(0), row.get(1), row.get(2), row.get(3)))
-        .collect();
-        let mut rows = Vec::new();
-        for (origin, _, _, mark) in &origins {
-            let from = read_to.get(origin).copied().unwrap_or(0);
-            if *mark <= from {
-                continue;
+        let origins = read_origins(client).await?;
+        let mut reads = Vec::new();
+        for origin in &origins {
+            let from = read_to.get(&origin.id).copied().unwrap_or(0);
+            if origin.shipped_to > from {
+                reads.push(read_origin(client, origin, from).await?);
             }
-            let read = timed(
-                "read the events",
-                client.query(
-                    "SELECT cursor, at, payload FROM planb_events \
-                     WHERE origin = $1 AND cursor > $2 AND cursor <= $3 ORDER BY cursor LIMIT $4",
-                    &[origin, &from, mark, &POLL_EVENTS_MAX],
-                ),
-            )
-            .await
-            .map_err(|e| format!("database: {e}"))?;
-            rows.extend(read.iter().map(|row| Row {
-                origin: *origin,
-                cursor: row.get(0),
-                at: row.get(1),
-                payload: row.get(2),
-            }));
         }
-        Ok(Some((origins, rows)))
+        Ok(Some((origins, reads)))
     }
 
-    /// Gives `rows` their team cursors, decodes them and copies the blobs
-    /// they name.
-    fn take(
-        &mut self,
-        origins: Vec<(Uuid, String, String, i64)>,
-        mut rows: Vec<Row>,
-    ) -> Result<Polled, String> {
-        let mut changed = false;
-        for (id, member, host, _) in origins {
-            let known = self.members.origins.get(&id);
-            if known.is_none_or(|o| o.member != member || o.host != host) {
-                let events = known.map_or(0, |o| o.events);
-                self.members.origins.insert(
-                    id,
-                    Origin {
-                        id,
-                        member,
-                        host,
-                        events,
-                    },
-                );
-                changed = true;
-            }
-        }
+    /// Takes in what a poll read: the origins' names, the rows given their
+    /// team cursors and decoded, the blobs they name copied; what cannot
+    /// be trusted is left out and said.
+    fn take(&mut self, origins: Vec<OriginRow>, reads: Vec<OriginRead>) -> Polled {
+        let mut untrusted = Vec::new();
+        let changed = self.take_origins(origins, &mut untrusted);
         self.copy_uncopied();
+        let more = reads.iter().any(|r| r.more);
+        let mut rows = Vec::new();
+        let mut skipped = Vec::new();
+        for read in reads {
+            self.read_to.insert(read.origin, read.read_to);
+            rows.extend(read.rows);
+            skipped.extend(read.skipped);
+        }
         self.merge(&mut rows);
         let mut events = Vec::with_capacity(rows.len());
         for row in rows {
-            let cursor = Cursor(self.next);
-            let envelope = match decode(&row.payload, cursor) {
-                Ok(envelope) => envelope,
-                Err(error) => {
-                    let member = self
-                        .members
-                        .origins
-                        .get(&row.origin)
-                        .map_or("?", |o| o.member.as_str());
-                    let reason = format!(
-                        "event {} of origin {} ({member}): {error}",
-                        row.cursor, row.origin
-                    );
-                    return Ok(Polled {
-                        events,
-                        incomplete: Some(planb_projections::timeline::Incomplete {
-                            cursor,
-                            reason,
-                        }),
-                        members: Some(self.members.clone()),
-                    });
+            match decode(&row.payload, Cursor(row.cursor.max(0) as u64)) {
+                Ok(mut envelope) => {
+                    envelope.cursor = Cursor(self.next);
+                    self.next += 1;
+                    self.note(row.origin, &envelope.event.body);
+                    events.push(envelope);
                 }
-            };
-            self.next += 1;
-            self.read_to.insert(row.origin, row.cursor);
-            self.note(row.origin, &envelope.event.body);
-            changed = true;
-            events.push(envelope);
+                Err(error) => skipped.push(Skipped {
+                    origin: row.origin,
+                    cursor: row.cursor,
+                    why: format!("this build cannot read it: {error}"),
+                }),
+            }
         }
-        Ok(Polled {
+        untrusted.extend(skipped.iter().map(|s| self.said(s)));
+        Polled {
+            members: (changed || !events.is_empty()).then(|| self.members.clone()),
             events,
-            incomplete: None,
-            members: changed.then(|| self.members.clone()),
-        })
+            untrusted,
+            more,
+        }
+    }
+
+    /// `skipped` said with its member's name.
+    fn said(&self, skipped: &Skipped) -> String {
+        let member = self
+            .members
+            .origins
+            .get(&skipped.origin)
+            .map_or("?", |o| o.member.as_str());
+        format!(
+            "event {} of origin {} ({member}): {}",
+            skipped.cursor, skipped.origin, skipped.why
+        )
+    }
+
+    /// Takes in the origins' names and hosts; whether any changed. A name
+    /// cut to the limit, or an origin's last event gone, is said once.
+    fn take_origins(&mut self, origins: Vec<OriginRow>, untrusted: &mut Vec<String>) -> bool {
+        let mut changed = false;
+        for row in origins {
+            let id = row.id;
+            let known = self.members.origins.get(&id);
+            if known.is_some_and(|o| o.member == row.member && o.host == row.host) {
+                continue;
+            }
+            if row.cut {
+                untrusted.push(format!(
+                    "origin {id}: its member name is over the {MEMBER_CHARS_MAX} characters read, or its host over {HOST_CHARS_MAX}: cut"
+                ));
+            }
+            let events = known.map_or(0, |o| o.events);
+            let origin = Origin {
+                id,
+                member: row.member,
+                host: row.host,
+                events,
+            };
+            self.members.origins.insert(id, origin);
+            changed = true;
+        }
+        changed
     }
 
     /// Remembers whose `body` is and copies the blobs it names. A blob
@@ -408,4 +456,172 @@ impl TeamSource {
         }
         Ok(())
     }
+}
+
+/// The origins, each name cut to its limit; past [`ORIGINS_MAX`], the
+/// rest are left out.
+async fn read_origins(client: &Client) -> Result<Vec<OriginRow>, String> {
+    let rows = timed(
+        "read the origins",
+        client.query(
+            "SELECT o.origin, left(o.member, $1), left(o.host, $2), \
+             char_length(o.member) > $1 OR char_length(o.host) > $2, o.shipped_to, o.last_cursor, \
+             o.last_cursor IS NULL OR o.last_cursor > o.shipped_to \
+             OR EXISTS (SELECT 1 FROM planb_events e WHERE e.origin = o.origin AND e.cursor = o.last_cursor) \
+             OR EXISTS (SELECT 1 FROM planb_refused r WHERE r.origin = o.origin AND r.cursor = o.last_cursor) \
+             FROM planb_origins o ORDER BY o.origin LIMIT $3",
+            &[&MEMBER_CHARS_MAX, &HOST_CHARS_MAX, &ORIGINS_MAX],
+        ),
+    )
+    .await
+    .map_err(|e| format!("database: {e}"))?;
+    Ok(rows
+        .iter()
+        .map(|row| OriginRow {
+            id: row.get(0),
+            member: row.get(1),
+            host: row.get(2),
+            cut: row.get(3),
+            shipped_to: row.get(4),
+            last_missing: (!row.get::<_, bool>(6))
+                .then(|| row.get::<_, Option<i64>>(5))
+                .flatten(),
+        })
+        .collect())
+}
+
+/// One origin's rows past `from`, up to its mark, within the poll's
+/// bounds, each checked: its bytes against its checksum, the event it
+/// follows still held, its size within a log record's.
+async fn read_origin(client: &Client, origin: &OriginRow, from: i64) -> Result<OriginRead, String> {
+    let rows = timed(
+        "read the events",
+        client.query(
+            "SELECT e.cursor, e.at, CASE WHEN length(e.payload) <= $5::bigint THEN e.payload END, \
+             length(e.payload), e.checksum, e.prev_checksum, e.prev_cursor, \
+             e.prev_cursor IS NULL OR e.prev_cursor = 0 OR p.cursor IS NOT NULL OR EXISTS \
+             (SELECT 1 FROM planb_refused r WHERE r.origin = e.origin AND r.cursor = e.prev_cursor), p.checksum \
+             FROM (SELECT cursor, sum(length(payload)) OVER (ORDER BY cursor) - length(payload) AS before \
+             FROM planb_events WHERE origin = $1 AND cursor > $2 AND cursor <= $3 ORDER BY cursor LIMIT $4) w \
+             JOIN planb_events e ON e.origin = $1 AND e.cursor = w.cursor \
+             LEFT JOIN planb_events p ON p.origin = e.origin AND p.cursor = e.prev_cursor \
+             WHERE w.before < $6::bigint ORDER BY e.cursor",
+            &[&origin.id, &from, &origin.shipped_to, &POLL_EVENTS_MAX, &PAYLOAD_BYTES_MAX, &POLL_BYTES_MAX],
+        ),
+    )
+    .await
+    .map_err(|e| format!("database: {e}"))?;
+    let mut read = OriginRead {
+        origin: origin.id,
+        read_to: from,
+        ..OriginRead::default()
+    };
+    for row in &rows {
+        read.read_to = row.get(0);
+        checked(origin.id, row, &mut read);
+    }
+    // Rows may lie between the last one read and the mark (the bounds
+    // stopped the read): the next poll, at once, says.
+    read.more = !rows.is_empty() && read.read_to < origin.shipped_to;
+    if !read.more {
+        read.read_to = origin.shipped_to;
+        if let Some(last) = origin.last_missing.filter(|last| *last > from) {
+            read.skipped.push(missing(origin.id, last));
+        }
+    }
+    read.skipped
+        .extend(refused(client, origin.id, from, read.read_to).await?);
+    Ok(read)
+}
+
+/// Sorts one row read into `read`: trusted, or left out and named.
+fn checked(origin: Uuid, row: &tokio_postgres::Row, read: &mut OriginRead) {
+    let cursor: i64 = row.get(0);
+    let payload: Option<Vec<u8>> = row.get(2);
+    let length: i32 = row.get(3);
+    let checksum: i64 = row.get(4);
+    let prev_checksum: Option<i64> = row.get(5);
+    let prev_cursor: Option<i64> = row.get(6);
+    let prev_held: bool = row.get(7);
+    let prev_row_checksum: Option<i64> = row.get(8);
+    let skip = |why: String| Skipped {
+        origin,
+        cursor,
+        why,
+    };
+    if let Some(prev) = prev_cursor.filter(|_| !prev_held) {
+        read.skipped.push(missing(origin, prev));
+    }
+    let Some(payload) = payload else {
+        read.skipped.push(skip(format!(
+            "it is {length} bytes, over the {PAYLOAD_BYTES_MAX} bytes a log record may hold"
+        )));
+        return;
+    };
+    if let Some(prev) = prev_checksum {
+        let computed = RecordHeader::new(&payload, cursor.max(0) as u64, prev as u32).checksum;
+        if i64::from(computed) != checksum {
+            read.skipped.push(skip(
+                "its bytes do not match the checksum shipped with them (altered in the database?)"
+                    .into(),
+            ));
+            return;
+        }
+        let follows =
+            prev_cursor != Some(cursor - 1) || prev_row_checksum.is_none_or(|c| c == prev);
+        if !follows {
+            read.skipped.push(skip(format!(
+                "it does not follow event {} as its origin's log did (altered in the database?)",
+                cursor - 1
+            )));
+            return;
+        }
+    }
+    read.rows.push(Row {
+        origin,
+        cursor,
+        at: row.get(1),
+        payload,
+    });
+}
+
+fn missing(origin: Uuid, cursor: i64) -> Skipped {
+    Skipped {
+        origin,
+        cursor,
+        why: "it was shipped but is missing from the database (deleted?)".into(),
+    }
+}
+
+/// The origin's events in `(from, to]` the database refused when they
+/// were shipped, with its reason.
+async fn refused(
+    client: &Client,
+    origin: Uuid,
+    from: i64,
+    to: i64,
+) -> Result<Vec<Skipped>, String> {
+    let rows = timed(
+        "read the refused events",
+        client.query(
+            "SELECT r.cursor, r.kind, left(r.reason, 500) FROM planb_refused r WHERE r.origin = $1 \
+             AND r.cursor > $2 AND r.cursor <= $3 AND NOT EXISTS (SELECT 1 FROM planb_events e \
+             WHERE e.origin = r.origin AND e.cursor = r.cursor) ORDER BY r.cursor LIMIT $4",
+            &[&origin, &from, &to, &REFUSED_READ_MAX],
+        ),
+    )
+    .await
+    .map_err(|e| format!("database: {e}"))?;
+    Ok(rows
+        .iter()
+        .map(|row| Skipped {
+            origin,
+            cursor: row.get(0),
+            why: format!(
+                "the database refused it when it was shipped ({}): {}",
+                row.get::<_, String>(1),
+                row.get::<_, String>(2)
+            ),
+        })
+        .collect())
 }

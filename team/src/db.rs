@@ -106,6 +106,15 @@ pub enum DbError {
         /// The version found.
         found: i32,
     },
+    /// A reader found the schema of an older planb, which it does not
+    /// migrate: the next shipper of this version does.
+    #[error(
+        "database schema version {found} is older than this planb reads ({SCHEMA_VERSION}): it is read once a shipper of this version has migrated it"
+    )]
+    SchemaTooOld {
+        /// The version found.
+        found: i32,
+    },
 }
 
 /// `error` and each of its causes not already in the text, joined by `: `
@@ -150,7 +159,11 @@ pub async fn connect(settings: &TeamSettings) -> Result<Client, DbError> {
 /// planb has shipped to this database yet; a newer schema is an error.
 pub async fn connect_reader(settings: &TeamSettings) -> Result<Option<Client>, DbError> {
     let client = open(settings).await?;
-    Ok(schema_version(&client).await?.map(|_| client))
+    match schema_version(&client).await? {
+        None => Ok(None),
+        Some(found) if found < SCHEMA_VERSION => Err(DbError::SchemaTooOld { found }),
+        Some(_) => Ok(Some(client)),
+    }
 }
 
 /// The channel each shipped batch is announced on (its payload: the

@@ -520,20 +520,56 @@ fn listening_beyond_loopback_without_a_token_is_refused_naming_the_variable() {
     );
 }
 
+/// Rows the team replay cannot trust are left out and named, origin,
+/// cursor and why, and every other event is replayed: one altered in the
+/// database (its bytes no longer match its checksum), one deleted (the
+/// next one names it), one larger than a log record may be, one this build
+/// cannot read; a member's name over the limit is cut and said.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_event_this_build_cannot_read_ends_the_team_history_there_and_says_so() {
+async fn rows_that_cannot_be_trusted_are_named_and_the_rest_replayed() {
     let pg = planb_tests::postgres::Postgres::start();
     let (ana, _) = member_root("shop", 1_700_000_000_000);
     let settings = shipped_as_ana(&pg, DataRoot::new(ana.path())).await;
-    // The fifth event as a newer planb would have written it.
+    let (bo, _) = member_root("web", 1_700_000_100_000);
+    let bo_settings =
+        planb_team::TeamSettings::new(&pg.url(), "bo", planb_team::Projects::everything())
+            .expect("settings");
+    planb_team::push(DataRoot::new(bo.path()), bo_settings)
+        .await
+        .expect("push");
     let client = sql(&pg).await;
-    client
-        .execute(
-            "UPDATE planb_events SET payload = '\\x50456300'::bytea WHERE cursor = 5",
+    let ana_is = "(SELECT origin FROM planb_origins WHERE member = 'ana')";
+    // The last event as a newer planb would have written it, its checksum
+    // made to match.
+    let newer = b"PEc\0".to_vec();
+    let prev: i64 = client
+        .query_one(
+            &format!(
+                "SELECT prev_checksum FROM planb_events WHERE cursor = 9 AND origin = {ana_is}"
+            ),
             &[],
         )
         .await
-        .expect("update");
+        .expect("prev")
+        .get(0);
+    let checksum = planb_log::format::RecordHeader::new(&newer, 9, prev as u32).checksum;
+    client
+        .execute(
+            &format!("UPDATE planb_events SET payload = $1, checksum = $2 WHERE cursor = 9 AND origin = {ana_is}"),
+            &[&newer, &i64::from(checksum)],
+        )
+        .await
+        .expect("a newer event");
+    client
+        .batch_execute(&format!(
+            "UPDATE planb_events SET payload = '\\x50456300'::bytea WHERE cursor = 3 AND origin = {ana_is};
+             UPDATE planb_events SET payload = payload || decode(repeat('00', 5 * 1024 * 1024), 'hex') \
+               WHERE cursor = 2 AND origin = {ana_is};
+             DELETE FROM planb_events WHERE cursor = 7 AND origin = {ana_is};
+             UPDATE planb_origins SET member = repeat('b', 300) WHERE member = 'bo';"
+        ))
+        .await
+        .expect("rows altered and deleted");
     let cache = tempfile::tempdir().expect("cache");
     let cache = DataRoot::new(cache.path());
     let (retro, follower) = tokio::task::spawn_blocking(move || {
@@ -544,17 +580,30 @@ async fn an_event_this_build_cannot_read_ends_the_team_history_there_and_says_so
     .expect("load");
     assert_eq!(
         retro.timeline().len(),
-        4,
-        "the events before it: {:?} {:?}",
+        14,
+        "ana's 1, 4, 5, 6 and 8, bo's nine: {:?} {:?}",
         retro.problem(),
         retro.timeline().incomplete()
     );
+    assert!(retro.timeline().incomplete().is_none());
     let router = app(AppState { retro, port: PORT });
     check(
         &router,
         "/",
         StatusCode::OK,
-        &["event 5 of origin", "(ana)", "unknown schema version 99"],
+        &[
+            "web 1",
+            "shop 1",
+            "event 3 of origin",
+            "(ana): its bytes do not match the checksum shipped with them",
+            "event 2 of origin",
+            "over the 4194304 bytes a log record may hold",
+            "event 7 of origin",
+            "missing from the database",
+            "event 9 of origin",
+            "unknown schema version 99",
+            "member name is over the 200 characters read",
+        ],
     )
     .await;
     drop(follower);
@@ -678,4 +727,86 @@ async fn a_member_s_events_keep_their_order_whatever_times_they_carry() {
         .map(|e| e.event.body.kind_name())
         .collect();
     assert_eq!(kinds, ["session_created", "plan_version_saved"]);
+}
+
+/// The address a token link sends the browser to stays on this server:
+/// a path starting `//` or `/\\` would name another host.
+#[tokio::test]
+async fn a_token_link_never_sends_the_browser_to_another_site() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (retro, _) = Retro::open(&DataRoot::new(dir.path()));
+    let token = "k3y-for-the-team_replay.0123";
+    let router = planb_retro::app_with_token(AppState { retro, port: PORT }, token);
+    for (path, to) in [
+        ("//evil.example/", "/evil.example/"),
+        ("/%2F/evil.example/", "/%2F/evil.example/"),
+        ("/\\evil.example/x?member=bo", "/evil.example/x?member=bo"),
+        ("///evil.example", "/evil.example"),
+    ] {
+        let separator = if path.contains('?') { '&' } else { '?' };
+        let (status, headers, body) = get_as(
+            &router,
+            &format!("{path}{separator}token={token}"),
+            "team.internal:4317",
+            &[],
+        )
+        .await;
+        assert_eq!(status, StatusCode::SEE_OTHER, "{path}: {body}");
+        assert_eq!(headers["location"], to, "{path}");
+    }
+}
+
+/// `--listen` on a loopback address other than 127.0.0.1 serves there
+/// (and takes that address as the Host), without a token.
+#[test]
+fn listening_on_another_loopback_address_serves_there() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().expect("root");
+    let port = std::net::TcpListener::bind("127.0.0.2:0")
+        .and_then(|probe| probe.local_addr())
+        .expect("a free port")
+        .port();
+    let mut retro = std::process::Command::new(env!("CARGO_BIN_EXE_planb-retro"))
+        .args(["--listen", &format!("127.0.0.2:{port}")])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .env_remove("PLANB_RETRO_TOKEN")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run planb-retro");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let page = loop {
+        if let Ok(Some(status)) = retro.try_wait() {
+            let mut said = String::new();
+            let _ = retro
+                .stderr
+                .take()
+                .expect("stderr")
+                .read_to_string(&mut said);
+            panic!("planb-retro exited ({status}): {said}");
+        }
+        if let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.2", port)) {
+            let request =
+                format!("GET / HTTP/1.1\r\nHost: 127.0.0.2:{port}\r\nConnection: close\r\n\r\n");
+            stream.write_all(request.as_bytes()).expect("request");
+            let mut page = String::new();
+            stream.read_to_string(&mut page).expect("response");
+            break page;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = retro.kill();
+            let mut said = String::new();
+            let _ = retro
+                .stderr
+                .take()
+                .expect("stderr")
+                .read_to_string(&mut said);
+            panic!("nothing served on 127.0.0.2:{port}: {said}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let _ = retro.kill();
+    let _ = retro.wait();
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
 }
