@@ -39,6 +39,8 @@ pub const ORIGINS_MAX: i64 = 1_000;
 pub const MEMBER_CHARS_MAX: i32 = 200;
 /// Longest host name read, in characters.
 pub const HOST_CHARS_MAX: i32 = 255;
+/// Largest blob copied, in bytes: what a data root's blob may hold.
+const BLOB_BYTES_MAX: i64 = planb_projections::BLOB_BYTES_MAX as i64;
 /// Most refused events of one origin named in one poll.
 const REFUSED_READ_MAX: i64 = 200;
 
@@ -445,14 +447,27 @@ impl TeamSource {
             .block_on(timed(
                 "read a blob",
                 client.query_opt(
-                    "SELECT bytes FROM planb_blobs WHERE hash = $1",
-                    &[&hash.as_slice()],
+                    "SELECT CASE WHEN length(bytes) <= $2::bigint THEN bytes END, length(bytes) \
+                     FROM planb_blobs WHERE hash = $1",
+                    &[&hash.as_slice(), &BLOB_BYTES_MAX],
                 ),
             ))
             .map_err(|e| format!("database: {e}"))?;
-        if let Some(row) = row {
-            let bytes: Vec<u8> = row.get(0);
-            self.blobs.put(&bytes).map_err(|e| e.to_string())?;
+        let name = planb_core::ContentHash(*hash).to_hex();
+        let Some(row) = row else {
+            return Ok(());
+        };
+        let Some(bytes) = row.get::<_, Option<Vec<u8>>>(0) else {
+            let length: i32 = row.get(1);
+            return Err(format!(
+                "blob {name} is {length} bytes, over the {BLOB_BYTES_MAX} bytes a blob may hold"
+            ));
+        };
+        let stored = self.blobs.put(&bytes).map_err(|e| e.to_string())?;
+        if &stored != hash {
+            return Err(format!(
+                "blob {name}: its bytes in the database do not have that hash (altered in the database?)"
+            ));
         }
         Ok(())
     }
