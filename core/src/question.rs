@@ -40,6 +40,9 @@ pub const OPTIONS_MAX: usize = 50;
 pub const OPTION_VALUE_CHARS_MAX: usize = 200;
 /// Largest option illustration Markdown, in bytes.
 pub const OPTION_MARKDOWN_BYTES_MAX: usize = 16_384;
+/// Largest question spec, its JSON in bytes: with the rest of the event
+/// that opens its ask, it fits one log record (4 MiB).
+pub const SPEC_BYTES_MAX: usize = 2 * 1024 * 1024;
 /// Most steps a scale may have: `(max - min) / step`.
 pub const SCALE_STEPS_MAX: f64 = 1000.0;
 /// Name of the tab that holds questions without a `tab`.

@@ -207,9 +207,39 @@ impl AskSpec {
     /// its JSON path.
     pub fn from_json(value: &Value) -> Result<AskSpec, SpecError> {
         let mut errors = Errors::default();
+        // The whole first: a spec over it is refused before its parts are
+        // read, whatever they are.
+        let bytes = json_bytes(value);
+        if bytes > SPEC_BYTES_MAX {
+            errors.push(
+                "questions",
+                format!(
+                    "the question spec is {bytes} bytes, over the limit of {SPEC_BYTES_MAX} bytes"
+                ),
+            );
+            return Err(SpecError { errors: errors.0 });
+        }
         let spec = parse_spec(value, &mut errors);
         errors.into_result(spec)
     }
+}
+
+/// The length of `value` written as compact JSON, counted, not kept.
+fn json_bytes(value: &Value) -> usize {
+    struct Counted(usize);
+    impl std::io::Write for Counted {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counted = Counted(0);
+    // Writing a `Value` to a writer that never fails cannot fail.
+    let _ = serde_json::to_writer(&mut counted, value);
+    counted.0
 }
 
 pub(super) fn question_from_json(value: &Value) -> Result<Question, SpecError> {

@@ -357,6 +357,50 @@ fn every_problem_is_reported_at_once() {
     );
 }
 
+/// A spec of `questions` single questions of `options` options, each with
+/// `markdown` bytes of Markdown.
+fn sized_spec(questions: usize, options: usize, markdown: usize) -> Value {
+    let question = |q: usize| {
+        let options: Vec<Value> = (0..options)
+            .map(|o| json!({"value": format!("o{o}"), "markdown": "m".repeat(markdown)}))
+            .collect();
+        json!({"id": format!("q{q}"), "kind": "single", "label": "L", "options": options})
+    };
+    json!({"title": "T", "questions": (0..questions).map(question).collect::<Vec<_>>()})
+}
+
+#[test]
+fn a_spec_over_its_whole_limit_is_refused_naming_it_and_the_largest_fits_one_record() {
+    // Every part within its own limit, the whole 16 MB.
+    let huge = sized_spec(QUESTIONS_MAX, OPTIONS_MAX, OPTION_MARKDOWN_BYTES_MAX);
+    let bytes = huge.to_string().len();
+    check_spec_error(
+        huge,
+        &[&format!(
+            "questions: the question spec is {bytes} bytes, over the limit of {SPEC_BYTES_MAX} bytes"
+        )],
+    );
+    // The largest spec accepted, with its event, fits a 4 MiB log record.
+    let markdown = SPEC_BYTES_MAX / (QUESTIONS_MAX * OPTIONS_MAX) - 100;
+    let largest = sized_spec(QUESTIONS_MAX, OPTIONS_MAX, markdown);
+    assert!(largest.to_string().len() > SPEC_BYTES_MAX - 100_000);
+    let spec = AskSpec::from_json(&largest).expect("the largest spec is accepted");
+    let event = crate::Event {
+        id: crate::EventId::from_uuid(uuid::Uuid::nil()),
+        at: crate::Timestamp::from_unix_ms(0),
+        body: crate::EventBody::AskOpened {
+            session: crate::SessionId::from_uuid(uuid::Uuid::nil()),
+            ask: crate::AskId::from_uuid(uuid::Uuid::nil()),
+            spec,
+            delivery: crate::Delivery::BrowserOpened,
+            url: "http://127.0.0.1:65535/ask".into(),
+            sid_sha256: [0; 32],
+        },
+    };
+    let encoded = crate::encode(&event).expect("encode");
+    assert!(encoded.len() <= 4 << 20, "{} bytes", encoded.len());
+}
+
 #[test]
 fn spec_error_display_joins_the_problems() {
     let error = AskSpec::from_json(&json!({ "title": "" })).unwrap_err();

@@ -79,3 +79,44 @@ async fn answers_within_every_field_limit_but_over_a_record_get_422_and_lose_not
     assert!(text.contains("ask_draft_saved              1"), "{text}");
     assert!(text.contains("ask_answered                 1"), "{text}");
 }
+
+/// A question spec within every per-field limit but 16 MB in all is refused
+/// before anything is recorded, naming the field and the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_spec_over_its_whole_limit_is_refused_naming_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
+    let session = new_session(&server).await;
+    let markdown = "m".repeat(planb_core::question::OPTION_MARKDOWN_BYTES_MAX);
+    let options: Vec<Value> = (0..planb_core::question::OPTIONS_MAX)
+        .map(|o| json!({"value": format!("o{o}"), "markdown": markdown}))
+        .collect();
+    let questions: Vec<Value> = (0..QUESTIONS)
+        .map(|i| json!({"id": format!("q{i}"), "kind": "single", "label": "Pick", "options": options}))
+        .collect();
+    let Value::Object(arguments) =
+        json!({"sessionId": session, "title": "Many options", "questions": questions})
+    else {
+        unreachable!()
+    };
+    let result = tokio::time::timeout(
+        WAIT,
+        server
+            .client
+            .call_tool(CallToolRequestParams::new("ask_user").with_arguments(arguments)),
+    )
+    .await
+    .expect("an answer in time")
+    .expect("ask_user");
+    let text = text_of(&result);
+    let shown = planb_core::text::clip(&text, 300);
+    assert_eq!(result.is_error, Some(true), "{shown}");
+    let limit = planb_core::question::SPEC_BYTES_MAX;
+    assert!(
+        text.contains("questions: the question spec is ")
+            && text.contains(&format!("bytes, over the limit of {limit} bytes")),
+        "{shown}"
+    );
+    let (_, kinds) = crate::support::fold_log(dir.path());
+    assert!(!kinds.contains(&"ask_opened"), "{kinds:?}");
+}
