@@ -147,12 +147,15 @@ impl Store {
             // it may be behind the log.
             let content = locked.state().named_plan(plan).map(|p| p.content.clone());
             if let Some(content) = &content {
-                if on_disk.as_deref() != Some(content.as_str()) {
-                    write_plan_file(locked, &plan.name, path, content)?;
-                }
+                let placed = on_disk.as_deref() == Some(content.as_str())
+                    || write_plan_file(locked, &plan.name, path, content, on_disk.as_deref())?;
                 // The file holds the plan as recorded: what a later look
-                // compares it with, however it came to hold it.
-                note_written(self.root(), path, content);
+                // compares it with, however it came to hold it. One the
+                // person saved meanwhile stays theirs, recorded at the next
+                // look.
+                if placed {
+                    note_written(self.root(), path, content);
+                }
             }
             events.extend(outcome?);
             Ok(PlanFileChange {
@@ -232,13 +235,17 @@ fn temp_prefix(path: &Path) -> String {
     format!(".{}.", name.unwrap_or_default())
 }
 
-/// Writes `content` to a temp file of its own and renames it over `path`.
+/// Writes `content` to a temp file of its own and puts it in `path`'s
+/// place, unless the file no longer holds `found` (what the look before
+/// read; `None`: no file): a person's save that came in between is left
+/// where it is. Returns whether the file now holds `content`.
 fn write_plan_file(
     _locked: &Locked<'_, '_>,
     plan: &PlanName,
     path: &Path,
     content: &str,
-) -> Result<(), StoreError> {
+    found: Option<&str>,
+) -> Result<bool, StoreError> {
     let error = |source| PlanFileError::Write {
         path: path.display().to_string(),
         source,
@@ -258,16 +265,88 @@ fn write_plan_file(
             std::io::Write::write_all(&mut file, content.as_bytes())?;
             file.sync_all()
         })
-        .and_then(|()| std::fs::rename(&temp, path));
-    if let Err(source) = written {
-        let _ = std::fs::remove_file(&temp);
-        tracing::warn!(
-            plan = plan.as_str(),
-            "could not write the plan file: {source}"
-        );
-        return Err(error(source).into());
+        .and_then(|()| put_in_place(&temp, path, found));
+    match written {
+        Ok(placed) => {
+            if !placed {
+                tracing::info!(
+                    plan = plan.as_str(),
+                    "{} was saved by hand while planb wrote it; the person's version stays, recorded at the next look",
+                    path.display()
+                );
+            }
+            Ok(placed)
+        }
+        Err(source) => {
+            let _ = std::fs::remove_file(&temp);
+            tracing::warn!(
+                plan = plan.as_str(),
+                "could not write the plan file: {source}"
+            );
+            Err(error(source).into())
+        }
     }
-    Ok(())
+}
+
+/// Moves `temp` to `path` if `path` still holds `found` (`None`: no file),
+/// and says whether it did; `temp` is gone either way. The check and the
+/// move are one step: the file is swapped atomically with `temp`
+/// (`RENAME_EXCHANGE`), what it held compared with `found`, and swapped
+/// back when a writer changed it in between; a file that appeared is never
+/// replaced (`RENAME_NOREPLACE`). Where the system cannot swap, a plain
+/// rename.
+#[cfg(target_os = "linux")]
+fn put_in_place(temp: &Path, path: &Path, found: Option<&str>) -> std::io::Result<bool> {
+    use rustix::fs::{CWD, RenameFlags, renameat_with};
+    let Some(found) = found else {
+        return match renameat_with(CWD, temp, CWD, path, RenameFlags::NOREPLACE) {
+            Ok(()) => Ok(true),
+            Err(rustix::io::Errno::EXIST) => std::fs::remove_file(temp).map(|()| false),
+            Err(rustix::io::Errno::INVAL) => std::fs::rename(temp, path).map(|()| true),
+            Err(errno) => Err(errno.into()),
+        };
+    };
+    match renameat_with(CWD, temp, CWD, path, RenameFlags::EXCHANGE) {
+        Ok(()) => {}
+        Err(rustix::io::Errno::NOENT) => return put_in_place(temp, path, None),
+        Err(rustix::io::Errno::INVAL) => return std::fs::rename(temp, path).map(|()| true),
+        Err(errno) => return Err(errno.into()),
+    }
+    // `temp` now holds what `path` held at the swap.
+    let mut out = read_swapped(temp)?;
+    let unchanged = out.as_deref() == Some(found.as_bytes());
+    if !unchanged {
+        // A save came in between: swap it back. Should yet another save
+        // replace what was put in `path` meanwhile, that one is the newest
+        // and goes back in turn.
+        let mut put = Some(std::fs::read(path)?);
+        for _ in 0..SWAP_BACKS_MAX {
+            renameat_with(CWD, temp, CWD, path, RenameFlags::EXCHANGE)?;
+            let came_out = read_swapped(temp)?;
+            if came_out == put {
+                break;
+            }
+            put = std::mem::replace(&mut out, came_out);
+        }
+    }
+    std::fs::remove_file(temp)?;
+    Ok(unchanged)
+}
+
+/// How many times a person's save is swapped back into place while further
+/// saves keep coming.
+#[cfg(target_os = "linux")]
+const SWAP_BACKS_MAX: usize = 16;
+
+/// What a swap left under the temp name (`None`: too large to compare).
+#[cfg(target_os = "linux")]
+fn read_swapped(temp: &Path) -> std::io::Result<Option<Vec<u8>>> {
+    Ok(crate::bounded::read(temp, PLAN_FILE_BYTES_MAX)?.ok())
+}
+
+#[cfg(not(target_os = "linux"))]
+fn put_in_place(temp: &Path, path: &Path, _found: Option<&str>) -> std::io::Result<bool> {
+    std::fs::rename(temp, path).map(|()| true)
 }
 
 /// The process id in a plan file's temp file's name

@@ -4,6 +4,7 @@
 
 mod files;
 mod manifests;
+mod plan_file_race;
 mod power_cut;
 mod snapshot;
 mod store;
