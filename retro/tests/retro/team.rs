@@ -810,3 +810,37 @@ fn listening_on_another_loopback_address_serves_there() {
     let _ = retro.wait();
     assert!(page.starts_with("HTTP/1.1 200"), "{page}");
 }
+
+/// Rows shipped before the database's schema knew the checksum of the
+/// record before each one (version 1) are replayed as they are, with no
+/// word against them, beside the rows shipped after the migration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_of_a_database_migrated_from_version_1_are_replayed() {
+    let pg = planb_tests::postgres::Postgres::start();
+    let (ana, _) = member_root("shop", 1_700_000_000_000);
+    let root = DataRoot::new(ana.path());
+    let settings = shipped_as_ana(&pg, root.clone()).await;
+    sql(&pg)
+        .await
+        .batch_execute(
+            "ALTER TABLE planb_events DROP COLUMN prev_checksum, DROP COLUMN prev_cursor;
+             ALTER TABLE planb_origins DROP COLUMN last_cursor;
+             DROP TABLE planb_refused;
+             UPDATE planb_schema SET version = 1;",
+        )
+        .await
+        .expect("the schema as version 1 made it");
+    let more = planb_tests::logs::append_sessions(root.root(), 1, "/src/shop", 7);
+    shipped_as_ana(&pg, root).await;
+    let cache = tempfile::tempdir().expect("cache");
+    let blobs = DataRoot::new(cache.path()).blobs();
+    let polled = tokio::task::spawn_blocking(move || {
+        let mut source = planb_retro::team::TeamSource::new(settings, blobs).expect("source");
+        source.poll()
+    })
+    .await
+    .expect("poll")
+    .expect("polled");
+    assert_eq!(polled.events.len() as u64, 9 + more);
+    assert_eq!(polled.untrusted, Vec::<String>::new());
+}
