@@ -619,7 +619,7 @@ async fn refused(
     let rows = timed(
         "read the refused events",
         client.query(
-            "SELECT r.cursor, r.kind, left(r.reason, 500) FROM planb_refused r WHERE r.origin = $1 \
+            "SELECT r.cursor, left(r.kind, 64), left(r.reason, 500) FROM planb_refused r WHERE r.origin = $1 \
              AND r.cursor > $2 AND r.cursor <= $3 AND NOT EXISTS (SELECT 1 FROM planb_events e \
              WHERE e.origin = r.origin AND e.cursor = r.cursor) ORDER BY r.cursor LIMIT $4",
             &[&origin, &from, &to, &REFUSED_READ_MAX],

@@ -844,3 +844,45 @@ async fn rows_of_a_database_migrated_from_version_1_are_replayed() {
     assert_eq!(polled.events.len() as u64, 9 + more);
     assert_eq!(polled.untrusted, Vec::<String>::new());
 }
+
+/// An event the database refused when it was shipped is named by the team
+/// replay with the database's reason, once, and the events after it are
+/// replayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_refused_when_shipped_is_named_once_and_the_rest_replayed() {
+    let pg = planb_tests::postgres::Postgres::start();
+    let (ana, _) = member_root("shop", 1_700_000_000_000);
+    let settings =
+        planb_team::TeamSettings::new(&pg.url(), "ana", planb_team::Projects::everything())
+            .expect("settings");
+    planb_team::db::connect(&settings).await.expect("schema");
+    sql(&pg)
+        .await
+        .batch_execute("ALTER TABLE planb_events ADD CONSTRAINT not_four CHECK (cursor <> 4)")
+        .await
+        .expect("a constraint");
+    let pass = planb_team::push(DataRoot::new(ana.path()), settings.clone())
+        .await
+        .expect("push");
+    assert_eq!(pass.refused.len(), 1);
+    let cache = tempfile::tempdir().expect("cache");
+    let blobs = DataRoot::new(cache.path()).blobs();
+    let polled = tokio::task::spawn_blocking(move || {
+        let mut source = planb_retro::team::TeamSource::new(settings, blobs).expect("source");
+        source.poll()
+    })
+    .await
+    .expect("poll")
+    .expect("polled");
+    assert_eq!(polled.events.len(), 8, "all but the fourth");
+    assert_eq!(polled.untrusted.len(), 1, "{:?}", polled.untrusted);
+    let said = &polled.untrusted[0];
+    assert!(
+        said.contains("event 4 of origin")
+            && said.contains(
+                "(ana): the database refused it when it was shipped (plan_version_saved)"
+            )
+            && said.contains("not_four"),
+        "{said}"
+    );
+}
