@@ -159,8 +159,32 @@ fn pattern(entry: &str, home: Option<&Path>) -> Result<glob::Pattern, ProjectsEr
     let text = path
         .to_str()
         .ok_or_else(|| problem(entry, "is not UTF-8 once HOME is put in".into()))?;
+    if has_brace(text) {
+        return Err(problem(
+            entry,
+            "has braces, which these patterns do not expand: write each alternative as an entry of its own ([{] matches a brace)".into(),
+        ));
+    }
     glob::Pattern::new(text)
         .map_err(|e| problem(entry, format!("is not a pattern this reads: {e}")))
+}
+
+/// Whether `pattern` has a brace outside a `[…]` class.
+fn has_brace(pattern: &str) -> bool {
+    let mut chars = pattern.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '{' | '}' => return true,
+            '[' => {
+                // A class: `]` right after `[` or `[!` is one of its members.
+                chars.next_if_eq(&'!');
+                chars.next_if_eq(&']');
+                chars.by_ref().find(|c| *c == ']');
+            }
+            _ => {}
+        }
+    }
+    false
 }
 
 /// `path` with `.` and `..` resolved as written (no link is followed);
@@ -408,6 +432,9 @@ mod tests {
         assert!(error.to_string().contains("PLANB_TEAM_PROJECTS"), "{error}");
         let error = Projects::parse("/tmp/a**b", None).expect_err("** inside a name");
         assert!(error.to_string().contains("a**b"), "{error}");
+        let error = Projects::parse("/src/{shop,web}", None).expect_err("braces");
+        assert!(error.to_string().contains("braces"), "{error}");
+        assert!(projects("/src/[{]shop[}]").includes("/src/{shop}"));
     }
 
     #[test]
