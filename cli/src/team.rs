@@ -92,10 +92,14 @@ fn status_text(status: &TeamStatus) -> String {
     ];
     lines.push(match &status.database_mark {
         Ok(Some(mark)) => format!(
-            "shipped     up to cursor {} ({} behind); {} event(s) in the database{}",
+            "shipped     up to cursor {} ({} behind); {} event(s) in the database{}{}",
             mark.shipped_to,
             status.log_end.saturating_sub(mark.shipped_to),
             mark.events,
+            match mark.refused {
+                0 => String::new(),
+                n => format!(", {n} refused by it (team push names them)"),
+            },
             mark.last_shipped_at
                 .map(|at| format!(", last batch {}", ago(status.now, at)))
                 .unwrap_or_default()

@@ -56,6 +56,8 @@ pub struct DatabaseMark {
     pub shipped_to: u64,
     /// Events the database holds from this origin.
     pub events: u64,
+    /// Events of this origin the database refused (named by `team push`).
+    pub refused: u64,
     /// When the last batch landed.
     pub last_shipped_at: Option<std::time::SystemTime>,
 }
@@ -70,7 +72,9 @@ pub async fn database_mark(
         "read the origin's mark",
         client.query_opt(
             "SELECT o.shipped_to, (SELECT count(*) FROM planb_events e WHERE e.origin = o.origin), \
-             o.last_shipped_at FROM planb_origins o WHERE o.origin = $1",
+             o.last_shipped_at, (SELECT count(*) FROM planb_refused r WHERE r.origin = o.origin \
+             AND NOT EXISTS (SELECT 1 FROM planb_events e WHERE e.origin = r.origin AND e.cursor = r.cursor)) \
+             FROM planb_origins o WHERE o.origin = $1",
             &[&origin],
         ),
     )
@@ -79,5 +83,6 @@ pub async fn database_mark(
         shipped_to: row.get::<_, i64>(0).max(0) as u64,
         events: row.get::<_, i64>(1).max(0) as u64,
         last_shipped_at: row.get(2),
+        refused: row.get::<_, i64>(3).max(0) as u64,
     }))
 }

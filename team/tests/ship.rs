@@ -241,9 +241,17 @@ async fn an_event_the_database_refuses_is_named_and_the_rest_ship() {
         .collect();
     let expected: Vec<i64> = (1..=18).filter(|c| *c != 4).collect();
     assert_eq!(cursors, expected);
-    let again = planb_team::push(root, settings).await.expect("no halt");
+    let again = planb_team::push(root.clone(), settings.clone())
+        .await
+        .expect("no halt");
     assert_eq!((again.shipped, again.shipped_to), (0, 18));
     assert_eq!(again.refused, pass.refused, "still named");
+    let origin = planb_team::local::origin(&root).expect("origin");
+    let mark = planb_team::database_mark(&settings, origin)
+        .await
+        .expect("mark")
+        .expect("shipped");
+    assert_eq!((mark.events, mark.refused), (17, 1));
     let named: Vec<(i64, String)> = client
         .query("SELECT cursor, reason FROM planb_refused", &[])
         .await
