@@ -714,7 +714,10 @@ impl Rows<'_> {
         for (n, row) in self.rows.iter().enumerate() {
             timed("savepoint", tx.batch_execute("SAVEPOINT one")).await?;
             match self.insert_some(tx, &self.rows[n..=n], prev).await {
-                Ok(new) => count += new,
+                Ok(new) => {
+                    timed("release", tx.batch_execute("RELEASE SAVEPOINT one")).await?;
+                    count += new;
+                }
                 Err(ShipError::Db(error)) => {
                     let Some(reason) = refusal(&error) else {
                         return Err(ShipError::Db(error));
