@@ -257,7 +257,43 @@ async fn start_worker(
     let recorded = wait.until_recorded(&mut exited, &mine).await;
     // Reap it whenever it exits; the run does not depend on us.
     std::thread::spawn(move || child.wait());
-    recorded
+    match recorded {
+        Err(failure) if failure.code != ErrorCode::RunAlreadyActive => {
+            Err(deleted_meanwhile(&launch.store, id)
+                .await
+                .unwrap_or(failure))
+        }
+        recorded => recorded,
+    }
+}
+
+/// `TASK_NOT_FOUND` when `id` was deleted while its run was starting, once
+/// the folder the worker's log made again is gone (under the run lock, so
+/// never while the worker or the deletion holds it).
+async fn deleted_meanwhile(store: &Arc<Store>, id: TaskId) -> Option<Error> {
+    let held = Arc::clone(store);
+    let read = planb_engine::host::blocking(move || {
+        held.read(|s| s.task(&id).is_some_and(|t| t.deleted_at.is_some()))
+    });
+    if !read.await.ok()? {
+        return None;
+    }
+    let root = store.root().clone();
+    if let Ok(lock) = planb_engine::host::take_run_lock(&root, id).await {
+        let removed = planb_engine::host::off_workers(move || {
+            planb_engine::task_files::remove_folder(&root, &id)
+        })
+        .await;
+        drop(lock);
+        if let Ok(Err(error)) = removed {
+            tracing::warn!("task {id} is deleted; its folder could not be removed: {error}");
+        }
+    }
+    Some(Error::with(
+        ErrorCode::TaskNotFound,
+        format!("task_id: task {id} was deleted while its run was starting"),
+        json!({"task_id": id.to_string()}),
+    ))
 }
 
 /// A wait for a task's next run to be recorded.

@@ -257,13 +257,32 @@ impl Tasks {
     /// Deletes the task (not while it runs) and removes its folder; returns
     /// the folder.
     pub async fn delete(&self, id: TaskId) -> Result<PathBuf, Error> {
-        self.find(id).await?;
+        if self.find(id).await?.active_run().is_some() {
+            // Refused at once, as the record would refuse it.
+            self.execute(Command::DeleteTask { task: id }).await?;
+        }
+        let details = json!({"task_id": id.to_string()});
+        // Decided and done under the task's run lock: a run starting
+        // meanwhile holds the task first (the deletion is then refused while
+        // it runs), or finds it deleted and leaves no folder.
+        let lock = planb_engine::host::take_run_lock(&self.root(), id)
+            .await
+            .map_err(|e| match e {
+                planb_engine::worker::WorkerError::Busy(_) => Error::with(
+                    ErrorCode::RunAlreadyActive,
+                    format!(
+                        "task {id} is starting a run; stop it (task_stop) before deleting the task"
+                    ),
+                    details.clone(),
+                ),
+                other => Error::internal(other),
+            })?;
         self.execute(Command::DeleteTask { task: id }).await?;
         let root = self.root();
         let folder = root.task_dir(&id);
         let removed =
             off_workers(move || planb_engine::task_files::remove_folder(&root, &id)).await;
-        let details = json!({"task_id": id.to_string()});
+        drop(lock);
         match removed {
             Ok(Ok(())) => Ok(folder),
             // The deletion is recorded; `planb-mcp rebuild` removes the folder.

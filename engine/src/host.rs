@@ -97,8 +97,9 @@ pub async fn blocking<R: Send + 'static>(
 /// liveness check (`worker_alive`) holds it for an instant.
 const LOCK_PATIENCE: Duration = Duration::from_secs(2);
 
-/// Takes `task`'s run lock, waiting out a liveness check's brief hold.
-pub(crate) async fn take_run_lock(root: &DataRoot, task: TaskId) -> Result<RunLock, WorkerError> {
+/// Takes `task`'s run lock, waiting out a brief hold (a liveness check, a
+/// deletion).
+pub async fn take_run_lock(root: &DataRoot, task: TaskId) -> Result<RunLock, WorkerError> {
     let started = Instant::now();
     loop {
         let root = root.clone();

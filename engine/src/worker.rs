@@ -296,11 +296,44 @@ impl RunEnd {
     }
 }
 
+/// Whether `task` is recorded and not deleted.
+async fn is_live(store: &Arc<Store>, task: TaskId) -> Result<bool, WorkerError> {
+    let held = Arc::clone(store);
+    let live = blocking(move || held.read(|s| s.task(&task).map(|t| t.deleted_at.is_none())));
+    Ok(live.await?.unwrap_or(false))
+}
+
+/// Takes `task`'s run lock and reads the task, unless it is unknown or
+/// deleted (`NoTask`). A deleted task's folder is never left behind: no lock
+/// is tried for a task already deleted, and one deleted while the lock was
+/// being taken loses what taking it made, before the lock is let go (a
+/// deletion is recorded under that lock).
+async fn hold_live_task(
+    store: &Arc<Store>,
+    task: TaskId,
+) -> Result<(planb_projections::RunLock, Task), WorkerError> {
+    if !is_live(store, task).await? {
+        return Err(WorkerError::NoTask(task));
+    }
+    let (lock, found) = hold_task(store, task).await?;
+    match found.filter(|t| t.deleted_at.is_none()) {
+        Some(found) => Ok((lock, found)),
+        None => {
+            let root = store.root().clone();
+            let removed = off_workers(move || crate::task_files::remove_folder(&root, &task)).await;
+            if let Ok(Err(error)) = removed {
+                tracing::warn!("task {task} is deleted; its folder could not be removed: {error}");
+            }
+            drop(lock);
+            Err(WorkerError::NoTask(task))
+        }
+    }
+}
+
 /// Runs task `task` once, from its recorded state to an end. The run lock is
 /// held until this returns.
 pub async fn run(store: Arc<Store>, task: TaskId, options: Options) -> Result<Ended, WorkerError> {
-    let (lock, found) = hold_task(&store, task).await?;
-    let found = found.ok_or(WorkerError::NoTask(task))?;
+    let (lock, found) = hold_live_task(&store, task).await?;
     if let Some(seen) = options.runs_seen
         && let Some(run) = found.runs.get(seen)
     {

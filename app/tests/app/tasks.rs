@@ -795,3 +795,65 @@ async fn a_task_retries_from_its_first_step_then_is_archived_and_deleted_never_u
     assert_eq!(kept.runs.len(), 2);
     assert!(kept.deleted_at.is_some() && kept.archived_at.is_some());
 }
+
+/// A run starting while its task is deleted: they take turns. The deletion
+/// waits for the run (refused while it goes on), or the start answers that
+/// the task is gone; neither answers an internal error, and a deleted
+/// task's folder never comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_racing_a_delete_leaves_no_folder_and_names_the_winner() {
+    const ROUNDS: usize = 20;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let tasks = open(dir.path());
+    let root = tasks.store().root().clone();
+    let pipeline = tasks::checked_pipeline(&root, PROJECT_PLAN, DEFAULT_TARGET).expect("pipeline");
+    let launch = launch_of(&tasks);
+    let mut problems = Vec::new();
+    for round in 0..ROUNDS {
+        let id = tasks
+            .create(request(PROMPT, "ping"), &pipeline)
+            .await
+            .expect("created");
+        let runner = script_model(dir.path(), "fails.sh", "sleep 0.2; exit 1\n");
+        let from = if round % 2 == 0 {
+            Start::Retry
+        } else {
+            Start::Resume
+        };
+        let (started, deleted) = tokio::join!(
+            launch::start(&launch, id, 0, runner, from),
+            tasks.delete(id)
+        );
+        let refused = [
+            ErrorCode::TaskNotFound,
+            ErrorCode::RunAlreadyActive,
+            ErrorCode::Conflict,
+        ];
+        match (&started, &deleted) {
+            // The run came first and ended before the deletion took the task.
+            (Ok(_), Ok(_)) => {}
+            (Ok(_), Err(e)) if refused.contains(&e.code) => {
+                until_ended(&tasks, id).await;
+                tasks.delete(id).await.expect("deleted once the run ended");
+            }
+            (Err(e), Ok(_)) if refused.contains(&e.code) => {}
+            _ => problems.push(format!(
+                "round {round}: start {:?}, delete {:?}",
+                started.as_ref().map(|_| ()).map_err(ToString::to_string),
+                deleted.as_ref().map(|_| ()).map_err(ToString::to_string)
+            )),
+        }
+        // Whatever took the task's run lock has let it go by now.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let folder = root.task_dir(&id);
+        if folder.exists() {
+            let left: Vec<_> = std::fs::read_dir(&folder)
+                .map(|entries| entries.flatten().map(|e| e.file_name()).collect())
+                .unwrap_or_default();
+            problems.push(format!(
+                "round {round}: the deleted task's folder holds {left:?}"
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
+}
