@@ -26,6 +26,7 @@ mod index;
 mod indexer;
 pub mod pipelines;
 mod plan_file;
+mod plan_temps;
 mod plan_texts;
 mod rebuild;
 mod root;

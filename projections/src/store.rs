@@ -354,7 +354,7 @@ impl Store {
         let mut folded = Folded::at_open(&root, &storage, options);
         let start = folded.state.last_cursor();
         let events = folded.catch_up()?;
-        crate::plan_file::remove_dead_writers_temps(&folded.state);
+        crate::plan_temps::remove_dead_writers_temps(&folded.state);
         folded.pending.opened(&folded.state);
         let mut slot = IndexSlot::new(root.clone(), Arc::clone(log.storage()), options);
         let index_applied = index_applied(&mut slot);
