@@ -411,6 +411,14 @@ fn poll_team(source: &mut TeamSource, retro: &Retro, more: &mut bool) -> usize {
             .unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(members));
     }
     retro.add_untrusted(polled.untrusted);
+    if polled.left_out > 0 {
+        retro
+            .inner
+            .timeline
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .note_left_out(polled.left_out);
+    }
     let count = polled.events.len();
     retro.append(polled.events, None);
     count

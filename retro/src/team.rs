@@ -200,6 +200,8 @@ pub struct Polled {
     pub members: Option<Members>,
     /// The poll's bounds left events to read: poll again now.
     pub more: bool,
+    /// Events left out as untrusted (each also said in `untrusted`).
+    pub left_out: u64,
 }
 
 impl TeamSource {
@@ -333,6 +335,7 @@ impl TeamSource {
             events,
             untrusted,
             more,
+            left_out: skipped.len() as u64,
         }
     }
 

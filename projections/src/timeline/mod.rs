@@ -76,6 +76,9 @@ pub struct Timeline {
     ask_opened_at: HashMap<AskId, Cursor>,
     /// Set when the log goes on past the last event but cannot be read.
     incomplete: Option<Incomplete>,
+    /// Events of a team database left out as untrusted (altered, deleted,
+    /// unreadable): the history shown goes on past them.
+    left_out: u64,
 }
 
 /// Why a timeline stops before the log does: the record at `cursor` could
@@ -106,6 +109,17 @@ impl Timeline {
     /// Why the timeline ends before the log does, if it does.
     pub fn incomplete(&self) -> Option<&Incomplete> {
         self.incomplete.as_ref()
+    }
+
+    /// Records that `count` more events were left out of the history (a
+    /// team replay's untrusted rows), so every view can say so.
+    pub fn note_left_out(&mut self, count: u64) {
+        self.left_out += count;
+    }
+
+    /// How many events were left out of the history.
+    pub fn left_out(&self) -> u64 {
+        self.left_out
     }
 
     /// Appends the next event of the log. Returns `false`, changing nothing,

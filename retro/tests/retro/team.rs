@@ -528,7 +528,7 @@ fn listening_beyond_loopback_without_a_token_is_refused_naming_the_variable() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rows_that_cannot_be_trusted_are_named_and_the_rest_replayed() {
     let pg = planb_tests::postgres::Postgres::start();
-    let (ana, _) = member_root("shop", 1_700_000_000_000);
+    let (ana, ana_sessions) = member_root("shop", 1_700_000_000_000);
     let settings = shipped_as_ana(&pg, DataRoot::new(ana.path())).await;
     let (bo, _) = member_root("web", 1_700_000_100_000);
     let bo_settings =
@@ -603,6 +603,17 @@ async fn rows_that_cannot_be_trusted_are_named_and_the_rest_replayed() {
             "event 9 of origin",
             "unknown schema version 99",
             "member name is over the 200 characters read",
+        ],
+    )
+    .await;
+    let session = ana_sessions[0];
+    check(
+        &router,
+        &format!("/sessions/{session}"),
+        StatusCode::OK,
+        &[
+            "Events left out.",
+            "4 event(s) of the team database cannot be trusted",
         ],
     )
     .await;

@@ -87,7 +87,8 @@ pub(super) fn page(
 }
 
 /// When the log cannot be read to its end: that the history shown stops
-/// early, where, and why. Empty otherwise.
+/// early, where, and why; when a team replay left events out: how many.
+/// Empty otherwise.
 pub(super) fn incomplete_banner(timeline: &Timeline) -> Markup {
     html! {
         @if let Some(incomplete) = timeline.incomplete() {
@@ -96,6 +97,14 @@ pub(super) fn incomplete_banner(timeline: &Timeline) -> Markup {
                 " The log cannot be read from event #" (incomplete.cursor)
                 " on, so this shows only what happened before it: "
                 (incomplete.reason)
+            }
+        }
+        @if timeline.left_out() > 0 {
+            div.banner.banner-error.retro-left-out role="alert" {
+                strong { "Events left out." }
+                " " (timeline.left_out())
+                " event(s) of the team database cannot be trusted and are not in this replay, so what follows them may differ from what happened; "
+                a href="/" { "the index" } " names each."
             }
         }
     }
