@@ -1757,8 +1757,7 @@ async fn a_sampling_request_no_longer_waited_for_is_cancelled_at_the_client() {
     let dir = tempfile::tempdir().expect("tempdir");
     let never = Duration::from_secs(600);
     let env = [("PLANB_STEP_TIMEOUT_SEC", "1")];
-    let mut server =
-        crate::support::start_sampling(dir.path(), &env, scripted_answer, never).await;
+    let mut server = crate::support::start_sampling(dir.path(), &env, scripted_answer, never).await;
     create(&server, "fast").await;
     let reason = tokio::time::timeout(Duration::from_secs(60), server.seen.cancelled.recv())
         .await
@@ -1773,7 +1772,10 @@ async fn a_sampling_request_no_longer_waited_for_is_cancelled_at_the_client() {
     let running = until_completed(&server, &task, 0).await;
     assert_eq!(running["state"], "running", "{running}");
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(server.seen.cancelled.try_recv().is_err(), "nothing cancelled yet");
+    assert!(
+        server.seen.cancelled.try_recv().is_err(),
+        "nothing cancelled yet"
+    );
     ok(&call(&server, "task_stop", json!({"task_id": task})).await);
     let reason = tokio::time::timeout(Duration::from_secs(30), server.seen.cancelled.recv())
         .await
