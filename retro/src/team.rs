@@ -164,6 +164,8 @@ pub struct TeamSource {
     /// failed): tried again on each poll, at most [`RETRIES_PER_POLL`].
     uncopied: std::collections::BTreeSet<BlobHash>,
     members: Members,
+    /// That origins past [`ORIGINS_MAX`] are left out was said.
+    origins_cut: bool,
 }
 
 /// Most uncopied blobs tried again in one poll.
@@ -222,6 +224,7 @@ impl TeamSource {
             uncopied: std::collections::BTreeSet::new(),
             merged_at: HashMap::new(),
             members: Members::default(),
+            origins_cut: false,
         })
     }
 
@@ -288,7 +291,7 @@ impl TeamSource {
         let client = client.as_ref().expect("connected above");
         let origins = read_origins(client).await?;
         let mut reads = Vec::new();
-        for origin in &origins {
+        for origin in origins.iter().take(ORIGINS_MAX as usize) {
             let from = read_to.get(&origin.id).copied().unwrap_or(0);
             if origin.shipped_to > from {
                 reads.push(read_origin(client, origin, from).await?);
@@ -353,8 +356,16 @@ impl TeamSource {
     }
 
     /// Takes in the origins' names and hosts; whether any changed. A name
-    /// cut to the limit, or an origin's last event gone, is said once.
-    fn take_origins(&mut self, origins: Vec<OriginRow>, untrusted: &mut Vec<String>) -> bool {
+    /// cut to the limit, and origins past [`ORIGINS_MAX`], are said once.
+    fn take_origins(&mut self, mut origins: Vec<OriginRow>, untrusted: &mut Vec<String>) -> bool {
+        if origins.len() as i64 > ORIGINS_MAX {
+            origins.truncate(ORIGINS_MAX as usize);
+            if !std::mem::replace(&mut self.origins_cut, true) {
+                untrusted.push(format!(
+                    "the database names more than {ORIGINS_MAX} origins: the first {ORIGINS_MAX} by id are replayed, the others left out"
+                ));
+            }
+        }
         let mut changed = false;
         for row in origins {
             let id = row.id;
@@ -488,7 +499,7 @@ async fn read_origins(client: &Client) -> Result<Vec<OriginRow>, String> {
              OR EXISTS (SELECT 1 FROM planb_events e WHERE e.origin = o.origin AND e.cursor = o.last_cursor) \
              OR EXISTS (SELECT 1 FROM planb_refused r WHERE r.origin = o.origin AND r.cursor = o.last_cursor) \
              FROM planb_origins o ORDER BY o.origin LIMIT $3",
-            &[&MEMBER_CHARS_MAX, &HOST_CHARS_MAX, &ORIGINS_MAX],
+            &[&MEMBER_CHARS_MAX, &HOST_CHARS_MAX, &(ORIGINS_MAX + 1)],
         ),
     )
     .await

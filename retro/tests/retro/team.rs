@@ -897,3 +897,37 @@ async fn an_event_refused_when_shipped_is_named_once_and_the_rest_replayed() {
         "{said}"
     );
 }
+
+/// A database naming more origins than are read has the rest left out,
+/// and says so once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn origins_past_the_limit_are_left_out_and_said_once() {
+    let pg = planb_tests::postgres::Postgres::start();
+    let (ana, _) = member_root("shop", 1_700_000_000_000);
+    let settings = shipped_as_ana(&pg, DataRoot::new(ana.path())).await;
+    sql(&pg)
+        .await
+        .batch_execute(
+            "INSERT INTO planb_origins (origin, member, host, data_root) \
+             SELECT gen_random_uuid(), 'm' || n, 'h', '/' FROM generate_series(1, 1000) AS n",
+        )
+        .await
+        .expect("origins");
+    let cache = tempfile::tempdir().expect("cache");
+    let blobs = DataRoot::new(cache.path()).blobs();
+    let (first, second) = tokio::task::spawn_blocking(move || {
+        let mut source = planb_retro::team::TeamSource::new(settings, blobs).expect("source");
+        (source.poll(), source.poll())
+    })
+    .await
+    .expect("polls");
+    let first = first.expect("first poll");
+    let members = first.members.expect("members");
+    assert_eq!(members.origins.len() as i64, planb_retro::team::ORIGINS_MAX);
+    assert_eq!(first.untrusted.len(), 1, "{:?}", first.untrusted);
+    assert!(first.untrusted[0].contains("more than 1000 origins"));
+    assert!(
+        second.expect("second poll").untrusted.is_empty(),
+        "said once"
+    );
+}
