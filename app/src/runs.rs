@@ -220,6 +220,14 @@ impl<V> Newest<V> {
         }
     }
 
+    /// The value kept for `id`, left in place.
+    fn peek(&self, id: TaskId) -> Option<&V> {
+        self.0
+            .iter()
+            .find(|(kept, _)| *kept == id)
+            .map(|(_, value)| value)
+    }
+
     /// The value kept for `id`, taken.
     fn take(&mut self, id: TaskId) -> Option<V> {
         let at = self.0.iter().position(|(kept, _)| *kept == id)?;
@@ -267,7 +275,8 @@ impl PlanRuns {
     /// joined; else the result of one whose call handed back, once; else
     /// nothing. A call naming other variables (or a resume) than the run it
     /// finds is not after it: a run under way refuses it, a kept result is
-    /// dropped (its outcome stays in the log).
+    /// left for a call that is (until a run the call starts takes its
+    /// place: the call may yet be refused by its check or its review).
     pub fn find(&self, request: &RunRequest, follow: bool) -> Result<Found, Error> {
         let poisoned = || Error::internal("the plan runs' table is poisoned");
         let active = self.active.lock().map_err(|_| poisoned())?;
@@ -277,10 +286,15 @@ impl PlanRuns {
             let joined = joined(attached, request, follow)?;
             return Ok(Found::Running(joined.0, joined.1));
         }
-        Ok(match unclaimed.take(id) {
-            Some((done, asked)) if asked.taken_by(request) => Found::Ended(done),
-            _ => Found::Nothing,
-        })
+        let after_it = unclaimed
+            .peek(id)
+            .is_some_and(|(_, asked)| asked.taken_by(request));
+        if !after_it {
+            return Ok(Found::Nothing);
+        }
+        Ok(unclaimed
+            .take(id)
+            .map_or(Found::Nothing, |(done, _)| Found::Ended(done)))
     }
 
     /// Starts the run `request` asks for in the background, or joins the
@@ -314,6 +328,11 @@ impl PlanRuns {
             asked: Arc::new(Asked::of(&request)),
         };
         active.insert(id, attached.clone());
+        // A new run of the plan takes the place of a result kept from an
+        // earlier one (its outcome stays in the log).
+        if let Ok(mut unclaimed) = self.unclaimed.lock() {
+            unclaimed.take(id);
+        }
         drop(active);
         let follower = follow.then(|| attached.follow());
         request.progress = Some(teller(&attached));

@@ -252,10 +252,50 @@ async fn a_call_asking_for_another_run_neither_joins_nor_collects_the_one_there_
         .await;
     assert!(matches!(waited, Waited::StillRunning { .. }), "{waited:?}");
     until_ended(&mut first).await.expect("ran");
-    // Not for a call that names other variables: it is dropped.
+    // Not for a call that names other variables; that call may still be
+    // refused (by its check or its review), so the result stays for a
+    // call that is after it.
     let found = setup.runs.find(&asking(Some("bob")), false);
     assert!(matches!(found, Ok(Found::Nothing)), "{found:?}");
     let found = setup.runs.find(&asking(None), false);
+    assert!(matches!(found, Ok(Found::Ended(_))), "{found:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_result_gives_way_only_to_a_run_that_starts() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let setup = setup(dir.path());
+    let (id, plan) = two_step_plan(&setup, 100).await;
+    let asking = |who: &str| {
+        let mut request = RunRequest::new(id);
+        let mut map = Map::new();
+        map.insert("who".into(), json!(who));
+        request.variables = Some(map);
+        request
+    };
+    let start = |request: RunRequest| {
+        (setup.runs)
+            .start(&setup.store, &setup.source, &plan, request, false)
+            .expect("started")
+            .0
+    };
+    // A run whose call handed back ends: its result is kept.
+    let mut first = start(asking("ada"));
+    let waited = setup
+        .runs
+        .wait(&mut first, None, id, Some(Instant::now()))
+        .await;
+    assert!(matches!(waited, Waited::StillRunning { .. }), "{waited:?}");
+    until_ended(&mut first).await.expect("ran");
+    // Calls naming other variables find nothing, and leave it.
+    for _ in 0..3 {
+        let found = setup.runs.find(&asking("bob"), false);
+        assert!(matches!(found, Ok(Found::Nothing)), "{found:?}");
+    }
+    // One that starts a run takes its place.
+    let mut second = start(asking("bob"));
+    until_ended(&mut second).await.expect("ran");
+    let found = setup.runs.find(&RunRequest::new(id), false);
     assert!(matches!(found, Ok(Found::Nothing)), "{found:?}");
 }
 
