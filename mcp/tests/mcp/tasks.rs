@@ -1213,6 +1213,15 @@ fn tasks_order(uris: &[String]) -> Vec<String> {
     order
 }
 
+/// How many tasks the kill test runs, each killed at up to 5 random points
+/// (`PLANB_KILL9_TASKS`, default 1; more to soak).
+fn killed_tasks() -> usize {
+    std::env::var("PLANB_KILL9_TASKS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_at_random_points_a_task_still_ends_as_an_uninterrupted_run_would() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -1244,12 +1253,38 @@ async fn killed_at_random_points_a_task_still_ends_as_an_uninterrupted_run_would
         random ^= random << 17;
         random % below
     };
-    let task = create(&server, "fast").await;
-    let id = planb_core::TaskId::parse(&task).expect("id");
+    let mut all_kills = 0;
+    for _ in 0..killed_tasks() {
+        let task = create(&server, "fast").await;
+        let kills = kill_until_completed(&server, dir.path(), &task, &mut next).await;
+        check_killed_task(
+            dir.path(),
+            &task,
+            &reference,
+            &format!("{kills} kill(s), seed {seed}"),
+        );
+        all_kills += kills;
+    }
+    eprintln!(
+        "{} task(s) completed after {all_kills} kill(s)",
+        killed_tasks()
+    );
+    server.client.cancel().await.expect("close");
+}
+
+/// Kills the task's worker at up to 5 random points, resuming it after
+/// each, then waits for it to complete; returns the kills.
+async fn kill_until_completed(
+    server: &Server,
+    dir: &Path,
+    task: &str,
+    next: &mut impl FnMut(u64) -> u64,
+) -> usize {
+    let id = planb_core::TaskId::parse(task).expect("id");
     let mut kills = 0;
     for _ in 0..5 {
         tokio::time::sleep(Duration::from_millis(next(200))).await;
-        let (state, _) = crate::support::fold_log(dir.path());
+        let (state, _) = crate::support::fold_log(dir);
         let run = state.task(&id).and_then(|t| t.runs.last()).cloned();
         let Some(run) = run.filter(|r| r.state == RunState::Running) else {
             break;
@@ -1258,40 +1293,39 @@ async fn killed_at_random_points_a_task_still_ends_as_an_uninterrupted_run_would
             .args(["-9", &run.owner_pid.to_string()])
             .status();
         kills += 1;
-        let now = until_settled(&server, &task).await;
+        let now = until_settled(server, task).await;
         if now["state"] == "completed" {
             break;
         }
         assert_eq!(now["error"]["failure_reason"], "worker_error", "{now}");
-        ok(&call(&server, "task_resume", json!({"task_id": task})).await);
+        ok(&call(server, "task_resume", json!({"task_id": task})).await);
     }
-    let done = wait(&server, &task).await;
+    let done = wait(server, task).await;
     assert_eq!(done["state"], "completed", "{done} after {kills} kill(s)");
-    eprintln!("completed after {kills} kill(s)");
+    kills
+}
 
-    // No step that succeeded ran again in a later run.
-    let (state, _) = crate::support::fold_log(dir.path());
+/// No step that succeeded ran again in a later run of `task`, and its
+/// model artifacts are those of `reference`, a run nobody interrupted.
+fn check_killed_task(dir: &Path, task: &str, reference: &str, how: &str) {
+    let id = planb_core::TaskId::parse(task).expect("id");
+    let (state, _) = crate::support::fold_log(dir);
     let recorded = state.task(&id).expect("task");
-    let started = planb_tests::logs::started_by_run(dir.path());
     let mut succeeded_before: BTreeSet<String> = BTreeSet::new();
-    for (run, steps) in recorded
-        .runs
-        .iter()
-        .zip(started.iter().skip(started.len() - recorded.runs.len()))
-    {
+    for (run, steps) in recorded.runs.iter().zip(started_by_task_run(dir, &id)) {
         let again: Vec<&String> = steps
             .iter()
             .filter(|s| succeeded_before.contains(*s))
             .collect();
         assert!(
             again.is_empty(),
-            "ran again after a kill: {again:?} (seed {seed})"
+            "ran again after a kill: {again:?} ({how})"
         );
         succeeded_before.extend(run.succeeded.iter().cloned());
     }
-    // The model's artifacts are those of the run nobody interrupted (the
-    // report also shows its own task's creation time).
-    let reference_id = planb_core::TaskId::parse(&reference).expect("id");
+    // The report also shows its own task's creation time: compare the
+    // model's artifacts.
+    let reference_id = planb_core::TaskId::parse(reference).expect("id");
     let pipeline = planb_engine::pipelines::project_plan();
     let artifacts = |t: &planb_core::Task| -> Vec<(String, [u8; 32])> {
         t.successes
@@ -1307,9 +1341,27 @@ async fn killed_at_random_points_a_task_still_ends_as_an_uninterrupted_run_would
     assert_eq!(
         artifacts(recorded),
         artifacts(state.task(&reference_id).expect("reference")),
-        "after {kills} kill(s) (seed {seed})"
+        "{how}"
     );
-    server.client.cancel().await.expect("close");
+}
+
+/// The steps each run of task `id` started, in run order.
+fn started_by_task_run(dir: &Path, id: &planb_core::TaskId) -> Vec<Vec<String>> {
+    let mut runs: Vec<(planb_core::RunId, Vec<String>)> = Vec::new();
+    for event in planb_tests::logs::events(dir) {
+        match event {
+            planb_core::EventBody::RunStarted { task, run, .. } if task == *id => {
+                runs.push((run, Vec::new()))
+            }
+            planb_core::EventBody::StepStarted { run, step, .. } => {
+                if let Some((_, steps)) = runs.iter_mut().find(|(r, _)| *r == run) {
+                    steps.push(step);
+                }
+            }
+            _ => {}
+        }
+    }
+    runs.into_iter().map(|(_, steps)| steps).collect()
 }
 
 /// A run setting of the environment that cannot be used refuses the call
