@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::support::{
     Server, UrlAnswer, all_output, call, new_session, parse_form_url, planb, post_json, sample_ask,
-    start, text_of,
+    start, start_with, text_of,
 };
 use rmcp::model::{CallToolRequestParams, ElicitationAction};
 use serde_json::{Value, json};
@@ -101,6 +101,28 @@ async fn every_file_a_save_implies_is_there_at_its_reply_even_when_killed_right_
             server = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
         }
     }
+    // A named plan written for the session moves the session's manifest.
+    let before = read_json(&session_dir(dir.path(), &session).join("session.json"));
+    server.client.cancel().await.expect("shutdown");
+    let plans = dir.path().join("named").display().to_string();
+    let server = start_with(
+        dir.path(),
+        UrlAnswer::NotSupported,
+        None,
+        &[],
+        &["--plans-dir", &plans],
+    )
+    .await;
+    let written = call(
+        &server,
+        "write_plan",
+        json!({"planName": "layout", "content": "# Layout\n", "sessionId": session}),
+    )
+    .await;
+    assert_eq!(written.is_error, Some(false), "{}", text_of(&written));
+    let after = read_json(&session_dir(dir.path(), &session).join("session.json"));
+    assert_ne!(after["updatedAt"], before["updatedAt"], "{after}");
+    assert_eq!(checkpoint(dir.path()), log_end(dir.path()));
     server.client.cancel().await.expect("shutdown");
     let output = planb(dir.path(), &["check"]);
     assert!(output.status.success(), "{}", all_output(&output));
