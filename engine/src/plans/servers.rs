@@ -16,10 +16,11 @@
 //! roots (see [`crate::web`]).
 //!
 //! A server is started when a plan first needs it (its tools are listed
-//! then) and kept for the life of the process. Tools are addressed
-//! `server__tool`, or by their bare name when exactly one server has it. A
-//! server that fails to start is an error naming it with the end of what it
-//! wrote to stderr.
+//! then) and kept for the life of the process; one that dies or keeps
+//! silent when started is dealt with as [`keep`] says. Tools
+//! are addressed `server__tool`, or by their bare name when exactly one
+//! server has it. A server that fails to start is an error naming it with
+//! the end of what it wrote to stderr.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
@@ -38,9 +39,12 @@ use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 
 use super::framing;
+use keep::{Mute, Slot, StartFailure};
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Map, Value};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+
+mod keep;
 
 /// Largest servers file read.
 pub const SERVERS_FILE_BYTES_MAX: u64 = 1024 * 1024;
@@ -593,6 +597,19 @@ struct Connection {
     _child: Option<tokio::process::Child>,
 }
 
+/// The transport to a stdio server: its answers through the relay, its
+/// stdin.
+type StdioTransport =
+    AsyncRwTransport<RoleClient, tokio::io::DuplexStream, tokio::process::ChildStdin>;
+
+/// Why a server's handshake failed.
+enum Handshake {
+    /// No answer to this request (`initialize`, `tools/list`) in time.
+    Silent(&'static str),
+    /// An error (the words of its chain).
+    Failed(String),
+}
+
 /// How long servers still starting are waited for once a plan's bare tool
 /// names have resolved among those that answered: servers started together
 /// answer within it unless one hangs.
@@ -603,57 +620,23 @@ pub const STRAGGLER_GRACE: Duration = Duration::from_secs(5);
 pub struct PlanTools {
     /// The tools of the servers that answered.
     pub tools: Vec<ToolInfo>,
-    /// Servers still starting when every name had resolved without them.
+    /// Servers still starting when every name had resolved without them,
+    /// and those remembered as mute (see [`Downstream`]).
     pub silent: Vec<String>,
 }
 
-/// The downstream servers of one process: connected when first needed.
+/// The downstream servers of one process: connected when first needed,
+/// kept, started again after a death or a silent start (see
+/// [`keep`]).
 pub struct Downstream {
     servers: Servers,
     start_timeout: Duration,
-    /// One slot per server, locked only while that server starts: a slow
-    /// start holds up the calls to that server alone.
+    /// One slot per server: a slow start holds up the calls to that server
+    /// alone.
     connections: Mutex<BTreeMap<String, Slot>>,
     /// Where connections are made, so that their tasks live there: the
     /// engine thread of a server process; `None`, the caller's runtime.
     home: Option<tokio::runtime::Handle>,
-}
-
-/// A server's connection, once started, and how often it has died.
-type Slot = Arc<tokio::sync::Mutex<SlotState>>;
-
-#[derive(Default)]
-struct SlotState {
-    connection: Option<Arc<Connection>>,
-    /// Deaths (exits mid-call, failed starts) since it last answered,
-    /// shared with the live connection.
-    deaths: Arc<AtomicU32>,
-    /// No start before this, after a death.
-    retry_at: Option<tokio::time::Instant>,
-    /// What its last death said (with its last stderr lines).
-    last_words: String,
-}
-
-/// The longest wait before a server that keeps dying is started again.
-const RESTART_BACKOFF_MAX: Duration = Duration::from_secs(30);
-
-impl SlotState {
-    /// Notes a death: the connection is dropped and the next start waits
-    /// 0 s after the first death, then 0.5 s, 1 s, 2 s, … up to
-    /// [`RESTART_BACKOFF_MAX`].
-    fn died(&mut self, words: &str) {
-        self.connection = None;
-        let deaths = self.deaths.load(Ordering::Relaxed).saturating_add(1);
-        self.deaths.store(deaths, Ordering::Relaxed);
-        let wait = match deaths {
-            0 | 1 => Duration::ZERO,
-            n => Duration::from_millis(250)
-                .saturating_mul(1 << (n - 1).min(16))
-                .min(RESTART_BACKOFF_MAX),
-        };
-        self.retry_at = Some(tokio::time::Instant::now() + wait);
-        words.clone_into(&mut self.last_words);
-    }
 }
 
 impl Connection {
@@ -709,61 +692,6 @@ impl Downstream {
         self.servers.servers.keys().cloned().collect()
     }
 
-    async fn connection(&self, name: &str) -> Result<Arc<Connection>, DownstreamError> {
-        let Some(spec) = self.servers.servers.get(name) else {
-            return Err(DownstreamError {
-                message: format!("no downstream server {name:?} is configured"),
-                class: "server_start",
-            });
-        };
-        let slot = self.slot(name);
-        let mut slot = slot.lock().await;
-        if let Some(found) = slot.connection.as_ref() {
-            if found.alive() {
-                return Ok(Arc::clone(found));
-            }
-            slot.died(&format!("downstream server {name:?} exited"));
-        }
-        if let Some(at) = slot.retry_at
-            && at > tokio::time::Instant::now()
-        {
-            return Err(DownstreamError {
-                message: format!(
-                    "downstream server {name:?} died {} times in a row; it is started again in {:.1} s. Its last failure: {}",
-                    slot.deaths.load(Ordering::Relaxed),
-                    (at - tokio::time::Instant::now()).as_secs_f64(),
-                    slot.last_words
-                ),
-                class: "server_start",
-            });
-        }
-        let started = match &self.home {
-            Some(home) => {
-                let (owned, spec) = (name.to_owned(), spec.clone());
-                let timeout = self.start_timeout;
-                home.spawn(async move { Downstream::start(&owned, &spec, timeout).await })
-                    .await
-                    .map_err(|e| DownstreamError {
-                        message: format!("downstream server {name:?} did not start: {e}"),
-                        class: "server_start",
-                    })?
-            }
-            None => Downstream::start(name, spec, self.start_timeout).await,
-        };
-        let connection = match started {
-            Ok(started) => Arc::new(Connection {
-                deaths: Arc::clone(&slot.deaths),
-                ..started
-            }),
-            Err(error) => {
-                slot.died(&error.message);
-                return Err(error);
-            }
-        };
-        slot.connection = Some(Arc::clone(&connection));
-        Ok(connection)
-    }
-
     /// The connections to `names`, started at once rather than one after
     /// another, in the order given.
     async fn connections<'n>(
@@ -773,59 +701,44 @@ impl Downstream {
         futures_util::future::join_all(names.into_iter().map(|name| self.connection(name))).await
     }
 
+    /// Starts server `name` and lists its tools within `start_timeout`; one
+    /// that keeps silent that long is stopped.
     async fn start(
         name: &str,
         spec: &ServerSpec,
         start_timeout: Duration,
-    ) -> Result<Connection, DownstreamError> {
+    ) -> Result<Connection, StartFailure> {
         let (command, args, env) = match spec {
             ServerSpec::Stdio { command, args, env } => (command, args, env),
             ServerSpec::Url { url, headers } => {
                 return Downstream::start_url(name, url, headers, start_timeout).await;
             }
         };
-        let failed = |detail: String, stderr: &Mutex<VecDeque<String>>| DownstreamError {
-            message: format!(
-                "downstream server {name:?} did not start: {detail}; its stderr ends with:\n{}",
-                tail(stderr)
-            ),
-            class: "server_start",
+        let failed = |detail: String, stderr: &Mutex<VecDeque<String>>| {
+            StartFailure::Failed(DownstreamError {
+                message: format!(
+                    "downstream server {name:?} did not start: {detail}; its stderr ends with:\n{}",
+                    tail(stderr)
+                ),
+                class: "server_start",
+            })
         };
         let stderr_lines = Arc::new(Mutex::new(VecDeque::new()));
-        let mut cmd = tokio::process::Command::new(command);
-        cmd.args(args)
-            .envs(env)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| failed(format!("cannot run {command:?}: {e}"), &stderr_lines))?;
-        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-            return Err(failed("its pipes were not opened".into(), &stderr_lines));
-        };
-        let stderr = child.stderr.take();
-        // Its answers pass through a relay that keeps each whole up to a
-        // limit and turns a longer one into an error for its call.
-        let (answers, relayed) = tokio::io::duplex(1 << 20);
-        tokio::spawn(framing::relay(
-            stdout,
-            relayed,
-            framing::ANSWER_BYTES_MAX,
-            name.to_owned(),
-        ));
-        let transport = AsyncRwTransport::new_client(answers, stdin)
-            .with_max_line_length(framing::ANSWER_BYTES_MAX + 1);
-        if let Some(stderr) = stderr {
-            tokio::spawn(keep_stderr_tail(stderr, Arc::clone(&stderr_lines)));
-        }
+        let (child, transport) = Downstream::spawn(name, command, args, env, &stderr_lines)
+            .map_err(|detail| failed(detail, &stderr_lines))?;
         let (client, tools) = match Downstream::handshake(transport, start_timeout).await {
             Ok(found) => found,
-            Err(detail) => {
+            Err(failure) => {
                 // Give the reader a moment to collect the last words.
                 tokio::time::sleep(Duration::from_millis(50)).await;
-                return Err(failed(detail, &stderr_lines));
+                return Err(match failure {
+                    Handshake::Silent(stage) => StartFailure::Silent(Mute::new(
+                        stage,
+                        start_timeout,
+                        format!("; its stderr ends with:\n{}", tail(&stderr_lines)),
+                    )),
+                    Handshake::Failed(detail) => failed(detail, &stderr_lines),
+                });
             }
         };
         Ok(Connection {
@@ -837,6 +750,45 @@ impl Downstream {
         })
     }
 
+    /// Runs a stdio server's `command`, its stderr's end kept in
+    /// `stderr_lines`: the child (killed when dropped) and the transport to
+    /// it. Else what went wrong.
+    fn spawn(
+        name: &str,
+        command: &str,
+        args: &[String],
+        env: &BTreeMap<String, String>,
+        stderr_lines: &Arc<Mutex<VecDeque<String>>>,
+    ) -> Result<(tokio::process::Child, StdioTransport), String> {
+        let mut child = tokio::process::Command::new(command)
+            .args(args)
+            .envs(env)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("cannot run {command:?}: {e}"))?;
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err("its pipes were not opened".into());
+        };
+        if let Some(stderr) = child.stderr.take() {
+            tokio::spawn(keep_stderr_tail(stderr, Arc::clone(stderr_lines)));
+        }
+        // Its answers pass through a relay that keeps each whole up to a
+        // limit and turns a longer one into an error for its call.
+        let (answers, relayed) = tokio::io::duplex(1 << 20);
+        tokio::spawn(framing::relay(
+            stdout,
+            relayed,
+            framing::ANSWER_BYTES_MAX,
+            name.to_owned(),
+        ));
+        let transport = AsyncRwTransport::new_client(answers, stdin)
+            .with_max_line_length(framing::ANSWER_BYTES_MAX + 1);
+        Ok((child, transport))
+    }
+
     /// Connects to a url server over streamable HTTP, its headers' `${NAME}`s
     /// read now.
     async fn start_url(
@@ -844,10 +796,12 @@ impl Downstream {
         url: &str,
         headers: &BTreeMap<String, String>,
         start_timeout: Duration,
-    ) -> Result<Connection, DownstreamError> {
-        let failed = |detail: String| DownstreamError {
-            message: format!("downstream server {name:?} ({url}) did not start: {detail}"),
-            class: "server_start",
+    ) -> Result<Connection, StartFailure> {
+        let failed = |detail: String| {
+            StartFailure::Failed(DownstreamError {
+                message: format!("downstream server {name:?} ({url}) did not start: {detail}"),
+                class: "server_start",
+            })
         };
         let custom = url_headers(headers).map_err(|e| failed(e.to_string()))?;
         let config = StreamableHttpClientTransportConfig::with_uri(url).custom_headers(custom);
@@ -855,7 +809,12 @@ impl Downstream {
         let transport = StreamableHttpClientTransport::with_client(http, config);
         let (client, tools) = Downstream::handshake(transport, start_timeout)
             .await
-            .map_err(|detail| failed(without_transport_type(detail)))?;
+            .map_err(|failure| match failure {
+                Handshake::Silent(stage) => {
+                    StartFailure::Silent(Mute::new(stage, start_timeout, format!("; at {url}")))
+                }
+                Handshake::Failed(detail) => failed(without_transport_type(detail)),
+            })?;
         Ok(Connection {
             client,
             tools: tool_infos(name, tools),
@@ -875,7 +834,7 @@ impl Downstream {
             RunningService<RoleClient, ClientConfig>,
             Vec<rmcp::model::Tool>,
         ),
-        String,
+        Handshake,
     >
     where
         T: rmcp::transport::IntoTransport<RoleClient, E, A>,
@@ -885,24 +844,16 @@ impl Downstream {
             ClientCapabilities::default(),
             Implementation::new("planb-mcp", env!("CARGO_PKG_VERSION")),
         );
-        let started = tokio::time::timeout(start_timeout, async {
-            let client = info
-                .serve(transport)
-                .await
-                .map_err(|e| crate::web::chain(&e))?;
-            let tools = client
-                .list_all_tools()
-                .await
-                .map_err(|e| crate::web::chain(&e))?;
-            Ok::<_, String>((client, tools))
-        })
-        .await;
-        match started {
-            Ok(found) => found,
-            Err(_) => Err(format!(
-                "no answer within {} s",
-                start_timeout.as_secs_f64()
-            )),
+        let deadline = tokio::time::Instant::now() + start_timeout;
+        let client = match tokio::time::timeout_at(deadline, info.serve(transport)).await {
+            Err(_) => return Err(Handshake::Silent("initialize")),
+            Ok(Err(e)) => return Err(Handshake::Failed(crate::web::chain(&e))),
+            Ok(Ok(client)) => client,
+        };
+        match tokio::time::timeout_at(deadline, client.list_all_tools()).await {
+            Err(_) => Err(Handshake::Silent("tools/list")),
+            Ok(Err(e)) => Err(Handshake::Failed(crate::web::chain(&e))),
+            Ok(Ok(tools)) => Ok((client, tools)),
         }
     }
 
@@ -927,11 +878,11 @@ impl Downstream {
     /// Once every bare name resolves to one tool among those that answered,
     /// the rest have [`STRAGGLER_GRACE`] more to answer (one with the same
     /// tool name makes it ambiguous, whatever order the servers answer in);
-    /// a server still silent then is not waited for (it is named in
-    /// [`PlanTools::silent`] and on stderr). One that does not start is an
-    /// error only when a bare name is left unresolved. So a server no plan
-    /// step uses (one reached by url, one that is broken or hangs) does not
-    /// hold up a plan for its whole start limit.
+    /// a server still silent then is not waited for, nor one remembered as
+    /// mute (each is named in [`PlanTools::silent`] and on stderr). One that
+    /// does not start is an error only when a bare name is left unresolved.
+    /// So a server no plan step uses (one reached by url, one that is broken
+    /// or hangs) does not hold up a plan for its whole start limit.
     pub async fn tools_for<'a>(
         &self,
         names: impl IntoIterator<Item = &'a str>,
@@ -956,18 +907,29 @@ impl Downstream {
         if bare.is_empty() {
             return Ok(found);
         }
-        let resolved =
-            |tools: &[ToolInfo]| bare.iter().all(|n| Downstream::resolve(tools, n).is_ok());
-        let mut waiting: BTreeSet<&str> = servers
+        let others = servers
             .iter()
             .map(String::as_str)
             .filter(|s| !needed.contains(s))
             .collect();
+        self.look_up_bare(others, &bare, found).await
+    }
+
+    /// [`Downstream::tools_for`]'s bare names, looked up among `waiting`
+    /// (the servers no `server__tool` named), added to `found`.
+    async fn look_up_bare(
+        &self,
+        mut waiting: BTreeSet<&str>,
+        bare: &[&str],
+        mut found: PlanTools,
+    ) -> Result<PlanTools, DownstreamError> {
+        let resolved =
+            |tools: &[ToolInfo]| bare.iter().all(|n| Downstream::resolve(tools, n).is_ok());
         let mut starts: futures_util::stream::FuturesUnordered<_> = waiting
             .iter()
             .map(|&name| async move { (name, self.connection(name).await) })
             .collect();
-        let mut failed = Vec::new();
+        let (mut failed, mut mute) = (Vec::new(), Vec::new());
         let mut grace = None;
         loop {
             let next = match grace {
@@ -981,7 +943,13 @@ impl Downstream {
             waiting.remove(name);
             match started {
                 Ok(connection) => found.tools.extend(connection.tools.iter().cloned()),
-                Err(error) => failed.push(error.message),
+                Err(error) => {
+                    if self.is_mute(name).await {
+                        tracing::warn!("{}", error.message);
+                        mute.push(name.to_owned());
+                    }
+                    failed.push(error.message);
+                }
             }
             if grace.is_none() && resolved(&found.tools) {
                 grace = Some(tokio::time::Instant::now() + STRAGGLER_GRACE.min(self.start_timeout));
@@ -998,7 +966,8 @@ impl Downstream {
                 "downstream server {name:?} had not answered when the plan's tool names resolved without it; not waited for"
             );
         }
-        found.silent = waiting.into_iter().map(str::to_owned).collect();
+        found.silent = waiting.into_iter().map(str::to_owned).chain(mute).collect();
+        found.silent.sort();
         // In the servers' order, whichever answered first: the names offered
         // for an ambiguous or unknown tool read the same every time.
         found.tools.sort_by(|a, b| a.server.cmp(&b.server));
@@ -1095,15 +1064,7 @@ impl Downstream {
             class: "server_error",
         };
         if closed {
-            let slot = self.slot(server);
-            let mut state = slot.lock().await;
-            if state
-                .connection
-                .as_ref()
-                .is_none_or(|c| Arc::ptr_eq(c, connection))
-            {
-                state.died(&error.message);
-            }
+            self.forget(server, connection, &error.message).await;
         }
         error
     }
