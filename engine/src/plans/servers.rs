@@ -16,8 +16,8 @@
 //! roots (see [`crate::web`]).
 //!
 //! A server is started when a plan first needs it (its tools are listed
-//! then) and kept for the life of the process; one that dies or keeps
-//! silent when started is dealt with as [`keep`] says. Tools
+//! then) and kept for the life of the process; one that dies, hangs on a
+//! call or keeps silent when started is dealt with as [`keep`] says. Tools
 //! are addressed `server__tool`, or by their bare name when exactly one
 //! server has it. A server that fails to start is an error naming it with
 //! the end of what it wrote to stderr.
@@ -39,6 +39,7 @@ use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 
 use super::framing;
+use crate::backend::keeper::GroupKill;
 use keep::{Mute, Slot, StartFailure};
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Map, Value};
@@ -592,8 +593,10 @@ struct Connection {
     /// Its slot's count of deaths, which an answer clears without taking
     /// the slot's lock.
     deaths: Arc<AtomicU32>,
-    /// The server's process (killed when the connection is dropped); none
-    /// for a url server.
+    /// The server's process group, killed when the connection is dropped
+    /// or the server is stopped; none for a url server.
+    group: Option<GroupKill>,
+    /// The server's process, the group's leader; none for a url server.
     _child: Option<tokio::process::Child>,
 }
 
@@ -626,7 +629,7 @@ pub struct PlanTools {
 }
 
 /// The downstream servers of one process: connected when first needed,
-/// kept, started again after a death or a silent start (see
+/// kept, started again after a death, a hang or a silent start (see
 /// [`keep`]).
 pub struct Downstream {
     servers: Servers,
@@ -644,6 +647,16 @@ impl Connection {
     /// the transport without cancelling the service.
     fn alive(&self) -> bool {
         !self.client.is_closed() && !self.client.peer().is_transport_closed()
+    }
+
+    /// Stops the server: its process group is killed (whether it had one
+    /// is returned) and the session ended, so that calls in flight fail.
+    fn stop(&self) -> bool {
+        if let Some(group) = &self.group {
+            group.kill();
+        }
+        self.client.cancellation_token().cancel();
+        self.group.is_some()
     }
 }
 
@@ -701,8 +714,9 @@ impl Downstream {
         futures_util::future::join_all(names.into_iter().map(|name| self.connection(name))).await
     }
 
-    /// Starts server `name` and lists its tools within `start_timeout`; one
-    /// that keeps silent that long is stopped.
+    /// Starts server `name` and lists its tools within `start_timeout`. A
+    /// child runs in a process group of its own; one that keeps silent
+    /// that long is stopped.
     async fn start(
         name: &str,
         spec: &ServerSpec,
@@ -724,7 +738,7 @@ impl Downstream {
             })
         };
         let stderr_lines = Arc::new(Mutex::new(VecDeque::new()));
-        let (child, transport) = Downstream::spawn(name, command, args, env, &stderr_lines)
+        let (child, group, transport) = Downstream::spawn(name, command, args, env, &stderr_lines)
             .map_err(|detail| failed(detail, &stderr_lines))?;
         let (client, tools) = match Downstream::handshake(transport, start_timeout).await {
             Ok(found) => found,
@@ -746,29 +760,33 @@ impl Downstream {
             tools: tool_infos(name, tools),
             stderr: Some(stderr_lines),
             deaths: Arc::default(),
+            group: Some(group),
             _child: Some(child),
         })
     }
 
-    /// Runs a stdio server's `command`, its stderr's end kept in
-    /// `stderr_lines`: the child (killed when dropped) and the transport to
-    /// it. Else what went wrong.
+    /// Runs a stdio server's `command` in a process group of its own, its
+    /// stderr's end kept in `stderr_lines`: the child, the group (killed
+    /// when dropped, so what it started ends with a start that fails) and
+    /// the transport to it. Else what went wrong.
     fn spawn(
         name: &str,
         command: &str,
         args: &[String],
         env: &BTreeMap<String, String>,
         stderr_lines: &Arc<Mutex<VecDeque<String>>>,
-    ) -> Result<(tokio::process::Child, StdioTransport), String> {
+    ) -> Result<(tokio::process::Child, GroupKill, StdioTransport), String> {
         let mut child = tokio::process::Command::new(command)
             .args(args)
             .envs(env)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
+            .process_group(0)
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| format!("cannot run {command:?}: {e}"))?;
+        let group = GroupKill::new(child.id());
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             return Err("its pipes were not opened".into());
         };
@@ -786,7 +804,7 @@ impl Downstream {
         ));
         let transport = AsyncRwTransport::new_client(answers, stdin)
             .with_max_line_length(framing::ANSWER_BYTES_MAX + 1);
-        Ok((child, transport))
+        Ok((child, group, transport))
     }
 
     /// Connects to a url server over streamable HTTP, its headers' `${NAME}`s
@@ -820,6 +838,7 @@ impl Downstream {
             tools: tool_infos(name, tools),
             stderr: None,
             deaths: Arc::default(),
+            group: None,
             _child: None,
         })
     }
@@ -993,7 +1012,10 @@ impl Downstream {
         }
     }
 
-    /// Calls `tool` on `server` with `args`, within `timeout`.
+    /// Calls `tool` on `server` with `args`, within `timeout`. A server
+    /// that does not answer in time is pinged, and stopped and started again
+    /// for the next call when it does not answer that either (so at most
+    /// [`keep::PING_LIMIT`] more).
     pub async fn call(
         &self,
         server: &str,
@@ -1019,13 +1041,7 @@ impl Downstream {
                 })
             }
             Ok(Err(e)) => Err(self.failed_call(server, tool, &connection, e).await),
-            Err(_) => Err(DownstreamError {
-                message: format!(
-                    "{server}__{tool} did not answer within {} s",
-                    timeout.as_secs_f64()
-                ),
-                class: "tool_timeout",
-            }),
+            Err(_) => Err(self.timed_out(server, tool, &connection, timeout).await),
         }
     }
 

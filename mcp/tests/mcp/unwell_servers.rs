@@ -1,6 +1,7 @@
 //! Downstream servers that misbehave, through the real binary with a real
 //! MCP client: one that never answers `initialize` costs only the first
-//! call of a process its start limit. The servers are
+//! call of a process its start limit, and one that hangs on a call is
+//! stopped and started again for the next. The servers are
 //! `planb-test-mcp-server` processes, started by planb over stdio.
 
 use planb_tests::plans::step;
@@ -165,4 +166,82 @@ fn create_elsewhere(dir: &Path, servers: &Path, plan: &Value) -> String {
         .unwrap_or_else(|| panic!("no plan id: {out}"))
         .trim()
         .to_owned()
+}
+
+/// Whether process `pid` has ended (gone, or a zombie left to be reaped).
+fn ended(pid: &str) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+#[tokio::test]
+async fn a_server_hung_on_a_call_is_stopped_with_its_group_and_started_again_for_the_next() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let child_pid = dir.path().join("child-pid");
+    let servers = write_servers(
+        dir.path(),
+        json!({
+            "stuck": {"command": test_server(), "args": ["--child-pid", &child_pid]},
+            "slow": {"command": crate::support::downstream_binary(), "args": ["slow", "sleep"]},
+        }),
+    );
+    let server = start(
+        dir.path(),
+        UrlAnswer::NotSupported,
+        &[("PLANB_SERVERS", servers.to_str().expect("path"))],
+    )
+    .await;
+    let create = |title: &str, tool: &str| {
+        let args = json!({"ms": 60_000});
+        json!({"title": title, "steps": [step("1", tool, args, &[], Some("out"))]})
+    };
+    let mut ids = Vec::new();
+    for (title, tool) in [
+        ("Pid", "stuck__pid"),
+        ("Hang", "stuck__hang"),
+        ("Slow", "slow__sleep"),
+    ] {
+        let (created, is_error) = structured(&server, "plan_create", create(title, tool)).await;
+        assert!(!is_error, "{created}");
+        ids.push(created["plan_id"].as_str().expect("plan_id").to_owned());
+    }
+    let (pid, hang, slow) = (&ids[0], &ids[1], &ids[2]);
+    let (ran, _) = execute(&server, pid, 30).await;
+    assert_eq!(ran["success"], true, "{ran}");
+    let first_pid = ran["results"]["out"].to_string();
+    let first_child = std::fs::read_to_string(&child_pid).expect("child pid");
+
+    let (hung, _) = execute(&server, hang, 2).await;
+    assert_eq!(hung["success"], false, "{hung}");
+    // The next call is answered by a new process, not left to time out.
+    let (ran, _) = execute(&server, pid, 10).await;
+    assert_eq!(ran["success"], true, "{ran}");
+    assert_ne!(ran["results"]["out"].to_string(), first_pid, "{ran}");
+    let error = said(&hung);
+    assert!(error.contains("did not answer within 2 s"), "{error}");
+    assert!(
+        error.contains("did not answer ping") && error.contains("started again"),
+        "the error says the server was stopped: {error}"
+    );
+    // The old server's whole group went, the child it started included.
+    let deadline = Instant::now() + planb_tests::WAIT;
+    while !(ended(&first_child) && ended(first_pid.trim_matches('"'))) {
+        assert!(
+            Instant::now() < deadline,
+            "the stopped server's group is still running"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A server that is slow but answers ping is kept.
+    let (late, _) = execute(&server, slow, 1).await;
+    assert_eq!(late["success"], false, "{late}");
+    assert!(
+        said(&late).contains("answers ping, so it is kept"),
+        "{late}"
+    );
+    server.client.cancel().await.expect("close");
 }

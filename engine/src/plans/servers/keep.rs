@@ -12,12 +12,15 @@
 //! once it answers, the next use has it. Each process keeps its own memory.
 //!
 //! A server that exits is started again on its next use, after a wait if it
-//! keeps dying.
+//! keeps dying. A call that times out is followed by a `ping` within
+//! [`PING_LIMIT`]: a server that does not answer that either is stopped (its
+//! process group) and started again for the next call.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use rmcp::model::{ClientRequest, PingRequest};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -31,6 +34,8 @@ pub(super) type Slot = Arc<tokio::sync::Mutex<SlotState>>;
 const RESTART_BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// The pause before a mute server is first started again.
 const MUTE_RETRY_FIRST: Duration = Duration::from_secs(1);
+/// How long a server whose call timed out has to answer `ping`.
+pub const PING_LIMIT: Duration = Duration::from_secs(5);
 
 /// A start's outcome, as every caller waiting for it gets it.
 type Started = Result<Arc<Connection>, DownstreamError>;
@@ -38,7 +43,7 @@ type Started = Result<Arc<Connection>, DownstreamError>;
 #[derive(Default)]
 pub(super) struct SlotState {
     phase: Phase,
-    /// Deaths (exits mid-call, failed starts) since it
+    /// Deaths (exits mid-call, failed starts, stops after a hang) since it
     /// last answered, shared with the live connection.
     deaths: Arc<AtomicU32>,
     /// No start before this, after a death.
@@ -258,6 +263,49 @@ impl Downstream {
         let mut state = slot.lock().await;
         if matches!(&state.phase, Phase::Up(kept) if Arc::ptr_eq(kept, connection)) {
             state.died(words);
+        }
+    }
+
+    /// The error of `server__tool` not answering within `timeout`: the
+    /// server is pinged and, when it does not answer that either within
+    /// [`PING_LIMIT`], stopped and started again for the next call.
+    pub(super) async fn timed_out(
+        &self,
+        server: &str,
+        tool: &str,
+        connection: &Arc<Connection>,
+        timeout: Duration,
+    ) -> DownstreamError {
+        let late = format!(
+            "{server}__{tool} did not answer within {} s",
+            timeout.as_secs_f64()
+        );
+        let ping = ClientRequest::PingRequest(PingRequest {
+            method: Default::default(),
+            extensions: Default::default(),
+        });
+        let answered = tokio::time::timeout(PING_LIMIT, connection.client.send_request(ping))
+            .await
+            .is_ok_and(|answer| answer.is_ok());
+        let message = if answered {
+            format!("{late}; the server answers ping, so it is kept")
+        } else {
+            let how = if connection.stop() {
+                "was stopped (its process group) and is started again"
+            } else {
+                "was disconnected and is connected again"
+            };
+            let message = format!(
+                "{late}; it did not answer ping within {} s either, so downstream server {server:?} {how} for the next call",
+                PING_LIMIT.as_secs()
+            );
+            tracing::warn!("{message}");
+            self.forget(server, connection, &message).await;
+            message
+        };
+        DownstreamError {
+            message,
+            class: "tool_timeout",
         }
     }
 }
