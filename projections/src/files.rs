@@ -25,6 +25,7 @@
 //! unclean reboot the live tree is re-checked (see `files/live.rs`).
 
 mod live;
+mod manifest;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -43,6 +44,7 @@ pub(crate) use live::{
     Pending, is_current, project_files, project_locked, raw_checkpoint, read_checkpoint, remove,
     write_all, write_checkpoint,
 };
+pub(crate) use manifest::ManifestCache;
 
 /// The `schemaVersion` of every JSON file of the layout.
 pub const FILES_SCHEMA_VERSION: u64 = 1;
@@ -109,6 +111,8 @@ pub(crate) struct Writer {
     /// Plan files that need a text not at hand, by the cursor of the event
     /// that holds it: [`Writer::finish`] reads them from the log.
     pub(crate) deferred: BTreeMap<Cursor, PathBuf>,
+    /// The manifests' plan entries as rendered before.
+    pub(crate) manifests: ManifestCache,
 }
 
 impl Writer {
@@ -144,10 +148,8 @@ impl Writer {
             self.put(&plans.join(json), &pretty(&plan_json(session.id, plan)))?;
         }
         // Last, so a reader that finds an ask or plan in the manifest finds its file.
-        self.put(
-            &dir.join("session.json"),
-            &pretty(&session_json(session, &asks)),
-        )
+        let manifest = self.manifests.render(session, &asks);
+        self.put(&dir.join("session.json"), &manifest)
     }
 
     /// A plan version's Markdown: written from the text at hand, else left
@@ -267,8 +269,9 @@ fn insert_some(map: &mut Map<String, Value>, key: &str, value: Option<&str>) {
     }
 }
 
-/// `session.json`.
-pub(crate) fn session_json(session: &Session, asks: &[&Ask]) -> Value {
+/// `session.json` without its plan entries (`"plans": []`, its last key):
+/// [`ManifestCache::render`] puts them in.
+pub(crate) fn session_json_head(session: &Session, asks: &[&Ask]) -> Value {
     let mut map = Map::new();
     map.insert("schemaVersion".into(), FILES_SCHEMA_VERSION.into());
     map.insert("sessionId".into(), session.id.to_string().into());
@@ -298,16 +301,18 @@ pub(crate) fn session_json(session: &Session, asks: &[&Ask]) -> Value {
         Value::Object(entry)
     });
     map.insert("asks".into(), Value::Array(ask_entries.collect()));
-    let plan_entries = session.plans.iter().map(|plan| {
-        let mut entry = Map::new();
-        entry.insert("version".into(), plan.version.into());
-        insert_some(&mut entry, "title", plan.title.as_deref());
-        entry.insert("file".into(), format!("plans/v{}.md", plan.version).into());
-        entry.insert("createdAt".into(), plan.created_at.to_iso8601().into());
-        Value::Object(entry)
-    });
-    map.insert("plans".into(), Value::Array(plan_entries.collect()));
+    map.insert("plans".into(), Value::Array(Vec::new()));
     Value::Object(map)
+}
+
+/// A plan version's entry in `session.json`'s `plans`.
+pub(crate) fn plan_entry_json(plan: &PlanVersion) -> Value {
+    let mut entry = Map::new();
+    entry.insert("version".into(), plan.version.into());
+    insert_some(&mut entry, "title", plan.title.as_deref());
+    entry.insert("file".into(), format!("plans/v{}.md", plan.version).into());
+    entry.insert("createdAt".into(), plan.created_at.to_iso8601().into());
+    Value::Object(entry)
 }
 
 /// `asks/<utcTs>-<askId>.json`.

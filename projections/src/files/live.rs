@@ -66,6 +66,8 @@ pub(crate) struct Pending {
     texts: HashMap<Cursor, String>,
     /// The bytes of `texts`.
     text_bytes: usize,
+    /// The manifests' plan entries as this process rendered them.
+    manifests: super::ManifestCache,
 }
 
 /// The most plan text a process keeps between folding events and writing
@@ -95,6 +97,7 @@ impl Pending {
             sessions: BTreeMap::new(),
             texts: HashMap::new(),
             text_bytes: 0,
+            manifests: super::ManifestCache::default(),
         }
     }
 
@@ -304,6 +307,7 @@ fn write_projection(
     let partial = checkpoint.is_some_and(|c| !pending.full && !pending.failed && c <= end);
     let mut writer = Writer {
         texts: std::mem::take(&mut pending.texts),
+        manifests: std::mem::take(&mut pending.manifests),
         ..Writer::default()
     };
     let result = if partial {
@@ -312,6 +316,7 @@ fn write_projection(
         write_all(&mut writer, root, state)
     };
     let result = result.and_then(|()| writer.finish(log));
+    pending.manifests = std::mem::take(&mut writer.manifests);
     pending.clear(end);
     pending.failed = result.is_err();
     match result {
