@@ -25,7 +25,7 @@ const READ_CHUNK_BYTES: usize = 1 << 20;
 pub(crate) struct SegmentFile {
     pub(crate) name: String,
     pub(crate) first_cursor: u64,
-    pub(crate) file: Box<dyn StorageFile>,
+    pub(crate) file: std::sync::Arc<dyn StorageFile>,
     buf: Vec<u8>,
     buf_start: u64,
 }
@@ -48,6 +48,7 @@ pub(crate) enum Parsed<'a> {
 
 impl SegmentFile {
     pub(crate) fn new(name: String, first_cursor: u64, file: Box<dyn StorageFile>) -> SegmentFile {
+        let file = std::sync::Arc::from(file);
         SegmentFile {
             name,
             first_cursor,

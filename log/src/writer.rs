@@ -538,6 +538,49 @@ impl Tail {
     }
 }
 
+/// The thread that syncs a segment while its appender does other work
+/// ([`AppendGuard::append_placed_overlapping`]): started on first use, it
+/// ends with the log. One sync at a time, since appends take turns.
+#[derive(Debug)]
+struct Syncer {
+    files: std::sync::mpsc::Sender<Arc<dyn crate::storage::StorageFile>>,
+    done: std::sync::mpsc::Receiver<std::io::Result<()>>,
+}
+
+impl Syncer {
+    fn start() -> std::io::Result<Syncer> {
+        let (files, to_sync) = std::sync::mpsc::channel::<Arc<dyn crate::storage::StorageFile>>();
+        let (synced, done) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("planb-log-sync".into())
+            .spawn(move || {
+                for file in to_sync {
+                    if synced.send(file.sync_data()).is_err() {
+                        return;
+                    }
+                }
+            })?;
+        Ok(Syncer { files, done })
+    }
+
+    /// Hands `file` to the thread (started if need be) and returns it to
+    /// wait on; `None` when no thread can be had.
+    fn send(
+        slot: &mut Option<Syncer>,
+        file: Arc<dyn crate::storage::StorageFile>,
+    ) -> Option<&Syncer> {
+        if slot.is_none() {
+            *slot = Syncer::start().ok();
+        }
+        let sent = slot.as_ref()?.files.send(file).is_ok();
+        if !sent {
+            // Its thread is gone: start anew next time.
+            *slot = None;
+        }
+        slot.as_ref()
+    }
+}
+
 /// When [`Tail::write_then`] syncs the last segment it wrote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum SyncWhen {
@@ -603,6 +646,8 @@ struct Inner {
     /// Touched only by the holder of `Group.busy`, so never contended.
     tail: Mutex<Tail>,
     truncations: Mutex<Vec<Truncation>>,
+    /// Syncs overlapping appends' segments.
+    syncer: Mutex<Option<Syncer>>,
 }
 
 /// An open log that can be appended to; cheap to clone and share between threads.
@@ -647,6 +692,7 @@ impl Log {
                 group_changed: Condvar::new(),
                 tail: Mutex::new(tail),
                 truncations: Mutex::new(Vec::new()),
+                syncer: Mutex::new(None),
             }),
         };
         Ok((log, report))
@@ -887,27 +933,27 @@ impl AppendGuard<'_> {
         during: impl FnOnce(&Placed) -> R,
     ) -> Result<(Placed, R), LogError> {
         let placed = self.write_placed(payloads, SyncWhen::Later)?;
+        let segment = self.tail.segment.as_ref().expect("a segment was written");
+        let (file, name) = (Arc::clone(&segment.file), segment.name.clone());
+        let mut syncer = lock(&self.log.inner.syncer);
+        let syncing = Syncer::send(&mut syncer, Arc::clone(&file));
+        let result = during(&placed);
+        let synced = match syncing {
+            Some(syncer) => syncer
+                .done
+                .recv()
+                .unwrap_or_else(|_| Err(std::io::Error::other("the thread syncing the log ended"))),
+            // No thread to be had: sync here, after `during`.
+            None => file.sync_data(),
+        };
+        drop(syncer);
         let storage = self.log.inner.storage.as_ref();
-        let tail = &*self.tail;
-        let (synced, result) = std::thread::scope(|scope| {
-            let syncing = std::thread::Builder::new()
-                .name("planb-log-sync".into())
-                .spawn_scoped(scope, || tail.sync_last(storage));
-            let result = during(&placed);
-            let synced = match syncing {
-                Ok(syncing) => syncing.join().unwrap_or_else(|_| {
-                    Err(LogError::Poisoned {
-                        reason: "the thread syncing the log panicked".into(),
-                    })
-                }),
-                // No thread to be had: sync here, after `during`.
-                Err(_) => tail.sync_last(storage),
-            };
-            (synced, result)
-        });
         match synced {
             Ok(()) => Ok((placed, result)),
-            Err(error) => Err(self.tail.poison(&error)),
+            Err(e) => {
+                let error = LogError::io("fdatasync", storage.describe(&name), e);
+                Err(self.tail.poison(&error))
+            }
         }
     }
 

@@ -318,6 +318,43 @@ fn a_failed_sync_stops_the_writer_for_good() {
     ));
 }
 
+/// An append whose sync overlaps other work: the work sees the records
+/// placed, the append returns once they are durable, and a failed sync
+/// stops the writer as any failed append does.
+#[test]
+fn an_overlapping_append_is_durable_when_it_returns_and_its_failed_sync_stops_the_writer() {
+    let storage = SimStorage::new();
+    let log = open(&storage, small());
+    for i in 1..=40u64 {
+        let mut guard = log.lock().expect("lock");
+        let syncs = storage.syncs();
+        let (placed, seen) = guard
+            .append_placed_overlapping(&[&payload(i)], |placed| placed.range.first)
+            .expect("append");
+        assert_eq!(placed.range.first, seen);
+        assert_eq!(placed.range.first, Cursor(i));
+        assert!(storage.syncs() > syncs, "synced before it returned");
+    }
+    // Every record so far survives a power cut.
+    let after = storage.after_crash(7);
+    let reopened = open(&after, small());
+    assert_eq!(reopened.next_cursor(), Cursor(41));
+    storage.crash_at_sync(1);
+    let mut guard = log.lock().expect("lock");
+    let failed = guard
+        .append_placed_overlapping(&[b"lost"], |_| ())
+        .expect_err("the sync fails");
+    assert!(
+        matches!(&failed, LogError::Poisoned { reason } if reason.contains("sync")),
+        "{failed:?}"
+    );
+    drop(guard);
+    assert!(matches!(
+        log.append(&[b"after"]),
+        Err(LogError::Poisoned { .. })
+    ));
+}
+
 #[test]
 fn a_reader_resumes_at_any_record_position_including_segment_starts() {
     let storage = SimStorage::new();
