@@ -19,6 +19,7 @@ mod schema;
 mod server;
 mod stdio;
 mod tasks;
+mod terminal;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -308,7 +309,11 @@ fn main() -> ExitCode {
         let mut out = std::io::stdout();
         match &cli.command {
             Some(command) => command.run(&root, || servers_source(&root, &cli), &mut out),
-            None => serve(root.root().to_path_buf(), &cli),
+            None => {
+                terminal::check_submit_command(&cli.submit_command)?;
+                terminal::greet_at_terminal();
+                serve(root.root().to_path_buf(), &cli)
+            }
         }
     });
     match result {

@@ -25,4 +25,5 @@ mod short_timeouts;
 mod shutdown;
 mod tasks;
 mod team;
+mod terminal;
 mod unwell_servers;
