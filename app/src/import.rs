@@ -394,9 +394,9 @@ async fn checkpoint(
         Ok((foreign, left)) => {
             notes.extend(left);
             let summary = format!(
-                "{} of {} steps done{}",
+                "{} of {} done{}",
                 foreign.completed.len(),
-                plan.steps.len(),
+                planb_core::text::counted(plan.steps.len(), "step", "steps"),
                 if foreign.finished { ", completed" } else { "" }
             );
             plans::record_foreign_run(Arc::clone(store), Arc::clone(downstream), task, foreign)

@@ -66,7 +66,7 @@ pub struct TaskStatus {
     /// Settled steps of the target's closure, its size, the running step
     /// (nothing when the pipeline cannot be read).
     pub progress: Progress,
-    /// `progress` as a percentage (0 for an empty closure).
+    /// `progress` as a percentage to a tenth (0 for an empty closure).
     pub percentage: f64,
     /// The newest [`STATUS_FILES_MAX`] artifact files, newest first.
     pub files: Vec<StatusFile>,
@@ -80,10 +80,11 @@ pub fn status(root: &DataRoot, task: &Task) -> TaskStatus {
     let progress = pipeline
         .as_ref()
         .map_or_else(Progress::default, |p| task.progress(p));
+    // To a tenth: 46.2, not 46.15384615384615.
     let percentage = if progress.total == 0 {
         0.0
     } else {
-        100.0 * progress.done as f64 / progress.total as f64
+        (1000.0 * progress.done as f64 / progress.total as f64).round() / 10.0
     };
     let mut files: Vec<StatusFile> = pipeline
         .iter()

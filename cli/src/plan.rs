@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::Context;
 use planb_core::Task;
 use planb_core::exec_plan::{StepMark, render_dag};
-use planb_core::text::{json_visible, unique_prefix_lengths, visible};
+use planb_core::text::{counted, json_visible, unique_prefix_lengths, visible};
 use planb_engine::plans::{self, Guards, PlanOutcome, Progress, RunOptions};
 use planb_projections::{DataRoot, Store, SystemEnvironment};
 use serde_json::{Map, Value};
@@ -255,9 +255,9 @@ fn create(
     } = created.map_err(|e| anyhow::anyhow!(e.message))?;
     writeln!(
         out,
-        "\nPlan: {} ({} steps)\n",
+        "\nPlan: {} ({})\n",
         shown(&plan.title),
-        plan.steps.len()
+        counted(plan.steps.len(), "step", "steps")
     )?;
     writeln!(out, "{}", render_dag(&plan, |_| StepMark::Pending))?;
     writeln!(out, "\nPlan saved: {task}")?;
@@ -305,9 +305,9 @@ fn show(task: &planb_core::Task, out: &mut dyn Write) -> anyhow::Result<ExitCode
     let plan = plans::load(task)?;
     writeln!(
         out,
-        "\nPlan: {} ({} steps)",
+        "\nPlan: {} ({})",
         shown(&plan.title),
-        plan.steps.len()
+        counted(plan.steps.len(), "step", "steps")
     )?;
     writeln!(out, "id: {}\n", task.id)?;
     writeln!(out, "{}", exec_plans::rendered(task, &plan))?;
@@ -370,9 +370,10 @@ fn import(
             }) => {
                 writeln!(
                     out,
-                    "{}: imported as {task}: {} ({steps} steps){}",
+                    "{}: imported as {task}: {} ({}){}",
                     shown(&plan.id),
                     shown(&title),
+                    counted(steps, "step", "steps"),
                     run.map(|r| format!("; its checkpoint: {r}"))
                         .unwrap_or_default()
                 )?;
@@ -449,8 +450,8 @@ fn trace(task: &planb_core::Task, knobs: &Knobs, out: &mut dyn Write) -> anyhow:
     )?;
     writeln!(
         out,
-        "[DRY RUN] Plan completed: {} steps, no tool called",
-        outcome.steps.len()
+        "[DRY RUN] Plan completed: {}, no tool called",
+        counted(outcome.steps.len(), "step", "steps")
     )?;
     Ok(ExitCode::SUCCESS)
 }
@@ -542,8 +543,8 @@ fn ended(task: &Task, outcome: &PlanOutcome, out: &mut dyn Write) -> anyhow::Res
     if outcome.success {
         writeln!(
             out,
-            "Plan completed: {} steps in {seconds:.1}s",
-            outcome.steps.len()
+            "Plan completed: {} in {seconds:.1}s",
+            counted(outcome.steps.len(), "step", "steps")
         )?;
         Ok(ExitCode::SUCCESS)
     } else if outcome.stopped {

@@ -1,5 +1,14 @@
 //! Text shown to people, kept to a length.
 
+/// `n` with its noun, `one` or `many`: "1 step", "3 steps".
+pub fn counted(n: usize, one: &str, many: &str) -> String {
+    if n == 1 {
+        format!("1 {one}")
+    } else {
+        format!("{n} {many}")
+    }
+}
+
 /// `text` in at most `chars` characters: whole if it fits, else its start
 /// and `…`.
 pub fn clip(text: &str, chars: usize) -> String {
@@ -76,6 +85,14 @@ pub fn unique_prefix_lengths(ids: &[&str], min: usize) -> Vec<usize> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_count_of_one_takes_the_singular() {
+        use super::counted;
+        assert_eq!(counted(1, "step", "steps"), "1 step");
+        assert_eq!(counted(0, "step", "steps"), "0 steps");
+        assert_eq!(counted(3, "batch", "batches"), "3 batches");
+    }
+
     use super::{clip, json_visible, unique_prefix_lengths, visible};
 
     #[test]

@@ -197,11 +197,11 @@ fn progress_message(task: &Task, status: &planb_app::tasks::TaskStatus) -> Strin
         .map(|step| format!(", running {step}"))
         .unwrap_or_default();
     format!(
-        "{} {:.0}% ({} of {} steps){running}",
+        "{} {:.0}% ({} of {}){running}",
         state_name(task),
         status.percentage,
         status.progress.done,
-        status.progress.total,
+        planb_core::text::counted(status.progress.total, "step", "steps"),
     )
 }
 

@@ -6,7 +6,7 @@
 
 use planb_core::exec_plan::{ExecPlan, StepMark, render_dag};
 use planb_core::question::SpecError;
-use planb_core::text::clip;
+use planb_core::text::{clip, counted};
 use planb_core::{AskSpec, TaskId};
 use planb_engine::plans;
 use serde_json::{Map, Value, json};
@@ -32,10 +32,10 @@ pub fn form(id: TaskId, plan: &ExecPlan, call: &Map<String, Value>) -> Result<As
     let batches = plan.batches();
     let first = batches.first().map_or(0, Vec::len);
     let mut intro = format!(
-        "**{}**: {} steps in {} batches.\n\n",
+        "**{}**: {} in {}.\n\n",
         plan.title,
-        plan.steps.len(),
-        batches.len()
+        counted(plan.steps.len(), "step", "steps"),
+        counted(batches.len(), "batch", "batches")
     );
     if let Some(description) = plan.description.as_deref().filter(|d| !d.trim().is_empty()) {
         intro.push_str(&format!("{}\n\n", clip(description, 2_000)));

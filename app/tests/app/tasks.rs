@@ -231,6 +231,14 @@ async fn a_stopped_task_edited_then_resumed_runs_only_what_is_missing_or_downstr
         None => stopped,
     };
     assert_eq!(tasks::state_name(&stopped), "stopped");
+    // Part way, the percentage is given to a tenth.
+    let percentage = tasks::status(tasks.store().root(), &stopped).percentage;
+    assert!(percentage > 0.0 && percentage < 100.0, "{percentage}");
+    assert_eq!(
+        percentage,
+        (percentage * 10.0).round() / 10.0,
+        "{percentage}"
+    );
     let first = stopped.runs[0].clone();
 
     // The first step that succeeded and has steps after it is edited.

@@ -169,6 +169,10 @@ fn a_plan_is_stopped_only_by_a_setting_plans_use() {
     let task_only = [("PLANB_CONCURRENCY", "100"), ("PLANB_INACTIVITY_SEC", " ")];
     let (code, said) = run(&task_only);
     assert_eq!(code, Some(0), "{said}");
+    // One step is one step, not "1 steps".
+    let (code, out) = setup.run(&["show", &saved_id(&setup.run(&["create", file]).1)]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("Plan: Settings (1 step)"), "{out}");
     let (code, said) = run(&[("PLANB_SERVER_START_SEC", "soon")]);
     assert_eq!(code, Some(2), "{said}");
     assert!(said.contains("PLANB_SERVER_START_SEC"), "{said}");
