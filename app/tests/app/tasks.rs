@@ -295,6 +295,85 @@ async fn a_stopped_task_edited_then_resumed_runs_only_what_is_missing_or_downstr
     assert!(!second.contains(&edited));
 }
 
+/// A completed task whose artifact is edited is not a dead end: resuming it
+/// computes again exactly what depended on the edit, and asks the model
+/// only for those steps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completed_task_edited_then_resumed_recomputes_exactly_what_the_edit_invalidated() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let model = ModelServer::start(Script {
+        delay: Duration::ZERO,
+        fail_first: 0,
+    })
+    .await;
+    let tasks = open(dir.path());
+    let id = create_and_start(&tasks, &model, "fast").await;
+    let done = until_ended(&tasks, id).await;
+    assert_eq!(tasks::state_name(&done), "completed");
+    let root = tasks.store().root().clone();
+    let pipeline = tasks::pipeline_of(&root, PROJECT_PLAN).expect("pipeline");
+    let edited = done.runs[0]
+        .succeeded
+        .iter()
+        .find(|s| {
+            let step = StepId::parse(s).expect("step");
+            pipeline.downstream(&step).is_some_and(|d| d.len() > 1)
+        })
+        .expect("a step with steps after it")
+        .clone();
+    let written = tasks
+        .write_artifact(id, &edited, "## Edited by hand\n".into())
+        .await
+        .expect("written");
+    assert!(!written.invalidated.is_empty());
+    let asked_before = model.requests();
+
+    let task = tasks.find(id).await.expect("task");
+    tasks::may_run_again(&task).expect("an edited completed task may run again");
+    let resumed = launch::start(&launch_of(&tasks), id, 1, here(&model), Start::Resume).await;
+    assert_eq!(resumed.expect("resumed").runs.len(), 2);
+    let again = until_ended(&tasks, id).await;
+    assert_eq!(tasks::state_name(&again), "completed");
+    // Only invalidated steps of the run's target ran, the steps reading the
+    // edit first of all; a step whose inputs came out unchanged is reused.
+    let invalidated: BTreeSet<String> = written.invalidated.into_iter().collect();
+    let second: BTreeSet<String> = again.runs[1].attempts.keys().cloned().collect();
+    assert!(
+        second.is_subset(&invalidated),
+        "{second:?} beyond {invalidated:?}"
+    );
+    assert!(!second.contains(&edited));
+    let closure: BTreeSet<String> = pipeline
+        .closure(&StepId::parse(DEFAULT_TARGET).expect("target"))
+        .expect("closure")
+        .iter()
+        .map(|s| s.as_str().to_owned())
+        .collect();
+    let readers = pipeline.steps().iter().filter(|d| {
+        closure.contains(d.id.as_str()) && d.needs.iter().any(|n| n.as_str() == edited)
+    });
+    for reader in readers {
+        assert!(
+            second.contains(reader.id.as_str()),
+            "{} read the edit",
+            reader.id.as_str()
+        );
+    }
+    let model_steps = second
+        .iter()
+        .filter(|s| {
+            pipeline
+                .step(&StepId::parse(s).expect("step"))
+                .is_some_and(|d| matches!(d.action, planb_core::dag::Action::Model { .. }))
+        })
+        .count();
+    assert_eq!(model.requests() - asked_before, model_steps as u64);
+    // Without an edit since, a completed task is still not run again.
+    let task = tasks.find(id).await.expect("task");
+    let refused = tasks::may_run_again(&task).expect_err("nothing to compute");
+    assert_eq!(refused.code, ErrorCode::Conflict, "{refused}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn archive_and_delete_wait_for_the_run_and_a_deleted_task_leaves_no_folder() {
     let dir = tempfile::tempdir().expect("temp dir");

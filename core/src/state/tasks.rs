@@ -648,17 +648,29 @@ impl Task {
             && self
                 .runs
                 .last()
-                .is_some_and(|r| r.state == RunState::Completed)
+                .is_some_and(|r| r.state == RunState::Completed && !self.edited_since(r))
         {
             return Err(refuse(
                 TaskErrorCode::Conflict,
                 format!(
-                    "task {} is completed; create a new task to plan again",
+                    "task {} is completed; edit an artifact (task_artifact_write) to compute \
+                     again what depends on it, or create a new task to plan again",
                     self.id
                 ),
             ));
         }
         Ok(())
+    }
+
+    /// Whether an artifact was edited since `run` ended: then a completed
+    /// task runs again, to compute what depends on the edit (the steps
+    /// whose inputs changed; the rest is reused).
+    fn edited_since(&self, run: &Run) -> bool {
+        run.ended_at.is_some_and(|ended| {
+            self.successes
+                .values()
+                .any(|success| success.edited && success.at >= ended)
+        })
     }
 
     /// The active run (`running` or `stopping`), if any.
