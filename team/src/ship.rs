@@ -481,6 +481,15 @@ impl Shipper {
                 }
             }
         }
+        if !read.is_empty() {
+            // What leaves the machine must not outlive the log in a power
+            // cut: the records read may still await their writer's sync.
+            position.reader.sync_read().map_err(|e| LocalError {
+                action: "sync the log segment read before shipping it",
+                path: self.root.log_dir().display().to_string(),
+                source: std::io::Error::other(e.to_string()),
+            })?;
+        }
         Ok((self.batch_of(read)?, damage))
     }
 
