@@ -307,6 +307,7 @@ pub struct Created {
 pub async fn create_from_goal(
     store: &Arc<Store>,
     downstream: &Downstream,
+    servers: &ServersSource,
     goal: &str,
     client_request_id: Option<String>,
     sampler: Option<Sampler>,
@@ -338,7 +339,10 @@ pub async fn create_from_goal(
         return Err(Error::internal(format!(
             "Failed to generate a valid plan: no downstream server offers a tool{}",
             if why.is_empty() {
-                " (configure servers in the servers file)".to_owned()
+                format!(
+                    " (none is configured: add servers to {})",
+                    servers.file.display()
+                )
             } else {
                 format!(":\n{why}")
             }

@@ -237,6 +237,7 @@ fn create(
         runtime()?.block_on(exec_plans::create_from_goal(
             store,
             &downstream,
+            servers,
             goal,
             None,
             None,

@@ -349,7 +349,9 @@ impl PlanbServer {
             }
             Source::Goal(goal) => {
                 let sampler = Sampler::of(peer, Some("planner"));
-                exec_plans::create_from_goal(&store, &downstream, &goal, request, sampler).await
+                let servers = &self.config().servers;
+                exec_plans::create_from_goal(&store, &downstream, servers, &goal, request, sampler)
+                    .await
             }
         }
         .map_err(app_failure)?;

@@ -1491,3 +1491,27 @@ fn a_server_that_never_answers_does_not_hold_up_a_plan_that_resolves_without_it(
     );
     assert_eq!(setup.calls().len(), 2);
 }
+
+/// `plan create --goal` with no servers configured names the file it
+/// looked for, so a person knows where to add them.
+#[test]
+fn a_goal_with_no_servers_names_the_servers_file_to_fill() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let servers = dir.path().join("nowhere").join("servers.json");
+    let output = Command::new(planb())
+        .arg("--data-dir")
+        .arg(dir.path().join("root"))
+        .args(["plan", "--servers"])
+        .arg(&servers)
+        .args(["create", "--goal", "Say hello"])
+        .env("PLANB_MODEL", "command:cat")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run planb-mcp");
+    assert!(!output.status.success());
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        said.contains(&format!("add servers to {}", servers.display())),
+        "{said}"
+    );
+}
