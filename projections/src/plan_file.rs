@@ -319,7 +319,7 @@ fn put_in_place(temp: &Path, path: &Path, found: Option<&str>) -> std::io::Resul
         // A save came in between: swap it back. Should yet another save
         // replace what was put in `path` meanwhile, that one is the newest
         // and goes back in turn.
-        let mut put = Some(std::fs::read(path)?);
+        let mut put = read_swapped(path)?;
         for _ in 0..SWAP_BACKS_MAX {
             renameat_with(CWD, temp, CWD, path, RenameFlags::EXCHANGE)?;
             let came_out = read_swapped(temp)?;

@@ -155,7 +155,9 @@ impl Locked<'_, '_> {
         };
         let refs: Vec<&[u8]> = payloads.iter().map(Vec::as_slice).collect();
         let (store, folded) = (self.store, &mut *self.folded);
+        let mut applied_here = false;
         let outcome = self.guard.append_placed_overlapping(&refs, |placed| {
+            applied_here = true;
             let envelopes = applied(store, folded, events, placed);
             let projected = files::project_files(
                 &store.root,
@@ -171,11 +173,15 @@ impl Locked<'_, '_> {
                 Ok(envelopes)
             }
             Err(error) => {
-                // The events are in this process's state and maybe in the
-                // files, but not durable: the log refuses every later append
-                // of this process, and the next projection anywhere
-                // rewrites the tree from what the log holds.
-                self.folded.pending.mark_failed();
+                // A sync that failed after the events were applied: they
+                // are in this process's state and maybe in the files, but
+                // not durable; the log refuses every later append of this
+                // process, and its next projection rewrites the tree. A
+                // write refused before (a record over the limit) changed
+                // nothing.
+                if applied_here {
+                    self.folded.pending.mark_failed();
+                }
                 Err(error.into())
             }
         }
