@@ -258,8 +258,10 @@ impl Tasks {
     /// Deletes the task (not while it runs) and removes its folder; returns
     /// the folder.
     pub async fn delete(&self, id: TaskId) -> Result<PathBuf, Error> {
-        if self.find(id).await?.active_run().is_some() {
-            // Refused at once, as the record would refuse it.
+        // Refused at once while a run is active, as the record refuses it;
+        // should the run have ended meanwhile, this records the deletion.
+        let recorded = self.find(id).await?.active_run().is_some();
+        if recorded {
             self.execute(Command::DeleteTask { task: id }).await?;
         }
         let details = json!({"task_id": id.to_string()});
@@ -278,7 +280,9 @@ impl Tasks {
                 ),
                 other => Error::internal(other),
             })?;
-        self.execute(Command::DeleteTask { task: id }).await?;
+        if !recorded {
+            self.execute(Command::DeleteTask { task: id }).await?;
+        }
         let root = self.root();
         let folder = root.task_dir(&id);
         let removed =
