@@ -36,9 +36,8 @@ pub async fn push(root: DataRoot, settings: TeamSettings) -> Result<Pass, ShipEr
         match shipper.ship_to_end().await {
             Ok(pass) => {
                 total.shipped += pass.shipped;
-                total.withheld += pass.withheld;
                 total.shipped_to = pass.shipped_to;
-                total.refused.extend(pass.refused);
+                // What is kept here and refused there, over the whole log.
                 shipper.tally(&mut total).await?;
                 return Ok(total);
             }

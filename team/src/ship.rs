@@ -617,6 +617,17 @@ impl Shipper {
         )
         .await?
         .get(0);
+        let refused_count: i64 = timed(
+            "count the refused events",
+            client.query_one(
+                "SELECT count(*) FROM planb_refused r WHERE r.origin = $1 AND r.cursor <= $2 \
+                 AND NOT EXISTS (SELECT 1 FROM planb_events e \
+                 WHERE e.origin = r.origin AND e.cursor = r.cursor)",
+                &[&origin, &to],
+            ),
+        )
+        .await?
+        .get(0);
         let refused = timed(
             "read the refused events",
             client.query(
@@ -636,7 +647,8 @@ impl Shipper {
                 reason: row.get(2),
             })
             .collect();
-        let kept = to - held - pass.refused.len() as i64;
+        // Every refused event counts, not only the ones named.
+        let kept = to - held - refused_count;
         pass.withheld = kept.max(0) as u64;
         Ok(())
     }
