@@ -91,6 +91,11 @@ pub struct Knobs {
     /// Most calls of one tool, `tool=N`; repeatable.
     #[arg(long = "tool-cap", value_name = "TOOL=N")]
     tool_caps: Vec<String>,
+    /// Run without runaway detection (on by default: a run stops when its
+    /// numeric results degenerate to 0 or 1, become effectively zero, or
+    /// repeat). The limits given here still hold.
+    #[arg(long)]
+    no_guards: bool,
     /// No call starts after this many seconds.
     #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=604_800))]
     max_seconds: Option<u64>,
@@ -122,6 +127,7 @@ impl Knobs {
         let mut guards = Guards {
             max_calls: self.max_calls,
             max_wall: self.max_seconds.map(Duration::from_secs),
+            runaway: !self.no_guards,
             ..Guards::default()
         };
         for cap in &self.tool_caps {
@@ -443,6 +449,9 @@ fn trace(task: &planb_core::Task, knobs: &Knobs, out: &mut dyn Write) -> anyhow:
             },
             json_visible(step.result.as_ref().unwrap_or(&Value::Null).to_string())
         )?;
+        for typed in &step.typed {
+            writeln!(out, "    typed argument {}", shown(typed))?;
+        }
     }
     writeln!(
         out,

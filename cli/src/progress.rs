@@ -272,6 +272,8 @@ mod tests {
             error: (!success).then(|| "it broke".to_owned()),
             duration_ms: 1,
             reused: false,
+            code: None,
+            typed: Vec::new(),
         }))
     }
 

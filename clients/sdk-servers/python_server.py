@@ -55,6 +55,11 @@ def picture() -> Image:
 
 
 @server.tool()
+def shout(text: str) -> str:
+    return text.upper()
+
+
+@server.tool()
 def broken() -> str:
     raise ValueError("boom")
 

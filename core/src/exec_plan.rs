@@ -15,10 +15,14 @@
 //! variable (which of them wins would depend on timing).
 
 mod render;
+mod runaway;
 mod vars;
 
 pub use render::{StepMark, render_dag};
-pub use vars::{referenced_names, resolve, resolve_args};
+pub use runaway::{Runaway, RunawayPattern, RunawayStop};
+pub use vars::{
+    TypedArg, json_kind, referenced_names, resolve, resolve_args, typed_args, whole_reference,
+};
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;

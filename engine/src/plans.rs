@@ -15,8 +15,8 @@ pub mod run;
 pub mod servers;
 
 pub use run::{
-    ForeignRun, Guards, PlanOutcome, PlanRunError, Progress, RunOptions, RunRequest, StepReport,
-    check_request, dry_run, load, record_foreign_run, run_plan,
+    ForeignRun, GUARD_BLOCKED, Guards, PlanOutcome, PlanRunError, Progress, RunOptions, RunRequest,
+    StepReport, check_request, dry_run, load, record_foreign_run, run_plan,
 };
 pub use servers::{
     Downstream, DownstreamError, PlanTools, ServerSpec, Servers, ToolAnswer, ToolInfo, available,

@@ -96,6 +96,7 @@ fn execute_properties() -> Map<String, Value> {
         "max_calls": {"type": "integer", "minimum": 0, "maximum": 100000, "description": "Most tool calls in the run."},
         "tool_caps": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}, "description": "Most calls per tool name."},
         "max_seconds": {"type": "integer", "minimum": 1, "maximum": 604800, "description": "No call starts after this many seconds."},
+        "guards": {"type": "boolean", "default": true, "description": "false turns runaway detection off (a run stops, GUARD_BLOCKED, when its numeric results degenerate to 0 or 1, become effectively zero, or repeat); max_calls, tool_caps and max_seconds still hold."},
         "concurrency": {"type": "integer", "minimum": 1, "maximum": 64, "default": 4},
         "step_timeout_sec": {"type": "integer", "minimum": 1, "maximum": 86400, "default": 300}
     }) else {
@@ -214,6 +215,7 @@ fn exec_args(args: &mut Args<'_>, with_call_variables: bool) -> ExecRequest {
         args.push("review: a dry run calls nothing, so there is nothing to approve".into());
     }
     let max_calls = args.optional_integer("max_calls", 0, 100_000);
+    let runaway = args.optional_bool("guards").unwrap_or(true);
     let max_seconds = args.optional_integer("max_seconds", 1, 604_800);
     let concurrency = args.optional_integer("concurrency", 1, 64).unwrap_or(4);
     let step_timeout = args
@@ -252,6 +254,7 @@ fn exec_args(args: &mut Args<'_>, with_call_variables: bool) -> ExecRequest {
                 max_calls: max_calls.and_then(|n| u32::try_from(n).ok()),
                 per_tool,
                 max_wall: max_seconds.map(Duration::from_secs),
+                runaway,
             },
             ..RunOptions::default()
         },

@@ -742,3 +742,78 @@ async fn an_answer_over_the_limit_fails_its_step_at_once_and_one_under_it_stays_
         "the 20 MB result did not stay whole"
     );
 }
+
+/// A plan whose steps echo `texts` one after another (the example server
+/// reads a text that is JSON as JSON: "0" binds the number 0).
+fn echo_chain(texts: &[&str]) -> Value {
+    let steps: Vec<Value> = texts
+        .iter()
+        .enumerate()
+        .map(|(n, text)| {
+            let index = (n + 1).to_string();
+            let before = n.to_string();
+            let after: Vec<&str> = if n == 0 { vec![] } else { vec![&before] };
+            step(&index, "alpha__echo", json!({"text": text}), &after, None)
+        })
+        .collect();
+    json!({"title": "Echoes", "steps": steps})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runaway_detection_stops_a_run_whose_numbers_degenerate_and_can_be_turned_off() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let setup = alpha_and_beta(dir.path());
+    let cases = [
+        (
+            vec!["0", "1", "never"],
+            "3",
+            "degenerate",
+            "a second result of 0 or 1 (the last was 1): the results have degenerated",
+        ),
+        (
+            vec!["7", "7", "7", "never"],
+            "4",
+            "repeating",
+            "the last 3 numeric results were all 7",
+        ),
+        (
+            vec!["1e-13", "never"],
+            "2",
+            "saturation",
+            "the last result, 1e-13, is effectively zero",
+        ),
+    ];
+    for (texts, blocked, pattern, saw) in cases {
+        let id = create(&setup, &echo_chain(&texts)).await.expect("created");
+        let before = calls(dir.path()).len();
+        let ended = run(&setup, request(id, RunOptions::default())).await;
+        let outcome = ended.expect("ran").outcome.clone();
+        assert!(!outcome.success, "{outcome:?}");
+        let error = outcome.error.clone().unwrap_or_default();
+        assert_eq!(
+            error,
+            format!(
+                "Step {blocked} failed: Guard blocked: runaway detection ({pattern}) before calling alpha__echo: {saw}; turn it off with guards: false (--no-guards on the command line)"
+            ),
+            "{texts:?}"
+        );
+        let json = outcome.to_json();
+        assert_eq!(json["error_code"], "GUARD_BLOCKED", "{json}");
+        let last = json["steps"].as_array().and_then(|s| s.last()).cloned();
+        assert_eq!(last.unwrap_or_default()["code"], "GUARD_BLOCKED", "{json}");
+        let made = calls(dir.path()).len() - before;
+        assert_eq!(made, texts.len() - 1, "the blocked step's tool was called");
+
+        // Off, the same plan runs every step.
+        let mut off = RunOptions::default();
+        off.guards.runaway = false;
+        let ended = run(&setup, request(id, off)).await.expect("ran");
+        assert!(ended.outcome.success, "{:?}", ended.outcome);
+        assert_eq!(completed(&ended), texts.len());
+    }
+    // Numbers that move on are not a runaway.
+    let moving = echo_chain(&["0", "2", "3", "3", "5", "-1"]);
+    let id = create(&setup, &moving).await.expect("created");
+    let ended = run(&setup, request(id, RunOptions::default())).await;
+    assert!(ended.expect("ran").outcome.success);
+}

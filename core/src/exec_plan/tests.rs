@@ -410,3 +410,33 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn whole_string_references_to_values_that_are_not_text_are_typed_arguments() {
+    let variables = json!({"n": 5, "name": "x", "p": {"ok": true}, "list": [1]});
+    let variables = variables.as_object().cloned().unwrap_or_default();
+    let args = json!({
+        "a": "${n}", "b": "n = ${n}", "c": "${name}", "d": "${p.ok}",
+        "e": "${missing}", "f": "${list}", "g": 3
+    });
+    let args = args.as_object().cloned().unwrap_or_default();
+    let typed: Vec<(String, String, &str)> = typed_args(&args, &variables)
+        .into_iter()
+        .map(|t| (t.arg, t.path, t.kind))
+        .collect();
+    let expected = [
+        ("a", "n", "number"),
+        ("d", "p.ok", "boolean"),
+        ("f", "list", "array"),
+    ];
+    let expected: Vec<(String, String, &str)> = expected
+        .iter()
+        .map(|(a, p, k)| ((*a).to_owned(), (*p).to_owned(), *k))
+        .collect();
+    assert_eq!(typed, expected);
+    let hint = typed_args(&args, &variables)[2].hint();
+    assert_eq!(
+        hint,
+        "argument \"f\" was \"${list}\", which passes list as an array, not text; to pass it as text write it with other text, e.g. \"f = ${list}\""
+    );
+}

@@ -115,3 +115,71 @@ pub fn referenced_names(args: &Map<String, Value>) -> Vec<String> {
     }
     out
 }
+
+/// An argument written as exactly one `${path}` whose value is not a
+/// string: the tool is given the value with its JSON type, which a tool
+/// expecting text refuses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TypedArg {
+    /// The argument's name.
+    pub arg: String,
+    /// The reference's path (`n`, `point.x`).
+    pub path: String,
+    /// The value's JSON type: `number`, `boolean`, `object`, `array`, `null`.
+    pub kind: &'static str,
+}
+
+impl TypedArg {
+    /// One line: what was passed and how to pass it as text instead.
+    pub fn hint(&self) -> String {
+        format!(
+            "argument {arg:?} was \"${{{path}}}\", which passes {path} as {a} {kind}, not text; \
+             to pass it as text write it with other text, e.g. \"{arg} = ${{{path}}}\"",
+            arg = self.arg,
+            path = self.path,
+            a = if self.kind == "array" { "an" } else { "a" },
+            kind = self.kind,
+        )
+    }
+}
+
+/// The path of `text` when it is exactly one `${path}`: the value is
+/// passed with its own JSON type.
+pub fn whole_reference(text: &str) -> Option<&str> {
+    match references(text).as_slice() {
+        [(0, end, path)] if *end == text.len() => Some(path),
+        _ => None,
+    }
+}
+
+/// The JSON type of `value`, as JSON Schema names it.
+pub fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// The arguments of `args` (as written) that are exactly one reference
+/// resolving, with `variables`, to a value that is not a string.
+pub fn typed_args(args: &Map<String, Value>, variables: &Map<String, Value>) -> Vec<TypedArg> {
+    let mut out = Vec::new();
+    for (arg, written) in args {
+        let Some(path) = written.as_str().and_then(whole_reference) else {
+            continue;
+        };
+        match lookup(path, variables) {
+            None | Some(Value::String(_)) => {}
+            Some(value) => out.push(TypedArg {
+                arg: arg.clone(),
+                path: path.to_owned(),
+                kind: json_kind(value),
+            }),
+        }
+    }
+    out
+}

@@ -17,7 +17,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
-use planb_core::exec_plan::{ExecPlan, resolve_args};
+use planb_core::exec_plan::{
+    ExecPlan, Runaway, TypedArg, resolve_args, typed_args, whole_reference,
+};
 use planb_core::{Command, ContentHash, RunEndReason, RunId, RunOutcome, StepStart, Task, TaskId};
 use planb_projections::{Store, StoreError};
 use serde_json::{Map, Value, json};
@@ -30,8 +32,9 @@ use crate::settle::{Cut, End, Launch, Next, Pace, Settled, StepKind, settle};
 pub const RESULT_BYTES_MAX: usize = 64 * 1024 * 1024;
 
 /// Limits checked before each call; a blocked step fails with
-/// `Guard blocked: <reason>` and its tool is never called.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// `Guard blocked: <reason>` (code [`GUARD_BLOCKED`]) and its tool is never
+/// called.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Guards {
     /// Most tool calls in one run.
     pub max_calls: Option<u32>,
@@ -39,7 +42,24 @@ pub struct Guards {
     pub per_tool: BTreeMap<String, u32>,
     /// Longest a run may take before no new call starts.
     pub max_wall: Option<Duration>,
+    /// Whether runaway detection ([`Runaway`]) stops a run whose numeric
+    /// results have degenerated; on unless turned off.
+    pub runaway: bool,
 }
+
+impl Default for Guards {
+    fn default() -> Guards {
+        Guards {
+            max_calls: None,
+            per_tool: BTreeMap::new(),
+            max_wall: None,
+            runaway: true,
+        }
+    }
+}
+
+/// The code of a step a guard blocked.
+pub const GUARD_BLOCKED: &str = "GUARD_BLOCKED";
 
 /// How a plan runs.
 #[derive(Clone, Debug)]
@@ -87,17 +107,30 @@ pub struct StepReport {
     /// True when the result was the one recorded before (a resume), and the
     /// tool was not called.
     pub reused: bool,
+    /// The failure's code, when it has one ([`GUARD_BLOCKED`]).
+    pub code: Option<&'static str>,
+    /// In a dry run, the arguments passed with their own JSON type rather
+    /// than as text (a whole-string `${var}` of a value that is not a
+    /// string, or of a step's result): `name: type`.
+    pub typed: Vec<String>,
 }
 
 impl StepReport {
     fn summary(&self) -> Value {
-        json!({
+        let mut summary = json!({
             "index": self.index,
             "title": self.title,
             "tool": self.tool,
             "success": self.success,
             "error": self.error,
-        })
+        });
+        if let (Some(code), Value::Object(map)) = (self.code, &mut summary) {
+            map.insert("code".into(), code.into());
+        }
+        if let (false, Value::Object(map)) = (self.typed.is_empty(), &mut summary) {
+            map.insert("typed".into(), json!(self.typed));
+        }
+        summary
     }
 }
 
@@ -181,6 +214,10 @@ impl PlanOutcome {
         out.insert("steps_total".into(), self.steps_in_plan.into());
         if let Some(error) = &self.error {
             out.insert("error".into(), error.clone().into());
+            let code = self.steps.iter().find_map(|s| s.code);
+            if let Some(code) = code {
+                out.insert("error_code".into(), code.into());
+            }
         }
         if self.stopped {
             out.insert("stopped".into(), true.into());
@@ -316,6 +353,7 @@ fn merged(plan: &ExecPlan, call: &Map<String, Value>) -> Map<String, Value> {
 /// and each variable is bound to `"<tool result>"`.
 pub fn dry_run(plan: &ExecPlan, plan_id: TaskId, call: &Map<String, Value>) -> PlanOutcome {
     let mut variables = merged(plan, call);
+    let mut results: BTreeMap<String, String> = BTreeMap::new();
     let mut steps = Vec::new();
     for batch in plan.batches() {
         for &at in batch {
@@ -330,9 +368,12 @@ pub fn dry_run(plan: &ExecPlan, plan_id: TaskId, call: &Map<String, Value>) -> P
                 error: None,
                 duration_ms: 0,
                 reused: false,
+                code: None,
+                typed: dry_typed(step, &variables, &results),
             });
             if let Some(var) = &step.result_variable {
                 variables.insert(var.clone(), format!("<{} result>", step.tool).into());
+                results.insert(var.clone(), step.tool.clone());
             }
         }
     }
@@ -352,6 +393,31 @@ pub fn dry_run(plan: &ExecPlan, plan_id: TaskId, call: &Map<String, Value>) -> P
     }
 }
 
+/// The arguments of `step` a dry run marks as typed: `name: type` for a
+/// whole-string reference to a value that is not text, `name: the result
+/// of TOOL, as it returns it` for one to a step's result (`results`: the
+/// variables bound so far by steps, and their tools).
+fn dry_typed(
+    step: &planb_core::exec_plan::PlanStep,
+    variables: &Map<String, Value>,
+    results: &BTreeMap<String, String>,
+) -> Vec<String> {
+    let mut typed: Vec<String> = typed_args(&step.args, variables)
+        .into_iter()
+        .map(|t| format!("{}: {}", t.arg, t.kind))
+        .collect();
+    for (arg, written) in &step.args {
+        let Some(path) = written.as_str().and_then(whole_reference) else {
+            continue;
+        };
+        let name = path.split('.').next().unwrap_or(path);
+        if let Some(tool) = results.get(name) {
+            typed.push(format!("{arg}: the result of {tool}, with its own type"));
+        }
+    }
+    typed
+}
+
 /// A step's call, resolved: the tool, its arguments, and the call's JSON
 /// (what its start names) and hash.
 struct Call {
@@ -360,6 +426,9 @@ struct Call {
     args: Map<String, Value>,
     bytes: Vec<u8>,
     input: ContentHash,
+    /// The arguments passed with their JSON type from a whole-string
+    /// `${var}`: named when the tool refuses the call.
+    typed: Vec<TypedArg>,
 }
 
 /// A step whose call ended, as it will be recorded.
@@ -452,11 +521,15 @@ type Outcome = Result<(Vec<u8>, [u8; 32]), &'static str>;
 async fn perform(starting: Starting) -> Finished {
     let Starting {
         shared,
-        call,
+        mut call,
         mut report,
         guard,
     } = starting;
     let started = Instant::now();
+    if guard.is_some() {
+        report.code = Some(GUARD_BLOCKED);
+    }
+    let typed = std::mem::take(&mut call.typed);
     let outcome = match guard {
         Some(reason) => Err(("guard_blocked", format!("Guard blocked: {reason}"))),
         None => shared
@@ -469,7 +542,8 @@ async fn perform(starting: Starting) -> Finished {
             )
             .await
             .map_err(|e| (e.class, e.message))
-            .and_then(|answer| answer.value().map_err(|e| ("tool_error", e.to_string()))),
+            .and_then(|answer| answer.value().map_err(|e| ("tool_error", e.to_string())))
+            .map_err(|(class, message)| (class, with_typed_hint(class, message, &typed))),
     };
     report.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let outcome = match outcome.and_then(kept) {
@@ -490,6 +564,21 @@ async fn perform(starting: Starting) -> Finished {
         input: call.input.0,
         outcome,
     }
+}
+
+/// A refusal's message with a line for each argument passed with its JSON
+/// type from a whole-string `${var}`: the likely cause when a tool
+/// expecting text refuses it.
+fn with_typed_hint(class: &str, message: String, typed: &[TypedArg]) -> String {
+    if typed.is_empty() || !matches!(class, "tool_error" | "server_error") {
+        return message;
+    }
+    let mut message = message;
+    for arg in typed {
+        message.push('\n');
+        message.push_str(&arg.hint());
+    }
+    message
 }
 
 /// A result as kept, its JSON at most [`RESULT_BYTES_MAX`] bytes.
@@ -831,6 +920,8 @@ struct PlanSteps {
     variables: Map<String, Value>,
     calls_made: u32,
     per_tool: BTreeMap<String, u32>,
+    /// The numeric results of the batches done, in index order.
+    runaway: Runaway,
     /// Ends recorded soon, told once they are (when someone listens).
     to_tell: Vec<StepReport>,
 }
@@ -852,6 +943,7 @@ impl PlanSteps {
             variables: merged(&begun.plan, &begun.call_vars),
             calls_made: 0,
             per_tool: BTreeMap::new(),
+            runaway: Runaway::default(),
             to_tell: Vec::new(),
         }
     }
@@ -909,6 +1001,8 @@ impl PlanSteps {
             error: None,
             duration_ms: 0,
             reused: false,
+            code: None,
+            typed: Vec::new(),
         };
         if let Some(success) = self.recorded.get(&step.index)
             && success.input == input.0
@@ -924,12 +1018,14 @@ impl PlanSteps {
             return (at, None, report);
         }
         let tool = Arc::clone(&self.tools[at]);
+        let typed = typed_args(&step.args, &self.variables);
         let call = Call {
             at,
             tool,
             args,
             bytes,
             input,
+            typed,
         };
         (at, Some(call), report)
     }
@@ -967,12 +1063,25 @@ impl PlanSteps {
     /// Why a call of `tool` may not be made now; counts it when it may.
     fn guard(&mut self, tool: &str) -> Option<String> {
         let elapsed = self.started.elapsed();
-        let guard = guard_reason(&self.guards, tool, self.calls_made, &self.per_tool, elapsed);
+        let guard = guard_reason(&self.guards, tool, self.calls_made, &self.per_tool, elapsed)
+            .or_else(|| self.runaway_reason(tool));
         if guard.is_none() {
             self.calls_made = self.calls_made.saturating_add(1);
             *self.per_tool.entry(tool.to_owned()).or_default() += 1;
         }
         guard
+    }
+
+    /// Why runaway detection stops the run before a call of `tool`.
+    fn runaway_reason(&self, tool: &str) -> Option<String> {
+        if !self.guards.runaway {
+            return None;
+        }
+        let stop = self.runaway.check()?;
+        Some(format!(
+            "runaway detection ({}) before calling {tool}: {stop}; turn it off with guards: false (--no-guards on the command line)",
+            stop.pattern.name()
+        ))
     }
 
     /// Closes the batch running: binds, in index order, what succeeded;
@@ -986,8 +1095,12 @@ impl PlanSteps {
             };
             if !report.success {
                 failed.push(report);
-            } else if let (Some(var), Some(value)) =
-                (&self.plan.steps[at].result_variable, &report.result)
+                continue;
+            }
+            if let Some(value) = &report.result {
+                self.runaway.record(value);
+            }
+            if let (Some(var), Some(value)) = (&self.plan.steps[at].result_variable, &report.result)
             {
                 self.variables.insert(var.clone(), value.clone());
             }

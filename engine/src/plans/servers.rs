@@ -581,7 +581,9 @@ impl ToolInfo {
 pub struct DownstreamError {
     /// For people: names the server and, for a start failure, its stderr.
     pub message: String,
-    /// A stable class: `server_start`, `server_error`, `tool_timeout`.
+    /// A stable class: `server_start`, `server_closed` (the server went
+    /// away during the call), `server_error` (it answered the call with an
+    /// error), `tool_timeout`.
     pub class: &'static str,
 }
 
@@ -1077,7 +1079,11 @@ impl Downstream {
             } else {
                 format!("{server}__{tool}: {e}")
             },
-            class: "server_error",
+            class: if closed {
+                "server_closed"
+            } else {
+                "server_error"
+            },
         };
         if closed {
             self.forget(server, connection, &error.message).await;

@@ -1515,3 +1515,70 @@ fn a_goal_with_no_servers_names_the_servers_file_to_fill() {
         "{said}"
     );
 }
+
+/// A whole-string `${n}` passes `n` with its own type: a dry run marks the
+/// argument, and when a server on the Python SDK refuses the number where
+/// its tool takes text, the step's error names the variable, its type and
+/// how to pass it as text; written that way, the same call succeeds.
+#[test]
+fn a_number_refused_where_text_is_expected_is_named_with_how_to_pass_it_as_text() {
+    let clients = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../clients");
+    let python = clients.join(".venv/bin/python");
+    assert!(
+        python.exists(),
+        "the Python SDK is missing: run scripts/test, which installs it into clients/"
+    );
+    let setup = Setup::new();
+    let servers = json!({"mcpServers": {
+        "pysdk": {"command": python, "args": [clients.join("sdk-servers/python_server.py")]},
+    }});
+    std::fs::write(setup.path("servers.json"), servers.to_string()).expect("servers");
+    let plan = |text: &str| {
+        json!({"title": "Shout", "variables": {"n": 5}, "steps": [
+            step("1", "pysdk__shout", json!({"text": text}), &[], Some("loud")),
+        ]})
+    };
+    let id = setup.create(&plan("${n}"));
+    let (code, out) = setup.run(&["run", &id, "--dry-run"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("    typed argument text: number"), "{out}");
+    let (code, out) = setup.run(&["run", &id]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("valid string"),
+        "the server's own words: {out}"
+    );
+    assert!(
+        out.contains(
+            "argument \"text\" was \"${n}\", which passes n as a number, not text; to pass it as text write it with other text, e.g. \"text = ${n}\""
+        ),
+        "{out}"
+    );
+    let id = setup.create(&plan("n = ${n}"));
+    let (code, out) = setup.run(&["run", &id, "--dry-run"]);
+    assert!(code == 0 && !out.contains("typed argument"), "{out}");
+    let (code, out) = setup.run(&["run", &id]);
+    assert_eq!(code, 0, "{out}");
+}
+
+/// Runaway detection is on from the command line too, and `--no-guards`
+/// turns it off.
+#[test]
+fn a_run_whose_results_degenerate_is_stopped_unless_guards_are_off() {
+    let setup = Setup::new();
+    let id = setup.create(&json!({"title": "Degenerate", "steps": [
+        step("1", "alpha__echo", json!({"text": "0"}), &[], None),
+        step("2", "alpha__echo", json!({"text": "0"}), &["1"], None),
+        step("3", "alpha__echo", json!({"text": "after"}), &["2"], None),
+    ]}));
+    let (code, out) = setup.run(&["run", &id]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("Guard blocked: runaway detection (degenerate) before calling alpha__echo"),
+        "{out}"
+    );
+    assert!(!setup.calls().iter().any(|c| c["args"]["text"] == "after"));
+    let (code, out) = setup.run(&["run", &id, "--no-guards"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(setup.calls().iter().any(|c| c["args"]["text"] == "after"));
+}

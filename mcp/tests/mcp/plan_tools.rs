@@ -259,6 +259,27 @@ async fn an_agent_creates_inspects_dry_runs_and_runs_the_diamond() {
             .iter()
             .any(|c| c["args"]["text"] == "blocked")
     );
+    assert_eq!(guarded["error_code"], "GUARD_BLOCKED", "{guarded}");
+    assert_eq!(guarded["steps"][0]["code"], "GUARD_BLOCKED", "{guarded}");
+    // Runaway detection is on unless `guards: false` turns it off.
+    let degenerate = |guards: bool| {
+        json!({"title": "Degenerate", "guards": guards, "steps": [
+            step("1", "alpha__echo", json!({"text": "1"}), &[], None),
+            step("2", "alpha__echo", json!({"text": "1"}), &["1"], None),
+            step("3", "alpha__echo", json!({"text": "third"}), &["2"], None),
+        ]})
+    };
+    let stopped = ok(&call(&server, "plan_create_and_execute", degenerate(true)).await);
+    assert_eq!(stopped["error_code"], "GUARD_BLOCKED", "{stopped}");
+    assert!(
+        stopped["error"].as_str().is_some_and(
+            |e| e.contains("runaway detection (degenerate) before calling alpha__echo")
+        ),
+        "{stopped}"
+    );
+    let ran = ok(&call(&server, "plan_create_and_execute", degenerate(false)).await);
+    assert_eq!(ran["success"], true, "{ran}");
+    assert_eq!(ran["steps_completed"], 3, "{ran}");
 }
 
 /// A plan's C1 control characters (the 8-bit CSI) stay in its JSON value
