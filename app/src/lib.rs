@@ -11,6 +11,7 @@ pub mod import;
 pub mod launch;
 pub mod named;
 pub mod plans;
+pub mod replan;
 pub mod runs;
 pub mod sessions;
 pub mod settings;

@@ -336,8 +336,11 @@ impl PlanRuns {
         drop(active);
         let follower = follow.then(|| attached.follow());
         request.progress = Some(teller(&attached));
-        let run =
-            planb_engine::runtime::spawn(plans::run_plan(Arc::clone(store), downstream, request));
+        let run = planb_engine::runtime::spawn(crate::replan::run(
+            Arc::clone(store),
+            downstream,
+            request,
+        ));
         let (runs, store, plan) = (Arc::clone(self), Arc::clone(store), Arc::clone(plan));
         let handed_back = Arc::clone(&attached.handed_back);
         let asked = Arc::clone(&attached.asked);
@@ -432,8 +435,10 @@ fn teller(attached: &Attached) -> plans::run::ProgressFn {
     let (progress, settled) = (attached.progress.clone(), Arc::clone(&attached.settled));
     Arc::new(move |event: &Progress| {
         let n = match event {
-            Progress::Started { .. } => settled.load(Ordering::Relaxed),
             Progress::Ended(_) => settled.fetch_add(1, Ordering::Relaxed) + 1,
+            Progress::Started { .. } | Progress::Replanning { .. } | Progress::Revised(_) => {
+                settled.load(Ordering::Relaxed)
+            }
         };
         // Nobody follows the steps: only the count is kept.
         if progress.receiver_count() > 0 {

@@ -91,6 +91,10 @@ pub struct Knobs {
     /// Most calls of one tool, `tool=N`; repeatable.
     #[arg(long = "tool-cap", value_name = "TOOL=N")]
     tool_caps: Vec<String>,
+    /// On a failed step, ask the model (PLANB_MODEL) for a revised plan of
+    /// the remaining work and run it, at most N times.
+    #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=10))]
+    replan: u32,
     /// Run without runaway detection (on by default: a run stops when its
     /// numeric results degenerate to 0 or 1, become effectively zero, or
     /// repeat). The limits given here still hold.
@@ -144,6 +148,7 @@ impl Knobs {
             concurrency: usize::from(self.concurrency),
             step_timeout: Duration::from_secs(self.step_timeout),
             guards,
+            replan: self.replan,
             ..RunOptions::default()
         })
     }
@@ -511,8 +516,9 @@ fn execute(
             resume,
             options,
             progress: Some(progress),
+            planner: None,
         };
-        let run = plans::run_plan(Arc::clone(store), downstream, request);
+        let run = planb_app::replan::run(Arc::clone(store), downstream, request);
         tokio::pin!(run);
         let mut ticks = tokio::time::interval(crate::progress::FRAME_INTERVAL);
         loop {
@@ -542,6 +548,21 @@ fn execute(
 /// stopped, 1 failed).
 fn ended(task: &Task, outcome: &PlanOutcome, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     not_waited_for(out, &outcome.servers_not_answering)?;
+    for revision in &outcome.revisions {
+        writeln!(
+            out,
+            "Re-planned: step {} failed ({}); revised plan {} ({}) {}",
+            shown(&revision.step),
+            shown(&revision.error),
+            revision.number,
+            revision.plan_id,
+            if revision.success {
+                "completed"
+            } else {
+                "failed"
+            }
+        )?;
+    }
     if !outcome.called_again.is_empty() {
         writeln!(
             out,

@@ -52,9 +52,18 @@ pub(crate) enum Display {
 impl Display {
     /// Shows `event`.
     pub(crate) fn show(&mut self, event: &Progress, out: &mut dyn Write) -> io::Result<()> {
-        match self {
-            Display::Lines => line(event, out),
-            Display::Live(live) => {
+        match (self, event) {
+            (Display::Lines, _) => line(event, out),
+            // A revised plan is drawn anew below the last frame of the one
+            // it revises.
+            (Display::Live(live), Progress::Revised(revised)) => {
+                live.draw(out, true)?;
+                line(event, out)?;
+                let steps = revised.plan.steps.len();
+                **live = Live::new(Arc::clone(&revised.plan), vec![StepMark::Pending; steps]);
+                live.draw(out, false)
+            }
+            (Display::Live(live), _) => {
                 live.apply(event);
                 live.draw(out, false)
             }
@@ -105,8 +114,20 @@ fn line(event: &Progress, out: &mut dyn Write) -> io::Result<()> {
             report.tool,
             report.error.as_deref().unwrap_or("failed")
         ),
+        Progress::Replanning { number, step, .. } => {
+            format!("  ↻ step {step} failed: asking the model for revised plan {number}")
+        }
+        Progress::Revised(revised) => format!(
+            "\nRevised plan {}: {} ({}), run with the variables as they are:\n\n{}",
+            revised.number,
+            revised.plan.title,
+            revised.plan_id,
+            render_dag(&revised.plan, |_| StepMark::Pending)
+        ),
     };
-    writeln!(out, "{}", visible(&text, false))?;
+    // Only a revised plan's drawing spans lines.
+    let lines = matches!(event, Progress::Revised(_));
+    writeln!(out, "{}", visible(&text, lines))?;
     out.flush()
 }
 
@@ -144,6 +165,13 @@ impl Live {
     fn apply(&mut self, event: &Progress) {
         self.dirty = true;
         let (index, mark) = match event {
+            Progress::Replanning { number, step, .. } => {
+                self.failures.push(format!(
+                    "↻ step {step} failed: asking the model for revised plan {number}"
+                ));
+                return;
+            }
+            Progress::Revised(_) => return,
             Progress::Started { index } => (index, StepMark::Running),
             Progress::Ended(report) => {
                 if !report.success {
@@ -274,6 +302,7 @@ mod tests {
             reused: false,
             code: None,
             typed: Vec::new(),
+            revision: 0,
         }))
     }
 

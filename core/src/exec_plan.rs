@@ -56,11 +56,75 @@ pub struct ExecPlan {
     pub variables: Map<String, Value>,
     /// The steps, in the order they were written.
     pub steps: Vec<PlanStep>,
+    /// The failed run this plan revises, when it was made by re-planning.
+    pub revises: Option<Revision>,
     /// Indexes (into `steps`) of each step's dependencies: the declared ones
     /// and those whose variables it reads, in definition order.
     needs: Vec<Vec<usize>>,
     /// Kahn layers of step positions, each sorted by index.
     batches: Vec<Vec<usize>>,
+}
+
+/// What a revised plan revises: the run of another plan that failed, and
+/// the failure. Made by planb when it re-plans; the plan's `variables` are
+/// every variable as the failed run left them.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Revision {
+    /// The plan revised (its id).
+    pub plan: String,
+    /// Its run that failed (its id).
+    pub run: String,
+    /// Which revision of that run this is, from 1.
+    pub number: u32,
+    /// The step that failed (in the plan revised, or in its previous
+    /// revision).
+    pub step: String,
+    /// Its error.
+    pub error: String,
+}
+
+/// Longest failure kept in a [`Revision`], in characters.
+pub const REVISION_ERROR_CHARS_MAX: usize = 2_000;
+
+impl Revision {
+    fn from_json(value: &Value) -> Result<Revision, PlanError> {
+        let Value::Object(object) = value else {
+            return Err(PlanError::at(
+                "revises",
+                format!("must be an object (got {})", type_name(value)),
+            ));
+        };
+        let text = |key: &str, max: usize| {
+            text_field(object, key, "revises", max, true).map(Option::unwrap_or_default)
+        };
+        let number = object.get("number").and_then(Value::as_u64);
+        let number = number
+            .and_then(|n| u32::try_from(n).ok())
+            .filter(|&n| n > 0);
+        let Some(number) = number else {
+            return Err(PlanError::at(
+                "revises.number",
+                "must be a whole number from 1",
+            ));
+        };
+        Ok(Revision {
+            plan: text("plan", 64)?,
+            run: text("run", 64)?,
+            number,
+            step: text("step", STEP_INDEX_CHARS_MAX)?,
+            error: text("error", REVISION_ERROR_CHARS_MAX)?,
+        })
+    }
+
+    fn to_json(&self) -> Value {
+        serde_json::json!({
+            "plan": self.plan,
+            "run": self.run,
+            "number": self.number,
+            "step": self.step,
+            "error": self.error,
+        })
+    }
 }
 
 /// One tool call of a plan.
@@ -416,7 +480,11 @@ impl ExecPlan {
         let description = text_field(object, "description", "", PLAN_DESCRIPTION_CHARS_MAX, false)?;
         let variables = plan_variables(object)?;
         let (key, written) = written_steps(object)?;
-        let plan = normalise(title, description, variables, written, key)?;
+        let mut plan = normalise(title, description, variables, written, key)?;
+        plan.revises = match object.get("revises") {
+            None | Some(Value::Null) => None,
+            Some(value) => Some(Revision::from_json(value)?),
+        };
         let json = plan.to_json().to_string();
         if json.len() > PLAN_JSON_BYTES_MAX {
             return Err(PlanError::at(
@@ -459,6 +527,9 @@ impl ExecPlan {
         }
         out.insert("variables".into(), Value::Object(self.variables.clone()));
         out.insert("steps".into(), Value::Array(steps));
+        if let Some(revises) = &self.revises {
+            out.insert("revises".into(), revises.to_json());
+        }
         Value::Object(out)
     }
 
@@ -595,6 +666,7 @@ fn normalise(
         description,
         variables,
         steps,
+        revises: None,
         needs,
         batches,
     })

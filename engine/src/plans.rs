@@ -11,12 +11,14 @@
 pub mod binding;
 pub mod framing;
 pub mod generate;
+pub mod revise;
 pub mod run;
 pub mod servers;
 
 pub use run::{
-    ForeignRun, GUARD_BLOCKED, Guards, PlanOutcome, PlanRunError, Progress, RunOptions, RunRequest,
-    StepReport, check_request, dry_run, load, record_foreign_run, run_plan,
+    ForeignRun, GUARD_BLOCKED, Guards, PlanOutcome, PlanRunError, Progress, Revised,
+    RevisionReport, RunOptions, RunRequest, StepReport, check_request, dry_run, load,
+    record_foreign_run, run_plan,
 };
 pub use servers::{
     Downstream, DownstreamError, PlanTools, ServerSpec, Servers, ToolAnswer, ToolInfo, available,

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use planb_core::exec_plan::{ExecPlan, StepMark, render_dag};
 use planb_core::text::clip;
 use planb_core::{Rejection, Task, TaskErrorCode, TaskId};
+use planb_engine::backend::Backend;
 use planb_engine::backend::sampling::Sampler;
 use planb_engine::plans::{self, Guards, Progress, RunOptions};
 use planb_projections::{Store, StoreError};
@@ -96,6 +97,7 @@ fn execute_properties() -> Map<String, Value> {
         "max_calls": {"type": "integer", "minimum": 0, "maximum": 100000, "description": "Most tool calls in the run."},
         "tool_caps": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}, "description": "Most calls per tool name."},
         "max_seconds": {"type": "integer", "minimum": 1, "maximum": 604800, "description": "No call starts after this many seconds."},
+        "replan": {"type": "integer", "minimum": 0, "maximum": 10, "default": 0, "description": "On a failed step, ask the model (PLANB_MODEL, else the client's through sampling) for a revised plan of the remaining work and run it, up to this many times; the result says replanned and lists the revisions."},
         "guards": {"type": "boolean", "default": true, "description": "false turns runaway detection off (a run stops, GUARD_BLOCKED, when its numeric results degenerate to 0 or 1, become effectively zero, or repeat); max_calls, tool_caps and max_seconds still hold."},
         "concurrency": {"type": "integer", "minimum": 1, "maximum": 64, "default": 4},
         "step_timeout_sec": {"type": "integer", "minimum": 1, "maximum": 86400, "default": 300}
@@ -216,6 +218,7 @@ fn exec_args(args: &mut Args<'_>, with_call_variables: bool) -> ExecRequest {
     }
     let max_calls = args.optional_integer("max_calls", 0, 100_000);
     let runaway = args.optional_bool("guards").unwrap_or(true);
+    let replan = args.optional_integer("replan", 0, 10).unwrap_or(0);
     let max_seconds = args.optional_integer("max_seconds", 1, 604_800);
     let concurrency = args.optional_integer("concurrency", 1, 64).unwrap_or(4);
     let step_timeout = args
@@ -256,6 +259,7 @@ fn exec_args(args: &mut Args<'_>, with_call_variables: bool) -> ExecRequest {
                 max_wall: max_seconds.map(Duration::from_secs),
                 runaway,
             },
+            replan: u32::try_from(replan).unwrap_or(0),
             ..RunOptions::default()
         },
     }
@@ -277,13 +281,30 @@ fn finished(finished: Finished) -> CallToolResult {
 
 /// A step's start or end as a progress line: settled so far of `total`.
 fn progress_line(n: usize, total: usize, event: &Progress) -> String {
-    let Progress::Ended(report) = event else {
-        let Progress::Started { index } = event else {
-            return String::new();
-        };
-        return format!("step {index} started");
-    };
     let shown = |text: &str| planb_core::text::visible(text, false).into_owned();
+    let report = match event {
+        Progress::Ended(report) => report,
+        Progress::Started { index } => return format!("step {} started", shown(index)),
+        Progress::Replanning {
+            number,
+            step,
+            error,
+        } => {
+            return format!(
+                "step {} failed ({}): asking the model for revised plan {number}",
+                shown(step),
+                shown(error)
+            );
+        }
+        Progress::Revised(revised) => {
+            return format!(
+                "revised plan {} ({}, {}) runs now",
+                revised.number,
+                revised.plan_id,
+                planb_core::text::counted(revised.plan.steps.len(), "step", "steps")
+            );
+        }
+    };
     let head = format!(
         "{n}/{total} step {} {} [{}]",
         shown(&report.index),
@@ -440,6 +461,7 @@ impl PlanbServer {
             resume: request.resume,
             options: request.options,
             progress: None,
+            planner: Sampler::of(&context.peer, Some("planner")).map(Backend::Sampling),
         };
         let (runs, id) = (&self.plan_runs(), task.id);
         // Followed only to be told on: a call without a token is not woken

@@ -10,6 +10,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+/// How a server answers a prompt.
+pub type Answer = Arc<dyn Fn(&str) -> String + Send + Sync>;
+
 /// A scripted OpenAI-compatible chat completions server.
 #[derive(Debug)]
 pub struct ModelServer {
@@ -57,6 +60,11 @@ impl Script {
 impl ModelServer {
     /// Starts the server on a free loopback port, on the current runtime.
     pub async fn start(script: Script) -> ModelServer {
+        ModelServer::answering(script, Arc::new(scripted_answer)).await
+    }
+
+    /// Starts a server whose answer to a prompt is `answer`'s.
+    pub async fn answering(script: Script, answer: Answer) -> ModelServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -69,6 +77,7 @@ impl ModelServer {
                     return;
                 };
                 let counter = Arc::clone(&counter);
+                let answer = Arc::clone(&answer);
                 tokio::spawn(async move {
                     let mut buffer = Vec::new();
                     let mut chunk = [0u8; 16 * 1024];
@@ -114,7 +123,7 @@ impl ModelServer {
                                 "id": format!("c{number}"),
                                 "object": "chat.completion",
                                 "model": request["model"],
-                                "choices": [{"index": 0, "message": {"role": "assistant", "content": scripted_answer(prompt)}, "finish_reason": "stop"}],
+                                "choices": [{"index": 0, "message": {"role": "assistant", "content": answer(prompt)}, "finish_reason": "stop"}],
                                 "usage": {"prompt_tokens": prompt.len() / 4, "completion_tokens": 20}
                             }),
                         )

@@ -3,6 +3,7 @@
 //! every answer read back as plain data. One test binary with a module per
 //! subject.
 
+mod replan;
 mod runs;
 mod sessions;
 mod tasks;

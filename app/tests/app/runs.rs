@@ -20,10 +20,10 @@ use planb_projections::{DataRoot, Store, SystemEnvironment};
 use planb_tests::plans::step;
 use serde_json::{Map, Value, json};
 
-struct Setup {
-    store: Arc<Store>,
-    source: ServersSource,
-    runs: Arc<PlanRuns>,
+pub(crate) struct Setup {
+    pub(crate) store: Arc<Store>,
+    pub(crate) source: ServersSource,
+    pub(crate) runs: Arc<PlanRuns>,
 }
 
 fn setup(root: &Path) -> Setup {
@@ -58,7 +58,7 @@ fn setup_with(root: &Path, servers: serde_json::Value) -> Setup {
 /// A store in `root` and two servers: `alpha` (every tool of the example)
 /// and `beta` (its echo, sleep and crash only), so a bare `add` is alpha's
 /// and a bare `echo` is either's.
-fn alpha_and_beta(root: &Path) -> Setup {
+pub(crate) fn alpha_and_beta(root: &Path) -> Setup {
     let server = planb_tests::process::downstream_binary(env!("CARGO"));
     let env = json!({"DOWNSTREAM_CALLS": root.join("calls")});
     setup_with(
@@ -71,20 +71,20 @@ fn alpha_and_beta(root: &Path) -> Setup {
 }
 
 /// The downstream calls made so far, as the servers noted them.
-fn calls(root: &Path) -> Vec<Value> {
+pub(crate) fn calls(root: &Path) -> Vec<Value> {
     planb_tests::plans::calls(&root.join("calls"))
 }
 
 /// Records the plan `definition`, checked against the servers' tools, as
 /// `plan_create` does.
-async fn create(setup: &Setup, definition: &Value) -> Result<TaskId, planb_app::Error> {
+pub(crate) async fn create(setup: &Setup, definition: &Value) -> Result<TaskId, planb_app::Error> {
     let downstream = setup.runs.downstream.get(&setup.source).expect("servers");
     let created = planb_app::plans::create(&setup.store, &downstream, definition, None).await;
     created.map(|c| c.id)
 }
 
 /// Plan `id` as recorded now, and its steps.
-fn recorded(setup: &Setup, id: TaskId) -> (Task, Arc<ExecPlan>) {
+pub(crate) fn recorded(setup: &Setup, id: TaskId) -> (Task, Arc<ExecPlan>) {
     let task = setup.store.read(|s| s.task(&id).cloned()).expect("read");
     let task = task.expect("the plan's task");
     let plan = plans::load(&task).expect("the plan");
@@ -92,7 +92,7 @@ fn recorded(setup: &Setup, id: TaskId) -> (Task, Arc<ExecPlan>) {
 }
 
 /// Runs the plan as `request` asks, to its end.
-async fn run(setup: &Setup, request: RunRequest) -> Finished {
+pub(crate) async fn run(setup: &Setup, request: RunRequest) -> Finished {
     let (_, plan) = recorded(setup, request.task);
     let started = setup
         .runs
@@ -101,7 +101,7 @@ async fn run(setup: &Setup, request: RunRequest) -> Finished {
 }
 
 /// A request to run plan `id` with `options`.
-fn request(id: TaskId, options: RunOptions) -> RunRequest {
+pub(crate) fn request(id: TaskId, options: RunOptions) -> RunRequest {
     let mut request = RunRequest::new(id);
     request.options = options;
     request
@@ -123,7 +123,7 @@ async fn create_and_run(
     run(setup, request(id, options)).await
 }
 
-fn completed(end: &RunEnd) -> usize {
+pub(crate) fn completed(end: &RunEnd) -> usize {
     end.outcome.steps.iter().filter(|s| s.success).count()
 }
 
@@ -326,6 +326,7 @@ async fn a_follower_hears_each_step_start_and_settle_in_order() {
             Heard::Step(n, Progress::Ended(report)) => {
                 heard.push((n, format!("end {} {}", report.index, report.success)));
             }
+            Heard::Step(_, event) => panic!("no re-planning was asked for: {event:?}"),
             Heard::Lost => panic!("the run ended without a result"),
             Heard::Nothing => {}
         }

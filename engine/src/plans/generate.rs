@@ -58,6 +58,19 @@ pub enum AnswerError {
 
 /// The prompt for `goal` over `tools`.
 pub fn prompt(goal: &str, tools: &[ToolInfo]) -> String {
+    format!(
+        "You turn a goal into an execution plan: a small graph of tool calls that a program will run.\n\
+         \n\
+         Goal:\n{goal}\n\
+         \n\
+         {}",
+        plan_format(tools)
+    )
+}
+
+/// The tools a plan may call and the plan JSON's shape and rules: the end
+/// of every prompt that asks for a plan.
+pub(crate) fn plan_format(tools: &[ToolInfo]) -> String {
     let names = available(tools);
     let mut listing = String::new();
     for tool in tools.iter().take(TOOLS_SHOWN_MAX) {
@@ -79,11 +92,7 @@ pub fn prompt(goal: &str, tools: &[ToolInfo]) -> String {
         ));
     }
     format!(
-        "You turn a goal into an execution plan: a small graph of tool calls that a program will run.\n\
-         \n\
-         Goal:\n{goal}\n\
-         \n\
-         Tools you may use (use these names exactly; no other tool exists):\n{listing}\n\
+        "Tools you may use (use these names exactly; no other tool exists):\n{listing}\n\
          Answer with one JSON object and nothing else:\n\
          {{\"title\": \"short title\", \"variables\": {{}}, \"steps\": [\n\
          \x20 {{\"index\": \"1\", \"title\": \"what this step does\", \"tool\": \"tool name\", \"args\": {{}}, \"depends_on\": [], \"result_variable\": \"name\"}}\n\
@@ -145,8 +154,19 @@ pub async fn generate(
             goal.len()
         )));
     }
-    let first = prompt(goal, tools);
-    let mut asked = first.clone();
+    ask_until_valid(backend, &prompt(goal, tools), tools, timeout).await
+}
+
+/// Asks `backend` with `first` for a plan over `tools` until an answer is
+/// a plan that can run, at most [`ATTEMPTS`] times, each retry told why the
+/// previous answer was refused.
+pub(crate) async fn ask_until_valid(
+    backend: &Backend,
+    first: &str,
+    tools: &[ToolInfo],
+    timeout: Duration,
+) -> Result<ExecPlan, GenerateError> {
+    let mut asked = first.to_owned();
     let mut last = String::new();
     for attempt in 1..=ATTEMPTS {
         let answer = backend.ask(&asked, timeout).await?;

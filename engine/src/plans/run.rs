@@ -72,6 +72,9 @@ pub struct RunOptions {
     pub guards: Guards,
     /// How often a stop request is looked for while calls run.
     pub poll: Duration,
+    /// How many revised plans of a failed run may be asked for and run
+    /// (re-planning, done by planb-app around [`run_plan`]); 0 turns it off.
+    pub replan: u32,
 }
 
 impl Default for RunOptions {
@@ -81,6 +84,7 @@ impl Default for RunOptions {
             step_timeout: Duration::from_secs(300),
             guards: Guards::default(),
             poll: Duration::from_millis(200),
+            replan: 0,
         }
     }
 }
@@ -113,6 +117,9 @@ pub struct StepReport {
     /// than as text (a whole-string `${var}` of a value that is not a
     /// string, or of a step's result): `name: type`.
     pub typed: Vec<String>,
+    /// 0 for a step of the plan run; `k` for a step of its `k`th revised
+    /// plan (re-planning).
+    pub revision: u32,
 }
 
 impl StepReport {
@@ -126,6 +133,9 @@ impl StepReport {
         });
         if let (Some(code), Value::Object(map)) = (self.code, &mut summary) {
             map.insert("code".into(), code.into());
+        }
+        if let (1.., Value::Object(map)) = (self.revision, &mut summary) {
+            map.insert("revision".into(), self.revision.into());
         }
         if let (false, Value::Object(map)) = (self.typed.is_empty(), &mut summary) {
             map.insert("typed".into(), json!(self.typed));
@@ -194,6 +204,41 @@ pub struct PlanOutcome {
     /// Servers still starting when the plan's tool names had resolved
     /// without them, so not waited for.
     pub servers_not_answering: Vec<String>,
+    /// The revised plans run after this run failed, in order (re-planning).
+    pub revisions: Vec<RevisionReport>,
+}
+
+/// A revised plan run after a run failed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RevisionReport {
+    /// Which revision, from 1.
+    pub number: u32,
+    /// The revised plan.
+    pub plan_id: TaskId,
+    /// Its run, once it started.
+    pub run: Option<RunId>,
+    /// The step whose failure it answers.
+    pub step: String,
+    /// That step's error.
+    pub error: String,
+    /// The revised plan's steps.
+    pub steps: usize,
+    /// Whether its run succeeded.
+    pub success: bool,
+}
+
+impl RevisionReport {
+    fn to_json(&self) -> Value {
+        json!({
+            "number": self.number,
+            "plan_id": self.plan_id.to_string(),
+            "run_id": self.run.map(|r| r.to_string()),
+            "failed_step": self.step,
+            "error": self.error,
+            "steps": self.steps,
+            "success": self.success,
+        })
+    }
 }
 
 impl PlanOutcome {
@@ -238,6 +283,11 @@ impl PlanOutcome {
                 json!(self.servers_not_answering),
             );
         }
+        if !self.revisions.is_empty() {
+            out.insert("replanned".into(), true.into());
+            let revisions = self.revisions.iter().map(RevisionReport::to_json);
+            out.insert("revisions".into(), revisions.collect());
+        }
         out.insert("results".into(), Value::Object(self.variables.clone()));
         out.insert(
             "steps".into(),
@@ -257,6 +307,29 @@ pub enum Progress {
     },
     /// A step settled.
     Ended(Box<StepReport>),
+    /// The run failed and a revised plan is asked for (re-planning).
+    Replanning {
+        /// Which revision is asked for, from 1.
+        number: u32,
+        /// The step that failed.
+        step: String,
+        /// Its error.
+        error: String,
+    },
+    /// A revised plan was recorded and runs next; its steps are told as
+    /// the plan's are.
+    Revised(Box<Revised>),
+}
+
+/// A revised plan about to run.
+#[derive(Clone, Debug)]
+pub struct Revised {
+    /// Which revision, from 1.
+    pub number: u32,
+    /// The revised plan's id.
+    pub plan_id: TaskId,
+    /// The revised plan.
+    pub plan: Arc<ExecPlan>,
 }
 
 /// Called with each progress event.
@@ -370,6 +443,7 @@ pub fn dry_run(plan: &ExecPlan, plan_id: TaskId, call: &Map<String, Value>) -> P
                 reused: false,
                 code: None,
                 typed: dry_typed(step, &variables, &results),
+                revision: 0,
             });
             if let Some(var) = &step.result_variable {
                 variables.insert(var.clone(), format!("<{} result>", step.tool).into());
@@ -390,6 +464,7 @@ pub fn dry_run(plan: &ExecPlan, plan_id: TaskId, call: &Map<String, Value>) -> P
         error: None,
         called_again: Vec::new(),
         servers_not_answering: Vec::new(),
+        revisions: Vec::new(),
     }
 }
 
@@ -694,6 +769,9 @@ pub struct RunRequest {
     pub options: RunOptions,
     /// Told of each step's start and end.
     pub progress: Option<ProgressFn>,
+    /// The model re-planning asks, when `options.replan` allows it; `None`:
+    /// the one configured (`PLANB_MODEL_PLANNER`, `PLANB_MODEL`).
+    pub planner: Option<crate::backend::Backend>,
 }
 
 impl std::fmt::Debug for RunRequest {
@@ -704,6 +782,7 @@ impl std::fmt::Debug for RunRequest {
             .field("resume", &self.resume)
             .field("options", &self.options)
             .field("progress", &self.progress.is_some())
+            .field("planner", &self.planner.is_some())
             .finish()
     }
 }
@@ -717,6 +796,7 @@ impl RunRequest {
             resume: false,
             options: RunOptions::default(),
             progress: None,
+            planner: None,
         }
     }
 }
@@ -971,6 +1051,7 @@ impl PlanSteps {
             error: None,
             called_again,
             servers_not_answering: begun.silent.clone(),
+            revisions: Vec::new(),
         }
     }
 
@@ -1003,6 +1084,7 @@ impl PlanSteps {
             reused: false,
             code: None,
             typed: Vec::new(),
+            revision: 0,
         };
         if let Some(success) = self.recorded.get(&step.index)
             && success.input == input.0
