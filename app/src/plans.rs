@@ -276,6 +276,12 @@ pub async fn create(
     client_request_id: Option<String>,
 ) -> Result<Created, Error> {
     let plan = ExecPlan::from_json(value).map_err(Error::invalid)?;
+    if plan.revises.is_some() {
+        return Err(Error::new(
+            ErrorCode::InvalidArgument,
+            "revises: set only by planb, on the revised plans it makes when it re-plans a failed run",
+        ));
+    }
     let mut silent = Vec::new();
     if !plan.steps.is_empty() {
         let found = downstream

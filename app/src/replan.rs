@@ -362,6 +362,11 @@ impl Replanning {
                 merged.revisions.push(RevisionReport { run: ran, ..report });
                 continue;
             }
+            self.tell(Progress::Revised(Box::new(Revised {
+                number: revision.number,
+                plan_id: revised.id,
+                plan: load(&self.store, revised.id)?,
+            })));
             let outcome = self
                 .run_revision(revised.id, !revised.runs.is_empty())
                 .await?;
@@ -523,4 +528,38 @@ fn load(store: &Store, id: TaskId) -> Result<Arc<ExecPlan>, PlanRunError> {
     let task = store.read(|s| s.task(&id).cloned())?;
     let task = task.ok_or_else(|| PlanRunError::NotFound(id.to_string()))?;
     plans::load(&task)
+}
+
+/// A revised plan as the plan it revises shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Seen {
+    /// Which revision, from 1.
+    pub number: u32,
+    /// The revised plan.
+    pub plan_id: TaskId,
+    /// Its steps.
+    pub steps: usize,
+    /// The run it revises, the step that failed there and its error.
+    pub run: String,
+    pub step: String,
+    pub error: String,
+    /// Its last run's state (`completed`, `failed`, …), or `not run`.
+    pub state: &'static str,
+}
+
+/// The revised plans made of `task`'s runs, oldest first.
+pub fn seen(store: &Store, task: &Task) -> Result<Vec<Seen>, crate::Error> {
+    let found = revisions_of(store, task.id, None).map_err(crate::Error::internal)?;
+    Ok(found
+        .into_iter()
+        .map(|(revised, revision)| Seen {
+            number: revision.number,
+            plan_id: revised.id,
+            steps: plans::load(&revised).map_or(0, |p| p.steps.len()),
+            run: revision.run,
+            step: revision.step,
+            error: revision.error,
+            state: revised.runs.last().map_or("not run", |r| r.state.as_str()),
+        })
+        .collect())
 }

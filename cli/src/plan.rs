@@ -205,7 +205,7 @@ pub fn main(
             create(&store, servers, file.as_deref(), goal.as_deref(), out)
         }
         PlanCommand::List => list(&store, out),
-        PlanCommand::Show { id } => show(&find(id)?, out),
+        PlanCommand::Show { id } => show(&store, &find(id)?, out),
         PlanCommand::Stop { id } => {
             let task = find(id)?;
             if exec_plans::stop(&store, task.id)? == exec_plans::Stop::AlreadyAsked {
@@ -313,8 +313,19 @@ fn list(store: &Arc<Store>, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
 }
 
 /// `plan show ID`.
-fn show(task: &planb_core::Task, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
+fn show(store: &Store, task: &planb_core::Task, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     let plan = plans::load(task)?;
+    if let Some(revises) = &plan.revises {
+        writeln!(
+            out,
+            "\nRevised plan {} of plan {}: made after its run {} failed at step {} ({})",
+            revises.number,
+            shown(&revises.plan),
+            shown(&revises.run),
+            shown(&revises.step),
+            shown(&revises.error)
+        )?;
+    }
     writeln!(
         out,
         "\nPlan: {} ({})",
@@ -341,6 +352,19 @@ fn show(task: &planb_core::Task, out: &mut dyn Write) -> anyhow::Result<ExitCode
                 .as_ref()
                 .map(|r| format!(" ({})", shown(r)))
                 .unwrap_or_default()
+        )?;
+    }
+    for seen in planb_app::replan::seen(store, task).map_err(|e| anyhow::anyhow!(e.message))? {
+        writeln!(
+            out,
+            "Re-planned after run {} failed at step {} ({}): revised plan {} {} ({}), {}",
+            shown(&seen.run),
+            shown(&seen.step),
+            shown(&seen.error),
+            seen.number,
+            seen.plan_id,
+            counted(seen.steps, "step", "steps"),
+            seen.state
         )?;
     }
     Ok(ExitCode::SUCCESS)
@@ -536,10 +560,12 @@ fn execute(
     })?;
     display.finish(out)?;
     if !live {
-        let after = store
-            .read(|s| s.task(&task.id).cloned())?
-            .unwrap_or_else(|| task.clone());
-        writeln!(out, "\n{}\n", exec_plans::rendered(&after, &plan))?;
+        // The plan as it ended: the last revised plan, when it was re-planned.
+        let last = outcome.revisions.last().map_or(task.id, |r| r.plan_id);
+        let after = store.read(|s| s.task(&last).cloned())?;
+        let after = after.unwrap_or_else(|| task.clone());
+        let drawn = plans::load(&after).unwrap_or_else(|_| Arc::clone(&plan));
+        writeln!(out, "\n{}\n", exec_plans::rendered(&after, &drawn))?;
     }
     ended(task, &outcome, out)
 }

@@ -97,6 +97,7 @@ impl Revision {
         let text = |key: &str, max: usize| {
             text_field(object, key, "revises", max, true).map(Option::unwrap_or_default)
         };
+        let (plan, run) = (text("plan", 64)?, text("run", 64)?);
         let number = object.get("number").and_then(Value::as_u64);
         let number = number
             .and_then(|n| u32::try_from(n).ok())
@@ -108,8 +109,8 @@ impl Revision {
             ));
         };
         Ok(Revision {
-            plan: text("plan", 64)?,
-            run: text("run", 64)?,
+            plan,
+            run,
             number,
             step: text("step", STEP_INDEX_CHARS_MAX)?,
             error: text("error", REVISION_ERROR_CHARS_MAX)?,

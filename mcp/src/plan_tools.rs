@@ -766,9 +766,24 @@ impl PlanbServer {
         let id = args.optional_string("plan_id", 200);
         args.finish()
             .map_err(|errors| failure(errors.to_string()))?;
-        let (_, task) = self.plan_named(id).await?;
+        let (store, task) = self.plan_named(id).await?;
         let plan = plans::load(&task).map_err(|error| failure(error.to_string()))?;
         let marks = exec_plans::marks(&task, &plan);
+        let shown = task.clone();
+        let revisions: Vec<Value> =
+            planb_app::store::off_thread(move || planb_app::replan::seen(&store, &shown))
+                .await
+                .map_err(|e| failure(e.to_string()))?
+                .map_err(app_failure)?
+                .into_iter()
+                .map(|seen| {
+                    json!({
+                        "number": seen.number, "plan_id": seen.plan_id.to_string(),
+                        "steps": seen.steps, "run_id": seen.run, "failed_step": seen.step,
+                        "error": seen.error, "state": seen.state,
+                    })
+                })
+                .collect();
         let last_run = task.runs.last().map(|run| {
             json!({
                 "run_id": run.id.to_string(),
@@ -805,6 +820,11 @@ impl PlanbServer {
             "dag": render_dag(&plan, |at| marks[at]),
             "runs": task.runs.len(),
             "last_run": last_run,
+            "revises": plan.revises.as_ref().map(|r| json!({
+                "plan_id": r.plan, "run_id": r.run, "number": r.number,
+                "failed_step": r.step, "error": r.error,
+            })),
+            "revisions": revisions,
         })))
     }
 }

@@ -696,17 +696,50 @@ fn task_page(state: &AppState, id: &str, query: &AtQuery) -> Result<Response, Pa
         pages::Steps::Pipeline(Ok(pipeline)) => tasks::out_of_date(pipeline, &at.task),
         _ => Default::default(),
     };
+    let revisions = revisions_of(state, &timeline, id);
     let view = pages::TaskView {
         at: &at,
         steps,
         out_of_date: &out_of_date,
         cursors: &cursors,
         cursor,
+        revisions: &revisions,
     };
     Ok(html(
         StatusCode::OK,
         pages::retro_task_page(&timeline, &view),
     ))
+}
+
+/// The revised plans made of plan `id`'s failed runs, as the log holds
+/// them now, oldest first.
+fn revisions_of(state: &AppState, timeline: &Timeline, id: TaskId) -> Vec<pages::RevisionLink> {
+    let text = id.to_string();
+    let mut found: Vec<(pages::RevisionLink, planb_core::Timestamp)> = timeline
+        .state()
+        .exec_plans()
+        .filter(|t| {
+            t.plan.as_ref().is_some_and(|p| {
+                p.definition.contains("\"revises\"") && p.definition.contains(&text)
+            })
+        })
+        .filter_map(|task| {
+            let plan = state.retro.plan(task)?;
+            let revises = plan.as_ref().as_ref().ok()?.revises.clone()?;
+            (revises.plan == text).then(|| {
+                let link = pages::RevisionLink {
+                    plan: task.id,
+                    number: revises.number,
+                    step: revises.step,
+                    error: revises.error,
+                    state: task.runs.last().map_or("not run", |r| r.state.as_str()),
+                };
+                (link, task.created_at)
+            })
+        })
+        .collect();
+    found.sort_by_key(|(link, created)| (*created, link.number));
+    found.into_iter().map(|(link, _)| link).collect()
 }
 
 async fn step(

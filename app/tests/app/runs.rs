@@ -540,6 +540,14 @@ async fn creation_refuses_unknown_tools_and_cycles_and_records_nothing() {
         refused.message.contains("dependency cycle: 1 → 2 → 1"),
         "{refused}"
     );
+    // Only planb names what a plan revises.
+    let revising = json!({"title": "Mine", "steps": [step("1", "alpha__echo", json!({}), &[], None)],
+        "revises": {"plan": "p", "run": "r", "number": 1, "step": "1", "error": "x"}});
+    let refused = create(&setup, &revising).await.expect_err("revises");
+    assert!(
+        refused.message.starts_with("revises: set only by planb"),
+        "{refused}"
+    );
     let listed = planb_app::plans::list(&setup.store).expect("listed");
     assert!(listed.is_empty(), "{listed:?}");
 }

@@ -440,3 +440,20 @@ fn whole_string_references_to_values_that_are_not_text_are_typed_arguments() {
         "argument \"f\" was \"${list}\", which passes list as an array, not text; to pass it as text write it with other text, e.g. \"f = ${list}\""
     );
 }
+
+#[test]
+fn what_a_revised_plan_revises_is_kept_and_checked() {
+    let mut value = json!({"title": "t", "steps": [{"title": "a", "tool": "x__y"}],
+        "revises": {"plan": "p1", "run": "r1", "number": 2, "step": "3", "error": "boom"}});
+    let read = plan(value.clone());
+    let revises = read.revises.clone().expect("revises");
+    assert_eq!((revises.number, revises.step.as_str()), (2, "3"));
+    assert_eq!(plan(read.to_json()), read, "it reads back the same");
+    value["revises"]["number"] = json!(0);
+    assert_eq!(
+        refused(value.clone()),
+        "revises.number: must be a whole number from 1"
+    );
+    value["revises"] = json!({"plan": "p1"});
+    assert!(refused(value).starts_with("revises.run: missing run"));
+}

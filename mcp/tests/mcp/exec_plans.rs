@@ -1582,3 +1582,77 @@ fn a_run_whose_results_degenerate_is_stopped_unless_guards_are_off() {
     assert_eq!(code, 0, "{out}");
     assert!(setup.calls().iter().any(|c| c["args"]["text"] == "after"));
 }
+
+/// `plan run --replan 1` against a real OpenAI-compatible model server,
+/// killed while its revised plan runs: `plan resume` continues the revised
+/// plan where it was, asks the model nothing more, and calls no recorded
+/// step again (the call in flight at the kill is called a second time).
+#[test]
+fn killed_during_a_revised_plan_a_resume_continues_it_without_asking_again() {
+    use planb_tests::model::{Answer, ModelServer, Script};
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let revised = json!({"title": "Instead", "steps": [
+        step("1", "alpha__echo", json!({"text": "revised ${a}"}), &[], Some("r")),
+        step("2", "alpha__sleep", json!({"ms": 1500, "text": "${r} slept"}), &["1"], Some("s")),
+    ]});
+    let answer: Answer = std::sync::Arc::new(move |_: &str| revised.to_string());
+    let model = runtime.block_on(ModelServer::answering(Script::INSTANT, answer));
+    let setup = Setup::new();
+    let id = setup.create(&json!({"title": "Fails in the middle", "steps": [
+        step("1", "alpha__echo", json!({"text": "first"}), &[], Some("a")),
+        step("2", "alpha__fail", json!({"message": "boom"}), &["1"], None),
+        step("3", "alpha__echo", json!({"text": "${a} then"}), &["2"], None),
+    ]}));
+    let mut child = setup
+        .command(&["run", &id, "--replan", "1"])
+        .env("PLANB_MODEL", model.spec())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    wait_for("the revised plan's sleep", || {
+        setup.calls().iter().any(|c| c["tool"] == "sleep")
+    });
+    child.kill().expect("kill -9");
+    child.wait().expect("reaped");
+    let resumed = setup
+        .command(&["resume", &id, "--replan", "1"])
+        .env("PLANB_MODEL", model.spec())
+        .output()
+        .expect("resume");
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&resumed.stdout),
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    assert_eq!(resumed.status.code(), Some(0), "{out}");
+    assert!(
+        out.contains("Re-planned: step 2 failed (boom); revised plan 1 ("),
+        "{out}"
+    );
+    assert_eq!(model.requests(), 1, "the resume asked the model again");
+    let made: Vec<String> = setup
+        .calls()
+        .iter()
+        .map(|c| {
+            let tool = c["tool"].as_str().unwrap_or("");
+            format!("{tool} {}", c["args"]["text"].as_str().unwrap_or(""))
+        })
+        .collect();
+    assert_eq!(
+        made,
+        [
+            "echo first",
+            "fail ",
+            "echo revised first",
+            "sleep revised first slept",
+            "sleep revised first slept",
+        ],
+        "{out}"
+    );
+    // The plan shows it was re-planned, and the revised plan what it revises.
+    let (code, shown) = setup.run(&["show", &id]);
+    assert_eq!(code, 0, "{shown}");
+    assert!(shown.contains("Re-planned after run"), "{shown}");
+    assert!(shown.contains("revised plan 1 "), "{shown}");
+}

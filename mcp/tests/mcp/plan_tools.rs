@@ -692,3 +692,51 @@ async fn two_servers_on_one_data_root_see_one_run_and_never_run_it_twice() {
         1
     );
 }
+
+/// `replan` through the tools: refused without a model, and with one (a
+/// real OpenAI-compatible server) a failed step is re-planned; `plan_show`
+/// lists the revision on the plan and names what the revised plan revises.
+#[tokio::test]
+async fn a_failed_step_is_re_planned_through_the_tools_and_shown() {
+    use planb_tests::model::{Answer, ModelServer, Script};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let failing = |replan: u32| {
+        json!({"title": "Fails", "replan": replan, "steps": [
+            step("1", "alpha__echo", json!({"text": "first"}), &[], Some("a")),
+            step("2", "alpha__fail", json!({"message": "boom"}), &["1"], None),
+        ]})
+    };
+    let server = planb(dir.path(), &[]).await;
+    let refused = error(&call(&server, "plan_create_and_execute", failing(1)).await);
+    assert!(
+        refused.contains("replan: re-planning asks a model"),
+        "{refused}"
+    );
+    assert!(calls(dir.path()).is_empty(), "a refused run called a tool");
+    server.client.cancel().await.expect("closed");
+
+    let revised = json!({"title": "Instead", "steps": [
+        step("1", "alpha__echo", json!({"text": "${a} instead"}), &[], Some("b")),
+    ]});
+    let answer: Answer = std::sync::Arc::new(move |_: &str| revised.to_string());
+    let model = ModelServer::answering(Script::INSTANT, answer).await;
+    let spec = model.spec();
+    let server = planb(dir.path(), &[("PLANB_MODEL", spec.as_str())]).await;
+    let ran = ok(&call(&server, "plan_create_and_execute", failing(1)).await);
+    assert_eq!(ran["success"], true, "{ran}");
+    assert_eq!(ran["replanned"], true, "{ran}");
+    assert_eq!(ran["results"]["b"], "first instead", "{ran}");
+    assert_eq!(model.requests(), 1);
+    let plan_id = ran["plan_id"].as_str().expect("id");
+    let shown = ok(&call(&server, "plan_show", json!({"plan_id": plan_id})).await);
+    let revision = &shown["revisions"][0];
+    assert_eq!(revision["failed_step"], "2", "{shown}");
+    assert_eq!(revision["state"], "completed", "{shown}");
+    assert_eq!(revision["run_id"], ran["run_id"], "{shown}");
+    let revised_id = revision["plan_id"].as_str().expect("id");
+    let revised = ok(&call(&server, "plan_show", json!({"plan_id": revised_id})).await);
+    assert_eq!(revised["revises"]["plan_id"], plan_id, "{revised}");
+    assert_eq!(revised["revises"]["error"], "boom", "{revised}");
+    assert_eq!(revised["variables"]["a"], "first", "{revised}");
+    server.client.cancel().await.expect("closed");
+}

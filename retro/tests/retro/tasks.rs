@@ -927,3 +927,57 @@ async fn number(browser: &crate::support::Browser, expression: &str) -> f64 {
         .parse()
         .expect("a number")
 }
+
+/// A plan re-planned after a failed run links to its revised plan (its
+/// step, error and state), and the revised plan says what it revises.
+#[tokio::test]
+async fn a_re_planned_run_links_to_its_revised_plan_and_back() {
+    let (_dir, root, store, task) = plan_root(serde_json::json!({"title": "Fails", "steps": [
+        {"index": "1", "title": "Greet", "tool": "alpha__echo", "args": {"text": "hi"}},
+        {"index": "2", "title": "Break", "tool": "alpha__fail", "args": {}, "depends_on": ["1"]}
+    ]}));
+    let run = RunId::from_uuid(Uuid::new_v4());
+    let revised = planb_core::exec_plan::ExecPlan::from_json(&serde_json::json!({
+        "title": "Fails (revised plan 1)", "steps": [
+            {"index": "1", "title": "Instead", "tool": "alpha__echo", "args": {"text": "ok"}}
+        ],
+        "revises": {"plan": task.to_string(), "run": run.to_string(), "number": 1,
+            "step": "2", "error": "it broke"}
+    }))
+    .expect("revised plan");
+    let revised_id = TaskId::from_uuid(Uuid::new_v4());
+    store
+        .execute(Command::CreatePlan {
+            task: revised_id,
+            definition: revised.to_json().to_string(),
+            client_request_id: None,
+        })
+        .expect("revised plan recorded");
+    let router = router(&root);
+    let link = format!("href=\"/tasks/{revised_id}\"");
+    check(
+        &router,
+        &format!("/tasks/{task}"),
+        StatusCode::OK,
+        &[
+            "<h2>Re-planned</h2>",
+            "Step 2 failed: it broke",
+            &link,
+            "revised plan 1",
+            "not run",
+        ],
+    )
+    .await;
+    let back = format!("href=\"/tasks/{task}\"");
+    check(
+        &router,
+        &format!("/tasks/{revised_id}"),
+        StatusCode::OK,
+        &[
+            "Revised plan 1 of",
+            &back,
+            "made when its run failed at step 2: it broke",
+        ],
+    )
+    .await;
+}

@@ -35,8 +35,9 @@ pub use retro::{
 };
 pub use retro_frame::{RetroFilter, TeamIndex};
 pub use retro_task::{
-    ArtifactVersion, CallEnd, PlanCall, PlanStepView, PromptView, RUNS_SHOWN, StepView, Steps,
-    TaskView, redact_prompts, retro_plan_step_page, retro_step_page, retro_task_page,
+    ArtifactVersion, CallEnd, PlanCall, PlanStepView, PromptView, RUNS_SHOWN, RevisionLink,
+    StepView, Steps, TaskView, redact_prompts, retro_plan_step_page, retro_step_page,
+    retro_task_page,
 };
 pub use review::{ReviewView, review_page};
 pub use shell::message_page;

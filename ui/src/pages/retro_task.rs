@@ -121,6 +121,53 @@ pub struct TaskView<'a> {
     pub cursors: &'a [Cursor],
     /// The cursor shown.
     pub cursor: Cursor,
+    /// The revised plans made of this plan's failed runs, oldest first.
+    pub revisions: &'a [RevisionLink],
+}
+
+/// A revised plan as the plan it revises links to it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RevisionLink {
+    /// The revised plan.
+    pub plan: TaskId,
+    /// Which revision, from 1.
+    pub number: u32,
+    /// The step that failed and its error.
+    pub step: String,
+    pub error: String,
+    /// Its last run's state, or `not run`.
+    pub state: &'static str,
+}
+
+/// What a revised plan revises, and the revised plans made of this one.
+fn replanning(view: &TaskView<'_>) -> Markup {
+    let revises = match view.steps {
+        Steps::Plan(Ok(plan)) => plan.revises.as_ref(),
+        _ => None,
+    };
+    html! {
+        @if let Some(r) = revises {
+            p.retro-revises {
+                "Revised plan " (r.number) " of "
+                a href={"/tasks/" (r.plan)} { "plan " code { (r.plan.get(..8).unwrap_or(&r.plan)) } }
+                ", made when its run failed at step " (r.step) ": " (r.error)
+            }
+        }
+        @if !view.revisions.is_empty() {
+            section.retro-runs aria-label="Re-planned" {
+                h2 { "Re-planned" }
+                ol.retro-list {
+                    @for r in view.revisions {
+                        li {
+                            "Step " (r.step) " failed: " (r.error) " → "
+                            a href={"/tasks/" (r.plan)} { "revised plan " (r.number) }
+                            " · " strong { (r.state) }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// What a task's steps are, or why they cannot be read.
@@ -330,6 +377,7 @@ pub fn retro_task_page(timeline: &Timeline, view: &TaskView<'_>) -> Markup {
                         @if let Some(reason) = &run.reason { " · " (reason) }
                     }
                 }
+                (replanning(view))
                 section.retro-dag aria-label="Steps" {
                     h2 { "Steps" }
                     @match view.steps {
