@@ -483,6 +483,23 @@ async fn a_goal_becomes_a_checked_plan_through_the_model() {
         calls(dir.path()).last().expect("a call")["args"]["text"],
         "sampled"
     );
+    // Re-planning asks the client's model too.
+    let replanned = ok(&call(
+        &sampling,
+        "plan_create_and_execute",
+        json!({"title": "Fails", "replan": 1, "steps": [
+            step("1", "alpha__fail", json!({"message": "boom"}), &[], None),
+        ]}),
+    )
+    .await);
+    assert_eq!(replanned["replanned"], true, "{replanned}");
+    assert_eq!(replanned["success"], true, "{replanned}");
+    let asked = sampling.seen.samples.try_recv().expect("a revision prompt");
+    assert!(
+        asked.contains("An execution plan failed part way"),
+        "{asked}"
+    );
+    assert!(asked.contains("Its error: boom"), "{asked}");
 }
 
 /// The client's model, asked for a plan.
