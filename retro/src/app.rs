@@ -80,6 +80,7 @@ fn router(state: AppState, access: Access) -> Router {
         .route("/sessions/{id}/events", get(session_events))
         .route("/sessions/{id}/plans/{version}", get(plan))
         .route("/sessions/{id}/plans/{from}/diff/{to}", get(diff))
+        .route("/named", get(named))
         .route("/tasks/{id}", get(task))
         .route("/tasks/{id}/steps/{step}", get(step))
         .route("/assets/{*name}", get(asset))
@@ -425,6 +426,37 @@ fn session_page(state: &AppState, id: &str, query: &AtQuery) -> Result<Response,
     let at = at.unwrap_or_else(|| timeline.last_cursor());
     let page = pages::retro_session_page(&timeline, state.retro.entries(), &id, at)
         .ok_or_else(|| unknown_session(&id))?;
+    Ok(html(StatusCode::OK, page))
+}
+
+/// Which named plan: its plans directory and name.
+#[derive(Debug, Deserialize)]
+struct NamedQuery {
+    dir: Option<String>,
+    name: Option<String>,
+}
+
+async fn named(State(state): State<AppState>, Query(query): Query<NamedQuery>) -> Response {
+    respond(&state.retro, named_page(&state, &query))
+}
+
+fn named_page(state: &AppState, query: &NamedQuery) -> Result<Response, PageError> {
+    let bad = |message: String| PageError::new(StatusCode::BAD_REQUEST, "Bad address", message);
+    let name = query
+        .name
+        .as_deref()
+        .ok_or_else(|| bad("name: missing (the named plan's name)".into()))?;
+    let name = planb_core::PlanName::parse_recorded(name).map_err(|e| bad(format!("name: {e}")))?;
+    let key = planb_core::PlanKey::new(query.dir.clone().unwrap_or_default(), name);
+    let timeline = state.retro.timeline();
+    let page =
+        pages::retro_named_page(&timeline, state.retro.entries(), &key).ok_or_else(|| {
+            PageError::new(
+                StatusCode::NOT_FOUND,
+                "Named plan not found",
+                format!("no named plan {} in {:?} in the log", key.name, key.dir),
+            )
+        })?;
     Ok(html(StatusCode::OK, page))
 }
 

@@ -37,7 +37,7 @@
       position = Math.max(0, Math.min(cursors.length - 1, position));
       range.value = String(position);
       const cursor = cursors[position];
-      label.textContent = `Event ${position + 1} of ${cursors.length} · #${cursor}`;
+      label.textContent = `Event ${position + 1} of ${cursors.length} · log cursor ${cursor}`;
       permalink.href = `?at=${cursor}`;
       mark(cursor);
       // A person's move pins the position in the address; following the live
@@ -119,7 +119,7 @@
         } else {
           // The position stays; the new entry lies after it, so it is dimmed.
           const cursor = cursors[Number(range.value)];
-          label.textContent = `Event ${Number(range.value) + 1} of ${cursors.length} · #${cursor}`;
+          label.textContent = `Event ${Number(range.value) + 1} of ${cursors.length} · log cursor ${cursor}`;
           mark(cursor);
         }
       });

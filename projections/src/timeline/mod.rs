@@ -361,6 +361,20 @@ impl Timeline {
             .map(|&index| self.full(&self.events[index]))
     }
 
+    /// The events of the named plan `key` (its changes, submissions and
+    /// reviews, whichever session made them), the newest `limit`, in order,
+    /// and how many there are in all.
+    pub fn named_plan_events(
+        &self,
+        key: &PlanKey,
+        limit: usize,
+    ) -> (impl Iterator<Item = Cow<'_, Envelope>>, usize) {
+        let indexes = self.by_plan.get(key).map_or(&[][..], Vec::as_slice);
+        let shown = &indexes[indexes.len().saturating_sub(limit)..];
+        let events = shown.iter().map(|&index| self.full(&self.events[index]));
+        (events, indexes.len())
+    }
+
     /// The cursors of the events of `task`, in order.
     pub fn task_cursors(&self, task: &TaskId) -> Vec<Cursor> {
         self.by_task

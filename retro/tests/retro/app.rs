@@ -208,7 +208,7 @@ async fn session_page_shows_every_event_and_the_state_at_the_end() {
     )
     .await;
     assert_eq!(body.matches("<li class=\"retro-entry").count(), 10);
-    assert!(body.contains(&format!("Event 10 of 10 · #{last}")));
+    assert!(body.contains(&format!("Event 10 of 10 · log cursor {last}")));
     assert!(body.contains("disabled"), "the form is read-only");
 }
 

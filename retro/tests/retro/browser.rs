@@ -201,7 +201,7 @@ async fn assert_shows(browser: &Browser, cursors: &[Cursor], expected: Expected<
     assert_eq!(
         seen["label"],
         format!(
-            "Event {} of {} · #{cursor}",
+            "Event {} of {} · log cursor {cursor}",
             expected.position + 1,
             cursors.len()
         ),

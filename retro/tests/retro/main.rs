@@ -10,6 +10,7 @@ mod browser;
 mod command_line;
 mod connections;
 mod damaged;
+mod index;
 mod long_session;
 mod tasks;
 mod team;

@@ -738,7 +738,7 @@ async fn the_task_scrubber_moved_with_the_keyboard_shows_each_step_as_of_each_ev
             .string("document.querySelector('#task-scrubber').innerText")
             .await
             .contains(&format!(
-                "Event {n} of {n} · #{}",
+                "Event {n} of {n} · log cursor {}",
                 cursors[cursors.len() - 1],
                 n = cursors.len()
             ))

@@ -173,6 +173,8 @@ fn without_cursors(html: &str) -> String {
         "after=",
         "id=\"ev-",
         "#",
+        "log cursor ",
+        "Log cursor ",
     ];
     let mut out = String::with_capacity(html.len());
     let mut rest = html;

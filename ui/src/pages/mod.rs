@@ -21,6 +21,8 @@ pub mod report;
 mod retro;
 mod retro_entry;
 mod retro_frame;
+mod retro_index;
+mod retro_named;
 mod retro_task;
 pub mod review;
 pub use retro_entry::EntryCache;
@@ -30,10 +32,12 @@ pub use assets::{ASSETS_PREFIX, Asset, asset, asset_paths};
 pub use form::{DEFAULT_INTRO_TITLE, form_page};
 pub use retro::{
     ENTRIES_WINDOW, EntriesBeyond, TeamLine, retro_diff_page, retro_entries_after,
-    retro_entries_fragment, retro_index_page, retro_message_page, retro_plan_page,
-    retro_session_page, retro_state_fragment,
+    retro_entries_fragment, retro_message_page, retro_plan_page, retro_session_page,
+    retro_state_fragment,
 };
 pub use retro_frame::{RetroFilter, TeamIndex};
+pub use retro_index::retro_index_page;
+pub use retro_named::{NAMED_EVENTS_SHOWN, retro_named_page};
 pub use retro_task::{
     ArtifactVersion, CallEnd, PlanCall, PlanStepView, PromptView, RUNS_SHOWN, RevisionLink,
     StepView, Steps, TaskView, redact_prompts, retro_plan_step_page, retro_step_page,

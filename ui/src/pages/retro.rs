@@ -10,13 +10,13 @@
 use std::ops::Range;
 
 use maud::{Markup, PreEscaped, html};
-use planb_core::{AskStatus, Cursor, Session, SessionId, State};
+use planb_core::{Cursor, Session, SessionId};
 
 use super::diff::Folds;
 use super::retro_entry::{
     EntryCache, count, diff_view, entry, named_plan, short, state_panel, when,
 };
-use super::retro_frame::{RetroFilter, TeamIndex, incomplete_banner, page};
+use super::retro_frame::{incomplete_banner, page};
 use super::shell::{Libraries, message_page_with};
 use crate::markdown;
 use planb_projections::Timeline;
@@ -29,7 +29,7 @@ pub fn retro_message_page(timeline: &Timeline, title: &str, message: &str) -> Ma
 }
 
 fn back_link() -> Markup {
-    html! { a.retro-back href="/" { "‹ All sessions and tasks" } }
+    html! { a.retro-back href="/" { "‹ Everything" } }
 }
 
 /// Where shipping to a team database stands, for the index page: a
@@ -40,185 +40,6 @@ pub struct TeamLine {
     pub text: String,
     /// Shipping is failing (said as an alert).
     pub failing: bool,
-}
-
-/// The sessions index: the inbox of waiting questions, then the sessions
-/// the filter keeps, newest activity first. `problem`, when the log cannot
-/// be read, is shown as a banner above them; so is `team` when shipping to
-/// a team database fails (a quiet line when it works).
-pub fn retro_index_page(
-    timeline: &Timeline,
-    filter: RetroFilter<'_>,
-    problem: Option<&str>,
-    team: Option<&TeamLine>,
-    team_index: Option<&TeamIndex<'_>>,
-) -> Markup {
-    let state = timeline.state();
-    let mut sessions: Vec<&Session> = state
-        .sessions()
-        .values()
-        .filter(|s| filter.keeps(s) && filter.keeps_member(s, team_index))
-        .collect();
-    sessions.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(b.id.cmp(&a.id)));
-    let body = html! {
-        header.card-header {
-            p.eyebrow { "planb replay" }
-            h1.form-title { "Sessions" }
-            p.retro-muted {
-                (count(state.sessions().len(), "session", "sessions")) " · "
-                (count(timeline.len(), "event", "events"))
-            }
-        }
-        div.retro-body {
-            @if let Some(problem) = problem {
-                div.banner.banner-error role="alert" { (problem) }
-            }
-            @if let Some(team) = team {
-                @if team.failing {
-                    div.banner #team-status role="alert" { (team.text) }
-                } @else {
-                    p.retro-muted #team-status { (team.text) }
-                }
-            }
-            (inbox_section(state))
-            @if let Some(team_index) = team_index { (team_section(team_index)) }
-            (super::retro_task::tasks_section(timeline, team_index, filter.member))
-            (filter_form(state, filter, team_index))
-            (sessions_section(state, &sessions, team_index))
-        }
-    };
-    page(
-        "Sessions",
-        Libraries::default(),
-        Some("/events".into()),
-        Some(timeline),
-        body,
-    )
-}
-
-/// The inbox of the index: the questions waiting for an answer.
-fn inbox_section(state: &State) -> Markup {
-    let pending: Vec<_> = state.pending_asks().collect();
-    html! {
-        section #inbox .retro-inbox aria-labelledby="inbox-title" data-swap {
-            h2 #inbox-title { "Waiting for an answer" span.retro-muted { " · " (pending.len()) } }
-            @if pending.is_empty() {
-                p.retro-muted { "No question is waiting." }
-            } @else {
-                ul.retro-list {
-                    @for ask in &pending {
-                        // The log holds only a hash of the form's secret, so
-                        // the link lives with the agent; this names the ask
-                        // it can collect or reopen.
-                        li {
-                            strong { (ask.spec.title) }
-                            " "
-                            code.retro-url title="ask_user {\"askId\": …} reopens the form" { "askId " (ask.id) }
-                            span.retro-muted {
-                                " · asked " (when(ask.created_at)) " in "
-                                a href={"/sessions/" (ask.session)} {
-                                    (state.session(&ask.session).and_then(|s| s.title.clone()).unwrap_or_else(|| short(&ask.session)))
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// The machines of a team replay, each with its member, host and events.
-fn team_section(team_index: &TeamIndex<'_>) -> Markup {
-    html! {
-        section #team .retro-team aria-labelledby="team-title" data-swap {
-            h2 #team-title { "Team" span.retro-muted { " · " (count(team_index.origins.len(), "machine", "machines")) } }
-            ul.retro-list {
-                @for (member, host, events) in &team_index.origins {
-                    li { strong { (member) } span.retro-muted { " · " (host) " · " (count(*events as usize, "event", "events")) } }
-                }
-            }
-        }
-    }
-}
-
-/// The index's search form: text, project and, in a team replay, member.
-fn filter_form(
-    state: &State,
-    filter: RetroFilter<'_>,
-    team_index: Option<&TeamIndex<'_>>,
-) -> Markup {
-    let mut members: Vec<&str> = team_index
-        .map(|t| t.origins.iter().map(|o| o.0).collect())
-        .unwrap_or_default();
-    members.sort_unstable();
-    members.dedup();
-    let mut projects: Vec<&str> = state
-        .sessions()
-        .values()
-        .filter_map(|s| s.project_path.as_deref())
-        .collect();
-    projects.sort_unstable();
-    projects.dedup();
-    html! {
-        form.retro-filter method="get" action="/" role="search" {
-            label for="filter-q" { "Search" }
-            input #filter-q .text-input type="search" name="q" value=[filter.query]
-                placeholder="Title, intent or project";
-            label for="filter-project" { "Project" }
-            select #filter-project name="project" {
-                option value="" { "All projects" }
-                @for p in &projects {
-                    option value=(p) selected[filter.project == Some(*p)] { (p) }
-                }
-            }
-            @if team_index.is_some() {
-                label for="filter-member" { "Member" }
-                select #filter-member name="member" {
-                    option value="" { "Everyone" }
-                    @for m in &members {
-                        option value=(m) selected[filter.member == Some(*m)] { (m) }
-                    }
-                }
-            }
-            button.btn.btn-secondary type="submit" { "Filter" }
-        }
-    }
-}
-
-/// The sessions the filter keeps, each with its counts and whether a
-/// question of it waits.
-fn sessions_section(
-    state: &State,
-    sessions: &[&Session],
-    team_index: Option<&TeamIndex<'_>>,
-) -> Markup {
-    html! {
-        section #sessions .retro-sessions aria-label="Sessions" data-swap {
-            @if sessions.is_empty() {
-                p.retro-muted { "No session matches." }
-            }
-            ul.retro-list {
-                @for s in sessions {
-                    @let waiting = s.asks.iter().filter_map(|a| state.ask(a)).any(|a| a.status == AskStatus::Pending);
-                    li.retro-session.has-pending[waiting] {
-                        a.retro-session-title href={"/sessions/" (s.id)} {
-                            (s.title.clone().unwrap_or_else(|| format!("Session {}", short(&s.id))))
-                        }
-                        @if waiting { " " span.retro-badge.badge-pending { "question waiting" } }
-                        @if let Some(intent) = &s.intent { p.retro-intent { (intent) } }
-                        p.retro-muted {
-                            @if let Some(member) = team_index.and_then(|t| (t.member_of)(&s.id)) { "by " (member) " · " }
-                            @if let Some(p) = &s.project_path { code { (p) } " · " }
-                            (count(s.asks.len(), "question", "questions")) " · "
-                            (count(s.plans.len(), "plan version", "plan versions")) " · last activity "
-                            (when(s.updated_at))
-                        }
-                    }
-                }
-            }
-        }
-    }
 }
 
 /// Timeline entries a session page shows at once; "Show earlier" and "Show
@@ -308,8 +129,8 @@ fn entries(
     let (earlier, later) = more_entries(id, &cursors, &shown);
     html! {
         @if controls.earlier { (earlier) }
-        @for envelope in timeline.session_events(id, shown) {
-            (entry(timeline, cache, &envelope, at.is_some_and(|at| envelope.cursor > at)))
+        @for (number, envelope) in (shown.start + 1..).zip(timeline.session_events(id, shown)) {
+            (entry(timeline, cache, &envelope, (number, Some("")), at.is_some_and(|at| envelope.cursor > at)))
         }
         @if controls.later { (later) }
     }
@@ -409,7 +230,7 @@ fn scrubber(
                 value=(position) step="1" aria-label="Replay position";
             button #scrub-next .btn .btn-ghost type="button" aria-keyshortcuts="ArrowRight" { "Next ›" }
             span #scrub-label .retro-muted aria-live="polite" {
-                "Event " (position + 1) " of " (cursors.len()) " · #" (at)
+                "Event " (position + 1) " of " (cursors.len()) " · log cursor " (at)
             }
             a #permalink .retro-permalink href={"?at=" (at)} { "Permalink" }
         }
@@ -481,9 +302,14 @@ pub fn retro_entries_after(
     after: Cursor,
 ) -> Vec<(Cursor, String)> {
     let start = timeline.session_position(id, after);
-    timeline
-        .session_events(id, start..usize::MAX)
-        .map(|e| (e.cursor, entry(timeline, cache, &e, false).into_string()))
+    (start + 1..)
+        .zip(timeline.session_events(id, start..usize::MAX))
+        .map(|(n, e)| {
+            (
+                e.cursor,
+                entry(timeline, cache, &e, (n, Some("")), false).into_string(),
+            )
+        })
         .collect()
 }
 

@@ -181,12 +181,18 @@ impl EntryCache {
     }
 }
 
-/// One `li` of the session's timeline. `future` dims events after the
-/// scrubber's position.
+/// Where an entry's number links: the session page (`base`, `""` for this
+/// page) as of the event, or nowhere.
+pub(super) type StateLink<'a> = Option<&'a str>;
+
+/// One `li` of a timeline, its event the `number`th of the page's list
+/// (from 1), its number a link to the state as of it at `link`. `future`
+/// dims events after the scrubber's position.
 pub(super) fn entry(
     timeline: &Timeline,
     cache: &EntryCache,
     envelope: &Envelope,
+    (number, link): (usize, StateLink<'_>),
     future: bool,
 ) -> Markup {
     let body = &envelope.event.body;
@@ -195,7 +201,11 @@ pub(super) fn entry(
         li.retro-entry.is-future[future] #{"ev-" (cursor)} data-cursor=(cursor)
             data-kind=(body.kind_name()) {
             div.retro-entry-meta {
-                a.retro-cursor href={"?at=" (cursor)} title="Show the state as of this event" { "#" (cursor) }
+                @match link {
+                    Some(base) => a.retro-cursor href={(base) "?at=" (cursor)}
+                        title={"Show the session as of this event (log cursor " (cursor) ")"} { (number) },
+                    None => span.retro-cursor title={"Log cursor " (cursor)} { (number) },
+                }
                 time datetime=(envelope.event.at.to_iso8601()) { (when(envelope.event.at)) }
                 span.retro-kind { (body.kind_name().replace('_', " ")) }
             }
@@ -400,13 +410,24 @@ fn plan_saved(
 /// pending, and the named plans tied to it.
 pub(super) fn state_panel(timeline: &Timeline, session: &SessionId, at: Cursor) -> Markup {
     let view = timeline.session_at(session, at);
-    let event = timeline.event(at);
+    // The page's own position: the session's events up to `at`, and the
+    // last of them.
+    let position = timeline.session_position(session, at);
+    let total = timeline.session_len(session);
+    let event = position
+        .checked_sub(1)
+        .and_then(|p| timeline.session_events(session, p..p + 1).next());
     html! {
         div.retro-state #state data-cursor=(at) {
             (super::retro_frame::incomplete_banner(timeline))
             p.eyebrow {
-                "As of event #" (at)
-                @if let Some(e) = event { " · " (when(e.event.at)) " · " (e.event.body.kind_name().replace('_', " ")) }
+                @match &event {
+                    Some(e) => {
+                        "As of event " (position) " of " (total) " · " (when(e.event.at)) " · "
+                        (e.event.body.kind_name().replace('_', " "))
+                    }
+                    None => { "Before the session's first event" }
+                }
             }
             @if !view.exists() {
                 p.retro-muted { "The session did not exist yet at this point." }

@@ -7,7 +7,7 @@ use planb_core::{Session, SessionId, TaskId};
 use planb_projections::Timeline;
 
 use super::assets::{RETRO_CSS, RETRO_JS, REVIEW_CSS};
-use super::shell::{Libraries, document};
+use super::shell::{Libraries, document_with};
 
 /// What the sessions index is narrowed to.
 #[derive(Clone, Copy, Debug, Default)]
@@ -83,7 +83,12 @@ pub(super) fn page(
         }
         script src=(RETRO_JS) defer {}
     };
-    document(title, libraries, body)
+    document_with(
+        title,
+        libraries,
+        body,
+        "planb replay · read-only: what is shown here was recorded in the log and cannot be changed from this page",
+    )
 }
 
 /// When the log cannot be read to its end: that the history shown stops

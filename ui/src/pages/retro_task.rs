@@ -21,7 +21,7 @@ use super::retro_frame::page;
 use super::shell::Libraries;
 use crate::markdown;
 
-fn state_of(task: &Task) -> &'static str {
+pub(super) fn state_of(task: &Task) -> &'static str {
     task.runs.last().map_or("created", |run| run.state.as_str())
 }
 
@@ -42,7 +42,7 @@ fn redacted() -> bool {
     REDACT_PROMPTS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-fn summary(prompt: &str) -> String {
+pub(super) fn summary(prompt: &str) -> String {
     if redacted() {
         return REDACTED.to_owned();
     }
@@ -54,51 +54,8 @@ fn summary(prompt: &str) -> String {
     text
 }
 
-/// The tasks section of the index (`id="tasks"`, swapped in live): every
-/// task, newest first.
-pub(super) fn tasks_section(
-    timeline: &Timeline,
-    team: Option<&super::retro_frame::TeamIndex<'_>>,
-    member: Option<&str>,
-) -> Markup {
-    let member_of = |task: &Task| team.and_then(|t| (t.task_member_of)(&task.id));
-    let mut tasks: Vec<&Task> = timeline
-        .state()
-        .tasks()
-        .values()
-        .filter(|task| member.is_none() || team.is_none() || member_of(task) == member)
-        .collect();
-    tasks.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
-    html! {
-        section #tasks .retro-tasks aria-labelledby="tasks-title" data-swap {
-            h2 #tasks-title { "Tasks" span.retro-muted { " · " (tasks.len()) } }
-            @if tasks.is_empty() {
-                p.retro-muted { "No task yet. An agent starts one with task_create." }
-            } @else {
-                ul.retro-list {
-                    @for task in &tasks {
-                        li.retro-task {
-                            a.retro-session-title href={"/tasks/" (task.id)} { (summary(&task.prompt)) }
-                            " " span.retro-badge.{"task-" (state_of(task))} { (state_of(task)) }
-                            @if let Some(mark) = lifecycle_mark(task) { " " span.retro-badge { (mark) } }
-                            p.retro-muted {
-                                @if let Some(by) = member_of(task) { "by " (by) " · " }
-                                code { (short(&task.id)) } " · "
-                                @if task.plan.is_some() { "execution plan" }
-                                @else { (task.pipeline) " → " (task.target) " · " (task.speed) }
-                                " · " (count(task.runs.len(), "run", "runs"))
-                                " · created " (when(task.created_at))
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
 /// `deleted` or `archived` for a task (or plan) in that state.
-fn lifecycle_mark(task: &Task) -> Option<&'static str> {
+pub(super) fn lifecycle_mark(task: &Task) -> Option<&'static str> {
     match task.lifecycle() {
         planb_core::Lifecycle::Deleted | planb_core::Lifecycle::Archived => {
             Some(task.lifecycle().as_str())
@@ -356,7 +313,7 @@ pub fn retro_task_page(timeline: &Timeline, view: &TaskView<'_>) -> Markup {
     let title = summary(&task.prompt);
     let body = html! {
         header.card-header {
-            a.retro-back href="/" { "‹ All sessions and tasks" }
+            a.retro-back href="/" { "‹ Everything" }
             p.eyebrow { @if is_plan { "Plan run replay" } @else { "Task replay" } }
             h1.form-title { (title) }
             p.retro-muted {
@@ -424,7 +381,8 @@ fn task_scrubber(view: &TaskView<'_>) -> Markup {
                 a.btn.btn-ghost href=(at_link(position + 1)) rel="next" { "Next ›" }
             }
             span.retro-muted aria-live="polite" {
-                "Event " (position + 1) " of " (view.cursors.len()) " · #" (view.cursor)
+                "Event " (position + 1) " of " (view.cursors.len())
+                span title="The event's place in the whole log" { " · log cursor " (view.cursor) }
             }
             @if position < last {
                 a.retro-permalink href={"/tasks/" (id)} { "Latest" }
@@ -466,10 +424,11 @@ fn task_events(view: &TaskView<'_>) -> Markup {
         section.retro-timeline aria-label="Events" {
             h2 { "Events" }
             ol.retro-entries {
-                @for envelope in view.at.events.iter().rev().take(200) {
+                @for (number, envelope) in view.at.events.iter().enumerate().rev().take(200) {
                     @if let Some(line) = event_line(envelope) {
                         li.retro-entry.is-current[envelope.cursor == view.cursor] {
-                            a.retro-cursor href={"/tasks/" (id) "?at=" (envelope.cursor)} { "#" (envelope.cursor) }
+                            a.retro-cursor href={"/tasks/" (id) "?at=" (envelope.cursor)}
+                                title={"Log cursor " (envelope.cursor)} { (number + 1) }
                             " " span.retro-muted { (when(envelope.event.at)) } " " (line)
                         }
                     }

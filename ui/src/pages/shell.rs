@@ -38,6 +38,21 @@ impl Libraries {
 
 /// A complete HTML document with the shared head and top bar.
 pub(super) fn document(title: &str, libraries: Libraries, body: Markup) -> Markup {
+    document_with(
+        title,
+        libraries,
+        body,
+        "planb · answers go only to the agent running on this computer",
+    )
+}
+
+/// [`document`] with its own footer line.
+pub(super) fn document_with(
+    title: &str,
+    libraries: Libraries,
+    body: Markup,
+    footer: &str,
+) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -77,9 +92,7 @@ pub(super) fn document(title: &str, libraries: Libraries, body: Markup) -> Marku
                 div.shell {
                     (top_bar())
                     (body)
-                    footer.page-footer {
-                        "planb · answers go only to the agent running on this computer"
-                    }
+                    footer.page-footer { (footer) }
                 }
                 @if libraries.markdown {
                     (lightbox())
