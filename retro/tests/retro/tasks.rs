@@ -235,12 +235,19 @@ async fn the_index_lists_tasks_and_a_task_shows_its_dag_runs_and_log() {
         end.contains("class=\"dag-step is-pending\" data-step=\"assumptions\""),
         "{end}"
     );
+    // Progress as the agent is told it, and steps outside the run's target
+    // said to be so rather than waiting.
+    assert!(end.contains(" of 25 steps · "), "{end}");
+    assert!(
+        end.contains("class=\"dag-step is-outside\"") && end.contains("not in this run's target"),
+        "{end}"
+    );
     // Back in time: right after intake succeeded, it is done and nothing failed yet.
     let then = check(
         &router,
         &format!("/tasks/{task}?at={}", f.intake_done),
         StatusCode::OK,
-        &["done in 12 ms"],
+        &["done in 12 ms", "State: <strong class=\"task-running\">running</strong> · 1 of 25 steps · 4 % · 0:0"],
     )
     .await;
     assert!(!then.contains("is-failed"), "{then}");
@@ -502,6 +509,7 @@ async fn a_plan_run_shows_its_dag_over_time_and_each_call_with_its_result() {
         StatusCode::OK,
         &[
             "Greet and add",
+            "failed</strong> · 1 of 2 steps · 50 % · ",
             "● 1. Greet",
             "✗ 2. Add",
             "← after: 1",

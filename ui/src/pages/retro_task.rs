@@ -20,6 +20,7 @@ use super::retro_entry::{count, diff_view, short, when};
 use super::retro_frame::page;
 use super::shell::Libraries;
 use crate::markdown;
+use planb_core::text::counted;
 
 pub(super) fn state_of(task: &Task) -> &'static str {
     task.runs.last().map_or("created", |run| run.state.as_str())
@@ -148,17 +149,26 @@ fn need_links(task: TaskId, cursor: Cursor, needs: &[&str]) -> Markup {
 
 /// One step of a DAG: a link to its page, its state, and (for readers
 /// who do not see the arrows) what it waits for.
+/// Where a step stands besides its mark: out of date (an artifact it reads
+/// changed since), or outside the target of the task's runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Place {
+    InTarget,
+    Stale,
+    Outside,
+}
+
 fn dag_step<'a>(
     href: &str,
     id: &'a str,
     label: Markup,
     mark: Option<&StepMark>,
-    stale: bool,
+    place: Place,
     needs: Vec<&'a str>,
 ) -> GraphNode<'a> {
     let body = html! {
         a href=(href) title=(id) { strong { (label) } }
-        span.dag-state { (mark_text(mark, stale)) }
+        span.dag-state { (mark_text(mark, place)) }
         @if !needs.is_empty() {
             span.visually-hidden { "needs " (needs.join(", ")) }
         }
@@ -166,15 +176,17 @@ fn dag_step<'a>(
     GraphNode {
         id,
         body,
-        class: mark_class(mark, stale),
+        class: mark_class(mark, place),
         needs,
     }
 }
 
-fn mark_class(mark: Option<&StepMark>, stale: bool) -> &'static str {
+fn mark_class(mark: Option<&StepMark>, place: Place) -> &'static str {
     match mark {
-        _ if stale => "is-stale",
+        _ if place == Place::Stale => "is-stale",
+        None if place == Place::Outside => "is-outside",
         None => "is-pending",
+        Some(StepMark::Failed { class, .. }) if class == "cancelled" => "is-cancelled",
         Some(StepMark::Running { .. }) => "is-running",
         Some(StepMark::Succeeded { .. }) => "is-done",
         Some(StepMark::Edited { .. }) => "is-edited",
@@ -183,16 +195,18 @@ fn mark_class(mark: Option<&StepMark>, stale: bool) -> &'static str {
     }
 }
 
-fn mark_text(mark: Option<&StepMark>, stale: bool) -> String {
+fn mark_text(mark: Option<&StepMark>, place: Place) -> String {
     let text = match mark {
-        None => "not run".to_owned(),
+        None if place == Place::Outside => "not in this run's target".to_owned(),
+        None => "waiting".to_owned(),
+        Some(StepMark::Failed { class, .. }) if class == "cancelled" => "cancelled".to_owned(),
         Some(StepMark::Running { attempt, .. }) => format!("running (attempt {attempt})"),
         Some(StepMark::Succeeded { duration_ms, .. }) => format!("done in {duration_ms} ms"),
         Some(StepMark::Edited { by }) => format!("edited ({by})"),
         Some(StepMark::Failed { class, .. }) => format!("failed: {class}"),
         Some(StepMark::Interrupted { .. }) => "interrupted".to_owned(),
     };
-    if stale {
+    if place == Place::Stale {
         format!("{text} · out of date")
     } else {
         text
@@ -327,8 +341,9 @@ pub fn retro_task_page(timeline: &Timeline, view: &TaskView<'_>) -> Markup {
         div.retro-body {
             (task_scrubber(view))
             div #task-live data-swap {
-                p.retro-muted {
+                p.retro-muted.retro-progress {
                     "State: " strong.{"task-" (state_of(task))} { (state_of(task)) }
+                    @if let Some(progress) = progress_line(view) { " · " (progress) }
                     " · " (count(task.successes.len(), "artifact", "artifacts"))
                     @if let Some(run) = task.runs.last() {
                         @if let Some(reason) = &run.reason { " · " (reason) }
@@ -357,6 +372,67 @@ pub fn retro_task_page(timeline: &Timeline, view: &TaskView<'_>) -> Markup {
         }
     };
     page(&title, Libraries::default(), live, Some(timeline), body)
+}
+
+/// How far the latest run as of the cursor has come, as the agent is told
+/// it: `12 of 25 steps · 48 % · 0:12 · running: Dependencies`.
+fn progress_line(view: &TaskView<'_>) -> Option<String> {
+    let task = &view.at.task;
+    let (done, total, current) = match view.steps {
+        Steps::Pipeline(Ok(pipeline)) => {
+            let progress = task.progress(pipeline);
+            let title = progress.current.map(|id| {
+                StepId::parse(&id)
+                    .ok()
+                    .and_then(|step| pipeline.step(&step))
+                    .map_or(id, |step| step.title.clone())
+            });
+            (progress.done, progress.total, title)
+        }
+        Steps::Plan(Ok(plan)) => {
+            let mark = |s: &&PlanStep| view.at.steps.get(&s.index);
+            let done = plan
+                .steps
+                .iter()
+                .filter(|s| matches!(mark(s), Some(StepMark::Succeeded { .. })))
+                .count();
+            let running = plan
+                .steps
+                .iter()
+                .find(|s| matches!(mark(s), Some(StepMark::Running { .. })));
+            (done, plan.steps.len(), running.map(|s| s.title.clone()))
+        }
+        _ => return None,
+    };
+    if total == 0 {
+        return None;
+    }
+    let percent = (done * 100 + total / 2) / total;
+    let mut line = format!(
+        "{done} of {} · {percent} %",
+        counted(total, "step", "steps")
+    );
+    if let Some(run) = task.runs.last() {
+        let now = view.at.events.last().map_or(run.started_at, |e| e.event.at);
+        let end = run.ended_at.unwrap_or(now);
+        let ms = u64::try_from(end.0.saturating_sub(run.started_at.0)).unwrap_or(0);
+        line.push_str(&format!(" · {}", clock(ms)));
+    }
+    if let Some(current) = current {
+        line.push_str(&format!(" · running: {current}"));
+    }
+    Some(line)
+}
+
+/// `0:12`, `12:05`, `1:02:03`: a duration in milliseconds as a clock shows it.
+fn clock(ms: u64) -> String {
+    let seconds = ms / 1000;
+    let (h, m, s) = (seconds / 3600, seconds / 60 % 60, seconds % 60);
+    if h > 0 {
+        format!("{h}:{m:02}:{s:02}")
+    } else {
+        format!("{m}:{s:02}")
+    }
 }
 
 /// The task page's scrubber: links to the events before and after the one
@@ -482,6 +558,19 @@ fn ascii_mark(mark: Option<&StepMark>) -> exec_plan::StepMark {
 /// A pipeline's steps as of the cursor, drawn with their needs.
 fn pipeline_dag(pipeline: &Pipeline, view: &TaskView<'_>) -> Markup {
     let id = view.at.task.id;
+    let target = planb_core::progress::run_target(pipeline, &view.at.task)
+        .ok()
+        .and_then(|t| pipeline.closure(&t))
+        .unwrap_or_default();
+    let place = |step: &StepId| {
+        if view.out_of_date.contains(step.as_str()) {
+            Place::Stale
+        } else if target.contains(step) {
+            Place::InTarget
+        } else {
+            Place::Outside
+        }
+    };
     let layers: Vec<Vec<GraphNode<'_>>> = layers(pipeline)
         .into_iter()
         .map(|layer| {
@@ -493,7 +582,7 @@ fn pipeline_dag(pipeline: &Pipeline, view: &TaskView<'_>) -> Markup {
                         step.id.as_str(),
                         html! { (step.title) },
                         view.at.steps.get(step.id.as_str()),
-                        view.out_of_date.contains(step.id.as_str()),
+                        place(&step.id),
                         step.needs.iter().map(StepId::as_str).collect(),
                     )
                 })
@@ -525,7 +614,7 @@ fn plan_dag(plan: &ExecPlan, view: &TaskView<'_>) -> Markup {
                         &step.index,
                         html! { (step.index) ". " (step.title) " " code { (step.tool) } },
                         view.at.steps.get(&step.index),
-                        false,
+                        Place::InTarget,
                         plan.needs(at)
                             .iter()
                             .map(|&n| plan.steps[n].index.as_str())
@@ -614,7 +703,7 @@ pub fn retro_plan_step_page(timeline: &Timeline, view: &PlanStepView<'_>) -> Mar
             p.eyebrow { "Plan step replay · tool call" }
             h1.form-title { (step.index) ". " (step.title) }
             p.retro-muted {
-                code { (step.tool) } " · " (mark_text(mark, false)) " · as of #" (view.cursor)
+                code { (step.tool) } " · " (mark_text(mark, Place::InTarget)) " · as of log cursor " (view.cursor)
                 @if let Some(var) = &step.result_variable { " · binds " code { (var) } }
                 @if !view.needs.is_empty() {
                     " · after " (need_links(id, view.cursor, &view.needs))
@@ -741,7 +830,7 @@ pub fn retro_step_page(timeline: &Timeline, view: &StepView<'_>) -> Markup {
             p.eyebrow { "Step replay · " (kind) }
             h1.form-title { (step.title) }
             p.retro-muted {
-                code { (step.id.as_str()) } " · " (mark_text(mark, false)) " · as of #" (view.cursor)
+                code { (step.id.as_str()) } " · " (mark_text(mark, Place::InTarget)) " · as of log cursor " (view.cursor)
                 @if !step.needs.is_empty() {
                     @let needs: Vec<&str> = step.needs.iter().map(StepId::as_str).collect();
                     " · reads " (need_links(id, view.cursor, &needs))
