@@ -247,7 +247,10 @@ async fn the_index_lists_tasks_and_a_task_shows_its_dag_runs_and_log() {
         &router,
         &format!("/tasks/{task}?at={}", f.intake_done),
         StatusCode::OK,
-        &["done in 12 ms", "State: <strong class=\"task-running\">running</strong> · 1 of 25 steps · 4 % · 0:0"],
+        &[
+            "done in 12 ms",
+            "State: <strong class=\"task-running\">running</strong> · 1 of 25 steps · 4 % · 0:0",
+        ],
     )
     .await;
     assert!(!then.contains("is-failed"), "{then}");
@@ -923,6 +926,28 @@ async fn the_built_in_pipeline_is_drawn_with_an_arrow_per_need_and_fits_the_page
         number(&browser, overlaps).await,
         0.0,
         "boxes outside the drawing or over each other: {shown}"
+    );
+    // No arrow through a box: points along every arrow, in page
+    // coordinates, are inside no box (their own ends touch their boxes'
+    // edges, so each box is shrunk by 2 px).
+    let through = "(() => { const boxes = [...document.querySelectorAll('.dag-graph foreignObject')].map(e => [e.querySelector('.dag-step').dataset.step, e.getBoundingClientRect()]);         const hits = []; for (const path of document.querySelectorAll('.dag-edge')) {           const m = path.getScreenCTM(); const n = path.getTotalLength();           for (let k = 0; k <= 200; k++) { const p = new DOMPoint(path.getPointAtLength(n * k / 200).x, path.getPointAtLength(n * k / 200).y).matrixTransform(m);             for (const [id, b] of boxes) { if (p.x > b.left + 2 && p.x < b.right - 2 && p.y > b.top + 2 && p.y < b.bottom - 2) { hits.push(id); } } } }         return JSON.stringify([...new Set(hits)]); })()";
+    assert_eq!(
+        browser.string(through).await,
+        "[]",
+        "arrows through these boxes"
+    );
+    // No label cut: every box holds its text.
+    let cut = "JSON.stringify([...document.querySelectorAll('.dag-step')].filter(e => e.scrollHeight > e.clientHeight + 1 || e.scrollWidth > e.clientWidth + 1).map(e => e.dataset.step))";
+    assert_eq!(browser.string(cut).await, "[]", "boxes whose text is cut");
+    // The drawing uses the card's width.
+    let used = number(
+        &browser,
+        "document.querySelector('.dag-graph').getBoundingClientRect().width / document.querySelector('.retro-dag').getBoundingClientRect().width",
+    )
+    .await;
+    assert!(
+        used >= 0.85,
+        "the drawing takes {used:.2} of its section's width"
     );
     browser.close().await;
 }

@@ -161,14 +161,16 @@ enum Place {
 fn dag_step<'a>(
     href: &str,
     id: &'a str,
-    label: Markup,
+    (label, label_chars): (Markup, usize),
     mark: Option<&StepMark>,
     place: Place,
     needs: Vec<&'a str>,
 ) -> GraphNode<'a> {
+    let state = mark_text(mark, place);
+    let text = (label_chars, state.chars().count());
     let body = html! {
         a href=(href) title=(id) { strong { (label) } }
-        span.dag-state { (mark_text(mark, place)) }
+        span.dag-state { (state) }
         @if !needs.is_empty() {
             span.visually-hidden { "needs " (needs.join(", ")) }
         }
@@ -178,6 +180,7 @@ fn dag_step<'a>(
         body,
         class: mark_class(mark, place),
         needs,
+        text,
     }
 }
 
@@ -580,7 +583,7 @@ fn pipeline_dag(pipeline: &Pipeline, view: &TaskView<'_>) -> Markup {
                     dag_step(
                         &format!("/tasks/{id}/steps/{}?at={}", step.id.as_str(), view.cursor),
                         step.id.as_str(),
-                        html! { (step.title) },
+                        (html! { (step.title) }, step.title.chars().count()),
                         view.at.steps.get(step.id.as_str()),
                         place(&step.id),
                         step.needs.iter().map(StepId::as_str).collect(),
@@ -612,7 +615,12 @@ fn plan_dag(plan: &ExecPlan, view: &TaskView<'_>) -> Markup {
                     dag_step(
                         &format!("/tasks/{id}/steps/{}?at={}", step.index, view.cursor),
                         &step.index,
-                        html! { (step.index) ". " (step.title) " " code { (step.tool) } },
+                        (
+                            html! { (step.index) ". " (step.title) " " code { (step.tool) } },
+                            format!("{}. {} {}", step.index, step.title, step.tool)
+                                .chars()
+                                .count(),
+                        ),
                         view.at.steps.get(&step.index),
                         Place::InTarget,
                         plan.needs(at)
