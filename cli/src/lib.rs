@@ -39,8 +39,18 @@ pub enum Command {
     /// backup restored): move the projections that saw them to
     /// <data-dir>/lost-<time>/ and rebuild from the log as it is.
     AcceptLoss,
-    /// A guided demo: start the real server, answer a real form, save two plan versions.
-    Demo,
+    /// A tour of planb against the real server: a question form, a plan you
+    /// review, an execution plan, a task (with a model configured) and the
+    /// replay of it all.
+    Demo {
+        /// Answer the forms and reviews without a person (as a browser
+        /// would), and end once the replay answers.
+        #[arg(long)]
+        auto: bool,
+    },
+    /// The small MCP server the demo's execution plan calls (stdio).
+    #[command(hide = true)]
+    DemoTools,
     /// Write every session in the planb-mcp file layout under DIR.
     Export {
         /// Where to write `sessions/<id>/…`.
@@ -150,10 +160,11 @@ impl Command {
             Command::Plan { command } => {
                 plan::main(root, &servers()?, command, stdout_is_live(), out)
             }
-            Command::Demo => {
+            Command::Demo { auto } => {
                 std::fs::create_dir_all(root.root())?;
-                demo::run(&root.root().canonicalize()?, out)
+                demo::run(&root.root().canonicalize()?, *auto, out)
             }
+            Command::DemoTools => demo::tools::serve(),
             Command::Log {
                 command: LogCommand::Dump { from, limit },
             } => admin::dump(root, *from, *limit, out),

@@ -852,15 +852,48 @@ fn a_kill_9_while_an_ask_is_pending_loses_nothing() {
         .expect("read");
 }
 
+/// Reads the demo's transcript up to the next page address (a line that
+/// is only `http://…`), or, with `marker`, the next line holding it.
+fn next_line_with(
+    stdout: &mut impl std::io::BufRead,
+    transcript: &mut String,
+    marker: &str,
+) -> String {
+    loop {
+        let mut line = String::new();
+        assert!(
+            stdout.read_line(&mut line).expect("read") > 0,
+            "the demo ended early: {transcript}"
+        );
+        transcript.push_str(&line);
+        if line.trim().starts_with(marker) || line.contains(marker) {
+            return line.trim().to_owned();
+        }
+    }
+}
+
+/// The `key` of a page's address (`sid`, `rid`) and its port.
+fn page_key(url: &str, key: &str) -> (u16, String) {
+    let rest = url.strip_prefix("http://127.0.0.1:").expect("loopback url");
+    let (port, rest) = rest.split_once('/').expect("path");
+    let value = rest.split_once(&format!("{key}=")).expect("key").1;
+    (port.parse().expect("port"), value.to_owned())
+}
+
+/// The demo on a machine with no display, a person answering: every page's
+/// address is printed; the form, a review that asks for a change, and one
+/// that approves are answered from "a browser"; the replay is served until
+/// Ctrl-C, and answers.
 #[test]
-fn the_demo_runs_end_to_end_on_a_headless_machine() {
-    use std::io::{BufRead, Read};
+fn the_demo_tours_planb_on_a_headless_machine_with_a_person_answering() {
+    use std::io::Read;
     let dir = tempfile::tempdir().expect("tempdir");
     let mut demo = std::process::Command::new(env!("CARGO_BIN_EXE_planb-mcp"))
         .args(["demo", "--data-dir"])
         .arg(dir.path())
         // The caller's own server settings do not reach the demo's server.
         .env("PLANB_TOOLS", "tasks")
+        .env_remove("PLANB_MODEL")
         .env_remove("DISPLAY")
         .env_remove("WAYLAND_DISPLAY")
         .env_remove("PLANB_LOG")
@@ -871,29 +904,53 @@ fn the_demo_runs_end_to_end_on_a_headless_machine() {
         .expect("spawn demo");
     let mut stdout = std::io::BufReader::new(demo.stdout.take().expect("stdout"));
     let mut transcript = String::new();
-    let url = loop {
-        let mut line = String::new();
-        assert!(
-            stdout.read_line(&mut line).expect("read") > 0,
-            "demo ended early: {transcript}"
-        );
-        transcript.push_str(&line);
-        if let Some(url) = line.trim().strip_prefix("http://") {
-            break format!("http://{url}");
-        }
-    };
-    let (port, sid) = parse_form_url(&url);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("runtime");
+    let url = next_line_with(&mut stdout, &mut transcript, "http://");
+    let (port, sid) = page_key(&url, "sid");
     let answers = json!({"name": "tidy", "purpose": "Tidy up files", "language": "Go", "features": ["JSON output"], "effort": 3});
-    let response = runtime.block_on(post_json(
+    let answered = runtime.block_on(post_json(
         port,
         "/submit",
         &json!({"sid": sid, "answers": answers}),
     ));
-    assert_eq!(response.status, 200, "{}", response.body);
+    assert_eq!(answered.status, 200, "{}", answered.body);
+    for verdict in [
+        json!({"verdict": "changes", "feedback": "roll back how?"}),
+        json!({"verdict": "approve"}),
+    ] {
+        let url = next_line_with(&mut stdout, &mut transcript, "http://");
+        let (port, rid) = page_key(&url, "rid");
+        let mut body = verdict;
+        body["rid"] = json!(rid);
+        let reviewed = runtime.block_on(post_json(port, "/review", &body));
+        assert_eq!(reviewed.status, 200, "{}", reviewed.body);
+    }
+    let serving = next_line_with(&mut stdout, &mut transcript, "serving http://");
+    let replay = serving
+        .strip_prefix("serving ")
+        .expect("address")
+        .trim_end_matches('/');
+    let port: u16 = replay
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("port");
+    let index = runtime.block_on(get(port, "/"));
+    assert_eq!(index.status, 200, "{}", index.body);
+    assert!(
+        index.body.contains("demo-release") && index.body.contains("planb demo"),
+        "{}",
+        index.body
+    );
+    next_line_with(&mut stdout, &mut transcript, "press Ctrl-C");
+    let interrupted = std::process::Command::new("kill")
+        .args(["-INT", &demo.id().to_string()])
+        .status()
+        .expect("kill -INT");
+    assert!(interrupted.success());
     stdout.read_to_string(&mut transcript).expect("rest");
     assert!(demo.wait().expect("exit").success(), "{transcript}");
     let mut stderr = String::new();
@@ -903,10 +960,21 @@ fn the_demo_runs_end_to_end_on_a_headless_machine() {
         .read_to_string(&mut stderr)
         .expect("stderr");
     assert_eq!(stderr, "", "the demo shows only its own lines");
-    assert!(
-        transcript.contains("save_plan -> Saved plan v2"),
-        "{transcript}"
-    );
+    for told in [
+        "[1/5] A question form: ",
+        "save_plan -> Saved plan v2",
+        "[2/5] A plan you review: ",
+        "submit_plan, round 1 -> {\"approved\":false,\"feedback\":\"roll back how?\"}",
+        "submit_plan, round 2 -> {\"approved\":true}",
+        "[3/5] An execution plan: ",
+        "plan_execute -> success true, 3 of 3 steps",
+        "[4/5] A plan-generation task: ",
+        "skipped: no model is configured. Set PLANB_MODEL",
+        "[5/5] The replay: ",
+        "ssh -L ",
+    ] {
+        assert!(transcript.contains(told), "{told:?} not in:\n{transcript}");
+    }
     let plans: Vec<_> = std::fs::read_dir(dir.path().join("sessions"))
         .expect("sessions")
         .map(|e| e.expect("entry").path().join("plans").join("v2.md"))
@@ -917,6 +985,45 @@ fn the_demo_runs_end_to_end_on_a_headless_machine() {
         plan.contains("# Plan: tidy") && plan.contains("Language: Go"),
         "{plan}"
     );
+    let named = dir.path().join("demo/plans/demo-release-plan.md");
+    let named = std::fs::read_to_string(&named).expect("the named plan in the demo's folder");
+    assert!(named.contains("Re-publish the previous tag"), "{named}");
+}
+
+/// `demo --auto` with a model configured (a real OpenAI-compatible server)
+/// runs every stage without a person, the task to its end, and checks the
+/// replay before it stops.
+#[test]
+fn the_demo_runs_every_stage_by_itself_with_auto() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let model = runtime.block_on(planb_tests::model::ModelServer::start(
+        planb_tests::model::Script::INSTANT,
+    ));
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_planb-mcp"))
+        .args(["demo", "--auto", "--data-dir"])
+        .arg(dir.path())
+        .env("PLANB_MODEL", model.spec())
+        .env_remove("DISPLAY")
+        .env_remove("WAYLAND_DISPLAY")
+        .output()
+        .expect("run demo");
+    let transcript = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{transcript}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for told in [
+        "--auto answers it",
+        "submit_plan, round 2 -> {\"approved\":true}",
+        "plan_execute -> success true, 3 of 3 steps",
+        "task_wait -> completed",
+        "lists the session, the reviewed plan and the execution plan",
+    ] {
+        assert!(transcript.contains(told), "{told:?} not in:\n{transcript}");
+    }
+    assert!(model.requests() > 1, "the task asked the model");
 }
 
 /// The rough token count of a tool list every client can be held to: the
