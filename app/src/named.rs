@@ -190,8 +190,21 @@ impl NamedPlans {
         Ok((change.path, replacements))
     }
 
-    /// Submits the plan for review: a new round.
+    /// Submits the plan for review. A last round still open (no verdict)
+    /// whose content the plan still holds is taken up, same number: its
+    /// review page went with the process that showed it. Otherwise a new
+    /// round opens. Either way `previous` is what the person last reviewed.
     pub async fn submit(&self, plan: &PlanKey) -> Result<Submitted, SubmitError> {
+        if let Some((round, None)) = self.unchanged_round(plan).await? {
+            let change = self.on_file(plan, None).await?;
+            let previous = self.last_reviewed(plan, round).await?;
+            return Ok(Submitted {
+                round,
+                content: change.content,
+                previous,
+                path: change.path,
+            });
+        }
         let command = Command::SubmitPlan { plan: plan.clone() };
         let change = self.on_file(plan, Some(command)).await?;
         let round = match change.events.last().map(|e| &e.event.body) {
@@ -199,9 +212,8 @@ impl NamedPlans {
             Some(other) => return Err(SubmitError::Unexpected(format!("{other:?}"))),
             None => return Err(SubmitError::Nothing),
         };
-        // The round before is found by number: other processes may submit
-        // meanwhile.
-        let previous = self.content_of_round(plan, round.checked_sub(1)).await?;
+        // Rounds are found by number: other processes may submit meanwhile.
+        let previous = self.last_reviewed(plan, round).await?;
         Ok(Submitted {
             round,
             content: change.content,
@@ -210,20 +222,21 @@ impl NamedPlans {
         })
     }
 
-    /// The content submitted in round `round` of `plan`, if there was one.
-    async fn content_of_round(
+    /// The content of the latest round of `plan` before `round` that was
+    /// reviewed: what the person last read, if they did.
+    async fn last_reviewed(
         &self,
         plan: &PlanKey,
-        round: Option<u32>,
+        round: u32,
     ) -> Result<Option<String>, StoreError> {
-        let Some(round) = round else {
-            return Ok(None);
-        };
         let plan = plan.clone();
         self.store
             .read(move |s| {
                 let rounds = &s.named_plan(&plan)?.rounds;
-                let found = rounds.iter().find(|r| r.round == round)?;
+                let found = rounds
+                    .iter()
+                    .rev()
+                    .find(|r| r.round < round && r.verdict.is_some())?;
                 Some(found.content_at_submit.clone())
             })
             .await

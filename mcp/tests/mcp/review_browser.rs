@@ -510,3 +510,76 @@ fn check_recorded_reviews(root: &Path) {
         (2, Verdict::Approved, None, 0, ReviewChannel::Browser)
     );
 }
+
+/// A review whose server went away with its page open is taken up by the
+/// next server's `submit_plan`: the same round, its Changes tab against
+/// what the person last reviewed; the round is answered once and no round
+/// is left awaiting review.
+#[tokio::test]
+async fn a_review_open_when_its_server_exits_is_taken_up_by_the_next_server() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut first = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
+    let write = json!({"planName": "rollout", "content": PLAN});
+    structured(&call(&first, "write_plan", write).await);
+    // Round 1, reviewed: changes requested.
+    let pending = submit_in_background(&first, "rollout");
+    let (_, port, path) = review_url(&mut first).await;
+    let rid = path.trim_start_matches("/review?rid=");
+    let sent = crate::support::post_json(
+        port,
+        "/review",
+        &json!({"rid": rid, "verdict": "changes", "feedback": "Keep the old columns."}),
+    )
+    .await;
+    assert_eq!(sent.status, 200, "{}", sent.body);
+    assert_eq!(verdict(pending).await["approved"], false);
+    let edit = json!({
+        "planName": "rollout",
+        "oldString": "- Back up the database first\n",
+        "newString": format!("- Back up the database first\n{ADDED_LINE}\n"),
+    });
+    structured(&call(&first, "edit_plan", edit).await);
+    // Round 2 opens; its server exits before anyone answers.
+    let peer = first.client.peer().clone();
+    let Value::Object(arguments) = json!({"planName": "rollout"}) else {
+        unreachable!("a JSON object literal")
+    };
+    // The call is cut off when its server exits: its end is not awaited.
+    tokio::spawn(async move {
+        let _ = peer
+            .call_tool(CallToolRequestParams::new("submit_plan").with_arguments(arguments))
+            .await;
+    });
+    review_url(&mut first).await;
+    first.client.cancel().await.expect("shutdown");
+
+    let mut second = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
+    let pending = submit_in_background(&second, "rollout");
+    let (url, port, path) = review_url(&mut second).await;
+    let browser = Browser::start().await;
+    browser.open(&url).await;
+    // Round 2 again, its changes against round 1, which the person read.
+    check_changes_tab(&browser).await;
+    browser.close().await;
+    let rid = path.trim_start_matches("/review?rid=");
+    let sent =
+        crate::support::post_json(port, "/review", &json!({"rid": rid, "verdict": "approve"}))
+            .await;
+    assert_eq!(sent.status, 200, "{}", sent.body);
+    assert_eq!(verdict(pending).await, json!({"approved": true}));
+    second.client.cancel().await.expect("shutdown");
+    let (kinds, reviews) = recorded_reviews(dir.path());
+    let submitted = kinds
+        .iter()
+        .filter(|k| **k == "named_plan_submitted")
+        .count();
+    assert_eq!(submitted, 2, "{kinds:?}");
+    let rounds: Vec<u32> = reviews
+        .iter()
+        .filter_map(|r| match r {
+            EventBody::NamedPlanReviewed { round, .. } => Some(*round),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(rounds, [1, 2], "every round answered once");
+}

@@ -81,6 +81,19 @@ fn fixture() -> (TempDir, DataRoot, SessionId, [TaskId; 2]) {
             comments: Vec::new(),
             channel: ReviewChannel::Browser,
         },
+        // A round left open, then another submitted on changed content.
+        Command::WritePlan {
+            plan: left_open(),
+            content: "# Left open\n".into(),
+            session: None,
+        },
+        Command::SubmitPlan { plan: left_open() },
+        Command::WritePlan {
+            plan: left_open(),
+            content: "# Left open, changed\n".into(),
+            session: None,
+        },
+        Command::SubmitPlan { plan: left_open() },
         Command::CreateSession {
             session: second,
             title: Some("Busy session".into()),
@@ -114,6 +127,10 @@ fn fixture() -> (TempDir, DataRoot, SessionId, [TaskId; 2]) {
     (dir, root, first, tasks)
 }
 
+fn left_open() -> PlanKey {
+    PlanKey::new("/elsewhere", PlanName::parse("left-open").expect("name"))
+}
+
 fn router(root: &DataRoot) -> axum::Router {
     let (retro, mut follower) = Retro::open(root);
     follower.poll(&retro);
@@ -132,7 +149,7 @@ async fn a_named_plan_reviewed_with_no_session_is_listed_and_has_its_page() {
         StatusCode::OK,
         &[
             "<h1 class=\"form-title\">What happened</h1>",
-            "2 sessions · 1 named plan · 2 tasks · 0 execution plans",
+            "2 sessions · 2 named plans · 2 tasks · 0 execution plans",
             "id=\"sessions-title\"",
             "id=\"named-title\"",
             "id=\"tasks-title\"",
@@ -196,6 +213,13 @@ async fn a_named_plan_reviewed_with_no_session_is_listed_and_has_its_page() {
         &["name: missing"],
     )
     .await;
+    check(
+        &router,
+        "/named?dir=%2Felsewhere&name=left-open",
+        StatusCode::OK,
+        &["superseded by round 2", "awaiting review"],
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -210,7 +234,7 @@ async fn ids_are_as_long_as_telling_them_apart_needs_and_positions_are_the_page_
             "{whole} not shown whole: {index}"
         );
     }
-    // A session of 2 events, in a log of 20: the state panel counts the
+    // A session of 2 events, in a log of 24: the state panel counts the
     // session's events and names its own last one.
     check(
         &router,

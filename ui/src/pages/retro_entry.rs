@@ -498,9 +498,17 @@ pub(super) fn named_plan(plan: &NamedPlan) -> Markup {
                     (count(plan.rounds.len(), "review round", "review rounds"))
                 }
             }
-            @for round in &plan.rounds {
+            @for (at, round) in plan.rounds.iter().enumerate() {
                 div.retro-round {
-                    p { "Round " (round.round) " · submitted " (when(round.submitted_at)) " · " (verdict_badge(round.verdict)) }
+                    p {
+                        "Round " (round.round) " · submitted " (when(round.submitted_at)) " · "
+                        @match (round.verdict, plan.rounds.get(at + 1)) {
+                            // A later round was opened on other content: this
+                            // one will not be reviewed.
+                            (None, Some(next)) => span.retro-badge { "superseded by round " (next.round) },
+                            (verdict, _) => (verdict_badge(verdict)),
+                        }
+                    }
                     @if let Some(f) = &round.feedback { blockquote.retro-feedback { (f) } }
                     @if !round.comments.is_empty() {
                         ul.retro-comments {
