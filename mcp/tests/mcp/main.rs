@@ -19,6 +19,7 @@ mod plan_tools;
 mod plans;
 mod plans_concurrent;
 mod real_clients;
+mod replay_layout;
 mod review_browser;
 mod server;
 mod short_timeouts;

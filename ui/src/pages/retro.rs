@@ -328,7 +328,8 @@ pub fn retro_plan_page(timeline: &Timeline, id: &SessionId, version: u32) -> Opt
             p.eyebrow { "Plan version " (version) " of " (latest) }
             h1.form-title { (plan.title.clone().unwrap_or_else(|| format!("Plan v{version}"))) }
             p.retro-muted {
-                "saved " (when(plan.created_at)) " · event #" (plan.cursor)
+                "saved " (when(plan.created_at))
+                span title="The event's place in the whole log" { " · log cursor " (plan.cursor) }
                 @if version > 1 {
                     " · " a href={"/sessions/" (id) "/plans/" (version - 1)} { "‹ v" (version - 1) }
                     " · " a href={"/sessions/" (id) "/plans/" (version - 1) "/diff/" (version)} { "diff to v" (version - 1) }
@@ -338,10 +339,12 @@ pub fn retro_plan_page(timeline: &Timeline, id: &SessionId, version: u32) -> Opt
                 }
             }
         }
-        div.md.plan-doc #plan { (PreEscaped(html_fragment)) }
-        details.retro-source open {
-            summary { "Markdown" }
-            pre.retro-raw { code { (text) } }
+        div.retro-body {
+            div.md.plan-doc #plan { (PreEscaped(html_fragment)) }
+            details.retro-source open {
+                summary { "Markdown" }
+                pre.retro-raw { code { (text) } }
+            }
         }
     };
     Some(page(
