@@ -30,7 +30,7 @@ fn pages(root: &Path) -> Vec<String> {
         format!("/sessions/{session}/plans/1"),
         format!("/sessions/{session}/plans/1/diff/2"),
     ];
-    for (key, _) in state.named_plans() {
+    for key in state.named_plans().keys() {
         pages.push(format!(
             "/named?dir={}&name={}",
             key.dir.replace('/', "%2F"),
