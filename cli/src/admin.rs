@@ -16,8 +16,12 @@ const TAIL_POLL: Duration = Duration::from_millis(200);
 
 fn storage(root: &DataRoot) -> anyhow::Result<Arc<dyn Storage>> {
     let dir = root.log_dir();
-    let storage =
-        FsStorage::open_read_only(&dir).with_context(|| format!("no log at {}", dir.display()))?;
+    anyhow::ensure!(
+        dir.exists(),
+        "nothing is recorded in {} yet: run `planb-mcp demo` to record a first session",
+        root.root().display()
+    );
+    let storage = FsStorage::open_read_only(&dir).context("the log cannot be opened")?;
     Ok(Arc::new(storage))
 }
 

@@ -290,10 +290,17 @@ impl Follower {
                     self.reader = Some(reader);
                     retro.set_problem(None);
                 }
+                Err(_) if !log_dir.exists() => {
+                    let root = log_dir.parent().unwrap_or(log_dir);
+                    retro.set_problem(Some(format!(
+                        "Nothing is recorded in {} yet. Run `planb-mcp demo` (or let an agent use planb-mcp) and what it records shows here as it happens; another data root is named by PLANB_MCP_DATA_DIR.",
+                        root.display()
+                    )));
+                    return 0;
+                }
                 Err(error) => {
                     retro.set_problem(Some(format!(
-                        "no planb log to replay at {}: {error}; set PLANB_MCP_DATA_DIR to the data root planb-mcp uses",
-                        log_dir.display()
+                        "the log cannot be read: {error}; PLANB_MCP_DATA_DIR names the data root planb-mcp uses"
                     )));
                     return 0;
                 }

@@ -149,7 +149,15 @@ fn a_data_root_without_a_log_is_reported_and_left_alone() {
     let output = planb(&root, &["log", "dump"]);
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("no log at"), "{stderr}");
+    assert!(
+        stderr.contains("nothing is recorded in") && stderr.contains("run `planb-mcp demo`"),
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("fresh").count(),
+        1,
+        "the root named once: {stderr}"
+    );
 }
 
 #[test]

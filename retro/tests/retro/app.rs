@@ -395,9 +395,16 @@ async fn a_missing_log_is_a_message_page() {
         &router,
         "/",
         StatusCode::OK,
-        &["Nothing to replay yet", "no planb log to replay"],
+        &[
+            "Nothing to replay yet",
+            "Run `planb-mcp demo`",
+            "PLANB_MCP_DATA_DIR",
+        ],
     )
     .await;
+    // The data root is named once.
+    let problem = retro.problem().unwrap_or_default();
+    assert_eq!(problem.matches("nothing-here").count(), 1, "{problem}");
     assert!(retro.problem().is_some());
     assert!(
         !dir.path().join("nothing-here").exists(),
