@@ -317,6 +317,7 @@ pub async fn create_from_goal(
     goal: &str,
     client_request_id: Option<String>,
     sampler: Option<Sampler>,
+    tell: generate::Tell<'_>,
 ) -> Result<Created, Error> {
     if goal.trim().is_empty() {
         return Err(Error::new(
@@ -358,7 +359,7 @@ pub async fn create_from_goal(
     let timeout = crate::settings::step_timeout()
         .map_err(unusable)?
         .unwrap_or(std::time::Duration::from_secs(600));
-    let mut plan = generate::generate(&backend, goal, &tools, timeout)
+    let mut plan = generate::generate(&backend, goal, &tools, timeout, tell)
         .await
         .map_err(|e| Error::new(ErrorCode::ModelError, e.to_string()))?;
     if plan

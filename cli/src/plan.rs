@@ -245,6 +245,16 @@ fn create(
 ) -> anyhow::Result<ExitCode> {
     let downstream = exec_plans::downstream(servers).map_err(|e| anyhow::anyhow!(e.message))?;
     let created = if let Some(goal) = goal {
+        // Each model answer is said on stderr: generation can take minutes.
+        let tell = |attempt: &plans::generate::Attempt| match attempt {
+            plans::generate::Attempt::Asking { answer } => eprintln!(
+                "plan create: asking the model for a plan (answer {answer} of {})",
+                plans::generate::ATTEMPTS
+            ),
+            plans::generate::Attempt::Refused { answer, reason } => {
+                eprintln!("plan create: answer {answer} refused: {}", shown(reason))
+            }
+        };
         runtime()?.block_on(exec_plans::create_from_goal(
             store,
             &downstream,
@@ -252,6 +262,7 @@ fn create(
             goal,
             None,
             None,
+            &tell,
         ))
     } else {
         let Some(file) = file else {

@@ -658,7 +658,9 @@ impl StepKind for TaskSteps<'_> {
         done.step.as_str()
     }
 
-    fn started(&mut self, _step: &str) {}
+    fn started(&mut self, step: &str) {
+        self.runner.note(format!("step {step} started"));
+    }
 
     fn ended(&mut self, done: StepResult) -> End {
         let step = done.step.clone();
@@ -755,6 +757,10 @@ impl TaskSteps<'_> {
                 n + 1
             ));
         }
+        self.runner.note(format!(
+            "step {step} done in {} ms",
+            produced.duration.as_millis()
+        ));
         let artifact = ContentHash::of_bytes(&produced.bytes);
         self.settled.insert(step.clone(), artifact);
         if produced.bytes.len() <= INLINE_BLOB_BYTES_MAX {

@@ -19,11 +19,12 @@ use planb_core::text::clip;
 use planb_core::{Rejection, Task, TaskErrorCode, TaskId};
 use planb_engine::backend::Backend;
 use planb_engine::backend::sampling::Sampler;
+use planb_engine::plans::generate::{ATTEMPTS, Attempt};
 use planb_engine::plans::{self, Guards, Progress, RunOptions};
 use planb_projections::{Store, StoreError};
 use rmcp::model::{CallToolResult, JsonObject};
 use rmcp::service::RequestContext;
-use rmcp::{Peer, RoleServer, tool, tool_router};
+use rmcp::{RoleServer, tool, tool_router};
 use serde_json::{Map, Value, json};
 
 use crate::args::Args;
@@ -265,6 +266,19 @@ fn exec_args(args: &mut Args<'_>, with_call_variables: bool) -> ExecRequest {
     }
 }
 
+/// An attempt at a plan from a goal, as a progress line.
+fn attempt_line(attempt: &Attempt) -> String {
+    match attempt {
+        Attempt::Asking { answer } => {
+            format!("asking the model for a plan (answer {answer} of {ATTEMPTS})")
+        }
+        Attempt::Refused { answer, reason } => format!(
+            "answer {answer} refused: {}",
+            planb_core::text::visible(reason, false)
+        ),
+    }
+}
+
 /// A run's result as the tool returns it: an error when it could not run.
 fn finished(finished: Finished) -> CallToolResult {
     match finished {
@@ -356,7 +370,7 @@ impl PlanbServer {
         &self,
         source: Option<Source>,
         request: Option<String>,
-        peer: &Peer<RoleServer>,
+        context: &RequestContext<RoleServer>,
     ) -> Result<(Arc<Store>, exec_plans::Created), CallToolResult> {
         let Some(source) = source else {
             return Err(failure("Goal description is required."));
@@ -372,10 +386,39 @@ impl PlanbServer {
                 exec_plans::create(&store, &downstream, &value, request).await
             }
             Source::Goal(goal) => {
-                let sampler = Sampler::of(peer, Some("planner"));
+                let sampler = Sampler::of(&context.peer, Some("planner"));
                 let servers = &self.config().servers;
-                exec_plans::create_from_goal(&store, &downstream, servers, &goal, request, sampler)
-                    .await
+                // Each model answer is told as progress: generation can take
+                // minutes.
+                let (sender, mut told) = tokio::sync::mpsc::unbounded_channel::<String>();
+                let tell = move |attempt: &Attempt| {
+                    let _ = sender.send(attempt_line(attempt));
+                };
+                let token = context.meta.get_progress_token();
+                let forward = async {
+                    let mut n = 0.0;
+                    while let Some(line) = told.recv().await {
+                        if let Some(token) = &token {
+                            n += 1.0;
+                            PlanbServer::notify_progress(context, token, n, line).await;
+                        }
+                    }
+                };
+                let create = async {
+                    let created = exec_plans::create_from_goal(
+                        &store,
+                        &downstream,
+                        servers,
+                        &goal,
+                        request,
+                        sampler,
+                        &tell,
+                    )
+                    .await;
+                    drop(tell);
+                    created
+                };
+                tokio::join!(create, forward).0
             }
         }
         .map_err(app_failure)?;
@@ -603,12 +646,16 @@ impl PlanbServer {
         output_schema = created_output(),
         annotations(title = "Create an execution plan", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = true)
     )]
-    async fn plan_create(&self, arguments: JsonObject, peer: Peer<RoleServer>) -> Answer {
+    async fn plan_create(
+        &self,
+        arguments: JsonObject,
+        context: RequestContext<RoleServer>,
+    ) -> Answer {
         let mut args = Args::new(&arguments);
         let (source, request) = create_args(&mut args);
         args.finish()
             .map_err(|errors| failure(errors.to_string()))?;
-        let (_, created) = self.create_plan(source, request, &peer).await?;
+        let (_, created) = self.create_plan(source, request, &context).await?;
         let plan = &created.plan;
         let mut out = json!({
             "success": true,
@@ -674,7 +721,7 @@ impl PlanbServer {
         let request = exec_args(&mut args, false);
         args.finish()
             .map_err(|errors| failure(errors.to_string()))?;
-        let (store, created) = (self.create_plan(source, client_request, &context.peer)).await?;
+        let (store, created) = (self.create_plan(source, client_request, &context)).await?;
         let (id, found) = (created.id, Arc::clone(&store));
         let task = planb_app::store::off_thread(move || found.read(|s| s.task(&id).cloned()))
             .await

@@ -152,6 +152,21 @@ async fn a_task_runs_here_to_its_report_zip_and_run_log_and_is_listed() {
     let tail = tasks::log_tail(&task, None, 0, 500);
     let last = tail.lines.last().map(|l| l.text.as_str());
     assert_eq!(last, Some("run completed"), "{:?}", tail.lines);
+    // A line as each step starts and as it ends, with its duration.
+    let texts: Vec<&str> = tail.lines.iter().map(|l| l.text.as_str()).collect();
+    let starts = texts
+        .iter()
+        .filter(|t| t.ends_with(" started") && t.starts_with("step "))
+        .count();
+    let ends = texts
+        .iter()
+        .filter(|t| t.starts_with("step ") && t.contains(" done in ") && t.ends_with(" ms"))
+        .count();
+    assert!(
+        starts == status.progress.total && ends == starts,
+        "{starts} starts, {ends} ends of {}: {texts:?}",
+        status.progress.total
+    );
     let newer = tasks::log_tail(&task, None, tail.next_cursor, 500);
     assert!(newer.lines.is_empty());
 

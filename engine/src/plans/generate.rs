@@ -38,6 +38,26 @@ pub enum GenerateError {
     Invalid(String),
 }
 
+/// What asking for a plan tells as it goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Attempt {
+    /// The model is asked for answer `answer` (of [`ATTEMPTS`]).
+    Asking {
+        /// The answer asked for, from 1.
+        answer: u32,
+    },
+    /// Answer `answer` was refused; the next is asked with the reason.
+    Refused {
+        /// The answer refused, from 1.
+        answer: u32,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Told of each [`Attempt`].
+pub type Tell<'a> = &'a (dyn Fn(&Attempt) + Send + Sync);
+
 /// Why a model's answer is not a plan that can run.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -143,6 +163,7 @@ pub async fn generate(
     goal: &str,
     tools: &[ToolInfo],
     timeout: Duration,
+    tell: Tell<'_>,
 ) -> Result<ExecPlan, GenerateError> {
     let goal = goal.trim();
     if goal.is_empty() {
@@ -154,7 +175,7 @@ pub async fn generate(
             goal.len()
         )));
     }
-    ask_until_valid(backend, &prompt(goal, tools), tools, timeout).await
+    ask_until_valid(backend, &prompt(goal, tools), tools, timeout, tell).await
 }
 
 /// Asks `backend` with `first` for a plan over `tools` until an answer is
@@ -165,10 +186,12 @@ pub(crate) async fn ask_until_valid(
     first: &str,
     tools: &[ToolInfo],
     timeout: Duration,
+    tell: Tell<'_>,
 ) -> Result<ExecPlan, GenerateError> {
     let mut asked = first.to_owned();
     let mut last = String::new();
     for attempt in 1..=ATTEMPTS {
+        tell(&Attempt::Asking { answer: attempt });
         let answer = backend.ask(&asked, timeout).await?;
         match check_answer(&answer.text, tools) {
             Ok((plan, _)) => return Ok(plan),
@@ -176,6 +199,10 @@ pub(crate) async fn ask_until_valid(
                 tracing::info!(
                     "generated plan refused (answer {attempt} of {ATTEMPTS}): {problem}"
                 );
+                tell(&Attempt::Refused {
+                    answer: attempt,
+                    reason: problem.to_string(),
+                });
                 asked = format!(
                     "{first}\n\nYour previous answer was refused: {problem}\nAnswer again with the corrected JSON object only."
                 );

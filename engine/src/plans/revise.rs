@@ -136,5 +136,5 @@ pub async fn revise(
     tools: &[ToolInfo],
     timeout: Duration,
 ) -> Result<ExecPlan, GenerateError> {
-    ask_until_valid(backend, &prompt(failure, tools), tools, timeout).await
+    ask_until_valid(backend, &prompt(failure, tools), tools, timeout, &|_| {}).await
 }

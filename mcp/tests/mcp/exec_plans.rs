@@ -1656,3 +1656,27 @@ fn killed_during_a_revised_plan_a_resume_continues_it_without_asking_again() {
     assert!(shown.contains("Re-planned after run"), "{shown}");
     assert!(shown.contains("revised plan 1 "), "{shown}");
 }
+
+/// `plan create --goal` says each answer it asks the model for on stderr,
+/// and why an answer was refused, while the model works.
+#[test]
+fn a_goal_s_model_answers_are_said_as_they_come() {
+    let setup = Setup::new();
+    let model = setup.path("model");
+    std::fs::create_dir_all(&model).expect("dir");
+    let script = crate::plan_tools::model_script(&model);
+    let output = setup
+        .command(&["create", "--goal", "Say hi, then say it again"])
+        .env("PLANB_MODEL", format!("command:{}", script.display()))
+        .output()
+        .expect("run planb-mcp");
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{said}");
+    for line in [
+        "plan create: asking the model for a plan (answer 1 of 3)",
+        "plan create: answer 1 refused: the answer holds no JSON object",
+        "plan create: asking the model for a plan (answer 2 of 3)",
+    ] {
+        assert!(said.contains(line), "{line:?} not in:\n{said}");
+    }
+}

@@ -399,7 +399,7 @@ async fn a_killed_server_leaves_a_run_that_plan_execute_resumes_exactly() {
 
 /// A model program for `PLANB_MODEL=command:…`: its first answer is not a
 /// plan, its second is; each prompt is kept.
-fn model_script(dir: &Path) -> PathBuf {
+pub(crate) fn model_script(dir: &Path) -> PathBuf {
     let script = dir.join("model.sh");
     let plan = json!({"title": "Greet twice", "steps": [
         {"index": "1", "title": "Greet", "tool": "alpha__echo", "args": {"text": "hi"}, "result_variable": "g"},
@@ -453,6 +453,17 @@ async fn a_goal_becomes_a_checked_plan_through_the_model() {
     );
     let shown = ok(&call(&server, "plan_show", json!({"plan_id": ran["plan_id"]})).await);
     assert_eq!(shown["description"], "Say hi, then say it again");
+    // With a progress token, each answer asked for is told.
+    let mut server = server;
+    let (made, told) = call_with_progress(
+        &mut server,
+        "plan_create",
+        json!({"goal": "Greet again"}),
+        1,
+    )
+    .await;
+    assert_eq!(ok(&made)["title"], "Greet twice");
+    assert_eq!(told, ["asking the model for a plan (answer 1 of 3)"]);
     drop(server);
 
     // No model configured, but the client samples: its model plans.
