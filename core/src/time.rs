@@ -86,6 +86,22 @@ impl Timestamp {
         }
     }
 
+    /// `7 June 2026, 18:21 UTC`: the time as a person reads it.
+    pub fn to_human(self) -> String {
+        let unix_ms = self.0.clamp(Self::MIN.0, Self::MAX.0);
+        match DateTime::from_timestamp_millis(unix_ms) {
+            Some(t) => format!(
+                "{} {} {}, {:02}:{:02} UTC",
+                t.day(),
+                t.format("%B"),
+                t.year(),
+                t.hour(),
+                t.minute()
+            ),
+            None => format!("invalid-timestamp-{unix_ms}"),
+        }
+    }
+
     /// `20260607T182110123Z`: the ISO-8601 form without `-`, `:` and `.`,
     /// used in file names.
     pub fn to_compact(self) -> String {
@@ -196,6 +212,14 @@ mod tests {
         assert_eq!(t.to_iso8601(), iso);
         assert_eq!(t.to_compact(), compact);
         assert_eq!(Timestamp::parse_iso8601(iso), Ok(t));
+    }
+
+    #[test]
+    fn a_person_reads_the_day_the_month_by_name_and_the_minute() {
+        assert_eq!(
+            Timestamp(1_780_856_470_123).to_human(),
+            "7 June 2026, 18:21 UTC"
+        );
     }
 
     #[test]

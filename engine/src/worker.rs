@@ -1046,12 +1046,7 @@ impl Job {
         };
         let task = &self.shared.task;
         let title = format!("Plan: {}", first_line(&task.prompt));
-        let html = render(
-            &title,
-            &task.prompt,
-            &task.created_at.to_iso8601(),
-            &sections,
-        );
+        let html = render(&title, &task.prompt, &task.created_at.to_human(), &sections);
         Ok(Produced {
             bytes: html.into_bytes(),
             duration: started.elapsed(),
