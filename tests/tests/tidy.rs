@@ -504,3 +504,22 @@ fn no_crate_has_modules_importing_each_other_in_a_circle() {
         circles.join("\n")
     );
 }
+
+/// The README counts the built-in pipeline's steps as it is: all of them,
+/// and those a default run (`build_plan`) does.
+#[test]
+fn the_readme_counts_the_built_in_pipeline_s_steps() {
+    let readme = read(&root().join("README.md"));
+    let pipeline = planb_core::pipelines::project_plan();
+    let target = planb_core::dag::StepId::parse("build_plan").expect("id");
+    let closure = pipeline.closure(&target).expect("build_plan is a step");
+    let all = format!("pipeline ({} steps;", pipeline.steps().len());
+    let default = format!(
+        "`build_plan`, runs the {} that make the report",
+        closure.len()
+    );
+    assert!(
+        readme.contains(&all) && readme.contains(&default),
+        "the README should say {all:?} and {default:?}"
+    );
+}
