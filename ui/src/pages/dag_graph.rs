@@ -22,6 +22,12 @@
 //!    its layer, bends only in the gap between layers, and crosses a layer
 //!    only in its own slot.
 //!
+//! The method is written here rather than taken from a crate: the layered
+//! layout crates (`layout-rs`, `rust-sugiyama`) assign layers themselves and
+//! size nodes as points or fixed boxes, while these layers are fixed by what
+//! the page names (a pipeline's depths, a plan's batches) and each box is
+//! HTML whose height follows its wrapped title.
+//!
 //! Every position is an SVG attribute, never a style, so the pages' content
 //! security policy has nothing to refuse. Boxes are HTML in `foreignObject`
 //! (each keeps its link, its state class and its text for readers and
