@@ -7,12 +7,13 @@ use std::path::Path;
 use std::sync::Arc;
 
 use planb_app::asks::{Asks, Ending, NewAsk};
-use planb_app::named::{CommandReviewError, NamedPlans, SubmitError};
+use planb_app::named::{CommandReviewError, NamedPlans, ReviewOutcome, SubmitError};
 use planb_app::sessions::{NewSession, Sessions};
 use planb_app::store::StoreHandle;
 use planb_core::state::PlanSource;
 use planb_core::{
-    AskStatus, Command, DeclineAction, Delivery, PlanEdit, PlanKey, PlanName, SessionId, Verdict,
+    AskStatus, Command, DeclineAction, Delivery, PlanEdit, PlanKey, PlanName, ReviewChannel,
+    SessionId, Verdict,
 };
 use planb_projections::{DataRoot, SystemEnvironment};
 use planb_tests::fixtures::{new_uuid, storage_spec};
@@ -182,6 +183,20 @@ async fn a_hand_edit_is_a_version_of_its_own_and_submitting_opens_numbered_round
         Some((1, None))
     );
 
+    // Submitted again unchanged and unreviewed: the same round, taken up.
+    let again = named.submit(&plan).await.expect("submitted");
+    assert_eq!((again.round, again.previous.as_deref()), (1, None));
+    let changes = ReviewOutcome {
+        verdict: Verdict::ChangesRequested,
+        feedback: Some("Say why C.".into()),
+        comments: Vec::new(),
+    };
+    let channel = ReviewChannel::Browser;
+    named
+        .record(&plan, 1, &changes, channel)
+        .await
+        .expect("reviewed");
+
     named
         .write(&plan, "# Storage\n\nUse D.\n".into(), None)
         .await
@@ -190,6 +205,15 @@ async fn a_hand_edit_is_a_version_of_its_own_and_submitting_opens_numbered_round
     let second = named.submit(&plan).await.expect("submitted");
     assert_eq!(second.round, 2);
     assert_eq!(second.previous.as_deref(), Some(first.content.as_str()));
+    // Round 2 left unreviewed and the plan changed: round 3 shows its
+    // changes against round 1, the last the person reviewed.
+    named
+        .write(&plan, "# Storage\n\nUse E.\n".into(), None)
+        .await
+        .expect("written");
+    let third = named.submit(&plan).await.expect("submitted");
+    assert_eq!(third.round, 3);
+    assert_eq!(third.previous.as_deref(), Some(first.content.as_str()));
 
     let stranger = named.key(plan_name("nothing"));
     let refused = named.submit(&stranger).await;

@@ -1680,3 +1680,115 @@ fn a_goal_s_model_answers_are_said_as_they_come() {
         assert!(said.contains(line), "{line:?} not in:\n{said}");
     }
 }
+
+/// How many plans the kill test runs, each killed at up to 8 random points
+/// (`PLANB_KILL9_PLANS`, default 3; more to soak).
+fn killed_plans() -> usize {
+    std::env::var("PLANB_KILL9_PLANS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(3)
+}
+
+/// A plan of sleeping steps, run by `plan run` and `plan resume` processes
+/// killed with SIGKILL at random points until one completes: no step that
+/// succeeded in a run is started again by a run that resumes it, and the
+/// plan ends completed with every step's result.
+#[test]
+fn plans_killed_at_random_points_never_run_a_recorded_step_again() {
+    let setup = Setup::new();
+    let seed = std::env::var("PLANB_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+        })
+        | 1;
+    eprintln!("kill points from PLANB_TEST_SEED={seed}");
+    let mut random = seed;
+    let mut below = move |n: u64| {
+        random ^= random << 13;
+        random ^= random >> 7;
+        random ^= random << 17;
+        random % n.max(1)
+    };
+    let mut kills = 0;
+    for plan in 0..killed_plans() {
+        let steps: Vec<Value> = (1..=8)
+            .map(|n| {
+                let after: Vec<String> = if n > 2 {
+                    vec![(n - 2).to_string()]
+                } else {
+                    vec![]
+                };
+                let after: Vec<&str> = after.iter().map(String::as_str).collect();
+                let args = json!({"ms": 20 + 10 * n, "text": format!("p{plan}s{n}")});
+                step(
+                    &n.to_string(),
+                    "beta__sleep",
+                    args,
+                    &after,
+                    Some(&format!("v{n}")),
+                )
+            })
+            .collect();
+        let id = setup.create(&json!({"title": format!("Killed {plan}"), "steps": steps}));
+        let mut verb = "run";
+        let completed = loop {
+            let mut child = setup.spawn(&[verb, &id]);
+            std::thread::sleep(Duration::from_millis(below(260)));
+            let done = child.try_wait().expect("wait").is_some_and(|s| s.success());
+            if done {
+                break true;
+            }
+            if child.try_wait().expect("wait").is_none() {
+                child.kill().expect("kill -9");
+                kills += 1;
+            }
+            let _ = child.wait();
+            verb = "resume";
+            if kills > 8 * (plan + 1) {
+                break false;
+            }
+        };
+        if !completed {
+            let (code, out) = setup.run(&["resume", &id]);
+            assert_eq!(code, 0, "{out}");
+        }
+        let task = planb_core::TaskId::parse(&id).expect("id");
+        let (state, _) = crate::support::fold_log(&setup.path("root"));
+        let recorded = state.task(&task).expect("the plan");
+        let mut succeeded_before = std::collections::BTreeSet::new();
+        for (run, started) in recorded.runs.iter().zip(crate::tasks::started_by_task_run(
+            &setup.path("root"),
+            &task,
+        )) {
+            let again: Vec<&String> = started
+                .iter()
+                .filter(|s| succeeded_before.contains(*s))
+                .collect();
+            assert!(
+                again.is_empty(),
+                "plan {plan}: started again after a kill: {again:?} (seed {seed})"
+            );
+            if run.resumed_from.is_none() {
+                succeeded_before.clear();
+            }
+            succeeded_before.extend(run.succeeded.iter().cloned());
+        }
+        let last = recorded.runs.last().expect("a run");
+        assert_eq!(
+            last.state,
+            planb_core::RunState::Completed,
+            "plan {plan} (seed {seed})"
+        );
+        assert_eq!(
+            recorded.resumable_successes(Some(last.id)).len(),
+            8,
+            "plan {plan}"
+        );
+    }
+    eprintln!("{} plan(s) completed after {kills} kill(s)", killed_plans());
+}

@@ -1346,7 +1346,7 @@ fn check_killed_task(dir: &Path, task: &str, reference: &str, how: &str) {
 }
 
 /// The steps each run of task `id` started, in run order.
-fn started_by_task_run(dir: &Path, id: &planb_core::TaskId) -> Vec<Vec<String>> {
+pub(crate) fn started_by_task_run(dir: &Path, id: &planb_core::TaskId) -> Vec<Vec<String>> {
     let mut runs: Vec<(planb_core::RunId, Vec<String>)> = Vec::new();
     for event in planb_tests::logs::events(dir) {
         match event {

@@ -21,7 +21,7 @@ fn next_line(lines: &mut impl BufRead, marker: &str) -> String {
         let mut line = String::new();
         let read = lines.read_line(&mut line).expect("read the demo's output");
         assert!(read > 0, "the demo ended before saying {marker:?}");
-        print!("{line}");
+        eprint!("{line}");
         if line.contains(marker) {
             return line.trim().to_owned();
         }
@@ -30,7 +30,9 @@ fn next_line(lines: &mut impl BufRead, marker: &str) -> String {
 
 /// A page address's port and the value of `key` in its query.
 fn page_key(url: &str, key: &str) -> (u16, String) {
-    let rest = url.strip_prefix("http://127.0.0.1:").expect("a loopback page");
+    let rest = url
+        .strip_prefix("http://127.0.0.1:")
+        .expect("a loopback page");
     let (port, rest) = rest.split_once('/').expect("a path");
     let value = rest.split_once(&format!("{key}=")).expect("the key").1;
     (port.parse().expect("a port"), value.to_owned())
@@ -64,7 +66,7 @@ async fn shoot(browser: &Browser, url: &str, file: &Path) {
     tokio::time::sleep(std::time::Duration::from_millis(800)).await;
     let png = browser.client().screenshot().await.expect("screenshot");
     std::fs::write(file, png).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-    println!("saved {}", file.display());
+    eprintln!("saved {}", file.display());
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -88,7 +90,11 @@ async fn main() -> ExitCode {
         .expect("start the demo");
     let mut lines = std::io::BufReader::new(demo.stdout.take().expect("stdout"));
     let browser = Browser::start().await;
-    browser.client().set_window_size(1200, 900).await.expect("window size");
+    browser
+        .client()
+        .set_window_size(1200, 900)
+        .await
+        .expect("window size");
 
     let form = next_line(&mut lines, "/ask?sid=");
     shoot(&browser, &form, &out.join("form.png")).await;
@@ -102,7 +108,12 @@ async fn main() -> ExitCode {
         "comments": [{"quote": "To be decided.", "text": "We need a real rollback before we ship."}]});
     post(port, "/review", &changes).await;
     let second = next_line(&mut lines, "/review?rid=");
-    shoot(&browser, &format!("{second}#changes"), &out.join("review.png")).await;
+    shoot(
+        &browser,
+        &format!("{second}#changes"),
+        &out.join("review.png"),
+    )
+    .await;
     let (port, rid) = page_key(&second, "rid");
     post(port, "/review", &json!({"rid": rid, "verdict": "approve"})).await;
     let serving = next_line(&mut lines, "serving http://");
@@ -111,7 +122,12 @@ async fn main() -> ExitCode {
     let session = browser
         .string("document.querySelector('#sessions a.retro-session-title').getAttribute('href')")
         .await;
-    shoot(&browser, &format!("{replay}{session}"), &out.join("replay.png")).await;
+    shoot(
+        &browser,
+        &format!("{replay}{session}"),
+        &out.join("replay.png"),
+    )
+    .await;
     browser.close().await;
     let _ = Command::new("kill")
         .args(["-INT", &demo.id().to_string()])
