@@ -1735,9 +1735,15 @@ fn plans_killed_at_random_points_never_run_a_recorded_step_again() {
             })
             .collect();
         let id = setup.create(&json!({"title": format!("Killed {plan}"), "steps": steps}));
-        let mut verb = "run";
+        let task = planb_core::TaskId::parse(&id).expect("id");
+        // A kill before the first run was recorded leaves nothing to resume.
+        let verb = || {
+            let (state, _) = crate::support::fold_log(&setup.path("root"));
+            let ran = state.task(&task).is_some_and(|t| !t.runs.is_empty());
+            if ran { "resume" } else { "run" }
+        };
         let completed = loop {
-            let mut child = setup.spawn(&[verb, &id]);
+            let mut child = setup.spawn(&[verb(), &id]);
             std::thread::sleep(Duration::from_millis(below(260)));
             let done = child.try_wait().expect("wait").is_some_and(|s| s.success());
             if done {
@@ -1748,16 +1754,14 @@ fn plans_killed_at_random_points_never_run_a_recorded_step_again() {
                 kills += 1;
             }
             let _ = child.wait();
-            verb = "resume";
             if kills > 8 * (plan + 1) {
                 break false;
             }
         };
         if !completed {
-            let (code, out) = setup.run(&["resume", &id]);
+            let (code, out) = setup.run(&[verb(), &id]);
             assert_eq!(code, 0, "{out}");
         }
-        let task = planb_core::TaskId::parse(&id).expect("id");
         let (state, _) = crate::support::fold_log(&setup.path("root"));
         let recorded = state.task(&task).expect("the plan");
         let mut succeeded_before = std::collections::BTreeSet::new();

@@ -237,7 +237,12 @@ async fn a_shipper_killed_at_random_points_leaves_no_gap_and_no_duplicate() {
     let mut rng = Rng(seed);
     let client = connect(&url).await;
     let mut cut_short = 0;
-    for iteration in 0..24 {
+    // `PLANB_KILL9_PUSHES` soaks it with more.
+    let pushes: u32 = std::env::var("PLANB_KILL9_PUSHES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(24);
+    for iteration in 0..pushes {
         let mut child = team(root.path(), &url, "*", &["push"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -263,7 +268,7 @@ async fn a_shipper_killed_at_random_points_leaves_no_gap_and_no_duplicate() {
         // New work for the next push, more than one batch of it.
         append_sessions(root.path(), 400, "/src/shop", 100 + iteration);
     }
-    eprintln!("{cut_short} of 24 pushes were killed before they had shipped everything");
+    eprintln!("{cut_short} of {pushes} pushes were killed before they had shipped everything");
     push_ok(root.path(), &url, "*");
     assert_all_shipped(&client, root.path()).await;
 }
