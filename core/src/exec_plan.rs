@@ -20,9 +20,7 @@ mod vars;
 
 pub use render::{StepMark, render_dag};
 pub use runaway::{Runaway, RunawayPattern, RunawayStop};
-pub use vars::{
-    TypedArg, json_kind, referenced_names, resolve, resolve_args, typed_args, whole_reference,
-};
+pub use vars::{TypedArg, referenced_names, resolve, resolve_args, typed_args, whole_reference};
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;

@@ -152,18 +152,6 @@ pub fn whole_reference(text: &str) -> Option<&str> {
     }
 }
 
-/// The JSON type of `value`, as JSON Schema names it.
-pub fn json_kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "boolean",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
-}
-
 /// The arguments of `args` (as written) that are exactly one reference
 /// resolving, with `variables`, to a value that is not a string.
 pub fn typed_args(args: &Map<String, Value>, variables: &Map<String, Value>) -> Vec<TypedArg> {
@@ -177,7 +165,7 @@ pub fn typed_args(args: &Map<String, Value>, variables: &Map<String, Value>) -> 
             Some(value) => out.push(TypedArg {
                 arg: arg.clone(),
                 path: path.to_owned(),
-                kind: json_kind(value),
+                kind: crate::json::type_name(value),
             }),
         }
     }

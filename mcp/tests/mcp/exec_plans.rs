@@ -1697,23 +1697,7 @@ fn killed_plans() -> usize {
 #[test]
 fn plans_killed_at_random_points_never_run_a_recorded_step_again() {
     let setup = Setup::new();
-    let seed = std::env::var("PLANB_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        })
-        | 1;
-    eprintln!("kill points from PLANB_TEST_SEED={seed}");
-    let mut random = seed;
-    let mut below = move |n: u64| {
-        random ^= random << 13;
-        random ^= random >> 7;
-        random ^= random << 17;
-        random % n.max(1)
-    };
+    let (seed, mut below) = crate::support::kill_points();
     let mut kills = 0;
     for plan in 0..killed_plans() {
         let steps: Vec<Value> = (1..=8)

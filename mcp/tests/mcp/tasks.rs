@@ -1236,23 +1236,7 @@ async fn killed_at_random_points_a_task_still_ends_as_an_uninterrupted_run_would
 
     // Where the kills fall varies from run to run (the seed is printed);
     // every point must be survivable, so the assertions do not depend on it.
-    let seed = std::env::var("PLANB_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        })
-        | 1;
-    eprintln!("kill points from PLANB_TEST_SEED={seed}");
-    let mut random = seed;
-    let mut next = move |below: u64| {
-        random ^= random << 13;
-        random ^= random >> 7;
-        random ^= random << 17;
-        random % below
-    };
+    let (seed, mut next) = crate::support::kill_points();
     let mut all_kills = 0;
     for _ in 0..killed_tasks() {
         let task = create(&server, "fast").await;

@@ -505,6 +505,30 @@ pub async fn post_json(port: u16, path: &str, body: &Value) -> Response {
     .await
 }
 
+/// Where kill tests kill: the seed (`PLANB_TEST_SEED`, else the clock;
+/// printed, so a failure can be run again) and a generator of numbers below
+/// a bound drawn from it (xorshift).
+pub fn kill_points() -> (u64, impl FnMut(u64) -> u64) {
+    let seed = std::env::var("PLANB_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+        })
+        | 1;
+    eprintln!("kill points from PLANB_TEST_SEED={seed}");
+    let mut random = seed;
+    let below = move |n: u64| {
+        random ^= random << 13;
+        random ^= random >> 7;
+        random ^= random << 17;
+        random % n.max(1)
+    };
+    (seed, below)
+}
+
 /// The log of the data root at `root` folded into a state, with every event's
 /// kind in order (read-only: nothing is recovered or written).
 pub fn fold_log(root: &Path) -> (planb_core::State, Vec<&'static str>) {
