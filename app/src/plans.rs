@@ -331,30 +331,7 @@ pub async fn create_from_goal(
         (Err(BackendError::NotConfigured), Some(sampler)) => Backend::Sampling(sampler),
         (Err(e), _) => return Err(Error::new(ErrorCode::ModelNotConfigured, e.to_string())),
     };
-    // The model plans with the servers that start; those that do not are
-    // named when none does.
-    let (tools, failed) = downstream.available_tools().await;
-    for error in &failed {
-        tracing::warn!("planning without a server: {error}");
-    }
-    if tools.is_empty() {
-        let why = failed
-            .iter()
-            .map(|e| e.message.as_str())
-            .collect::<Vec<_>>()
-            .join("\n");
-        return Err(Error::internal(format!(
-            "Failed to generate a valid plan: no downstream server offers a tool{}",
-            if why.is_empty() {
-                format!(
-                    " (none is configured: add servers to {})",
-                    servers.file.display()
-                )
-            } else {
-                format!(":\n{why}")
-            }
-        )));
-    }
+    let tools = tools_to_plan_with(downstream, servers).await?;
     // As long as a model step of a task may take.
     let timeout = crate::settings::step_timeout()
         .map_err(unusable)?
@@ -380,6 +357,37 @@ pub async fn create_from_goal(
         plan,
         silent: Vec::new(),
     })
+}
+
+/// The tools a model plans with: those of the servers that start; those
+/// that do not are named when none does.
+async fn tools_to_plan_with(
+    downstream: &Downstream,
+    servers: &ServersSource,
+) -> Result<Vec<planb_engine::plans::ToolInfo>, Error> {
+    let (tools, failed) = downstream.available_tools().await;
+    for error in &failed {
+        tracing::warn!("planning without a server: {error}");
+    }
+    if !tools.is_empty() {
+        return Ok(tools);
+    }
+    let why = failed
+        .iter()
+        .map(|e| e.message.as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    Err(Error::internal(format!(
+        "Failed to generate a valid plan: no downstream server offers a tool{}",
+        if why.is_empty() {
+            format!(
+                " (none is configured: add servers to {})",
+                servers.file.display()
+            )
+        } else {
+            format!(":\n{why}")
+        }
+    )))
 }
 
 /// Records `plan`; with `client_request_id` used before (by this process or

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use planb_core::Task;
-use planb_core::exec_plan::{StepMark, render_dag};
+use planb_core::exec_plan::{ExecPlan, StepMark, render_dag};
 use planb_core::text::{counted, json_visible, unique_prefix_lengths, visible};
 use planb_engine::plans::{self, Guards, PlanOutcome, Progress, RunOptions};
 use planb_projections::{DataRoot, Store, SystemEnvironment};
@@ -406,49 +406,8 @@ fn import(
     let mut failed = 0;
     for plan in &saved {
         let imported = planb_app::import::import(store, &downstream, plan, &lock);
-        let imported = runtime.block_on(imported);
-        match imported {
-            Ok(planb_app::import::Imported::New {
-                task,
-                title,
-                steps,
-                run,
-                notes,
-            }) => {
-                writeln!(
-                    out,
-                    "{}: imported as {task}: {} ({}){}",
-                    shown(&plan.id),
-                    shown(&title),
-                    counted(steps, "step", "steps"),
-                    run.map(|r| format!("; its checkpoint: {r}"))
-                        .unwrap_or_default()
-                )?;
-                for note in notes {
-                    writeln!(out, "  {}", shown(&note))?;
-                }
-            }
-            Ok(planb_app::import::Imported::Already { task, run, notes }) => {
-                writeln!(
-                    out,
-                    "{}: imported before, as {task}{}",
-                    shown(&plan.id),
-                    run.map(|r| format!("; its checkpoint, recorded now: {r}"))
-                        .unwrap_or_default()
-                )?;
-                for note in notes {
-                    writeln!(out, "  {}", shown(&note))?;
-                }
-            }
-            Err(error) => {
-                failed += 1;
-                writeln!(
-                    out,
-                    "{}: not imported: {}",
-                    shown(&plan.id),
-                    shown(&error.message)
-                )?;
-            }
+        if !said_imported(&plan.id, runtime.block_on(imported), out)? {
+            failed += 1;
         }
     }
     Ok(if failed == 0 {
@@ -456,6 +415,57 @@ fn import(
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// Says what came of importing mcp-cli's plan `id`; whether it is in.
+fn said_imported(
+    id: &str,
+    imported: Result<planb_app::import::Imported, planb_app::Error>,
+    out: &mut dyn Write,
+) -> anyhow::Result<bool> {
+    let notes = match imported {
+        Ok(planb_app::import::Imported::New {
+            task,
+            title,
+            steps,
+            run,
+            notes,
+        }) => {
+            let checkpoint = run.map(|r| format!("; its checkpoint: {r}"));
+            writeln!(
+                out,
+                "{}: imported as {task}: {} ({}){}",
+                shown(id),
+                shown(&title),
+                counted(steps, "step", "steps"),
+                checkpoint.unwrap_or_default()
+            )?;
+            notes
+        }
+        Ok(planb_app::import::Imported::Already { task, run, notes }) => {
+            let checkpoint = run.map(|r| format!("; its checkpoint, recorded now: {r}"));
+            writeln!(
+                out,
+                "{}: imported before, as {task}{}",
+                shown(id),
+                checkpoint.unwrap_or_default()
+            )?;
+            notes
+        }
+        Err(error) => {
+            writeln!(
+                out,
+                "{}: not imported: {}",
+                shown(id),
+                shown(&error.message)
+            )?;
+            return Ok(false);
+        }
+    };
+    for note in notes {
+        writeln!(out, "  {}", shown(&note))?;
+    }
+    Ok(true)
 }
 
 /// `plan run ID --dry-run`: the plan traced with its arguments resolved,
@@ -524,18 +534,7 @@ fn execute(
         shown(&plan.title),
         task.id
     )?;
-    let mut display = if live {
-        let marks = if resume {
-            exec_plans::marks(task, &plan)
-        } else {
-            vec![StepMark::Pending; plan.steps.len()]
-        };
-        Display::Live(Box::new(Live::new(Arc::clone(&plan), marks)))
-    } else {
-        writeln!(out, "{}\n", render_dag(&plan, |_| StepMark::Pending))?;
-        Display::Lines
-    };
-    display.finish(out)?;
+    let mut display = first_display(task, &plan, resume, live, out)?;
     let downstream = exec_plans::downstream(servers).map_err(|e| anyhow::anyhow!(e.message))?;
     // The run's events come here over a channel and are shown on this
     // thread, between the run's steps, through `out`.
@@ -579,6 +578,31 @@ fn execute(
         writeln!(out, "\n{}\n", exec_plans::rendered(&after, &drawn))?;
     }
     ended(task, &outcome, out)
+}
+
+/// How a run's progress is shown: the DAG redrawn in place on a terminal
+/// (a resume starts from what was done), else drawn once, then a line per
+/// event.
+fn first_display(
+    task: &Task,
+    plan: &Arc<ExecPlan>,
+    resume: bool,
+    live: bool,
+    out: &mut dyn Write,
+) -> anyhow::Result<Display> {
+    let mut display = if live {
+        let marks = if resume {
+            exec_plans::marks(task, plan)
+        } else {
+            vec![StepMark::Pending; plan.steps.len()]
+        };
+        Display::Live(Box::new(Live::new(Arc::clone(plan), marks)))
+    } else {
+        writeln!(out, "{}\n", render_dag(plan, |_| StepMark::Pending))?;
+        Display::Lines
+    };
+    display.finish(out)?;
+    Ok(display)
 }
 
 /// Says how a run ended; the exit status says it too (0 completed, 3

@@ -24,7 +24,7 @@ use std::fmt;
 
 use sha2::{Digest, Sha256};
 
-use crate::state::ContentHash;
+use crate::hash::ContentHash;
 
 /// Longest step id, in characters.
 pub const STEP_ID_CHARS_MAX: usize = 64;

@@ -40,6 +40,23 @@ pub use v1::{DeclineAction, Delivery, ReviewChannel, ReviewComment, Verdict};
 pub use v3::RunOutcome;
 pub use v6::{Event, EventBody};
 
+/// SHA-256 of a form's secret sid, as the log records it.
+pub fn sid_sha256(sid: &str) -> [u8; 32] {
+    crate::hash::ContentHash::of(sid).0
+}
+
+/// Splits a form URL of event schema 1 (`…/ask?sid=<sid>`) into the address
+/// without its query and the hash of the sid (all zeros when it has none,
+/// which matches no sid): what schema 2 records instead of the URL.
+pub fn split_form_url(url: &str) -> (String, [u8; 32]) {
+    let (address, query) = url.split_once('?').unwrap_or((url, ""));
+    let sid = query
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("sid="))
+        .filter(|sid| !sid.is_empty());
+    (address.to_owned(), sid.map_or([0; 32], sid_sha256))
+}
+
 /// First two bytes of every event payload.
 pub const MAGIC: [u8; 2] = *b"PE";
 /// The schema version [`encode`] writes.

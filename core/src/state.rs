@@ -324,18 +324,7 @@ impl State {
                 title,
                 intent,
                 project_path,
-            } => {
-                self.sessions.entry(*session).or_insert_with(|| Session {
-                    id: *session,
-                    title: title.clone(),
-                    intent: intent.clone(),
-                    project_path: project_path.clone(),
-                    created_at: at,
-                    updated_at: at,
-                    asks: Vec::new(),
-                    plans: Vec::new(),
-                });
-            }
+            } => self.create_session(at, *session, [title, intent, project_path]),
             EventBody::AskOpened {
                 session,
                 ask,
@@ -374,27 +363,52 @@ impl State {
                 version,
                 title,
                 content,
-            } => {
-                let Some(s) = self.sessions.get_mut(session) else {
-                    return;
-                };
-                // Versions only grow; a stale or repeated number is ignored.
-                if s.plans.last().is_some_and(|p| p.version >= *version) {
-                    return;
-                }
-                s.plans.push(PlanVersion {
-                    version: *version,
-                    title: title.clone(),
-                    bytes: u64::try_from(content.len()).unwrap_or(u64::MAX),
-                    sha256: ContentHash::of(content),
-                    created_at: at,
-                    cursor,
-                });
-                touch(s, at);
-            }
+            } => self.save_plan_version(cursor, at, *session, (*version, title, content)),
             body if body.task().is_some() => self.apply_task(body, at),
             body => self.apply_named_plan(cursor, at, body),
         }
+    }
+
+    /// Session `id` with its title, intent and project path, unless it
+    /// exists.
+    fn create_session(&mut self, at: Timestamp, id: SessionId, texts: [&Option<String>; 3]) {
+        let [title, intent, project_path] = texts;
+        self.sessions.entry(id).or_insert_with(|| Session {
+            id,
+            title: title.clone(),
+            intent: intent.clone(),
+            project_path: project_path.clone(),
+            created_at: at,
+            updated_at: at,
+            asks: Vec::new(),
+            plans: Vec::new(),
+        });
+    }
+
+    /// A plan version of `session`; versions only grow, so a stale or
+    /// repeated number is ignored.
+    fn save_plan_version(
+        &mut self,
+        cursor: Cursor,
+        at: Timestamp,
+        session: SessionId,
+        (version, title, content): (u32, &Option<String>, &str),
+    ) {
+        let Some(s) = self.sessions.get_mut(&session) else {
+            return;
+        };
+        if s.plans.last().is_some_and(|p| p.version >= version) {
+            return;
+        }
+        s.plans.push(PlanVersion {
+            version,
+            title: title.clone(),
+            bytes: u64::try_from(content.len()).unwrap_or(u64::MAX),
+            sha256: ContentHash::of(content),
+            created_at: at,
+            cursor,
+        });
+        touch(s, at);
     }
 
     fn open_ask(
@@ -471,7 +485,6 @@ impl State {
             return;
         };
         self.adopt_legacy_plan(&key);
-        let version = |source| NamedPlanVersion { cursor, at, source };
         // Writes and changes found on disk may create the plan: a file
         // written by hand before any tool call is still a plan.
         let creates = matches!(
@@ -492,73 +505,8 @@ impl State {
         let Some(plan) = self.named_plans.get_mut(&key) else {
             return;
         };
-        let session = match body {
-            EventBody::NamedPlanWritten {
-                content, session, ..
-            } => {
-                plan.content.clone_from(content);
-                if session.is_some() {
-                    plan.session = *session;
-                }
-                plan.versions.push(version(PlanSource::Written));
-                plan.session
-            }
-            EventBody::NamedPlanEdited {
-                edits,
-                content_len_after,
-                ..
-            } => {
-                // The event holds the edits, not the result: replay them.
-                // If they no longer apply, or give another length than when
-                // they were recorded, the log disagrees with itself; keep
-                // the last content that is known to be right.
-                let Ok((content, _)) = apply_edits(&plan.content, edits) else {
-                    return;
-                };
-                if u64::try_from(content.len()).ok() != Some(*content_len_after) {
-                    return;
-                }
-                plan.content = content;
-                plan.versions.push(version(PlanSource::Edited));
-                plan.session
-            }
-            EventBody::NamedPlanChangedOutside { content, .. } => {
-                plan.content.clone_from(content);
-                plan.versions.push(version(PlanSource::ChangedOutside));
-                plan.session
-            }
-            EventBody::NamedPlanSubmitted { round, .. } => {
-                plan.rounds.push(ReviewRound {
-                    round: *round,
-                    submitted_at: at,
-                    content_at_submit: plan.content.clone(),
-                    verdict: None,
-                    feedback: None,
-                    comments: Vec::new(),
-                    channel: None,
-                    reviewed_at: None,
-                });
-                plan.session
-            }
-            EventBody::NamedPlanReviewed {
-                round,
-                verdict,
-                feedback,
-                comments,
-                channel,
-                ..
-            } => {
-                let Some(r) = plan.rounds.iter_mut().find(|r| r.round == *round) else {
-                    return;
-                };
-                r.verdict = Some(*verdict);
-                r.feedback.clone_from(feedback);
-                r.comments.clone_from(comments);
-                r.channel = Some(*channel);
-                r.reviewed_at = Some(at);
-                plan.session
-            }
-            _ => None,
+        let Some(session) = fold_named_plan(plan, cursor, at, body) else {
+            return;
         };
         if plan.versions.last().is_some_and(|v| v.cursor == cursor) {
             plan.held.insert(ContentHash::of(&plan.content));
@@ -567,6 +515,76 @@ impl State {
             touch(s, at);
         }
     }
+}
+
+/// Folds a named-plan event into `plan`: the session it touches, or `None`
+/// when the event changes nothing (edits that no longer apply, a review of
+/// an unknown round).
+fn fold_named_plan(
+    plan: &mut NamedPlan,
+    cursor: Cursor,
+    at: Timestamp,
+    body: &EventBody,
+) -> Option<Option<SessionId>> {
+    let version = |source| NamedPlanVersion { cursor, at, source };
+    match body {
+        EventBody::NamedPlanWritten {
+            content, session, ..
+        } => {
+            plan.content.clone_from(content);
+            if session.is_some() {
+                plan.session = *session;
+            }
+            plan.versions.push(version(PlanSource::Written));
+        }
+        EventBody::NamedPlanEdited {
+            edits,
+            content_len_after,
+            ..
+        } => {
+            // The event holds the edits, not the result: replay them. If
+            // they no longer apply, or give another length than when they
+            // were recorded, the log disagrees with itself; keep the last
+            // content that is known to be right.
+            let (content, _) = apply_edits(&plan.content, edits).ok()?;
+            if u64::try_from(content.len()).ok() != Some(*content_len_after) {
+                return None;
+            }
+            plan.content = content;
+            plan.versions.push(version(PlanSource::Edited));
+        }
+        EventBody::NamedPlanChangedOutside { content, .. } => {
+            plan.content.clone_from(content);
+            plan.versions.push(version(PlanSource::ChangedOutside));
+        }
+        EventBody::NamedPlanSubmitted { round, .. } => plan.rounds.push(ReviewRound {
+            round: *round,
+            submitted_at: at,
+            content_at_submit: plan.content.clone(),
+            verdict: None,
+            feedback: None,
+            comments: Vec::new(),
+            channel: None,
+            reviewed_at: None,
+        }),
+        EventBody::NamedPlanReviewed {
+            round,
+            verdict,
+            feedback,
+            comments,
+            channel,
+            ..
+        } => {
+            let r = plan.rounds.iter_mut().find(|r| r.round == *round)?;
+            r.verdict = Some(*verdict);
+            r.feedback.clone_from(feedback);
+            r.comments.clone_from(comments);
+            r.channel = Some(*channel);
+            r.reviewed_at = Some(at);
+        }
+        _ => return Some(None),
+    }
+    Some(plan.session)
 }
 
 impl Ask {
@@ -595,22 +613,7 @@ impl Ask {
     }
 }
 
-/// SHA-256 of a form's secret sid, as the log records it.
-pub fn sid_sha256(sid: &str) -> [u8; 32] {
-    ContentHash::of(sid).0
-}
-
-/// Splits a form URL of event schema 1 (`…/ask?sid=<sid>`) into the address
-/// without its query and the hash of the sid (all zeros when it has none,
-/// which matches no sid).
-pub fn split_form_url(url: &str) -> (String, [u8; 32]) {
-    let (address, query) = url.split_once('?').unwrap_or((url, ""));
-    let sid = query
-        .split('&')
-        .find_map(|pair| pair.strip_prefix("sid="))
-        .filter(|sid| !sid.is_empty());
-    (address.to_owned(), sid.map_or([0; 32], sid_sha256))
-}
+pub use crate::event::{sid_sha256, split_form_url};
 
 impl NamedPlan {
     /// Whether the plan's content was `content` at some point: a file that

@@ -417,55 +417,66 @@ pub async fn record_hand_edits(store: &Arc<Store>, task: &Task) -> Result<Vec<St
         .map(|s| format!("hand edit of {} not recorded: {}", s.name, s.why))
         .collect();
     for edit in edits {
-        let blobs = store.root().blobs();
-        let bytes = edit.bytes;
-        let taken = bytes.clone();
-        let size = bytes.len() as u64;
-        let artifact = blocking(move || {
-            blobs.put(&bytes).map_err(|e| StoreError::Io {
-                op: "store a hand-edited artifact",
-                path: String::new(),
-                source: std::io::Error::other(e.to_string()),
-            })
-        })
-        .await?;
-        let command = Command::EditArtifact {
-            task: task.id,
-            step: edit.step.as_str().to_owned(),
-            artifact,
-            bytes: size,
-            by: format!("hand edit of {}", edit.name),
-        };
-        let store_now = Arc::clone(store);
-        match blocking(move || store_now.execute(command).map(|_| ())).await {
+        let step = edit.step.clone();
+        let name = edit.name.clone();
+        if !record_hand_edit(store, task.id, edit).await? {
             // A run began since `task` was read: the edit waits for its end.
-            Err(StoreError::Rejected(Rejection::Task {
-                code: TaskErrorCode::RunningReadonly,
-                ..
-            })) => break,
-            recorded => recorded?,
+            break;
         }
-        let (root, name) = (store.root().clone(), edit.name.clone());
-        let id = task.id;
-        blocking(move || {
-            crate::task_files::mark_taken(&root, &id, &name, &taken).map_err(|source| {
-                StoreError::Io {
-                    op: "note a recorded hand edit",
-                    path: name.clone(),
-                    source,
-                }
-            })
-        })
-        .await?;
         let downstream = pipeline
-            .downstream(&edit.step)
+            .downstream(&step)
             .map_or(0, |d| d.len().saturating_sub(1));
         notes.push(format!(
-            "hand edit of {} recorded as the artifact of {}; {downstream} step(s) downstream of it are out of date",
-            edit.name, edit.step
+            "hand edit of {name} recorded as the artifact of {step}; {downstream} step(s) downstream of it are out of date"
         ));
     }
     Ok(notes)
+}
+
+/// Records one hand edit of task `id` as its step's artifact and notes it
+/// taken; `false` when a run has begun since (the edit waits for its end).
+async fn record_hand_edit(
+    store: &Arc<Store>,
+    id: TaskId,
+    edit: crate::task_files::HandEdit,
+) -> Result<bool, StoreError> {
+    let blobs = store.root().blobs();
+    let bytes = edit.bytes;
+    let taken = bytes.clone();
+    let size = bytes.len() as u64;
+    let artifact = blocking(move || {
+        blobs.put(&bytes).map_err(|e| StoreError::Io {
+            op: "store a hand-edited artifact",
+            path: String::new(),
+            source: std::io::Error::other(e.to_string()),
+        })
+    })
+    .await?;
+    let command = Command::EditArtifact {
+        task: id,
+        step: edit.step.as_str().to_owned(),
+        artifact,
+        bytes: size,
+        by: format!("hand edit of {}", edit.name),
+    };
+    let store_now = Arc::clone(store);
+    match blocking(move || store_now.execute(command).map(|_| ())).await {
+        Err(StoreError::Rejected(Rejection::Task {
+            code: TaskErrorCode::RunningReadonly,
+            ..
+        })) => return Ok(false),
+        recorded => recorded?,
+    }
+    let (root, name) = (store.root().clone(), edit.name);
+    blocking(move || {
+        crate::task_files::mark_taken(&root, &id, &name, &taken).map_err(|source| StoreError::Io {
+            op: "note a recorded hand edit",
+            path: name.clone(),
+            source,
+        })
+    })
+    .await?;
+    Ok(true)
 }
 
 /// Runs the task's run to an end and records it.

@@ -21,7 +21,7 @@ mod stdio;
 mod tasks;
 mod terminal;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -158,12 +158,9 @@ fn prompt_file(file: &std::path::Path) -> std::io::Result<String> {
     }
 }
 
-/// Runs the MCP server on stdin/stdout until the client closes the connection.
-fn serve(root: PathBuf, cli: &Cli) -> anyhow::Result<ExitCode> {
-    std::fs::create_dir_all(&root)
-        .map_err(|e| anyhow::anyhow!("cannot create the data root {}: {e}", root.display()))?;
-    let root = root.canonicalize()?;
-    let mut config = config::Config::new(root.clone(), ServerSettings::from_env()?);
+/// The server's settings: the environment's, then the command line's.
+fn server_config(root: &Path, cli: &Cli) -> anyhow::Result<config::Config> {
+    let mut config = config::Config::new(root.to_path_buf(), ServerSettings::from_env()?);
     // One spelling of the folder, so that windows started with `docs/plans`
     // and `./docs/plans/` key their plans alike.
     config.plans_dir = std::env::current_dir()?
@@ -174,7 +171,7 @@ fn serve(root: PathBuf, cli: &Cli) -> anyhow::Result<ExitCode> {
     config.submit_command = cli.submit_command.clone();
     config.tools = tool_selection(cli.tools.as_deref(), config.env.tools.as_deref());
     config.env.browser_plan_names |= cli.browser_plan_names;
-    config.servers = servers_source(&planb_projections::DataRoot::new(&root), cli)?;
+    config.servers = servers_source(&planb_projections::DataRoot::new(root), cli)?;
     if let Some(file) = &cli.prompt_file {
         // A prompt file that cannot be read leaves the built-in prompt, and
         // says why: a server that does not start shows the person nothing.
@@ -187,6 +184,15 @@ fn serve(root: PathBuf, cli: &Cli) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    Ok(config)
+}
+
+/// Runs the MCP server on stdin/stdout until the client closes the connection.
+fn serve(root: PathBuf, cli: &Cli) -> anyhow::Result<ExitCode> {
+    std::fs::create_dir_all(&root)
+        .map_err(|e| anyhow::anyhow!("cannot create the data root {}: {e}", root.display()))?;
+    let root = root.canonicalize()?;
+    let mut config = server_config(&root, cli)?;
     // The store opens beside the handshake: `initialize` does not wait for
     // the log to be folded (see `planb_app::store`).
     let store = planb_app::store::StoreHandle::open(

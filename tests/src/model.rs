@@ -72,70 +72,9 @@ impl ModelServer {
         let requests = Arc::new(AtomicU64::new(0));
         let counter = Arc::clone(&requests);
         tokio::spawn(async move {
-            loop {
-                let Ok((mut socket, _)) = listener.accept().await else {
-                    return;
-                };
-                let counter = Arc::clone(&counter);
-                let answer = Arc::clone(&answer);
-                tokio::spawn(async move {
-                    let mut buffer = Vec::new();
-                    let mut chunk = [0u8; 16 * 1024];
-                    let (head_end, length) = loop {
-                        let Ok(n) = socket.read(&mut chunk).await else {
-                            return;
-                        };
-                        if n == 0 {
-                            return;
-                        }
-                        buffer.extend_from_slice(&chunk[..n]);
-                        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
-                            let head = String::from_utf8_lossy(&buffer[..end]).to_ascii_lowercase();
-                            let length = head
-                                .lines()
-                                .find_map(|l| l.strip_prefix("content-length:"))
-                                .and_then(|v| v.trim().parse::<usize>().ok())
-                                .unwrap_or(0);
-                            break (end + 4, length);
-                        }
-                    };
-                    while buffer.len() < head_end + length {
-                        let Ok(n) = socket.read(&mut chunk).await else {
-                            return;
-                        };
-                        if n == 0 {
-                            return;
-                        }
-                        buffer.extend_from_slice(&chunk[..n]);
-                    }
-                    let number = counter.fetch_add(1, Ordering::SeqCst) + 1;
-                    let request: Value =
-                        serde_json::from_slice(&buffer[head_end..head_end + length])
-                            .unwrap_or(Value::Null);
-                    let (status, body) = if number <= script.fail_first {
-                        ("503 Service Unavailable", json!({"error": "warming up"}))
-                    } else {
-                        tokio::time::sleep(script.delay).await;
-                        let prompt = request["messages"][0]["content"].as_str().unwrap_or("");
-                        (
-                            "200 OK",
-                            json!({
-                                "id": format!("c{number}"),
-                                "object": "chat.completion",
-                                "model": request["model"],
-                                "choices": [{"index": 0, "message": {"role": "assistant", "content": answer(prompt)}, "finish_reason": "stop"}],
-                                "usage": {"prompt_tokens": prompt.len() / 4, "completion_tokens": 20}
-                            }),
-                        )
-                    };
-                    let body = body.to_string();
-                    let response = format!(
-                        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                        body.len()
-                    );
-                    let _ = socket.write_all(response.as_bytes()).await;
-                    let _ = socket.shutdown().await;
-                });
+            while let Ok((socket, _)) = listener.accept().await {
+                let (counter, answer) = (Arc::clone(&counter), Arc::clone(&answer));
+                tokio::spawn(serve_one(socket, counter, script, answer));
             }
         });
         ModelServer { port, requests }
@@ -150,4 +89,65 @@ impl ModelServer {
     pub fn requests(&self) -> u64 {
         self.requests.load(Ordering::SeqCst)
     }
+}
+
+/// The JSON body of the one request `socket` carries, once whole.
+async fn read_request(socket: &mut tokio::net::TcpStream) -> Option<Value> {
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 16 * 1024];
+    let (head_end, length) = loop {
+        let n = socket.read(&mut chunk).await.ok().filter(|&n| n > 0)?;
+        buffer.extend_from_slice(&chunk[..n]);
+        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buffer[..end]).to_ascii_lowercase();
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            break (end + 4, length);
+        }
+    };
+    while buffer.len() < head_end + length {
+        let n = socket.read(&mut chunk).await.ok().filter(|&n| n > 0)?;
+        buffer.extend_from_slice(&chunk[..n]);
+    }
+    Some(serde_json::from_slice(&buffer[head_end..head_end + length]).unwrap_or(Value::Null))
+}
+
+/// Answers the one request on `socket`: 503 while `script` fails the first
+/// ones, else `answer` to its prompt as a chat completion.
+async fn serve_one(
+    mut socket: tokio::net::TcpStream,
+    counter: Arc<AtomicU64>,
+    script: Script,
+    answer: Answer,
+) {
+    let Some(request) = read_request(&mut socket).await else {
+        return;
+    };
+    let number = counter.fetch_add(1, Ordering::SeqCst) + 1;
+    let (status, body) = if number <= script.fail_first {
+        ("503 Service Unavailable", json!({"error": "warming up"}))
+    } else {
+        tokio::time::sleep(script.delay).await;
+        let prompt = request["messages"][0]["content"].as_str().unwrap_or("");
+        (
+            "200 OK",
+            json!({
+                "id": format!("c{number}"),
+                "object": "chat.completion",
+                "model": request["model"],
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": answer(prompt)}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": prompt.len() / 4, "completion_tokens": 20}
+            }),
+        )
+    };
+    let body = body.to_string();
+    let response = format!(
+        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = socket.write_all(response.as_bytes()).await;
+    let _ = socket.shutdown().await;
 }

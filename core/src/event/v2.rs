@@ -202,7 +202,7 @@ impl From<super::v1::Event> for Event {
                 delivery,
                 url,
             } => {
-                let (url, sid_sha256) = crate::state::split_form_url(&url);
+                let (url, sid_sha256) = super::split_form_url(&url);
                 EventBody::AskOpened {
                     session,
                     ask,
