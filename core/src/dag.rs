@@ -313,6 +313,11 @@ impl Pipeline {
         Some(self.ordered(&inside))
     }
 
+    /// Every step, in topological order.
+    pub fn in_order(&self) -> Vec<StepId> {
+        self.ordered(&vec![true; self.steps.len()])
+    }
+
     /// `step` and every step that needs it, directly or not, in topological
     /// order: what an edit of `step`'s artifact can make run again.
     pub fn downstream(&self, step: &StepId) -> Option<Vec<StepId>> {

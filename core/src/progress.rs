@@ -82,6 +82,34 @@ pub struct Progress {
     pub current: Option<String>,
 }
 
+/// The recorded successes among `steps` (in topological order) that are
+/// settled, by the rule of the module docs, with `run` the run looked at
+/// (none: the next run's view): what the worker will not run again. Every
+/// freshness question asks this.
+pub fn settled(
+    pipeline: &Pipeline,
+    task: &Task,
+    steps: &[StepId],
+    run: Option<&crate::state::tasks::Run>,
+) -> BTreeMap<StepId, ContentHash> {
+    let context = context(task);
+    let latest = run;
+    let mut settled: BTreeMap<StepId, ContentHash> = BTreeMap::new();
+    for step in steps {
+        let Some(success) = task.successes.get(step.as_str()) else {
+            continue;
+        };
+        let fresh = latest.is_some_and(|run| run.succeeded.contains(step.as_str()))
+            || pipeline
+                .input_hash(&context, step, &settled)
+                .is_some_and(|hash| hash.0 == success.input);
+        if fresh {
+            settled.insert(step.clone(), ContentHash(success.artifact));
+        }
+    }
+    settled
+}
+
 impl Task {
     /// How far the latest run has come on `pipeline`: settled steps of the
     /// target's closure (see the module docs), all of them once it
@@ -107,22 +135,8 @@ impl Task {
                 current: None,
             };
         }
-        let context = context(self);
-        let mut settled: BTreeMap<StepId, ContentHash> = BTreeMap::new();
-        for step in &closure {
-            let Some(success) = self.successes.get(step.as_str()) else {
-                continue;
-            };
-            let fresh = run.succeeded.contains(step.as_str())
-                || pipeline
-                    .input_hash(&context, step, &settled)
-                    .is_some_and(|hash| hash.0 == success.input);
-            if fresh {
-                settled.insert(step.clone(), ContentHash(success.artifact));
-            }
-        }
         Progress {
-            done: settled.len(),
+            done: settled(pipeline, self, &closure, Some(run)).len(),
             total,
             current: run.running.iter().next().cloned(),
         }

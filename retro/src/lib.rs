@@ -23,7 +23,7 @@ pub mod team;
 
 pub use app::{AppState, PageError, TOKEN_CHARS_MIN, app, app_on, app_with_token};
 pub use live::{Follower, POLL_INTERVAL, Retro};
-pub use tasks::CALLS_SHOWN;
+pub use tasks::{CALLS_SHOWN, out_of_date};
 
 use std::net::SocketAddr;
 

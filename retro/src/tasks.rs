@@ -11,8 +11,8 @@ use planb_core::{Cursor, EventBody, Task};
 use planb_projections::{DataRoot, TaskAt, Timeline};
 use planb_ui::pages::{ArtifactVersion, CallEnd, PlanCall, PromptView};
 
-/// Each step's current artifact hash, as the schedule reads them.
-fn settled(task: &Task) -> BTreeMap<StepId, ContentHash> {
+/// Each step's artifact as `task` holds it: what a step starting then read.
+fn artifacts(task: &Task) -> BTreeMap<StepId, ContentHash> {
     task.successes
         .iter()
         .filter_map(|(step, success)| {
@@ -21,20 +21,21 @@ fn settled(task: &Task) -> BTreeMap<StepId, ContentHash> {
         .collect()
 }
 
-/// The steps whose artifact was made from inputs that have changed since
-/// (an upstream edit or re-run): the next run does them again.
+/// The steps with an artifact the next run does again (an upstream edit or
+/// re-run changed what they read): the recorded successes the worker's
+/// freshness rule (`planb_core::progress::settled`) does not settle.
 pub fn out_of_date(pipeline: &Pipeline, task: &Task) -> BTreeSet<String> {
-    let context = planb_core::progress::context(task);
-    let artifacts = settled(task);
+    // A run under way settles what it does; once runs have ended, what the
+    // next one would do again is the question.
+    let settled =
+        planb_core::progress::settled(pipeline, task, &pipeline.in_order(), task.active_run());
     task.successes
-        .iter()
-        .filter(|(step, success)| {
+        .keys()
+        .filter(|step| {
             StepId::parse(step)
-                .ok()
-                .and_then(|id| pipeline.input_hash(&context, &id, &artifacts))
-                .is_some_and(|now| now.0 != success.input)
+                .is_ok_and(|id| pipeline.step(&id).is_some() && !settled.contains_key(&id))
         })
-        .map(|(step, _)| step.clone())
+        .cloned()
         .collect()
 }
 
@@ -88,7 +89,7 @@ pub fn prompt(
         .input_hash(
             &planb_core::progress::context(&then.task),
             &step.id,
-            &settled(&then.task),
+            &artifacts(&then.task),
         )
         .is_some_and(|hash| hash.0 == input);
     let titles: BTreeMap<StepId, String> = pipeline

@@ -1014,3 +1014,131 @@ async fn a_re_planned_run_links_to_its_revised_plan_and_back() {
     )
     .await;
 }
+
+/// After an edit of the first artifact, every recorded step downstream of it
+/// is out of date on the replay, as the worker will do each again: not only
+/// the steps that read the edited artifact themselves.
+#[tokio::test]
+async fn an_edit_puts_out_of_date_every_step_the_worker_will_run_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = DataRoot::new(dir.path());
+    let env = Arc::new(FixedEnvironment::new(Timestamp(1_700_000_000_000), 1_000));
+    let (store, _) = Store::open(root.clone(), env).expect("open store");
+    let pipeline = pipelines::project_plan();
+    let (task, run) = (
+        TaskId::from_uuid(Uuid::new_v4()),
+        RunId::from_uuid(Uuid::new_v4()),
+    );
+    let created = Command::CreateTask {
+        task,
+        pipeline: pipeline.name().into(),
+        pipeline_version: pipeline.version(),
+        prompt: "Open a bakery".into(),
+        speed: "fast".into(),
+        target: "build_plan".into(),
+        model_profile: None,
+        client_request_id: None,
+    };
+    store.execute(created).expect("create");
+    let start = Command::StartRun {
+        task,
+        run,
+        resumed_from: None,
+        owner_pid: 1,
+        host: "t".into(),
+        variables: None,
+    };
+    store.execute(start).expect("run");
+    let target = StepId::parse("build_plan").expect("id");
+    // The first eight steps a run can do, each done on what it read.
+    let mut done: Vec<StepId> = Vec::new();
+    for step in pipeline.closure(&target).expect("closure") {
+        let def = pipeline.step(&step).expect("step");
+        if done.len() == 8 || !def.needs.iter().all(|n| done.contains(n)) {
+            continue;
+        }
+        let found = store
+            .read(|s| s.task(&task).cloned())
+            .expect("read")
+            .expect("task");
+        let artifacts: BTreeMap<StepId, ContentHash> = found
+            .successes
+            .iter()
+            .map(|(s, v)| (StepId::parse(s).expect("id"), ContentHash(v.artifact)))
+            .collect();
+        let input = pipeline
+            .input_hash(&planb_core::progress::context(&found), &step, &artifacts)
+            .expect("input")
+            .0;
+        let name = step.as_str().to_owned();
+        store
+            .execute(Command::StartStep {
+                task,
+                run,
+                step: name.clone(),
+                input,
+                call: None,
+            })
+            .expect("start");
+        let artifact = root.blobs().put(name.as_bytes()).expect("blob");
+        let bytes = name.len() as u64;
+        let succeed = Command::SucceedStep {
+            task,
+            run,
+            step: name,
+            input,
+            artifact,
+            bytes,
+            duration_ms: 1,
+            tokens_in: 0,
+            tokens_out: 0,
+        };
+        store.execute(succeed).expect("done");
+        done.push(step);
+    }
+    let ended = Command::EndRun {
+        task,
+        run,
+        outcome: RunOutcome::Stopped,
+        reason: None,
+        failed_step: None,
+        recoverable: true,
+    };
+    store.execute(ended).expect("end");
+    // The second step edited: every step done downstream of it is stale,
+    // those that read it and those that read only what it feeds.
+    let edited_step = done[1].clone();
+    let edited = root.blobs().put(b"edited by hand").expect("blob");
+    let edit = Command::EditArtifact {
+        task,
+        step: edited_step.as_str().into(),
+        artifact: edited,
+        bytes: 14,
+        by: "hand".into(),
+    };
+    store.execute(edit).expect("edit");
+    let found = store
+        .read(|s| s.task(&task).cloned())
+        .expect("read")
+        .expect("task");
+    let stale = planb_retro::out_of_date(&pipeline, &found);
+    let downstream = pipeline.downstream(&edited_step).expect("downstream");
+    let expected: std::collections::BTreeSet<String> = done
+        .iter()
+        .filter(|s| **s != edited_step && downstream.contains(s))
+        .map(|s| s.as_str().to_owned())
+        .collect();
+    let indirect = expected.iter().any(|s| {
+        let id = StepId::parse(s).expect("id");
+        !pipeline
+            .step(&id)
+            .expect("step")
+            .needs
+            .contains(&edited_step)
+    });
+    assert!(
+        indirect,
+        "a step must read the edit only through another: {done:?}"
+    );
+    assert_eq!(stale, expected, "steps done: {done:?}");
+}
