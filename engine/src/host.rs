@@ -41,6 +41,9 @@ pub enum WorkerError {
     /// A step's work panicked: the run cannot go on.
     #[error("a step of the run panicked: {0}")]
     Panicked(String),
+    /// The run lock could not be taken for another reason.
+    #[error(transparent)]
+    RunLock(RunLockError),
 }
 
 impl From<RunLockError> for WorkerError {
@@ -48,11 +51,7 @@ impl From<RunLockError> for WorkerError {
         match error {
             RunLockError::Held(task) => WorkerError::Busy(task),
             RunLockError::Store(error) => WorkerError::Store(error),
-            other => WorkerError::Store(StoreError::Io {
-                op: "take the run lock",
-                path: String::new(),
-                source: std::io::Error::other(other.to_string()),
-            }),
+            other => WorkerError::RunLock(other),
         }
     }
 }
@@ -269,10 +268,6 @@ fn inline_or_put(store: &Store, blobs: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>, Sto
 }
 
 /// A blob store failure as a store error.
-pub(crate) fn blob_error(error: impl std::fmt::Display) -> StoreError {
-    StoreError::Io {
-        op: "store a blob",
-        path: String::new(),
-        source: std::io::Error::other(error.to_string()),
-    }
+pub(crate) fn blob_error(error: planb_projections::BlobError) -> StoreError {
+    StoreError::Blob(Box::new(error))
 }

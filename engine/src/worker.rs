@@ -445,11 +445,7 @@ async fn record_hand_edit(
     let taken = bytes.clone();
     let size = bytes.len() as u64;
     let artifact = blocking(move || {
-        blobs.put(&bytes).map_err(|e| StoreError::Io {
-            op: "store a hand-edited artifact",
-            path: String::new(),
-            source: std::io::Error::other(e.to_string()),
-        })
+        blobs.put(&bytes).map_err(crate::host::blob_error)
     })
     .await?;
     let command = Command::EditArtifact {

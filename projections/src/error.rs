@@ -47,6 +47,9 @@ pub enum StoreError {
     /// is shutting down, or the call panicked (a bug).
     #[error("a store call did not finish: {0}")]
     Interrupted(String),
+    /// A blob could not be stored or read back.
+    #[error(transparent)]
+    Blob(Box<crate::blobs::BlobError>),
     /// A file-system operation on a projection failed.
     #[error("{op} {path}: {source}")]
     Io {
