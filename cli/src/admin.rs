@@ -406,26 +406,7 @@ fn session_details(body: &EventBody) -> Option<String> {
             title.as_deref().unwrap_or(""),
             content.len()
         ),
-        EventBody::AskTimedOut { .. }
-        | EventBody::NamedPlanWritten { .. }
-        | EventBody::NamedPlanEdited { .. }
-        | EventBody::NamedPlanChangedOutside { .. }
-        | EventBody::NamedPlanSubmitted { .. }
-        | EventBody::NamedPlanReviewed { .. }
-        | EventBody::TaskCreated { .. }
-        | EventBody::RunStarted { .. }
-        | EventBody::StepStarted { .. }
-        | EventBody::StepSucceeded { .. }
-        | EventBody::StepFailed { .. }
-        | EventBody::ArtifactEdited { .. }
-        | EventBody::StopRequested { .. }
-        | EventBody::RunEnded { .. }
-        | EventBody::RunLog { .. }
-        | EventBody::PlanCreated { .. }
-        | EventBody::PlanDeleted { .. }
-        | EventBody::BlobStored { .. }
-        | EventBody::TaskArchived { .. }
-        | EventBody::TaskDeleted { .. } => return None,
+        _ => return None,
     })
 }
 
@@ -489,25 +470,7 @@ fn task_details(body: &EventBody) -> Option<String> {
         EventBody::RunLog { task, run, lines } => {
             format!("task={task} run={run} lines={}", lines.len())
         }
-        EventBody::SessionCreated { .. }
-        | EventBody::AskOpened { .. }
-        | EventBody::AskDraftSaved { .. }
-        | EventBody::AskAnswered { .. }
-        | EventBody::AskTimedOut { .. }
-        | EventBody::AskDeclined { .. }
-        | EventBody::AskFailed { .. }
-        | EventBody::AskLateAnswer { .. }
-        | EventBody::PlanVersionSaved { .. }
-        | EventBody::NamedPlanWritten { .. }
-        | EventBody::NamedPlanEdited { .. }
-        | EventBody::NamedPlanChangedOutside { .. }
-        | EventBody::NamedPlanSubmitted { .. }
-        | EventBody::NamedPlanReviewed { .. }
-        | EventBody::PlanCreated { .. }
-        | EventBody::PlanDeleted { .. }
-        | EventBody::BlobStored { .. }
-        | EventBody::TaskArchived { .. }
-        | EventBody::TaskDeleted { .. } => return None,
+        _ => return None,
     })
 }
 

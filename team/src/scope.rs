@@ -240,33 +240,7 @@ impl Placer {
         if self.projects.everything {
             let project = match body {
                 EventBody::SessionCreated { project_path, .. } => project_path.clone(),
-                EventBody::AskOpened { .. }
-                | EventBody::AskDraftSaved { .. }
-                | EventBody::AskAnswered { .. }
-                | EventBody::AskTimedOut { .. }
-                | EventBody::AskDeclined { .. }
-                | EventBody::AskFailed { .. }
-                | EventBody::AskLateAnswer { .. }
-                | EventBody::PlanVersionSaved { .. }
-                | EventBody::NamedPlanWritten { .. }
-                | EventBody::NamedPlanEdited { .. }
-                | EventBody::NamedPlanChangedOutside { .. }
-                | EventBody::NamedPlanSubmitted { .. }
-                | EventBody::NamedPlanReviewed { .. }
-                | EventBody::TaskCreated { .. }
-                | EventBody::RunStarted { .. }
-                | EventBody::StepStarted { .. }
-                | EventBody::StepSucceeded { .. }
-                | EventBody::StepFailed { .. }
-                | EventBody::ArtifactEdited { .. }
-                | EventBody::StopRequested { .. }
-                | EventBody::RunEnded { .. }
-                | EventBody::RunLog { .. }
-                | EventBody::PlanCreated { .. }
-                | EventBody::PlanDeleted { .. }
-                | EventBody::BlobStored { .. }
-                | EventBody::TaskArchived { .. }
-                | EventBody::TaskDeleted { .. } => plans_dir(body).map(str::to_string),
+                _ => plans_dir(body).map(str::to_string),
             };
             return Place::Ship {
                 project: project.filter(|p| !p.is_empty()),
@@ -291,34 +265,7 @@ impl Placer {
                 }
                 project
             }
-            // A session of no project, or of one not named, and the rest.
-            EventBody::SessionCreated { .. }
-            | EventBody::AskDraftSaved { .. }
-            | EventBody::AskAnswered { .. }
-            | EventBody::AskTimedOut { .. }
-            | EventBody::AskDeclined { .. }
-            | EventBody::AskFailed { .. }
-            | EventBody::AskLateAnswer { .. }
-            | EventBody::PlanVersionSaved { .. }
-            | EventBody::NamedPlanWritten { .. }
-            | EventBody::NamedPlanEdited { .. }
-            | EventBody::NamedPlanChangedOutside { .. }
-            | EventBody::NamedPlanSubmitted { .. }
-            | EventBody::NamedPlanReviewed { .. }
-            | EventBody::TaskCreated { .. }
-            | EventBody::RunStarted { .. }
-            | EventBody::StepStarted { .. }
-            | EventBody::StepSucceeded { .. }
-            | EventBody::StepFailed { .. }
-            | EventBody::ArtifactEdited { .. }
-            | EventBody::StopRequested { .. }
-            | EventBody::RunEnded { .. }
-            | EventBody::RunLog { .. }
-            | EventBody::PlanCreated { .. }
-            | EventBody::PlanDeleted { .. }
-            | EventBody::BlobStored { .. }
-            | EventBody::TaskArchived { .. }
-            | EventBody::TaskDeleted { .. } => match plans_dir(body) {
+            _ => match plans_dir(body) {
                 Some(dir) => self.projects.includes(dir).then(|| dir.to_string()),
                 None => self
                     .session_of(body)
@@ -348,29 +295,7 @@ fn plans_dir(body: &EventBody) -> Option<&str> {
         | EventBody::NamedPlanChangedOutside { plans_dir, .. }
         | EventBody::NamedPlanSubmitted { plans_dir, .. }
         | EventBody::NamedPlanReviewed { plans_dir, .. } => Some(plans_dir),
-        EventBody::SessionCreated { .. }
-        | EventBody::AskOpened { .. }
-        | EventBody::AskDraftSaved { .. }
-        | EventBody::AskAnswered { .. }
-        | EventBody::AskTimedOut { .. }
-        | EventBody::AskDeclined { .. }
-        | EventBody::AskFailed { .. }
-        | EventBody::AskLateAnswer { .. }
-        | EventBody::PlanVersionSaved { .. }
-        | EventBody::TaskCreated { .. }
-        | EventBody::RunStarted { .. }
-        | EventBody::StepStarted { .. }
-        | EventBody::StepSucceeded { .. }
-        | EventBody::StepFailed { .. }
-        | EventBody::ArtifactEdited { .. }
-        | EventBody::StopRequested { .. }
-        | EventBody::RunEnded { .. }
-        | EventBody::RunLog { .. }
-        | EventBody::PlanCreated { .. }
-        | EventBody::PlanDeleted { .. }
-        | EventBody::BlobStored { .. }
-        | EventBody::TaskArchived { .. }
-        | EventBody::TaskDeleted { .. } => None,
+        _ => None,
     }
 }
 
