@@ -444,10 +444,7 @@ async fn record_hand_edit(
     let bytes = edit.bytes;
     let taken = bytes.clone();
     let size = bytes.len() as u64;
-    let artifact = blocking(move || {
-        blobs.put(&bytes).map_err(crate::host::blob_error)
-    })
-    .await?;
+    let artifact = blocking(move || blobs.put(&bytes).map_err(crate::host::blob_error)).await?;
     let command = Command::EditArtifact {
         task: id,
         step: edit.step.as_str().to_owned(),

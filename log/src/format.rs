@@ -17,6 +17,29 @@ pub const SEGMENT_HEADER_LEN: usize = 32;
 /// Size of the record header in bytes.
 pub const RECORD_HEADER_LEN: usize = 32;
 
+// The layouts drawn below fill their headers exactly, field by field, the
+// crc32 last; a field widened without its header is a compile error.
+const _: () = assert!(
+    SEGMENT_MAGIC.len()
+        + size_of::<u16>() // version
+        + 6 // reserved
+        + size_of::<u64>() // first cursor
+        + size_of::<u32>() // previous checksum
+        + size_of::<u32>() // crc32
+        == SEGMENT_HEADER_LEN
+);
+const _: () = assert!(
+    RECORD_MAGIC.len()
+        + size_of::<u16>() // version
+        + size_of::<u16>() // flags
+        + size_of::<u32>() // payload length
+        + size_of::<u64>() // cursor
+        + size_of::<u32>() // previous checksum
+        + 4 // reserved
+        + size_of::<u32>() // crc32
+        == RECORD_HEADER_LEN
+);
+
 /// The header at offset 0 of every segment file.
 ///
 /// ```text
