@@ -406,8 +406,70 @@ fn session_details(body: &EventBody) -> Option<String> {
             title.as_deref().unwrap_or(""),
             content.len()
         ),
-        _ => return None,
+        EventBody::AskTimedOut { .. }
+        | EventBody::NamedPlanWritten { .. }
+        | EventBody::NamedPlanEdited { .. }
+        | EventBody::NamedPlanChangedOutside { .. }
+        | EventBody::NamedPlanSubmitted { .. }
+        | EventBody::NamedPlanReviewed { .. }
+        | EventBody::TaskCreated { .. }
+        | EventBody::RunStarted { .. }
+        | EventBody::StepStarted { .. }
+        | EventBody::StepSucceeded { .. }
+        | EventBody::StepFailed { .. }
+        | EventBody::ArtifactEdited { .. }
+        | EventBody::StopRequested { .. }
+        | EventBody::RunEnded { .. }
+        | EventBody::RunLog { .. }
+        | EventBody::PlanCreated { .. }
+        | EventBody::PlanDeleted { .. }
+        | EventBody::BlobStored { .. }
+        | EventBody::TaskArchived { .. }
+        | EventBody::TaskDeleted { .. } => return None,
     })
+}
+
+/// The fields of a step's event: when it started, succeeded or failed.
+fn step_details(body: &EventBody) -> Option<String> {
+    if let EventBody::StepStarted {
+        task,
+        run,
+        step,
+        attempt,
+        ..
+    } = body
+    {
+        return Some(format!(
+            "task={task} run={run} step={step} attempt={attempt}"
+        ));
+    }
+    if let EventBody::StepSucceeded {
+        task,
+        run,
+        step,
+        bytes,
+        duration_ms,
+        ..
+    } = body
+    {
+        return Some(format!(
+            "task={task} run={run} step={step} bytes={bytes} ms={duration_ms}"
+        ));
+    }
+    if let EventBody::StepFailed {
+        task,
+        run,
+        step,
+        class,
+        message,
+        ..
+    } = body
+    {
+        return Some(format!(
+            "task={task} run={run} step={step} class={class} message={message:?}"
+        ));
+    }
+    None
 }
 
 /// The fields of a task's, a run's or a step's event.
@@ -430,29 +492,9 @@ fn task_details(body: &EventBody) -> Option<String> {
             "task={task} run={run} pid={owner_pid}{}",
             resumed_from.map_or(String::new(), |r| format!(" resumes={r}"))
         ),
-        EventBody::StepStarted {
-            task,
-            run,
-            step,
-            attempt,
-            ..
-        } => format!("task={task} run={run} step={step} attempt={attempt}"),
-        EventBody::StepSucceeded {
-            task,
-            run,
-            step,
-            bytes,
-            duration_ms,
-            ..
-        } => format!("task={task} run={run} step={step} bytes={bytes} ms={duration_ms}"),
-        EventBody::StepFailed {
-            task,
-            run,
-            step,
-            class,
-            message,
-            ..
-        } => format!("task={task} run={run} step={step} class={class} message={message:?}"),
+        EventBody::StepStarted { .. }
+        | EventBody::StepSucceeded { .. }
+        | EventBody::StepFailed { .. } => return step_details(body),
         EventBody::ArtifactEdited { task, step, by, .. } => {
             format!("task={task} step={step} by={by:?}")
         }
@@ -470,7 +512,25 @@ fn task_details(body: &EventBody) -> Option<String> {
         EventBody::RunLog { task, run, lines } => {
             format!("task={task} run={run} lines={}", lines.len())
         }
-        _ => return None,
+        EventBody::SessionCreated { .. }
+        | EventBody::AskOpened { .. }
+        | EventBody::AskDraftSaved { .. }
+        | EventBody::AskAnswered { .. }
+        | EventBody::AskTimedOut { .. }
+        | EventBody::AskDeclined { .. }
+        | EventBody::AskFailed { .. }
+        | EventBody::AskLateAnswer { .. }
+        | EventBody::PlanVersionSaved { .. }
+        | EventBody::NamedPlanWritten { .. }
+        | EventBody::NamedPlanEdited { .. }
+        | EventBody::NamedPlanChangedOutside { .. }
+        | EventBody::NamedPlanSubmitted { .. }
+        | EventBody::NamedPlanReviewed { .. }
+        | EventBody::PlanCreated { .. }
+        | EventBody::PlanDeleted { .. }
+        | EventBody::BlobStored { .. }
+        | EventBody::TaskArchived { .. }
+        | EventBody::TaskDeleted { .. } => return None,
     })
 }
 

@@ -646,7 +646,27 @@ fn apply_ask(t: &mut Tables<'_>, body: &EventBody) -> Result<Option<Id>, redb::E
         EventBody::AskDraftSaved { ask, .. } | EventBody::AskLateAnswer { ask, .. } => {
             t.ask_info.get(bytes(ask.as_uuid()))?.map(|v| v.value().1)
         }
-        _ => None,
+        EventBody::SessionCreated { .. }
+        | EventBody::PlanVersionSaved { .. }
+        | EventBody::NamedPlanWritten { .. }
+        | EventBody::NamedPlanEdited { .. }
+        | EventBody::NamedPlanChangedOutside { .. }
+        | EventBody::NamedPlanSubmitted { .. }
+        | EventBody::NamedPlanReviewed { .. }
+        | EventBody::TaskCreated { .. }
+        | EventBody::RunStarted { .. }
+        | EventBody::StepStarted { .. }
+        | EventBody::StepSucceeded { .. }
+        | EventBody::StepFailed { .. }
+        | EventBody::ArtifactEdited { .. }
+        | EventBody::StopRequested { .. }
+        | EventBody::RunEnded { .. }
+        | EventBody::RunLog { .. }
+        | EventBody::PlanCreated { .. }
+        | EventBody::PlanDeleted { .. }
+        | EventBody::BlobStored { .. }
+        | EventBody::TaskArchived { .. }
+        | EventBody::TaskDeleted { .. } => None,
     })
 }
 
@@ -679,7 +699,26 @@ fn apply_task(t: &mut Tables<'_>, body: &EventBody, at: i64) -> Result<(), redb:
             (task, IndexedTaskState::Deleted)
         }
         EventBody::TaskArchived { task } => (task, IndexedTaskState::Archived),
-        _ => return Ok(()),
+        EventBody::SessionCreated { .. }
+        | EventBody::AskOpened { .. }
+        | EventBody::AskDraftSaved { .. }
+        | EventBody::AskAnswered { .. }
+        | EventBody::AskTimedOut { .. }
+        | EventBody::AskDeclined { .. }
+        | EventBody::AskFailed { .. }
+        | EventBody::AskLateAnswer { .. }
+        | EventBody::PlanVersionSaved { .. }
+        | EventBody::NamedPlanWritten { .. }
+        | EventBody::NamedPlanEdited { .. }
+        | EventBody::NamedPlanChangedOutside { .. }
+        | EventBody::NamedPlanSubmitted { .. }
+        | EventBody::NamedPlanReviewed { .. }
+        | EventBody::StepStarted { .. }
+        | EventBody::StepSucceeded { .. }
+        | EventBody::StepFailed { .. }
+        | EventBody::ArtifactEdited { .. }
+        | EventBody::RunLog { .. }
+        | EventBody::BlobStored { .. } => return Ok(()),
     };
     set_task_state(t, bytes(task.as_uuid()), state)
 }

@@ -238,18 +238,27 @@ impl Placer {
     /// Where `body` goes; every event must be placed in the log's order.
     pub fn place(&mut self, body: &EventBody) -> Place {
         if self.projects.everything {
-            let project = match body {
-                EventBody::SessionCreated { project_path, .. } => project_path.clone(),
-                _ => plans_dir(body).map(str::to_string),
-            };
             return Place::Ship {
-                project: project.filter(|p| !p.is_empty()),
+                project: project_of(body).filter(|p| !p.is_empty()),
             };
         }
         if body.task().is_some() {
             return Place::Withhold;
         }
-        let project = match body {
+        match self.named_project_of(body) {
+            Some(project) => Place::Ship {
+                project: Some(project),
+            },
+            None => Place::Withhold,
+        }
+    }
+
+    /// The project `body` belongs to when it is one the projects name: a
+    /// session's own, or its session's (an ask's through its session), or
+    /// a named plan's by its plans directory. Sessions and asks are noted
+    /// as they come.
+    fn named_project_of(&mut self, body: &EventBody) -> Option<String> {
+        match body {
             EventBody::SessionCreated {
                 session,
                 project_path: Some(path),
@@ -265,18 +274,39 @@ impl Placer {
                 }
                 project
             }
-            _ => match plans_dir(body) {
+            // A session of no project, or of one not named, and the rest.
+            EventBody::SessionCreated { .. }
+            | EventBody::AskDraftSaved { .. }
+            | EventBody::AskAnswered { .. }
+            | EventBody::AskTimedOut { .. }
+            | EventBody::AskDeclined { .. }
+            | EventBody::AskFailed { .. }
+            | EventBody::AskLateAnswer { .. }
+            | EventBody::PlanVersionSaved { .. }
+            | EventBody::NamedPlanWritten { .. }
+            | EventBody::NamedPlanEdited { .. }
+            | EventBody::NamedPlanChangedOutside { .. }
+            | EventBody::NamedPlanSubmitted { .. }
+            | EventBody::NamedPlanReviewed { .. }
+            | EventBody::TaskCreated { .. }
+            | EventBody::RunStarted { .. }
+            | EventBody::StepStarted { .. }
+            | EventBody::StepSucceeded { .. }
+            | EventBody::StepFailed { .. }
+            | EventBody::ArtifactEdited { .. }
+            | EventBody::StopRequested { .. }
+            | EventBody::RunEnded { .. }
+            | EventBody::RunLog { .. }
+            | EventBody::PlanCreated { .. }
+            | EventBody::PlanDeleted { .. }
+            | EventBody::BlobStored { .. }
+            | EventBody::TaskArchived { .. }
+            | EventBody::TaskDeleted { .. } => match plans_dir(body) {
                 Some(dir) => self.projects.includes(dir).then(|| dir.to_string()),
                 None => self
                     .session_of(body)
                     .and_then(|s| self.sessions.get(&s).cloned()),
             },
-        };
-        match project {
-            Some(project) => Place::Ship {
-                project: Some(project),
-            },
-            None => Place::Withhold,
         }
     }
 
@@ -295,7 +325,64 @@ fn plans_dir(body: &EventBody) -> Option<&str> {
         | EventBody::NamedPlanChangedOutside { plans_dir, .. }
         | EventBody::NamedPlanSubmitted { plans_dir, .. }
         | EventBody::NamedPlanReviewed { plans_dir, .. } => Some(plans_dir),
-        _ => None,
+        EventBody::SessionCreated { .. }
+        | EventBody::AskOpened { .. }
+        | EventBody::AskDraftSaved { .. }
+        | EventBody::AskAnswered { .. }
+        | EventBody::AskTimedOut { .. }
+        | EventBody::AskDeclined { .. }
+        | EventBody::AskFailed { .. }
+        | EventBody::AskLateAnswer { .. }
+        | EventBody::PlanVersionSaved { .. }
+        | EventBody::TaskCreated { .. }
+        | EventBody::RunStarted { .. }
+        | EventBody::StepStarted { .. }
+        | EventBody::StepSucceeded { .. }
+        | EventBody::StepFailed { .. }
+        | EventBody::ArtifactEdited { .. }
+        | EventBody::StopRequested { .. }
+        | EventBody::RunEnded { .. }
+        | EventBody::RunLog { .. }
+        | EventBody::PlanCreated { .. }
+        | EventBody::PlanDeleted { .. }
+        | EventBody::BlobStored { .. }
+        | EventBody::TaskArchived { .. }
+        | EventBody::TaskDeleted { .. } => None,
+    }
+}
+
+/// The project an event names when everything is shipped: a session's
+/// project path, or a named plan's plans directory.
+fn project_of(body: &EventBody) -> Option<String> {
+    match body {
+        EventBody::SessionCreated { project_path, .. } => project_path.clone(),
+        EventBody::AskOpened { .. }
+        | EventBody::AskDraftSaved { .. }
+        | EventBody::AskAnswered { .. }
+        | EventBody::AskTimedOut { .. }
+        | EventBody::AskDeclined { .. }
+        | EventBody::AskFailed { .. }
+        | EventBody::AskLateAnswer { .. }
+        | EventBody::PlanVersionSaved { .. }
+        | EventBody::NamedPlanWritten { .. }
+        | EventBody::NamedPlanEdited { .. }
+        | EventBody::NamedPlanChangedOutside { .. }
+        | EventBody::NamedPlanSubmitted { .. }
+        | EventBody::NamedPlanReviewed { .. }
+        | EventBody::TaskCreated { .. }
+        | EventBody::RunStarted { .. }
+        | EventBody::StepStarted { .. }
+        | EventBody::StepSucceeded { .. }
+        | EventBody::StepFailed { .. }
+        | EventBody::ArtifactEdited { .. }
+        | EventBody::StopRequested { .. }
+        | EventBody::RunEnded { .. }
+        | EventBody::RunLog { .. }
+        | EventBody::PlanCreated { .. }
+        | EventBody::PlanDeleted { .. }
+        | EventBody::BlobStored { .. }
+        | EventBody::TaskArchived { .. }
+        | EventBody::TaskDeleted { .. } => plans_dir(body).map(str::to_string),
     }
 }
 
