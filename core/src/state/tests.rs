@@ -1508,3 +1508,36 @@ mod tasks {
         );
     }
 }
+
+/// The snapshot of the state every golden event folds into, byte for byte:
+/// a change of the `State` types or of `apply` changes these bytes, and the
+/// test then asks for `SNAPSHOT_VERSION` to change with them (an old
+/// snapshot read as the new types would give a state no fold gives).
+#[test]
+fn the_golden_state_snapshot_pins_the_snapshot_version() {
+    let mut state = State::default();
+    for (at, event) in crate::event::golden_events_for_tests()
+        .into_iter()
+        .enumerate()
+    {
+        let cursor = Cursor(at as u64 + 1);
+        state.apply(&Envelope { cursor, event });
+    }
+    let bytes = state.encode_snapshot().expect("encode");
+    let name = format!("state-v{}.bin", crate::state::SNAPSHOT_VERSION);
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../fixtures/golden")
+        .join(&name);
+    if std::env::var_os("PLANB_WRITE_GOLDEN_STATE").is_some() && !path.exists() {
+        std::fs::write(&path, &bytes).expect("write the golden state");
+    }
+    let golden = std::fs::read(&path).unwrap_or_else(|e| {
+        panic!("fixtures/golden/{name}: {e}; a new SNAPSHOT_VERSION writes its file once with PLANB_WRITE_GOLDEN_STATE=1")
+    });
+    assert!(
+        bytes == golden,
+        "the state snapshot is not fixtures/golden/{name} any more: the State types or apply changed; \
+         bump SNAPSHOT_VERSION (core/src/state/snapshot.rs) and write its golden file with PLANB_WRITE_GOLDEN_STATE=1"
+    );
+    assert_eq!(State::decode_snapshot(&golden).expect("decode"), state);
+}
