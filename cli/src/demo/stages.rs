@@ -234,7 +234,9 @@ async fn review_round(demo: &mut Demo<'_>, round: u32) -> anyhow::Result<String>
     }
     let mut answer = submitted.await.context("submit_plan task")??;
     // Past its hand-back the tool says the review is pending: ask again.
-    while answer.contains("\"pending\": true") || answer.contains("\"pending\":true") {
+    let pending =
+        |text: &str| serde_json::from_str::<Value>(text).is_ok_and(|v| v["pending"] == true);
+    while pending(&answer) {
         answer = demo.call("submit_plan", args.clone()).await?;
     }
     Ok(answer)
