@@ -14,8 +14,13 @@ use crate::format::{
 };
 use crate::storage::{Storage, StorageFile, read_full_at};
 
-/// How much a buffered segment read fetches at once.
+/// The most a buffered segment read fetches at once.
 const READ_CHUNK_BYTES: usize = 1 << 20;
+
+/// What the first read after [`SegmentFile::forget`] fetches: a reader at
+/// the tail, with the segment's zeroed runway ahead of it, reads a page;
+/// each further read in a row doubles, up to [`READ_CHUNK_BYTES`].
+const FIRST_READ_BYTES: usize = 4 << 10;
 
 /// A segment file with a read buffer in front of it.
 ///
@@ -28,6 +33,11 @@ pub(crate) struct SegmentFile {
     pub(crate) file: std::sync::Arc<dyn StorageFile>,
     buf: Vec<u8>,
     buf_start: u64,
+    /// What the next read that misses the buffer fetches.
+    chunk: usize,
+    /// Whether the last [`SegmentFile::bytes`] read the file (not the
+    /// buffer).
+    fresh: bool,
 }
 
 /// What lies at an offset of a segment.
@@ -40,7 +50,8 @@ pub(crate) enum Parsed<'a> {
         payload: &'a [u8],
         next_offset: u64,
     },
-    /// The file ends exactly here.
+    /// The records end here: the file ends, or the segment's zeroed
+    /// runway begins (a record header is never all zeros).
     End,
     /// The bytes here are not a valid next record.
     Damaged(Damage),
@@ -55,6 +66,8 @@ impl SegmentFile {
             file,
             buf: Vec::new(),
             buf_start: 0,
+            chunk: FIRST_READ_BYTES,
+            fresh: false,
         }
     }
 
@@ -62,20 +75,26 @@ impl SegmentFile {
     pub(crate) fn forget(&mut self) {
         self.buf.clear();
         self.buf_start = 0;
+        self.chunk = FIRST_READ_BYTES;
     }
 
     /// Up to `len` bytes at `offset` (fewer at the end of the file).
     fn bytes(&mut self, offset: u64, len: usize) -> io::Result<&[u8]> {
         let buf_end = self.buf_start + self.buf.len() as u64;
         if offset < self.buf_start || offset + len as u64 > buf_end {
-            // Size the read to what the file holds, so small segments and a reader
-            // polling at the tail do not fill a whole chunk each time.
+            // Size the read to what the file holds and to how far this
+            // reading has gone, so a reader polling at the tail reads a page,
+            // not the runway.
             let available = self.file.len()?.saturating_sub(offset);
-            let want = (available.min(READ_CHUNK_BYTES as u64) as usize).max(len);
+            let want = (available.min(self.chunk as u64) as usize).max(len);
+            self.chunk = (self.chunk * 2).min(READ_CHUNK_BYTES);
             self.buf.resize(want, 0);
             let got = read_full_at(self.file.as_ref(), offset, &mut self.buf)?;
             self.buf.truncate(got);
             self.buf_start = offset;
+            self.fresh = true;
+        } else {
+            self.fresh = false;
         }
         let start = (offset - self.buf_start) as usize;
         let end = (start + len).min(self.buf.len());
@@ -96,10 +115,27 @@ impl SegmentFile {
         prev_checksum: u32,
         max_record_bytes: u32,
     ) -> io::Result<Parsed<'_>> {
-        let head = self.bytes(offset, RECORD_HEADER_LEN)?;
-        if head.is_empty() {
+        if self
+            .bytes(offset, RECORD_HEADER_LEN)?
+            .iter()
+            .all(|b| *b == 0)
+        {
+            // Zeros kept from an earlier read may have become a record
+            // since: only zeros read now end the records.
+            if !self.fresh {
+                self.forget();
+                if !self
+                    .bytes(offset, RECORD_HEADER_LEN)?
+                    .iter()
+                    .all(|b| *b == 0)
+                {
+                    return self.parse(offset, expected_cursor, prev_checksum, max_record_bytes);
+                }
+            }
+            self.forget();
             return Ok(Parsed::End);
         }
+        let head = self.bytes(offset, RECORD_HEADER_LEN)?;
         let present = head.len() as u64;
         let header = match RecordHeader::decode(head) {
             Ok(header) => header,
@@ -185,6 +221,29 @@ impl SegmentFile {
     }
 }
 
+impl SegmentFile {
+    /// Where the bytes at and after `offset` stop holding anything but
+    /// zeros: `offset` itself when only the runway (or nothing) follows.
+    pub(crate) fn stray_end(&self, offset: u64) -> io::Result<u64> {
+        let len = self.file.len()?;
+        let mut end = offset;
+        let mut at = offset;
+        let mut chunk = vec![0u8; READ_CHUNK_BYTES];
+        while at < len {
+            let want = ((len - at) as usize).min(chunk.len());
+            let got = read_full_at(self.file.as_ref(), at, &mut chunk[..want])?;
+            if got == 0 {
+                break;
+            }
+            if let Some(last) = chunk[..got].iter().rposition(|b| *b != 0) {
+                end = at + last as u64 + 1;
+            }
+            at += got as u64;
+        }
+        Ok(end)
+    }
+}
+
 fn find_magic(haystack: &[u8]) -> Option<usize> {
     haystack
         .windows(RECORD_MAGIC.len())
@@ -256,10 +315,12 @@ pub(crate) fn classify(
     let describe = storage.describe(&segment.name);
     if let Damage::RecordHeader(HeaderProblem::UnknownVersion(version))
     | Damage::SegmentHeader(HeaderProblem::UnknownVersion(version)) = damage
+        && version != 0
     {
-        // A torn write of this build's records is a prefix of correct bytes, so it
-        // never shows a wrong version: this is a newer build's data (or damage),
-        // and truncating it could destroy acknowledged records.
+        // A torn write of this build's records is a prefix of correct bytes
+        // over the runway's zeros, so it shows this version or 0, never
+        // another: this is a newer build's data (or damage), and truncating
+        // it could destroy acknowledged records.
         return Err(LogError::NewerFormat {
             segment: describe,
             offset,
@@ -285,11 +346,10 @@ pub(crate) fn classify(
     if let Some(at) = valid {
         return Err(corrupt(format!("a valid record at byte offset {at}")));
     }
-    let len = segment
-        .file
-        .len()
-        .map_err(|e| LogError::io("stat", describe.clone(), e))?;
+    let end = segment
+        .stray_end(offset)
+        .map_err(|e| LogError::io("read", describe.clone(), e))?;
     Ok(Verdict::TornTail {
-        bytes: len.saturating_sub(offset),
+        bytes: end.saturating_sub(offset),
     })
 }

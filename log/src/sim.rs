@@ -84,31 +84,47 @@ impl SimStorage {
         let mut files = BTreeMap::new();
         for (name, file) in &state.files {
             // How the unsynced part of this file fared: 0 lost, 1 kept, 2 a prefix,
-            // 3 a prefix with garbage at the cut.
+            // 3 a prefix with garbage at the cut (where the file grew).
             let fate = rng.next_u64() % 4;
             let entry_survives = file.durable_entry || (file.visible && fate != 0);
             if !entry_survives {
                 continue;
             }
-            let pending = if file.written.starts_with(&file.durable) {
-                &file.written[file.durable.len()..]
-            } else {
-                &[][..]
-            };
+            // The unsynced change starts where written and durable bytes
+            // first differ: an append, or a write over the zeroed runway.
+            let from = file
+                .written
+                .iter()
+                .zip(&file.durable)
+                .position(|(a, b)| a != b)
+                .unwrap_or(file.written.len().min(file.durable.len()));
+            let pending = &file.written[from.min(file.written.len())..];
             let mut bytes = file.durable.clone();
+            let mut overlay = |at: usize, data: &[u8]| {
+                if bytes.len() < at + data.len() {
+                    bytes.resize(at + data.len(), 0);
+                }
+                bytes[at..at + data.len()].copy_from_slice(data);
+            };
             match fate {
-                1 => bytes.extend_from_slice(pending),
+                1 => overlay(from, pending),
                 2 | 3 if !pending.is_empty() => {
                     let cut = (rng.next_u64() % (pending.len() as u64 + 1)) as usize;
-                    bytes.extend_from_slice(&pending[..cut]);
-                    if fate == 3 {
-                        let garbage = (rng.next_u64() % 16) as usize;
-                        for _ in 0..garbage {
-                            bytes.push(rng.next_u64() as u8);
-                        }
+                    overlay(from, &pending[..cut]);
+                    // Garbage only where the file grew: a block written
+                    // in place holds its old bytes or its new ones.
+                    if fate == 3 && from + cut >= file.durable.len() {
+                        let garbage: Vec<u8> = (0..rng.next_u64() % 16)
+                            .map(|_| rng.next_u64() as u8)
+                            .collect();
+                        overlay(from + cut, &garbage);
                     }
                 }
                 _ => {}
+            }
+            if fate == 1 {
+                // Everything written survived, a shortening included.
+                bytes.clone_from(&file.written);
             }
             files.insert(
                 name.clone(),

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::reader::LogReader;
-use crate::scan::list_segments;
+use crate::scan::{Verdict, classify, list_segments, open_segment};
 use crate::storage::Storage;
 use crate::{Cursor, LogError, LogOptions};
 
@@ -41,16 +41,25 @@ pub fn verify(storage: Arc<dyn Storage>, options: LogOptions) -> Result<VerifyRe
         let current = segments
             .iter()
             .find(|(_, n)| storage.describe(n) == name)
-            .map(|(first, n)| (*first, n.clone()));
-        if let Some((first, segment_name)) = current {
-            let file = storage
-                .open(&segment_name, false)
-                .map_err(|e| LogError::io("open", name.clone(), e))?;
-            let len = file
-                .len()
-                .map_err(|e| LogError::io("stat", name.clone(), e))?;
-            if len > offset {
-                torn_tail = Some((name.clone(), offset, len - offset));
+            .map(|(first, _)| *first);
+        if let Some(first) = current {
+            let mut segment = open_segment(storage.as_ref(), first, false)?;
+            let stray = segment
+                .stray_end(offset)
+                .map_err(|e| LogError::io("read", name.clone(), e))?;
+            if stray > offset {
+                // Bytes after the records that are not the zeroed runway: a
+                // torn tail, unless a valid record follows them.
+                let damage = crate::Damage::RecordHeader(crate::format::HeaderProblem::BadMagic);
+                let Verdict::TornTail { bytes } = classify(
+                    storage.as_ref(),
+                    &mut segment,
+                    offset,
+                    last_cursor.0 + 1,
+                    damage,
+                    options.max_record_bytes,
+                )?;
+                torn_tail = Some((name.clone(), offset, bytes));
             } else if let Some((_, torn)) = segments.iter().find(|(f, _)| *f > first) {
                 let file = storage
                     .open(torn, false)

@@ -25,6 +25,13 @@ pub(crate) struct Tail {
     segment: Option<SegmentFile>,
     /// Bytes of `segment` known to be valid records (the append position).
     len: u64,
+    /// How long `segment`'s file was last seen: records up to `len`, then
+    /// zeros (the runway later records are written into).
+    allocated: u64,
+    /// Set on open: the first catch-up checks that nothing but zeros
+    /// follows the last record (a power cut can leave a torn record whose
+    /// header never reached the disk).
+    check_after_end: bool,
     /// Cursor the next record will get.
     next_cursor: u64,
     /// Checksum of the last record, which the next record chains to.
@@ -46,6 +53,8 @@ impl Tail {
         Tail {
             segment: None,
             len: 0,
+            allocated: 0,
+            check_after_end: false,
             next_cursor: 1,
             last_checksum: 0,
             poisoned: None,
@@ -62,6 +71,7 @@ impl Tail {
     /// the storage lock.
     fn recovering(storage: &dyn Storage) -> Result<Tail, LogError> {
         let mut tail = Tail::empty();
+        tail.check_after_end = true;
         let segments = list_segments(storage)?;
         let mut previous_start = None;
         for (index, (first, name)) in segments.iter().enumerate() {
@@ -167,6 +177,7 @@ impl Tail {
             self.catch_up_segment(storage, options, truncations)?;
             // A newer segment means another process rolled over; continue there.
             let Some((first, name)) = self.following(storage, options)? else {
+                self.check_after_end = false;
                 return Ok(());
             };
             if !self.enter_segment(storage, options, first, &name, truncations)? {
@@ -203,6 +214,7 @@ impl Tail {
                 followed_by: "bytes already acknowledged as durable".to_string(),
             });
         }
+        self.allocated = file_len;
         if file_len > self.len {
             segment.forget();
             self.read_appended(storage, options, &describe, truncations)?;
@@ -242,7 +254,24 @@ impl Tail {
                     self.next_cursor = self.next_cursor.saturating_add(1);
                     self.last_checksum = checksum;
                 }
-                Parsed::End => return Ok(()),
+                Parsed::End if !self.check_after_end => return Ok(()),
+                Parsed::End => {
+                    let end = segment
+                        .stray_end(self.len)
+                        .map_err(|e| LogError::io("read", describe.to_owned(), e))?;
+                    if end == self.len {
+                        return Ok(());
+                    }
+                    let damage =
+                        crate::Damage::RecordHeader(crate::format::HeaderProblem::BadMagic);
+                    return self.truncate_torn_tail(
+                        storage,
+                        options,
+                        describe,
+                        damage,
+                        truncations,
+                    );
+                }
                 Parsed::Damaged(damage) => {
                     return self.truncate_torn_tail(
                         storage,
@@ -256,9 +285,9 @@ impl Tail {
         }
     }
 
-    /// Cuts the current segment back to `len` when the damage found there is
+    /// Zeroes the current segment after `len` when the damage found there is
     /// a torn tail (a crashed writer's unfinished record), durably, and
-    /// reports it; other damage is an error.
+    /// reports it; other damage is an error. The zeros stay, as runway.
     fn truncate_torn_tail(
         &mut self,
         storage: &dyn Storage,
@@ -279,9 +308,10 @@ impl Tail {
             damage.clone(),
             options.max_record_bytes,
         )?;
+        let zeros = vec![0u8; bytes as usize];
         if let Err(e) = segment
             .file
-            .set_len(self.len)
+            .write_all_at(self.len, &zeros)
             .and_then(|()| segment.file.sync_data())
         {
             let error = LogError::io("truncate", describe.to_owned(), e);
@@ -321,6 +351,7 @@ impl Tail {
             {
                 self.segment = Some(segment);
                 self.len = SEGMENT_HEADER_LEN as u64;
+                self.allocated = 0;
                 Ok(true)
             }
             Ok(header) => Err(LogError::Corrupt {
@@ -439,7 +470,7 @@ impl Tail {
         when: SyncWhen,
     ) -> Result<Vec<CursorRange>, LogError> {
         if self.segment.is_none() {
-            self.roll(storage)?;
+            self.roll(storage, options)?;
         }
         let mut ranges = Vec::with_capacity(batches.len());
         self.written.clear();
@@ -453,9 +484,9 @@ impl Tail {
                 if planned + record_len > options.max_segment_bytes
                     && planned > SEGMENT_HEADER_LEN as u64
                 {
-                    self.flush(storage, &buf, buf_start)?;
+                    self.flush(storage, options, &buf, buf_start)?;
                     buf.clear();
-                    self.roll(storage)?;
+                    self.roll(storage, options)?;
                     buf_start = self.len;
                 }
                 let at = ReadPosition {
@@ -475,31 +506,58 @@ impl Tail {
             });
         }
         match when {
-            SyncWhen::Now => self.flush(storage, &buf, buf_start)?,
-            SyncWhen::Later => self.put(storage, &buf, buf_start)?,
+            SyncWhen::Now => self.flush(storage, options, &buf, buf_start)?,
+            SyncWhen::Later => self.put(storage, options, &buf, buf_start)?,
         }
         Ok(ranges)
     }
 
     /// Writes `buf` at `offset` of the current segment and syncs it.
-    fn flush(&mut self, storage: &dyn Storage, buf: &[u8], offset: u64) -> Result<(), LogError> {
-        self.put(storage, buf, offset)?;
+    fn flush(
+        &mut self,
+        storage: &dyn Storage,
+        options: &LogOptions,
+        buf: &[u8],
+        offset: u64,
+    ) -> Result<(), LogError> {
+        self.put(storage, options, buf, offset)?;
         self.sync_last(storage)
     }
 
     /// Writes `buf` at `offset` of the current segment, unsynced: the bytes
     /// are in the page cache, where every process reads them, and survive
     /// the writer's death but not a power cut until [`Tail::sync_last`].
-    fn put(&mut self, storage: &dyn Storage, buf: &[u8], offset: u64) -> Result<(), LogError> {
+    ///
+    /// Records land in the segment's runway of zeros, so their sync changes
+    /// no file metadata (no journal commit); when the runway is used up the
+    /// same write lays a new one after them.
+    fn put(
+        &mut self,
+        storage: &dyn Storage,
+        options: &LogOptions,
+        buf: &[u8],
+        offset: u64,
+    ) -> Result<(), LogError> {
         let segment = self
             .segment
             .as_ref()
             .expect("a segment exists while writing");
-        segment
-            .file
-            .write_all_at(offset, buf)
-            .map_err(|e| LogError::io("write", storage.describe(&segment.name), e))?;
-        self.len = offset + buf.len() as u64;
+        let end = offset + buf.len() as u64;
+        let written = if end <= self.allocated {
+            segment.file.write_all_at(offset, buf)
+        } else {
+            let allocated = runway_end(end, options);
+            let mut with_runway = Vec::with_capacity((allocated - offset) as usize);
+            with_runway.extend_from_slice(buf);
+            with_runway.resize((allocated - offset) as usize, 0);
+            let written = segment.file.write_all_at(offset, &with_runway);
+            if written.is_ok() {
+                self.allocated = allocated;
+            }
+            written
+        };
+        written.map_err(|e| LogError::io("write", storage.describe(&segment.name), e))?;
+        self.len = end;
         Ok(())
     }
 
@@ -515,8 +573,9 @@ impl Tail {
             .map_err(|e| LogError::io("fdatasync", storage.describe(&segment.name), e))
     }
 
-    /// Starts a new segment at `next_cursor`, durably (file and directory entry).
-    fn roll(&mut self, storage: &dyn Storage) -> Result<(), LogError> {
+    /// Starts a new segment at `next_cursor`, durably (file and directory
+    /// entry), its header followed by a runway of zeros.
+    fn roll(&mut self, storage: &dyn Storage, options: &LogOptions) -> Result<(), LogError> {
         let name = segment_name(self.next_cursor);
         let describe = storage.describe(&name);
         let file = storage
@@ -526,7 +585,10 @@ impl Tail {
             first_cursor: self.next_cursor,
             prev_checksum: self.last_checksum,
         };
-        file.write_all_at(0, &header.encode())
+        let allocated = runway_end(SEGMENT_HEADER_LEN as u64, options);
+        let mut bytes = header.encode().to_vec();
+        bytes.resize(allocated as usize, 0);
+        file.write_all_at(0, &bytes)
             .and_then(|()| file.sync_data())
             .map_err(|e| LogError::io("write segment header", describe.clone(), e))?;
         storage
@@ -534,8 +596,21 @@ impl Tail {
             .map_err(|e| LogError::io("fsync directory", describe, e))?;
         self.segment = Some(SegmentFile::new(name, self.next_cursor, file));
         self.len = SEGMENT_HEADER_LEN as u64;
+        self.allocated = allocated;
         Ok(())
     }
+}
+
+/// How many zeros a segment keeps ahead of its last record: records written
+/// into them change no file metadata, so their `fdatasync` is one data
+/// write, not a journal commit. A new runway costs one such commit per this
+/// many bytes of records.
+pub(crate) const RUNWAY_BYTES: u64 = 1 << 20;
+
+/// Where a segment's runway ends once bytes up to `end` are written: a
+/// runway's length past `end`, within the segment's limit.
+fn runway_end(end: u64, options: &LogOptions) -> u64 {
+    (end + RUNWAY_BYTES).min(options.max_segment_bytes).max(end)
 }
 
 /// The thread that syncs a segment while its appender does other work

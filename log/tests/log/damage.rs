@@ -177,7 +177,8 @@ fn a_torn_last_record_is_truncated_and_reported() {
     let storage = write(&payloads);
     let name = segments(&storage)[0].clone();
     let mut bytes = storage.file_bytes(&name).expect("bytes");
-    bytes.truncate(bytes.len() - 3);
+    // The records end at 32 + 5 * 42; a file cut 3 bytes short of that.
+    bytes.truncate(32 + 5 * 42 - 3);
     storage.set_file_bytes(&name, bytes);
     let (_, report) = Log::open(Arc::new(storage.clone()), small()).expect("open");
     assert_eq!(report.truncations.len(), 1);
@@ -186,6 +187,73 @@ fn a_torn_last_record_is_truncated_and_reported() {
     assert_eq!(truncation.offset, 32 + 4 * 42);
     assert_eq!(truncation.bytes, 39);
     assert_eq!(read_prefix(&storage).0, payloads[..4].to_vec());
+}
+
+#[test]
+fn a_torn_record_in_the_runway_is_zeroed_and_reported() {
+    let payloads: Vec<Vec<u8>> = (0..5).map(|i| vec![i as u8 + 1; 10]).collect();
+    let storage = write(&payloads);
+    let name = segments(&storage)[0].clone();
+    let mut bytes = storage.file_bytes(&name).expect("bytes");
+    let end = 32 + 5 * 42;
+    assert!(
+        bytes.len() > end,
+        "the segment keeps zeros after its records"
+    );
+    assert!(bytes[end..].iter().all(|b| *b == 0));
+    // The last record's final sector never reached the disk: its last three
+    // bytes read as the runway's zeros.
+    bytes[end - 3..end].fill(0);
+    storage.set_file_bytes(&name, bytes.clone());
+    let (log, report) = Log::open(Arc::new(storage.clone()), small()).expect("open");
+    let truncation = &report.truncations[0];
+    assert_eq!(truncation.cursor, Cursor(5));
+    assert_eq!((truncation.offset, truncation.bytes), (32 + 4 * 42, 39));
+    let after = storage.file_bytes(&name).expect("bytes");
+    assert_eq!(after.len(), bytes.len(), "the runway stays");
+    assert!(
+        after[32 + 4 * 42..].iter().all(|b| *b == 0),
+        "the torn record is zeroed"
+    );
+    log.append(&[b"again"]).expect("append");
+    let (read, _) = read_prefix(&storage);
+    assert_eq!(read.len(), 5);
+    assert_eq!(read[4], b"again".to_vec());
+}
+
+#[test]
+fn a_record_header_torn_after_its_magic_is_a_torn_tail_not_a_newer_format() {
+    let payloads: Vec<Vec<u8>> = (0..3).map(|i| vec![i as u8 + 1; 10]).collect();
+    let storage = write(&payloads);
+    let name = segments(&storage)[0].clone();
+    let mut bytes = storage.file_bytes(&name).expect("bytes");
+    // Only the magic of the third record's header reached the disk.
+    let third = 32 + 2 * 42;
+    bytes[third + 4..third + 42].fill(0);
+    storage.set_file_bytes(&name, bytes);
+    let (_, report) = Log::open(Arc::new(storage.clone()), small()).expect("open");
+    assert_eq!(report.truncations.len(), 1);
+    assert_eq!(report.truncations[0].offset, third as u64);
+    assert_eq!(read_prefix(&storage).0, payloads[..2].to_vec());
+}
+
+#[test]
+fn a_valid_record_after_zeros_in_the_last_segment_is_corruption() {
+    let payloads: Vec<Vec<u8>> = (0..4).map(|i| vec![i as u8 + 1; 10]).collect();
+    let storage = write(&payloads);
+    let name = segments(&storage)[0].clone();
+    let mut bytes = storage.file_bytes(&name).expect("bytes");
+    // The third record's header zeroed: the fourth, whole, still follows.
+    let third = 32 + 2 * 42;
+    bytes[third..third + 32].fill(0);
+    storage.set_file_bytes(&name, bytes.clone());
+    match Log::open(Arc::new(storage.clone()), small()) {
+        Err(LogError::Corrupt { offset, cursor, .. }) => {
+            assert_eq!((offset, cursor), (third as u64, 3));
+        }
+        other => panic!("expected corruption, got {other:?}"),
+    }
+    assert_eq!(storage.file_bytes(&name), Some(bytes), "bytes changed");
 }
 
 #[test]

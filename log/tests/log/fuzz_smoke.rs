@@ -217,10 +217,8 @@ fn write_log(rng: &mut Rng) -> (Segments, Vec<Vec<u8>>) {
         .into_iter()
         .filter_map(|name| {
             let first_cursor = parse_segment_name(&name)?;
-            Some((
-                first_cursor,
-                storage.file_bytes(&name).expect("segment bytes"),
-            ))
+            let bytes = storage.file_bytes(&name).expect("segment bytes");
+            Some((first_cursor, without_runway(bytes)))
         })
         .collect();
     segments.sort();
@@ -230,6 +228,22 @@ fn write_log(rng: &mut Rng) -> (Segments, Vec<Vec<u8>>) {
         segments.len()
     );
     (segments, payloads)
+}
+
+/// A segment's bytes up to the end of its records: the zeroed runway after
+/// them cut off.
+fn without_runway(mut bytes: Vec<u8>) -> Vec<u8> {
+    let mut start = SEGMENT_HEADER_LEN;
+    while start + RECORD_HEADER_LEN <= bytes.len()
+        && bytes[start..start + RECORD_HEADER_LEN]
+            .iter()
+            .any(|b| *b != 0)
+    {
+        let len = u32::from_le_bytes(bytes[start + 8..start + 12].try_into().expect("4 bytes"));
+        start += RECORD_HEADER_LEN + len as usize;
+    }
+    bytes.truncate(start.min(bytes.len()));
+    bytes
 }
 
 /// Where each record lies, by walking the segments' framing.

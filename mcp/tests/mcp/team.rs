@@ -502,7 +502,9 @@ async fn a_damaged_log_is_shipped_up_to_the_damage_and_the_damage_is_named() {
         .find(|p| p.extension().is_some_and(|e| e == "seg"))
         .expect("a segment");
     let mut bytes = std::fs::read(&segment).expect("read");
-    let middle = bytes.len() / 2;
+    // The middle of the records, not of the zeroed runway after them.
+    let end = bytes.iter().rposition(|b| *b != 0).expect("records") + 1;
+    let middle = end / 2;
     bytes[middle] ^= 0x40;
     std::fs::write(&segment, bytes).expect("damage");
     // What a reader finds: records up to the damage, then an error there.

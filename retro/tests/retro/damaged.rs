@@ -44,6 +44,14 @@ fn segment_file(root: &DataRoot) -> PathBuf {
     segments.remove(0)
 }
 
+/// Where the log's records end (the segment's zeroed runway follows).
+fn records_end(root: &DataRoot) -> u64 {
+    let mut reader = planb_log::read_dir(&root.log_dir(), Default::default(), planb_log::Cursor(1))
+        .expect("read the log");
+    while reader.next().expect("read").is_some() {}
+    reader.position().expect("a segment").1
+}
+
 /// A session with plan versions 1 and 2 (cursors 1–3), then a damaged
 /// record (cursor 4, version 3), then a second session and version 4.
 fn damaged() -> Damaged {
@@ -65,7 +73,7 @@ fn damaged() -> Damaged {
     run(save_plan(session, "# Plan\n\nfirst\n"));
     run(save_plan(session, "# Plan\n\nsecond\n"));
     let segment = segment_file(&root);
-    let offset = std::fs::metadata(&segment).expect("segment").len();
+    let offset = records_end(&root);
     run(save_plan(session, "# Plan\n\nthird, damaged\n"));
     run(Command::CreateSession {
         session: hidden,
