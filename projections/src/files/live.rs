@@ -398,43 +398,136 @@ fn boot_id() -> &'static str {
     })
 }
 
+/// The checkpoint's length: one line, `<cursor> <boot id> <crc32>`, padded
+/// with spaces, so that each checkpoint overwrites the last in place (no
+/// temp file, no rename) and a reader that catches a write half done sees a
+/// checksum that does not match instead of a wrong cursor.
+const CHECKPOINT_BYTES: usize = 96;
+
+/// What `sessions.cursor` says.
+struct Checkpoint {
+    cursor: Cursor,
+    /// The boot it was written in.
+    boot: String,
+    /// False when further lines follow (what an earlier version left when
+    /// a manifest lagged): the tree it describes is rewritten whole.
+    whole: bool,
+}
+
+/// The checkpoint's line for `cursor`, written during this boot.
+fn checkpoint_line(cursor: Cursor) -> Vec<u8> {
+    let boot = match boot_id() {
+        "" => "-",
+        id => id,
+    };
+    let body = format!("{} {boot}", cursor.0);
+    let mut line = format!("{body} {:08x}", crc32fast::hash(body.as_bytes())).into_bytes();
+    line.resize(CHECKPOINT_BYTES - 1, b' ');
+    line.push(b'\n');
+    line
+}
+
+/// Reads and checks `sessions.cursor`: open, one read, close.
+fn load_checkpoint(root: &DataRoot) -> Option<Checkpoint> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(root.sessions_checkpoint_path()).ok()?;
+    let mut buf = [0u8; 2 * CHECKPOINT_BYTES];
+    let mut len = 0;
+    while len < buf.len() {
+        match file.read(&mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    parse_checkpoint(std::str::from_utf8(&buf[..len]).ok()?)
+}
+
+fn parse_checkpoint(text: &str) -> Option<Checkpoint> {
+    let mut lines = text.lines();
+    let line = lines.next()?;
+    let mut words = line.split_whitespace();
+    let cursor = words.next()?.parse::<u64>().ok()?;
+    let boot = words.next().unwrap_or("");
+    if text.len() == CHECKPOINT_BYTES {
+        // This version's line: its checksum must hold.
+        let crc = u32::from_str_radix(words.next()?, 16).ok()?;
+        if crc != crc32fast::hash(format!("{cursor} {boot}").as_bytes()) {
+            return None;
+        }
+    }
+    Some(Checkpoint {
+        cursor: Cursor(cursor),
+        boot: if boot == "-" {
+            String::new()
+        } else {
+            boot.to_owned()
+        },
+        whole: lines.next().is_none(),
+    })
+}
+
 /// The cursor the checkpoint claims, whichever boot wrote it: how far the
 /// tree has seen the log, for noticing a log that lost its tail.
 pub(crate) fn raw_checkpoint(root: &DataRoot) -> Option<Cursor> {
-    let text = std::fs::read_to_string(root.sessions_checkpoint_path()).ok()?;
-    text.split_whitespace()
-        .next()?
-        .parse::<u64>()
-        .ok()
-        .map(Cursor)
+    load_checkpoint(root).map(|c| c.cursor)
 }
 
-/// The checkpoint, if there is a trustworthy one: its text is exactly
-/// `<cursor> <boot id>\n`, written during this boot.
+/// The checkpoint, if there is a trustworthy one: one line, written during
+/// this boot, its checksum intact.
 pub(crate) fn read_checkpoint(root: &DataRoot) -> Option<Cursor> {
     if !root.sessions_dir().is_dir() {
         return None;
     }
-    let text = std::fs::read_to_string(root.sessions_checkpoint_path()).ok()?;
-    let mut lines = text.lines();
-    let mut words = lines.next()?.split_whitespace();
-    let cursor = words.next()?.parse::<u64>().ok()?;
-    let boot = words.next().unwrap_or("");
-    // Further lines named manifests an earlier version left to follow: the
-    // tree they describe is rewritten whole.
-    if boot != boot_id() || lines.next().is_some() {
-        return None;
-    }
-    Some(Cursor(cursor))
+    let checkpoint = load_checkpoint(root)?;
+    (checkpoint.whole && checkpoint.boot == boot_id()).then_some(checkpoint.cursor)
 }
 
+/// Writes the checkpoint: in place over one of this version's (open, stat,
+/// one write, close), otherwise through a temp file.
 pub(crate) fn write_checkpoint(root: &DataRoot, cursor: Cursor) -> Result<(), StoreError> {
+    use std::os::unix::fs::FileExt;
+    let path = root.sessions_checkpoint_path();
+    let line = checkpoint_line(cursor);
+    if let Ok(file) = std::fs::OpenOptions::new().write(true).open(&path)
+        && file
+            .metadata()
+            .is_ok_and(|m| m.len() == CHECKPOINT_BYTES as u64)
+    {
+        return file
+            .write_all_at(&line, 0)
+            .map_err(|source| StoreError::Io {
+                op: "write",
+                path: path.display().to_string(),
+                source,
+            });
+    }
     let dir = root.sessions_dir();
     std::fs::create_dir_all(&dir).map_err(|source| StoreError::Io {
         op: "create directory",
         path: dir.display().to_string(),
         source,
     })?;
-    let text = format!("{} {}\n", cursor.0, boot_id());
-    write_if_changed(&root.sessions_checkpoint_path(), text.as_bytes()).map(|_| ())
+    write_if_changed(&path, &line).map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_checkpoint_read_half_written_is_not_trusted() {
+        let line = String::from_utf8(checkpoint_line(Cursor(199))).expect("utf-8");
+        assert_eq!(line.len(), CHECKPOINT_BYTES);
+        let read = parse_checkpoint(&line).expect("a whole line parses");
+        assert_eq!((read.cursor, read.whole), (Cursor(199), true));
+        // The digits of 199 and of 200 mixed, as a read racing the write
+        // over it can see them: 299 with the checksum of 199.
+        let torn = line.replacen("199", "299", 1);
+        assert!(parse_checkpoint(&torn).is_none(), "{torn}");
+        // What earlier versions wrote (no checksum, no padding) still reads.
+        let older = format!("42 {}\n", boot_id());
+        assert_eq!(parse_checkpoint(&older).map(|c| c.cursor), Some(Cursor(42)));
+    }
 }
