@@ -203,10 +203,19 @@ pub(crate) async fn settle<K: StepKind>(
         let launches = match kind.next(room, flight.calls.is_empty()).await? {
             Next::Start(launches) => launches,
             Next::Settle(settled) => {
+                debug_assert!(
+                    flight.calls.is_empty(),
+                    "a kind settles only with nothing in flight"
+                );
                 record_ends(host, kind, &mut ends).await?;
                 return Ok(settled);
             }
         };
+        debug_assert!(
+            launches.len() <= room,
+            "{} starts asked for with room for {room}",
+            launches.len()
+        );
         refused = launch(host, kind, &mut flight, &mut ends, launches, &mut clock).await?;
         if refused || flight.calls.is_empty() {
             continue;
@@ -264,7 +273,8 @@ async fn launch<K: StepKind>(
     for (step, work) in works {
         if started.contains(&step) {
             kind.started(&step);
-            flight.running.insert(step);
+            let new = flight.running.insert(step);
+            debug_assert!(new, "a step already in flight was started again");
             flight
                 .calls
                 .push(AssertUnwindSafe(K::launch(work)).catch_unwind());
@@ -273,6 +283,11 @@ async fn launch<K: StepKind>(
             refused = true;
         }
     }
+    debug_assert_eq!(
+        flight.running.len(),
+        flight.calls.len(),
+        "every call in flight is a step in flight"
+    );
     Ok(refused)
 }
 
@@ -316,7 +331,14 @@ async fn collect<K: StepKind>(
             record_ends(host, kind, ends).await?;
             Err(panic)
         }
-        None => Ok(()),
+        None => {
+            debug_assert_eq!(
+                flight.running.len(),
+                flight.calls.len(),
+                "every step that ended left the flight"
+            );
+            Ok(())
+        }
     }
 }
 

@@ -107,6 +107,24 @@ impl SegmentFile {
         Ok(SegmentHeader::decode(bytes).map_err(Damage::SegmentHeader))
     }
 
+    /// Whether the segment's zeroed runway begins at `offset`. Zeros kept
+    /// from an earlier read may have become a record since: only zeros read
+    /// now end the records, and they are not kept for the next look.
+    fn runway_at(&mut self, offset: u64) -> io::Result<bool> {
+        let zeros = |bytes: &[u8]| bytes.iter().all(|b| *b == 0);
+        if !zeros(self.bytes(offset, RECORD_HEADER_LEN)?) {
+            return Ok(false);
+        }
+        if !self.fresh {
+            self.forget();
+            if !zeros(self.bytes(offset, RECORD_HEADER_LEN)?) {
+                return Ok(false);
+            }
+        }
+        self.forget();
+        Ok(true)
+    }
+
     /// Parses the record at `offset`, which must be `expected_cursor` chained to `prev_checksum`.
     pub(crate) fn parse(
         &mut self,
@@ -115,24 +133,7 @@ impl SegmentFile {
         prev_checksum: u32,
         max_record_bytes: u32,
     ) -> io::Result<Parsed<'_>> {
-        if self
-            .bytes(offset, RECORD_HEADER_LEN)?
-            .iter()
-            .all(|b| *b == 0)
-        {
-            // Zeros kept from an earlier read may have become a record
-            // since: only zeros read now end the records.
-            if !self.fresh {
-                self.forget();
-                if !self
-                    .bytes(offset, RECORD_HEADER_LEN)?
-                    .iter()
-                    .all(|b| *b == 0)
-                {
-                    return self.parse(offset, expected_cursor, prev_checksum, max_record_bytes);
-                }
-            }
-            self.forget();
+        if self.runway_at(offset)? {
             return Ok(Parsed::End);
         }
         let head = self.bytes(offset, RECORD_HEADER_LEN)?;
@@ -178,6 +179,10 @@ impl SegmentFile {
                 found: header.prev_checksum,
             }));
         }
+        // Paired with the writer's checks in `format::frame`: what was read
+        // is the record asked for, whole.
+        assert_eq!(payload.len(), header.len as usize);
+        assert_eq!(header.cursor, expected_cursor);
         Ok(Parsed::Record {
             cursor: header.cursor,
             checksum: header.checksum,

@@ -505,9 +505,26 @@ impl Tail {
                 count: batch.len() as u64,
             });
         }
+        let framed: u64 = batches
+            .iter()
+            .flatten()
+            .map(|p| (crate::format::RECORD_HEADER_LEN + p.len()) as u64)
+            .sum();
+        let first = ranges.first().map_or(self.next_cursor, |r| r.first.0);
+        assert_eq!(
+            self.next_cursor - first,
+            ranges.iter().map(|r| r.count).sum::<u64>(),
+            "cursors handed out one per record"
+        );
         match when {
             SyncWhen::Now => self.flush(storage, options, &buf, buf_start)?,
             SyncWhen::Later => self.put(storage, options, &buf, buf_start)?,
+        }
+        // Without a roll-over on the way, every framed byte went into this
+        // one write, and the tail moved by exactly that much.
+        if self.written.first().map(|p| p.segment) == self.segment.as_ref().map(|s| s.first_cursor)
+        {
+            assert_eq!(self.len - ranges_start(&self.written), framed);
         }
         Ok(ranges)
     }
@@ -599,6 +616,11 @@ impl Tail {
         self.allocated = allocated;
         Ok(())
     }
+}
+
+/// Where the first record of a write began.
+fn ranges_start(written: &[ReadPosition]) -> u64 {
+    written.first().map_or(0, |p| p.offset)
 }
 
 /// How many zeros a segment keeps ahead of its last record: records written
