@@ -6,6 +6,7 @@ use planb_projections::DataRoot;
 use planb_team::{Projects, ShipError, Shipper, TeamSettings};
 
 #[tokio::test]
+#[ignore = "slow: starts PostgreSQL; scripts/test runs it"]
 async fn a_batch_refused_midway_is_shipped_again_from_the_mark_with_no_gap() {
     let pg = planb_tests::postgres::Postgres::start();
     let dir = tempfile::tempdir().expect("root");
@@ -82,6 +83,7 @@ async fn a_batch_refused_midway_is_shipped_again_from_the_mark_with_no_gap() {
 /// every few milliseconds): with its connection cut it still ends well,
 /// and once the log grows the next passes reconnect and ship the rest.
 #[tokio::test]
+#[ignore = "slow: starts PostgreSQL; scripts/test runs it"]
 async fn an_idle_pass_asks_nothing_of_the_database() {
     let pg = planb_tests::postgres::Postgres::start();
     let dir = tempfile::tempdir().expect("root");
@@ -151,6 +153,7 @@ fn local_records(root: &DataRoot) -> Vec<(i64, Vec<u8>)> {
 /// hold) ships: the archived bytes exactly, the JSON rendering with the
 /// NUL shown as U+2400, and every event after it too.
 #[tokio::test]
+#[ignore = "slow: starts PostgreSQL; scripts/test runs it"]
 async fn a_nul_in_a_plan_ships_and_reads_back_exactly() {
     use planb_core::{EventBody, SessionId};
     let pg = planb_tests::postgres::Postgres::start();
@@ -206,6 +209,7 @@ async fn a_nul_in_a_plan_ships_and_reads_back_exactly() {
 /// named, with its cursor and the database's reason, and every event after
 /// it ships: one refusal holds nothing back, and no later push halts on it.
 #[tokio::test]
+#[ignore = "slow: starts PostgreSQL; scripts/test runs it"]
 async fn an_event_the_database_refuses_is_named_and_the_rest_ship() {
     let pg = planb_tests::postgres::Postgres::start();
     let dir = tempfile::tempdir().expect("root");
@@ -268,6 +272,7 @@ async fn an_event_the_database_refuses_is_named_and_the_rest_ship() {
 /// the same as the first (it said 0), and a character class in a pattern
 /// matches as a shell's does.
 #[tokio::test]
+#[ignore = "slow: starts PostgreSQL; scripts/test runs it"]
 async fn a_push_counts_every_event_kept_on_this_machine() {
     let pg = planb_tests::postgres::Postgres::start();
     let dir = tempfile::tempdir().expect("root");

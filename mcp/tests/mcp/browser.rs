@@ -93,6 +93,7 @@ async fn wait_for_thanks(browser: &Browser) {
 }
 
 #[tokio::test]
+#[ignore = "slow: drives Chromium; scripts/test runs it"]
 async fn keyboard_alone_fills_every_kind_across_tabs_and_submits() {
     let spec = json!({
         "title": "Keyboard only",
@@ -225,6 +226,7 @@ async fn keyboard_alone_fills_every_kind_across_tabs_and_submits() {
 }
 
 #[tokio::test]
+#[ignore = "slow: drives Chromium; scripts/test runs it"]
 async fn submit_waits_for_every_required_answer_and_dots_follow() {
     let spec = json!({
         "title": "Required",
@@ -307,6 +309,7 @@ async fn submit_waits_for_every_required_answer_and_dots_follow() {
 }
 
 #[tokio::test]
+#[ignore = "slow: starts PostgreSQL; scripts/test runs it"]
 async fn a_server_rejection_shows_under_its_question_and_marks_its_tab() {
     let spec = json!({
         "title": "Rejected",
@@ -383,6 +386,7 @@ async fn a_server_rejection_shows_under_its_question_and_marks_its_tab() {
 }
 
 #[tokio::test]
+#[ignore = "slow: starts PostgreSQL; scripts/test runs it"]
 async fn markdown_renders_and_the_side_panel_follows_the_focused_option() {
     let intro = "\
 | Option | Cost |
@@ -510,6 +514,7 @@ graph TD
 }
 
 #[tokio::test]
+#[ignore = "slow: drives Chromium; scripts/test runs it"]
 async fn agent_markdown_cannot_run_script() {
     let payload = "\
 <script>window.__xss=1</script>
@@ -608,6 +613,7 @@ async fn click_visible_link(browser: &Browser, index: usize) {
 }
 
 #[tokio::test]
+#[ignore = "slow: drives Chromium; scripts/test runs it"]
 async fn an_answer_after_the_timeout_is_recorded_and_the_page_says_so() {
     let spec = json!({
         "title": "Late",

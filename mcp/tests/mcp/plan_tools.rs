@@ -623,6 +623,7 @@ async fn a_run_that_would_be_refused_asks_nobody_to_review_it() {
 }
 
 #[tokio::test]
+#[ignore = "slow: drives Chromium; scripts/test runs it"]
 async fn in_chromium_the_review_shows_the_dag_and_the_first_call_and_runs_once_approved() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut server = planb(dir.path(), &[]).await;

@@ -67,6 +67,7 @@ const PROBLEMS: &str = r#"(() => {
 })()"#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "slow: drives Chromium; scripts/test runs it"]
 async fn every_replay_page_holds_its_layout_at_1280_and_390_light_and_dark() {
     let dir = tempfile::tempdir().expect("tempdir");
     let model = planb_tests::model::ModelServer::start(planb_tests::model::Script::INSTANT).await;

@@ -186,6 +186,7 @@ fn recorded_reviews(root: &Path) -> (Vec<&'static str>, Vec<EventBody>) {
 }
 
 #[tokio::test]
+#[ignore = "slow: drives Chromium; scripts/test runs it"]
 async fn comments_and_feedback_request_changes_then_a_confirmed_approval_approves() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut server = start(dir.path(), UrlAnswer::NotSupported, &[]).await;
@@ -516,6 +517,7 @@ fn check_recorded_reviews(root: &Path) {
 /// what the person last reviewed; the round is answered once and no round
 /// is left awaiting review.
 #[tokio::test]
+#[ignore = "slow: drives Chromium; scripts/test runs it"]
 async fn a_review_open_when_its_server_exits_is_taken_up_by_the_next_server() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut first = start(dir.path(), UrlAnswer::NotSupported, &[]).await;

@@ -896,6 +896,7 @@ async fn a_command_backend_answers_a_ping_and_bad_input_gets_the_seed_codes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "slow: drives Chromium; scripts/test runs it"]
 async fn the_report_opens_from_disk_in_chromium_with_every_section() {
     let dir = tempfile::tempdir().expect("tempdir");
     let model = ModelServer::start(Script::INSTANT).await;

@@ -140,6 +140,7 @@ async fn assert_all_shipped(client: &tokio_postgres::Client, root: &Path) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "slow: starts PostgreSQL; scripts/test runs it"]
 async fn two_data_roots_ship_at_once_and_the_database_holds_each_event_once_byte_equal() {
     let pg = Postgres::start();
     let url = pg.url();
@@ -225,6 +226,7 @@ impl Rng {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "slow: starts PostgreSQL; scripts/test runs it"]
 async fn a_shipper_killed_at_random_points_leaves_no_gap_and_no_duplicate() {
     let pg = Postgres::start();
     let url = pg.url();
@@ -274,6 +276,7 @@ async fn a_shipper_killed_at_random_points_leaves_no_gap_and_no_duplicate() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "slow: starts PostgreSQL; scripts/test runs it"]
 async fn tool_calls_are_answered_while_the_database_is_down_and_all_shipped_after() {
     let pg = Postgres::start();
     let url = pg.url();
@@ -334,6 +337,7 @@ async fn tool_calls_are_answered_while_the_database_is_down_and_all_shipped_afte
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "slow: starts PostgreSQL; scripts/test runs it"]
 async fn an_older_copy_of_a_data_root_is_refused_as_divergence_and_nothing_is_overwritten() {
     let pg = Postgres::start();
     let url = pg.url();
@@ -385,6 +389,7 @@ async fn an_older_copy_of_a_data_root_is_refused_as_divergence_and_nothing_is_ov
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "slow: starts PostgreSQL; scripts/test runs it"]
 async fn only_the_projects_named_leave_the_machine() {
     let pg = Postgres::start();
     let url = pg.url();
@@ -460,6 +465,7 @@ fn copy_dir(from: &Path, to: &Path) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "slow: starts PostgreSQL; scripts/test runs it"]
 async fn sslmode_require_ships_over_tls_once_the_server_s_authority_is_trusted() {
     let authority = crate::support::Authority::new();
     let pg = Postgres::start_with_tls(&authority.certificate.pem(), &authority.key.serialize_pem());
@@ -491,6 +497,7 @@ async fn sslmode_require_ships_over_tls_once_the_server_s_authority_is_trusted()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "slow: starts PostgreSQL; scripts/test runs it"]
 async fn a_damaged_log_is_shipped_up_to_the_damage_and_the_damage_is_named() {
     let pg = Postgres::start();
     let url = pg.url();
@@ -540,6 +547,7 @@ async fn a_damaged_log_is_shipped_up_to_the_damage_and_the_damage_is_named() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "slow: starts PostgreSQL; scripts/test runs it"]
 async fn the_blobs_shipped_events_name_are_shipped_once_by_their_hash() {
     let pg = Postgres::start();
     let url = pg.url();
@@ -599,6 +607,7 @@ async fn the_blobs_shipped_events_name_are_shipped_once_by_their_hash() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "slow: starts PostgreSQL; scripts/test runs it"]
 async fn when_the_window_that_ships_is_killed_another_on_the_root_takes_over() {
     let pg = Postgres::start();
     let url = pg.url();

@@ -228,6 +228,7 @@ async fn assert_shows(browser: &Browser, cursors: &[Cursor], expected: Expected<
 }
 
 #[tokio::test]
+#[ignore = "slow: starts PostgreSQL; scripts/test runs it"]
 async fn keyboard_scrubbing_shows_plan_and_answers_as_of_each_cursor() {
     let fixture = Fixture::new();
     let cursors = fixture.cursors.clone();
@@ -366,6 +367,7 @@ const MARK: &str = "window.planbNotReloaded = true";
 const NOT_RELOADED: &str = "window.planbNotReloaded === true";
 
 #[tokio::test]
+#[ignore = "slow: starts PostgreSQL; scripts/test runs it"]
 async fn events_appended_by_another_writer_appear_live_without_a_reload() {
     let mut fixture = Fixture::new();
     let server = RetroServer::start(fixture.dir.path()).await;

@@ -250,6 +250,7 @@ async fn ids_are_as_long_as_telling_them_apart_needs_and_positions_are_the_page_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "slow: drives Chromium; scripts/test runs it"]
 async fn the_index_and_a_named_plan_fit_a_phone_and_a_laptop_with_room_at_the_edges() {
     let (dir, _root, _, _) = fixture();
     let server = crate::support::RetroServer::start(dir.path()).await;

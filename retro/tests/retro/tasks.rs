@@ -711,6 +711,7 @@ async fn a_step_called_in_many_runs_shows_its_latest_calls_and_links_to_earlier_
 }
 
 #[tokio::test]
+#[ignore = "slow: drives Chromium; scripts/test runs it"]
 async fn the_task_scrubber_moved_with_the_keyboard_shows_each_step_as_of_each_event() {
     let f = fixture();
     let task = f.task.to_string();
@@ -825,6 +826,7 @@ async fn the_task_scrubber_moved_with_the_keyboard_shows_each_step_as_of_each_ev
 }
 
 #[tokio::test]
+#[ignore = "slow: drives Chromium; scripts/test runs it"]
 async fn the_built_in_pipeline_is_drawn_with_an_arrow_per_need_and_fits_the_page() {
     let f = fixture();
     let pipeline = pipelines::project_plan();

@@ -200,6 +200,7 @@ fn without_cursors(html: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "slow: starts PostgreSQL; scripts/test runs it"]
 async fn the_team_replay_shows_each_member_s_pages_as_their_own_replay_does() {
     let pg = planb_tests::postgres::Postgres::start();
     let (ana, ana_sessions) = member_root("shop", 1_700_000_000_000);
@@ -306,6 +307,7 @@ async fn the_team_replay_shows_each_member_s_pages_as_their_own_replay_does() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "slow: starts PostgreSQL; scripts/test runs it"]
 async fn in_a_browser_the_team_replay_filters_by_member_scrubs_and_shows_new_events_live() {
     let pg = planb_tests::postgres::Postgres::start();
     let (ana, ana_sessions) = member_root("shop", 1_700_000_000_000);
@@ -459,6 +461,7 @@ async fn beyond_loopback_every_request_presents_the_token_once_given_in_the_link
 /// of what this machine would ship: a projects list it could not use (a
 /// relative path) does not stop it.
 #[test]
+#[ignore = "slow: starts PostgreSQL; scripts/test runs it"]
 fn the_team_replay_starts_whatever_this_machine_would_ship() {
     use std::io::{Read, Write};
     let pg = planb_tests::postgres::Postgres::start();
@@ -528,6 +531,7 @@ fn listening_beyond_loopback_without_a_token_is_refused_naming_the_variable() {
 /// next one names it), one larger than a log record may be, one this build
 /// cannot read; a member's name over the limit is cut and said.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "slow: starts PostgreSQL; scripts/test runs it"]
 async fn rows_that_cannot_be_trusted_are_named_and_the_rest_replayed() {
     let pg = planb_tests::postgres::Postgres::start();
     let (ana, ana_sessions) = member_root("shop", 1_700_000_000_000);
@@ -626,6 +630,7 @@ async fn rows_that_cannot_be_trusted_are_named_and_the_rest_replayed() {
 /// moment) costs the replay nothing it read: every event is taken, and the
 /// blob is copied by a later poll.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "slow: starts PostgreSQL; scripts/test runs it"]
 async fn a_blob_not_copied_now_keeps_its_event_and_is_copied_later() {
     let pg = planb_tests::postgres::Postgres::start();
     let (ana, _) = member_root("shop", 1_700_000_000_000);
@@ -682,6 +687,7 @@ async fn a_blob_not_copied_now_keeps_its_event_and_is_copied_later() {
 /// times they carry: an imported plan version, stamped before the session
 /// it belongs to was recorded, still comes after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "slow: starts PostgreSQL; scripts/test runs it"]
 async fn a_member_s_events_keep_their_order_whatever_times_they_carry() {
     use planb_core::{Event, EventBody, EventId, encode};
     let pg = planb_tests::postgres::Postgres::start();
@@ -828,6 +834,7 @@ fn listening_on_another_loopback_address_serves_there() {
 /// record before each one (version 1) are replayed as they are, with no
 /// word against them, beside the rows shipped after the migration.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "slow: starts PostgreSQL; scripts/test runs it"]
 async fn rows_of_a_database_migrated_from_version_1_are_replayed() {
     let pg = planb_tests::postgres::Postgres::start();
     let (ana, _) = member_root("shop", 1_700_000_000_000);
@@ -862,6 +869,7 @@ async fn rows_of_a_database_migrated_from_version_1_are_replayed() {
 /// replay with the database's reason, once, and the events after it are
 /// replayed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "slow: starts PostgreSQL; scripts/test runs it"]
 async fn an_event_refused_when_shipped_is_named_once_and_the_rest_replayed() {
     let pg = planb_tests::postgres::Postgres::start();
     let (ana, _) = member_root("shop", 1_700_000_000_000);
@@ -903,6 +911,7 @@ async fn an_event_refused_when_shipped_is_named_once_and_the_rest_replayed() {
 /// A database naming more origins than are read has the rest left out,
 /// and says so once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "slow: starts PostgreSQL; scripts/test runs it"]
 async fn origins_past_the_limit_are_left_out_and_said_once() {
     let pg = planb_tests::postgres::Postgres::start();
     let (ana, _) = member_root("shop", 1_700_000_000_000);
