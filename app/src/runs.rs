@@ -23,8 +23,32 @@ use crate::error::Error;
 use crate::plans::{DownstreamCache, ServersSource, rendered};
 
 /// What a run came to: its outcome and its DAG drawn with each step's
-/// mark, or why it could not run (the whole message).
-pub type Finished = Result<Arc<RunEnd>, String>;
+/// mark, or why it could not run.
+pub type Finished = Result<Arc<RunEnd>, RunFailure>;
+
+/// Why a run came to no outcome. Each front door says what the caller can
+/// do about it in its own words (which tool, which command).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RunFailure {
+    /// The run's task ended before the run returned (this process is
+    /// stopping); the plan can be resumed.
+    #[error("plan {plan}'s run ended without a result ({why})")]
+    Interrupted {
+        /// The plan.
+        plan: TaskId,
+        /// What ended it.
+        why: String,
+    },
+    /// Another planb process runs the plan.
+    #[error("plan {plan} is running in another planb process")]
+    RunningElsewhere {
+        /// The plan.
+        plan: TaskId,
+    },
+    /// The run could not start or failed on the way, as said.
+    #[error("{0}")]
+    Failed(String),
+}
 
 /// A run's outcome and its DAG as it ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -181,12 +205,13 @@ fn joined(
     follow: bool,
 ) -> Result<(Attached, Option<Follower>), Error> {
     if !attached.asked.taken_by(request) {
-        return Err(Error::new(
+        return Err(Error::with(
             crate::error::ErrorCode::RunAlreadyActive,
             format!(
-                "RUN_ALREADY_ACTIVE: plan {} is running in this server with other variables or resume; wait for that run (plan_execute with its plan_id alone) or stop it (plan_stop), then call again",
+                "plan {} is running in this process with other variables or resume",
                 request.task
             ),
+            serde_json::json!({ "plan_id": request.task.to_string() }),
         ));
     }
     Ok((attached.clone(), follow.then(|| attached.follow())))
@@ -346,9 +371,10 @@ impl PlanRuns {
         let asked = Arc::clone(&attached.asked);
         tokio::spawn(async move {
             let finished = match run.await {
-                Err(stopped) => Err(format!(
-                    "the plan's run ended without a result ({stopped}); resume it with plan_execute and resume: true"
-                )),
+                Err(stopped) => Err(RunFailure::Interrupted {
+                    plan: id,
+                    why: stopped.to_string(),
+                }),
                 Ok(ended) => finished(&store, &plan, id, ended),
             };
             runs.ended(id, &handed_back, (finished, asked), &done_tx);
@@ -462,10 +488,10 @@ fn finished(
                 .flatten();
             Ok(Arc::new(RunEnd { outcome, dag }))
         }
-        Err(PlanRunError::Worker(WorkerError::Busy(_))) => Err(format!(
-            "Plan {id} is running in another planb process: see it with plan_show, or stop it with `planb-mcp plan stop {id}`"
-        )),
-        Err(error) => Err(error.to_string()),
+        Err(PlanRunError::Worker(WorkerError::Busy(_))) => {
+            Err(RunFailure::RunningElsewhere { plan: id })
+        }
+        Err(error) => Err(RunFailure::Failed(error.to_string())),
     }
 }
 

@@ -32,7 +32,7 @@ use crate::ask::Asked;
 use crate::schema::schema;
 use crate::server::{Answer, PlanbServer};
 use planb_app::plans::{self as exec_plans, PlanSummary, approval};
-use planb_app::runs::{Attached, Finished, Follower, Found, Waited};
+use planb_app::runs::{Attached, Finished, Follower, Found, RunFailure, Waited};
 use planb_app::sessions::NewSession;
 
 /// Most tools `tool_caps` names.
@@ -45,8 +45,15 @@ fn failure(message: impl Into<String>) -> CallToolResult {
     crate::reply::structured_error(json!({ "error": message.into() }))
 }
 
-/// An application error as the plan tools answer it: its text alone.
+/// An application error as the plan tools answer it: its text, and for a
+/// run already under way what to do about it.
 fn app_failure(e: planb_app::Error) -> CallToolResult {
+    if e.code == planb_app::ErrorCode::RunAlreadyActive {
+        return failure(format!(
+            "RUN_ALREADY_ACTIVE: {}; wait for that run (plan_execute with its plan_id alone) or stop it (plan_stop), then call again",
+            e.message
+        ));
+    }
     failure(e.message)
 }
 
@@ -289,7 +296,20 @@ fn finished(finished: Finished) -> CallToolResult {
             }
             crate::reply::structured(value)
         }
-        Err(message) => failure(message),
+        Err(failure_) => failure(run_failure(&failure_)),
+    }
+}
+
+/// Why a run came to no result, with what the caller can do.
+fn run_failure(failure: &RunFailure) -> String {
+    match failure {
+        RunFailure::Interrupted { .. } => {
+            format!("{failure}; resume it with plan_execute and resume: true")
+        }
+        RunFailure::RunningElsewhere { plan } => format!(
+            "{failure}: see it with plan_show, or stop it with `planb-mcp plan stop {plan}`"
+        ),
+        RunFailure::Failed(message) => message.clone(),
     }
 }
 

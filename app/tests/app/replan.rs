@@ -208,7 +208,10 @@ async fn re_planning_without_a_model_is_refused_before_anything_runs() {
     let id = create(&setup, &failing_plan()).await.expect("created");
     let mut request = RunRequest::new(id);
     request.options.replan = 1;
-    let refused = run(&setup, request).await.expect_err("no model");
+    let refused = run(&setup, request)
+        .await
+        .expect_err("no model")
+        .to_string();
     assert!(
         refused.starts_with("replan: re-planning asks a model"),
         "{refused}"
