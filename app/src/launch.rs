@@ -367,13 +367,17 @@ impl Wait<'_> {
             );
             return Ok(task);
         }
+        let mut details = self.details;
+        if let Some(map) = details.as_object_mut() {
+            map.insert("still_starting".into(), true.into());
+        }
         Err(Error::with(
             ErrorCode::InternalError,
             format!(
-                "{} had not started a run within {seconds} s; it may still start it (task_status shows when)",
+                "{} had not started a run within {seconds} s; it may still start it",
                 self.what
             ),
-            self.details,
+            details,
         ))
     }
 

@@ -273,9 +273,7 @@ impl Tasks {
             .map_err(|e| match e {
                 planb_engine::worker::WorkerError::Busy(_) => Error::with(
                     ErrorCode::RunAlreadyActive,
-                    format!(
-                        "task {id} is starting a run; stop it (task_stop) before deleting the task"
-                    ),
+                    format!("task {id} is starting a run; stop it before deleting the task"),
                     details.clone(),
                 ),
                 other => Error::internal(other),
@@ -318,9 +316,10 @@ impl Tasks {
             .await?;
         match latest {
             Some(id) => self.find(id).await,
-            None => Err(Error::new(
+            None => Err(Error::with(
                 ErrorCode::TaskNotFound,
-                "there are no tasks yet; create one with task_create",
+                "there are no tasks yet",
+                json!({"tasks": 0}),
             )),
         }
     }
@@ -408,7 +407,7 @@ pub fn run_of(task: &Task, run: Option<RunId>) -> Result<Option<&Run>, Error> {
             Error::with(
                 ErrorCode::RunNotFound,
                 format!(
-                    "run_id: {id} is not a run of task {} (it has {} run(s); task_status gives the latest run_id)",
+                    "run_id: {id} is not a run of task {} (it has {} run(s))",
                     task.id,
                     task.runs.len()
                 ),

@@ -409,9 +409,19 @@ fn create_request(arguments: &JsonObject) -> Result<CreateRequest, Refusal> {
     })
 }
 
-/// An application error as the tools answer it.
+/// An application error as the tools answer it, with the tool that helps
+/// next where there is one.
 fn app_error(e: planb_app::Error) -> Refusal {
-    Refusal::from(error(e.code.as_str(), e.message, e.details))
+    let next = match e.code {
+        ErrorCode::TaskNotFound if e.details["tasks"] == 0 => "; create one with task_create",
+        ErrorCode::RunNotFound => "; task_status gives the latest run_id",
+        ErrorCode::InternalError if e.details["still_starting"] == true => {
+            " (task_status shows when)"
+        }
+        _ => "",
+    };
+    let message = format!("{}{next}", e.message);
+    Refusal::from(error(e.code.as_str(), message, e.details))
 }
 
 #[tool_router(router = task_tool_router, vis = "pub(crate)")]

@@ -132,7 +132,7 @@ impl Tasks {
             return Err(Error::with(
                 ErrorCode::InvalidArtifactUri,
                 format!(
-                    "path: {path:?} names no artifact of this task (use a name task_status lists, like \"01-intake\", or a step id; no folders)"
+                    "path: {path:?} names no artifact of this task (name a step's file, like \"01-intake\", or give a step id; no folders)"
                 ),
                 json!({"path": path}),
             ));
