@@ -226,12 +226,10 @@ pub fn frame(out: &mut Vec<u8>, payload: &[u8], cursor: u64, prev_checksum: u32)
     let header = RecordHeader::new(payload, cursor, prev_checksum);
     out.extend_from_slice(&header.encode());
     out.extend_from_slice(payload);
-    // Paired with the reader's checks: the bytes framed say what was meant.
-    let framed = &out[start..];
-    assert_eq!(framed.len(), RECORD_HEADER_LEN + payload.len());
-    assert_eq!(framed[..4], RECORD_MAGIC);
-    assert_eq!(le_u32(&framed[8..12]) as usize, payload.len());
-    assert_eq!(le_u64(&framed[12..20]), cursor);
+    // Paired with the reader: what it will decode from these bytes is the
+    // header meant, and the payload follows it whole.
+    assert_eq!(RecordHeader::decode(&out[start..]), Ok(header));
+    assert_eq!(out.len() - start, RECORD_HEADER_LEN + payload.len());
     header.checksum
 }
 

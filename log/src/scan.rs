@@ -179,10 +179,6 @@ impl SegmentFile {
                 found: header.prev_checksum,
             }));
         }
-        // Paired with the writer's checks in `format::frame`: what was read
-        // is the record asked for, whole.
-        assert_eq!(payload.len(), header.len as usize);
-        assert_eq!(header.cursor, expected_cursor);
         Ok(Parsed::Record {
             cursor: header.cursor,
             checksum: header.checksum,
@@ -227,13 +223,23 @@ impl SegmentFile {
 }
 
 impl SegmentFile {
+    /// The damage bytes other than the runway's zeros after the records'
+    /// end at `offset` make: a torn record whose header never reached the
+    /// disk, or worse (the caller classifies it). `None` when only zeros
+    /// follow.
+    pub(crate) fn damage_after_end(&self, offset: u64) -> io::Result<Option<Damage>> {
+        let damaged = self.stray_end(offset)? > offset;
+        Ok(damaged.then_some(Damage::RecordHeader(HeaderProblem::BadMagic)))
+    }
+
     /// Where the bytes at and after `offset` stop holding anything but
     /// zeros: `offset` itself when only the runway (or nothing) follows.
     pub(crate) fn stray_end(&self, offset: u64) -> io::Result<u64> {
         let len = self.file.len()?;
         let mut end = offset;
         let mut at = offset;
-        let mut chunk = vec![0u8; READ_CHUNK_BYTES];
+        let rest = usize::try_from(len.saturating_sub(offset)).unwrap_or(usize::MAX);
+        let mut chunk = vec![0u8; rest.min(READ_CHUNK_BYTES)];
         while at < len {
             let want = ((len - at) as usize).min(chunk.len());
             let got = read_full_at(self.file.as_ref(), at, &mut chunk[..want])?;

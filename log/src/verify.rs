@@ -44,13 +44,12 @@ pub fn verify(storage: Arc<dyn Storage>, options: LogOptions) -> Result<VerifyRe
             .map(|(first, _)| *first);
         if let Some(first) = current {
             let mut segment = open_segment(storage.as_ref(), first, false)?;
-            let stray = segment
-                .stray_end(offset)
+            let damage = segment
+                .damage_after_end(offset)
                 .map_err(|e| LogError::io("read", name.clone(), e))?;
-            if stray > offset {
+            if let Some(damage) = damage {
                 // Bytes after the records that are not the zeroed runway: a
                 // torn tail, unless a valid record follows them.
-                let damage = crate::Damage::RecordHeader(crate::format::HeaderProblem::BadMagic);
                 let Verdict::TornTail { bytes } = classify(
                     storage.as_ref(),
                     &mut segment,
