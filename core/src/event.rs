@@ -300,22 +300,18 @@ impl EventBody {
 
     /// The named plan the event is about, with its directory.
     pub fn plan_key(&self) -> Option<crate::id::PlanKey> {
+        let (plan, dir) = self.plan().zip(self.plans_dir())?;
+        Some(crate::id::PlanKey::new(dir.to_owned(), plan.clone()))
+    }
+
+    /// The folder of the named plan's file, for named-plan events.
+    pub fn plans_dir(&self) -> Option<&str> {
         match self {
-            EventBody::NamedPlanWritten {
-                plan, plans_dir, ..
-            }
-            | EventBody::NamedPlanEdited {
-                plan, plans_dir, ..
-            }
-            | EventBody::NamedPlanChangedOutside {
-                plan, plans_dir, ..
-            }
-            | EventBody::NamedPlanSubmitted {
-                plan, plans_dir, ..
-            }
-            | EventBody::NamedPlanReviewed {
-                plan, plans_dir, ..
-            } => Some(crate::id::PlanKey::new(plans_dir.clone(), plan.clone())),
+            EventBody::NamedPlanWritten { plans_dir, .. }
+            | EventBody::NamedPlanEdited { plans_dir, .. }
+            | EventBody::NamedPlanChangedOutside { plans_dir, .. }
+            | EventBody::NamedPlanSubmitted { plans_dir, .. }
+            | EventBody::NamedPlanReviewed { plans_dir, .. } => Some(plans_dir),
             _ => None,
         }
     }

@@ -301,7 +301,7 @@ impl Placer {
             | EventBody::PlanDeleted { .. }
             | EventBody::BlobStored { .. }
             | EventBody::TaskArchived { .. }
-            | EventBody::TaskDeleted { .. } => match plans_dir(body) {
+            | EventBody::TaskDeleted { .. } => match body.plans_dir() {
                 Some(dir) => self.projects.includes(dir).then(|| dir.to_string()),
                 None => self
                     .session_of(body)
@@ -314,40 +314,6 @@ impl Placer {
     fn session_of(&self, body: &EventBody) -> Option<SessionId> {
         body.session()
             .or_else(|| body.ask().and_then(|ask| self.asks.get(&ask).copied()))
-    }
-}
-
-/// The folder of a named plan's file, for named-plan events.
-fn plans_dir(body: &EventBody) -> Option<&str> {
-    match body {
-        EventBody::NamedPlanWritten { plans_dir, .. }
-        | EventBody::NamedPlanEdited { plans_dir, .. }
-        | EventBody::NamedPlanChangedOutside { plans_dir, .. }
-        | EventBody::NamedPlanSubmitted { plans_dir, .. }
-        | EventBody::NamedPlanReviewed { plans_dir, .. } => Some(plans_dir),
-        EventBody::SessionCreated { .. }
-        | EventBody::AskOpened { .. }
-        | EventBody::AskDraftSaved { .. }
-        | EventBody::AskAnswered { .. }
-        | EventBody::AskTimedOut { .. }
-        | EventBody::AskDeclined { .. }
-        | EventBody::AskFailed { .. }
-        | EventBody::AskLateAnswer { .. }
-        | EventBody::PlanVersionSaved { .. }
-        | EventBody::TaskCreated { .. }
-        | EventBody::RunStarted { .. }
-        | EventBody::StepStarted { .. }
-        | EventBody::StepSucceeded { .. }
-        | EventBody::StepFailed { .. }
-        | EventBody::ArtifactEdited { .. }
-        | EventBody::StopRequested { .. }
-        | EventBody::RunEnded { .. }
-        | EventBody::RunLog { .. }
-        | EventBody::PlanCreated { .. }
-        | EventBody::PlanDeleted { .. }
-        | EventBody::BlobStored { .. }
-        | EventBody::TaskArchived { .. }
-        | EventBody::TaskDeleted { .. } => None,
     }
 }
 
@@ -382,7 +348,7 @@ fn project_of(body: &EventBody) -> Option<String> {
         | EventBody::PlanDeleted { .. }
         | EventBody::BlobStored { .. }
         | EventBody::TaskArchived { .. }
-        | EventBody::TaskDeleted { .. } => plans_dir(body).map(str::to_string),
+        | EventBody::TaskDeleted { .. } => body.plans_dir().map(str::to_string),
     }
 }
 
