@@ -10,7 +10,7 @@ use std::sync::Arc;
 use crate::oneshot::{PORT, check};
 use axum::http::StatusCode;
 use fantoccini::key::Key;
-use planb_core::dag::StepId;
+use planb_core::dag::{Pipeline, StepId};
 use planb_core::pipelines;
 use planb_core::state::ContentHash;
 use planb_core::{Command, RunId, RunOutcome, TaskId, Timestamp};
@@ -27,6 +27,24 @@ struct Fixture {
     task: TaskId,
     /// The cursor right after intake succeeded.
     intake_done: u64,
+}
+
+/// The input hash the worker would start `step` of `task` on, from what is
+/// recorded now.
+fn worker_input(store: &Store, pipeline: &Pipeline, task: TaskId, step: &StepId) -> [u8; 32] {
+    let found = store
+        .read(|s| s.task(&task).cloned())
+        .expect("read")
+        .expect("task");
+    let artifacts: BTreeMap<StepId, ContentHash> = found
+        .successes
+        .iter()
+        .map(|(s, v)| (StepId::parse(s).expect("id"), ContentHash(v.artifact)))
+        .collect();
+    pipeline
+        .input_hash(&planb_core::progress::context(&found), step, &artifacts)
+        .expect("a step")
+        .0
 }
 
 fn fixture() -> Fixture {
@@ -60,25 +78,8 @@ fn fixture() -> Fixture {
         })
         .expect("start run");
     // Each step starts on the input hash the worker would compute.
-    let input = |step: &str| {
-        let found = store
-            .read(|s| s.task(&task).cloned())
-            .expect("read")
-            .expect("task");
-        let artifacts: BTreeMap<StepId, ContentHash> = found
-            .successes
-            .iter()
-            .map(|(s, v)| (StepId::parse(s).expect("id"), ContentHash(v.artifact)))
-            .collect();
-        pipeline
-            .input_hash(
-                &planb_core::progress::context(&found),
-                &StepId::parse(step).expect("id"),
-                &artifacts,
-            )
-            .expect("a step")
-            .0
-    };
+    let input =
+        |step: &str| worker_input(&store, &pipeline, task, &StepId::parse(step).expect("id"));
     let blobs = root.blobs();
     let intake_input = input("intake");
     store
@@ -1059,19 +1060,7 @@ async fn an_edit_puts_out_of_date_every_step_the_worker_will_run_again() {
         if done.len() == 8 || !def.needs.iter().all(|n| done.contains(n)) {
             continue;
         }
-        let found = store
-            .read(|s| s.task(&task).cloned())
-            .expect("read")
-            .expect("task");
-        let artifacts: BTreeMap<StepId, ContentHash> = found
-            .successes
-            .iter()
-            .map(|(s, v)| (StepId::parse(s).expect("id"), ContentHash(v.artifact)))
-            .collect();
-        let input = pipeline
-            .input_hash(&planb_core::progress::context(&found), &step, &artifacts)
-            .expect("input")
-            .0;
+        let input = worker_input(&store, &pipeline, task, &step);
         let name = step.as_str().to_owned();
         store
             .execute(Command::StartStep {
