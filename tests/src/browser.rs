@@ -109,6 +109,14 @@ impl Browser {
         &self.client
     }
 
+    /// Sets the window to `width` × `height` CSS pixels (a laptop, a phone).
+    pub async fn resize(&self, width: u32, height: u32) {
+        self.client
+            .set_window_size(width, height)
+            .await
+            .unwrap_or_else(|e| panic!("window size {width}x{height}: {e}"));
+    }
+
     /// Loads `url` and waits for the load event, by which time the page's
     /// deferred scripts have run.
     pub async fn open(&self, url: &str) {

@@ -71,12 +71,7 @@ const PROBLEMS: &str = r#"(() => {
 async fn every_replay_page_holds_its_layout_at_1280_and_390_light_and_dark() {
     let dir = tempfile::tempdir().expect("tempdir");
     let model = planb_tests::model::ModelServer::start(planb_tests::model::Script::INSTANT).await;
-    let demo = tokio::process::Command::new(env!("CARGO_BIN_EXE_planb-mcp"))
-        .args(["demo", "--auto", "--data-dir"])
-        .arg(dir.path())
-        .env("PLANB_MODEL", model.spec())
-        .env_remove("DISPLAY")
-        .env_remove("WAYLAND_DISPLAY")
+    let demo = tokio::process::Command::from(crate::support::demo_auto(dir.path(), &model.spec()))
         .output()
         .await
         .expect("demo");
@@ -97,11 +92,7 @@ async fn every_replay_page_holds_its_layout_at_1280_and_390_light_and_dark() {
         .replace("COLUMN_MIN", &COLUMN_PX_MIN.to_string());
     let mut found = Vec::new();
     for (width, height) in [(1280, 900), (390, 844)] {
-        browser
-            .client()
-            .set_window_size(width, height)
-            .await
-            .expect("window size");
+        browser.resize(width, height).await;
         for theme in ["light", "dark"] {
             for page in pages(dir.path()) {
                 browser.open(&format!("http://{address}{page}")).await;

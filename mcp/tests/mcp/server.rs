@@ -1000,12 +1000,7 @@ fn the_demo_runs_every_stage_by_itself_with_auto() {
     let model = runtime.block_on(planb_tests::model::ModelServer::start(
         planb_tests::model::Script::INSTANT,
     ));
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_planb-mcp"))
-        .args(["demo", "--auto", "--data-dir"])
-        .arg(dir.path())
-        .env("PLANB_MODEL", model.spec())
-        .env_remove("DISPLAY")
-        .env_remove("WAYLAND_DISPLAY")
+    let output = crate::support::demo_auto(dir.path(), &model.spec())
         .output()
         .expect("run demo");
     let transcript = String::from_utf8_lossy(&output.stdout);

@@ -256,11 +256,7 @@ async fn the_index_and_a_named_plan_fit_a_phone_and_a_laptop_with_room_at_the_ed
     let server = crate::support::RetroServer::start(dir.path()).await;
     let browser = crate::support::Browser::start().await;
     for (width, height) in [(1280, 900), (390, 844)] {
-        browser
-            .client()
-            .set_window_size(width, height)
-            .await
-            .expect("window size");
+        browser.resize(width, height).await;
         for path in ["/", NAMED] {
             browser.open(&server.url(path)).await;
             let overflow = browser

@@ -90,11 +90,7 @@ async fn main() -> ExitCode {
         .expect("start the demo");
     let mut lines = std::io::BufReader::new(demo.stdout.take().expect("stdout"));
     let browser = Browser::start().await;
-    browser
-        .client()
-        .set_window_size(1200, 900)
-        .await
-        .expect("window size");
+    browser.resize(1200, 900).await;
 
     let form = next_line(&mut lines, "/ask?sid=");
     shoot(&browser, &form, &out.join("form.png")).await;

@@ -23,6 +23,19 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{Mutex, mpsc};
 
+/// `planb-mcp demo --auto` on the data root `dir`, its model steps answered
+/// by the test model server at `model_spec`, no browser opened.
+pub fn demo_auto(dir: &Path, model_spec: &str) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_planb-mcp"));
+    command
+        .args(["demo", "--auto", "--data-dir"])
+        .arg(dir)
+        .env("PLANB_MODEL", model_spec)
+        .env_remove("DISPLAY")
+        .env_remove("WAYLAND_DISPLAY");
+    command
+}
+
 /// How the test client answers URL elicitations.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum UrlAnswer {
