@@ -296,7 +296,7 @@ fn finished(finished: Finished) -> CallToolResult {
             }
             crate::reply::structured(value)
         }
-        Err(failure_) => failure(run_failure(&failure_)),
+        Err(why) => failure(run_failure(&why)),
     }
 }
 
