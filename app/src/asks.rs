@@ -79,7 +79,7 @@ pub struct Asks {
 
 impl Asks {
     /// The asks of `store`.
-    pub fn new(store: StoreHandle) -> Asks {
+    pub(crate) fn new(store: StoreHandle) -> Asks {
         Asks { store }
     }
 

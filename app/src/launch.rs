@@ -67,19 +67,19 @@ pub fn runner(profile: Option<&str>, sampler: Option<Sampler>) -> Result<Runner,
 
 /// What a run is started with.
 #[derive(Debug, Clone)]
-pub struct Launch {
+pub(crate) struct Launch {
     /// The store.
-    pub store: Arc<Store>,
+    pub(crate) store: Arc<Store>,
     /// The servers a worker's tool steps use.
-    pub servers: ServersSource,
+    pub(crate) servers: ServersSource,
     /// The downstream connections an in-process run's tool steps use.
-    pub downstream: Option<Arc<Downstream>>,
+    pub(crate) downstream: Option<Arc<Downstream>>,
 }
 
 /// Starts task `id`'s next run where `runner` says, beginning where `from`
 /// says, `runs_before` being the runs the caller saw, and returns the task
 /// once the run is recorded.
-pub async fn start(
+pub(crate) async fn start(
     launch: &Launch,
     id: TaskId,
     runs_before: usize,

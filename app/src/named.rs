@@ -130,7 +130,7 @@ pub struct NamedPlans {
 
 impl NamedPlans {
     /// The plans of `dir` (absolute), recorded in `store`.
-    pub fn new(store: StoreHandle, dir: PathBuf) -> NamedPlans {
+    pub(crate) fn new(store: StoreHandle, dir: PathBuf) -> NamedPlans {
         NamedPlans { store, dir }
     }
 

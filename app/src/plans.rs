@@ -18,6 +18,30 @@ use serde_json::Value;
 
 use crate::error::{Error, ErrorCode};
 
+pub use planb_engine::plans::generate::{ATTEMPTS, Attempt, GOAL_BYTES_MAX, Tell};
+pub use planb_engine::plans::run::ProgressFn;
+pub use planb_engine::plans::{Guards, PlanOutcome, Progress, RunOptions, StepReport};
+
+/// Why a plan could not run, with its code.
+pub(crate) fn run_error(error: planb_engine::plans::PlanRunError) -> Error {
+    use planb_engine::plans::PlanRunError;
+    let code = match &error {
+        PlanRunError::NotFound(_) => ErrorCode::TaskNotFound,
+        PlanRunError::Invalid(_) => ErrorCode::InvalidArgument,
+        PlanRunError::StartedMeanwhile { .. } => ErrorCode::RunAlreadyActive,
+        PlanRunError::Worker(planb_engine::host::WorkerError::Busy(_)) => {
+            ErrorCode::RunAlreadyActive
+        }
+        _ => ErrorCode::InternalError,
+    };
+    Error::new(code, error.to_string())
+}
+
+/// The plan `task` holds, read back (`TASK_NOT_FOUND` once deleted).
+pub fn load(task: &Task) -> Result<Arc<ExecPlan>, Error> {
+    planb_engine::plans::load(task).map_err(run_error)
+}
+
 /// The servers file: `--servers`, else `$PLANB_SERVERS`, else
 /// `<root>/servers.json`.
 pub fn servers_path(root: &Path, flag: Option<&Path>) -> PathBuf {
@@ -179,7 +203,7 @@ fn imported_as(store: &Store, prefix: &str) -> Result<(bool, Vec<Task>), Error> 
 
 /// The plan named by `text`: its whole id or a prefix only it has (or,
 /// imported from mcp-cli, mcp-cli's id or a prefix of it).
-pub fn find(store: &Store, text: &str) -> Result<Task, Error> {
+pub(crate) fn find(store: &Store, text: &str) -> Result<Task, Error> {
     // An id as `plan list` shows it ("1a2b3c4d…", "1a2b3c4d...") works too.
     let text = text
         .trim()
@@ -238,7 +262,7 @@ pub fn find(store: &Store, text: &str) -> Result<Task, Error> {
 
 /// Deletes the plan named by `text` (as [`find`] finds it); its history
 /// stays in the log. Returns the deleted plan's id.
-pub fn delete(store: &Store, text: &str) -> Result<TaskId, Error> {
+pub(crate) fn delete(store: &Store, text: &str) -> Result<TaskId, Error> {
     let task = find(store, text)?;
     store
         .execute(Command::DeletePlan { task: task.id })
@@ -258,7 +282,7 @@ pub enum Stop {
 
 /// Asks the run of the plan `task` to stop; refused (`RUN_NOT_ACTIVE`)
 /// when none runs.
-pub fn stop(store: &Store, task: TaskId) -> Result<Stop, StoreError> {
+pub(crate) fn stop(store: &Store, task: TaskId) -> Result<Stop, StoreError> {
     let events = store.execute(Command::RequestStop { task })?;
     Ok(if events.is_empty() {
         Stop::AlreadyAsked
@@ -269,7 +293,7 @@ pub fn stop(store: &Store, task: TaskId) -> Result<Stop, StoreError> {
 
 /// Checks `value` as a plan and every tool against the servers, then
 /// records it. Returns the new plan's id and the checked plan.
-pub async fn create(
+pub(crate) async fn create(
     store: &Arc<Store>,
     downstream: &Downstream,
     value: &Value,
@@ -310,7 +334,7 @@ pub struct Created {
 /// `sampler` (MCP sampling), for a plan for `goal` over the servers' tools,
 /// checks it as a written plan is checked, and records it; the goal becomes
 /// the description when the model gave none.
-pub async fn create_from_goal(
+pub(crate) async fn create_from_goal(
     store: &Arc<Store>,
     downstream: &Downstream,
     servers: &ServersSource,
@@ -504,7 +528,7 @@ impl PlanSummary {
 }
 
 /// Every plan, newest first (a run whose process died ended first).
-pub fn list(store: &Store) -> Result<Vec<PlanSummary>, Error> {
+pub(crate) fn list(store: &Store) -> Result<Vec<PlanSummary>, Error> {
     store.reap_dead_runs().map_err(Error::internal)?;
     store
         .read(|s| plans(s).into_iter().rev().map(PlanSummary::of).collect())

@@ -48,7 +48,7 @@ pub struct Sessions {
 
 impl Sessions {
     /// The sessions of `store`.
-    pub fn new(store: StoreHandle) -> Sessions {
+    pub(crate) fn new(store: StoreHandle) -> Sessions {
         Sessions { store }
     }
 

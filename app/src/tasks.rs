@@ -19,6 +19,7 @@ use planb_projections::{DataRoot, Store};
 use serde_json::json;
 
 use crate::error::{Error, ErrorCode};
+use crate::shared::Shared;
 
 mod create;
 pub mod examples;
@@ -27,6 +28,7 @@ pub mod outputs;
 
 pub use create::{CreateRequest, checked_pipeline};
 pub use files::{ArtifactWritten, FileInfo, TaskFile};
+pub use planb_engine::task_files::{content_type, rewrite_all as rewrite_folders};
 
 /// Most artifact files a status lists (the newest); `files_count` says how
 /// many there are.
@@ -121,18 +123,10 @@ pub fn state_name(task: &Task) -> &'static str {
     task.runs.last().map_or("created", |run| run.state.as_str())
 }
 
-/// The task operations every front door calls, over one store.
-#[derive(Clone)]
+/// The task operations every front door calls ([`crate::App::tasks`]).
+#[derive(Debug, Clone)]
 pub struct Tasks {
-    store: Arc<Store>,
-}
-
-impl std::fmt::Debug for Tasks {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tasks")
-            .field("root", &self.store.root().root())
-            .finish()
-    }
+    shared: Shared,
 }
 
 /// One task as a list shows it.
@@ -162,18 +156,18 @@ pub struct LogTail {
 }
 
 impl Tasks {
-    /// The operations over `store`.
-    pub fn new(store: Arc<Store>) -> Tasks {
-        Tasks { store }
+    pub(crate) fn new(shared: Shared) -> Tasks {
+        Tasks { shared }
     }
 
-    /// The store.
-    pub fn store(&self) -> &Arc<Store> {
-        &self.store
+    /// The store, once open.
+    async fn store(&self) -> Result<Arc<Store>, Error> {
+        self.shared.opened().await
     }
 
-    fn root(&self) -> DataRoot {
-        self.store.root().clone()
+    /// The data root.
+    pub fn root(&self) -> DataRoot {
+        self.shared.root()
     }
 
     /// Runs `f` on the state, after catching up on the log.
@@ -181,13 +175,13 @@ impl Tasks {
         &self,
         f: impl FnOnce(&planb_core::State) -> R + Send + 'static,
     ) -> Result<R, Error> {
-        let store = Arc::clone(&self.store);
+        let store = self.store().await?;
         Ok(blocking(move || store.read(f)).await?)
     }
 
     /// Executes `command`; how many events it recorded.
     async fn execute(&self, command: Command) -> Result<usize, Error> {
-        let store = Arc::clone(&self.store);
+        let store = self.store().await?;
         Ok(blocking(move || store.execute(command).map(|events| events.len())).await?)
     }
 
@@ -210,7 +204,7 @@ impl Tasks {
         if task.active_run().is_none() {
             return Ok(task);
         }
-        let store = Arc::clone(&self.store);
+        let store = self.store().await?;
         if blocking(move || store.end_dead_run(id)).await?.is_none() {
             return Ok(task);
         }
@@ -223,7 +217,7 @@ impl Tasks {
     /// Records the hand edits of `task`'s folder (before this process
     /// writes it) and returns the task as it is then.
     pub async fn with_hand_edits(&self, task: Task) -> Result<Task, Error> {
-        let notes = planb_engine::worker::record_hand_edits(&self.store, &task).await?;
+        let notes = planb_engine::worker::record_hand_edits(&self.store().await?, &task).await?;
         if notes.is_empty() {
             return Ok(task);
         }
@@ -346,6 +340,42 @@ impl Tasks {
                 .collect()
         })
         .await
+    }
+}
+
+impl Tasks {
+    /// Where a run of a task with `profile` goes ([`crate::launch::runner`]),
+    /// the client's model offered as `sampler`.
+    pub fn runner(
+        &self,
+        profile: Option<&str>,
+        sampler: Option<crate::models::Sampler>,
+    ) -> Result<crate::launch::Runner, Error> {
+        crate::launch::runner(profile, sampler)
+    }
+
+    /// Starts task `id`'s next run where `runner` says, beginning where
+    /// `from` says (`runs_before` being the runs the caller saw), and
+    /// returns the task once the run is recorded. An in-process run's tool
+    /// steps use this process's downstream connections.
+    pub async fn start_run(
+        &self,
+        id: TaskId,
+        runs_before: usize,
+        runner: crate::launch::Runner,
+        from: crate::launch::Start,
+    ) -> Result<Task, Error> {
+        let servers = self.shared.servers.clone();
+        let downstream = match runner {
+            crate::launch::Runner::Here(_) => self.shared.runs.downstream.get(&servers).ok(),
+            crate::launch::Runner::Worker => None,
+        };
+        let launch = crate::launch::Launch {
+            store: self.store().await?,
+            servers,
+            downstream,
+        };
+        crate::launch::start(&launch, id, runs_before, runner, from).await
     }
 }
 

@@ -291,7 +291,7 @@ pub fn rebuild(root: &DataRoot, out: &mut dyn Write) -> anyhow::Result<ExitCode>
             report.blob_copies_removed
         )?;
     }
-    let tasks = planb_engine::task_files::rewrite_all(root, &state);
+    let tasks = planb_app::tasks::rewrite_folders(root, &state);
     writeln!(out, "task folders rewritten: {}", tasks.written)?;
     for (task, why) in &tasks.left {
         writeln!(out, "  tasks/{task} left as it is: {why}")?;

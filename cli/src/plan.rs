@@ -11,10 +11,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use planb_app::App;
+use planb_app::execution::{Execution, Plans, RunAsk, Unreviewed};
+use planb_app::plans::{Guards, PlanOutcome, Progress, ProgressFn, RunOptions};
 use planb_core::Task;
 use planb_core::exec_plan::{ExecPlan, StepMark, render_dag};
 use planb_core::text::{counted, json_visible, unique_prefix_lengths, visible};
-use planb_engine::plans::{self, Guards, PlanOutcome, Progress, RunOptions};
 use planb_projections::{DataRoot, Store, SystemEnvironment};
 use serde_json::{Map, Value};
 
@@ -190,6 +192,11 @@ fn shown(text: &str) -> std::borrow::Cow<'_, str> {
     visible(text, false)
 }
 
+/// An application error as the command line says it: its message.
+fn said(error: planb_app::Error) -> anyhow::Error {
+    anyhow::anyhow!(error.message)
+}
+
 /// Runs one `plan` command.
 pub fn main(
     root: &DataRoot,
@@ -198,84 +205,88 @@ pub fn main(
     live: bool,
     out: &mut dyn Write,
 ) -> anyhow::Result<ExitCode> {
-    let store = open(root)?;
-    let find = |id: &str| exec_plans::find(&store, id).map_err(|e| anyhow::anyhow!(e.message));
+    let app = App::ready(open(root)?, servers.clone());
+    runtime()?.block_on(run(&app.plans(), command, live, out))
+}
+
+async fn run(
+    plans: &Plans,
+    command: &PlanCommand,
+    live: bool,
+    out: &mut dyn Write,
+) -> anyhow::Result<ExitCode> {
+    let find = async |id: &str| plans.find(id).await.map_err(said);
     match command {
         PlanCommand::Create { file, goal } => {
-            create(&store, servers, file.as_deref(), goal.as_deref(), out)
+            create(plans, file.as_deref(), goal.as_deref(), out).await
         }
-        PlanCommand::List => list(&store, out),
-        PlanCommand::Show { id } => show(&store, &find(id)?, out),
+        PlanCommand::List => list(plans, out).await,
+        PlanCommand::Show { id } => show(plans, &find(id).await?, out).await,
         PlanCommand::Stop { id } => {
-            let task = find(id)?;
-            if exec_plans::stop(&store, task.id)? == exec_plans::Stop::AlreadyAsked {
+            let task = find(id).await?;
+            // The refusal is said with its code (`RUN_NOT_ACTIVE: …`).
+            if plans.stop(task.id).await? == exec_plans::Stop::AlreadyAsked {
                 writeln!(out, "Plan {}: a stop was already asked for", task.id)?;
             } else {
                 writeln!(out, "Plan {}: stop requested", task.id)?;
             }
             Ok(ExitCode::SUCCESS)
         }
-        PlanCommand::Import { dir } => import(&store, servers, dir.as_deref(), out),
+        PlanCommand::Import { dir } => import(plans, dir.as_deref(), out).await,
         PlanCommand::Delete { id } => {
-            let task = exec_plans::delete(&store, id).map_err(|e| anyhow::anyhow!(e.message))?;
+            let task = plans.delete(id).await.map_err(said)?;
             writeln!(out, "Plan deleted: {task}")?;
             Ok(ExitCode::SUCCESS)
         }
         PlanCommand::Run { id, dry_run, knobs } => {
-            let task = find(id)?;
+            let task = find(id).await?;
             if *dry_run {
-                return trace(&task, knobs, out);
+                return trace(plans, task, knobs, out).await;
             }
-            execute(&store, servers, &task, false, knobs, live, out)
+            execute(plans, &task, false, knobs, live, out).await
         }
         PlanCommand::Resume { id, knobs } => {
-            let task = find(id)?;
-            execute(&store, servers, &task, true, knobs, live, out)
+            let task = find(id).await?;
+            execute(plans, &task, true, knobs, live, out).await
+        }
+    }
+}
+
+/// Each model answer is said on stderr: generation can take minutes.
+fn tell_attempt(attempt: &exec_plans::Attempt) {
+    match attempt {
+        exec_plans::Attempt::Asking { answer } => eprintln!(
+            "plan create: asking the model for a plan (answer {answer} of {})",
+            exec_plans::ATTEMPTS
+        ),
+        exec_plans::Attempt::Refused { answer, reason } => {
+            eprintln!("plan create: answer {answer} refused: {}", shown(reason))
         }
     }
 }
 
 /// `plan create FILE` or `plan create --goal TEXT`.
-fn create(
-    store: &Arc<Store>,
-    servers: &exec_plans::ServersSource,
+async fn create(
+    plans: &Plans,
     file: Option<&Path>,
     goal: Option<&str>,
     out: &mut dyn Write,
 ) -> anyhow::Result<ExitCode> {
-    let downstream = exec_plans::downstream(servers).map_err(|e| anyhow::anyhow!(e.message))?;
     let created = if let Some(goal) = goal {
-        // Each model answer is said on stderr: generation can take minutes.
-        let tell = |attempt: &plans::generate::Attempt| match attempt {
-            plans::generate::Attempt::Asking { answer } => eprintln!(
-                "plan create: asking the model for a plan (answer {answer} of {})",
-                plans::generate::ATTEMPTS
-            ),
-            plans::generate::Attempt::Refused { answer, reason } => {
-                eprintln!("plan create: answer {answer} refused: {}", shown(reason))
-            }
-        };
-        runtime()?.block_on(exec_plans::create_from_goal(
-            store,
-            &downstream,
-            servers,
-            goal,
-            None,
-            None,
-            &tell,
-        ))
+        plans
+            .create_from_goal(goal, None, None, &tell_attempt)
+            .await
     } else {
         let Some(file) = file else {
             anyhow::bail!("plan create: give a plan file (JSON) or --goal TEXT");
         };
-        let value = read_plan_file(file)?;
-        runtime()?.block_on(exec_plans::create(store, &downstream, &value, None))
+        plans.create(&read_plan_file(file)?, None).await
     };
     let exec_plans::Created {
         id: task,
         plan,
         silent,
-    } = created.map_err(|e| anyhow::anyhow!(e.message))?;
+    } = created.map_err(said)?;
     writeln!(
         out,
         "\nPlan: {} ({})\n",
@@ -290,8 +301,8 @@ fn create(
 
 /// `plan list`: each id as its shortest prefix no other listed plan shares
 /// (plans made within a minute share their first 8 characters).
-fn list(store: &Arc<Store>, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
-    let rows = exec_plans::list(store).map_err(|e| anyhow::anyhow!(e.message))?;
+async fn list(plans: &Plans, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
+    let rows = plans.list().await.map_err(said)?;
     if rows.is_empty() {
         writeln!(out, "No saved plans. Use plan create FILE to create one.")?;
         return Ok(ExitCode::SUCCESS);
@@ -324,8 +335,8 @@ fn list(store: &Arc<Store>, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
 }
 
 /// `plan show ID`.
-fn show(store: &Store, task: &planb_core::Task, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
-    let plan = plans::load(task)?;
+async fn show(plans: &Plans, task: &Task, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
+    let plan = plans.load(task).map_err(said)?;
     if let Some(revises) = &plan.revises {
         writeln!(
             out,
@@ -365,7 +376,7 @@ fn show(store: &Store, task: &planb_core::Task, out: &mut dyn Write) -> anyhow::
                 .unwrap_or_default()
         )?;
     }
-    for seen in planb_app::replan::seen(store, task).map_err(|e| anyhow::anyhow!(e.message))? {
+    for seen in plans.revisions(task).await.map_err(said)? {
         writeln!(
             out,
             "Re-planned after run {} failed at step {} ({}): revised plan {} {} ({}), {}",
@@ -382,9 +393,8 @@ fn show(store: &Store, task: &planb_core::Task, out: &mut dyn Write) -> anyhow::
 }
 
 /// `plan import [DIR]`: mcp-cli's saved plans.
-fn import(
-    store: &Arc<Store>,
-    servers: &exec_plans::ServersSource,
+async fn import(
+    plans: &Plans,
     dir: Option<&Path>,
     out: &mut dyn Write,
 ) -> anyhow::Result<ExitCode> {
@@ -393,20 +403,16 @@ fn import(
         None => planb_app::import::default_dir()
             .ok_or_else(|| anyhow::anyhow!("HOME is not set: give the directory"))?,
     };
-    let saved = planb_app::import::saved(&dir).map_err(|e| anyhow::anyhow!(e.message))?;
+    let saved = planb_app::import::saved(&dir).map_err(said)?;
     if saved.is_empty() {
         writeln!(out, "No mcp-cli plans in {}.", dir.display())?;
         return Ok(ExitCode::SUCCESS);
     }
-    let downstream = exec_plans::downstream(servers).map_err(|e| anyhow::anyhow!(e.message))?;
-    let runtime = runtime()?;
-    let lock = planb_projections::ImportLock::take(store.root(), || {
-        eprintln!("planb-mcp: waiting for another import into this data root to end");
-    })?;
+    let waiting = || eprintln!("planb-mcp: waiting for another import into this data root to end");
+    let imported = plans.import(&saved, waiting).await.map_err(said)?;
     let mut failed = 0;
-    for plan in &saved {
-        let imported = planb_app::import::import(store, &downstream, plan, &lock);
-        if !said_imported(&plan.id, runtime.block_on(imported), out)? {
+    for (plan, imported) in saved.iter().zip(imported) {
+        if !said_imported(&plan.id, imported, out)? {
             failed += 1;
         }
     }
@@ -470,11 +476,22 @@ fn said_imported(
 
 /// `plan run ID --dry-run`: the plan traced with its arguments resolved,
 /// nothing called.
-fn trace(task: &planb_core::Task, knobs: &Knobs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
-    let plan = plans::load(task)?;
-    let variables = knobs.variables()?;
+async fn trace(
+    plans: &Plans,
+    task: Task,
+    knobs: &Knobs,
+    out: &mut dyn Write,
+) -> anyhow::Result<ExitCode> {
+    let ask = RunAsk {
+        variables: knobs.variables()?,
+        dry_run: true,
+        ..RunAsk::default()
+    };
+    let traced = plans.execute(task, ask, false, &Unreviewed);
+    let Execution::DryRun { plan, outcome } = traced.await.map_err(said)? else {
+        anyhow::bail!("a dry run came to no trace");
+    };
     writeln!(out, "[DRY RUN] Executing plan: {}", shown(&plan.title))?;
-    let outcome = plans::dry_run(&plan, task.id, &variables.unwrap_or_default());
     for step in &outcome.steps {
         let after: Vec<&str> = plan
             .position(&step.index)
@@ -516,17 +533,21 @@ fn trace(task: &planb_core::Task, knobs: &Knobs, out: &mut dyn Write) -> anyhow:
     Ok(ExitCode::SUCCESS)
 }
 
-fn execute(
-    store: &Arc<Store>,
-    servers: &exec_plans::ServersSource,
+async fn execute(
+    plans: &Plans,
     task: &Task,
     resume: bool,
     knobs: &Knobs,
     live: bool,
     out: &mut dyn Write,
 ) -> anyhow::Result<ExitCode> {
-    let plan = plans::load(task)?;
-    let variables = knobs.variables()?;
+    let plan = plans.load(task).map_err(said)?;
+    let ask = RunAsk {
+        variables: knobs.variables()?,
+        resume,
+        options: knobs.options()?,
+        ..RunAsk::default()
+    };
     writeln!(
         out,
         "{} plan: {} ({})",
@@ -535,46 +556,33 @@ fn execute(
         task.id
     )?;
     let mut display = first_display(task, &plan, resume, live, out)?;
-    let downstream = exec_plans::downstream(servers).map_err(|e| anyhow::anyhow!(e.message))?;
     // The run's events come here over a channel and are shown on this
     // thread, between the run's steps, through `out`.
     let (sender, mut events) = tokio::sync::mpsc::unbounded_channel::<Progress>();
-    let progress: plans::run::ProgressFn = Arc::new(move |event: &Progress| {
+    let progress: ProgressFn = Arc::new(move |event: &Progress| {
         let _ = sender.send(event.clone());
     });
-    let options = knobs.options()?;
-    let outcome: PlanOutcome = runtime()?.block_on(async {
-        let request = plans::RunRequest {
-            task: task.id,
-            variables,
-            resume,
-            options,
-            progress: Some(progress),
-            planner: None,
-        };
-        let run = planb_app::replan::run(Arc::clone(store), downstream, request);
-        tokio::pin!(run);
-        let mut ticks = tokio::time::interval(crate::progress::FRAME_INTERVAL);
-        loop {
-            tokio::select! {
-                outcome = &mut run => {
-                    while let Ok(event) = events.try_recv() {
-                        display.show(&event, out)?;
-                    }
-                    break outcome.map_err(anyhow::Error::from);
+    let run = plans.run_here(task, ask, progress);
+    tokio::pin!(run);
+    let mut ticks = tokio::time::interval(crate::progress::FRAME_INTERVAL);
+    let outcome: PlanOutcome = loop {
+        tokio::select! {
+            outcome = &mut run => {
+                while let Ok(event) = events.try_recv() {
+                    display.show(&event, out)?;
                 }
-                Some(event) = events.recv() => display.show(&event, out)?,
-                _ = ticks.tick() => display.tick(out)?,
+                break outcome.map_err(said)?;
             }
+            Some(event) = events.recv() => display.show(&event, out)?,
+            _ = ticks.tick() => display.tick(out)?,
         }
-    })?;
+    };
     display.finish(out)?;
     if !live {
         // The plan as it ended: the last revised plan, when it was re-planned.
         let last = outcome.revisions.last().map_or(task.id, |r| r.plan_id);
-        let after = store.read(|s| s.task(&last).cloned())?;
-        let after = after.unwrap_or_else(|| task.clone());
-        let drawn = plans::load(&after).unwrap_or_else(|_| Arc::clone(&plan));
+        let after = plans.get(last).await.unwrap_or_else(|_| task.clone());
+        let drawn = plans.load(&after).unwrap_or_else(|_| Arc::clone(&plan));
         writeln!(out, "\n{}\n", exec_plans::rendered(&after, &drawn))?;
     }
     ended(task, &outcome, out)

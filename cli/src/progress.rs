@@ -17,9 +17,9 @@ use std::io::{self, Write};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use planb_app::plans::Progress;
 use planb_core::exec_plan::{ExecPlan, StepMark, render_dag};
 use planb_core::text::{clip, visible};
-use planb_engine::plans::Progress;
 
 /// The shortest time between two frames, and how often to [`Display::tick`].
 pub(crate) const FRAME_INTERVAL: Duration = Duration::from_millis(100);
@@ -277,7 +277,7 @@ impl Live {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use planb_engine::plans::StepReport;
+    use planb_app::plans::StepReport;
     use serde_json::json;
 
     fn plan() -> ExecPlan {

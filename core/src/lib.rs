@@ -31,6 +31,7 @@ pub mod exec_plan;
 pub mod hash;
 pub mod id;
 mod json;
+pub mod jsonrpc;
 pub mod pipelines;
 pub mod plan_edit;
 pub mod progress;

@@ -20,7 +20,7 @@ pub mod server;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use planb_app::store::StoreHandle;
+use planb_app::App;
 use tokio::sync::OnceCell;
 
 pub use registry::{FormInfo, Forms, ReviewInfo, ReviewOutcome, Reviews, TooManyPages};
@@ -66,7 +66,7 @@ impl NewPage {
 /// One process's callback server and the pages it has open.
 #[derive(Debug)]
 pub struct Callback {
-    store: StoreHandle,
+    app: App,
     /// `PLANB_PORT`; 0 for any free port.
     port: u16,
     forms: Arc<Forms>,
@@ -76,10 +76,10 @@ pub struct Callback {
 }
 
 impl Callback {
-    /// A server for `store`'s asks and reviews, not started yet.
-    pub fn new(store: StoreHandle, port: u16) -> Callback {
+    /// A server for the asks and reviews of `app`, not started yet.
+    pub fn new(app: App, port: u16) -> Callback {
         Callback {
-            store,
+            app,
             port,
             forms: Arc::default(),
             reviews: Arc::default(),
@@ -107,7 +107,7 @@ impl Callback {
         let start = || {
             let forms = Arc::clone(&self.forms);
             let reviews = Arc::clone(&self.reviews);
-            server::start(self.store.clone(), forms, reviews, self.port)
+            server::start(self.app.clone(), forms, reviews, self.port)
         };
         self.address.get_or_try_init(start).await.copied()
     }

@@ -23,13 +23,11 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use planb_app::asks::Asks;
-use planb_app::named::NamedPlans;
 use planb_core::{AnswerErrors, Rejection};
 use planb_http::{Limits, checks};
 use planb_projections::StoreError;
 
-use planb_app::store::StoreHandle;
+use planb_app::App;
 use planb_ui::pages;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -43,7 +41,7 @@ pub const BODY_BYTES_MAX: usize = 8 << 20;
 #[derive(Debug, Clone)]
 pub struct AppState {
     /// The write path.
-    pub store: StoreHandle,
+    pub app: App,
     /// Open forms by sid.
     pub forms: Arc<Forms>,
     /// Open review pages by rid.
@@ -53,7 +51,7 @@ pub struct AppState {
 }
 
 /// The router; tests call it without a socket.
-pub fn app(state: AppState) -> Router {
+pub fn routes(state: AppState) -> Router {
     Router::new()
         .route("/ask", get(ask_page))
         .route("/spec", get(spec))
@@ -70,17 +68,17 @@ pub fn app(state: AppState) -> Router {
 /// Binds the callback server on 127.0.0.1:`port` (0 = ephemeral) and serves it
 /// in the background within [`Limits::DEFAULT`]. Returns the bound address.
 pub async fn start(
-    store: StoreHandle,
+    app: App,
     forms: Arc<Forms>,
     reviews: Arc<Reviews>,
     port: u16,
 ) -> std::io::Result<SocketAddr> {
-    start_with(store, forms, reviews, port, Limits::DEFAULT).await
+    start_with(app, forms, reviews, port, Limits::DEFAULT).await
 }
 
 /// [`start`] within other limits (tests use short timeouts).
 pub async fn start_with(
-    store: StoreHandle,
+    app: App,
     forms: Arc<Forms>,
     reviews: Arc<Reviews>,
     port: u16,
@@ -95,8 +93,8 @@ pub async fn start_with(
             )
         })?;
     let address = listener.local_addr()?;
-    let router = app(AppState {
-        store,
+    let router = routes(AppState {
+        app,
         forms,
         reviews,
         port: address.port(),
@@ -162,7 +160,7 @@ async fn lookup(state: &AppState, sid: &str) -> Option<(FormInfo, bool)> {
     if let Some(found) = state.forms.get(sid) {
         return Some(found);
     }
-    let (ask, spec) = Asks::new(state.store.clone()).answerable(sid).await?;
+    let (ask, spec) = state.app.asks().answerable(sid).await?;
     let form = FormInfo {
         ask,
         spec: Arc::new(spec),
@@ -227,7 +225,8 @@ async fn ask_page(State(state): State<AppState>, Query(query): Query<SidQuery>) 
     }
     let ask = form.ask;
     let draft = state
-        .store
+        .app
+        .store()
         .read(move |s| s.ask(&ask).and_then(|a| a.draft.clone()))
         .await
         .ok()
@@ -330,10 +329,7 @@ async fn draft(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -
         Ok(answers) => answers,
         Err(errors) => return answer_errors(&errors),
     };
-    match Asks::new(state.store.clone())
-        .save_draft(form.ask, answers)
-        .await
-    {
+    match state.app.asks().save_draft(form.ask, answers).await {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(StoreError::Rejected(rejection)) => {
             json_error(StatusCode::CONFLICT, rejection.to_string())
@@ -355,7 +351,7 @@ async fn submit(State(state): State<AppState>, headers: HeaderMap, body: Bytes) 
         Ok(answers) => answers,
         Err(errors) => return answer_errors(&errors),
     };
-    let asks = Asks::new(state.store.clone());
+    let asks = state.app.asks();
     match asks.submit(form.ask, answers.clone()).await {
         Ok(true) => {
             // The tool may have stopped waiting a moment ago; the answer is
@@ -494,7 +490,7 @@ async fn review(State(state): State<AppState>, headers: HeaderMap, body: Bytes) 
         }
         Some((info, false)) => info,
     };
-    let plans = NamedPlans::new(state.store.clone(), PathBuf::from(&info.plan.dir));
+    let plans = state.app.named(PathBuf::from(&info.plan.dir));
     let channel = planb_core::ReviewChannel::Browser;
     match plans
         .record(&info.plan, info.round, &outcome, channel)

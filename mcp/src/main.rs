@@ -25,8 +25,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
+use planb_app::models::keeper;
 use planb_app::settings::ServerSettings;
-use planb_engine::backend::keeper;
 
 /// planb: a planning companion for AI coding agents.
 #[derive(Debug, Parser)]
@@ -195,9 +195,10 @@ fn serve(root: PathBuf, cli: &Cli) -> anyhow::Result<ExitCode> {
     let mut config = server_config(&root, cli)?;
     // The store opens beside the handshake: `initialize` does not wait for
     // the log to be folded (see `planb_app::store`).
-    let store = planb_app::store::StoreHandle::open(
+    let app = planb_app::App::open(
         planb_projections::DataRoot::new(&root),
         std::sync::Arc::new(planb_projections::SystemEnvironment),
+        config.servers.clone(),
     );
     // Shipping to a team database, when one is set, runs on its own thread
     // and never in a tool call's way.
@@ -212,12 +213,12 @@ fn serve(root: PathBuf, cli: &Cli) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     let served = runtime.block_on({
-        let store = store.clone();
+        let app = app.clone();
         async move {
             use rmcp::ServiceExt;
             let (input, output, disconnect) = stdio::start();
             config.disconnect = disconnect;
-            let server = server::PlanbServer::new(store.clone(), config);
+            let server = server::PlanbServer::new(app, config);
             tokio::spawn({
                 let server = server.clone();
                 async move { server.serve_answerable_forms().await }
@@ -233,8 +234,8 @@ fn serve(root: PathBuf, cli: &Cli) -> anyhow::Result<ExitCode> {
     // is left (idle blocking threads, the callback server) may just stop.
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));
     // Plan runs still under way end with their downstream servers.
-    planb_engine::runtime::shutdown();
-    if let Some(store) = store.get() {
+    planb_app::shutdown();
+    if let Some(store) = app.store().get() {
         // The runs this process was running are dropped, their locks free:
         // recorded ended now (failed, recoverable), not left for the next
         // process on the root to find.

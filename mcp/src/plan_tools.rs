@@ -14,14 +14,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use planb_app::execution::{Execution, Review, RunAsk};
+use planb_app::models::{Backend, Sampler};
+use planb_app::plans::{ATTEMPTS, Attempt, GOAL_BYTES_MAX, Guards, Progress, RunOptions};
 use planb_core::exec_plan::{ExecPlan, StepMark, render_dag};
 use planb_core::text::clip;
-use planb_core::{Rejection, Task, TaskErrorCode, TaskId};
-use planb_engine::backend::Backend;
-use planb_engine::backend::sampling::Sampler;
-use planb_engine::plans::generate::{ATTEMPTS, Attempt};
-use planb_engine::plans::{self, Guards, Progress, RunOptions};
-use planb_projections::{Store, StoreError};
+use planb_core::{Task, TaskId};
 use rmcp::model::{CallToolResult, JsonObject};
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, tool, tool_router};
@@ -32,7 +30,7 @@ use crate::ask::Asked;
 use crate::schema::schema;
 use crate::server::{Answer, PlanbServer};
 use planb_app::plans::{self as exec_plans, PlanSummary, approval};
-use planb_app::runs::{Attached, Finished, Follower, Found, RunFailure, Waited};
+use planb_app::runs::{Attached, Finished, Follower, RunFailure, Waited};
 use planb_app::sessions::NewSession;
 
 /// Most tools `tool_caps` names.
@@ -55,16 +53,6 @@ fn app_failure(e: planb_app::Error) -> CallToolResult {
         ));
     }
     failure(e.message)
-}
-
-/// What `plan_execute` was asked to do.
-#[derive(Debug)]
-struct ExecRequest {
-    variables: Option<Map<String, Value>>,
-    dry_run: bool,
-    review: bool,
-    resume: bool,
-    options: RunOptions,
 }
 
 fn step_schema() -> Value {
@@ -171,7 +159,7 @@ fn create_args(args: &mut Args<'_>) -> (Option<Source>, Option<String>) {
     let description = args.raw("description").cloned();
     let steps = args.raw("steps").cloned();
     let variables = args.raw("variables").cloned();
-    let goal = args.optional_string("goal", plans::generate::GOAL_BYTES_MAX);
+    let goal = args.optional_string("goal", GOAL_BYTES_MAX);
     let request = args.optional_string("client_request_id", 200);
     let source = match (steps, goal) {
         (Some(steps), _) => {
@@ -207,7 +195,7 @@ fn create_args(args: &mut Args<'_>) -> (Option<Source>, Option<String>) {
 /// The run half of the arguments. `plan_create_and_execute` passes
 /// `with_call_variables: false`: there `variables` are the plan's (read by
 /// [`create_args`]) and there is no run to resume.
-fn exec_args(args: &mut Args<'_>, with_call_variables: bool) -> ExecRequest {
+fn exec_args(args: &mut Args<'_>, with_call_variables: bool) -> RunAsk {
     let (variables, resume) = if with_call_variables {
         (
             args.optional_object("variables").cloned(),
@@ -253,11 +241,12 @@ fn exec_args(args: &mut Args<'_>, with_call_variables: bool) -> ExecRequest {
             }
         }
     }
-    ExecRequest {
+    RunAsk {
         variables,
         dry_run,
         review,
         resume,
+        planner: None,
         options: RunOptions {
             concurrency: usize::try_from(concurrency).unwrap_or(4),
             step_timeout: Duration::from_secs(step_timeout),
@@ -363,25 +352,12 @@ fn steps_summary(plan: &ExecPlan) -> Value {
 }
 
 impl PlanbServer {
-    /// The opened store (at once once it is open), for the calls that hold
-    /// it across several steps: plan runs, task launches, hand edits.
-    pub(crate) async fn plan_store(&self) -> Result<Arc<Store>, String> {
-        (self.store().opened().await).map_err(|e| format!("planb could not open its store: {e}"))
-    }
-
-    /// The store and the plan `id` names (`plan_id is required.` when it
-    /// names none).
-    async fn plan_named(&self, id: Option<String>) -> Result<(Arc<Store>, Task), CallToolResult> {
+    /// The plan `id` names (`plan_id is required.` when it names none).
+    async fn plan_named(&self, id: Option<String>) -> Result<Task, CallToolResult> {
         let Some(id) = id.filter(|id| !id.trim().is_empty()) else {
             return Err(failure("plan_id is required."));
         };
-        let store = self.plan_store().await.map_err(failure)?;
-        let found = Arc::clone(&store);
-        let task = planb_app::store::off_thread(move || exec_plans::find(&found, &id))
-            .await
-            .map_err(|e| failure(e.to_string()))?
-            .map_err(app_failure)?;
-        Ok((store, task))
+        (self.app().plans().find(&id).await).map_err(app_failure)
     }
 
     /// Creates the plan `source` gives (refused when there is none), on
@@ -391,23 +367,15 @@ impl PlanbServer {
         source: Option<Source>,
         request: Option<String>,
         context: &RequestContext<RoleServer>,
-    ) -> Result<(Arc<Store>, exec_plans::Created), CallToolResult> {
+    ) -> Result<exec_plans::Created, CallToolResult> {
         let Some(source) = source else {
             return Err(failure("Goal description is required."));
         };
-        let store = self.plan_store().await.map_err(failure)?;
-        let downstream = self
-            .plan_runs()
-            .downstream
-            .get(&self.config().servers)
-            .map_err(app_failure)?;
+        let plans = self.app().plans();
         let created = match source {
-            Source::Written(value) => {
-                exec_plans::create(&store, &downstream, &value, request).await
-            }
+            Source::Written(value) => plans.create(&value, request).await,
             Source::Goal(goal) => {
                 let sampler = Sampler::of(&context.peer, Some("planner"));
-                let servers = &self.config().servers;
                 // Each model answer is told as progress: generation can take
                 // minutes.
                 let (sender, mut told) = tokio::sync::mpsc::unbounded_channel::<String>();
@@ -425,16 +393,7 @@ impl PlanbServer {
                     }
                 };
                 let create = async {
-                    let created = exec_plans::create_from_goal(
-                        &store,
-                        &downstream,
-                        servers,
-                        &goal,
-                        request,
-                        sampler,
-                        &tell,
-                    )
-                    .await;
+                    let created = plans.create_from_goal(&goal, request, sampler, &tell).await;
                     drop(tell);
                     created
                 };
@@ -442,7 +401,7 @@ impl PlanbServer {
             }
         }
         .map_err(app_failure)?;
-        Ok((store, created))
+        Ok(created)
     }
 
     /// Waits for `attached` to end, telling its steps as progress when the
@@ -496,66 +455,69 @@ impl PlanbServer {
         }
     }
 
-    /// Dry runs or runs `task` as `request` says.
+    /// Dry runs or runs `task` as `ask` says.
     async fn execute_plan(
         &self,
-        store: &Arc<Store>,
         task: Task,
-        request: ExecRequest,
+        mut ask: RunAsk,
         context: &RequestContext<RoleServer>,
     ) -> Answer {
-        let plan = plans::load(&task).map_err(|error| failure(error.to_string()))?;
-        if request.dry_run {
-            let outcome = plans::dry_run(&plan, task.id, &request.variables.unwrap_or_default());
-            let mut value = outcome.to_json();
-            if let Value::Object(map) = &mut value {
-                map.insert("dry_run".into(), true.into());
-                map.insert(
-                    "dag".into(),
-                    render_dag(&plan, |_| StepMark::Pending).into(),
-                );
-            }
-            return Ok(crate::reply::structured(value));
-        }
-        let review = request.review;
-        let request = plans::RunRequest {
-            task: task.id,
-            variables: request.variables,
-            resume: request.resume,
-            options: request.options,
-            progress: None,
-            planner: Sampler::of(&context.peer, Some("planner")).map(Backend::Sampling),
-        };
-        let (runs, id) = (&self.plan_runs(), task.id);
+        ask.planner = Sampler::of(&context.peer, Some("planner")).map(Backend::Sampling);
+        let id = task.id;
         // Followed only to be told on: a call without a token is not woken
         // by every step.
         let follow = context.meta.get_progress_token().is_some();
-        let (attached, follower) = match runs.find(&request, follow).map_err(app_failure)? {
-            // The result of a run whose call handed back is this call's.
-            Found::Ended(done) => return Ok(finished(done)),
-            // A run this process already executes is joined as it is: the
-            // person approved it, or it was started without a review.
-            Found::Running(attached, follower) => (attached, follower),
-            Found::Nothing => {
-                // Nothing is asked of the person for a run that would be refused.
-                plans::check_request(&task, &plan, &request).map_err(failure)?;
-                // A refused review is an answer, not an error: returned as it is.
-                if review
-                    && let Err(refused) =
-                        (self.review_run(&task, &plan, request.variables.as_ref(), context)).await
-                {
-                    return Ok(refused);
-                }
-                // No copy of the task is held while its run starts: the run
-                // list it shares would be copied whole.
-                drop(task);
-                let servers = &self.config().servers;
-                (runs.start(store, servers, &plan, request, follow)).map_err(app_failure)?
-            }
+        let reviewer = Reviewer {
+            server: self,
+            context,
         };
-        Ok(self
-            .wait_run(attached, follower, id, &plan.title, context)
-            .await)
+        let plans = self.app().plans();
+        let execution = plans.execute(task, ask, follow, &reviewer).await;
+        match execution.map_err(app_failure)? {
+            Execution::DryRun { plan, outcome } => {
+                let mut value = outcome.to_json();
+                if let Value::Object(map) = &mut value {
+                    map.insert("dry_run".into(), true.into());
+                    map.insert(
+                        "dag".into(),
+                        render_dag(&plan, |_| StepMark::Pending).into(),
+                    );
+                }
+                Ok(crate::reply::structured(value))
+            }
+            // The result of a run whose call handed back is this call's.
+            Execution::Ended(done) => Ok(finished(done)),
+            // A refused review is an answer, not an error: returned as it is.
+            Execution::Refused(refused) => Ok(refused),
+            Execution::Running {
+                attached,
+                follower,
+                plan,
+            } => Ok(self
+                .wait_run(attached, follower, id, &plan.title, context)
+                .await),
+        }
+    }
+}
+
+/// The person's review of a run, on a form this server opens.
+struct Reviewer<'a> {
+    server: &'a PlanbServer,
+    context: &'a RequestContext<RoleServer>,
+}
+
+impl Review for Reviewer<'_> {
+    type Refused = CallToolResult;
+
+    async fn review(
+        &self,
+        task: &Task,
+        plan: &Arc<ExecPlan>,
+        variables: Option<&Map<String, Value>>,
+    ) -> Result<(), CallToolResult> {
+        (self.server)
+            .review_run(task, plan, variables, self.context)
+            .await
     }
 }
 
@@ -675,7 +637,7 @@ impl PlanbServer {
         let (source, request) = create_args(&mut args);
         args.finish()
             .map_err(|errors| failure(errors.to_string()))?;
-        let (_, created) = self.create_plan(source, request, &context).await?;
+        let created = self.create_plan(source, request, &context).await?;
         let plan = &created.plan;
         let mut out = json!({
             "success": true,
@@ -712,8 +674,8 @@ impl PlanbServer {
         let request = exec_args(&mut args, true);
         args.finish()
             .map_err(|errors| failure(errors.to_string()))?;
-        let (store, task) = self.plan_named(id).await?;
-        self.execute_plan(&store, task, request, &context).await
+        let task = self.plan_named(id).await?;
+        self.execute_plan(task, request, &context).await
     }
 
     #[tool(
@@ -741,14 +703,9 @@ impl PlanbServer {
         let request = exec_args(&mut args, false);
         args.finish()
             .map_err(|errors| failure(errors.to_string()))?;
-        let (store, created) = (self.create_plan(source, client_request, &context)).await?;
-        let (id, found) = (created.id, Arc::clone(&store));
-        let task = planb_app::store::off_thread(move || found.read(|s| s.task(&id).cloned()))
-            .await
-            .map_err(|e| failure(e.to_string()))?
-            .map_err(|e| failure(e.to_string()))?
-            .ok_or_else(|| failure(format!("Plan not found: {id}")))?;
-        self.execute_plan(&store, task, request, &context).await
+        let created = (self.create_plan(source, client_request, &context)).await?;
+        let task = (self.app().plans().get(created.id).await).map_err(app_failure)?;
+        self.execute_plan(task, request, &context).await
     }
 
     #[tool(
@@ -766,11 +723,7 @@ impl PlanbServer {
             .map_or(LIST_MAX, |n| usize::try_from(n).unwrap_or(LIST_MAX));
         args.finish()
             .map_err(|errors| failure(errors.to_string()))?;
-        let store = self.plan_store().await.map_err(failure)?;
-        let rows = planb_app::store::off_thread(move || exec_plans::list(&store))
-            .await
-            .map_err(|e| failure(e.to_string()))?
-            .map_err(app_failure)?;
+        let rows = (self.app().plans().list().await).map_err(app_failure)?;
         Ok(crate::reply::structured(
             json!({ "plans": listed(rows, limit) }),
         ))
@@ -789,26 +742,20 @@ impl PlanbServer {
         let id = args.optional_string("plan_id", 200);
         args.finish()
             .map_err(|errors| failure(errors.to_string()))?;
-        let (store, task) = self.plan_named(id).await?;
+        let task = self.plan_named(id).await?;
         let plan_id = task.id;
         // `plan_named` has ended a run whose process died (failed,
         // recoverable): no stop is left waiting for a process that is gone.
         let last = task.runs.last().map(|run| run.state.as_str());
-        let stop = planb_app::store::off_thread(move || exec_plans::stop(&store, plan_id))
-            .await
-            .map_err(|e| failure(e.to_string()))?
-            .map_err(|e| match e {
-                StoreError::Rejected(Rejection::Task {
-                    code: TaskErrorCode::RunNotActive,
-                    ..
-                }) => failure(match last {
-                    Some(state) => {
-                        format!("Plan {plan_id} is not running; its last run is {state}.")
-                    }
-                    None => format!("Plan {plan_id} is not running; it has never run."),
-                }),
-                other => failure(other.to_string()),
-            })?;
+        let stop = (self.app().plans().stop(plan_id).await).map_err(|e| match e.code {
+            planb_app::ErrorCode::RunNotActive => failure(match last {
+                Some(state) => {
+                    format!("Plan {plan_id} is not running; its last run is {state}.")
+                }
+                None => format!("Plan {plan_id} is not running; it has never run."),
+            }),
+            _ => failure(e.message),
+        })?;
         Ok(crate::reply::structured(json!({
             "success": true,
             "plan_id": plan_id.to_string(),
@@ -833,24 +780,21 @@ impl PlanbServer {
         let id = args.optional_string("plan_id", 200);
         args.finish()
             .map_err(|errors| failure(errors.to_string()))?;
-        let (store, task) = self.plan_named(id).await?;
-        let plan = plans::load(&task).map_err(|error| failure(error.to_string()))?;
+        let task = self.plan_named(id).await?;
+        let plans = self.app().plans();
+        let plan = plans.load(&task).map_err(app_failure)?;
         let marks = exec_plans::marks(&task, &plan);
-        let shown = task.clone();
-        let revisions: Vec<Value> =
-            planb_app::store::off_thread(move || planb_app::replan::seen(&store, &shown))
-                .await
-                .map_err(|e| failure(e.to_string()))?
-                .map_err(app_failure)?
-                .into_iter()
-                .map(|seen| {
-                    json!({
-                        "number": seen.number, "plan_id": seen.plan_id.to_string(),
-                        "steps": seen.steps, "run_id": seen.run, "failed_step": seen.step,
-                        "error": seen.error, "state": seen.state,
-                    })
+        let revisions: Vec<Value> = (plans.revisions(&task).await)
+            .map_err(app_failure)?
+            .into_iter()
+            .map(|seen| {
+                json!({
+                    "number": seen.number, "plan_id": seen.plan_id.to_string(),
+                    "steps": seen.steps, "run_id": seen.run, "failed_step": seen.step,
+                    "error": seen.error, "state": seen.state,
                 })
-                .collect();
+            })
+            .collect();
         let last_run = task.runs.last().map(|run| {
             json!({
                 "run_id": run.id.to_string(),

@@ -208,7 +208,7 @@ fn review_form_request(
 impl PlanbServer {
     /// The named plans of this server's plans directory.
     fn named(&self) -> NamedPlans {
-        NamedPlans::new(self.store().clone(), self.config().plans_dir.clone())
+        self.app().named(self.config().plans_dir.clone())
     }
 }
 

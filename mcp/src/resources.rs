@@ -13,7 +13,6 @@
 //! (`tasks::outputs`); here they become resources and their errors.
 
 use base64::Engine as _;
-use planb_app::tasks::Tasks;
 use planb_app::tasks::outputs::{Listed, OUTPUT_BYTES_MAX, Output, Read, ReadError};
 use planb_core::TaskId;
 use planb_core::state::ContentHash;
@@ -153,7 +152,7 @@ fn resource(listed: Listed) -> Resource {
             format!("{task}-{name}"),
         )
         .with_title(listed.step.unwrap_or_default())
-        .with_mime_type(planb_engine::task_files::content_type(&name)),
+        .with_mime_type(planb_app::tasks::content_type(&name)),
     };
     let resource = match listed.size {
         Some(size) => resource.with_size(size),
@@ -177,7 +176,7 @@ impl PlanbServer {
                 )
             })?,
         };
-        let tasks = Tasks::new(self.plan_store().await.map_err(internal)?);
+        let tasks = self.app().tasks();
         let (page, more) = tasks
             .outputs(from, PAGE)
             .await
@@ -196,7 +195,7 @@ impl PlanbServer {
         uri: String,
     ) -> Result<ReadResourceResult, ErrorData> {
         let (id, output) = parse(&uri).map_err(|m| ErrorData::invalid_params(m, None))?;
-        let tasks = Tasks::new(self.plan_store().await.map_err(internal)?);
+        let tasks = self.app().tasks();
         let read = tasks.read_output(id, output).await;
         let read = read.map_err(|error| read_error(&uri, error))?;
         Ok(ReadResourceResult::new(vec![contents(&uri, read)]))

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use planb_core::{AskSpec, DeclineAction};
 use planb_projections::StoreError;
 
+use planb_app::App;
 use planb_app::asks::{Asks, Ending};
 use planb_app::sessions::{NewSession, SaveError, Sessions};
 use planb_app::store::StoreHandle;
@@ -33,14 +34,10 @@ pub(crate) const PLANEXE_VERSION: &str = "1.0";
 /// The planb MCP server.
 #[derive(Debug, Clone)]
 pub struct PlanbServer {
-    store: StoreHandle,
+    app: App,
     config: Arc<Config>,
     /// The callback server and its pages, started on the first page.
     pages: Arc<Callback>,
-    /// Answers to waited asks recorded by other processes.
-    answer_watch: Arc<planb_app::asks::AnswerWatch>,
-    /// Execution plans' runs in this process and their downstream servers.
-    plan_runs: Arc<planb_app::runs::PlanRuns>,
     tool_router: ToolRouter<Self>,
     prompt_router: rmcp::handler::server::router::prompt::PromptRouter<Self>,
 }
@@ -92,8 +89,8 @@ pub(crate) fn store_error(error: StoreError) -> CallToolResult {
 }
 
 impl PlanbServer {
-    /// A server over `store`.
-    pub fn new(store: StoreHandle, config: Config) -> PlanbServer {
+    /// A server of `app`.
+    pub fn new(app: App, config: Config) -> PlanbServer {
         let mut tool_router = Self::tool_router()
             + Self::plan_tool_router()
             + Self::task_tool_router()
@@ -108,18 +105,20 @@ impl PlanbServer {
             }
         }
         PlanbServer {
-            pages: Arc::new(Callback::new(store.clone(), config.env.port)),
-            store,
+            pages: Arc::new(Callback::new(app.clone(), config.env.port)),
+            app,
             config: Arc::new(config),
-            answer_watch: Arc::default(),
-            plan_runs: Arc::default(),
             tool_router,
             prompt_router: Self::prompt_router(),
         }
     }
 
+    pub(crate) fn app(&self) -> &App {
+        &self.app
+    }
+
     pub(crate) fn store(&self) -> &StoreHandle {
-        &self.store
+        self.app.store()
     }
 
     /// The callback server and the pages it serves.
@@ -136,21 +135,21 @@ impl PlanbServer {
     }
 
     pub(crate) fn plan_runs(&self) -> &Arc<planb_app::runs::PlanRuns> {
-        &self.plan_runs
+        self.app.runs()
     }
 
     pub(crate) fn answer_watch(&self) -> &Arc<planb_app::asks::AnswerWatch> {
-        &self.answer_watch
+        self.app.answer_watch()
     }
 
     /// The sessions of this server's store.
     pub(crate) fn sessions(&self) -> Sessions {
-        Sessions::new(self.store.clone())
+        self.app.sessions()
     }
 
     /// The asks of this server's store.
     pub(crate) fn asks(&self) -> Asks {
-        Asks::new(self.store.clone())
+        self.app.asks()
     }
 }
 

@@ -103,7 +103,7 @@ pub fn check_line(line: &[u8]) -> Verdict {
     }
     if line.len() > LINE_BYTES_MAX {
         return Verdict::Answer(error_response(
-            planb_engine::plans::framing::top_level_id(line).unwrap_or(Value::Null),
+            planb_core::jsonrpc::top_level_id(line).unwrap_or(Value::Null),
             -32700,
             format!("Parse error: message over the {LINE_BYTES_MAX}-byte (16 MiB) line limit"),
         ));
@@ -123,7 +123,7 @@ pub fn check_line(line: &[u8]) -> Verdict {
             }
             // The id, when it can be read, so the client's call fails now
             // instead of waiting for an answer that cannot come.
-            let id = planb_engine::plans::framing::top_level_id(line).unwrap_or(Value::Null);
+            let id = planb_core::jsonrpc::top_level_id(line).unwrap_or(Value::Null);
             return Verdict::Answer(error_response(id, -32700, format!("Parse error: {error}")));
         }
     };
@@ -356,7 +356,7 @@ async fn read_client(
                 }
             }
             Verdict::Repaired(mut repaired, count) => {
-                let id = planb_engine::plans::framing::top_level_id(&repaired)
+                let id = planb_core::jsonrpc::top_level_id(&repaired)
                     .map_or_else(|| "without an id".to_owned(), |id| id.to_string());
                 tracing::warn!(
                     "request {id}: {count} lone surrogate escape(s) (a cut-off emoji?) taken as U+FFFD"

@@ -13,10 +13,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use planb_app::models::{ANSWER_BYTES_MAX, PROFILES, Sampler};
+use planb_core::pipelines::{DEFAULT_TARGET, PROJECT_PLAN};
 use planb_core::{Run, RunState, Task, TaskId};
-use planb_engine::backend::PROFILES;
-use planb_engine::backend::sampling::Sampler;
-use planb_engine::pipelines::{DEFAULT_TARGET, PROJECT_PLAN};
 use planb_projections::DataRoot;
 use rmcp::model::{CallToolResult, JsonObject};
 use rmcp::service::RequestContext;
@@ -24,7 +23,7 @@ use rmcp::{Peer, RoleServer, tool, tool_router};
 use serde_json::{Value, json};
 
 use planb_app::ErrorCode;
-use planb_app::launch::{Launch, Runner, Start};
+use planb_app::launch::{Runner, Start};
 use planb_app::tasks::{CreateRequest, TaskFile, TaskWaited, Tasks, checked_pipeline};
 
 use crate::args::Args;
@@ -292,18 +291,14 @@ impl PlanbServer {
         DataRoot::new(self.config().data_root.clone())
     }
 
-    /// The task operations, once the store is open.
-    async fn tasks(&self) -> Result<Tasks, Refusal> {
-        self.plan_store()
-            .await
-            .map(Tasks::new)
-            .map_err(planb_app::Error::internal)
-            .map_err(app_error)
+    /// The task operations.
+    fn tasks(&self) -> Tasks {
+        self.app().tasks()
     }
 
     /// The task, after ending its active run if the worker is gone.
     async fn task_checked(&self, id: TaskId) -> Result<(Tasks, Task), Refusal> {
-        let tasks = self.tasks().await?;
+        let tasks = self.tasks();
         let task = tasks.find(id).await.map_err(app_error)?;
         Ok((tasks, task))
     }
@@ -318,26 +313,14 @@ impl PlanbServer {
         runner: Runner,
         from: Start,
     ) -> Result<Task, Refusal> {
-        // An in-process run's tool steps use this server's connections.
-        let downstream = match runner {
-            Runner::Here(_) => self.plan_runs().downstream.get(&self.config().servers).ok(),
-            Runner::Worker => None,
-        };
-        let launch = Launch {
-            store: Arc::clone(tasks.store()),
-            servers: self.config().servers.clone(),
-            downstream,
-        };
-        planb_app::launch::start(&launch, id, runs_before, runner, from)
-            .await
-            .map_err(app_error)
+        (tasks.start_run(id, runs_before, runner, from).await).map_err(app_error)
     }
 
     /// Where a run of a task with `profile` goes (see
     /// [`planb_app::launch::runner`]), the client's model offered when it
     /// declared sampling.
     fn runner(&self, profile: Option<&str>, peer: &Peer<RoleServer>) -> Result<Runner, Refusal> {
-        planb_app::launch::runner(profile, Sampler::of(peer, profile)).map_err(app_error)
+        (self.tasks().runner(profile, Sampler::of(peer, profile))).map_err(app_error)
     }
 
     /// The task's status as the tools answer it.
@@ -471,7 +454,7 @@ impl PlanbServer {
     )]
     async fn task_create(&self, arguments: JsonObject, peer: Peer<RoleServer>) -> Answer {
         let create = create_request(&arguments)?;
-        let tasks = self.tasks().await?;
+        let tasks = self.tasks();
         if let Some(key) = create.request_id.clone()
             && let Ok(Some(task)) = tasks.by_request(key).await
         {
@@ -516,7 +499,7 @@ impl PlanbServer {
     )]
     async fn task_stop(&self, arguments: JsonObject) -> Answer {
         let (id, ()) = task_args(&arguments, |_| ())?;
-        let task = self.tasks().await?.stop(id).await;
+        let task = self.tasks().stop(id).await;
         Ok(self.answer_status(&task.map_err(app_error)?))
     }
 
@@ -554,7 +537,7 @@ impl PlanbServer {
     )]
     async fn task_archive(&self, arguments: JsonObject) -> Answer {
         let (id, ()) = task_args(&arguments, |_| ())?;
-        let task = self.tasks().await?.archive(id).await;
+        let task = self.tasks().archive(id).await;
         Ok(self.answer_status(&task.map_err(app_error)?))
     }
 
@@ -568,7 +551,7 @@ impl PlanbServer {
     )]
     async fn task_delete(&self, arguments: JsonObject) -> Answer {
         let (id, ()) = task_args(&arguments, |_| ())?;
-        let tasks = self.tasks().await?;
+        let tasks = self.tasks();
         let folder = tasks.delete(id).await.map_err(app_error)?;
         Ok(crate::reply::structured(json!({
             "task_id": id.to_string(),
@@ -613,7 +596,7 @@ impl PlanbServer {
         if let Err(errors) = Args::new(&arguments).finish() {
             return Ok(invalid(errors));
         }
-        let task = self.tasks().await?.latest().await;
+        let task = self.tasks().latest().await;
         Ok(self.answer_status(&task.map_err(app_error)?))
     }
 
@@ -647,7 +630,7 @@ impl PlanbServer {
             limit = limit.min(self.config().env.hand_back);
         }
         let (until, poll) = (Instant::now() + limit, Duration::from_secs_f64(poll));
-        let tasks = self.tasks().await?;
+        let tasks = self.tasks();
         // Progress is told only to a request that carries a token.
         let mut told = if token.is_some() { -1.0 } else { f64::INFINITY };
         let (task, ended) = loop {
@@ -743,14 +726,14 @@ impl PlanbServer {
         let parsed = task_args(&arguments, |args| {
             (
                 args.string("path", 300),
-                args.string("content", planb_engine::backend::ANSWER_BYTES_MAX),
+                args.string("content", ANSWER_BYTES_MAX),
             )
         });
         let (id, (Some(path), Some(content))) = parsed? else {
             // `task_args` has reported a missing path or content already.
             return Ok(invalid("path and content are required"));
         };
-        let tasks = self.tasks().await?;
+        let tasks = self.tasks();
         let written = tasks.write_artifact(id, &path, content).await;
         let written = written.map_err(app_error)?;
         Ok(crate::reply::structured(json!({
@@ -830,7 +813,7 @@ impl PlanbServer {
         if let Err(errors) = args.finish() {
             return Ok(invalid(errors));
         }
-        let tasks = self.tasks().await?;
+        let tasks = self.tasks();
         let listed = tasks.list(limit, archived).await.map_err(app_error)?;
         let tasks: Vec<Value> = listed
             .iter()

@@ -248,6 +248,27 @@ fn the_front_doors_build_no_store_command_themselves() {
 }
 
 #[test]
+fn the_front_doors_reach_the_engine_only_through_planb_app() {
+    let mut problems = Vec::new();
+    for door in ["mcp", "cli", "forms"] {
+        let folder = root().join(door);
+        if read(&folder.join("Cargo.toml")).contains("planb-engine") {
+            problems.push(format!("{door}/Cargo.toml depends on planb-engine"));
+        }
+        let mut files = Vec::new();
+        for dir in ["src", "tests", "benches"] {
+            sources(&folder.join(dir), &mut files, &["rs"]);
+        }
+        for file in files {
+            if read(&file).contains("planb_engine") {
+                problems.push(format!("{} names planb_engine", file.display()));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
 fn the_person_s_pages_and_the_agent_s_protocol_stay_apart() {
     let names = |folder: &str| dependency_names(&read(&root().join(folder).join("Cargo.toml")));
     let forms = names("forms");

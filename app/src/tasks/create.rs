@@ -72,7 +72,7 @@ impl Tasks {
         request: CreateRequest,
         pipeline: &Pipeline,
     ) -> Result<TaskId, Error> {
-        let id = TaskId::from_uuid(self.store.env().event_id());
+        let id = TaskId::from_uuid(self.shared.env().event_id());
         let key = request.request_id.clone();
         let command = Command::CreateTask {
             task: id,

@@ -21,6 +21,7 @@ use planb_tests::plans::step;
 use serde_json::{Map, Value, json};
 
 pub(crate) struct Setup {
+    pub(crate) app: planb_app::App,
     pub(crate) store: Arc<Store>,
     pub(crate) source: ServersSource,
     pub(crate) runs: Arc<PlanRuns>,
@@ -45,13 +46,19 @@ fn setup_with(root: &Path, servers: serde_json::Value) -> Setup {
     let file = root.join("servers.json");
     let servers = json!({ "mcpServers": servers });
     std::fs::write(&file, servers.to_string()).expect("servers file");
-    Setup {
-        store: Arc::new(store),
-        source: ServersSource {
+    let (store, source) = (
+        Arc::new(store),
+        ServersSource {
             file,
             project: None,
         },
-        runs: Arc::default(),
+    );
+    let app = planb_app::App::ready(Arc::clone(&store), source.clone());
+    Setup {
+        runs: Arc::clone(app.runs()),
+        app,
+        store,
+        source,
     }
 }
 
@@ -78,8 +85,7 @@ pub(crate) fn calls(root: &Path) -> Vec<Value> {
 /// Records the plan `definition`, checked against the servers' tools, as
 /// `plan_create` does.
 pub(crate) async fn create(setup: &Setup, definition: &Value) -> Result<TaskId, planb_app::Error> {
-    let downstream = setup.runs.downstream.get(&setup.source).expect("servers");
-    let created = planb_app::plans::create(&setup.store, &downstream, definition, None).await;
+    let created = setup.app.plans().create(definition, None).await;
     created.map(|c| c.id)
 }
 
@@ -469,7 +475,12 @@ async fn the_diamond_passes_variables_and_a_dry_run_calls_nothing() {
     let id = create(&setup, &definition).await.expect("created");
     // Named by a prefix of its id, as a person names it.
     let prefix = &id.to_string()[..8];
-    let task = planb_app::plans::find(&setup.store, prefix).expect("found by its prefix");
+    let task = setup
+        .app
+        .plans()
+        .find(prefix)
+        .await
+        .expect("found by its prefix");
     let plan = plans::load(&task).expect("the plan");
     let shown = planb_app::plans::rendered(&task, &plan);
     assert!(shown.contains("  ○ 2. Step 2"), "{shown}");
@@ -552,7 +563,7 @@ async fn creation_refuses_unknown_tools_and_cycles_and_records_nothing() {
         refused.message.starts_with("revises: set only by planb"),
         "{refused}"
     );
-    let listed = planb_app::plans::list(&setup.store).expect("listed");
+    let listed = setup.app.plans().list().await.expect("listed");
     assert!(listed.is_empty(), "{listed:?}");
 }
 
@@ -712,11 +723,11 @@ async fn a_deleted_plan_is_gone_from_the_list_and_cannot_be_found_to_run() {
     let definition = json!({"title": "Short-lived", "steps": [
         step("1", "beta__echo", json!({"text": "x"}), &[], None)]});
     let id = create(&setup, &definition).await.expect("created");
-    let deleted = planb_app::plans::delete(&setup.store, &id.to_string()[..8]);
+    let deleted = setup.app.plans().delete(&id.to_string()[..8]).await;
     assert_eq!(deleted.expect("deleted"), id);
-    let listed = planb_app::plans::list(&setup.store).expect("listed");
+    let listed = setup.app.plans().list().await.expect("listed");
     assert!(listed.is_empty(), "{listed:?}");
-    let gone = planb_app::plans::find(&setup.store, &id.to_string());
+    let gone = setup.app.plans().find(&id.to_string()).await;
     let gone = gone.expect_err("deleted");
     assert_eq!(gone.code, ErrorCode::TaskNotFound, "{gone}");
     assert_eq!(gone.message, format!("Plan not found: {id}"));

@@ -1,14 +1,16 @@
 //! Planning sessions, their asks and named plans at the application layer,
 //! in process: a real store in a temporary data root, held as a front door
-//! holds it (`StoreHandle`), every answer read back as plain data. The
+//! holds it (`App`, its store opened on a thread of its own), every answer
+//! read back as plain data. The
 //! forms' delivery and the tools' wording stay in planb-mcp's tests.
 
 use std::path::Path;
 use std::sync::Arc;
 
+use planb_app::App;
 use planb_app::asks::{Asks, Ending, NewAsk};
 use planb_app::named::{CommandReviewError, NamedPlans, ReviewOutcome, SubmitError};
-use planb_app::sessions::{NewSession, Sessions};
+use planb_app::sessions::NewSession;
 use planb_app::store::StoreHandle;
 use planb_core::state::PlanSource;
 use planb_core::{
@@ -18,14 +20,18 @@ use planb_core::{
 use planb_projections::{DataRoot, SystemEnvironment};
 use planb_tests::fixtures::{new_uuid, storage_spec};
 
-fn store(root: &Path) -> StoreHandle {
-    StoreHandle::open(DataRoot::new(root), Arc::new(SystemEnvironment))
+fn app(root: &Path) -> App {
+    let servers = planb_app::plans::ServersSource {
+        file: root.join("servers.json"),
+        project: None,
+    };
+    App::open(DataRoot::new(root), Arc::new(SystemEnvironment), servers)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_s_plan_versions_are_numbered_in_order_and_written_before_the_answer() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let sessions = Sessions::new(store(dir.path()));
+    let sessions = app(dir.path()).sessions();
     let new = NewSession {
         title: Some("Storage".into()),
         ..NewSession::default()
@@ -63,13 +69,14 @@ async fn opened(asks: &Asks, session: SessionId, sid: &str) -> planb_core::AskId
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ask_ended_after_its_answer_keeps_it_and_an_ended_form_takes_one_late_answer() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let handle = store(dir.path());
-    let sessions = Sessions::new(handle.clone());
+    let app = app(dir.path());
+    let handle = app.store().clone();
+    let sessions = app.sessions();
     let (session, _) = sessions
         .start(NewSession::default())
         .await
         .expect("session");
-    let asks = Asks::new(handle.clone());
+    let asks = app.asks();
 
     let answered = opened(&asks, session, "sid-answered").await;
     let found = asks.answerable("sid-answered").await.expect("its form");
@@ -151,8 +158,9 @@ async fn sources(handle: &StoreHandle, plan: &PlanKey) -> Vec<PlanSource> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hand_edit_is_a_version_of_its_own_and_submitting_opens_numbered_rounds() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let handle = store(dir.path());
-    let named = NamedPlans::new(handle.clone(), dir.path().join("plans"));
+    let app = app(dir.path());
+    let handle = app.store().clone();
+    let named = app.named(dir.path().join("plans"));
     let plan = named.key(plan_name("storage"));
     let written = named
         .write(&plan, "# Storage\n\nUse A.\n".into(), None)
@@ -223,8 +231,9 @@ async fn a_hand_edit_is_a_version_of_its_own_and_submitting_opens_numbered_round
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_submit_command_s_output_is_recorded_as_feedback_and_never_as_an_approval() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let handle = store(dir.path());
-    let named = NamedPlans::new(handle.clone(), dir.path().join("plans"));
+    let app = app(dir.path());
+    let handle = app.store().clone();
+    let named = app.named(dir.path().join("plans"));
     let plan = named.key(plan_name("launch"));
     named
         .write(&plan, "# Launch\n".into(), None)

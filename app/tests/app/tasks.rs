@@ -9,8 +9,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use planb_app::App;
 use planb_app::ErrorCode;
-use planb_app::launch::{self, Launch, Runner, Start};
+use planb_app::launch::{Runner, Start};
 use planb_app::plans::ServersSource;
 use planb_app::tasks::outputs::{Output, ReadError};
 use planb_app::tasks::{self, CreateRequest, TaskFile, Tasks};
@@ -25,20 +26,18 @@ use serde_json::json;
 /// Longest a run in these tests may take.
 const RUN_WAIT: Duration = Duration::from_secs(120);
 
-fn open(root: &Path) -> Tasks {
+/// The tasks of a store at `root` whose downstream servers are `servers`'s.
+fn open_with(root: &Path, servers: std::path::PathBuf) -> Tasks {
     let (store, _) = Store::open(DataRoot::new(root), Arc::new(SystemEnvironment)).expect("open");
-    Tasks::new(Arc::new(store))
+    let servers = ServersSource {
+        file: servers,
+        project: None,
+    };
+    App::ready(Arc::new(store), servers).tasks()
 }
 
-fn launch_of(tasks: &Tasks) -> Launch {
-    Launch {
-        store: Arc::clone(tasks.store()),
-        servers: ServersSource {
-            file: tasks.store().root().root().join("no-servers.json"),
-            project: None,
-        },
-        downstream: None,
-    }
+fn open(root: &Path) -> Tasks {
+    open_with(root, root.join("no-servers.json"))
 }
 
 /// A run in this process on the model `spec` names (as `PLANB_MODEL`).
@@ -66,18 +65,13 @@ fn request(prompt: &str, speed: &str) -> CreateRequest {
 }
 
 /// Creates the task `request` describes and starts its first run with
-/// `launch`, on `runner`.
-async fn start_new(
-    tasks: &Tasks,
-    launch: &Launch,
-    runner: Runner,
-    request: CreateRequest,
-) -> TaskId {
-    let root = tasks.store().root().clone();
+/// `runner`.
+async fn start_new(tasks: &Tasks, runner: Runner, request: CreateRequest) -> TaskId {
+    let root = tasks.root();
     let pipeline =
         tasks::checked_pipeline(&root, &request.pipeline, &request.target).expect("the pipeline");
     let id = tasks.create(request, &pipeline).await.expect("created");
-    let started = launch::start(launch, id, 0, runner, Start::Resume).await;
+    let started = tasks.start_run(id, 0, runner, Start::Resume).await;
     assert_eq!(started.expect("started").runs.len(), 1);
     id
 }
@@ -85,8 +79,7 @@ async fn start_new(
 /// Creates a `speed` task toward the default target and starts its first
 /// run in this process.
 async fn create_and_start(tasks: &Tasks, model: &ModelServer, speed: &str) -> TaskId {
-    let launch = launch_of(tasks);
-    start_new(tasks, &launch, here(model), request(PROMPT, speed)).await
+    start_new(tasks, here(model), request(PROMPT, speed)).await
 }
 
 /// The task once `done` holds of it.
@@ -114,7 +107,7 @@ async fn a_task_runs_here_to_its_report_zip_and_run_log_and_is_listed() {
     let id = create_and_start(&tasks, &model, "fast").await;
     let task = until_ended(&tasks, id).await;
     assert_eq!(tasks::state_name(&task), "completed");
-    let root = tasks.store().root().clone();
+    let root = tasks.root();
     let status = tasks::status(&root, &task);
     assert!(status.progress.total > 1, "{status:?}");
     assert_eq!(status.progress.done, status.progress.total);
@@ -258,7 +251,7 @@ async fn a_stopped_task_edited_then_resumed_runs_only_what_is_missing_or_downstr
     };
     assert_eq!(tasks::state_name(&stopped), "stopped");
     // Part way, the percentage is given to a tenth.
-    let percentage = tasks::status(tasks.store().root(), &stopped).percentage;
+    let percentage = tasks::status(&tasks.root(), &stopped).percentage;
     assert!(percentage > 0.0 && percentage < 100.0, "{percentage}");
     assert_eq!(
         percentage,
@@ -268,7 +261,7 @@ async fn a_stopped_task_edited_then_resumed_runs_only_what_is_missing_or_downstr
     let first = stopped.runs[0].clone();
 
     // The first step that succeeded and has steps after it is edited.
-    let root = tasks.store().root().clone();
+    let root = tasks.root();
     let pipeline = tasks::pipeline_of(&root, PROJECT_PLAN).expect("pipeline");
     let closure: BTreeSet<String> = pipeline
         .closure(&StepId::parse(DEFAULT_TARGET).expect("target"))
@@ -300,7 +293,7 @@ async fn a_stopped_task_edited_then_resumed_runs_only_what_is_missing_or_downstr
 
     let task = tasks.find(id).await.expect("task");
     tasks::may_run_again(&task).expect("it may run again");
-    let resumed = launch::start(&launch_of(&tasks), id, 1, here(&model), Start::Resume).await;
+    let resumed = tasks.start_run(id, 1, here(&model), Start::Resume).await;
     assert_eq!(resumed.expect("resumed").runs.len(), 2);
     let done = until_ended(&tasks, id).await;
     assert_eq!(tasks::state_name(&done), "completed");
@@ -336,7 +329,7 @@ async fn a_completed_task_edited_then_resumed_recomputes_exactly_what_the_edit_i
     let id = create_and_start(&tasks, &model, "fast").await;
     let done = until_ended(&tasks, id).await;
     assert_eq!(tasks::state_name(&done), "completed");
-    let root = tasks.store().root().clone();
+    let root = tasks.root();
     let pipeline = tasks::pipeline_of(&root, PROJECT_PLAN).expect("pipeline");
     let edited = done.runs[0]
         .succeeded
@@ -356,7 +349,7 @@ async fn a_completed_task_edited_then_resumed_recomputes_exactly_what_the_edit_i
 
     let task = tasks.find(id).await.expect("task");
     tasks::may_run_again(&task).expect("an edited completed task may run again");
-    let resumed = launch::start(&launch_of(&tasks), id, 1, here(&model), Start::Resume).await;
+    let resumed = tasks.start_run(id, 1, here(&model), Start::Resume).await;
     assert_eq!(resumed.expect("resumed").runs.len(), 2);
     let again = until_ended(&tasks, id).await;
     assert_eq!(tasks::state_name(&again), "completed");
@@ -455,7 +448,7 @@ async fn a_wait_tells_new_progress_hands_back_at_its_limit_and_ends_with_the_run
     })
     .await;
     let tasks = open(dir.path());
-    let root = tasks.store().root().clone();
+    let root = tasks.root();
     let pipeline = tasks::checked_pipeline(&root, PROJECT_PLAN, DEFAULT_TARGET).expect("pipeline");
     let unstarted = tasks.create(request(PROMPT, "fast"), &pipeline).await;
     let unstarted = unstarted.expect("created");
@@ -497,7 +490,7 @@ async fn a_wait_tells_new_progress_hands_back_at_its_limit_and_ends_with_the_run
 async fn a_request_id_creates_one_task_and_an_unknown_target_is_refused() {
     let dir = tempfile::tempdir().expect("temp dir");
     let tasks = open(dir.path());
-    let root = tasks.store().root().clone();
+    let root = tasks.root();
     let refused = tasks::checked_pipeline(&root, PROJECT_PLAN, "nowhere");
     let refused = refused.expect_err("no such step");
     assert_eq!(refused.code, ErrorCode::InvalidTarget);
@@ -541,7 +534,7 @@ fn log_text(task: &Task) -> String {
 
 /// The artifact `step` of `task` recorded, as text.
 fn artifact(tasks: &Tasks, task: &Task, step: &str) -> String {
-    let blobs = tasks.store().root().blobs();
+    let blobs = tasks.root().blobs();
     let bytes = blobs.get(&task.successes[step].artifact).expect("its blob");
     String::from_utf8(bytes).expect("text")
 }
@@ -574,22 +567,13 @@ async fn a_pipeline_tool_step_calls_a_downstream_server_with_the_artifact_it_nee
     )
     .expect("servers");
     let model = ModelServer::start(Script::INSTANT).await;
-    let tasks = open(dir.path());
-    let source = ServersSource {
-        file: servers.clone(),
-        project: None,
-    };
-    let launch = Launch {
-        downstream: Some(planb_app::plans::downstream(&source).expect("the servers")),
-        servers: source,
-        ..launch_of(&tasks)
-    };
+    let tasks = open_with(dir.path(), servers.clone());
     let scout = |prompt: &str| CreateRequest {
         pipeline: "scout".into(),
         target: "report".into(),
         ..request(prompt, "fast")
     };
-    let id = start_new(&tasks, &launch, here(&model), scout(PROMPT)).await;
+    let id = start_new(&tasks, here(&model), scout(PROMPT)).await;
     let done = until_ended(&tasks, id).await;
     assert_eq!(tasks::state_name(&done), "completed", "{}", log_text(&done));
 
@@ -604,10 +588,11 @@ async fn a_pipeline_tool_step_calls_a_downstream_server_with_the_artifact_it_nee
     );
     assert!(artifact(&tasks, &done, "report").contains("Look it up"));
 
-    // With no servers, the tool step fails saying so; the model step
-    // before it ran.
+    // With no servers (an application whose servers file is missing), the
+    // tool step fails saying so; the model step before it ran.
     let another = scout("Another goal entirely, to plan from scratch.");
-    let id = start_new(&tasks, &launch_of(&tasks), here(&model), another).await;
+    let tasks = open(dir.path());
+    let id = start_new(&tasks, here(&model), another).await;
     let failed = until_ended(&tasks, id).await;
     assert_eq!(
         tasks::state_name(&failed),
@@ -620,7 +605,7 @@ async fn a_pipeline_tool_step_calls_a_downstream_server_with_the_artifact_it_nee
     assert!(failed.successes.contains_key("intake"));
     let logs = log_text(&failed);
     assert!(
-        logs.contains("no downstream servers are configured"),
+        logs.contains("no downstream server \"alpha\" is configured"),
         "{logs}"
     );
 }
@@ -636,7 +621,7 @@ fn script_model(dir: &Path, name: &str, body: &str) -> Runner {
 async fn an_answer_of_the_wrong_shape_is_asked_for_again_and_then_fails_its_step() {
     let dir = tempfile::tempdir().expect("temp dir");
     let tasks = open(dir.path());
-    let root = tasks.store().root().clone();
+    let root = tasks.root();
     let pipeline = tasks::pipeline_of(&root, PROJECT_PLAN).expect("pipeline");
     let closure = pipeline
         .closure(&StepId::parse(DEFAULT_TARGET).expect("target"))
@@ -652,8 +637,7 @@ async fn an_answer_of_the_wrong_shape_is_asked_for_again_and_then_fails_its_step
             "#!/bin/sh\np=$(cat)\ncase \"$p\" in\n  *'previous answer was refused'*) echo '{schedule}' ;;\n  *'Answer with JSON only'*) echo 'Here is the schedule you asked for.' ;;\n  *) printf '## Part\\n\\nText.\\n' ;;\nesac\n"
         ),
     );
-    let launch = launch_of(&tasks);
-    let id = start_new(&tasks, &launch, learns, request(PROMPT, "fast")).await;
+    let id = start_new(&tasks, learns, request(PROMPT, "fast")).await;
     let done = until_ended(&tasks, id).await;
     let logs = log_text(&done);
     assert_eq!(tasks::state_name(&done), "completed", "{logs}");
@@ -670,7 +654,7 @@ async fn an_answer_of_the_wrong_shape_is_asked_for_again_and_then_fails_its_step
         "stubborn.sh",
         "#!/bin/sh\np=$(cat)\ncase \"$p\" in\n  *'Answer with JSON only'*) echo 'A schedule in words.' ;;\n  *) printf '## Part\\n\\nText.\\n' ;;\nesac\n",
     );
-    let id = start_new(&tasks, &launch, stubborn, request(PROMPT, "fast")).await;
+    let id = start_new(&tasks, stubborn, request(PROMPT, "fast")).await;
     let failed = until_ended(&tasks, id).await;
     let logs = log_text(&failed);
     assert_eq!(tasks::state_name(&failed), "failed", "{logs}");
@@ -688,7 +672,7 @@ async fn a_hand_edit_is_recorded_before_a_tool_writes_another_file_of_the_folder
     let id = create_and_start(&tasks, &model, "fast").await;
     let done = until_ended(&tasks, id).await;
     assert_eq!(tasks::state_name(&done), "completed", "{}", log_text(&done));
-    let folder = tasks.store().root().task_dir(&id);
+    let folder = tasks.root().task_dir(&id);
     let mut files: Vec<String> = std::fs::read_dir(&folder)
         .expect("task folder")
         .flatten()
@@ -752,7 +736,7 @@ async fn a_hand_edit_during_a_run_waits_for_its_end_and_the_zip_is_still_to_be_h
     .await;
     let tasks = open(dir.path());
     let id = create_and_start(&tasks, &model, "fast").await;
-    let folder = tasks.store().root().task_dir(&id);
+    let folder = tasks.root().task_dir(&id);
     let first_file = || {
         std::fs::read_dir(&folder)
             .ok()?
@@ -778,7 +762,7 @@ async fn a_hand_edit_during_a_run_waits_for_its_end_and_the_zip_is_still_to_be_h
     let refused = refused.expect_err("a write under a run");
     assert_eq!(refused.code, ErrorCode::RunningReadonly, "{refused:?}");
     let hash = planb_core::state::ContentHash::of_bytes(text.as_bytes()).0;
-    let blob = tasks.store().root().blobs().path(&hash);
+    let blob = tasks.root().blobs().path(&hash);
     assert!(!blob.exists(), "the refused write left its blob");
     let edits = || {
         planb_tests::logs::events(dir.path())
@@ -810,7 +794,7 @@ async fn a_task_retries_from_its_first_step_then_is_archived_and_deleted_never_u
     })
     .await;
     let tasks = open(dir.path());
-    let root = tasks.store().root().clone();
+    let root = tasks.root();
     let id = create_and_start(&tasks, &model, "fast").await;
     let running = until(&tasks, id, "two steps in", |t| t.successes.len() >= 2).await;
     // Not retried, archived or deleted under a live run.
@@ -832,7 +816,7 @@ async fn a_task_retries_from_its_first_step_then_is_archived_and_deleted_never_u
     // A retry starts over: the new run starts every step of the target's
     // closure again, the stopped run stays in the history.
     tasks::may_run_again(&stopped).expect("a stopped task may run again");
-    let retried = launch::start(&launch_of(&tasks), id, 1, here(&model), Start::Retry).await;
+    let retried = tasks.start_run(id, 1, here(&model), Start::Retry).await;
     let retried = retried.expect("retried");
     assert_eq!(tasks::state_name(&retried), "running");
     assert_eq!(retried.runs.len(), 2);
@@ -903,7 +887,8 @@ async fn a_task_retries_from_its_first_step_then_is_archived_and_deleted_never_u
     for refused in gone {
         assert_eq!(refused.code, ErrorCode::TaskNotFound, "{refused}");
     }
-    let kept = tasks.store().read(|s| s.task(&id).cloned()).expect("read");
+    let (store, _) = Store::open(root.clone(), Arc::new(SystemEnvironment)).expect("open");
+    let kept = store.read(|s| s.task(&id).cloned()).expect("read");
     let kept = kept.expect("the task's history");
     assert_eq!(kept.runs.len(), 2);
     assert!(kept.deleted_at.is_some() && kept.archived_at.is_some());
@@ -918,9 +903,8 @@ async fn a_start_racing_a_delete_leaves_no_folder_and_names_the_winner() {
     const ROUNDS: usize = 20;
     let dir = tempfile::tempdir().expect("temp dir");
     let tasks = open(dir.path());
-    let root = tasks.store().root().clone();
+    let root = tasks.root();
     let pipeline = tasks::checked_pipeline(&root, PROJECT_PLAN, DEFAULT_TARGET).expect("pipeline");
-    let launch = launch_of(&tasks);
     let mut problems = Vec::new();
     for round in 0..ROUNDS {
         let id = tasks
@@ -933,10 +917,8 @@ async fn a_start_racing_a_delete_leaves_no_folder_and_names_the_winner() {
         } else {
             Start::Resume
         };
-        let (started, deleted) = tokio::join!(
-            launch::start(&launch, id, 0, runner, from),
-            tasks.delete(id)
-        );
+        let (started, deleted) =
+            tokio::join!(tasks.start_run(id, 0, runner, from), tasks.delete(id));
         let refused = [
             ErrorCode::TaskNotFound,
             ErrorCode::RunAlreadyActive,

@@ -129,8 +129,8 @@ async fn start_server(
     RunningService<RoleClient, ClientConfig>,
     UnboundedReceiver<String>,
 )> {
-    let exe = planb_engine::backend::keeper::this_program()
-        .context("cannot find the planb-mcp binary")?;
+    let exe =
+        planb_app::models::keeper::this_program().context("cannot find the planb-mcp binary")?;
     let mut command = tokio::process::Command::new(exe);
     // Named plans are the demo's, in its own folder, not the project's.
     command

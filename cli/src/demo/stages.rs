@@ -24,8 +24,8 @@ fn demo_dir(data_root: &Path) -> PathBuf {
 pub(super) fn servers_file(data_root: &Path) -> anyhow::Result<PathBuf> {
     let dir = demo_dir(data_root);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let exe = planb_engine::backend::keeper::this_program()
-        .context("cannot find the planb-mcp binary")?;
+    let exe =
+        planb_app::models::keeper::this_program().context("cannot find the planb-mcp binary")?;
     let servers = json!({"mcpServers": {"demo": {"command": exe, "args": ["demo-tools"]}}});
     let file = dir.join("servers.json");
     std::fs::write(&file, serde_json::to_vec_pretty(&servers)?)

@@ -59,7 +59,13 @@ async fn start() -> Server {
         .register(SID.into(), info, waiter)
         .expect("form registered");
     let address = super::start_with(
-        planb_app::store::StoreHandle::ready(Arc::clone(&store)),
+        planb_app::App::ready(
+            Arc::clone(&store),
+            planb_app::plans::ServersSource {
+                file: dir.path().join("servers.json"),
+                project: None,
+            },
+        ),
         forms,
         Arc::new(Reviews::default()),
         0,

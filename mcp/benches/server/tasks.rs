@@ -90,7 +90,7 @@ fn task_events(n: u128, closure: &[String]) -> Vec<EventBody> {
 
 fn status_at_scale() {
     let root = bench_root("tasks-status");
-    let pipeline = planb_engine::pipelines::project_plan();
+    let pipeline = planb_core::pipelines::project_plan();
     let target = planb_core::dag::StepId::parse("build_plan").expect("id");
     let closure: Vec<String> = pipeline
         .closure(&target)

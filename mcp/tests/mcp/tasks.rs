@@ -166,7 +166,7 @@ async fn resume_reruns_nothing_done(server: &Server, dir: &Path, task: &str) -> 
 }
 
 fn closure_of(target: &str) -> Vec<String> {
-    let pipeline = planb_engine::pipelines::project_plan();
+    let pipeline = planb_core::pipelines::project_plan();
     pipeline
         .closure(&StepId::parse(target).expect("id"))
         .expect("closure")
@@ -544,7 +544,7 @@ async fn stop_then_edit_then_resume_reruns_only_what_is_missing_or_downstream() 
     );
 
     // Edit the finished step with the fewest dependents.
-    let pipeline = planb_engine::pipelines::project_plan();
+    let pipeline = planb_core::pipelines::project_plan();
     let closure = closure_of("build_plan");
     let downstream = |step: &str| -> BTreeSet<String> {
         pipeline
@@ -921,7 +921,7 @@ async fn the_report_opens_from_disk_in_chromium_with_every_section() {
     browser
         .open(report["download_url"].as_str().expect("url"))
         .await;
-    let pipeline = planb_engine::pipelines::project_plan();
+    let pipeline = planb_core::pipelines::project_plan();
     let target = pipeline
         .step(&StepId::parse("build_plan_and_validate").expect("id"))
         .expect("the target");
@@ -1115,7 +1115,7 @@ async fn with_no_model_configured_a_sampling_client_answers_in_process_until_its
     while server.seen.samples.try_recv().is_ok() {
         asked += 1;
     }
-    let pipeline = planb_engine::pipelines::project_plan();
+    let pipeline = planb_core::pipelines::project_plan();
     let model_steps = runs[1]
         .iter()
         .filter(|s| {
@@ -1311,7 +1311,7 @@ fn check_killed_task(dir: &Path, task: &str, reference: &str, how: &str) {
     // The report also shows its own task's creation time: compare the
     // model's artifacts.
     let reference_id = planb_core::TaskId::parse(reference).expect("id");
-    let pipeline = planb_engine::pipelines::project_plan();
+    let pipeline = planb_core::pipelines::project_plan();
     let artifacts = |t: &planb_core::Task| -> Vec<(String, [u8; 32])> {
         t.successes
             .iter()
