@@ -17,6 +17,23 @@
 //! undefined behaviour. The current schema lives in the frozen module
 //! [`v6`]; older versions are upcast to it on decode.
 
+/// The body of an event of an older schema as the newer one: each variant
+/// named in `same { … }` keeps its name and its fields, moved as they are;
+/// the arms after it map the variants that changed. A variant left out is a
+/// compile error (the match must be whole), so a new schema names each one.
+macro_rules! upcast_body {
+    (
+        $body:expr, $old:ident => $new:ident,
+        same { $($variant:ident { $($field:ident),* $(,)? }),* $(,)? }
+        $(, $changed:pat => $into:expr)* $(,)?
+    ) => {
+        match $body {
+            $($old::$variant { $($field),* } => $new::$variant { $($field),* },)*
+            $($changed => $into,)*
+        }
+    };
+}
+
 #[cfg(test)]
 mod golden;
 #[cfg(test)]

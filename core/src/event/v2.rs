@@ -183,17 +183,17 @@ pub enum EventBody {
 impl From<super::v1::Event> for Event {
     fn from(event: super::v1::Event) -> Event {
         use super::v1::EventBody as V1;
-        let body = match event.body {
-            V1::SessionCreated {
-                session,
-                title,
-                intent,
-                project_path,
-            } => EventBody::SessionCreated {
-                session,
-                title,
-                intent,
-                project_path,
+        let body = upcast_body!(
+            event.body, V1 => EventBody,
+            same {
+                SessionCreated { session, title, intent, project_path },
+                AskDraftSaved { ask, answers },
+                AskAnswered { ask, answers },
+                AskTimedOut { ask },
+                AskDeclined { ask, action },
+                AskFailed { ask, detail },
+                AskLateAnswer { ask, answers },
+                PlanVersionSaved { session, version, title, content },
             },
             V1::AskOpened {
                 session,
@@ -211,75 +211,73 @@ impl From<super::v1::Event> for Event {
                     url,
                     sid_sha256,
                 }
-            }
-            V1::AskDraftSaved { ask, answers } => EventBody::AskDraftSaved { ask, answers },
-            V1::AskAnswered { ask, answers } => EventBody::AskAnswered { ask, answers },
-            V1::AskTimedOut { ask } => EventBody::AskTimedOut { ask },
-            V1::AskDeclined { ask, action } => EventBody::AskDeclined { ask, action },
-            V1::AskFailed { ask, detail } => EventBody::AskFailed { ask, detail },
-            V1::AskLateAnswer { ask, answers } => EventBody::AskLateAnswer { ask, answers },
-            V1::PlanVersionSaved {
-                session,
-                version,
-                title,
-                content,
-            } => EventBody::PlanVersionSaved {
-                session,
-                version,
-                title,
-                content,
             },
-            V1::NamedPlanWritten {
-                plan,
-                content,
-                session,
-            } => EventBody::NamedPlanWritten {
-                plan,
-                plans_dir: String::new(),
-                content,
-                session,
-            },
-            V1::NamedPlanEdited {
-                plan,
-                edits,
-                content_len_after,
-            } => EventBody::NamedPlanEdited {
-                plan,
-                plans_dir: String::new(),
-                edits,
-                content_len_after,
-            },
-            V1::NamedPlanChangedOutside { plan, content } => EventBody::NamedPlanChangedOutside {
-                plan,
-                plans_dir: String::new(),
-                content,
-            },
-            V1::NamedPlanSubmitted { plan, round } => EventBody::NamedPlanSubmitted {
-                plan,
-                plans_dir: String::new(),
-                round,
-            },
-            V1::NamedPlanReviewed {
-                plan,
-                round,
-                verdict,
-                feedback,
-                comments,
-                channel,
-            } => EventBody::NamedPlanReviewed {
-                plan,
-                plans_dir: String::new(),
-                round,
-                verdict,
-                feedback,
-                comments,
-                channel,
-            },
-        };
+            named @ (V1::NamedPlanWritten { .. }
+            | V1::NamedPlanEdited { .. }
+            | V1::NamedPlanChangedOutside { .. }
+            | V1::NamedPlanSubmitted { .. }
+            | V1::NamedPlanReviewed { .. }) => named_plan_in_no_dir(named),
+        );
         Event {
             id: event.id,
             at: event.at,
             body,
         }
+    }
+}
+
+/// A named plan's event of the first schema, which knew no plans
+/// directory: the directory is empty (the default one).
+fn named_plan_in_no_dir(body: super::v1::EventBody) -> EventBody {
+    use super::v1::EventBody as V1;
+    match body {
+        V1::NamedPlanWritten {
+            plan,
+            content,
+            session,
+        } => EventBody::NamedPlanWritten {
+            plan,
+            plans_dir: String::new(),
+            content,
+            session,
+        },
+        V1::NamedPlanEdited {
+            plan,
+            edits,
+            content_len_after,
+        } => EventBody::NamedPlanEdited {
+            plan,
+            plans_dir: String::new(),
+            edits,
+            content_len_after,
+        },
+        V1::NamedPlanChangedOutside { plan, content } => EventBody::NamedPlanChangedOutside {
+            plan,
+            plans_dir: String::new(),
+            content,
+        },
+        V1::NamedPlanSubmitted { plan, round } => EventBody::NamedPlanSubmitted {
+            plan,
+            plans_dir: String::new(),
+            round,
+        },
+        V1::NamedPlanReviewed {
+            plan,
+            round,
+            verdict,
+            feedback,
+            comments,
+            channel,
+        } => EventBody::NamedPlanReviewed {
+            plan,
+            plans_dir: String::new(),
+            round,
+            verdict,
+            feedback,
+            comments,
+            channel,
+        },
+        // The caller passes a named plan's events only.
+        other => unreachable!("not a named plan's event: {other:?}"),
     }
 }

@@ -336,108 +336,25 @@ impl From<super::v1::Event> for Event {
 impl From<super::v2::Event> for Event {
     fn from(event: super::v2::Event) -> Event {
         use super::v2::EventBody as V2;
-        let body = match event.body {
-            V2::SessionCreated {
-                session,
-                title,
-                intent,
-                project_path,
-            } => EventBody::SessionCreated {
-                session,
-                title,
-                intent,
-                project_path,
-            },
-            V2::AskOpened {
-                session,
-                ask,
-                spec,
-                delivery,
-                url,
-                sid_sha256,
-            } => EventBody::AskOpened {
-                session,
-                ask,
-                spec,
-                delivery,
-                url,
-                sid_sha256,
-            },
-            V2::AskDraftSaved { ask, answers } => EventBody::AskDraftSaved { ask, answers },
-            V2::AskAnswered { ask, answers } => EventBody::AskAnswered { ask, answers },
-            V2::AskTimedOut { ask } => EventBody::AskTimedOut { ask },
-            V2::AskDeclined { ask, action } => EventBody::AskDeclined { ask, action },
-            V2::AskFailed { ask, detail } => EventBody::AskFailed { ask, detail },
-            V2::AskLateAnswer { ask, answers } => EventBody::AskLateAnswer { ask, answers },
-            V2::PlanVersionSaved {
-                session,
-                version,
-                title,
-                content,
-            } => EventBody::PlanVersionSaved {
-                session,
-                version,
-                title,
-                content,
-            },
-            V2::NamedPlanWritten {
-                plan,
-                plans_dir,
-                content,
-                session,
-            } => EventBody::NamedPlanWritten {
-                plan,
-                plans_dir,
-                content,
-                session,
-            },
-            V2::NamedPlanEdited {
-                plan,
-                plans_dir,
-                edits,
-                content_len_after,
-            } => EventBody::NamedPlanEdited {
-                plan,
-                plans_dir,
-                edits,
-                content_len_after,
-            },
-            V2::NamedPlanChangedOutside {
-                plan,
-                plans_dir,
-                content,
-            } => EventBody::NamedPlanChangedOutside {
-                plan,
-                plans_dir,
-                content,
-            },
-            V2::NamedPlanSubmitted {
-                plan,
-                plans_dir,
-                round,
-            } => EventBody::NamedPlanSubmitted {
-                plan,
-                plans_dir,
-                round,
-            },
-            V2::NamedPlanReviewed {
-                plan,
-                plans_dir,
-                round,
-                verdict,
-                feedback,
-                comments,
-                channel,
-            } => EventBody::NamedPlanReviewed {
-                plan,
-                plans_dir,
-                round,
-                verdict,
-                feedback,
-                comments,
-                channel,
-            },
-        };
+        let body = upcast_body!(
+            event.body, V2 => EventBody,
+            same {
+                SessionCreated { session, title, intent, project_path },
+                AskOpened { session, ask, spec, delivery, url, sid_sha256 },
+                AskDraftSaved { ask, answers },
+                AskAnswered { ask, answers },
+                AskTimedOut { ask },
+                AskDeclined { ask, action },
+                AskFailed { ask, detail },
+                AskLateAnswer { ask, answers },
+                PlanVersionSaved { session, version, title, content },
+                NamedPlanWritten { plan, plans_dir, content, session },
+                NamedPlanEdited { plan, plans_dir, edits, content_len_after },
+                NamedPlanChangedOutside { plan, plans_dir, content },
+                NamedPlanSubmitted { plan, plans_dir, round },
+                NamedPlanReviewed { plan, plans_dir, round, verdict, feedback, comments, channel },
+            }
+        );
         Event {
             id: event.id,
             at: event.at,
