@@ -34,6 +34,20 @@ macro_rules! upcast_body {
     };
 }
 
+/// `From` the events of each older schema in `$old`, through `$via` (the
+/// schema just before this one), whose upcast is written out.
+macro_rules! upcast_through {
+    ($via:ident: $($old:ident),+) => {
+        $(
+            impl From<super::$old::Event> for Event {
+                fn from(event: super::$old::Event) -> Event {
+                    super::$via::Event::from(event).into()
+                }
+            }
+        )+
+    };
+}
+
 #[cfg(test)]
 mod golden;
 #[cfg(test)]

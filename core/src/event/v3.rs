@@ -327,11 +327,7 @@ pub enum RunOutcome {
     Failed,
 }
 
-impl From<super::v1::Event> for Event {
-    fn from(event: super::v1::Event) -> Event {
-        super::v2::Event::from(event).into()
-    }
-}
+upcast_through!(v2: v1);
 
 impl From<super::v2::Event> for Event {
     fn from(event: super::v2::Event) -> Event {

@@ -341,23 +341,7 @@ pub enum EventBody {
     },
 }
 
-impl From<super::v1::Event> for Event {
-    fn from(event: super::v1::Event) -> Event {
-        super::v4::Event::from(event).into()
-    }
-}
-
-impl From<super::v2::Event> for Event {
-    fn from(event: super::v2::Event) -> Event {
-        super::v4::Event::from(event).into()
-    }
-}
-
-impl From<super::v3::Event> for Event {
-    fn from(event: super::v3::Event) -> Event {
-        super::v4::Event::from(event).into()
-    }
-}
+upcast_through!(v4: v1, v2, v3);
 
 impl From<super::v4::Event> for Event {
     fn from(event: super::v4::Event) -> Event {

@@ -370,29 +370,7 @@ pub enum EventBody {
     },
 }
 
-impl From<super::v1::Event> for Event {
-    fn from(event: super::v1::Event) -> Event {
-        super::v5::Event::from(event).into()
-    }
-}
-
-impl From<super::v2::Event> for Event {
-    fn from(event: super::v2::Event) -> Event {
-        super::v5::Event::from(event).into()
-    }
-}
-
-impl From<super::v3::Event> for Event {
-    fn from(event: super::v3::Event) -> Event {
-        super::v5::Event::from(event).into()
-    }
-}
-
-impl From<super::v4::Event> for Event {
-    fn from(event: super::v4::Event) -> Event {
-        super::v5::Event::from(event).into()
-    }
-}
+upcast_through!(v5: v1, v2, v3, v4);
 
 impl From<super::v5::Event> for Event {
     fn from(event: super::v5::Event) -> Event {
