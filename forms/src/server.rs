@@ -139,7 +139,7 @@ async fn guard(State(state): State<AppState>, request: Request, next: Next) -> R
     }
     let mut response = match checked {
         Ok(()) => next.run(request).await,
-        Err(problem) => json_error(StatusCode::FORBIDDEN, problem),
+        Err(problem) => json_error(StatusCode::FORBIDDEN, problem.to_string()),
     };
     for (name, value) in pages::SECURITY_HEADERS {
         response

@@ -14,6 +14,39 @@
 
 use axum::http::{HeaderMap, HeaderName, Uri, header};
 
+/// Why a request was refused, said to whoever sent it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    /// A header that must come once came more than once.
+    #[error("{0}: sent more than once")]
+    Repeated(HeaderName),
+    /// A header's value is not visible ASCII.
+    #[error("{0}: not visible ASCII")]
+    NotAscii(HeaderName),
+    /// The `Host` header names another server.
+    #[error("host {host:?} is not this server; use http://127.0.0.1:{port}")]
+    OtherHost {
+        /// The host named.
+        host: String,
+        /// This server's port.
+        port: u16,
+    },
+    /// An absolute request target names another server.
+    #[error("request target {target:?} is not this server; use http://127.0.0.1:{port}")]
+    OtherTarget {
+        /// The authority named.
+        target: String,
+        /// This server's port.
+        port: u16,
+    },
+    /// A browser said the request comes from another site.
+    #[error("a {0} request may not post to this server (sec-fetch-site)")]
+    CrossSite(String),
+    /// The request's `Origin` is not this server.
+    #[error("origin {0:?} may not post to this server")]
+    OtherOrigin(String),
+}
+
 /// Whether `host` (a `Host` header value or a URI authority) is this loopback
 /// server on `port`.
 pub fn is_loopback_host(host: &str, port: u16) -> bool {
@@ -24,47 +57,43 @@ pub fn is_loopback_host(host: &str, port: u16) -> bool {
 
 /// The one value of header `name`: `Ok(None)` when absent, an error naming
 /// the header when it is repeated or not visible ASCII.
-fn single<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Result<Option<&'a str>, String> {
+fn single<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Result<Option<&'a str>, Refused> {
     let mut values = headers.get_all(name).iter();
     let Some(first) = values.next() else {
         return Ok(None);
     };
     if values.next().is_some() {
-        return Err(format!("{name}: sent more than once"));
+        return Err(Refused::Repeated(name.clone()));
     }
     first
         .to_str()
         .map(Some)
-        .map_err(|_| format!("{name}: not visible ASCII"))
+        .map_err(|_| Refused::NotAscii(name.clone()))
 }
 
 /// Refuses a request that does not name this server (see the module docs).
-pub fn loopback_host(headers: &HeaderMap, uri: &Uri, port: u16) -> Result<(), String> {
-    let usage = format!("use http://127.0.0.1:{port}");
+pub fn loopback_host(headers: &HeaderMap, uri: &Uri, port: u16) -> Result<(), Refused> {
     let host = single(headers, &header::HOST)?.unwrap_or("");
     if !is_loopback_host(host, port) {
-        return Err(format!("host {host:?} is not this server; {usage}"));
+        let host = host.to_owned();
+        return Err(Refused::OtherHost { host, port });
     }
     if let Some(authority) = uri.authority()
         && !is_loopback_host(authority.as_str(), port)
     {
-        return Err(format!(
-            "request target {:?} is not this server; {usage}",
-            authority.as_str()
-        ));
+        let target = authority.as_str().to_owned();
+        return Err(Refused::OtherTarget { target, port });
     }
     Ok(())
 }
 
 /// Refuses a state-changing request from another origin (see the module docs).
-pub fn same_origin(headers: &HeaderMap, port: u16) -> Result<(), String> {
+pub fn same_origin(headers: &HeaderMap, port: u16) -> Result<(), Refused> {
     const SEC_FETCH_SITE: HeaderName = HeaderName::from_static("sec-fetch-site");
     if let Some(site) = single(headers, &SEC_FETCH_SITE)?
         && !matches!(site, "same-origin" | "none")
     {
-        return Err(format!(
-            "a {site} request may not post to this server (sec-fetch-site)"
-        ));
+        return Err(Refused::CrossSite(site.to_owned()));
     }
     match single(headers, &header::ORIGIN)? {
         None => Ok(()),
@@ -75,7 +104,7 @@ pub fn same_origin(headers: &HeaderMap, port: u16) -> Result<(), String> {
         {
             Ok(())
         }
-        Some(origin) => Err(format!("origin {origin:?} may not post to this server")),
+        Some(origin) => Err(Refused::OtherOrigin(origin.to_owned())),
     }
 }
 
@@ -115,12 +144,17 @@ mod tests {
             &path,
             80,
         );
-        assert_eq!(twice, Err("host: sent more than once".to_owned()));
+        assert_eq!(twice, Err(Refused::Repeated(header::HOST)));
+        assert_eq!(
+            twice.expect_err("refused").to_string(),
+            "host: sent more than once"
+        );
         assert!(loopback_host(&headers(&[]), &path, 80).is_err());
         let absolute: Uri = "http://evil.example:80/ask".parse().expect("uri");
         let error = loopback_host(&headers(&[("host", "127.0.0.1:80")]), &absolute, 80)
             .expect_err("another host in the request line");
-        assert!(error.contains("evil.example"), "{error}");
+        let target = "evil.example:80".to_owned();
+        assert_eq!(error, Refused::OtherTarget { target, port: 80 });
         let own: Uri = "http://localhost:80/ask".parse().expect("uri");
         assert_eq!(
             loopback_host(&headers(&[("host", "127.0.0.1:80")]), &own, 80),

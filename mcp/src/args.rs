@@ -10,8 +10,17 @@ use serde_json::Value;
 const UNKNOWN_SHOWN: usize = 10;
 
 /// Problems with a tool's arguments, one message per field.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ArgErrors(pub Vec<String>);
+
+impl ArgErrors {
+    /// One problem: the field (its path) and what is wrong with it.
+    pub fn one(message: impl Into<String>) -> ArgErrors {
+        ArgErrors(vec![message.into()])
+    }
+}
+
+impl std::error::Error for ArgErrors {}
 
 impl std::fmt::Display for ArgErrors {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

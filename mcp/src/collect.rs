@@ -19,6 +19,7 @@ use rmcp::service::RequestContext;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
+use crate::args::ArgErrors;
 use crate::ask::Asked;
 use crate::server::{PlanbServer, store_error, tool_error};
 use planb_forms::{FormInfo, PageKind};
@@ -57,7 +58,7 @@ impl PlanbServer {
     ) -> Asked {
         match collect_arguments(arguments) {
             Ok((ask_id, session)) => self.collect(ask_id, session, context).await,
-            Err(problem) => ended(problem),
+            Err(problem) => ended(problem.to_string()),
         }
     }
 
@@ -201,31 +202,31 @@ fn ended(message: impl Into<String>) -> Asked {
 
 /// `ask_user {askId}`'s arguments: the ask and, when given, the session it
 /// must belong to; what is wrong otherwise.
-fn collect_arguments(arguments: &JsonObject) -> Result<(AskId, Option<SessionId>), String> {
+fn collect_arguments(arguments: &JsonObject) -> Result<(AskId, Option<SessionId>), ArgErrors> {
     let mut ask_id = None;
     let mut session = None;
     for (key, value) in arguments {
         match (key.as_str(), value) {
             ("askId", Value::String(text)) => match AskId::parse(text.trim()) {
                 Ok(id) => ask_id = Some(id),
-                Err(error) => return Err(format!("askId: {error}")),
+                Err(error) => return Err(ArgErrors::one(format!("askId: {error}"))),
             },
-            ("askId", _) => return Err("askId: must be a string (the ask's id)".into()),
+            ("askId", _) => return Err(ArgErrors::one("askId: must be a string (the ask's id)")),
             ("sessionId", Value::String(text)) => match SessionId::parse(text.trim()) {
                 Ok(id) => session = Some(id),
-                Err(error) => return Err(format!("sessionId: {error}")),
+                Err(error) => return Err(ArgErrors::one(format!("sessionId: {error}"))),
             },
             ("sessionId", Value::Null) => {}
-            ("sessionId", _) => return Err("sessionId: must be a string".into()),
+            ("sessionId", _) => return Err(ArgErrors::one("sessionId: must be a string")),
             (other, _) => {
-                return Err(format!(
+                return Err(ArgErrors::one(format!(
                     "{other}: not taken with askId; pass askId (and optionally sessionId) to collect an ask, or title and questions to ask anew"
-                ));
+                )));
             }
         }
     }
     match ask_id {
         Some(ask_id) => Ok((ask_id, session)),
-        None => Err("askId: required".into()),
+        None => Err(ArgErrors::one("askId: required")),
     }
 }

@@ -4,6 +4,8 @@
 
 use std::collections::BTreeSet;
 
+use crate::args::ArgErrors;
+
 /// A group of tools.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Group {
@@ -70,7 +72,7 @@ impl Selection {
     /// `sessions,review`, `all`, `tasks,aliases`: names separated by commas
     /// (spaces allowed). `aliases` alone lists the other names beside every
     /// tool. An unknown name is an error listing the known ones.
-    pub fn parse(text: &str) -> Result<Selection, String> {
+    pub fn parse(text: &str) -> Result<Selection, ArgErrors> {
         let mut chosen = BTreeSet::new();
         let mut aliases = false;
         for word in text.split(',').map(str::trim).filter(|w| !w.is_empty()) {
@@ -81,13 +83,13 @@ impl Selection {
                     let group = GROUPS
                         .into_iter()
                         .find(|g| g.name() == word)
-                        .ok_or_else(|| format!("unknown tool group {word:?} ({KNOWN})"))?;
+                        .ok_or_else(|| ArgErrors::one(format!("unknown tool group {word:?} ({KNOWN})")))?;
                     chosen.insert(group);
                 }
             }
         }
         if chosen.is_empty() && !aliases {
-            return Err(format!("names no tool group ({KNOWN})"));
+            return Err(ArgErrors::one(format!("names no tool group ({KNOWN})")));
         }
         if chosen.is_empty() {
             chosen.extend(GROUPS);
@@ -193,7 +195,7 @@ mod tests {
         assert!(!picked.serves("task_create") && !picked.serves("write_plan"));
         assert_eq!(Selection::parse("all"), Ok(Selection::default()));
         let unknown = Selection::parse("sessions,everything").expect_err("unknown");
-        assert!(unknown.contains("\"everything\""), "{unknown}");
+        assert!(unknown.to_string().contains("\"everything\""), "{unknown}");
         assert!(Selection::parse(" , ").is_err());
         assert!(Selection::refusal("task_create").contains("--tools tasks"));
         let named = Selection::parse("aliases").expect("valid");

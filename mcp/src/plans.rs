@@ -14,7 +14,7 @@ use rmcp::{ErrorData, prompt, prompt_router, tool, tool_router};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
-use crate::args::Args;
+use crate::args::{ArgErrors, Args};
 use crate::config::ReviewMode;
 use crate::deliver::{Outcome, Page, deliver_and_wait};
 use crate::schema;
@@ -68,12 +68,12 @@ fn plan_name(args: &mut Args<'_>) -> Option<PlanName> {
 /// Reads one `{oldString, newString, replaceAll?}` edit. `prefix` goes in front
 /// of field names in messages: `""` for the single-edit form, `"edits[2]."` for
 /// an item of `edits`.
-fn parse_edit(value: &Value, prefix: &str) -> Result<PlanEdit, String> {
+fn parse_edit(value: &Value, prefix: &str) -> Result<PlanEdit, ArgErrors> {
     let Value::Object(object) = value else {
-        return Err(format!(
+        return Err(ArgErrors::one(format!(
             "{}: must be an object {{oldString, newString, replaceAll?}}",
             prefix.trim_end_matches('.')
-        ));
+        )));
     };
     let mut old = None;
     let mut new = None;
@@ -85,14 +85,14 @@ fn parse_edit(value: &Value, prefix: &str) -> Result<PlanEdit, String> {
             ("replaceAll", Value::Bool(b)) => replace_all = *b,
             ("replaceAll", Value::Null) => {}
             ("oldString" | "newString", _) => {
-                return Err(format!("{prefix}{key}: must be a string"));
+                return Err(ArgErrors::one(format!("{prefix}{key}: must be a string")));
             }
-            ("replaceAll", _) => return Err(format!("{prefix}replaceAll: must be a boolean")),
-            (other, _) => return Err(format!("{prefix}{other}: unknown field")),
+            ("replaceAll", _) => return Err(ArgErrors::one(format!("{prefix}replaceAll: must be a boolean"))),
+            (other, _) => return Err(ArgErrors::one(format!("{prefix}{other}: unknown field"))),
         }
     }
-    let old = old.ok_or_else(|| format!("{prefix}oldString: required"))?;
-    let new = new.ok_or_else(|| format!("{prefix}newString: required"))?;
+    let old = old.ok_or_else(|| ArgErrors::one(format!("{prefix}oldString: required")))?;
+    let new = new.ok_or_else(|| ArgErrors::one(format!("{prefix}newString: required")))?;
     Ok(PlanEdit {
         old,
         new,
@@ -102,7 +102,7 @@ fn parse_edit(value: &Value, prefix: &str) -> Result<PlanEdit, String> {
 
 /// The edits of an `edit_plan` call: either the single-edit fields or `edits`;
 /// the flag says which form was used.
-fn parse_edits(arguments: &JsonObject) -> Result<(PlanName, Vec<PlanEdit>, bool), String> {
+fn parse_edits(arguments: &JsonObject) -> Result<(PlanName, Vec<PlanEdit>, bool), ArgErrors> {
     let mut single = JsonObject::new();
     let mut rest = JsonObject::new();
     for (key, value) in arguments {
@@ -119,15 +119,15 @@ fn parse_edits(arguments: &JsonObject) -> Result<(PlanName, Vec<PlanEdit>, bool)
     let one_edit_form = edits_value.is_none();
     let mut args = Args::new(&rest);
     let plan = plan_name(&mut args);
-    args.finish().map_err(|e| e.to_string())?;
-    let plan = plan.ok_or("planName: required")?;
+    args.finish()?;
+    let plan = plan.ok_or_else(|| ArgErrors::one("planName: required"))?;
     let edits = match (edits_value, single.is_empty()) {
         (Some(_), false) => {
-            return Err("edits: give either oldString/newString or edits, not both".into());
+            return Err(ArgErrors::one("edits: give either oldString/newString or edits, not both"));
         }
         (Some(Value::Array(items)), true) => {
             if items.is_empty() {
-                return Err("edits: must hold at least one edit".into());
+                return Err(ArgErrors::one("edits: must hold at least one edit"));
             }
             items
                 .iter()
@@ -135,11 +135,11 @@ fn parse_edits(arguments: &JsonObject) -> Result<(PlanName, Vec<PlanEdit>, bool)
                 .map(|(i, item)| parse_edit(item, &format!("edits[{i}].")))
                 .collect::<Result<Vec<_>, _>>()?
         }
-        (Some(_), true) => return Err("edits: must be an array".into()),
+        (Some(_), true) => return Err(ArgErrors::one("edits: must be an array")),
         (None, false) => {
             vec![parse_edit(&Value::Object(single), "")?]
         }
-        (None, true) => return Err("oldString: required (or pass edits)".into()),
+        (None, true) => return Err(ArgErrors::one("oldString: required (or pass edits)")),
     };
     Ok((plan, edits, one_edit_form))
 }
@@ -250,7 +250,7 @@ impl PlanbServer {
         annotations(title = "Edit a plan", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
     )]
     async fn edit_plan(&self, arguments: JsonObject) -> Answer {
-        let (plan, edits, single) = parse_edits(&arguments).map_err(tool_error)?;
+        let (plan, edits, single) = parse_edits(&arguments).map_err(|e| tool_error(e.to_string()))?;
         let named = self.named();
         let plan = named.key(plan);
         let (path, replacements) = (named.edit(&plan, edits).await).map_err(|e| match e {

@@ -23,6 +23,7 @@ use rmcp::model::{
 };
 use serde_json::json;
 
+use crate::args::ArgErrors;
 use crate::server::PlanbServer;
 
 /// Resources per page of `resources/list`.
@@ -33,25 +34,25 @@ const PREFIX: &str = "planb://task/";
 const PLANEXE_PREFIX: &str = "planexe://task/";
 
 /// Parses a task resource URI; the message names what is wrong with it.
-fn parse(uri: &str) -> Result<(TaskId, Output), String> {
+fn parse(uri: &str) -> Result<(TaskId, Output), ArgErrors> {
     let Some(rest) = uri
         .strip_prefix(PREFIX)
         .or_else(|| uri.strip_prefix(PLANEXE_PREFIX))
     else {
-        return Err(format!(
+        return Err(ArgErrors::one(format!(
             "uri: {uri:?} is not a planb task resource (planb://task/<task_id>/report, …/zip or …/artifact/<name>)"
-        ));
+        )));
     };
     let (id, part) = rest.split_once('/').unwrap_or((rest, ""));
-    let task = TaskId::parse(id).map_err(|e| format!("uri: task id {id:?}: {e}"))?;
+    let task = TaskId::parse(id).map_err(|e| ArgErrors::one(format!("uri: task id {id:?}: {e}")))?;
     let part = match part.split_once('/') {
         None if part == "report" => Output::Report,
         None if part == "zip" => Output::Zip,
         Some(("artifact", name)) if !name.is_empty() => Output::Artifact(name.to_owned()),
         _ => {
-            return Err(format!(
+            return Err(ArgErrors::one(format!(
                 "uri: {part:?} after the task id is not report, zip or artifact/<name>"
-            ));
+            )));
         }
     };
     Ok((task, part))
@@ -194,7 +195,7 @@ impl PlanbServer {
         &self,
         uri: String,
     ) -> Result<ReadResourceResult, ErrorData> {
-        let (id, output) = parse(&uri).map_err(|m| ErrorData::invalid_params(m, None))?;
+        let (id, output) = parse(&uri).map_err(|m| ErrorData::invalid_params(m.to_string(), None))?;
         let tasks = self.app().tasks();
         let read = tasks.read_output(id, output).await;
         let read = read.map_err(|error| read_error(&uri, error))?;

@@ -148,7 +148,7 @@ async fn guard(
             Ok(()) => next.run(request).await,
             Err(_) if names(&request, *ip, state.port) => next.run(request).await,
             Err(problem) => {
-                PageError::new(StatusCode::FORBIDDEN, "Wrong host", problem).into_response()
+                PageError::new(StatusCode::FORBIDDEN, "Wrong host", problem.to_string()).into_response()
             }
         },
         Access::Token(token) => match presented(&request, token) {
