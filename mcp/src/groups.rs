@@ -83,7 +83,9 @@ impl Selection {
                     let group = GROUPS
                         .into_iter()
                         .find(|g| g.name() == word)
-                        .ok_or_else(|| ArgErrors::one(format!("unknown tool group {word:?} ({KNOWN})")))?;
+                        .ok_or_else(|| {
+                            ArgErrors::one(format!("unknown tool group {word:?} ({KNOWN})"))
+                        })?;
                     chosen.insert(group);
                 }
             }

@@ -87,7 +87,11 @@ fn parse_edit(value: &Value, prefix: &str) -> Result<PlanEdit, ArgErrors> {
             ("oldString" | "newString", _) => {
                 return Err(ArgErrors::one(format!("{prefix}{key}: must be a string")));
             }
-            ("replaceAll", _) => return Err(ArgErrors::one(format!("{prefix}replaceAll: must be a boolean"))),
+            ("replaceAll", _) => {
+                return Err(ArgErrors::one(format!(
+                    "{prefix}replaceAll: must be a boolean"
+                )));
+            }
             (other, _) => return Err(ArgErrors::one(format!("{prefix}{other}: unknown field"))),
         }
     }
@@ -123,7 +127,9 @@ fn parse_edits(arguments: &JsonObject) -> Result<(PlanName, Vec<PlanEdit>, bool)
     let plan = plan.ok_or_else(|| ArgErrors::one("planName: required"))?;
     let edits = match (edits_value, single.is_empty()) {
         (Some(_), false) => {
-            return Err(ArgErrors::one("edits: give either oldString/newString or edits, not both"));
+            return Err(ArgErrors::one(
+                "edits: give either oldString/newString or edits, not both",
+            ));
         }
         (Some(Value::Array(items)), true) => {
             if items.is_empty() {
@@ -250,7 +256,8 @@ impl PlanbServer {
         annotations(title = "Edit a plan", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
     )]
     async fn edit_plan(&self, arguments: JsonObject) -> Answer {
-        let (plan, edits, single) = parse_edits(&arguments).map_err(|e| tool_error(e.to_string()))?;
+        let (plan, edits, single) =
+            parse_edits(&arguments).map_err(|e| tool_error(e.to_string()))?;
         let named = self.named();
         let plan = named.key(plan);
         let (path, replacements) = (named.edit(&plan, edits).await).map_err(|e| match e {

@@ -44,7 +44,8 @@ fn parse(uri: &str) -> Result<(TaskId, Output), ArgErrors> {
         )));
     };
     let (id, part) = rest.split_once('/').unwrap_or((rest, ""));
-    let task = TaskId::parse(id).map_err(|e| ArgErrors::one(format!("uri: task id {id:?}: {e}")))?;
+    let task =
+        TaskId::parse(id).map_err(|e| ArgErrors::one(format!("uri: task id {id:?}: {e}")))?;
     let part = match part.split_once('/') {
         None if part == "report" => Output::Report,
         None if part == "zip" => Output::Zip,
@@ -195,7 +196,8 @@ impl PlanbServer {
         &self,
         uri: String,
     ) -> Result<ReadResourceResult, ErrorData> {
-        let (id, output) = parse(&uri).map_err(|m| ErrorData::invalid_params(m.to_string(), None))?;
+        let (id, output) =
+            parse(&uri).map_err(|m| ErrorData::invalid_params(m.to_string(), None))?;
         let tasks = self.app().tasks();
         let read = tasks.read_output(id, output).await;
         let read = read.map_err(|error| read_error(&uri, error))?;

@@ -15,7 +15,7 @@
 //! are copied into a cache folder (a data root holding only `blobs/`),
 //! where the task pages read them as they do from a member's own root.
 
-use planb_team::db::timed;
+use planb_team::db::{DbError, timed};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
@@ -258,7 +258,7 @@ impl TeamSource {
     /// Reads the events shipped since the last poll (within the poll's
     /// bounds: `more` says when some are left). The error says why the
     /// database cannot be read now (the next poll tries again).
-    pub fn poll(&mut self) -> Result<Polled, String> {
+    pub fn poll(&mut self) -> Result<Polled, DbError> {
         let result = self
             .runtime
             .as_ref()
@@ -280,12 +280,12 @@ impl TeamSource {
         settings: &TeamSettings,
         client: &mut Option<Client>,
         read_to: &HashMap<Uuid, i64>,
-    ) -> Result<Option<(Vec<OriginRow>, Vec<OriginRead>)>, String> {
+    ) -> Result<Option<(Vec<OriginRow>, Vec<OriginRead>)>, DbError> {
         if client.is_none() {
             match planb_team::db::connect_reader(settings).await {
                 Ok(Some(connected)) => *client = Some(connected),
                 Ok(None) => return Ok(None),
-                Err(error) => return Err(error.to_string()),
+                Err(error) => return Err(error),
             }
         }
         let client = client.as_ref().expect("connected above");
@@ -449,47 +449,67 @@ impl TeamSource {
     }
 
     /// Copies one blob from the database into the cache, once.
-    fn copy_blob(&mut self, hash: &BlobHash) -> Result<(), String> {
+    fn copy_blob(&mut self, hash: &BlobHash) -> Result<(), BlobCopyError> {
         if self.blobs.read_file(hash).is_ok() {
             return Ok(());
         }
         let Some(client) = self.client.as_ref() else {
             return Ok(());
         };
-        let row = self
-            .runtime()
-            .block_on(timed(
-                "read a blob",
-                client.query_opt(
-                    "SELECT CASE WHEN length(bytes) <= $2::bigint THEN bytes END, length(bytes) \
+        let row = self.runtime().block_on(timed(
+            "read a blob",
+            client.query_opt(
+                "SELECT CASE WHEN length(bytes) <= $2::bigint THEN bytes END, length(bytes) \
                      FROM planb_blobs WHERE hash = $1",
-                    &[&hash.as_slice(), &BLOB_BYTES_MAX],
-                ),
-            ))
-            .map_err(|e| format!("database: {e}"))?;
+                &[&hash.as_slice(), &BLOB_BYTES_MAX],
+            ),
+        ))?;
         let name = planb_core::ContentHash(*hash).to_hex();
         let Some(row) = row else {
             return Ok(());
         };
         let Some(bytes) = row.get::<_, Option<Vec<u8>>>(0) else {
             let length: i32 = row.get(1);
-            return Err(format!(
-                "blob {name} is {length} bytes, over the {BLOB_BYTES_MAX} bytes a blob may hold"
-            ));
+            return Err(BlobCopyError::TooLarge { name, length });
         };
-        let stored = self.blobs.put(&bytes).map_err(|e| e.to_string())?;
+        let stored = self.blobs.put(&bytes)?;
         if &stored != hash {
-            return Err(format!(
-                "blob {name}: its bytes in the database do not have that hash (altered in the database?)"
-            ));
+            return Err(BlobCopyError::Altered { name });
         }
         Ok(())
     }
 }
 
+/// Why a blob could not be copied from the database into the cache.
+#[derive(Debug, thiserror::Error)]
+enum BlobCopyError {
+    /// The database could not be read.
+    #[error(transparent)]
+    Database(#[from] DbError),
+    /// The blob is larger than any blob may be.
+    #[error("blob {name} is {length} bytes, over the {BLOB_BYTES_MAX} bytes a blob may hold")]
+    TooLarge {
+        /// Its hash, in hex.
+        name: String,
+        /// Its length in the database.
+        length: i32,
+    },
+    /// Its bytes do not hash to its name.
+    #[error(
+        "blob {name}: its bytes in the database do not have that hash (altered in the database?)"
+    )]
+    Altered {
+        /// Its hash, in hex.
+        name: String,
+    },
+    /// The cache could not keep it.
+    #[error(transparent)]
+    Cache(#[from] planb_projections::BlobError),
+}
+
 /// The origins, each name cut to its limit; past [`ORIGINS_MAX`], the
 /// rest are left out.
-async fn read_origins(client: &Client) -> Result<Vec<OriginRow>, String> {
+async fn read_origins(client: &Client) -> Result<Vec<OriginRow>, DbError> {
     let rows = timed(
         "read the origins",
         client.query(
@@ -503,7 +523,7 @@ async fn read_origins(client: &Client) -> Result<Vec<OriginRow>, String> {
         ),
     )
     .await
-    .map_err(|e| format!("database: {e}"))?;
+    ?;
     Ok(rows
         .iter()
         .map(|row| OriginRow {
@@ -522,7 +542,11 @@ async fn read_origins(client: &Client) -> Result<Vec<OriginRow>, String> {
 /// One origin's rows past `from`, up to its mark, within the poll's
 /// bounds, each checked: its bytes against its checksum, the event it
 /// follows still held, its size within a log record's.
-async fn read_origin(client: &Client, origin: &OriginRow, from: i64) -> Result<OriginRead, String> {
+async fn read_origin(
+    client: &Client,
+    origin: &OriginRow,
+    from: i64,
+) -> Result<OriginRead, DbError> {
     let rows = timed(
         "read the events",
         client.query(
@@ -539,7 +563,7 @@ async fn read_origin(client: &Client, origin: &OriginRow, from: i64) -> Result<O
         ),
     )
     .await
-    .map_err(|e| format!("database: {e}"))?;
+    ?;
     let mut read = OriginRead {
         origin: origin.id,
         read_to: from,
@@ -629,7 +653,7 @@ async fn refused(
     origin: Uuid,
     from: i64,
     to: i64,
-) -> Result<Vec<Skipped>, String> {
+) -> Result<Vec<Skipped>, DbError> {
     let rows = timed(
         "read the refused events",
         client.query(
@@ -640,7 +664,7 @@ async fn refused(
         ),
     )
     .await
-    .map_err(|e| format!("database: {e}"))?;
+    ?;
     Ok(rows
         .iter()
         .map(|row| Skipped {

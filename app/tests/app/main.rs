@@ -3,7 +3,11 @@
 //! every answer read back as plain data. One test binary with a module per
 //! subject.
 
+mod asks;
+mod execute;
+mod plans;
 mod replan;
 mod runs;
 mod sessions;
+mod task_records;
 mod tasks;
