@@ -46,7 +46,8 @@ pub fn pipeline_of(root: &DataRoot, name: &str) -> Result<Pipeline, Error> {
     if name == PROJECT_PLAN {
         return Ok(built_in().clone());
     }
-    pipelines::resolve(root, name).map_err(|problem| Error::new(ErrorCode::InvalidTarget, problem))
+    pipelines::resolve(root, name)
+        .map_err(|problem| Error::new(ErrorCode::InvalidTarget, problem.to_string()))
 }
 
 /// One artifact file a step's success wrote.

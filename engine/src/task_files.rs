@@ -536,7 +536,7 @@ pub fn rewrite_all(root: &DataRoot, state: &planb_core::State) -> Rewritten {
         let pipeline = match crate::pipelines::resolve(root, &task.pipeline) {
             Ok(pipeline) => pipeline,
             Err(problem) => {
-                done.left.push((id, problem));
+                done.left.push((id, problem.to_string()));
                 continue;
             }
         };

@@ -542,7 +542,7 @@ struct Prepared {
 /// Reads the task's pipeline and target; the run's end when they cannot be.
 fn prepare(runner: &mut Runner, task: &Task, options: &Options) -> Result<Prepared, RunEnd> {
     let pipeline = pipelines::resolve(runner.host.store.root(), &task.pipeline).map_err(|p| {
-        runner.note(p.clone());
+        runner.note(p.to_string());
         RunEnd::failed(RunEndReason::PipelineError(p.to_string()), true)
     })?;
     if pipeline.version() != task.pipeline_version {

@@ -718,10 +718,10 @@ fn task_page(state: &AppState, id: &str, query: &AtQuery) -> Result<Response, Pa
     let plan = state.retro.plan(&at.task);
     let resolved;
     let steps = match &plan {
-        Some(plan) => pages::Steps::Plan(plan.as_ref().as_ref().map_err(String::as_str)),
+        Some(plan) => pages::Steps::Plan(plan.as_ref().as_ref().map_err(|e| e as _)),
         None => {
             resolved = planb_projections::pipelines::resolve(root, &at.task.pipeline);
-            pages::Steps::Pipeline(resolved.as_ref().map_err(String::as_str))
+            pages::Steps::Pipeline(resolved.as_ref().map_err(|e| e as _))
         }
     };
     let out_of_date = match steps {

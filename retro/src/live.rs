@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, Weak};
 use std::time::Duration;
 
 use planb_core::exec_plan::ExecPlan;
+use planb_core::state::tasks::UnreadablePlan;
 use planb_core::{Cursor, Envelope, Task, TaskId, decode};
 use planb_log::{LogError, LogOptions, LogReader};
 use planb_projections::timeline::Incomplete;
@@ -52,7 +53,7 @@ struct Inner {
     entries: EntryCache,
     /// Each execution plan read back once (a plan's definition never
     /// changes after it is created), by task.
-    plans: Mutex<HashMap<TaskId, Arc<Result<ExecPlan, String>>>>,
+    plans: Mutex<HashMap<TaskId, Arc<Result<ExecPlan, UnreadablePlan>>>>,
     /// A team replay's members and origins; `None` for a local log.
     members: RwLock<Option<Arc<Members>>>,
     /// What a team database holds that cannot be trusted: events left
@@ -169,12 +170,14 @@ impl Retro {
 
     /// The execution plan `task` holds (a deleted one too: the log keeps
     /// it), or why it cannot be read; `None` for a pipeline task.
-    pub fn plan(&self, task: &Task) -> Option<Arc<Result<ExecPlan, String>>> {
+    pub fn plan(&self, task: &Task) -> Option<Arc<Result<ExecPlan, UnreadablePlan>>> {
         let info = task.plan.as_ref()?;
         let mut plans = self.inner.plans.lock().unwrap_or_else(|p| p.into_inner());
-        Some(Arc::clone(plans.entry(task.id).or_insert_with(|| {
-            Arc::new(info.exec_plan().map_err(|e| e.to_string()))
-        })))
+        Some(Arc::clone(
+            plans
+                .entry(task.id)
+                .or_insert_with(|| Arc::new(info.exec_plan())),
+        ))
     }
 
     /// Why the log cannot be read, if it cannot.

@@ -9,7 +9,7 @@ use planb_core::pipelines;
 use planb_core::state::ContentHash;
 use planb_core::{Cursor, EventBody, Task};
 use planb_projections::{DataRoot, TaskAt, Timeline};
-use planb_ui::pages::{ArtifactVersion, CallEnd, PlanCall, PromptView};
+use planb_ui::pages::{ArtifactVersion, CallEnd, NotShown, PlanCall, PromptView};
 
 /// Each step's artifact as `task` holds it: what a step starting then read.
 fn artifacts(task: &Task) -> BTreeMap<StepId, ContentHash> {
@@ -39,12 +39,15 @@ pub fn out_of_date(pipeline: &Pipeline, task: &Task) -> BTreeSet<String> {
         .collect()
 }
 
-fn read_text(root: &DataRoot, hash: &[u8; 32]) -> Result<String, String> {
+fn read_text(root: &DataRoot, hash: &[u8; 32]) -> Result<String, NotShown> {
     root.blobs()
         .reading_only()
         .get(hash)
         .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
-        .map_err(|e| format!("the artifact cannot be read: {e}"))
+        .map_err(|e| NotShown::Unreadable {
+            what: "artifact",
+            why: e.to_string(),
+        })
 }
 
 /// `step`'s prompt at its latest start at or before the page's cursor:
@@ -57,7 +60,7 @@ pub fn prompt(
     pipeline: &Pipeline,
     at: &TaskAt<'_>,
     step: &StepDef,
-) -> Option<Result<PromptView, String>> {
+) -> Option<Result<PromptView, NotShown>> {
     let (cursor, input) = at.events.iter().rev().find_map(|e| match &e.event.body {
         EventBody::StepStarted {
             step: started,
@@ -70,19 +73,20 @@ pub fn prompt(
         prompt: template, ..
     } = &step.action
     else {
-        return Some(Err(
-            "this step calls no model: it is built from its inputs".into()
-        ));
+        return Some(Err(NotShown::NoModel));
     };
     let then = timeline.task_at(&at.task.id, cursor)?;
     let mut inputs = BTreeMap::new();
     for need in &step.needs {
         let Some(success) = then.task.successes.get(need.as_str()) else {
-            return Some(Err(format!("{need} had no artifact then")));
+            return Some(Err(NotShown::NoArtifact(need.to_string())));
         };
         match read_text(root, &success.artifact) {
             Ok(text) => inputs.insert(need.clone(), text),
-            Err(why) => return Some(Err(format!("{need}: {why}"))),
+            Err(why) => {
+                let (need, why) = (need.to_string(), Box::new(why));
+                return Some(Err(NotShown::Input { need, why }));
+            }
         };
     }
     let verified = pipeline
@@ -143,12 +147,15 @@ pub fn versions(root: &DataRoot, at: &TaskAt<'_>, step: &StepId) -> Vec<Artifact
 const SHOWN_CHARS_MAX: usize = 200_000;
 
 /// A recorded JSON blob as indented text, cut at [`SHOWN_CHARS_MAX`].
-fn pretty_blob(root: &DataRoot, hash: &[u8; 32], what: &str) -> Result<String, String> {
+fn pretty_blob(root: &DataRoot, hash: &[u8; 32], what: &'static str) -> Result<String, NotShown> {
     let bytes = root
         .blobs()
         .reading_only()
         .get(hash)
-        .map_err(|e| format!("the {what} cannot be read: {e}"))?;
+        .map_err(|e| NotShown::Unreadable {
+            what,
+            why: e.to_string(),
+        })?;
     let text = match serde_json::from_slice::<serde_json::Value>(&bytes) {
         Ok(value) => serde_json::to_string_pretty(&value).unwrap_or_default(),
         Err(_) => String::from_utf8_lossy(&bytes).into_owned(),
@@ -277,7 +284,7 @@ impl Recorded<'_> {
             run: self.run,
             call: match self.call {
                 Some(hash) => pretty_blob(root, hash, "call"),
-                None => Err("the call was not recorded".into()),
+                None => Err(NotShown::NotRecorded),
             },
             end: self.end.map(|end| match end {
                 RecordedEnd::Succeeded {

@@ -410,10 +410,6 @@ fn no_source_function_is_over_the_limit() {
     let test_only = test_only_files(&files);
     let mut over = Vec::new();
     for file in &files {
-        let name = file
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or_default();
         // Tests, and the proptest generators of every event.
         if test_only.contains(file) || file.starts_with(core_src.join("arbitrary.rs")) {
             continue;

@@ -39,8 +39,8 @@ pub use retro_frame::{RetroFilter, TeamIndex};
 pub use retro_index::retro_index_page;
 pub use retro_named::{NAMED_EVENTS_SHOWN, retro_named_page};
 pub use retro_task::{
-    ArtifactVersion, CallEnd, PlanCall, PlanStepView, PromptView, RUNS_SHOWN, RevisionLink,
-    StepView, Steps, TaskView, redact_prompts, retro_plan_step_page, retro_step_page,
+    ArtifactVersion, CallEnd, NotShown, PlanCall, PlanStepView, PromptView, RUNS_SHOWN,
+    RevisionLink, StepView, Steps, TaskView, redact_prompts, retro_plan_step_page, retro_step_page,
     retro_task_page,
 };
 pub use review::{ReviewView, review_page};

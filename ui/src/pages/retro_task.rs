@@ -132,9 +132,9 @@ fn replanning(view: &TaskView<'_>) -> Markup {
 #[derive(Debug, Clone, Copy)]
 pub enum Steps<'a> {
     /// A pipeline's model and render steps, in layers.
-    Pipeline(Result<&'a Pipeline, &'a str>),
+    Pipeline(Result<&'a Pipeline, &'a dyn std::error::Error>),
     /// An execution plan's tool calls, in batches.
-    Plan(Result<&'a ExecPlan, &'a str>),
+    Plan(Result<&'a ExecPlan, &'a dyn std::error::Error>),
 }
 
 /// Links to the pages of the steps `needs` names, as of `cursor`.
@@ -358,10 +358,10 @@ pub fn retro_task_page(timeline: &Timeline, view: &TaskView<'_>) -> Markup {
                     @match view.steps {
                         Steps::Plan(Ok(plan)) => (plan_dag(plan, view)),
                         Steps::Plan(Err(problem)) => {
-                            div.banner.banner-error role="alert" { "The plan cannot be read: " (problem) }
+                            div.banner.banner-error role="alert" { "The plan cannot be read: " (problem.to_string()) }
                         },
                         Steps::Pipeline(Err(problem)) => {
-                            div.banner.banner-error role="alert" { "The pipeline cannot be read: " (problem) }
+                            div.banner.banner-error role="alert" { "The pipeline cannot be read: " (problem.to_string()) }
                         },
                         Steps::Pipeline(Ok(pipeline)) => (pipeline_dag(pipeline, view)),
                     }
@@ -545,7 +545,37 @@ pub struct ArtifactVersion {
     /// Who made it: a run's step, or an edit.
     pub by: String,
     /// Its text (lossy UTF-8), or why it cannot be read.
-    pub text: Result<String, String>,
+    pub text: Result<String, NotShown>,
+}
+
+/// Why something the log recorded cannot be shown on a page.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotShown {
+    /// Its blob cannot be read.
+    #[error("the {what} cannot be read: {why}")]
+    Unreadable {
+        /// What it is (`artifact`, `call`, `result`).
+        what: &'static str,
+        /// The read's failure.
+        why: String,
+    },
+    /// The call's blob was not recorded.
+    #[error("the call was not recorded")]
+    NotRecorded,
+    /// The step asks no model, so it has no prompt.
+    #[error("this step calls no model: it is built from its inputs")]
+    NoModel,
+    /// An input of the prompt had no artifact at the time.
+    #[error("{0} had no artifact then")]
+    NoArtifact(String),
+    /// An input of the prompt cannot be shown.
+    #[error("{need}: {why}")]
+    Input {
+        /// The step whose artifact it is.
+        need: String,
+        /// Why.
+        why: Box<NotShown>,
+    },
 }
 
 /// The mark for a step's state as of the cursor (○ ◉ ● ✗).
@@ -649,7 +679,7 @@ pub enum CallEnd {
         /// How long the call took.
         duration_ms: u64,
         /// The result.
-        result: Result<String, String>,
+        result: Result<String, NotShown>,
     },
     /// It failed (or a guard blocked it).
     Failed {
@@ -672,7 +702,7 @@ pub struct PlanCall {
     /// The run.
     pub run: RunId,
     /// The call as made (`{tool, args}`, pretty JSON), or why it cannot be read.
-    pub call: Result<String, String>,
+    pub call: Result<String, NotShown>,
     /// Its end, if it had one by the cursor.
     pub end: Option<CallEnd>,
 }
@@ -759,7 +789,7 @@ fn plan_call(view: &PlanStepView<'_>, call: &PlanCall) -> Markup {
             h3 { "Sent" }
             @match &call.call {
                 Ok(text) => pre.plan-call { (text) },
-                Err(why) => p.retro-muted { (why) },
+                Err(why) => p.retro-muted { (why.to_string()) },
             }
             @match &call.end {
                 None if matches!(mark, Some(StepMark::Interrupted { run }) if *run == call.run) => {
@@ -770,7 +800,7 @@ fn plan_call(view: &PlanStepView<'_>, call: &PlanCall) -> Markup {
                     h3 { "Result" span.retro-muted { " #" (cursor) " · " (duration_ms) " ms" } }
                     @match result {
                         Ok(text) => pre.plan-result { (text) },
-                        Err(why) => div.banner.banner-error role="alert" { (why) },
+                        Err(why) => div.banner.banner-error role="alert" { (why.to_string()) },
                     }
                 },
                 Some(CallEnd::Failed { cursor, class, message }) => {
@@ -801,7 +831,7 @@ pub struct StepView<'a> {
     /// The step's definition.
     pub step: &'a StepDef,
     /// Its prompt at its latest start at or before the cursor.
-    pub prompt: Option<Result<PromptView, String>>,
+    pub prompt: Option<Result<PromptView, NotShown>>,
     /// Every version of its artifact up to the cursor, oldest first.
     pub versions: Vec<ArtifactVersion>,
     /// The cursor shown.
@@ -858,7 +888,7 @@ pub fn retro_step_page(timeline: &Timeline, view: &StepView<'_>) -> Markup {
                         p.retro-muted { "#" (latest.cursor) " · " (latest.by) " · " (when(latest.at)) }
                         @match &latest.text {
                             Ok(text) => (artifact_body(text)),
-                            Err(why) => div.banner.banner-error role="alert" { (why) },
+                            Err(why) => div.banner.banner-error role="alert" { (why.to_string()) },
                         }
                     }
                 }
@@ -878,7 +908,7 @@ fn prompt_section(view: &StepView<'_>) -> Markup {
             @match &view.prompt {
                 _ if redacted() => p.retro-muted { "Prompts are kept off the replay (PLANB_REDACT_PROMPTS)." },
                 None => p.retro-muted { "Not started by this point." },
-                Some(Err(why)) => p.retro-muted { "The prompt cannot be rebuilt: " (why) },
+                Some(Err(why)) => p.retro-muted { "The prompt cannot be rebuilt: " (why.to_string()) },
                 Some(Ok(prompt)) => {
                     p.retro-muted {
                         "As sent at #" (prompt.cursor) ", rebuilt from the pipeline and the inputs it read"
