@@ -191,7 +191,7 @@ fn validate(spec: &AskSpec, answers: &Value, mode: Mode) -> Result<Answers, Answ
         match check_answer(question, value, mode) {
             Ok(Some(answer)) => valid.push((question.id.clone(), answer)),
             Ok(None) => {}
-            Err(message) => errors.questions.push((question.id.clone(), message)),
+            Err(problem) => (errors.questions).push((question.id.clone(), problem.to_string())),
         }
     }
     let bytes: usize = valid.iter().map(|(_, answer)| answer.text_bytes()).sum();
@@ -207,18 +207,76 @@ fn validate(spec: &AskSpec, answers: &Value, mode: Mode) -> Result<Answers, Answ
     }
 }
 
-const REQUIRED: &str = "an answer is required";
+/// What is wrong with one answer, said after its question's id.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AnswerProblem {
+    /// A required question has no answer (or a blank one).
+    #[error("an answer is required")]
+    Required,
+    /// Not a string where one is needed.
+    #[error("must be a string (got {0})")]
+    NotString(&'static str),
+    /// A text over its limit.
+    #[error("must be at most {max} characters (got {got})")]
+    TooLong {
+        /// The limit.
+        max: usize,
+        /// The answer's length.
+        got: usize,
+    },
+    /// A choice that is none of the options (echoed, cut).
+    #[error("{0:?} is not one of the options")]
+    NotAnOption(String),
+    /// Not an array where the choices are needed.
+    #[error("must be an array of strings (got {0})")]
+    NotArray(&'static str),
+    /// One of the choices is not a string.
+    #[error("item {index} must be a string (got {got})")]
+    ItemNotString {
+        /// Its place in the array.
+        index: usize,
+        /// What it is.
+        got: &'static str,
+    },
+    /// A choice given twice (echoed, cut).
+    #[error("{0:?} is chosen more than once")]
+    ChosenTwice(String),
+    /// Not a number where one is needed.
+    #[error("must be a number (got {0})")]
+    NotNumber(&'static str),
+    /// A number off the scale.
+    #[error("must be between {min} and {max} (got {got})")]
+    OffScale {
+        /// The scale's least value.
+        min: f64,
+        /// Its greatest.
+        max: f64,
+        /// The answer.
+        got: f64,
+    },
+    /// A number between the scale's steps.
+    #[error("must be {min} plus a multiple of {step} (got {got})")]
+    OffStep {
+        /// The scale's least value.
+        min: f64,
+        /// Its step.
+        step: f64,
+        /// The answer.
+        got: f64,
+    },
+}
 
-/// The checked answer, `None` when there is none (allowed), or the message.
+/// The checked answer, `None` when there is none (allowed), or what is
+/// wrong with it.
 fn check_answer(
     question: &Question,
     value: Option<&Value>,
     mode: Mode,
-) -> Result<Option<AnswerValue>, String> {
+) -> Result<Option<AnswerValue>, AnswerProblem> {
     let enforce_required = mode == Mode::Final && question.required;
     let Some(value) = value else {
         return if enforce_required {
-            Err(REQUIRED.to_owned())
+            Err(AnswerProblem::Required)
         } else {
             Ok(None)
         };
@@ -244,53 +302,48 @@ fn check_answer(
         AnswerValue::Choices(values) => values.is_empty(),
     };
     if empty && enforce_required {
-        return Err(REQUIRED.to_owned());
+        return Err(AnswerProblem::Required);
     }
     Ok(Some(answer))
 }
 
-fn expect_string(value: &Value) -> Result<&str, String> {
-    value.as_str().ok_or_else(|| {
-        let got = type_name(value);
-        format!("must be a string (got {got})")
-    })
+fn expect_string(value: &Value) -> Result<&str, AnswerProblem> {
+    (value.as_str()).ok_or_else(|| AnswerProblem::NotString(type_name(value)))
 }
 
-fn check_text(value: &Value, chars_max: usize) -> Result<AnswerValue, String> {
+fn check_text(value: &Value, chars_max: usize) -> Result<AnswerValue, AnswerProblem> {
     let text = expect_string(value)?;
     let chars = text.chars().count();
     if chars > chars_max {
-        return Err(format!(
-            "must be at most {chars_max} characters (got {chars})"
-        ));
+        return Err(AnswerProblem::TooLong {
+            max: chars_max,
+            got: chars,
+        });
     }
     Ok(AnswerValue::Text(text.to_owned()))
 }
 
-fn check_known(question: &Question, text: &str) -> Result<(), String> {
+fn check_known(question: &Question, text: &str) -> Result<(), AnswerProblem> {
     if question.kind.options().iter().any(|c| c.value == text) {
         Ok(())
     } else {
-        let text = echo(text);
-        Err(format!("{text:?} is not one of the options"))
+        Err(AnswerProblem::NotAnOption(echo(text)))
     }
 }
 
-fn check_multi(question: &Question, value: &Value) -> Result<AnswerValue, String> {
+fn check_multi(question: &Question, value: &Value) -> Result<AnswerValue, AnswerProblem> {
     let Value::Array(items) = value else {
-        let got = type_name(value);
-        return Err(format!("must be an array of strings (got {got})"));
+        return Err(AnswerProblem::NotArray(type_name(value)));
     };
     let mut chosen: Vec<String> = Vec::with_capacity(items.len());
     for (index, item) in items.iter().enumerate() {
         let Some(text) = item.as_str() else {
             let got = type_name(item);
-            return Err(format!("item {index} must be a string (got {got})"));
+            return Err(AnswerProblem::ItemNotString { index, got });
         };
         check_known(question, text)?;
         if chosen.iter().any(|c| c == text) {
-            let text = echo(text);
-            return Err(format!("{text:?} is chosen more than once"));
+            return Err(AnswerProblem::ChosenTwice(echo(text)));
         }
         chosen.push(text.to_owned());
     }
@@ -302,21 +355,18 @@ fn check_scale(
     min: f64,
     max: f64,
     step: Option<f64>,
-) -> Result<AnswerValue, String> {
-    let Some(number) = value.as_f64() else {
-        let got = type_name(value);
-        return Err(format!("must be a number (got {got})"));
+) -> Result<AnswerValue, AnswerProblem> {
+    let Some(got) = value.as_f64() else {
+        return Err(AnswerProblem::NotNumber(type_name(value)));
     };
-    if !(min..=max).contains(&number) {
-        return Err(format!("must be between {min} and {max} (got {number})"));
+    if !(min..=max).contains(&got) {
+        return Err(AnswerProblem::OffScale { min, max, got });
     }
     if let Some(step) = step {
-        let nearest = min + ((number - min) / step).round() * step;
-        if (number - nearest).abs() > SCALE_STEP_TOLERANCE * step {
-            return Err(format!(
-                "must be {min} plus a multiple of {step} (got {number})"
-            ));
+        let nearest = min + ((got - min) / step).round() * step;
+        if (got - nearest).abs() > SCALE_STEP_TOLERANCE * step {
+            return Err(AnswerProblem::OffStep { min, step, got });
         }
     }
-    Ok(AnswerValue::Number(number))
+    Ok(AnswerValue::Number(got))
 }

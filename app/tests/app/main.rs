@@ -3,11 +3,16 @@
 //! every answer read back as plain data. One test binary with a module per
 //! subject.
 
-mod asks;
+mod approval;
 mod execute;
+mod handle;
+mod import;
+mod named;
 mod plans;
+mod questions;
 mod replan;
 mod runs;
 mod sessions;
+mod settings;
 mod task_records;
 mod tasks;

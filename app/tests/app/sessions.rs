@@ -296,3 +296,68 @@ async fn a_submit_command_s_output_is_recorded_as_feedback_and_never_as_an_appro
         .expect("read");
     assert_eq!(verdict, None, "a failed command records no verdict");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_session_numbers_its_own_plan_versions_from_one_in_a_folder_of_its_own() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let sessions = app(dir.path()).sessions();
+    let (first, first_folder) = sessions
+        .start(NewSession::default())
+        .await
+        .expect("started");
+    let (second, second_folder) = sessions
+        .start(NewSession::default())
+        .await
+        .expect("started");
+    assert_ne!(first, second);
+    assert_ne!(first_folder, second_folder);
+    let saved = |session, text: &str| sessions.save_plan(session, None, text.into());
+    assert_eq!(saved(first, "# One\n").await.expect("saved").version, 1);
+    assert_eq!(
+        saved(first, "# One, again\n").await.expect("saved").version,
+        2
+    );
+    let other = saved(second, "# Two\n").await.expect("saved");
+    assert_eq!(
+        other.version, 1,
+        "numbered after another session's versions"
+    );
+    assert!(
+        other.path.starts_with(&second_folder),
+        "{}",
+        other.path.display()
+    );
+    assert_eq!(
+        std::fs::read_to_string(&other.path).expect("file"),
+        "# Two\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_keeps_what_it_was_started_with_and_each_version_s_title() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let app = app(dir.path());
+    let new = NewSession {
+        title: Some("Storage".into()),
+        intent: Some("Choose a database".into()),
+        project_path: Some("/work/shop".into()),
+    };
+    let sessions = app.sessions();
+    let (session, _) = sessions.start(new).await.expect("started");
+    let titled = sessions.save_plan(session, Some("First cut".into()), "# A\n".into());
+    titled.await.expect("saved");
+    let kept = app
+        .store()
+        .read(move |s| s.session(&session).cloned())
+        .await;
+    let kept = kept.expect("read").expect("the session");
+    assert_eq!(kept.title.as_deref(), Some("Storage"));
+    assert_eq!(kept.intent.as_deref(), Some("Choose a database"));
+    assert_eq!(kept.project_path.as_deref(), Some("/work/shop"));
+    let versions: Vec<(u32, Option<&str>, u64)> = kept
+        .plans
+        .iter()
+        .map(|v| (v.version, v.title.as_deref(), v.bytes))
+        .collect();
+    assert_eq!(versions, [(1, Some("First cut"), 4)]);
+}
