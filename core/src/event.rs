@@ -158,8 +158,19 @@ pub enum DecodeError {
         /// The schema version from the header.
         version: u16,
         /// What validation reported.
-        detail: String,
+        detail: Malformation,
     },
+}
+
+/// What is wrong with a payload whose header reads.
+#[derive(Clone, PartialEq, Eq, Debug, thiserror::Error)]
+pub enum Malformation {
+    /// The archive fails validation (bytecheck), as said.
+    #[error("{0}")]
+    Archive(String),
+    /// A plan name that could smuggle a path into a file name.
+    #[error(transparent)]
+    PlanName(#[from] crate::id::IdError),
 }
 
 /// Encodes an event as a payload of the current schema version.
@@ -188,7 +199,7 @@ pub fn decode(payload: &[u8], cursor: Cursor) -> Result<Envelope, DecodeError> {
         return Err(DecodeError::BadMagic { cursor, found });
     }
     let version = u16::from_le_bytes([header[2], header[3]]);
-    let malformed = |detail: String| DecodeError::Malformed {
+    let malformed = |detail: Malformation| DecodeError::Malformed {
         cursor,
         version,
         detail,
@@ -206,7 +217,7 @@ pub fn decode(payload: &[u8], cursor: Cursor) -> Result<Envelope, DecodeError> {
     Ok(Envelope { cursor, event })
 }
 
-fn decode_archive<E>(archive: &[u8]) -> Result<Event, String>
+fn decode_archive<E>(archive: &[u8]) -> Result<Event, Malformation>
 where
     E: rkyv::Archive + Into<Event>,
     E::Archived: for<'a> rkyv::bytecheck::CheckBytes<rkyv::api::high::HighValidator<'a, rancor::Error>>
@@ -217,7 +228,7 @@ where
     let mut aligned: AlignedVec = AlignedVec::with_capacity(archive.len());
     aligned.extend_from_slice(archive);
     let event: Event = rkyv::from_bytes::<E, rancor::Error>(&aligned)
-        .map_err(|e| e.to_string())?
+        .map_err(|e| Malformation::Archive(e.to_string()))?
         .into();
     check_invariants(&event.body)?;
     Ok(event)
@@ -225,9 +236,9 @@ where
 
 /// Checks invariants bytecheck cannot see. Plan names become file names, so
 /// a damaged or forged payload must not smuggle a path through one.
-fn check_invariants(body: &EventBody) -> Result<(), String> {
+fn check_invariants(body: &EventBody) -> Result<(), Malformation> {
     if let Some(plan) = body.plan() {
-        PlanName::parse_recorded(plan.as_str()).map_err(|e| e.to_string())?;
+        PlanName::parse_recorded(plan.as_str())?;
     }
     Ok(())
 }
