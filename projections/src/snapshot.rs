@@ -65,39 +65,77 @@ pub(crate) fn claimed_cursor(root: &DataRoot) -> Option<Cursor> {
         .map(Cursor)
 }
 
-/// What [`load`] says when the data root has no snapshot.
-pub(crate) const NONE: &str = "no snapshot";
+/// Why the snapshot is not used (or could not be written).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SnapshotProblem {
+    /// The data root has none.
+    #[error("no snapshot")]
+    None,
+    /// It cannot be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Unreadable {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("shorter than its header")]
+    Short,
+    #[error("not a planb state file")]
+    NotStateFile,
+    #[error("file format {0}, this planb reads {FORMAT}")]
+    Format(u32),
+    #[error("holds {held} state bytes, its header says {said}")]
+    Length { held: u64, said: u64 },
+    #[error("checksum mismatch")]
+    Checksum,
+    /// Its anchor is no record of this log.
+    #[error("its position is not in this log: {0}")]
+    NotInLog(planb_log::LogError),
+    #[error("the log holds another record at its cursor")]
+    OtherRecord,
+    #[error("the log ends before its cursor")]
+    LogEndsBefore,
+    /// The state does not decode, or cannot be encoded.
+    #[error(transparent)]
+    State(#[from] planb_core::state::SnapshotError),
+    #[error("the state ends at cursor {state}, the header says {header}")]
+    CursorMismatch {
+        state: Cursor,
+        header: planb_log::Cursor,
+    },
+    /// It could not be written.
+    #[error(transparent)]
+    Write(Box<crate::StoreError>),
+}
 
 /// Reads the snapshot and checks it against the log, or says why not.
 pub(crate) fn load(
     root: &DataRoot,
     storage: &Arc<dyn Storage>,
     options: LogOptions,
-) -> Result<Loaded, String> {
+) -> Result<Loaded, SnapshotProblem> {
     let path = root.state_snapshot_path();
     let bytes = match std::fs::read(&path) {
         Ok(bytes) => bytes,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            return Err(NONE.into());
+            return Err(SnapshotProblem::None);
         }
-        Err(error) => return Err(format!("cannot read {}: {error}", path.display())),
+        Err(source) => return Err(SnapshotProblem::Unreadable { path, source }),
     };
     let (anchor, body) = parse(&bytes)?;
     let mut reader = LogReader::at(Arc::clone(storage), options, anchor.position)
-        .map_err(|e| format!("its position is not in this log: {e}"))?;
+        .map_err(SnapshotProblem::NotInLog)?;
     match reader.next() {
         Ok(Some(record)) if record.checksum == anchor.checksum => {}
-        Ok(Some(_)) => return Err("the log holds another record at its cursor".into()),
-        Ok(None) => return Err("the log ends before its cursor".into()),
-        Err(error) => return Err(format!("its position is not in this log: {error}")),
+        Ok(Some(_)) => return Err(SnapshotProblem::OtherRecord),
+        Ok(None) => return Err(SnapshotProblem::LogEndsBefore),
+        Err(error) => return Err(SnapshotProblem::NotInLog(error)),
     }
-    let state = State::decode_snapshot(body).map_err(|e| e.to_string())?;
+    let state = State::decode_snapshot(body)?;
     if state.last_cursor().0 != anchor.position.cursor.0 {
-        return Err(format!(
-            "the state ends at cursor {}, the header says {}",
-            state.last_cursor(),
-            anchor.position.cursor
-        ));
+        return Err(SnapshotProblem::CursorMismatch {
+            state: state.last_cursor(),
+            header: anchor.position.cursor,
+        });
     }
     Ok(Loaded {
         state,
@@ -108,9 +146,9 @@ pub(crate) fn load(
 
 /// Writes `state`, whose last record is `anchor`, as the data root's
 /// snapshot. Returns the bytes written.
-pub(crate) fn save(root: &DataRoot, state: &State, anchor: Anchor) -> Result<u64, String> {
+pub(crate) fn save(root: &DataRoot, state: &State, anchor: Anchor) -> Result<u64, SnapshotProblem> {
     debug_assert_eq!(state.last_cursor().0, anchor.position.cursor.0);
-    let body = state.encode_snapshot().map_err(|e| e.to_string())?;
+    let body = state.encode_snapshot()?;
     let mut header = [0u8; HEADER_LEN];
     header[0..4].copy_from_slice(&MAGIC);
     header[4..8].copy_from_slice(&FORMAT.to_le_bytes());
@@ -126,7 +164,7 @@ pub(crate) fn save(root: &DataRoot, state: &State, anchor: Anchor) -> Result<u64
         file.write_all(&header)?;
         file.write_all(&body)
     })
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| SnapshotProblem::Write(Box::new(e)))?;
     Ok((HEADER_LEN + body.len()) as u64)
 }
 
@@ -138,32 +176,27 @@ fn checksum(header: &[u8; HEADER_LEN], body: &[u8]) -> u32 {
     hasher.finalize()
 }
 
-fn parse(bytes: &[u8]) -> Result<(Anchor, &[u8]), String> {
+fn parse(bytes: &[u8]) -> Result<(Anchor, &[u8]), SnapshotProblem> {
     let header: &[u8; HEADER_LEN] = bytes
         .get(..HEADER_LEN)
         .and_then(|h| h.try_into().ok())
-        .ok_or("shorter than its header")?;
+        .ok_or(SnapshotProblem::Short)?;
     let u64_at = |at: usize| u64::from_le_bytes(header[at..at + 8].try_into().expect("8 bytes"));
     let u32_at = |at: usize| u32::from_le_bytes(header[at..at + 4].try_into().expect("4 bytes"));
     if header[0..4] != MAGIC {
-        return Err("not a planb state file".into());
+        return Err(SnapshotProblem::NotStateFile);
     }
     if u32_at(4) != FORMAT {
-        return Err(format!(
-            "file format {}, this planb reads {FORMAT}",
-            u32_at(4)
-        ));
+        return Err(SnapshotProblem::Format(u32_at(4)));
     }
     let len = u64_at(40);
     let body = &bytes[HEADER_LEN..];
     if body.len() as u64 != len {
-        return Err(format!(
-            "holds {} state bytes, its header says {len}",
-            body.len()
-        ));
+        let held = body.len() as u64;
+        return Err(SnapshotProblem::Length { held, said: len });
     }
     if checksum(header, body) != u32_at(CRC_AT) {
-        return Err("checksum mismatch".into());
+        return Err(SnapshotProblem::Checksum);
     }
     let anchor = Anchor {
         position: ReadPosition {
@@ -235,7 +268,9 @@ pub fn check_snapshot(
         Err(reason) => {
             return Ok(match claimed_cursor(root) {
                 Some(cursor) if cursor > log_end => SnapshotCheck::PastEnd { cursor },
-                _ => SnapshotCheck::Unusable { reason },
+                _ => SnapshotCheck::Unusable {
+                    reason: reason.to_string(),
+                },
             });
         }
     };

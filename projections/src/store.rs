@@ -71,7 +71,7 @@ impl Folded {
         let (state, reader, anchor) = match snapshot::load(root, storage, options) {
             Ok(loaded) => (loaded.state, loaded.reader, Some(loaded.anchor)),
             Err(why) => {
-                if why != snapshot::NONE {
+                if !matches!(why, snapshot::SnapshotProblem::None) {
                     tracing::info!(
                         "state snapshot not used: {why}; folding the log from the start"
                     );
