@@ -29,7 +29,7 @@ use planb_engine::plans::{self, Downstream, ForeignRun};
 use planb_projections::{ImportLock, Store};
 use serde_json::{Map, Value, json};
 
-use crate::error::Error;
+use crate::error::{Error, ErrorCode};
 
 /// Largest plan or checkpoint file read.
 const FILE_BYTES_MAX: u64 = 16 * 1024 * 1024;
@@ -314,6 +314,15 @@ pub async fn import(
         .read(|s| s.task_by_request(&key).cloned())
         .map_err(Error::internal)?;
     if let Some(task) = existing {
+        if task.plan.as_ref().is_some_and(|p| p.deleted) {
+            return Err(Error::new(
+                ErrorCode::Conflict,
+                format!(
+                    "imported before as plan {}, since deleted (its history stays in the log); it is not imported again",
+                    task.id
+                ),
+            ));
+        }
         return owed_checkpoint(store, downstream, saved, &task).await;
     }
     let shown = saved.path.display();

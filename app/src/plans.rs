@@ -429,9 +429,10 @@ pub async fn record(
         client_request_id: client_request_id.clone(),
     };
     let store_now = Arc::clone(store);
+    // A refusal (a key used for a deleted plan) keeps its code.
     let done = planb_engine::host::blocking(move || store_now.execute(command))
         .await
-        .map_err(Error::internal)?;
+        .map_err(Error::from)?;
     if done.is_empty()
         && let Some(key) = client_request_id
     {

@@ -798,11 +798,13 @@ impl State {
     ) -> Result<bool, Rejection> {
         if let Some(key) = client_request_id {
             if let Some(earlier) = self.task_by_request(key) {
-                if earlier.deleted_at.is_some() {
+                let plan_deleted = earlier.plan.as_ref().is_some_and(|p| p.deleted);
+                if earlier.deleted_at.is_some() || plan_deleted {
+                    let kind = if plan_deleted { "plan" } else { "task" };
                     return Err(refuse(
                         TaskErrorCode::Conflict,
                         format!(
-                            "client_request_id: {key:?} was used for task {}, since deleted; use another key",
+                            "client_request_id: {key:?} was used for {kind} {}, since deleted; use another key",
                             earlier.id
                         ),
                     ));
