@@ -130,21 +130,34 @@ pub const ANSWER_ATTEMPTS: usize = 3;
 /// The answer as stored, or why it is refused: never empty, and for a step
 /// that requires one, the shape its `answer` names (a Markdown code fence
 /// around JSON is taken off).
-fn checked_answer(kind: Option<&str>, text: &str) -> Result<String, String> {
+fn checked_answer(kind: Option<&str>, text: &str) -> Result<String, AnswerRefused> {
     let trimmed = text.trim();
     if trimmed.is_empty() {
-        return Err("the answer is empty".into());
+        return Err(AnswerRefused::Empty);
     }
     let Some(kind) = kind else {
         return Ok(text.to_owned());
     };
     let body = planb_core::report::unfenced(trimmed);
-    serde_json::from_str::<serde_json::Value>(body)
-        .map_err(|e| format!("the answer is not JSON ({e})"))?;
+    serde_json::from_str::<serde_json::Value>(body).map_err(AnswerRefused::NotJson)?;
     if kind == "schedule" {
-        planb_core::report::schedule(body).map_err(|e| e.to_string())?;
+        planb_core::report::schedule(body)?;
     }
     Ok(body.to_owned())
+}
+
+/// Why a model's answer is not kept as its step's artifact.
+#[derive(Debug, thiserror::Error)]
+enum AnswerRefused {
+    /// Nothing but white space.
+    #[error("the answer is empty")]
+    Empty,
+    /// The step needs JSON.
+    #[error("the answer is not JSON ({0})")]
+    NotJson(serde_json::Error),
+    /// The step needs a schedule.
+    #[error(transparent)]
+    Schedule(#[from] planb_core::report::ScheduleError),
 }
 
 struct StepFailure {
@@ -1015,7 +1028,7 @@ impl Job {
                 "{first}\n\nYour previous answer was refused: {reason}. \
                  Answer again, following the instructions exactly."
             );
-            produced.refusals.push(reason);
+            produced.refusals.push(reason.to_string());
         }
     }
 
@@ -1139,27 +1152,34 @@ mod tests {
     #[test]
     fn answers_are_kept_or_refused_with_the_reason() {
         assert_eq!(
-            checked_answer(None, "## Text\n").as_deref(),
-            Ok("## Text\n")
+            checked_answer(None, "## Text\n").ok().as_deref(),
+            Some("## Text\n")
         );
         assert_eq!(
-            checked_answer(None, " \n ").expect_err("refused"),
+            checked_answer(None, " \n ")
+                .expect_err("refused")
+                .to_string(),
             "the answer is empty"
         );
         assert_eq!(
-            checked_answer(Some("json"), "```json\n{\"a\": 1}\n```").as_deref(),
-            Ok("{\"a\": 1}")
+            checked_answer(Some("json"), "```json\n{\"a\": 1}\n```")
+                .ok()
+                .as_deref(),
+            Some("{\"a\": 1}")
         );
         assert!(
             checked_answer(Some("json"), "Sure! Here it is.")
                 .expect_err("refused")
+                .to_string()
                 .starts_with("the answer is not JSON")
         );
         let schedule =
             r#"{"tasks": [{"id": "1", "name": "A", "duration_days": 2, "depends_on": ["9"]}]}"#;
         assert!(checked_answer(Some("json"), schedule).is_ok());
         assert_eq!(
-            checked_answer(Some("schedule"), schedule).expect_err("refused"),
+            checked_answer(Some("schedule"), schedule)
+                .expect_err("refused")
+                .to_string(),
             "tasks[0].depends_on: no task \"9\""
         );
     }

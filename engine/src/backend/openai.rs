@@ -193,7 +193,7 @@ impl OpenAi {
                 Final(error)
             });
         }
-        parse_completion(&bytes).map_err(|problem| Final(http_error(&url, problem)))
+        parse_completion(&bytes).map_err(|problem| Final(http_error(&url, problem.to_string())))
     }
 }
 
@@ -229,16 +229,32 @@ fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     )
 }
 
+/// Why a chat completion's answer cannot be taken.
+#[derive(Debug, thiserror::Error)]
+enum CompletionProblem {
+    #[error("the answer is not JSON: {0}")]
+    NotJson(serde_json::Error),
+    #[error("the answer has no choices[0].message.content string")]
+    NoContent,
+    #[error("the answer passed {ANSWER_BYTES_MAX} bytes")]
+    TooLong,
+    /// Stopped at its token limit: not the whole answer, so not taken as
+    /// the step's result.
+    #[error(
+        "the answer was cut off at the server's token limit (finish_reason \"length\"); raise the limit the server allows"
+    )]
+    CutOff,
+}
+
 /// The answer's text and token counts from a chat completion.
-fn parse_completion(bytes: &[u8]) -> Result<Answer, String> {
-    let value: Value =
-        serde_json::from_slice(bytes).map_err(|e| format!("the answer is not JSON: {e}"))?;
+fn parse_completion(bytes: &[u8]) -> Result<Answer, CompletionProblem> {
+    let value: Value = serde_json::from_slice(bytes).map_err(CompletionProblem::NotJson)?;
     let content = value
         .pointer("/choices/0/message/content")
         .and_then(Value::as_str)
-        .ok_or("the answer has no choices[0].message.content string")?;
+        .ok_or(CompletionProblem::NoContent)?;
     if content.len() > ANSWER_BYTES_MAX {
-        return Err(format!("the answer passed {ANSWER_BYTES_MAX} bytes"));
+        return Err(CompletionProblem::TooLong);
     }
     // An answer the server stopped at its token limit is not the whole
     // answer: taken, it would be recorded as the step's result.
@@ -247,10 +263,7 @@ fn parse_completion(bytes: &[u8]) -> Result<Answer, String> {
         .and_then(Value::as_str)
         == Some("length")
     {
-        return Err(
-            "the answer was cut off at the server's token limit (finish_reason \"length\"); raise the limit the server allows"
-                .into(),
-        );
+        return Err(CompletionProblem::CutOff);
     }
     let tokens = |field: &str| {
         value
@@ -281,7 +294,7 @@ mod tests {
         let cut =
             br#"{"choices":[{"message":{"content":"Intake: the go"},"finish_reason":"length"}]}"#;
         let refused = parse_completion(cut).expect_err("a cut-off answer");
-        assert!(refused.contains("cut off"), "{refused}");
+        assert!(matches!(refused, CompletionProblem::CutOff), "{refused}");
         assert!(parse_completion(b"<html>").is_err());
     }
 

@@ -818,23 +818,33 @@ struct Begun {
 /// variables with usable names. Checked again when the run begins (under
 /// its run lock); a front door checks first when it asks a person before
 /// running, so that nothing is asked for a run that would be refused.
-pub fn check_request(found: &Task, plan: &ExecPlan, request: &RunRequest) -> Result<(), String> {
+pub fn check_request(
+    found: &Task,
+    plan: &ExecPlan,
+    request: &RunRequest,
+) -> Result<(), RequestRefused> {
     if request.resume && found.runs.is_empty() {
-        return Err(format!(
-            "plan {} has not run yet: nothing to resume (run it)",
-            request.task
-        ));
+        return Err(RequestRefused::NothingToResume(request.task));
     }
-    request
-        .options
-        .guards
-        .check(plan)
-        .map_err(|e| e.to_string())?;
+    request.options.guards.check(plan)?;
     if let Some(given) = &request.variables {
-        planb_core::exec_plan::check_variable_names(given, "variables")
-            .map_err(|e| e.to_string())?;
+        planb_core::exec_plan::check_variable_names(given, "variables")?;
     }
     Ok(())
+}
+
+/// Why a run of a plan is refused before it begins.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestRefused {
+    /// A resume of a plan that never ran.
+    #[error("plan {0} has not run yet: nothing to resume (run it)")]
+    NothingToResume(TaskId),
+    /// A guard names a tool the plan does not call.
+    #[error(transparent)]
+    ToolCap(#[from] UnknownToolCap),
+    /// A call-time variable's name cannot be a variable's.
+    #[error(transparent)]
+    Variables(#[from] planb_core::exec_plan::PlanError),
 }
 
 /// Checks the request against the plan as recorded (under its run lock)
@@ -845,7 +855,7 @@ async fn begin(
     plan: Arc<ExecPlan>,
     request: &mut RunRequest,
 ) -> Result<Begun, PlanRunError> {
-    check_request(found, &plan, request).map_err(PlanRunError::Invalid)?;
+    check_request(found, &plan, request).map_err(|e| PlanRunError::Invalid(e.to_string()))?;
     let previous = found.runs.last();
     let (tools, silent) = step_tools(downstream, &plan).await?;
     let previous = previous.filter(|_| request.resume);

@@ -741,7 +741,7 @@ impl Downstream {
         };
         let stderr_lines = Arc::new(Mutex::new(VecDeque::new()));
         let (child, group, transport) = Downstream::spawn(name, command, args, env, &stderr_lines)
-            .map_err(|detail| failed(detail, &stderr_lines))?;
+            .map_err(|detail| failed(detail.to_string(), &stderr_lines))?;
         let (client, tools) = match Downstream::handshake(transport, start_timeout).await {
             Ok(found) => found,
             Err(failure) => {
@@ -777,7 +777,7 @@ impl Downstream {
         args: &[String],
         env: &BTreeMap<String, String>,
         stderr_lines: &Arc<Mutex<VecDeque<String>>>,
-    ) -> Result<(tokio::process::Child, GroupKill, StdioTransport), String> {
+    ) -> Result<(tokio::process::Child, GroupKill, StdioTransport), SpawnFailure> {
         let mut child = tokio::process::Command::new(command)
             .args(args)
             .envs(env)
@@ -787,10 +787,13 @@ impl Downstream {
             .process_group(0)
             .kill_on_drop(true)
             .spawn()
-            .map_err(|e| format!("cannot run {command:?}: {e}"))?;
+            .map_err(|source| SpawnFailure::CannotRun {
+                command: command.to_owned(),
+                source,
+            })?;
         let group = GroupKill::new(child.id());
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-            return Err("its pipes were not opened".into());
+            return Err(SpawnFailure::NoPipes);
         };
         if let Some(stderr) = child.stderr.take() {
             tokio::spawn(keep_stderr_tail(stderr, Arc::clone(stderr_lines)));
@@ -1169,6 +1172,20 @@ pub fn available(tools: &[ToolInfo]) -> Vec<String> {
     names.sort();
     names.dedup();
     names
+}
+
+/// Why a stdio server's process could not be started.
+#[derive(Debug, thiserror::Error)]
+enum SpawnFailure {
+    /// The command cannot be run.
+    #[error("cannot run {command:?}: {source}")]
+    CannotRun {
+        command: String,
+        source: std::io::Error,
+    },
+    /// Its standard input or output was not given to planb.
+    #[error("its pipes were not opened")]
+    NoPipes,
 }
 
 #[cfg(test)]
