@@ -57,14 +57,15 @@ pub struct Saved {
 /// The plans in `dir`, by id; `INVALID_ARGUMENT` naming the file when the
 /// directory or a plan in it cannot be read.
 pub fn saved(dir: &Path) -> Result<Vec<Saved>, Error> {
-    saved_in(dir).map_err(Error::invalid)
+    saved_in(dir)
 }
 
-fn saved_in(dir: &Path) -> Result<Vec<Saved>, String> {
-    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+fn saved_in(dir: &Path) -> Result<Vec<Saved>, Error> {
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| Error::invalid(format!("{}: {e}", dir.display())))?;
     let mut found = Vec::new();
     for entry in entries {
-        let entry = entry.map_err(|e| format!("{}: {e}", dir.display()))?;
+        let entry = entry.map_err(|e| Error::invalid(format!("{}: {e}", dir.display())))?;
         let name = entry.file_name().to_string_lossy().into_owned();
         let Some(id) = name.strip_suffix(".json") else {
             continue;
@@ -79,59 +80,59 @@ fn saved_in(dir: &Path) -> Result<Vec<Saved>, String> {
             checkpoint: checkpoint.is_file().then_some(checkpoint),
         });
         if found.len() > PLANS_MAX {
-            return Err(format!(
+            return Err(Error::invalid(format!(
                 "{}: more than {PLANS_MAX} plans; import them a part at a time",
                 dir.display()
-            ));
+            )));
         }
     }
     found.sort_by(|a, b| a.id.cmp(&b.id));
     Ok(found)
 }
 
-fn read_json(path: &Path) -> Result<Value, String> {
+fn read_json(path: &Path) -> Result<Value, Error> {
     let shown = path.display();
     let max = usize::try_from(FILE_BYTES_MAX).unwrap_or(usize::MAX);
     let bytes = planb_projections::bounded::read(path, max)
-        .map_err(|e| format!("{shown}: {e}"))?
+        .map_err(|e| Error::invalid(format!("{shown}: {e}")))?
         .map_err(|over| {
-            format!(
+            Error::invalid(format!(
                 "{shown}: {} bytes; at most {FILE_BYTES_MAX} are read",
                 over.0
-            )
+            ))
         })?;
-    serde_json::from_slice(&bytes).map_err(|e| format!("{shown}: not JSON: {e}"))
+    serde_json::from_slice(&bytes).map_err(|e| Error::invalid(format!("{shown}: not JSON: {e}")))
 }
 
 /// mcp-cli's plan file as a planb plan; `INVALID_ARGUMENT` naming the
 /// field that cannot be converted.
 pub fn convert(raw: &Value) -> Result<Value, Error> {
-    converted(raw).map_err(Error::invalid)
+    converted(raw)
 }
 
-fn converted(raw: &Value) -> Result<Value, String> {
+fn converted(raw: &Value) -> Result<Value, Error> {
     let Value::Object(raw) = raw else {
-        return Err("not a JSON object".into());
+        return Err(Error::invalid("not a JSON object"));
     };
     let steps = match raw.get("steps") {
         Some(Value::Array(steps)) => steps,
-        _ => return Err("steps: missing or not an array".into()),
+        _ => return Err(Error::invalid("steps: missing or not an array")),
     };
     let mut converted = Vec::new();
     for (at, step) in steps.iter().enumerate() {
         let field = format!("steps[{at}]");
         let Value::Object(step) = step else {
-            return Err(format!("{field}: not an object"));
+            return Err(Error::invalid(format!("{field}: not an object")));
         };
         let (tool, args) = match step.get("tool_calls") {
             Some(Value::Array(calls)) if calls.len() == 1 => {
                 (calls[0].get("name").cloned(), calls[0].get("args").cloned())
             }
             Some(Value::Array(calls)) if calls.len() > 1 => {
-                return Err(format!(
+                return Err(Error::invalid(format!(
                     "{field}.tool_calls: {} calls; a step makes one",
                     calls.len()
-                ));
+                )));
             }
             _ => (step.get("tool").cloned(), step.get("args").cloned()),
         };
@@ -182,13 +183,10 @@ pub fn foreign_run(
     checkpoint: &Value,
     plan: &ExecPlan,
 ) -> Result<(ForeignRun, Vec<String>), Error> {
-    checkpoint_run(checkpoint, plan).map_err(Error::invalid)
+    checkpoint_run(checkpoint, plan)
 }
 
-fn checkpoint_run(
-    checkpoint: &Value,
-    plan: &ExecPlan,
-) -> Result<(ForeignRun, Vec<String>), String> {
+fn checkpoint_run(checkpoint: &Value, plan: &ExecPlan) -> Result<(ForeignRun, Vec<String>), Error> {
     let status = checkpoint
         .get("status")
         .and_then(Value::as_str)
@@ -201,12 +199,12 @@ fn checkpoint_run(
                 other => other.to_string(),
             })
             .collect(),
-        _ => return Err("completed_steps: missing or not an array".into()),
+        _ => return Err(Error::invalid("completed_steps: missing or not an array")),
     };
     let variables = match checkpoint.get("variables") {
         Some(Value::Object(vars)) => vars.clone(),
         None | Some(Value::Null) => Map::new(),
-        Some(_) => return Err("variables: not an object".into()),
+        Some(_) => return Err(Error::invalid("variables: not an object")),
     };
     let call_variables = call_variables(plan, &variables);
     let (done, left) = kept_results(plan, &completed, &variables);
@@ -326,8 +324,8 @@ pub async fn import(
         return owed_checkpoint(store, downstream, saved, &task).await;
     }
     let shown = saved.path.display();
-    let raw = read_json(&saved.path).map_err(Error::invalid)?;
-    let value = converted(&raw).map_err(|e| Error::invalid(format!("{shown}: {e}")))?;
+    let raw = read_json(&saved.path)?;
+    let value = converted(&raw).map_err(|e| Error::invalid(format!("{shown}: {}", e.message)))?;
     let plan = ExecPlan::from_json(&value).map_err(|e| Error::invalid(format!("{shown}: {e}")))?;
     let (task, plan, created) = crate::plans::record(store, plan, Some(key)).await?;
     if !created {
@@ -371,8 +369,8 @@ async fn owed_checkpoint(
     };
     let now = read_json(&saved.path)
         .and_then(|raw| converted(&raw))
-        .and_then(|value| ExecPlan::from_json(&value).map_err(|e| e.to_string()));
-    if now.as_ref() != Ok(&*plan) {
+        .and_then(|value| ExecPlan::from_json(&value).map_err(Error::invalid));
+    if now.ok().as_ref() != Some(&*plan) {
         let note = format!(
             "its checkpoint was not imported: {} is no longer the plan imported; import it into another data root, or create it anew",
             saved.path.display()
@@ -398,7 +396,7 @@ async fn checkpoint(
     };
     let recorded = match read_json(path)
         .and_then(|checkpoint| checkpoint_run(&checkpoint, plan))
-        .map_err(|e| format!("{}: {e}", path.display()))
+        .map_err(|e| format!("{}: {}", path.display(), e.message))
     {
         Ok((foreign, left)) => {
             notes.extend(left);

@@ -278,16 +278,16 @@ impl Replanning {
         merged: &Merged,
         failed: &StepReport,
         number: u32,
-    ) -> Result<ExecPlan, String> {
+    ) -> Result<ExecPlan, ReplanFailure> {
         let Some(planner) = &self.planner else {
-            return Err("no model to ask".into());
+            return Err(ReplanFailure::NoModel);
         };
         let (tools, unavailable) = self.downstream.available_tools().await;
         for error in &unavailable {
             tracing::warn!("re-planning without a server: {error}");
         }
         if tools.is_empty() {
-            return Err("no downstream server offers a tool".into());
+            return Err(ReplanFailure::NoTools);
         }
         let completed = merged.completed();
         let done: Vec<&str> = completed
@@ -308,12 +308,8 @@ impl Replanning {
             remaining,
             variables: &merged.latest.variables,
         };
-        let timeout = crate::settings::step_timeout()
-            .map_err(|e| e.to_string())?
-            .unwrap_or(Duration::from_secs(600));
-        let plan = revise::revise(planner, &failure, &tools, timeout)
-            .await
-            .map_err(|e| e.to_string())?;
+        let timeout = crate::settings::step_timeout()?.unwrap_or(Duration::from_secs(600));
+        let plan = revise::revise(planner, &failure, &tools, timeout).await?;
         self_contained(plan, merged, failed, number)
     }
 
@@ -386,7 +382,7 @@ fn self_contained(
     merged: &Merged,
     failed: &StepReport,
     number: u32,
-) -> Result<ExecPlan, String> {
+) -> Result<ExecPlan, ReplanFailure> {
     let original = &merged.plan;
     plan.title = clip(
         &format!("{} (revised plan {number})", original.title),
@@ -415,8 +411,27 @@ fn self_contained(
             REVISION_ERROR_CHARS_MAX,
         ),
     });
-    ExecPlan::from_json(&plan.to_json())
-        .map_err(|e| format!("the revised plan, with the run's variables, cannot be recorded: {e}"))
+    ExecPlan::from_json(&plan.to_json()).map_err(ReplanFailure::Unrecordable)
+}
+
+/// Why no revised plan came of a failed run.
+#[derive(Debug, thiserror::Error)]
+enum ReplanFailure {
+    /// No model is configured and the client offers none.
+    #[error("no model to ask")]
+    NoModel,
+    /// No downstream server starts.
+    #[error("no downstream server offers a tool")]
+    NoTools,
+    /// The step timeout setting cannot be used.
+    #[error(transparent)]
+    Setting(#[from] crate::settings::SettingError),
+    /// The model gave no plan that checks.
+    #[error(transparent)]
+    Model(#[from] planb_engine::plans::generate::GenerateError),
+    /// The revision cannot be recorded as it is.
+    #[error("the revised plan, with the run's variables, cannot be recorded: {0}")]
+    Unrecordable(planb_core::exec_plan::PlanError),
 }
 
 /// The plan's task and the revised plans recorded of its latest run, in

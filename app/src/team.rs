@@ -89,7 +89,7 @@ pub fn push(root: &DataRoot) -> Result<Pushed, TeamError> {
 }
 
 /// Where shipping stands for one data root.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct TeamStatus {
     /// The database, without a password.
     pub database: String,
@@ -102,7 +102,7 @@ pub struct TeamStatus {
     /// The local log's last cursor.
     pub log_end: u64,
     /// The database's mark (`Err`: it could not be asked, and why).
-    pub database_mark: Result<Option<DatabaseMark>, String>,
+    pub database_mark: Result<Option<DatabaseMark>, planb_team::db::DbError>,
     /// What the last background shipper wrote.
     pub shipper: Option<Status>,
     /// When this was read.
@@ -115,9 +115,7 @@ pub fn status(root: &DataRoot) -> Result<TeamStatus, TeamError> {
     let settings = settings()?;
     let origin = planb_team::local::origin(root)?;
     let log_end = log_end(root)?;
-    let database_mark = runtime()?
-        .block_on(planb_team::database_mark(&settings, origin))
-        .map_err(|e| e.to_string());
+    let database_mark = runtime()?.block_on(planb_team::database_mark(&settings, origin));
     Ok(TeamStatus {
         database: settings.database(),
         member: settings.member.clone(),
