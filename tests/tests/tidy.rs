@@ -428,6 +428,59 @@ fn no_source_function_is_over_the_limit() {
     );
 }
 
+/// The error types of the `Result<…, E>`s written in `text`, as written.
+fn result_error_types(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("Result<") {
+        let args = &rest[at + "Result<".len()..];
+        let (mut depth, mut last_comma, mut end) = (0usize, None, None);
+        for (i, c) in args.char_indices() {
+            match c {
+                '<' | '(' | '[' => depth += 1,
+                '>' | ')' | ']' if depth == 0 => {
+                    end = Some(i);
+                    break;
+                }
+                '>' | ')' | ']' => depth -= 1,
+                ',' if depth == 0 => last_comma = Some(i),
+                _ => {}
+            }
+        }
+        if let (Some(comma), Some(end)) = (last_comma, end) {
+            found.push(args[comma + 1..end].trim().to_owned());
+        }
+        rest = args;
+    }
+    found
+}
+
+#[test]
+fn no_source_function_answers_a_bare_string_as_its_error() {
+    let mut files = Vec::new();
+    for member in members() {
+        sources(&root().join(&member).join("src"), &mut files, &["rs"]);
+    }
+    let test_only = test_only_files(&files);
+    let mut bare = Vec::new();
+    for file in files.iter().filter(|f| !test_only.contains(*f)) {
+        for (line, text) in outside_tests(&read(file)) {
+            if result_error_types(text).iter().any(|e| e == "String") {
+                bare.push(format!("{}:{line}", file.display()));
+            }
+        }
+    }
+    assert!(
+        bare.is_empty(),
+        "Result<_, String> (give the error a type): {bare:?}"
+    );
+    assert_eq!(
+        result_error_types("fn f() -> Result<BTreeMap<String, String>, ServersError> {"),
+        ["ServersError"]
+    );
+    assert_eq!(result_error_types("Result<(u8, String), String>"), ["String"]);
+}
+
 #[test]
 fn no_file_cites_a_document_that_is_not_in_the_repository() {
     let mut files = Vec::new();

@@ -33,10 +33,10 @@ struct Args {
     count: Count,
 }
 
-fn parse_args() -> Result<Args, String> {
+fn parse_args() -> anyhow::Result<Args> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [dir, tag, count] = args.as_slice() else {
-        return Err(format!(
+        return Err(anyhow::anyhow!(
             "usage: planb-test-appender <log-dir> <writer-tag> <count|forever>, got {} arguments",
             args.len()
         ));
@@ -44,11 +44,9 @@ fn parse_args() -> Result<Args, String> {
     let count = if count == "forever" {
         Count::Forever
     } else {
-        Count::Exactly(
-            count
-                .parse()
-                .map_err(|e| format!("count: {count:?} is neither a number nor forever: {e}"))?,
-        )
+        Count::Exactly(count.parse().map_err(|e| {
+            anyhow::anyhow!("count: {count:?} is neither a number nor forever: {e}")
+        })?)
     };
     Ok(Args {
         dir: PathBuf::from(dir),
@@ -63,11 +61,11 @@ const SMALL: LogOptions = LogOptions {
     max_segment_bytes: 1024,
 };
 
-fn run(args: &Args) -> Result<(), String> {
+fn run(args: &Args) -> anyhow::Result<()> {
     let small = std::env::var("PLANB_TEST_SMALL_SEGMENTS").is_ok_and(|v| v == "1");
     let options = if small { SMALL } else { LogOptions::default() };
-    let (log, _report) =
-        open_dir(&args.dir, options).map_err(|e| format!("open {}: {e}", args.dir.display()))?;
+    let (log, _report) = open_dir(&args.dir, options)
+        .map_err(|e| anyhow::anyhow!("open {}: {e}", args.dir.display()))?;
     let mut stdout = std::io::stdout().lock();
     let mut seq: u64 = 0;
     while match args.count {
@@ -82,12 +80,12 @@ fn run(args: &Args) -> Result<(), String> {
         }
         let range = log
             .append(&[payload.as_bytes()])
-            .map_err(|e| format!("append {payload}: {e}"))?;
+            .map_err(|e| anyhow::anyhow!("append {payload}: {e}"))?;
         // One short write per line: a pipe delivers writes under PIPE_BUF bytes
         // whole, so a reader never sees half of an acknowledgement.
         writeln!(stdout, "{} {payload}", range.first)
             .and_then(|()| stdout.flush())
-            .map_err(|e| format!("stdout: {e}"))?;
+            .map_err(|e| anyhow::anyhow!("stdout: {e}"))?;
         seq += 1;
     }
     Ok(())

@@ -27,7 +27,7 @@ struct Options {
     child_pid: Option<PathBuf>,
 }
 
-fn options() -> Result<Options, String> {
+fn options() -> anyhow::Result<Options> {
     let mut options = Options {
         mute_while: None,
         child_pid: None,
@@ -37,9 +37,11 @@ fn options() -> Result<Options, String> {
         let slot = match arg.as_str() {
             "--mute-while" => &mut options.mute_while,
             "--child-pid" => &mut options.child_pid,
-            other => return Err(format!("unknown argument {other:?}")),
+            other => return Err(anyhow::anyhow!("unknown argument {other:?}")),
         };
-        let value = args.next().ok_or_else(|| format!("{arg} needs a file"))?;
+        let value = args
+            .next()
+            .ok_or_else(|| anyhow::anyhow!("{arg} needs a file"))?;
         *slot = Some(PathBuf::from(value));
     }
     Ok(options)
@@ -92,16 +94,16 @@ fn answer(method: &str, params: &Value) -> Option<Result<Value, (i64, String)>> 
     })
 }
 
-fn start_child(pid_file: &PathBuf) -> Result<std::process::Child, String> {
+fn start_child(pid_file: &PathBuf) -> anyhow::Result<std::process::Child> {
     let child = std::process::Command::new("sleep")
         .arg("3600")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
-        .map_err(|e| format!("cannot start sleep: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("cannot start sleep: {e}"))?;
     std::fs::write(pid_file, child.id().to_string())
-        .map_err(|e| format!("cannot write {}: {e}", pid_file.display()))?;
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", pid_file.display()))?;
     Ok(child)
 }
 
@@ -115,7 +117,7 @@ impl Drop for Ended {
     }
 }
 
-fn serve() -> Result<(), String> {
+fn serve() -> anyhow::Result<()> {
     let options = options()?;
     // Ended with the server when its stdin closes.
     let _child = match &options.child_pid {
@@ -129,7 +131,7 @@ fn serve() -> Result<(), String> {
     }
     let mut out = std::io::stdout().lock();
     for line in std::io::stdin().lock().lines() {
-        let line = line.map_err(|e| format!("stdin: {e}"))?;
+        let line = line.map_err(|e| anyhow::anyhow!("stdin: {e}"))?;
         let Ok(message) = serde_json::from_str::<Value>(&line) else {
             continue;
         };
@@ -149,7 +151,7 @@ fn serve() -> Result<(), String> {
         };
         writeln!(out, "{reply}")
             .and_then(|()| out.flush())
-            .map_err(|e| format!("stdout: {e}"))?;
+            .map_err(|e| anyhow::anyhow!("stdout: {e}"))?;
     }
     Ok(())
 }
