@@ -10,9 +10,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use planb_core::{
-    Answers, AskId, AskSpec, AskStatus, Command, DeclineAction, Delivery, EventBody, SessionId,
+    Answers, AskId, AskSpec, AskStatus, Command, DeclineAction, Delivery, EventBody, Rejection,
+    SessionId,
 };
 use planb_projections::StoreError;
+
+use crate::error::{Error, ErrorCode};
 use tokio::sync::oneshot;
 
 use crate::store::StoreHandle;
@@ -84,7 +87,7 @@ impl Asks {
     }
 
     /// Records `ask` as opened, under a new id.
-    pub async fn open(&self, ask: NewAsk) -> Result<AskId, StoreError> {
+    pub async fn open(&self, ask: NewAsk) -> Result<AskId, Error> {
         let id = AskId::from_uuid(self.store.env().random_id());
         let command = Command::OpenAsk {
             session: ask.session,
@@ -125,21 +128,36 @@ impl Asks {
 
     /// Records `answers` as the ask's draft, autosaved while the person
     /// fills the form in.
-    pub async fn save_draft(&self, ask: AskId, answers: Answers) -> Result<(), StoreError> {
+    pub async fn save_draft(&self, ask: AskId, answers: Answers) -> Result<(), Error> {
         let command = Command::SaveDraft { ask, answers };
-        self.store.execute(command).await.map(drop)
+        self.store
+            .execute(command)
+            .await
+            .map(drop)
+            .map_err(Error::from)
     }
 
     /// Records the person's `answers`: whether they came while the tool
-    /// waited (`true`) or after it stopped waiting, as a late answer.
-    pub async fn submit(&self, ask: AskId, answers: Answers) -> Result<bool, StoreError> {
+    /// waited (`true`) or after it stopped waiting, as a late answer. An
+    /// ask answered already is `CONFLICT` with `already_answered` in its
+    /// details.
+    pub async fn submit(&self, ask: AskId, answers: Answers) -> Result<bool, Error> {
         let command = Command::SubmitAnswers { ask, answers };
-        let events = self.store.execute(command).await?;
-        Ok(matches!(events.as_slice(), [EventBody::AskAnswered { .. }]))
+        match self.store.execute(command).await {
+            Ok(events) => Ok(matches!(events.as_slice(), [EventBody::AskAnswered { .. }])),
+            Err(StoreError::Rejected(rejection @ Rejection::AlreadyAnswered { .. })) => {
+                Err(Error::with(
+                    ErrorCode::Conflict,
+                    rejection.to_string(),
+                    serde_json::json!({"already_answered": true}),
+                ))
+            }
+            Err(error) => Err(error.into()),
+        }
     }
 
     /// The ask `ask`, if the log holds it.
-    pub async fn find(&self, ask: AskId) -> Result<Option<Found>, StoreError> {
+    pub async fn find(&self, ask: AskId) -> Result<Option<Found>, Error> {
         self.store
             .read(move |s| {
                 s.ask(&ask).map(|a| Found {
@@ -151,6 +169,7 @@ impl Asks {
                 })
             })
             .await
+            .map_err(Error::from)
     }
 
     /// The ask whose form has the secret `sid` and would still record an

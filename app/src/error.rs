@@ -167,6 +167,8 @@ impl From<StoreError> for Error {
     fn from(failure: StoreError) -> Error {
         match failure {
             StoreError::Rejected(rejection) => rejection.into(),
+            // A plan file that cannot be used as it is: the caller's to fix.
+            StoreError::PlanFile(problem) => Error::invalid(problem),
             other => {
                 tracing::error!("store failure: {other}");
                 Error::new(

@@ -10,10 +10,12 @@
 use std::path::{Path, PathBuf};
 
 use planb_core::{
-    Command, EventBody, PlanEdit, PlanKey, PlanName, ReviewChannel, ReviewComment, SessionId,
-    Verdict, apply_edits,
+    Command, EventBody, PlanEdit, PlanKey, PlanName, Rejection, ReviewChannel, ReviewComment,
+    SessionId, Verdict, apply_edits,
 };
 use planb_projections::{PlanFileChange, StoreError};
+
+use crate::error::{Error, ErrorCode};
 
 use crate::store::StoreHandle;
 
@@ -55,12 +57,24 @@ pub struct Submitted {
     pub path: PathBuf,
 }
 
+/// Why edits were not made.
+#[derive(Debug, thiserror::Error)]
+pub enum EditRefused {
+    /// An edit does not apply to the plan as it is (the front door words
+    /// it: [`planb_core::EditError::message`]).
+    #[error("{0:?}")]
+    Edit(planb_core::EditError),
+    /// The store failed or refused otherwise.
+    #[error(transparent)]
+    Recording(#[from] Error),
+}
+
 /// Why a submission is not under review.
 #[derive(Debug, thiserror::Error)]
 pub enum SubmitError {
     /// The store failed or refused.
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(#[from] Error),
     /// The store recorded something other than a submission.
     #[error("unexpected event: {0}")]
     Unexpected(String),
@@ -96,7 +110,7 @@ pub enum CommandReviewError {
     TooLong,
     /// Its feedback could not be recorded.
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(#[from] Error),
 }
 
 /// Most of a submit command's stdout read (feedback holds at most
@@ -150,10 +164,11 @@ impl NamedPlans {
         &self,
         plan: &PlanKey,
         command: Option<Command>,
-    ) -> Result<PlanFileChange, StoreError> {
+    ) -> Result<PlanFileChange, Error> {
         self.store
             .on_plan_file(plan.clone(), Self::path(plan), command)
             .await
+            .map_err(Error::from)
     }
 
     /// Writes (creates or replaces) the plan.
@@ -162,7 +177,7 @@ impl NamedPlans {
         plan: &PlanKey,
         content: String,
         session: Option<SessionId>,
-    ) -> Result<PlanFileChange, StoreError> {
+    ) -> Result<PlanFileChange, Error> {
         let command = Command::WritePlan {
             plan: plan.clone(),
             content,
@@ -177,12 +192,21 @@ impl NamedPlans {
         &self,
         plan: &PlanKey,
         edits: Vec<PlanEdit>,
-    ) -> Result<(PathBuf, usize), StoreError> {
+    ) -> Result<(PathBuf, usize), EditRefused> {
         let command = Command::EditPlan {
             plan: plan.clone(),
             edits: edits.clone(),
         };
-        let change = self.on_file(plan, Some(command)).await?;
+        let change = self
+            .store
+            .on_plan_file(plan.clone(), Self::path(plan), Some(command));
+        let change = match change.await {
+            Ok(change) => change,
+            Err(StoreError::Rejected(Rejection::Edit(error))) => {
+                return Err(EditRefused::Edit(error));
+            }
+            Err(error) => return Err(EditRefused::Recording(error.into())),
+        };
         let replacements = change
             .before
             .and_then(|before| apply_edits(&before, &edits).ok())
@@ -224,11 +248,7 @@ impl NamedPlans {
 
     /// The content of the latest round of `plan` before `round` that was
     /// reviewed: what the person last read, if they did.
-    async fn last_reviewed(
-        &self,
-        plan: &PlanKey,
-        round: u32,
-    ) -> Result<Option<String>, StoreError> {
+    async fn last_reviewed(&self, plan: &PlanKey, round: u32) -> Result<Option<String>, Error> {
         let plan = plan.clone();
         self.store
             .read(move |s| {
@@ -240,6 +260,7 @@ impl NamedPlans {
                 Some(found.content_at_submit.clone())
             })
             .await
+            .map_err(Error::from)
     }
 
     /// The plan's last round and its verdict if the plan is as it was
@@ -247,7 +268,7 @@ impl NamedPlans {
     pub async fn unchanged_round(
         &self,
         plan: &PlanKey,
-    ) -> Result<Option<(u32, Option<Verdict>)>, StoreError> {
+    ) -> Result<Option<(u32, Option<Verdict>)>, Error> {
         let current = self.on_file(plan, None).await?.content;
         let plan = plan.clone();
         self.store
@@ -256,6 +277,7 @@ impl NamedPlans {
                 (last.content_at_submit == current).then_some((last.round, last.verdict))
             })
             .await
+            .map_err(Error::from)
     }
 
     /// Records `outcome` as round `round`'s verdict.
@@ -265,9 +287,19 @@ impl NamedPlans {
         round: u32,
         outcome: &ReviewOutcome,
         channel: ReviewChannel,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), Error> {
         let command = outcome.command(plan, round, channel);
-        self.store.execute(command).await.map(drop)
+        match self.store.execute(command).await {
+            Ok(_) => Ok(()),
+            Err(StoreError::Rejected(rejection @ Rejection::AlreadyReviewed { .. })) => {
+                Err(Error::with(
+                    ErrorCode::Conflict,
+                    rejection.to_string(),
+                    serde_json::json!({"already_reviewed": true}),
+                ))
+            }
+            Err(error) => Err(error.into()),
+        }
     }
 
     /// Runs the submit command `command` with the plan's file appended and

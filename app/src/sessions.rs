@@ -5,8 +5,9 @@
 use std::path::PathBuf;
 
 use planb_core::{Command, EventBody, SessionId};
-use planb_projections::{StoreError, files};
+use planb_projections::files;
 
+use crate::error::Error;
 use crate::store::StoreHandle;
 
 /// A session about to start.
@@ -29,17 +30,6 @@ pub struct Saved {
     pub path: PathBuf,
 }
 
-/// Why a plan version was not saved.
-#[derive(Debug, thiserror::Error)]
-pub enum SaveError {
-    /// The store failed or refused.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// The store recorded something other than one saved version.
-    #[error("the save recorded unexpected events: {0}")]
-    Unexpected(String),
-}
-
 /// The sessions of a store.
 #[derive(Debug, Clone)]
 pub struct Sessions {
@@ -53,7 +43,7 @@ impl Sessions {
     }
 
     /// Starts a session: its id and the folder its files are kept in.
-    pub async fn start(&self, new: NewSession) -> Result<(SessionId, PathBuf), StoreError> {
+    pub async fn start(&self, new: NewSession) -> Result<(SessionId, PathBuf), Error> {
         let session = SessionId::from_uuid(self.store.env().random_id());
         let command = Command::CreateSession {
             session,
@@ -72,7 +62,7 @@ impl Sessions {
         session: SessionId,
         title: Option<String>,
         content: String,
-    ) -> Result<Saved, SaveError> {
+    ) -> Result<Saved, Error> {
         let save = Command::SavePlan {
             session,
             title,
@@ -84,14 +74,17 @@ impl Sessions {
                 version: *version,
                 path: files::plan_file(self.store.root(), &session, *version),
             }),
-            other => Err(SaveError::Unexpected(format!("{other:?}"))),
+            other => Err(Error::internal(format!(
+                "the save recorded unexpected events: {other:?}"
+            ))),
         }
     }
 
     /// Whether the session exists.
-    pub async fn exists(&self, session: SessionId) -> Result<bool, StoreError> {
+    pub async fn exists(&self, session: SessionId) -> Result<bool, Error> {
         self.store
             .read(move |s| s.session(&session).is_some())
             .await
+            .map_err(Error::from)
     }
 }

@@ -23,9 +23,8 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use planb_core::{AnswerErrors, Rejection};
+use planb_core::AnswerErrors;
 use planb_http::{Limits, checks};
-use planb_projections::StoreError;
 
 use planb_app::App;
 use planb_ui::pages;
@@ -308,12 +307,14 @@ fn answer_errors(errors: &AnswerErrors) -> Response {
         .into_response()
 }
 
-fn store_failure(error: &StoreError) -> Response {
-    tracing::error!("recording a form submission failed: {error}");
-    json_error(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        format!("could not record the answers: {error}"),
-    )
+/// A failure to record: a refusal is the page's to show with `refused`;
+/// anything else is ours (planb-app has logged it).
+fn record_failure(error: planb_app::Error, refused: StatusCode) -> Response {
+    let status = match error.code {
+        planb_app::ErrorCode::InternalError => StatusCode::INTERNAL_SERVER_ERROR,
+        _ => refused,
+    };
+    json_error(status, error.message)
 }
 
 async fn draft(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
@@ -331,10 +332,7 @@ async fn draft(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -
     };
     match state.app.asks().save_draft(form.ask, answers).await {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(StoreError::Rejected(rejection)) => {
-            json_error(StatusCode::CONFLICT, rejection.to_string())
-        }
-        Err(error) => store_failure(&error),
+        Err(error) => record_failure(error, StatusCode::CONFLICT),
     }
 }
 
@@ -364,14 +362,11 @@ async fn submit(State(state): State<AppState>, headers: HeaderMap, body: Bytes) 
             state.forms.finish(&sid, answers);
             axum::Json(json!({ "status": "late" })).into_response()
         }
-        Err(StoreError::Rejected(Rejection::AlreadyAnswered { .. })) => {
+        Err(error) if error.details["already_answered"] == true => {
             state.forms.close(&sid);
             json_error(StatusCode::NOT_FOUND, "this form was already answered")
         }
-        Err(StoreError::Rejected(rejection)) => {
-            json_error(StatusCode::CONFLICT, rejection.to_string())
-        }
-        Err(error) => store_failure(&error),
+        Err(error) => record_failure(error, StatusCode::CONFLICT),
     }
 }
 
@@ -500,14 +495,11 @@ async fn review(State(state): State<AppState>, headers: HeaderMap, body: Bytes) 
             state.reviews.finish(&rid, outcome);
             axum::Json(json!({ "status": "recorded" })).into_response()
         }
-        Err(StoreError::Rejected(Rejection::AlreadyReviewed { .. })) => {
+        Err(error) if error.details["already_reviewed"] == true => {
             state.reviews.close(&rid);
             json_error(StatusCode::NOT_FOUND, "this review was already sent")
         }
-        Err(StoreError::Rejected(rejection)) => {
-            json_error(StatusCode::UNPROCESSABLE_ENTITY, rejection.to_string())
-        }
-        Err(error) => store_failure(&error),
+        Err(error) => record_failure(error, StatusCode::UNPROCESSABLE_ENTITY),
     }
 }
 

@@ -19,10 +19,10 @@ use crate::config::ReviewMode;
 use crate::deliver::{Outcome, Page, deliver_and_wait};
 use crate::schema;
 use crate::server::{Answer, PlanbServer, bad_arguments, store_error, tool_error};
-use planb_app::named::{CommandReviewError, NamedPlans, ReviewOutcome, SubmitError, Submitted};
-use planb_core::Rejection;
+use planb_app::named::{
+    CommandReviewError, EditRefused, NamedPlans, ReviewOutcome, SubmitError, Submitted,
+};
 use planb_forms::{PageKind, ReviewInfo};
-use planb_projections::StoreError;
 
 /// The `planb-plan` skill: the same review loop for clients (Claude Code)
 /// that pass a prompt only its first word per argument, while a skill gets
@@ -262,8 +262,8 @@ impl PlanbServer {
         let plan = named.key(plan);
         let (path, replacements) = (named.edit(&plan, edits).await).map_err(|e| match e {
             // The one-edit form names its fields as the caller sent them.
-            StoreError::Rejected(Rejection::Edit(error)) => tool_error(error.message(single)),
-            error => store_error(error),
+            EditRefused::Edit(error) => tool_error(error.message(single)),
+            EditRefused::Recording(error) => store_error(error),
         })?;
         Ok(crate::reply::structured(json!({
             "planName": plan.name.as_str(),

@@ -7,11 +7,10 @@
 use std::sync::Arc;
 
 use planb_core::{AskSpec, DeclineAction};
-use planb_projections::StoreError;
 
 use planb_app::App;
 use planb_app::asks::{Asks, Ending};
-use planb_app::sessions::{NewSession, SaveError, Sessions};
+use planb_app::sessions::{NewSession, Sessions};
 use planb_app::store::StoreHandle;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::model::{
@@ -75,17 +74,10 @@ pub(crate) fn bad_arguments(errors: impl ToString) -> CallToolResult {
     tool_error(errors.to_string())
 }
 
-/// A store failure as the agent sees it: a rejection is the agent's to fix,
-/// anything else is ours.
-pub(crate) fn store_error(error: StoreError) -> CallToolResult {
-    match error {
-        StoreError::Rejected(rejection) => tool_error(rejection.to_string()),
-        StoreError::PlanFile(problem) => tool_error(problem.to_string()),
-        other => {
-            tracing::error!("store failure: {other}");
-            tool_error(format!("planb could not record this: {other}"))
-        }
-    }
+/// A failure to record as the agent sees it: a refusal is the agent's to
+/// fix, anything else is ours (planb-app has logged it).
+pub(crate) fn store_error(error: planb_app::Error) -> CallToolResult {
+    tool_error(error.message)
 }
 
 impl PlanbServer {
@@ -196,14 +188,7 @@ impl PlanbServer {
         };
         // The agent reads the version's file by the path it is given; the
         // manifests follow off this reply's path.
-        let saved =
-            (self.sessions().save_plan(session, title, plan).await).map_err(|e| match e {
-                SaveError::Store(error) => store_error(error),
-                unexpected => {
-                    tracing::error!("save_plan: {unexpected}");
-                    tool_error("planb recorded something unexpected; see its log")
-                }
-            })?;
+        let saved = (self.sessions().save_plan(session, title, plan).await).map_err(store_error)?;
         Ok(text(format!(
             "Saved plan v{} for session {session}\npath: {}",
             saved.version,

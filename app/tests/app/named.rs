@@ -4,11 +4,11 @@
 //! that cannot give feedback; over a real store in a temporary data root.
 
 use planb_app::App;
-use planb_app::named::{CommandReviewError, NamedPlans, ReviewOutcome};
+use planb_app::ErrorCode;
+use planb_app::named::{CommandReviewError, EditRefused, NamedPlans, ReviewOutcome};
 use planb_app::sessions::NewSession;
 use planb_core::state::PlanSource;
 use planb_core::{NamedPlan, PlanEdit, PlanKey, PlanName, ReviewChannel, Verdict};
-use planb_projections::StoreError;
 
 use crate::plans::open;
 
@@ -55,7 +55,7 @@ async fn an_edit_that_does_not_apply_is_refused_and_leaves_the_file_and_the_log_
     for edits in refusals {
         let refused = named.edit(&plan, edits.clone()).await;
         assert!(
-            matches!(refused, Err(StoreError::Rejected(_))),
+            matches!(refused, Err(EditRefused::Edit(_))),
             "{edits:?}: {refused:?}"
         );
     }
@@ -119,11 +119,15 @@ async fn a_round_takes_one_verdict_and_an_approved_plan_submitted_again_opens_a_
     let again = named
         .record(&plan, 1, &outcome(Verdict::ChangesRequested), channel)
         .await;
-    assert!(matches!(again, Err(StoreError::Rejected(_))), "{again:?}");
+    let again = again.expect_err("a second verdict");
+    assert_eq!(again.code, ErrorCode::Conflict, "{again}");
+    assert_eq!(again.details["already_reviewed"], true, "{again}");
     let unknown = named.record(&plan, 7, &approved, channel).await;
+    let unknown = unknown.expect_err("no round 7");
+    assert_eq!(unknown.code, ErrorCode::Conflict, "{unknown}");
     assert!(
-        matches!(unknown, Err(StoreError::Rejected(_))),
-        "{unknown:?}"
+        unknown.details.get("already_reviewed").is_none(),
+        "{unknown}"
     );
     let unchanged = named.unchanged_round(&plan).await.expect("read");
     assert_eq!(unchanged, Some((1, Some(Verdict::Approved))));

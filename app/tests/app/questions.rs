@@ -6,11 +6,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use planb_app::App;
 use planb_app::asks::{Ending, NewAsk};
 use planb_app::sessions::NewSession;
+use planb_app::{App, ErrorCode};
 use planb_core::{Answers, AskId, AskStatus, Command, Delivery, SessionId};
-use planb_projections::{DataRoot, Store, StoreError, SystemEnvironment};
+use planb_projections::{DataRoot, Store, SystemEnvironment};
 use planb_tests::fixtures::{new_uuid, storage_spec};
 use serde_json::json;
 
@@ -81,7 +81,9 @@ async fn an_answer_given_while_the_ask_waits_is_on_time_and_a_second_is_refused(
     assert_eq!(held.status, AskStatus::Answered);
     assert!(held.answered_at.is_some() && held.late_answers.is_empty());
     let second = asks.submit(asked, answers("Postgres")).await;
-    assert!(matches!(second, Err(StoreError::Rejected(_))), "{second:?}");
+    let second = second.expect_err("answered already");
+    assert_eq!(second.code, ErrorCode::Conflict, "{second}");
+    assert_eq!(second.details["already_answered"], true, "{second}");
     let found = asks.find(asked).await.expect("read").expect("the ask");
     assert_eq!(found.answer, Some(answers("SQLite")));
     assert!(found.has_form);
@@ -136,12 +138,12 @@ async fn an_ask_nobody_opened_is_not_found_and_ending_it_gives_no_answer() {
         );
     }
     let answered = asks.submit(nobody, answers("SQLite")).await;
-    assert!(
-        matches!(answered, Err(StoreError::Rejected(_))),
-        "{answered:?}"
-    );
+    let answered = answered.expect_err("no such ask");
+    assert_eq!(answered.code, ErrorCode::Conflict, "{answered}");
+    assert!(answered.message.contains("unknown ask"), "{answered}");
     let draft = asks.save_draft(nobody, answers("SQLite")).await;
-    assert!(matches!(draft, Err(StoreError::Rejected(_))), "{draft:?}");
+    let draft = draft.expect_err("no such ask");
+    assert_eq!(draft.code, ErrorCode::Conflict, "{draft}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -157,13 +159,9 @@ async fn an_ask_in_a_session_that_does_not_exist_is_refused_and_opens_no_form() 
         sid: "sid-nowhere".into(),
     };
     let refused = app.asks().open(new).await.expect_err("no such session");
-    assert!(
-        matches!(
-            &refused,
-            StoreError::Rejected(planb_core::Rejection::UnknownSession { session }) if *session == stranger
-        ),
-        "{refused:?}"
-    );
+    assert_eq!(refused.code, ErrorCode::Conflict, "{refused}");
+    let rejection = planb_core::Rejection::UnknownSession { session: stranger };
+    assert_eq!(refused.message, rejection.to_string());
     assert_eq!(app.asks().answerable_forms().await, 0);
     assert!(app.asks().answerable("sid-nowhere").await.is_none());
 }
