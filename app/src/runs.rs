@@ -45,6 +45,10 @@ pub enum RunFailure {
         /// The plan.
         plan: TaskId,
     },
+    /// A run of the plan began between this call's look and its start:
+    /// running as well would do the plan's work twice.
+    #[error("{0}")]
+    StartedMeanwhile(String),
     /// The run could not start or failed on the way, as said.
     #[error("{0}")]
     Failed(String),
@@ -491,6 +495,10 @@ fn finished(
         Err(PlanRunError::Worker(WorkerError::Busy(_))) => {
             Err(RunFailure::RunningElsewhere { plan: id })
         }
+        Err(
+            error @ (PlanRunError::StartedMeanwhile { .. }
+            | PlanRunError::Worker(WorkerError::StartedMeanwhile { .. })),
+        ) => Err(RunFailure::StartedMeanwhile(error.to_string())),
         Err(error) => Err(RunFailure::Failed(error.to_string())),
     }
 }

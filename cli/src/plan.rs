@@ -192,9 +192,13 @@ fn shown(text: &str) -> std::borrow::Cow<'_, str> {
     visible(text, false)
 }
 
-/// An application error as the command line says it: its message.
+/// An application error as the command line says it: its message, after
+/// its code when another run is in the way.
 fn said(error: planb_app::Error) -> anyhow::Error {
-    anyhow::anyhow!(error.message)
+    match error.code {
+        planb_app::ErrorCode::RunAlreadyActive => anyhow::anyhow!("{error}"),
+        _ => anyhow::anyhow!(error.message),
+    }
 }
 
 /// Runs one `plan` command.

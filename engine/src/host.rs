@@ -22,16 +22,16 @@ use planb_projections::{DataRoot, RunLock, RunLockError, Store, StoreError};
 #[non_exhaustive]
 pub enum WorkerError {
     /// Another live worker runs the task.
-    #[error("RUN_ALREADY_ACTIVE: another worker runs task {0}")]
+    #[error("another worker runs task {0}")]
     Busy(TaskId),
     /// The store failed or refused.
     #[error(transparent)]
     Store(#[from] StoreError),
     /// The task does not exist.
-    #[error("TASK_NOT_FOUND: no task {0}")]
+    #[error("no task {0}")]
     NoTask(TaskId),
     /// A run of the task began after this one was asked for.
-    #[error("RUN_ALREADY_ACTIVE: run {run} of task {task} started after this run was asked for")]
+    #[error("run {run} of task {task} started after this run was asked for")]
     StartedMeanwhile {
         /// The task.
         task: TaskId,

@@ -298,6 +298,7 @@ fn run_failure(failure: &RunFailure) -> String {
         RunFailure::RunningElsewhere { plan } => format!(
             "{failure}: see it with plan_show, or stop it with `planb-mcp plan stop {plan}`"
         ),
+        RunFailure::StartedMeanwhile(message) => format!("RUN_ALREADY_ACTIVE: {message}"),
         RunFailure::Failed(message) => message.clone(),
     }
 }

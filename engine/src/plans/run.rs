@@ -354,7 +354,7 @@ pub enum PlanRunError {
     /// A run of the plan was active when this call looked, or started
     /// after: running as well would do the plan's work twice.
     #[error(
-        "RUN_ALREADY_ACTIVE: run {run} of plan {task} {when} (it is {state}); call again to run the plan once more"
+        "run {run} of plan {task} {when} (it is {state}); call again to run the plan once more"
     )]
     StartedMeanwhile {
         /// The plan.
