@@ -82,6 +82,18 @@ impl ErrorCode {
         }
     }
 
+    /// The code of a run that could not go on.
+    pub fn of_run(error: &planb_engine::host::WorkerError) -> ErrorCode {
+        use planb_engine::host::WorkerError;
+        match error {
+            WorkerError::Busy(_) | WorkerError::StartedMeanwhile { .. } => {
+                ErrorCode::RunAlreadyActive
+            }
+            WorkerError::NoTask(_) => ErrorCode::TaskNotFound,
+            _ => ErrorCode::InternalError,
+        }
+    }
+
     /// The exit status a worker that could not run for this reason exits
     /// with.
     pub fn exit_status(self) -> u8 {

@@ -190,7 +190,7 @@ async fn run_here(
             ),
             Err(e) => {
                 tracing::warn!("task {id}: the run could not go on: {e}");
-                let _ = failed.send(Error::new(crate::worker::code_of(&e), e.to_string()));
+                let _ = failed.send(Error::new(ErrorCode::of_run(&e), e.to_string()));
             }
         }
     });

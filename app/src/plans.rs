@@ -29,7 +29,7 @@ pub(crate) fn run_error(error: planb_engine::plans::PlanRunError) -> Error {
         PlanRunError::NotFound(_) => ErrorCode::TaskNotFound,
         PlanRunError::Invalid(_) => ErrorCode::InvalidArgument,
         PlanRunError::StartedMeanwhile { .. } => ErrorCode::RunAlreadyActive,
-        PlanRunError::Worker(worker) => crate::worker::code_of(worker),
+        PlanRunError::Worker(worker) => ErrorCode::of_run(worker),
         _ => ErrorCode::InternalError,
     };
     Error::new(code, error.to_string())

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use planb_core::TaskId;
 use planb_engine::backend::{Backend, BackendError};
-use planb_engine::worker::{Ended, Start, WorkerError};
+use planb_engine::worker::{Ended, Start};
 use planb_projections::{DataRoot, Store, SystemEnvironment};
 
 use crate::error::ErrorCode;
@@ -80,16 +80,7 @@ pub fn run(
         .map_err(|e| internal(&e))?;
     runtime
         .block_on(planb_engine::worker::run(Arc::new(store), task, options))
-        .map_err(|e| failed(code_of(&e), e))
-}
-
-/// The code of a run that could not go on.
-pub fn code_of(error: &WorkerError) -> ErrorCode {
-    match error {
-        WorkerError::Busy(_) | WorkerError::StartedMeanwhile { .. } => ErrorCode::RunAlreadyActive,
-        WorkerError::NoTask(_) => ErrorCode::TaskNotFound,
-        _ => ErrorCode::InternalError,
-    }
+        .map_err(|e| failed(ErrorCode::of_run(&e), e))
 }
 
 /// Ends the active runs this process owned (dropped with its runtimes) as
