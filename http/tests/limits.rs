@@ -15,6 +15,7 @@ use axum::body::{Body, Bytes};
 use axum::routing::{get, post};
 use http_body::Frame;
 use planb_http::Limits;
+use planb_tests::net::{connect, read_until_closed};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Sleep;
@@ -83,35 +84,13 @@ async fn start(limits: Limits) -> u16 {
     port
 }
 
-async fn connect(port: u16) -> TcpStream {
-    TcpStream::connect(("127.0.0.1", port))
-        .await
-        .expect("connect")
-}
-
-/// Everything the server sends until it closes the connection; panics if it
-/// has not closed it within [`BOUND`].
-async fn read_until_closed(stream: &mut TcpStream, what: &str) -> String {
-    let mut received = Vec::new();
-    let read = tokio::time::timeout(BOUND, async {
-        // A reset is a close too: the server may drop unread bytes.
-        let _ = stream.read_to_end(&mut received).await;
-    })
-    .await;
-    assert!(
-        read.is_ok(),
-        "{what}: the server still held the connection after {BOUND:?}"
-    );
-    String::from_utf8_lossy(&received).into_owned()
-}
-
 /// Sends a whole `GET path` that asks to close afterwards, and returns the
 /// response.
 async fn get_on(stream: &mut TcpStream, port: u16, path: &str) -> String {
     let request =
         format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await.expect("send");
-    read_until_closed(stream, "a whole request").await
+    read_until_closed(stream, BOUND, "a whole request").await
 }
 
 #[tokio::test]
@@ -120,7 +99,7 @@ async fn half_sent_headers_are_disconnected() {
     let mut stream = connect(port).await;
     let head = format!("GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n");
     stream.write_all(head.as_bytes()).await.expect("send");
-    let response = read_until_closed(&mut stream, "half-sent headers").await;
+    let response = read_until_closed(&mut stream, BOUND, "half-sent headers").await;
     assert!(
         !response.contains("200 OK"),
         "served half a request: {response}"
@@ -131,7 +110,7 @@ async fn half_sent_headers_are_disconnected() {
 async fn a_connection_that_sends_nothing_is_disconnected() {
     let port = start(SHORT).await;
     let mut stream = connect(port).await;
-    let response = read_until_closed(&mut stream, "a silent connection").await;
+    let response = read_until_closed(&mut stream, BOUND, "a silent connection").await;
     assert_eq!(response, "", "the server sent something unasked");
 }
 
@@ -143,7 +122,7 @@ async fn half_sent_body_is_disconnected() {
         "POST /echo HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 100\r\n\r\nonly ten b"
     );
     stream.write_all(request.as_bytes()).await.expect("send");
-    let response = read_until_closed(&mut stream, "a half-sent body").await;
+    let response = read_until_closed(&mut stream, BOUND, "a half-sent body").await;
     assert!(
         !response.contains("bytes"),
         "the handler saw a body that never came: {response}"
@@ -158,7 +137,7 @@ async fn a_whole_body_is_served() {
         "POST /echo HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\nContent-Length: 10\r\n\r\nten bytes!"
     );
     stream.write_all(request.as_bytes()).await.expect("send");
-    let response = read_until_closed(&mut stream, "a whole request").await;
+    let response = read_until_closed(&mut stream, BOUND, "a whole request").await;
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     assert!(response.ends_with("10 bytes"), "{response}");
 }
@@ -198,7 +177,7 @@ async fn connections_past_the_limit_wait_for_one_to_close() {
         "a third connection was served while two were open and the limit is two"
     );
     drop(first);
-    let response = read_until_closed(&mut third, "the waiting connection").await;
+    let response = read_until_closed(&mut third, BOUND, "the waiting connection").await;
     assert!(
         response.starts_with("HTTP/1.1 200"),
         "the waiting connection was not served once a place freed: {response:?}"

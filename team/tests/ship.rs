@@ -14,10 +14,7 @@ async fn a_batch_refused_midway_is_shipped_again_from_the_mark_with_no_gap() {
     planb_tests::logs::append_sessions(root.root(), 1_000, "/src/shop", 1);
     let projects = Projects::parse("/src", None).expect("projects");
     let settings = TeamSettings::new(&pg.url(), "ana", projects).expect("settings");
-    let (client, connection) = tokio_postgres::connect(&pg.url(), tokio_postgres::NoTls)
-        .await
-        .expect("connect");
-    tokio::spawn(connection);
+    let client = pg.client().await;
     let mut shipper = Shipper::new(root.clone(), settings).expect("shipper");
     // The first pass makes the schema; then the database refuses the
     // second batch of a pass while `refuse` holds a row.
@@ -94,10 +91,7 @@ async fn an_idle_pass_asks_nothing_of_the_database() {
     let mut shipper = Shipper::new(root.clone(), settings).expect("shipper");
     let first = shipper.ship_to_end().await.expect("the first pass");
     assert!(first.shipped > 0, "{first:?}");
-    let (client, connection) = tokio_postgres::connect(&pg.url(), tokio_postgres::NoTls)
-        .await
-        .expect("connect");
-    tokio::spawn(connection);
+    let client = pg.client().await;
     let cut = client
         .query(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
@@ -127,26 +121,6 @@ async fn an_idle_pass_asks_nothing_of_the_database() {
         .expect("mark")
         .get(0);
     assert_eq!(u64::try_from(mark).expect("mark"), shipped_to);
-}
-
-/// A plain SQL client of `pg`.
-async fn sql(pg: &planb_tests::postgres::Postgres) -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(&pg.url(), tokio_postgres::NoTls)
-        .await
-        .expect("connect");
-    tokio::spawn(connection);
-    client
-}
-
-/// Every record of `root`'s log: cursor and payload.
-fn local_records(root: &DataRoot) -> Vec<(i64, Vec<u8>)> {
-    let mut reader = planb_log::read_dir(&root.log_dir(), Default::default(), planb_log::Cursor(1))
-        .expect("read log");
-    let mut records = Vec::new();
-    while let Some(record) = reader.next().expect("read") {
-        records.push((record.cursor.0 as i64, record.payload));
-    }
-    records
 }
 
 /// A NUL in a title, a plan and an answer (which a jsonb value cannot
@@ -186,7 +160,7 @@ async fn a_nul_in_a_plan_ships_and_reads_back_exactly() {
         .await
         .expect("a NUL ships");
     assert_eq!((pass.shipped, pass.shipped_to), (14, 14), "{pass:?}");
-    let client = sql(&pg).await;
+    let client = pg.client().await;
     let rows = client
         .query(
             "SELECT cursor, payload, body::text FROM planb_events ORDER BY cursor",
@@ -195,7 +169,11 @@ async fn a_nul_in_a_plan_ships_and_reads_back_exactly() {
         .await
         .expect("rows");
     let held: Vec<(i64, Vec<u8>)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
-    assert_eq!(held, local_records(&root), "the archived bytes, exactly");
+    assert_eq!(
+        held,
+        planb_tests::logs::records(root.root()),
+        "the archived bytes, exactly"
+    );
     let body: String = rows[1].get(2);
     assert!(body.contains("a step\u{2400} with a NUL"), "{body}");
     let envelope = planb_core::decode(&held[1].1, planb_core::Cursor(2)).expect("decode");
@@ -218,7 +196,7 @@ async fn an_event_the_database_refuses_is_named_and_the_rest_ship() {
     let projects = Projects::parse("/src", None).expect("projects");
     let settings = TeamSettings::new(&pg.url(), "ana", projects).expect("settings");
     planb_team::db::connect(&settings).await.expect("schema");
-    let client = sql(&pg).await;
+    let client = pg.client().await;
     client
         .batch_execute("ALTER TABLE planb_events ADD CONSTRAINT not_four CHECK (cursor <> 4)")
         .await

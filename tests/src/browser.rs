@@ -255,6 +255,19 @@ impl Browser {
             .unwrap_or_else(|e| panic!("click {css}: {e}"));
     }
 
+    /// Clicks the label of option `index` of question `question` on a
+    /// planb form: the input itself is visually replaced by a styled mark.
+    pub async fn click_option(&self, question: &str, index: usize) {
+        let xpath = format!("//input[@id='input-{question}-{index}']/ancestor::label[1]");
+        self.client
+            .find(Locator::XPath(&xpath))
+            .await
+            .unwrap_or_else(|e| panic!("find option {question}[{index}]: {e}"))
+            .click()
+            .await
+            .unwrap_or_else(|e| panic!("click option {question}[{index}]: {e}"));
+    }
+
     /// Sends keys to the element `css` selects (WebDriver focuses it first).
     pub async fn send_keys(&self, css: &str, text: &str) {
         self.client

@@ -8,7 +8,9 @@
 //! [`browser`] drives Debian's headless Chromium through chromedriver with
 //! fantoccini; [`postgres`] starts a private PostgreSQL server; [`model`]
 //! is a scripted OpenAI-compatible model server; [`plans`] writes
-//! execution-plan steps and reads the calls downstream servers noted.
+//! execution-plan steps and reads the calls downstream servers noted;
+//! [`net`] holds raw loopback connections; [`fixtures`] and [`logs`] are
+//! the state and the log tests start from and read back.
 //! Nothing here sleeps for a fixed time to let something settle: every
 //! wait polls a condition and fails with a message after [`WAIT`].
 
@@ -16,6 +18,7 @@ pub mod browser;
 pub mod fixtures;
 pub mod logs;
 pub mod model;
+pub mod net;
 pub mod plans;
 pub mod postgres;
 pub mod process;

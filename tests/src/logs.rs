@@ -1,6 +1,6 @@
 //! Logs written straight through `planb_log`, as a server would append
 //! them but without a store: for tests that need many real events fast;
-//! and a data root's log read back, event by event.
+//! and a data root's log read back, record by record or event by event.
 
 use std::path::Path;
 
@@ -51,6 +51,21 @@ pub fn append_sessions(root: &Path, sessions: u32, project: &str, seed: u32) -> 
         appended += append(&log, bodies);
     }
     appended
+}
+
+/// Every record the log of the data root `root` holds, in order: its
+/// cursor (as the team database keeps it) and its payload (read only:
+/// nothing is recovered or written).
+pub fn records(root: &Path) -> Vec<(i64, Vec<u8>)> {
+    let mut reader =
+        planb_log::read_dir(&root.join("log"), Default::default(), planb_log::Cursor(1))
+            .expect("the log");
+    let mut records = Vec::new();
+    while let Some(record) = reader.next().expect("a record") {
+        let cursor = i64::try_from(record.cursor.0).expect("a cursor within i64");
+        records.push((cursor, record.payload));
+    }
+    records
 }
 
 /// Every event the log of the data root `root` holds, in order (read only:

@@ -3,7 +3,8 @@
 //! missing), a fresh cluster in a temporary directory, listening on a Unix
 //! socket only, run as an unprivileged user when the tests run as root (the
 //! server refuses root). Stopped on drop; a test may stop it and start it
-//! again on the same data to stand for a database that went away.
+//! again on the same data to stand for a database that went away. Tests
+//! read it back with a plain SQL client ([`Postgres::client`]).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -120,6 +121,16 @@ impl Postgres {
     /// A libpq URL over TCP on 127.0.0.1 (a server started with TLS).
     pub fn tcp_url(&self) -> String {
         format!("postgresql://planb@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// A plain SQL client of the `postgres` database, over the socket; its
+    /// connection runs on a task of the caller's runtime.
+    pub async fn client(&self) -> tokio_postgres::Client {
+        let (client, connection) = tokio_postgres::connect(&self.url(), tokio_postgres::NoTls)
+            .await
+            .expect("connect to the test database");
+        tokio::spawn(connection);
+        client
     }
 
     /// Starts the server (again) and waits until it takes connections.

@@ -478,7 +478,10 @@ fn no_source_function_answers_a_bare_string_as_its_error() {
         result_error_types("fn f() -> Result<BTreeMap<String, String>, ServersError> {"),
         ["ServersError"]
     );
-    assert_eq!(result_error_types("Result<(u8, String), String>"), ["String"]);
+    assert_eq!(
+        result_error_types("Result<(u8, String), String>"),
+        ["String"]
+    );
 }
 
 #[test]

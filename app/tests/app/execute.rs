@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use planb_app::ErrorCode;
 use planb_app::execution::{Execution, Review, RunAsk, Unreviewed};
-use planb_app::runs::{Attached, Finished, Heard, Waited};
+use planb_app::runs::Waited;
 use planb_core::exec_plan::ExecPlan;
 use planb_core::{Task, TaskId};
 use planb_engine::plans::Progress;
@@ -17,7 +17,7 @@ use planb_tests::plans::step;
 use serde_json::{Map, Value, json};
 
 use crate::plans::{open, record};
-use crate::runs::{alpha_and_beta, calls, create};
+use crate::runs::{alpha_and_beta, calls, create, until_ended, variables};
 
 /// What a review was shown: the plan's id and title, the call-time
 /// variables.
@@ -61,30 +61,12 @@ impl Review for Reviewer {
     }
 }
 
-fn variables(value: Value) -> Option<Map<String, Value>> {
-    value.as_object().cloned()
-}
-
 /// A plan greeting `who`, then echoing the greeting.
 fn greeting() -> Value {
     json!({"title": "Greeting", "variables": {"who": "Ada"}, "steps": [
         step("1", "alpha__echo", json!({"text": "hello ${who}"}), &[], Some("greeting")),
         step("2", "beta__echo", json!({"text": "${greeting}!"}), &["1"], None),
     ]})
-}
-
-/// Waits on `attached` until its run ends.
-async fn ended(attached: &mut Attached) -> Finished {
-    loop {
-        if let Some(finished) = attached.result() {
-            return finished;
-        }
-        match attached.next(None, None).await {
-            Heard::Ended(finished) => return finished,
-            Heard::Lost => panic!("the run ended without a result"),
-            Heard::Step(..) | Heard::Nothing => {}
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -305,8 +287,8 @@ async fn an_approved_run_starts_once_and_a_second_call_joins_it_without_a_second
         panic!("joined with a follower: {second:?}");
     };
     assert_eq!(reviewer.asked(), 1, "the run was reviewed twice");
-    let one = ended(&mut attached).await.expect("ran");
-    let two = ended(&mut joined).await.expect("ran");
+    let one = until_ended(&mut attached).await.expect("ran");
+    let two = until_ended(&mut joined).await.expect("ran");
     assert!(one.outcome.success, "{:?}", one.outcome);
     assert_eq!(one.outcome.run, two.outcome.run, "one run for both calls");
     assert_eq!(one.outcome.variables["second"], "waited twice");
@@ -329,7 +311,7 @@ async fn without_a_review_asked_for_the_reviewer_is_never_consulted() {
     let Ok(Execution::Running { mut attached, .. }) = started else {
         panic!("started: {started:?}");
     };
-    let done = ended(&mut attached).await.expect("ran");
+    let done = until_ended(&mut attached).await.expect("ran");
     assert!(done.outcome.success, "{:?}", done.outcome);
     assert_eq!(reviewer.asked(), 0);
     assert_eq!(calls(dir.path()).len(), 2);
@@ -353,7 +335,7 @@ async fn a_result_handed_back_is_collected_by_the_next_call_without_a_review() {
         .wait(&mut attached, None, id, Some(Instant::now()))
         .await;
     assert!(matches!(waited, Waited::StillRunning { .. }), "{waited:?}");
-    let run = ended(&mut attached).await.expect("ran").outcome.run;
+    let run = until_ended(&mut attached).await.expect("ran").outcome.run;
     let deadline = Instant::now() + Duration::from_secs(30);
     while setup.runs.running_here(id) {
         assert!(Instant::now() < deadline, "the run is still listed");

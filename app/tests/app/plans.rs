@@ -47,7 +47,8 @@ pub(crate) fn titled(title: &str, steps: usize) -> Value {
     json!({"title": title, "steps": steps})
 }
 
-fn stranger() -> TaskId {
+/// An id no task or plan has.
+pub(crate) fn stranger() -> TaskId {
     TaskId::from_uuid(new_uuid())
 }
 

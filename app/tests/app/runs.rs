@@ -114,7 +114,7 @@ pub(crate) fn request(id: TaskId, options: RunOptions) -> RunRequest {
 }
 
 /// Call-time variables.
-fn variables(value: Value) -> Option<Map<String, Value>> {
+pub(crate) fn variables(value: Value) -> Option<Map<String, Value>> {
     value.as_object().cloned()
 }
 
@@ -150,7 +150,8 @@ async fn two_step_plan(setup: &Setup, sleep_ms: u64) -> (TaskId, Arc<ExecPlan>) 
     (id, recorded(setup, id).1)
 }
 
-async fn until_ended(attached: &mut Attached) -> Finished {
+/// Waits on `attached` until its run ends.
+pub(crate) async fn until_ended(attached: &mut Attached) -> Finished {
     loop {
         if let Some(finished) = attached.result() {
             return finished;

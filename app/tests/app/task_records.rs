@@ -8,16 +8,16 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use planb_app::ErrorCode;
-use planb_app::launch::{Runner, Start};
+use planb_app::launch::Start;
 use planb_app::tasks::outputs::{Output, ReadError};
 use planb_app::tasks::{self, CreateRequest, TaskFile, Tasks};
 use planb_core::{RunId, Task, TaskId};
-use planb_engine::backend::Backend;
 use planb_engine::pipelines::{DEFAULT_TARGET, PROJECT_PLAN};
 use planb_tests::fixtures::new_uuid;
 use serde_json::json;
 
-use crate::plans::{open, record, titled};
+use crate::plans::{open, record, stranger, titled};
+use crate::tasks::script_model;
 
 /// A task of `speed` planning `prompt` on the built-in pipeline.
 fn asking(prompt: &str, speed: &str, key: Option<&str>) -> CreateRequest {
@@ -36,10 +36,6 @@ async fn created(tasks: &Tasks, request: CreateRequest) -> TaskId {
     let pipeline = tasks::checked_pipeline(&root, &request.pipeline, &request.target);
     let pipeline = pipeline.expect("the pipeline");
     tasks.create(request, &pipeline).await.expect("created")
-}
-
-fn stranger() -> TaskId {
-    TaskId::from_uuid(new_uuid())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -360,16 +356,6 @@ async fn a_task_whose_pipeline_file_is_gone_shows_no_progress_rather_than_failin
     assert_eq!(tasks.find(id).await.expect("still there").id, id);
 }
 
-/// A run in this process on the model program `sh <script>`, whose
-/// script is `body`.
-fn program(dir: &Path, name: &str, body: &str) -> Runner {
-    let script = dir.join(name);
-    std::fs::write(&script, body).expect("script");
-    let spec = format!("command:sh {}", script.display());
-    let var = move |name: &str| (name == "PLANB_MODEL").then(|| spec.clone());
-    Runner::Here(Backend::configured(None, &var).expect("the model's spec"))
-}
-
 async fn until_ended(tasks: &Tasks, id: TaskId) -> Task {
     let started = Instant::now();
     loop {
@@ -392,7 +378,7 @@ async fn the_run_log_is_read_one_run_at_a_time_and_the_newest_lines_first_kept()
     let dir = tempfile::tempdir().expect("temp dir");
     let tasks = open(dir.path()).0.tasks();
     let id = created(&tasks, asking("Plan a garden.", "ping", None)).await;
-    let fails = program(dir.path(), "fails.sh", "echo no >&2; exit 1\n");
+    let fails = script_model(dir.path(), "fails.sh", "echo no >&2; exit 1\n");
     tasks
         .start_run(id, 0, fails, Start::Resume)
         .await
@@ -400,7 +386,7 @@ async fn the_run_log_is_read_one_run_at_a_time_and_the_newest_lines_first_kept()
     let failed = until_ended(&tasks, id).await;
     assert_eq!(tasks::state_name(&failed), "failed");
     tasks::may_run_again(&failed).expect("a failed task may run again");
-    let answers = program(dir.path(), "answers.sh", ANSWERS);
+    let answers = script_model(dir.path(), "answers.sh", ANSWERS);
     tasks
         .start_run(id, 1, answers, Start::Retry)
         .await
@@ -437,7 +423,7 @@ async fn a_ping_task_completes_without_a_report_and_says_which_speed_has_one() {
     let dir = tempfile::tempdir().expect("temp dir");
     let tasks = open(dir.path()).0.tasks();
     let id = created(&tasks, asking("Plan a garden.", "ping", None)).await;
-    let answers = program(dir.path(), "answers.sh", ANSWERS);
+    let answers = script_model(dir.path(), "answers.sh", ANSWERS);
     tasks
         .start_run(id, 0, answers, Start::Resume)
         .await

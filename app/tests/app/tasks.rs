@@ -610,8 +610,9 @@ async fn a_pipeline_tool_step_calls_a_downstream_server_with_the_artifact_it_nee
     );
 }
 
-/// A model program (`command:sh <script>`) whose script is `body`.
-fn script_model(dir: &Path, name: &str, body: &str) -> Runner {
+/// A run in this process on the model program `command:sh <script>`,
+/// whose script is `body`.
+pub(crate) fn script_model(dir: &Path, name: &str, body: &str) -> Runner {
     let script = dir.join(name);
     std::fs::write(&script, body).expect("script");
     here_on(format!("command:sh {}", script.display()))

@@ -3,32 +3,11 @@
 //! waits over stdio. Needs Debian's `chromium` and `chromium-driver`
 //! (`scripts/test` installs them); without them every test here fails.
 
-use crate::support::browser::{Asked, Browser, ask};
-use crate::support::text_of;
+use crate::support::browser::{Asked, ask};
+use crate::support::{recorded_kinds, text_of};
 use fantoccini::key::Key;
-use planb_projections::{DataRoot, Store, SystemEnvironment};
+use planb_tests::browser::Browser;
 use serde_json::{Value, json};
-
-/// The kinds recorded in the log of the data root at `root`, read after the
-/// server stopped.
-fn recorded_kinds(root: &std::path::Path) -> Vec<&'static str> {
-    let (store, _) = Store::open(DataRoot::new(root), std::sync::Arc::new(SystemEnvironment))
-        .expect("open store");
-    let mut reader = planb_log::read_dir(
-        &DataRoot::new(root).log_dir(),
-        Default::default(),
-        planb_log::Cursor(1),
-    )
-    .expect("reader");
-    let mut kinds = Vec::new();
-    while let Some(record) = reader.next().expect("read") {
-        let envelope = planb_core::decode(&record.payload, planb_core::Cursor(record.cursor.0))
-            .expect("decode");
-        kinds.push(envelope.event.body.kind_name());
-    }
-    drop(store);
-    kinds
-}
 
 /// Starts the ask and a browser on its form.
 async fn open_form(spec: Value, env: &[(&str, &str)]) -> (Asked, Browser) {

@@ -567,16 +567,8 @@ fn processes_running_plans_at_once_note_every_blob_s_place() {
     }
     // Every blob the log holds has its place.
     let mut held = BTreeSet::new();
-    let mut reader = planb_log::read_dir(
-        &setup.path("root").join("log"),
-        Default::default(),
-        planb_log::Cursor(1),
-    )
-    .expect("log");
-    while let Some(record) = reader.next().expect("record") {
-        let envelope = planb_core::decode(&record.payload, planb_core::Cursor(record.cursor.0))
-            .expect("event");
-        if let planb_core::EventBody::BlobStored { bytes, .. } = envelope.event.body {
+    for event in planb_tests::logs::events(&setup.path("root")) {
+        if let planb_core::EventBody::BlobStored { bytes, .. } = event {
             held.insert(planb_core::ContentHash::of_bytes(&bytes).0);
         }
     }
@@ -954,42 +946,6 @@ fn a_checkpoint_not_on_record_when_its_plan_was_imported_comes_with_the_next_imp
     let (code, out) = setup.run(&["resume", diamond]);
     assert_eq!(code, 0, "{out}");
     assert!(setup.calls().is_empty(), "{:?}", setup.calls());
-}
-
-/// An id given whole names its plan even when a longer id begins with it:
-/// mcp-cli's `peer-chain50` is found beside `peer-chain50-sleep`, and a
-/// prefix both share is still refused as ambiguous.
-#[test]
-fn an_exact_id_wins_over_a_longer_id_it_begins() {
-    let setup = Setup::new();
-    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp-cli-plans");
-    let raw = std::fs::read_to_string(fixtures.join("32593754-879c-4c65-ba69-d172c132f409.json"))
-        .expect("fixture");
-    let dir = setup.path("plans");
-    std::fs::create_dir(&dir).expect("dir");
-    for (id, title) in [("peer-chain50", "Chain"), ("peer-chain50-sleep", "Sleepy")] {
-        let mut plan: Value = serde_json::from_str(&raw).expect("plan JSON");
-        plan["id"] = json!(id);
-        plan["title"] = json!(title);
-        std::fs::write(dir.join(format!("{id}.json")), plan.to_string()).expect("plan");
-    }
-    let (code, out) = setup.run(&["import", dir.to_str().expect("path")]);
-    assert_eq!(code, 0, "{out}");
-    let (code, shown) = setup.run(&["show", "peer-chain50"]);
-    assert_eq!(code, 0, "{shown}");
-    assert!(
-        shown.contains("Chain") && !shown.contains("Sleepy"),
-        "{shown}"
-    );
-    let (code, dry) = setup.run(&["run", "peer-chain50", "--dry-run"]);
-    assert_eq!(code, 0, "{dry}");
-    assert!(dry.contains("Chain") && !dry.contains("Sleepy"), "{dry}");
-    let (code, shown) = setup.run(&["show", "peer-chain50-"]);
-    assert_eq!(code, 0, "{shown}");
-    assert!(shown.contains("Sleepy"), "{shown}");
-    let (code, both) = setup.run(&["show", "peer-chain"]);
-    assert_eq!(code, 2, "{both}");
-    assert!(both.contains("is the start of 2 plans' ids"), "{both}");
 }
 
 /// Whether `text` holds a C1 control character (U+0080–U+009F), which a

@@ -3,10 +3,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::support::{Server, UrlAnswer, call, get, http, start_with, text_of};
-use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ElicitationAction, GetPromptRequestParams,
-};
+use crate::support::{Server, UrlAnswer, call, call_in_background, get, http, start_with, text_of};
+use rmcp::model::{CallToolResult, ElicitationAction, GetPromptRequestParams};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -206,36 +204,6 @@ async fn write_and_edit_keep_the_file_and_report_what_changed() {
     server.client.cancel().await.expect("shutdown");
 }
 
-#[tokio::test]
-async fn a_hand_edit_between_two_tool_edits_is_kept_in_the_log() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let server = start_server(dir.path(), &[]).await;
-    structured(
-        &call(
-            &server,
-            "write_plan",
-            json!({"planName": "db", "content": "# DB\n- migrate\n"}),
-        )
-        .await,
-    );
-    let path = plan_file(dir.path(), "db");
-    std::fs::write(&path, "# DB\n- migrate\n- back up first (added by hand)\n").expect("hand edit");
-    structured(&call(&server, "edit_plan", json!({"planName": "db", "oldString": "- migrate", "newString": "- migrate in two steps"})).await);
-    assert_eq!(
-        std::fs::read_to_string(&path).expect("read"),
-        "# DB\n- migrate in two steps\n- back up first (added by hand)\n"
-    );
-    server.client.cancel().await.expect("shutdown");
-    assert_eq!(
-        crate::support::fold_log(dir.path()).1,
-        [
-            "named_plan_written",
-            "named_plan_changed_outside",
-            "named_plan_edited"
-        ]
-    );
-}
-
 /// A person who sets the plan's file back to an earlier version's text has
 /// changed it: that is recorded, and the next edit applies to it, rather
 /// than the file being taken for one planb left behind and overwritten.
@@ -294,18 +262,6 @@ async fn review_url(server: &mut Server) -> (u16, String) {
     (port.parse().expect("port"), rid)
 }
 
-fn submit_in_background(server: &Server, plan: &str) -> tokio::task::JoinHandle<CallToolResult> {
-    let peer = server.client.peer().clone();
-    let Value::Object(arguments) = json!({"planName": plan}) else {
-        unreachable!()
-    };
-    tokio::spawn(async move {
-        peer.call_tool(CallToolRequestParams::new("submit_plan").with_arguments(arguments))
-            .await
-            .expect("submit_plan")
-    })
-}
-
 async fn post_review(port: u16, body: Value) -> crate::support::Response {
     http(
         port,
@@ -334,7 +290,7 @@ async fn the_browser_review_approves_or_requests_changes_with_comments() {
         .await,
     );
 
-    let pending = submit_in_background(&server, "api");
+    let pending = call_in_background(&server, "submit_plan", json!({"planName": "api"}));
     let (port, rid) = review_url(&mut server).await;
     let page = get(port, &format!("/review?rid={rid}")).await;
     assert_eq!(page.status, 200);
@@ -370,7 +326,7 @@ async fn the_browser_review_approves_or_requests_changes_with_comments() {
     assert_eq!(replay.status, 404, "a review is sent once");
 
     structured(&call(&server, "edit_plan", json!({"planName": "api", "oldString": "- add /v2", "newString": "- add /v2, keep /v1"})).await);
-    let pending = submit_in_background(&server, "api");
+    let pending = call_in_background(&server, "submit_plan", json!({"planName": "api"}));
     let (port, rid) = review_url(&mut server).await;
     let page = get(port, &format!("/review?rid={rid}")).await;
     assert!(
@@ -480,12 +436,11 @@ async fn reviewed_by_echo(args: &[&str]) {
     server.client.cancel().await.expect("shutdown");
 }
 
+/// A submit command that fails is `submit_plan`'s error, saying what the
+/// command printed on stderr (what a command's output becomes is tested
+/// at planb-app: app/tests/app/sessions.rs).
 #[tokio::test]
-async fn an_external_submit_command_gives_feedback_never_approval() {
-    let mut args = vec!["--"];
-    args.extend(ECHO_REVIEWER);
-    reviewed_by_echo(&args).await;
-
+async fn a_failing_submit_command_is_an_error_with_its_stderr() {
     let dir = tempfile::tempdir().expect("tempdir");
     let server = start_server(
         dir.path(),

@@ -7,8 +7,8 @@
 
 use std::path::Path;
 
-use crate::support::browser::Browser;
 use planb_projections::DataRoot;
+use planb_tests::browser::Browser;
 
 /// Text nearer than this to the card's edge touches it.
 const EDGE_PX_MIN: f64 = 8.0;

@@ -6,11 +6,12 @@
 
 use std::path::Path;
 
-use crate::support::browser::{Browser, WAIT};
-use crate::support::{Server, UrlAnswer, call, get, start, text_of};
+use crate::support::{Server, UrlAnswer, call, call_in_background, get, start, text_of};
 use fantoccini::actions::{InputSource, KeyAction, KeyActions};
 use fantoccini::key::Key;
 use planb_core::{EventBody, ReviewChannel, ReviewComment, Verdict};
+use planb_tests::WAIT;
+use planb_tests::browser::Browser;
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
@@ -60,15 +61,7 @@ fn structured(result: &CallToolResult) -> Value {
 /// Calls `submit_plan` for `plan` in the background: it returns only once
 /// the person has sent a verdict.
 fn submit_in_background(server: &Server, plan: &str) -> JoinHandle<CallToolResult> {
-    let peer = server.client.peer().clone();
-    let Value::Object(arguments) = json!({"planName": plan}) else {
-        unreachable!("a JSON object literal")
-    };
-    tokio::spawn(async move {
-        peer.call_tool(CallToolRequestParams::new("submit_plan").with_arguments(arguments))
-            .await
-            .expect("submit_plan call")
-    })
+    call_in_background(server, "submit_plan", json!({"planName": plan}))
 }
 
 /// The next review URL the server printed (`ASK_NO_OPEN=1` prints it instead
@@ -166,20 +159,15 @@ async fn comment_cards(browser: &Browser) -> Vec<(String, String)> {
 /// The reviews recorded in the log of the data root at `root`, read after
 /// the server stopped, and the kinds of every named-plan event in order.
 fn recorded_reviews(root: &Path) -> (Vec<&'static str>, Vec<EventBody>) {
-    let mut reader =
-        planb_log::read_dir(&root.join("log"), Default::default(), planb_log::Cursor(1))
-            .expect("open the log");
     let mut kinds = Vec::new();
     let mut reviews = Vec::new();
-    while let Some(record) = reader.next().expect("read the log") {
-        let envelope = planb_core::decode(&record.payload, planb_core::Cursor(record.cursor.0))
-            .expect("decode an event");
-        let kind = envelope.event.body.kind_name();
+    for event in planb_tests::logs::events(root) {
+        let kind = event.kind_name();
         if kind.starts_with("named_plan_") {
             kinds.push(kind);
         }
-        if matches!(envelope.event.body, EventBody::NamedPlanReviewed { .. }) {
-            reviews.push(envelope.event.body);
+        if matches!(event, EventBody::NamedPlanReviewed { .. }) {
+            reviews.push(event);
         }
     }
     (kinds, reviews)

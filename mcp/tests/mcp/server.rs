@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::support::{
     Response, Server, UrlAnswer, call, get, http, new_session, parse_form_url, post_json,
-    sample_ask, start, text_of,
+    recorded_kinds, sample_ask, start, text_of,
 };
 use planb_projections::{DataRoot, Store, SystemEnvironment};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ElicitationAction};
@@ -18,12 +18,7 @@ fn ask_in_background(
     server: &Server,
     arguments: serde_json::Map<String, Value>,
 ) -> tokio::task::JoinHandle<CallToolResult> {
-    let peer = server.client.peer().clone();
-    tokio::spawn(async move {
-        peer.call_tool(CallToolRequestParams::new("ask_user").with_arguments(arguments))
-            .await
-            .expect("ask_user call")
-    })
+    crate::support::call_in_background(server, "ask_user", Value::Object(arguments))
 }
 
 async fn next<T>(receiver: &mut tokio::sync::mpsc::UnboundedReceiver<T>) -> T {
@@ -35,26 +30,6 @@ async fn next<T>(receiver: &mut tokio::sync::mpsc::UnboundedReceiver<T>) -> T {
 
 fn valid_answers() -> Value {
     json!({"name": "Aurora", "summary": "", "language": "Rust", "integrations": ["Slack", "GitHub"], "priority": 4})
-}
-
-/// Events recorded in the data root, as `kind_name`s, after the server exited.
-fn recorded_kinds(root: &std::path::Path) -> Vec<&'static str> {
-    let (store, _) = Store::open(DataRoot::new(root), std::sync::Arc::new(SystemEnvironment))
-        .expect("open store");
-    let mut kinds = Vec::new();
-    let mut reader = planb_log::read_dir(
-        &DataRoot::new(root).log_dir(),
-        Default::default(),
-        planb_log::Cursor(1),
-    )
-    .expect("reader");
-    while let Some(record) = reader.next().expect("read") {
-        let envelope = planb_core::decode(&record.payload, planb_core::Cursor(record.cursor.0))
-            .expect("decode");
-        kinds.push(envelope.event.body.kind_name());
-    }
-    drop(store);
-    kinds
 }
 
 #[tokio::test]

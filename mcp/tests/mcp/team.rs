@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::{UrlAnswer, all_output, call, new_session, start, text_of};
 use planb_core::{EventBody, TaskId};
-use planb_tests::logs::{append, append_sessions};
+use planb_tests::logs::{append, append_sessions, records};
 use planb_tests::postgres::Postgres;
 use serde_json::json;
 
@@ -50,32 +50,12 @@ fn push_ok(root: &Path, url: &str, projects: &str) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-/// Every record of the local log: cursor and payload.
-fn local_records(root: &Path) -> Vec<(i64, Vec<u8>)> {
-    let mut reader =
-        planb_log::read_dir(&root.join("log"), Default::default(), planb_log::Cursor(1))
-            .expect("read log");
-    let mut records = Vec::new();
-    while let Some(record) = reader.next().expect("read") {
-        records.push((record.cursor.0 as i64, record.payload));
-    }
-    records
-}
-
 /// The root's origin id; the nil id before any shipper made one.
 fn origin(root: &Path) -> uuid::Uuid {
     match std::fs::read_to_string(root.join("team/origin")) {
         Ok(text) => uuid::Uuid::parse_str(text.trim()).expect("origin id"),
         Err(_) => uuid::Uuid::nil(),
     }
-}
-
-async fn connect(url: &str) -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .expect("connect to the test database");
-    tokio::spawn(connection);
-    client
 }
 
 /// What the database holds from `origin`: cursor and payload, in order.
@@ -114,7 +94,7 @@ async fn mark(client: &tokio_postgres::Client, origin: uuid::Uuid) -> Option<i64
 async fn wait_for_end(client: &tokio_postgres::Client, root: &Path) {
     let deadline = Instant::now() + WAIT;
     loop {
-        let end = local_records(root).last().map(|r| r.0);
+        let end = records(root).last().map(|r| r.0);
         if end.is_some() && mark(client, origin(root)).await == end {
             return;
         }
@@ -129,7 +109,7 @@ async fn wait_for_end(client: &tokio_postgres::Client, root: &Path) {
 /// Asserts the database holds every record of `root`'s log once, byte
 /// equal, and nothing else of its origin.
 async fn assert_all_shipped(client: &tokio_postgres::Client, root: &Path) {
-    let local = local_records(root);
+    let local = records(root);
     let remote = shipped(client, origin(root)).await;
     assert_eq!(remote.len(), local.len(), "events shipped vs in the log");
     for (l, r) in local.iter().zip(&remote) {
@@ -181,8 +161,8 @@ async fn two_data_roots_ship_at_once_and_the_database_holds_each_event_once_byte
     assert!(!saved.is_error.unwrap_or(false), "{}", text_of(&saved));
     append_sessions(b.path(), 20, "/src/shop", 3);
     push_ok(b.path(), &url, "*");
-    let client = connect(&url).await;
-    let a_end = local_records(a.path()).last().expect("events").0;
+    let client = pg.client().await;
+    let a_end = records(a.path()).last().expect("events").0;
     let deadline = Instant::now() + WAIT;
     while mark(&client, origin(a.path())).await != Some(a_end) {
         assert!(
@@ -198,7 +178,7 @@ async fn two_data_roots_ship_at_once_and_the_database_holds_each_event_once_byte
         .await
         .expect("count")
         .get(0);
-    let local = local_records(a.path()).len() + local_records(b.path()).len();
+    let local = records(a.path()).len() + records(b.path()).len();
     assert_eq!(total as usize, local, "no event twice");
     let status = team(a.path(), &url, "*", &["status"])
         .output()
@@ -237,7 +217,7 @@ async fn a_shipper_killed_at_random_points_leaves_no_gap_and_no_duplicate() {
         .map_or(1, |d| d.as_nanos() as u64);
     eprintln!("kill points drawn with seed {seed}");
     let mut rng = Rng(seed);
-    let client = connect(&url).await;
+    let client = pg.client().await;
     let mut cut_short = 0;
     // `PLANB_KILL9_PUSHES` soaks it with more.
     let pushes: u32 = std::env::var("PLANB_KILL9_PUSHES")
@@ -253,14 +233,14 @@ async fn a_shipper_killed_at_random_points_leaves_no_gap_and_no_duplicate() {
         std::thread::sleep(Duration::from_millis(rng.below(300)));
         let _ = child.kill();
         let _ = child.wait();
-        let end = local_records(root.path()).last().expect("events").0;
+        let end = records(root.path()).last().expect("events").0;
         let reached = mark(&client, origin(root.path())).await.unwrap_or(0);
         eprintln!("push {iteration}: killed at cursor {reached} of {end}");
         if reached < end {
             cut_short += 1;
         }
         // Whatever landed is a prefix of the log, byte equal.
-        let local = local_records(root.path());
+        let local = records(root.path());
         let remote = shipped(&client, origin(root.path())).await;
         assert!(remote.len() <= local.len());
         assert!(
@@ -288,7 +268,7 @@ async fn tool_calls_are_answered_while_the_database_is_down_and_all_shipped_afte
     )
     .await;
     let session = new_session(&server).await;
-    let client = connect(&url).await;
+    let client = pg.client().await;
     wait_for_end(&client, root.path()).await;
     drop(client);
     pg.stop();
@@ -320,7 +300,7 @@ async fn tool_calls_are_answered_while_the_database_is_down_and_all_shipped_afte
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     pg.start_again();
-    let client = connect(&url).await;
+    let client = pg.client().await;
     wait_for_end(&client, root.path()).await;
     assert_all_shipped(&client, root.path()).await;
     let down: i64 = client
@@ -349,7 +329,7 @@ async fn an_older_copy_of_a_data_root_is_refused_as_divergence_and_nothing_is_ov
     copy_dir(&root, &backup);
     append_sessions(&root, 10, "/src/shop", 2);
     push_ok(&root, &url, "*");
-    let client = connect(&url).await;
+    let client = pg.client().await;
     let before = shipped(&client, origin(&root)).await;
     // The backup is restored: the same origin, an older log.
     std::fs::remove_dir_all(&root).expect("remove");
@@ -417,7 +397,7 @@ async fn only_the_projects_named_leave_the_machine() {
         none.contains("shipped 0 event(s)") && none.contains("nothing is shipped"),
         "{none}"
     );
-    let client = connect(&url).await;
+    let client = pg.client().await;
     assert_eq!(
         mark(&client, origin(root.path())).await,
         None,
@@ -492,7 +472,7 @@ async fn sslmode_require_ships_over_tls_once_the_server_s_authority_is_trusted()
         "{text}"
     );
     // The rows went over the socket; TLS was the only way in over TCP.
-    let client = connect(&pg.url()).await;
+    let client = pg.client().await;
     assert_all_shipped(&client, root.path()).await;
 }
 
@@ -538,7 +518,7 @@ async fn a_damaged_log_is_shipped_up_to_the_damage_and_the_damage_is_named() {
         text.contains(&format!("the local log is damaged at cursor {damaged_at}")),
         "{text}"
     );
-    let client = connect(&url).await;
+    let client = pg.client().await;
     assert_eq!(
         shipped(&client, origin(root.path())).await,
         before,
@@ -587,7 +567,7 @@ async fn the_blobs_shipped_events_name_are_shipped_once_by_their_hash() {
     append(&log, vec![succeeded(large_hash, large.len())]);
     drop(log);
     push_ok(root.path(), &url, "*");
-    let client = connect(&url).await;
+    let client = pg.client().await;
     let blobs: Vec<(Vec<u8>, Vec<u8>)> = client
         .query(
             "SELECT hash, bytes FROM planb_blobs ORDER BY length(bytes)",
@@ -619,7 +599,7 @@ async fn when_the_window_that_ships_is_killed_another_on_the_root_takes_over() {
     let first = start(root.path(), UrlAnswer::NotSupported, &env).await;
     let second = start(root.path(), UrlAnswer::NotSupported, &env).await;
     new_session(&first).await;
-    let client = connect(&url).await;
+    let client = pg.client().await;
     wait_for_end(&client, root.path()).await;
     let data_root = planb_projections::DataRoot::new(root.path());
     let shipper = || {

@@ -9,11 +9,12 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use planb_core::{
-    AnswerValue, Answers, AskId, AskSpec, Command, Delivery, PlanKey, PlanName, ReviewChannel,
+    AnswerValue, Answers, AskId, Command, Delivery, PlanKey, PlanName, ReviewChannel,
     ReviewComment, SessionId, Timestamp, Verdict,
 };
 use planb_projections::{DataRoot, FixedEnvironment, Store};
 use planb_retro::{AppState, Retro, app};
+use planb_tests::fixtures::one_question;
 use tempfile::TempDir;
 use tower::ServiceExt;
 use uuid::Uuid;
@@ -25,10 +26,6 @@ struct Fixture {
     session: SessionId,
     ask: AskId,
     pending: AskId,
-}
-
-fn spec(title: &str) -> AskSpec {
-    planb_tests::fixtures::one_question(title)
 }
 
 /// A session with an answered ask, a pending one, three plan versions and a
@@ -60,7 +57,7 @@ fn fixture() -> Fixture {
         Command::OpenAsk {
             session,
             ask,
-            spec: spec("Storage choice"),
+            spec: one_question("Storage choice"),
             delivery: Delivery::BrowserOpened,
             url: "http://127.0.0.1:9/ask".into(),
             sid: "a".into(),
@@ -99,7 +96,7 @@ fn fixture() -> Fixture {
         Command::OpenAsk {
             session,
             ask: pending,
-            spec: spec("Ship it?"),
+            spec: one_question("Ship it?"),
             delivery: Delivery::BrowserOpened,
             url: "http://127.0.0.1:9/ask".into(),
             sid: "b".into(),

@@ -7,12 +7,12 @@
 
 use std::sync::Arc;
 
-use crate::support::{Browser, RetroServer};
+use crate::support::RetroServer;
 use fantoccini::key::Key;
-use planb_core::{
-    AnswerValue, Answers, AskId, AskSpec, Command, Cursor, Delivery, SessionId, Timestamp,
-};
+use planb_core::{AnswerValue, Answers, AskId, Command, Cursor, Delivery, SessionId, Timestamp};
 use planb_projections::{DataRoot, FixedEnvironment, Store};
+use planb_tests::browser::Browser;
+use planb_tests::fixtures::one_question;
 use serde_json::Value;
 use tempfile::TempDir;
 use uuid::Uuid;
@@ -34,10 +34,6 @@ struct Fixture {
     session: SessionId,
     /// The cursors of the session's events, in order.
     cursors: Vec<Cursor>,
-}
-
-fn spec(title: &str) -> AskSpec {
-    planb_tests::fixtures::one_question(title)
 }
 
 fn plan(version: usize) -> String {
@@ -94,7 +90,7 @@ impl Fixture {
         self.append(Command::OpenAsk {
             session: self.session,
             ask,
-            spec: spec(title),
+            spec: one_question(title),
             delivery: Delivery::BrowserOpened,
             url: "http://127.0.0.1:9/ask".into(),
             sid: "a".into(),
@@ -148,7 +144,7 @@ struct Expected<'a> {
 async fn assert_shows(browser: &Browser, cursors: &[Cursor], expected: Expected<'_>) {
     let cursor = cursors[expected.position];
     browser
-        .wait_until(
+        .wait_until_or_show(
             &format!("the state as of #{cursor}"),
             &format!(
                 "document.getElementById('state').dataset.cursor === '{cursor}' \
@@ -239,7 +235,7 @@ async fn keyboard_scrubbing_shows_plan_and_answers_as_of_each_cursor() {
 
     // The range is a native slider: once focused, Home, End, Left and Right
     // move it, and the page follows.
-    browser.tab_to("scrub", 12).await;
+    browser.tab_to("scrub", false, 12).await;
     browser.press(Key::Home).await;
     assert_shows(
         &browser,
@@ -378,7 +374,7 @@ async fn events_appended_by_another_writer_appear_live_without_a_reload() {
     // At the end, the scrubber follows the new event.
     let v4 = fixture.save_plan(4);
     browser
-        .wait_until(
+        .wait_until_or_show(
             "the new plan version in the timeline",
             &format!("document.querySelector('#timeline [data-cursor=\"{v4}\"]') !== null"),
             SNAPSHOT,
@@ -393,7 +389,7 @@ async fn events_appended_by_another_writer_appear_live_without_a_reload() {
     // Loaded without ?at=, the page means "the latest": the address
     // gains no position while it follows.
     browser
-        .wait_until(
+        .wait_until_or_show(
             &format!("the state as of #{v4}"),
             &format!("document.getElementById('state').dataset.cursor === '{v4}'"),
             SNAPSHOT,
@@ -417,7 +413,7 @@ async fn events_appended_by_another_writer_appear_live_without_a_reload() {
     let second_ask = AskId::from_uuid(Uuid::new_v4());
     let asked = fixture.open_ask(second_ask, "Ship it?");
     browser
-        .wait_until(
+        .wait_until_or_show(
             "the new question in the timeline",
             &format!("document.querySelector('#timeline [data-cursor=\"{asked}\"]') !== null"),
             SNAPSHOT,
@@ -479,7 +475,7 @@ async fn events_appended_by_another_writer_appear_live_without_a_reload() {
         project_path: None,
     });
     browser
-        .wait_until(
+        .wait_until_or_show(
             "the new session on the index",
             &format!("document.querySelector('#sessions a[href=\"/sessions/{other}\"]') !== null"),
             "document.getElementById('sessions').innerText",

@@ -57,11 +57,6 @@ fn get(port: u16, path: &str) -> String {
     }
 }
 
-fn free_port() -> u16 {
-    let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    probe.local_addr().expect("addr").port()
-}
-
 /// A data root at `dir` holding one task whose prompt is `prompt`.
 fn root_with_task(dir: &std::path::Path, prompt: &str) -> planb_core::TaskId {
     use planb_core::{Command, TaskId, Timestamp};
@@ -109,7 +104,7 @@ fn without_a_data_dir_the_replay_reads_the_root_planb_mcp_writes() {
     for (n, (vars, served)) in cases.into_iter().enumerate() {
         let prompt = format!("The root of case {n}");
         root_with_task(served, &prompt);
-        let port = free_port();
+        let port = planb_tests::process::free_port();
         let mut command = retro();
         command.env("HOME", home.path());
         for (name, value) in vars {
@@ -133,7 +128,7 @@ fn with_prompts_redacted_no_page_shows_a_task_s_prompt() {
     let dir = tempfile::tempdir().expect("tempdir");
     let task = root_with_task(dir.path(), "Secret merger of Acme and Globex");
     for (redact, shown) in [("1", false), ("0", true)] {
-        let port = free_port();
+        let port = planb_tests::process::free_port();
         let mut child = retro()
             .args(["--data-dir", dir.path().to_str().expect("utf8")])
             .args(["--port", &port.to_string()])

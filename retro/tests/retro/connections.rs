@@ -11,9 +11,9 @@ use std::time::Duration;
 use planb_core::{Command, SessionId, Timestamp};
 use planb_projections::{DataRoot, FixedEnvironment, Store};
 use planb_retro::{Limits, Retro};
+use planb_tests::net::{connect, read_until_closed};
 use tempfile::TempDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use uuid::Uuid;
 
 /// How long a test waits for something that should happen much sooner.
@@ -61,28 +61,6 @@ fn create_session(store: &Store) {
         .expect("session created");
 }
 
-async fn connect(port: u16) -> TcpStream {
-    TcpStream::connect(("127.0.0.1", port))
-        .await
-        .expect("connect")
-}
-
-/// Everything the server sends until it closes the connection; panics if it
-/// has not closed it within [`BOUND`].
-async fn read_until_closed(stream: &mut TcpStream, what: &str) -> String {
-    let mut received = Vec::new();
-    let read = tokio::time::timeout(BOUND, async {
-        // A reset is a close too.
-        let _ = stream.read_to_end(&mut received).await;
-    })
-    .await;
-    assert!(
-        read.is_ok(),
-        "{what}: planb-retro still held the connection after {BOUND:?}"
-    );
-    String::from_utf8_lossy(&received).into_owned()
-}
-
 fn get_request(port: u16, path: &str) -> String {
     format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n")
 }
@@ -93,7 +71,7 @@ async fn half_sent_headers_are_disconnected() {
     let mut stream = connect(server.port).await;
     let head = format!("GET / HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n", server.port);
     stream.write_all(head.as_bytes()).await.expect("send");
-    let response = read_until_closed(&mut stream, "half-sent headers").await;
+    let response = read_until_closed(&mut stream, BOUND, "half-sent headers").await;
     assert_eq!(response, "", "half a request was answered");
 }
 
@@ -109,7 +87,7 @@ async fn many_idle_connections_do_not_stop_a_page() {
         .write_all(get_request(server.port, "/").as_bytes())
         .await
         .expect("send");
-    let response = read_until_closed(&mut stream, "a whole request").await;
+    let response = read_until_closed(&mut stream, BOUND, "a whole request").await;
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     assert!(response.contains("Connections"), "{response}");
 }

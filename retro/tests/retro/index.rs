@@ -254,7 +254,7 @@ async fn ids_are_as_long_as_telling_them_apart_needs_and_positions_are_the_page_
 async fn the_index_and_a_named_plan_fit_a_phone_and_a_laptop_with_room_at_the_edges() {
     let (dir, _root, _, _) = fixture();
     let server = crate::support::RetroServer::start(dir.path()).await;
-    let browser = crate::support::Browser::start().await;
+    let browser = planb_tests::browser::Browser::start().await;
     for (width, height) in [(1280, 900), (390, 844)] {
         browser.resize(width, height).await;
         for path in ["/", NAMED] {

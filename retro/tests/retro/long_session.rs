@@ -226,7 +226,7 @@ const ENTRIES_SHOWN: &str =
 async fn show_earlier_puts_the_left_out_entries_in_place() {
     let long = long();
     let server = crate::support::RetroServer::start(long.dir.path()).await;
-    let browser = crate::support::Browser::start().await;
+    let browser = planb_tests::browser::Browser::start().await;
     browser
         .open(&server.url(&format!("/sessions/{}", long.session)))
         .await;
@@ -239,7 +239,7 @@ async fn show_earlier_puts_the_left_out_entries_in_place() {
     for expected_first in [first_shown - ENTRIES_WINDOW, 1] {
         browser.click("#timeline .retro-more a").await;
         browser
-            .wait_until(
+            .wait_until_or_show(
                 &format!("entries from #{expected_first} on"),
                 &format!("{ENTRIES_SHOWN}[0] === {expected_first}"),
                 ENTRIES_SHOWN,

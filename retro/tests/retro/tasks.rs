@@ -717,14 +717,14 @@ async fn the_task_scrubber_moved_with_the_keyboard_shows_each_step_as_of_each_ev
     let f = fixture();
     let task = f.task.to_string();
     let server = crate::support::RetroServer::start(f.root.root()).await;
-    let browser = crate::support::Browser::start().await;
+    let browser = planb_tests::browser::Browser::start().await;
     browser.open(&server.url(&format!("/tasks/{task}"))).await;
     let state = |step: &str| format!("document.querySelector('[data-step=\"{step}\"]').className");
     let context = "document.querySelector('#task-scrubber').innerText + ' | ' + \
                    [...document.querySelectorAll('.dag-step')].slice(0, 3).map(e => e.dataset.step + ':' + e.className).join(' ')";
     // At the latest event: intake edited, purpose failed.
     browser
-        .wait_until(
+        .wait_until_or_show(
             "the latest state",
             &format!("{}.includes('is-edited')", state("intake")),
             context,
@@ -758,17 +758,17 @@ async fn the_task_scrubber_moved_with_the_keyboard_shows_each_step_as_of_each_ev
     );
 
     // Home: the first event, the task created and nothing run.
-    browser.tab_to("task-scrub", 12).await;
+    browser.tab_to("task-scrub", false, 12).await;
     browser.press(Key::Home).await;
     browser
-        .wait_until(
+        .wait_until_or_show(
             "the first event",
             &format!("location.search === '?at={}'", cursors[0]),
             context,
         )
         .await;
     browser
-        .wait_until(
+        .wait_until_or_show(
             "intake not run",
             &format!("{}.includes('is-pending')", state("intake")),
             context,
@@ -788,10 +788,10 @@ async fn the_task_scrubber_moved_with_the_keyboard_shows_each_step_as_of_each_ev
         .position(|c| *c == f.intake_done)
         .expect("intake's success among the task's events");
     for cursor in &cursors[1..=done_at] {
-        browser.tab_to("task-scrub", 12).await;
+        browser.tab_to("task-scrub", false, 12).await;
         browser.press(Key::Right).await;
         browser
-            .wait_until(
+            .wait_until_or_show(
                 "the next event",
                 &format!("location.search === '?at={cursor}'"),
                 context,
@@ -807,10 +807,10 @@ async fn the_task_scrubber_moved_with_the_keyboard_shows_each_step_as_of_each_ev
     );
 
     // End: back to the latest state.
-    browser.tab_to("task-scrub", 12).await;
+    browser.tab_to("task-scrub", false, 12).await;
     browser.press(Key::End).await;
     browser
-        .wait_until(
+        .wait_until_or_show(
             "the last event",
             &format!("location.search === '?at={}'", cursors[cursors.len() - 1]),
             context,
@@ -878,13 +878,13 @@ async fn the_built_in_pipeline_is_drawn_with_an_arrow_per_need_and_fits_the_page
         "the built-in pipeline has needs other paths show"
     );
     let server = crate::support::RetroServer::start(f.root.root()).await;
-    let browser = crate::support::Browser::start().await;
+    let browser = planb_tests::browser::Browser::start().await;
     browser
         .open(&server.url(&format!("/tasks/{}", f.task)))
         .await;
     let context = "JSON.stringify(document.querySelector('.dag').getBoundingClientRect())";
     browser
-        .wait_until(
+        .wait_until_or_show(
             "the drawing",
             "document.querySelectorAll('.dag-step').length > 0",
             context,
@@ -956,7 +956,7 @@ async fn the_built_in_pipeline_is_drawn_with_an_arrow_per_need_and_fits_the_page
 }
 
 /// The JavaScript `expression`'s value as a number.
-async fn number(browser: &crate::support::Browser, expression: &str) -> f64 {
+async fn number(browser: &planb_tests::browser::Browser, expression: &str) -> f64 {
     browser
         .string(&format!("String({expression})"))
         .await

@@ -84,15 +84,6 @@ async fn shipped_as_ana(
     settings
 }
 
-/// A plain SQL client of `pg`, as any reader of the team database has.
-async fn sql(pg: &planb_tests::postgres::Postgres) -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(&pg.url(), tokio_postgres::NoTls)
-        .await
-        .expect("connect");
-    tokio::spawn(connection);
-    client
-}
-
 fn member_root(title: &str, at: i64) -> (tempfile::TempDir, Vec<SessionId>) {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = DataRoot::new(dir.path());
@@ -227,7 +218,7 @@ async fn the_team_replay_shows_each_member_s_pages_as_their_own_replay_does() {
     })
     .await
     .expect("load");
-    let client = sql(&pg).await;
+    let client = pg.client().await;
     let listening: i64 = client
         .query_one(
             "SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN planb_events'",
@@ -322,11 +313,11 @@ async fn in_a_browser_the_team_replay_filters_by_member_scrubs_and_shows_new_eve
     push(&bo, "bo").await.expect("push");
     let cache = tempfile::tempdir().expect("cache");
     let server = crate::support::RetroServer::start_team(&pg.url(), cache.path()).await;
-    let browser = crate::support::Browser::start().await;
+    let browser = planb_tests::browser::Browser::start().await;
     browser.open(&server.url("/")).await;
     let context = "document.querySelector('main').innerText.slice(0, 600)";
     browser
-        .wait_until(
+        .wait_until_or_show(
             "both machines",
             "document.querySelector('#team').innerText.includes('bo')",
             context,
@@ -334,7 +325,7 @@ async fn in_a_browser_the_team_replay_filters_by_member_scrubs_and_shows_new_eve
         .await;
     browser.open(&server.url("/?member=ana")).await;
     browser
-        .wait_until(
+        .wait_until_or_show(
             "ana's sessions only",
             "document.querySelector('#sessions').innerText.includes('shop 1') && !document.querySelector('#sessions').innerText.includes('depot')",
             context,
@@ -346,16 +337,16 @@ async fn in_a_browser_the_team_replay_filters_by_member_scrubs_and_shows_new_eve
         .open(&server.url(&format!("/sessions/{session}")))
         .await;
     browser
-        .wait_until(
+        .wait_until_or_show(
             "the last plan version",
             "document.querySelector('#scrub-label').innerText.startsWith('Event 4 of 4')",
             context,
         )
         .await;
-    browser.tab_to("scrub", 40).await;
+    browser.tab_to("scrub", false, 40).await;
     browser.press(fantoccini::key::Key::Left).await;
     browser
-        .wait_until(
+        .wait_until_or_show(
             "one event back",
             "document.querySelector('#scrub-label').innerText.startsWith('Event 3 of 4')",
             context,
@@ -378,7 +369,7 @@ async fn in_a_browser_the_team_replay_filters_by_member_scrubs_and_shows_new_eve
     }
     push(&ana, "ana").await.expect("push");
     browser
-        .wait_until(
+        .wait_until_or_show(
             "the new version without a reload",
             "document.querySelector('#scrub-label').innerText.startsWith('Event 5 of 5')",
             context,
@@ -543,7 +534,7 @@ async fn rows_that_cannot_be_trusted_are_named_and_the_rest_replayed() {
     planb_team::push(DataRoot::new(bo.path()), bo_settings)
         .await
         .expect("push");
-    let client = sql(&pg).await;
+    let client = pg.client().await;
     let ana_is = "(SELECT origin FROM planb_origins WHERE member = 'ana')";
     // The last event as a newer planb would have written it, its checksum
     // made to match.
@@ -651,7 +642,7 @@ async fn a_blob_not_copied_now_keeps_its_event_and_is_copied_later() {
     let shipped = planb_tests::logs::append(&log, vec![edited]) + 9;
     drop(log);
     let settings = shipped_as_ana(&pg, root).await;
-    let client = sql(&pg).await;
+    let client = pg.client().await;
     let rename = |from: &str, to: &str| format!("ALTER TABLE {from} RENAME TO {to}");
     let gone = rename("planb_blobs", "planb_blobs_away");
     client.batch_execute(&gone).await.expect("hide the blobs");
@@ -840,7 +831,7 @@ async fn rows_of_a_database_migrated_from_version_1_are_replayed() {
     let (ana, _) = member_root("shop", 1_700_000_000_000);
     let root = DataRoot::new(ana.path());
     let settings = shipped_as_ana(&pg, root.clone()).await;
-    sql(&pg)
+    pg.client()
         .await
         .batch_execute(
             "ALTER TABLE planb_events DROP COLUMN prev_checksum, DROP COLUMN prev_cursor;
@@ -877,7 +868,7 @@ async fn an_event_refused_when_shipped_is_named_once_and_the_rest_replayed() {
         planb_team::TeamSettings::new(&pg.url(), "ana", planb_team::Projects::everything())
             .expect("settings");
     planb_team::db::connect(&settings).await.expect("schema");
-    sql(&pg)
+    pg.client()
         .await
         .batch_execute("ALTER TABLE planb_events ADD CONSTRAINT not_four CHECK (cursor <> 4)")
         .await
@@ -916,7 +907,7 @@ async fn origins_past_the_limit_are_left_out_and_said_once() {
     let pg = planb_tests::postgres::Postgres::start();
     let (ana, _) = member_root("shop", 1_700_000_000_000);
     let settings = shipped_as_ana(&pg, DataRoot::new(ana.path())).await;
-    sql(&pg)
+    pg.client()
         .await
         .batch_execute(
             "INSERT INTO planb_origins (origin, member, host, data_root) \

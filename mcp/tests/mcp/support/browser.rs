@@ -1,14 +1,10 @@
-//! Browser test support for planb-mcp's pages: planb-tests' headless
-//! Chromium with the helpers that know the form's markup, and an `ask_user`
-//! call waiting in the background for the form the browser fills.
+//! Browser test support for planb-mcp's pages: an `ask_user` call waiting
+//! in the background for the form a browser fills.
 //!
 //! Starting chromedriver and Chromium, cleaning up their process group and
 //! the page helpers every package needs live in [`planb_tests::browser`];
 //! this file adds only what is specific to planb-mcp.
 
-use std::ops::Deref;
-
-use fantoccini::Locator;
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use serde_json::Value;
 use tempfile::TempDir;
@@ -17,43 +13,6 @@ use tokio::task::JoinHandle;
 pub use planb_tests::WAIT;
 
 use super::{Server, UrlAnswer, new_session, start, text_of};
-
-/// A headless Chromium session ([`planb_tests::browser::Browser`], whose
-/// helpers it derefs to) with the helpers that know planb-mcp's form.
-pub struct Browser(planb_tests::browser::Browser);
-
-impl Deref for Browser {
-    type Target = planb_tests::browser::Browser;
-
-    fn deref(&self) -> &Self::Target {
-        &self.0
-    }
-}
-
-impl Browser {
-    /// Starts chromedriver and a Chromium session with a fresh profile.
-    pub async fn start() -> Browser {
-        Browser(planb_tests::browser::Browser::start().await)
-    }
-
-    /// Clicks the label of option `index` of question `question`: the input
-    /// itself is visually replaced by a styled mark.
-    pub async fn click_option(&self, question: &str, index: usize) {
-        let xpath = format!("//input[@id='input-{question}-{index}']/ancestor::label[1]");
-        self.client()
-            .find(Locator::XPath(&xpath))
-            .await
-            .unwrap_or_else(|e| panic!("find option {question}[{index}]: {e}"))
-            .click()
-            .await
-            .unwrap_or_else(|e| panic!("click option {question}[{index}]: {e}"));
-    }
-
-    /// Ends the session, which quits Chromium, then stops chromedriver.
-    pub async fn close(self) {
-        self.0.close().await;
-    }
-}
 
 /// An `ask_user` call waiting in the background on a fresh server and data
 /// root, and the form URL the server printed.

@@ -559,6 +559,20 @@ pub fn fold_log(root: &Path) -> (planb_core::State, Vec<&'static str>) {
     (state, kinds)
 }
 
+/// The kinds of the events recorded in the data root at `root`, in order,
+/// read after the server stopped (its store opened first, as the next
+/// process would).
+pub fn recorded_kinds(root: &Path) -> Vec<&'static str> {
+    use planb_projections::{DataRoot, Store, SystemEnvironment};
+    let (store, _) =
+        Store::open(DataRoot::new(root), Arc::new(SystemEnvironment)).expect("open store");
+    drop(store);
+    planb_tests::logs::events(root)
+        .iter()
+        .map(planb_core::EventBody::kind_name)
+        .collect()
+}
+
 /// Runs `planb-mcp --data-dir <root> <args>` (an admin command) to its end.
 pub fn planb(root: &Path, args: &[&str]) -> std::process::Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_planb-mcp"))

@@ -1,12 +1,10 @@
 //! Browser test support: the real `planb-retro` binary on a free loopback
-//! port, and planb-tests' headless Chromium with the helpers in the shape the
-//! replay page's tests use.
+//! port, for planb-tests' headless Chromium to load.
 //!
 //! Starting processes on free ports, killing their process groups on drop,
 //! chromedriver and Chromium live in [`planb_tests`]; this file adds only
 //! what is specific to planb-retro.
 
-use std::ops::Deref;
 use std::path::Path;
 use std::process::Command;
 
@@ -102,42 +100,5 @@ impl RetroServer {
             .nth(1)
             .and_then(|status| status.parse().ok())
             .unwrap_or_else(|| panic!("not an HTTP response: {response:?}"))
-    }
-}
-
-/// A headless Chromium session ([`planb_tests::browser::Browser`], whose
-/// helpers it derefs to) whose waits show the page when they time out.
-pub struct Browser(planb_tests::browser::Browser);
-
-impl Deref for Browser {
-    type Target = planb_tests::browser::Browser;
-
-    fn deref(&self) -> &Self::Target {
-        &self.0
-    }
-}
-
-impl Browser {
-    /// Starts chromedriver and a Chromium session with a fresh profile.
-    pub async fn start() -> Browser {
-        Browser(planb_tests::browser::Browser::start().await)
-    }
-
-    /// Waits until the JavaScript `expression` is true; panics naming `what`
-    /// and showing `context` (an expression describing the page) after
-    /// [`WAIT`].
-    pub async fn wait_until(&self, what: &str, expression: &str, context: &str) {
-        self.0.wait_until_or_show(what, expression, context).await;
-    }
-
-    /// Presses Tab until the element with `id` has the focus; panics after
-    /// `presses_max` presses.
-    pub async fn tab_to(&self, id: &str, presses_max: usize) {
-        self.0.tab_to(id, false, presses_max).await;
-    }
-
-    /// Ends the session, which quits Chromium, then stops chromedriver.
-    pub async fn close(self) {
-        self.0.close().await;
     }
 }
