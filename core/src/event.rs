@@ -59,6 +59,7 @@ pub mod v2;
 pub mod v3;
 pub mod v4;
 pub mod v5;
+#[macro_use]
 pub mod v6;
 
 use rkyv::rancor;
