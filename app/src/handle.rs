@@ -93,6 +93,28 @@ impl App {
         &self.inner.answers
     }
 
+    /// Resolves once the log holds an answer to `ask`, recorded by any
+    /// process. Dropping the future stops the wait.
+    pub async fn answered(&self, ask: planb_core::AskId) -> planb_core::Answers {
+        (self.inner.answers)
+            .answered(&self.inner.shared.store, ask)
+            .await
+    }
+
+    /// Ends what this process leaves behind as it exits, if its store
+    /// opened: its runs still under way are recorded ended (failed,
+    /// recoverable) and their locks freed, the session files its last
+    /// saves left to follow are written, and the state snapshot is brought
+    /// up to where it stands for the next process on the root.
+    pub fn close(&self) {
+        let Some(store) = self.inner.shared.store.get() else {
+            return;
+        };
+        crate::worker::end_own_runs(&store);
+        store.finish_projection();
+        store.save_snapshot_if_behind();
+    }
+
     /// The named plans of the plans directory `dir` (absolute).
     pub fn named(&self, dir: std::path::PathBuf) -> NamedPlans {
         NamedPlans::new(self.inner.shared.store.clone(), dir)

@@ -147,7 +147,7 @@ async fn wait_detached(wait: Wait<'_>) -> Asked {
     // Another process may record the answer (it served the same form).
     let outcome = tokio::select! {
         outcome = deliver_and_wait(&config, &page, wait.answered) => outcome,
-        answers = wait.server.answer_watch().answered(wait.server.store(), wait.ask) => {
+        answers = wait.server.app().answered(wait.ask) => {
             // The delivery was dropped before it could tell the client the
             // elicitation is over.
             if page.url_mode {

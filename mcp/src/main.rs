@@ -235,16 +235,9 @@ fn serve(root: PathBuf, cli: &Cli) -> anyhow::Result<ExitCode> {
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));
     // Plan runs still under way end with their downstream servers.
     planb_app::shutdown();
-    if let Some(store) = app.store().get() {
-        // The runs this process was running are dropped, their locks free:
-        // recorded ended now (failed, recoverable), not left for the next
-        // process on the root to find.
-        planb_app::worker::end_own_runs(&store);
-        // The session files its last saves left to follow are written now.
-        store.finish_projection();
-        // The next process on this root starts from where this one stands.
-        store.save_snapshot_if_behind();
-    }
+    // What this process leaves: its runs ended, the session files written,
+    // the snapshot brought up to date for the next process on the root.
+    app.close();
     served?;
     Ok(ExitCode::SUCCESS)
 }

@@ -130,10 +130,6 @@ impl PlanbServer {
         self.app.runs()
     }
 
-    pub(crate) fn answer_watch(&self) -> &Arc<planb_app::asks::AnswerWatch> {
-        self.app.answer_watch()
-    }
-
     /// The sessions of this server's store.
     pub(crate) fn sessions(&self) -> Sessions {
         self.app.sessions()
