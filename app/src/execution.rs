@@ -36,6 +36,14 @@ impl Plans {
         self.shared.opened().await
     }
 
+    /// How a plan this application creates is recorded.
+    fn record_as(&self, client_request_id: Option<String>) -> plans::RecordAs {
+        plans::RecordAs {
+            client_request_id,
+            project: self.shared.project.clone(),
+        }
+    }
+
     /// Runs `work` on the open store, off the async workers.
     async fn on_store<R: Send + 'static>(
         &self,
@@ -98,7 +106,13 @@ impl Plans {
     ) -> Result<Created, Error> {
         let store = self.store().await?;
         let downstream = self.shared.runs.downstream.get(&self.shared.servers)?;
-        plans::create(&store, &downstream, value, client_request_id).await
+        plans::create(
+            &store,
+            &downstream,
+            value,
+            self.record_as(client_request_id),
+        )
+        .await
     }
 
     /// Asks the configured model, else the client's through `sampler`, for
@@ -119,7 +133,7 @@ impl Plans {
             &downstream,
             servers,
             goal,
-            client_request_id,
+            self.record_as(client_request_id),
             sampler,
             tell,
         )
@@ -156,7 +170,9 @@ impl Plans {
                 .map_err(Error::internal)?;
         let mut done = Vec::with_capacity(saved.len());
         for plan in saved {
-            done.push(crate::import::import(&store, &downstream, plan, &lock).await);
+            let project = self.shared.project.clone();
+            let imported = crate::import::import(&store, &downstream, plan, &lock, project);
+            done.push(imported.await);
         }
         Ok(done)
     }

@@ -52,10 +52,30 @@ impl App {
                     store,
                     servers,
                     runs: Arc::default(),
+                    project: None,
                 },
                 answers: Arc::default(),
             }),
         }
+    }
+
+    /// This application, recording `project` (the folder its front door
+    /// works in) as the project of the tasks and plans it creates, so a
+    /// team ships them with that project. Shares what this one keeps.
+    pub fn in_project(&self, project: Option<String>) -> App {
+        let shared = Shared {
+            project,
+            ..self.inner.shared.clone()
+        };
+        let answers = Arc::clone(&self.inner.answers);
+        App {
+            inner: Arc::new(Inner { shared, answers }),
+        }
+    }
+
+    /// The project the tasks and plans it creates record.
+    pub fn project(&self) -> Option<&str> {
+        self.inner.shared.project.as_deref()
     }
 
     /// The store, open or on its way.

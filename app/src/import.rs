@@ -306,6 +306,7 @@ pub async fn import(
     downstream: &Arc<Downstream>,
     saved: &Saved,
     _lock: &ImportLock,
+    project: Option<String>,
 ) -> Result<Imported, Error> {
     let key = format!("{KEY_PREFIX}{}", saved.id);
     let existing = store
@@ -327,7 +328,11 @@ pub async fn import(
     let raw = read_json(&saved.path)?;
     let value = converted(&raw).map_err(|e| Error::invalid(format!("{shown}: {}", e.message)))?;
     let plan = ExecPlan::from_json(&value).map_err(|e| Error::invalid(format!("{shown}: {e}")))?;
-    let (task, plan, created) = crate::plans::record(store, plan, Some(key)).await?;
+    let record_as = crate::plans::RecordAs {
+        client_request_id: Some(key),
+        project,
+    };
+    let (task, plan, created) = crate::plans::record(store, plan, record_as).await?;
     if !created {
         // Recorded under its key since the look above, though not by an
         // import: a plan created with that key as its client request id.

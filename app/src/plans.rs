@@ -289,13 +289,23 @@ pub(crate) fn stop(store: &Store, task: TaskId) -> Result<Stop, StoreError> {
     })
 }
 
+/// How a plan is recorded: the caller's idempotency key, and the project
+/// it is made for.
+#[derive(Debug, Clone, Default)]
+pub struct RecordAs {
+    /// The caller's idempotency key.
+    pub client_request_id: Option<String>,
+    /// The project the plan is made for.
+    pub project: Option<String>,
+}
+
 /// Checks `value` as a plan and every tool against the servers, then
 /// records it. Returns the new plan's id and the checked plan.
 pub(crate) async fn create(
     store: &Arc<Store>,
     downstream: &Downstream,
     value: &Value,
-    client_request_id: Option<String>,
+    record_as: RecordAs,
 ) -> Result<Created, Error> {
     let plan = ExecPlan::from_json(value).map_err(Error::invalid)?;
     if plan.revises.is_some() {
@@ -314,7 +324,7 @@ pub(crate) async fn create(
             .map_err(Error::invalid)?;
         silent = found.silent;
     }
-    let (id, plan, _) = record(store, plan, client_request_id).await?;
+    let (id, plan, _) = record(store, plan, record_as).await?;
     Ok(Created { id, plan, silent })
 }
 
@@ -337,7 +347,7 @@ pub(crate) async fn create_from_goal(
     downstream: &Downstream,
     servers: &ServersSource,
     goal: &str,
-    client_request_id: Option<String>,
+    record_as: RecordAs,
     sampler: Option<Sampler>,
     tell: generate::Tell<'_>,
 ) -> Result<Created, Error> {
@@ -373,7 +383,7 @@ pub(crate) async fn create_from_goal(
                 .collect(),
         );
     }
-    let (id, plan, _) = record(store, plan, client_request_id).await?;
+    let (id, plan, _) = record(store, plan, record_as).await?;
     Ok(Created {
         id,
         plan,
@@ -418,13 +428,18 @@ async fn tools_to_plan_with(
 pub async fn record(
     store: &Arc<Store>,
     plan: ExecPlan,
-    client_request_id: Option<String>,
+    record_as: RecordAs,
 ) -> Result<(TaskId, ExecPlan, bool), Error> {
+    let RecordAs {
+        client_request_id,
+        project,
+    } = record_as;
     let task = TaskId::from_uuid(store.env().event_id());
     let command = Command::CreatePlan {
         task,
         definition: plan.to_json().to_string(),
         client_request_id: client_request_id.clone(),
+        project_path: project,
     };
     let store_now = Arc::clone(store);
     // A refusal (a key used for a deleted plan) keeps its code.

@@ -227,7 +227,16 @@ impl Replanning {
                 }
             };
             let steps = plan.steps.len();
-            let (id, plan, _) = crate::plans::record(&self.store, plan, None)
+            // A revision is made for the project its plan was.
+            let plan_id = merged.plan_id;
+            let read = self
+                .store
+                .read(|s| s.task(&plan_id).and_then(|t| t.project_path.clone()));
+            let record_as = crate::plans::RecordAs {
+                client_request_id: None,
+                project: read.ok().flatten(),
+            };
+            let (id, plan, _) = crate::plans::record(&self.store, plan, record_as)
                 .await
                 .map_err(|e| PlanRunError::Invalid(e.message))?;
             let plan = Arc::new(plan);

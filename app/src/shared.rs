@@ -17,6 +17,9 @@ pub(crate) struct Shared {
     pub(crate) store: StoreHandle,
     pub(crate) servers: ServersSource,
     pub(crate) runs: Arc<PlanRuns>,
+    /// The project the front door works in: the tasks and plans it
+    /// creates record it.
+    pub(crate) project: Option<String>,
 }
 
 impl Shared {

@@ -209,7 +209,11 @@ pub fn main(
     live: bool,
     out: &mut dyn Write,
 ) -> anyhow::Result<ExitCode> {
-    let app = App::ready(open(root)?, servers.clone());
+    // The folder the command runs in is the project its plans are made for.
+    let project = std::env::current_dir()
+        .ok()
+        .map(|d| d.display().to_string());
+    let app = App::ready(open(root)?, servers.clone()).in_project(project);
     runtime()?.block_on(run(&app.plans(), command, live, out))
 }
 

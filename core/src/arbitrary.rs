@@ -261,6 +261,7 @@ pub(crate) fn event_body() -> impl Strategy<Value = EventBody> {
             (text(), any::<u32>(), text(), text(), text()),
             opt_text(),
             opt_text(),
+            opt_text(),
         )
             .prop_map(
                 |(
@@ -268,6 +269,7 @@ pub(crate) fn event_body() -> impl Strategy<Value = EventBody> {
                     (pipeline, pipeline_version, prompt, speed, target),
                     model_profile,
                     client_request_id,
+                    project_path,
                 )| {
                     B::TaskCreated {
                         task,
@@ -278,6 +280,7 @@ pub(crate) fn event_body() -> impl Strategy<Value = EventBody> {
                         target,
                         model_profile,
                         client_request_id,
+                        project_path,
                     }
                 },
             )
@@ -318,13 +321,14 @@ pub(crate) fn event_body() -> impl Strategy<Value = EventBody> {
                 call,
             })
             .boxed(),
-        (task_id(), text(), text(), proptest::option::of(text()))
+        (task_id(), text(), text(), opt_text(), opt_text())
             .prop_map(
-                |(task, title, definition, client_request_id)| B::PlanCreated {
+                |(task, title, definition, client_request_id, project_path)| B::PlanCreated {
                     task,
                     title,
                     definition,
                     client_request_id,
+                    project_path,
                 },
             )
             .boxed(),

@@ -15,7 +15,7 @@
 //! copies the payload into an aligned buffer and validates it with bytecheck
 //! before deserializing, so damaged bytes give an error, never a panic or
 //! undefined behaviour. The current schema lives in the frozen module
-//! [`v6`]; older versions are upcast to it on decode.
+//! [`v7`]; older versions are upcast to it on decode.
 
 /// The body of an event of an older schema as the newer one: each variant
 /// named in `same { … }` keeps its name and its fields, moved as they are;
@@ -61,6 +61,8 @@ pub mod v4;
 pub mod v5;
 #[macro_use]
 pub mod v6;
+#[macro_use]
+pub mod v7;
 
 use rkyv::rancor;
 use rkyv::util::AlignedVec;
@@ -70,7 +72,7 @@ use crate::time::Cursor;
 
 pub use v1::{DeclineAction, Delivery, ReviewChannel, ReviewComment, Verdict};
 pub use v3::RunOutcome;
-pub use v6::{Event, EventBody};
+pub use v7::{Event, EventBody};
 
 /// SHA-256 of a form's secret sid, as the log records it.
 pub fn sid_sha256(sid: &str) -> [u8; 32] {
@@ -92,7 +94,7 @@ pub fn split_form_url(url: &str) -> (String, [u8; 32]) {
 /// First two bytes of every event payload.
 pub const MAGIC: [u8; 2] = *b"PE";
 /// The schema version [`encode`] writes.
-pub const SCHEMA_VERSION: u16 = 6;
+pub const SCHEMA_VERSION: u16 = 7;
 /// Bytes before the rkyv archive: magic and schema version.
 pub const HEADER_LEN: usize = 4;
 
@@ -213,6 +215,7 @@ pub fn decode(payload: &[u8], cursor: Cursor) -> Result<Envelope, DecodeError> {
         4 => decode_archive::<v4::Event>(archive).map_err(malformed)?,
         5 => decode_archive::<v5::Event>(archive).map_err(malformed)?,
         6 => decode_archive::<v6::Event>(archive).map_err(malformed)?,
+        7 => decode_archive::<v7::Event>(archive).map_err(malformed)?,
         _ => return Err(DecodeError::UnknownVersion { cursor, version }),
     };
     Ok(Envelope { cursor, event })

@@ -152,6 +152,7 @@ mod tests {
             target: DEFAULT_TARGET.into(),
             model_profile: None,
             client_request_id: None,
+            project_path: None,
             runs: crate::Runs::default(),
             successes: BTreeMap::new(),
             log_tail: Default::default(),

@@ -558,6 +558,7 @@ mod tests {
             target: "build_plan".into(),
             model_profile: None,
             client_request_id: None,
+            project_path: None,
         };
         store.execute(create).expect("task");
         let host = RunHost::start(&store, task, None, None).await.expect("run");

@@ -37,6 +37,7 @@ impl Fixture {
                 target: "build_plan".into(),
                 model_profile: None,
                 client_request_id: None,
+                project_path: None,
             },
             Command::StartRun {
                 task,

@@ -195,11 +195,17 @@ fn serve(root: PathBuf, cli: &Cli) -> anyhow::Result<ExitCode> {
     let mut config = server_config(&root, cli)?;
     // The store opens beside the handshake: `initialize` does not wait for
     // the log to be folded (see `planb_app::store`).
+    // The folder the server was started in is the project its tasks and
+    // plans are made for.
+    let project = std::env::current_dir()
+        .ok()
+        .map(|d| d.display().to_string());
     let app = planb_app::App::open(
         planb_projections::DataRoot::new(&root),
         std::sync::Arc::new(planb_projections::SystemEnvironment),
         config.servers.clone(),
-    );
+    )
+    .in_project(project);
     // Shipping to a team database, when one is set, runs on its own thread
     // and never in a tool call's way.
     let _team = planb_app::team::start_shipping(planb_projections::DataRoot::new(&root));

@@ -204,6 +204,7 @@ mod tests {
             target: "build_plan".into(),
             model_profile: None,
             client_request_id: None,
+            project_path: None,
         };
         store.execute(create).expect("create task");
         let first = start(&store, task);

@@ -12,7 +12,7 @@ use std::path::{Component, Path, PathBuf};
 use std::collections::HashMap;
 
 use planb_core::event::EventBody;
-use planb_core::id::{AskId, SessionId};
+use planb_core::id::{AskId, SessionId, TaskId};
 
 /// Longest `PLANB_TEAM_PROJECTS` value read, in bytes.
 pub const PROJECTS_BYTES_MAX: usize = 64 * 1024;
@@ -210,13 +210,15 @@ fn lexical(path: &Path) -> Option<PathBuf> {
 }
 
 /// What placing an event needs to remember of the events before it: the
-/// sessions shipped and their asks. Sessions and asks kept back are not
-/// remembered (not being known is being kept back), so with `*` nothing is.
+/// sessions shipped and their asks, the tasks and plans shipped. What is
+/// kept back is not remembered (not being known is being kept back), so
+/// with `*` nothing is.
 #[derive(Debug, Clone, Default)]
 pub struct Placer {
     projects: Projects,
     sessions: HashMap<SessionId, String>,
     asks: HashMap<AskId, SessionId>,
+    tasks: HashMap<TaskId, String>,
 }
 
 impl Placer {
@@ -226,6 +228,7 @@ impl Placer {
             projects,
             sessions: HashMap::new(),
             asks: HashMap::new(),
+            tasks: HashMap::new(),
         }
     }
 
@@ -242,8 +245,13 @@ impl Placer {
                 project: project_of(body).filter(|p| !p.is_empty()),
             };
         }
-        if body.task().is_some() {
-            return Place::Withhold;
+        if let Some(task) = body.task() {
+            return match self.task_project(task, body) {
+                Some(project) => Place::Ship {
+                    project: Some(project),
+                },
+                None => Place::Withhold,
+            };
         }
         match self.named_project_of(body) {
             Some(project) => Place::Ship {
@@ -310,6 +318,19 @@ impl Placer {
         }
     }
 
+    /// The project of the task or plan `task` an event is about when it is
+    /// one the projects name: the one its creation recorded (noted then).
+    fn task_project(&mut self, task: TaskId, body: &EventBody) -> Option<String> {
+        if let EventBody::TaskCreated { project_path, .. }
+        | EventBody::PlanCreated { project_path, .. } = body
+        {
+            let project = project_path.clone().filter(|p| self.projects.includes(p))?;
+            self.tasks.insert(task, project.clone());
+            return Some(project);
+        }
+        self.tasks.get(&task).cloned()
+    }
+
     /// The shipped session an event is about, directly or through its ask.
     fn session_of(&self, body: &EventBody) -> Option<SessionId> {
         body.session()
@@ -321,7 +342,9 @@ impl Placer {
 /// project path, or a named plan's plans directory.
 fn project_of(body: &EventBody) -> Option<String> {
     match body {
-        EventBody::SessionCreated { project_path, .. } => project_path.clone(),
+        EventBody::SessionCreated { project_path, .. }
+        | EventBody::TaskCreated { project_path, .. }
+        | EventBody::PlanCreated { project_path, .. } => project_path.clone(),
         EventBody::AskOpened { .. }
         | EventBody::AskDraftSaved { .. }
         | EventBody::AskAnswered { .. }
@@ -335,7 +358,6 @@ fn project_of(body: &EventBody) -> Option<String> {
         | EventBody::NamedPlanChangedOutside { .. }
         | EventBody::NamedPlanSubmitted { .. }
         | EventBody::NamedPlanReviewed { .. }
-        | EventBody::TaskCreated { .. }
         | EventBody::RunStarted { .. }
         | EventBody::StepStarted { .. }
         | EventBody::StepSucceeded { .. }
@@ -344,7 +366,6 @@ fn project_of(body: &EventBody) -> Option<String> {
         | EventBody::StopRequested { .. }
         | EventBody::RunEnded { .. }
         | EventBody::RunLog { .. }
-        | EventBody::PlanCreated { .. }
         | EventBody::PlanDeleted { .. }
         | EventBody::BlobStored { .. }
         | EventBody::TaskArchived { .. }
@@ -389,8 +410,60 @@ mod tests {
     }
 
     #[test]
-    fn a_session_s_asks_and_plans_follow_it_and_tasks_need_everything() {
-        use planb_core::id::{PlanName, TaskId};
+    fn a_task_or_plan_follows_the_project_it_was_made_for_and_so_do_its_runs() {
+        let id = |n: u128| TaskId::from_uuid(uuid::Uuid::from_u128(n));
+        let task = |task, project: Option<&str>| EventBody::TaskCreated {
+            task,
+            pipeline: "project-plan".into(),
+            pipeline_version: 1,
+            prompt: "p".into(),
+            speed: "fast".into(),
+            target: "build_plan".into(),
+            model_profile: None,
+            client_request_id: None,
+            project_path: project.map(Into::into),
+        };
+        let plan = |task, project: &str| EventBody::PlanCreated {
+            task,
+            title: "t".into(),
+            definition: "{}".into(),
+            client_request_id: None,
+            project_path: Some(project.into()),
+        };
+        let ended = |task| EventBody::TaskArchived { task };
+        let shop = Place::Ship {
+            project: Some("/src/shop".into()),
+        };
+        let mut placer = Placer::new(projects("/src/shop"));
+        assert_eq!(placer.place(&task(id(1), Some("/src/shop"))), shop);
+        assert_eq!(
+            placer.place(&task(id(2), Some("/src/secret"))),
+            Place::Withhold
+        );
+        assert_eq!(placer.place(&task(id(3), None)), Place::Withhold);
+        assert_eq!(placer.place(&plan(id(4), "/src/shop")), shop);
+        // A project's path as written, dots resolved: not the shop.
+        assert_eq!(
+            placer.place(&plan(id(5), "/src/shop/../secret")),
+            Place::Withhold
+        );
+        for (n, place) in [(1, &shop), (2, &Place::Withhold), (3, &Place::Withhold)] {
+            assert_eq!(placer.place(&ended(id(n))), *place, "task {n}");
+        }
+        assert_eq!(placer.place(&ended(id(4))), shop);
+        assert_eq!(placer.place(&ended(id(5))), Place::Withhold);
+        // Everything ships; a task's creation names its project.
+        let mut everything = Placer::new(Projects::everything());
+        assert_eq!(everything.place(&task(id(6), Some("/src/shop"))), shop);
+        assert_eq!(
+            everything.place(&task(id(7), None)),
+            Place::Ship { project: None }
+        );
+    }
+
+    #[test]
+    fn a_session_s_asks_and_plans_follow_it_and_a_task_of_no_named_project_stays() {
+        use planb_core::id::PlanName;
         let id = |n: u128| uuid::Uuid::from_u128(n);
         let (shop, secret) = (SessionId::from_uuid(id(1)), SessionId::from_uuid(id(2)));
         let session = |session, path: &str| EventBody::SessionCreated {

@@ -83,6 +83,7 @@ impl Tasks {
             target: request.target,
             model_profile: request.profile,
             client_request_id: request.request_id,
+            project_path: self.shared.project.clone(),
         };
         if self.execute(command).await? > 0 {
             return Ok(id);

@@ -85,3 +85,51 @@ async fn clones_of_an_app_share_its_store_its_plan_runs_and_its_answer_watch() {
         "another app shares its runs"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tasks_and_plans_an_app_in_a_project_creates_record_that_project() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (app, store) = crate::plans::open(dir.path());
+    let in_shop = app.in_project(Some("/work/shop".into()));
+    assert_eq!(
+        (app.project(), in_shop.project()),
+        (None, Some("/work/shop"))
+    );
+    // Clones in a project share the store and the runs.
+    assert!(Arc::ptr_eq(app.runs(), in_shop.runs()));
+    let plans = in_shop.plans();
+    let plan = plans.create(&crate::plans::titled("Lint", 0), None).await;
+    let plan = plan.expect("created").id;
+    let other = crate::plans::titled("Other", 0);
+    let elsewhere = app.plans().create(&other, None).await.expect("created").id;
+    let request = crate::tasks::request("Open a shop", "ping");
+    let pipeline = planb_app::tasks::checked_pipeline(
+        &in_shop.tasks().root(),
+        &request.pipeline,
+        &request.target,
+    )
+    .expect("pipeline");
+    let task = in_shop
+        .tasks()
+        .create(request, &pipeline)
+        .await
+        .expect("task");
+    let project = |id| {
+        let read = store.read(|s| s.task(&id).map(|t| t.project_path.clone()));
+        read.expect("read").expect("recorded")
+    };
+    assert_eq!(project(plan).as_deref(), Some("/work/shop"));
+    assert_eq!(project(task).as_deref(), Some("/work/shop"));
+    assert_eq!(project(elsewhere), None);
+    // The log says it too: what a team ships reads it there.
+    let created: Vec<Option<String>> = planb_tests::logs::events(dir.path())
+        .into_iter()
+        .filter_map(|body| match body {
+            planb_core::EventBody::TaskCreated { project_path, .. }
+            | planb_core::EventBody::PlanCreated { project_path, .. } => Some(project_path),
+            _ => None,
+        })
+        .collect();
+    let shop = Some("/work/shop".to_owned());
+    assert_eq!(created, [shop.clone(), None, shop]);
+}

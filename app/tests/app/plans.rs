@@ -30,7 +30,11 @@ pub(crate) fn open(root: &Path) -> (App, Arc<Store>) {
 /// under the request key `key`.
 pub(crate) async fn record(store: &Arc<Store>, definition: Value, key: Option<&str>) -> TaskId {
     let plan = ExecPlan::from_json(&definition).expect("a plan");
-    let recorded = planb_app::plans::record(store, plan, key.map(str::to_owned)).await;
+    let record_as = planb_app::plans::RecordAs {
+        client_request_id: key.map(str::to_owned),
+        project: None,
+    };
+    let recorded = planb_app::plans::record(store, plan, record_as).await;
     let (id, _, created) = recorded.expect("recorded");
     assert!(created, "recorded before");
     id

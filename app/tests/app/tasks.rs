@@ -53,7 +53,7 @@ fn here(model: &ModelServer) -> Runner {
 const PROMPT: &str = "Open a small bakery in Lisbon within six months on a budget of 80k EUR.";
 
 /// A task of `speed` planning `prompt`, toward the default target.
-fn request(prompt: &str, speed: &str) -> CreateRequest {
+pub(crate) fn request(prompt: &str, speed: &str) -> CreateRequest {
     CreateRequest {
         prompt: prompt.into(),
         speed: speed.into(),

@@ -1,5 +1,5 @@
 //! The golden logs of every released event schema:
-//! `fixtures/golden/events-v1.bin` to `events-v6.bin` each
+//! `fixtures/golden/events-v1.bin` to `events-v7.bin` each
 //! hold one fixed event of every variant. The tests prove the current code decodes each file
 //! to exactly those events (older versions upcast to the current one), and that each
 //! version's types still encode to exactly those bytes. Run with
@@ -447,7 +447,8 @@ pub(crate) fn fixed_events_v5() -> Vec<v5::Event> {
 
 /// One event of every version 6 variant: the version 5 events, upcast,
 /// then the task of version 3 archived and deleted.
-pub(crate) fn fixed_events() -> Vec<Event> {
+pub(crate) fn fixed_events_v6() -> Vec<v6::Event> {
+    use v6::{Event, EventBody};
     let mut events: Vec<Event> = fixed_events_v5().into_iter().map(Event::from).collect();
     let id = |n: u128| {
         EventId::from_uuid(Uuid::from_u128(
@@ -463,6 +464,49 @@ pub(crate) fn fixed_events() -> Vec<Event> {
         id: id(2),
         at: Timestamp(1_780_856_800_001),
         body: EventBody::TaskDeleted { task: task() },
+    });
+    events
+}
+
+/// One event of every version 7 variant: the version 6 events, upcast
+/// (no project), then a task and an execution plan made in a project.
+pub(crate) fn fixed_events() -> Vec<Event> {
+    let mut events: Vec<Event> = fixed_events_v6().into_iter().map(Event::from).collect();
+    let id = |n: u128| {
+        EventId::from_uuid(Uuid::from_u128(
+            0x0190_f5a2_9500_7000_8000_0000_0000_0000 + n,
+        ))
+    };
+    let new = |n: u128| {
+        TaskId::from_uuid(Uuid::from_u128(
+            0x0190_f5a2_9500_7000_8000_0000_0000_0f00 + n,
+        ))
+    };
+    events.push(Event {
+        id: id(1),
+        at: Timestamp(1_780_856_900_000),
+        body: EventBody::TaskCreated {
+            task: new(1),
+            pipeline: "project-plan".into(),
+            pipeline_version: 1,
+            prompt: "Open a bakery".into(),
+            speed: "fast".into(),
+            target: "build_plan".into(),
+            model_profile: None,
+            client_request_id: None,
+            project_path: Some("/work/bakery".into()),
+        },
+    });
+    events.push(Event {
+        id: id(2),
+        at: Timestamp(1_780_856_900_001),
+        body: EventBody::PlanCreated {
+            task: new(2),
+            title: "Lint".into(),
+            definition: r#"{"title":"Lint","steps":[]}"#.into(),
+            client_request_id: Some("lint-1".into()),
+            project_path: Some("/work/bakery".into()),
+        },
     });
     events
 }
@@ -580,9 +624,17 @@ fn golden_log_v5_still_decodes_and_encodes_byte_for_byte() {
 
 #[test]
 fn golden_log_v6_still_decodes_and_encodes_byte_for_byte() {
+    let events = fixed_events_v6();
+    let payloads: Vec<Vec<u8>> = events.iter().map(|e| encode_old(e, 6)).collect();
+    let upcast: Vec<Event> = events.into_iter().map(Event::from).collect();
+    check_golden(6, &payloads, &upcast);
+}
+
+#[test]
+fn golden_log_v7_still_decodes_and_encodes_byte_for_byte() {
     let events = fixed_events();
     let payloads: Vec<Vec<u8>> = events.iter().map(|e| encode(e).unwrap()).collect();
-    check_golden(6, &payloads, &events);
+    check_golden(7, &payloads, &events);
 }
 
 /// The golden edit applies to the golden plan's content and gives the

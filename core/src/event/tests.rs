@@ -135,8 +135,8 @@ fn decode_errors_name_the_cursor_and_the_problem() {
         "event at cursor 12: bad magic [58, 59], expected [50, 45] (\"PE\")",
     );
     check(
-        b"PE\x07\x00",
-        "event at cursor 12: unknown schema version 7 (this build reads 1 to 6)",
+        b"PE\x08\x00",
+        "event at cursor 12: unknown schema version 8 (this build reads 1 to 7)",
     );
     let error = decode(b"PE\x01\x00\x00", Cursor(12)).unwrap_err();
     assert!(
@@ -168,7 +168,7 @@ fn decode_rejects_invalid_plan_names() {
     let error = decode(&payload, Cursor(5)).unwrap_err();
     assert_eq!(
         error.to_string(),
-        "event at cursor 5: malformed schema v6 payload: planName: must contain only letters, digits, '-' and '_' (found '.')"
+        "event at cursor 5: malformed schema v7 payload: planName: must contain only letters, digits, '-' and '_' (found '.')"
     );
 }
 
@@ -239,6 +239,8 @@ fn body_names_its_session_ask_plan_and_task() {
             ("blob_stored", false, false, false, true),
             ("task_archived", false, false, false, true),
             ("task_deleted", false, false, false, true),
+            ("task_created", false, false, false, true),
+            ("plan_created", false, false, false, true),
         ]
     );
 }

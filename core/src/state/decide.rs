@@ -181,6 +181,8 @@ pub enum Command {
         model_profile: Option<String>,
         /// The caller's idempotency key.
         client_request_id: Option<String>,
+        /// The project it plans for, when the front door knows it.
+        project_path: Option<String>,
     },
     /// A worker starts a run (`task_create`, `task_resume`).
     StartRun {
@@ -289,6 +291,8 @@ pub enum Command {
         definition: String,
         /// The caller's idempotency key.
         client_request_id: Option<String>,
+        /// The project it is made for, when the front door knows it.
+        project_path: Option<String>,
     },
     /// `plan delete`: refused while a run of the plan is active.
     DeletePlan {

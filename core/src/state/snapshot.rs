@@ -30,8 +30,9 @@ const MAGIC: [u8; 4] = *b"PBST";
 /// version's length and hash instead of its text; version 6 no longer
 /// keeps each run's tool calls (the log and the retro timeline have them);
 /// version 7 keeps the cursor of the newest event that is not a task's;
-/// version 8 a task's archive and deletion.
-pub const SNAPSHOT_VERSION: u32 = 8;
+/// version 8 a task's archive and deletion; version 9 the project a
+/// task or an execution plan was made for.
+pub const SNAPSHOT_VERSION: u32 = 9;
 
 const HEADER_LEN: usize = 8;
 

@@ -166,6 +166,8 @@ pub struct Task {
     pub model_profile: Option<String>,
     /// The caller's idempotency key.
     pub client_request_id: Option<String>,
+    /// The project it was made for, when its creator knew it.
+    pub project_path: Option<String>,
     /// Every run, oldest first. A copy costs the same however many runs
     /// there are; archived as plain runs.
     #[rkyv(with = RunsAsVec)]
@@ -541,6 +543,19 @@ fn step_name(field: &str, step: &str) -> Result<(), Rejection> {
     StepId::parse(step)
         .map(|_| ())
         .map_err(|e| refuse(TaskErrorCode::InvalidArgument, format!("{field}: {e}")))
+}
+
+/// A task's or a plan's project path: within the limit a session's has.
+fn project(path: Option<&str>) -> Result<(), Rejection> {
+    let actual = path.map_or(0, str::len);
+    let max = super::decide::PROJECT_PATH_BYTES_MAX;
+    if actual > max {
+        return Err(refuse(
+            TaskErrorCode::InvalidArgument,
+            format!("project_path: must be at most {max} bytes (got {actual})"),
+        ));
+    }
+    Ok(())
 }
 
 fn chars_at_most(field: &str, text: &str, max: usize) -> Result<(), Rejection> {
@@ -942,30 +957,8 @@ impl State {
     /// nothing), or a rejection with its code.
     pub(super) fn decide_task(&self, command: Command) -> Result<Option<EventBody>, Rejection> {
         match command {
-            Command::CreateTask {
-                task,
-                pipeline,
-                pipeline_version,
-                prompt,
-                speed,
-                target,
-                model_profile,
-                client_request_id,
-            } => self.decide_create_task(
-                task,
-                pipeline,
-                pipeline_version,
-                prompt,
-                speed,
-                target,
-                model_profile,
-                client_request_id,
-            ),
-            Command::CreatePlan {
-                task,
-                definition,
-                client_request_id,
-            } => self.decide_create_plan(task, definition, client_request_id),
+            create @ Command::CreateTask { .. } => self.decide_create_task(create),
+            create @ Command::CreatePlan { .. } => self.decide_create_plan(create),
             Command::DeletePlan { task } => self.decide_delete_plan(task),
             Command::ArchiveTask { task } => self.decide_archive_task(task),
             Command::DeleteTask { task } => self.decide_delete_task(task),
@@ -1049,21 +1042,21 @@ impl State {
     }
 
     /// Decides a `CreateTask` command.
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "one argument per field of its command"
-    )]
-    fn decide_create_task(
-        &self,
-        task: crate::id::TaskId,
-        pipeline: String,
-        pipeline_version: u32,
-        prompt: String,
-        speed: String,
-        target: String,
-        model_profile: Option<String>,
-        client_request_id: Option<String>,
-    ) -> Result<Option<EventBody>, Rejection> {
+    fn decide_create_task(&self, command: Command) -> Result<Option<EventBody>, Rejection> {
+        let Command::CreateTask {
+            task,
+            pipeline,
+            pipeline_version,
+            prompt,
+            speed,
+            target,
+            model_profile,
+            client_request_id,
+            project_path,
+        } = command
+        else {
+            unreachable!("decide_create_task is called with a CreateTask: {command:?}");
+        };
         Ok(Some({
             if self.is_repeat(task, client_request_id.as_deref(), false)? {
                 return Ok(None);
@@ -1082,6 +1075,7 @@ impl State {
                 ));
             }
             step_name("target", &target)?;
+            project(project_path.as_deref())?;
             EventBody::TaskCreated {
                 task,
                 pipeline,
@@ -1091,17 +1085,22 @@ impl State {
                 target,
                 model_profile,
                 client_request_id,
+                project_path,
             }
         }))
     }
 
     /// Decides a `CreatePlan` command.
-    fn decide_create_plan(
-        &self,
-        task: crate::id::TaskId,
-        definition: String,
-        client_request_id: Option<String>,
-    ) -> Result<Option<EventBody>, Rejection> {
+    fn decide_create_plan(&self, command: Command) -> Result<Option<EventBody>, Rejection> {
+        let Command::CreatePlan {
+            task,
+            definition,
+            client_request_id,
+            project_path,
+        } = command
+        else {
+            unreachable!("decide_create_plan is called with a CreatePlan: {command:?}");
+        };
         Ok(Some({
             if self.is_repeat(task, client_request_id.as_deref(), true)? {
                 return Ok(None);
@@ -1119,11 +1118,13 @@ impl State {
             let plan = crate::exec_plan::ExecPlan::from_definition(&definition)
                 .map_err(|e| refuse(TaskErrorCode::Conflict, format!("definition: {e}")))?;
             let title = plan.title;
+            project(project_path.as_deref())?;
             EventBody::PlanCreated {
                 task,
                 title,
                 definition,
                 client_request_id,
+                project_path,
             }
         }))
     }
@@ -1464,6 +1465,7 @@ impl State {
                 target,
                 model_profile,
                 client_request_id,
+                project_path,
             } => self.apply_task_created(
                 task,
                 pipeline,
@@ -1473,6 +1475,7 @@ impl State {
                 target,
                 model_profile,
                 client_request_id,
+                project_path,
                 at,
             ),
             EventBody::PlanCreated {
@@ -1480,7 +1483,14 @@ impl State {
                 title,
                 definition,
                 client_request_id,
-            } => self.apply_plan_created(task, title, definition, client_request_id, at),
+                project_path,
+            } => self.apply_plan_created(
+                task,
+                (title, definition),
+                client_request_id,
+                project_path,
+                at,
+            ),
             EventBody::PlanDeleted { task } => self.apply_plan_deleted(task),
             EventBody::TaskArchived { task } => self.apply_lifecycle(task, at, false),
             EventBody::TaskDeleted { task } => self.apply_lifecycle(task, at, true),
@@ -1562,6 +1572,7 @@ impl State {
         target: &str,
         model_profile: &Option<String>,
         client_request_id: &Option<String>,
+        project_path: &Option<String>,
         at: Timestamp,
     ) -> bool {
         self.tasks.entry(*task).or_insert_with(|| Task {
@@ -1575,6 +1586,7 @@ impl State {
             target: target.to_owned(),
             model_profile: model_profile.clone(),
             client_request_id: client_request_id.clone(),
+            project_path: project_path.clone(),
             runs: Runs::default(),
             successes: BTreeMap::new(),
             log_tail: std::collections::VecDeque::new(),
@@ -1590,9 +1602,9 @@ impl State {
     fn apply_plan_created(
         &mut self,
         task: &TaskId,
-        title: &str,
-        definition: &str,
+        (title, definition): (&str, &str),
         client_request_id: &Option<String>,
+        project_path: &Option<String>,
         at: Timestamp,
     ) -> bool {
         self.tasks.entry(*task).or_insert_with(|| Task {
@@ -1606,6 +1618,7 @@ impl State {
             target: String::new(),
             model_profile: None,
             client_request_id: client_request_id.clone(),
+            project_path: project_path.clone(),
             runs: Runs::default(),
             successes: BTreeMap::new(),
             log_tail: std::collections::VecDeque::new(),

@@ -986,6 +986,7 @@ mod tasks {
             target: "report".into(),
             model_profile: None,
             client_request_id: client_request_id.map(Into::into),
+            project_path: None,
         }
     }
 
@@ -1244,6 +1245,7 @@ mod tasks {
             task: task_id(),
             definition: definition.into(),
             client_request_id: None,
+            project_path: None,
         };
         let refused = |h: &mut Harness, command: Command| match h.run(command) {
             Err(Rejection::Task { code, message }) => (code, message),
@@ -1286,6 +1288,7 @@ mod tasks {
             task: task_id(),
             definition,
             client_request_id: None,
+            project_path: None,
         };
         h.run(create).expect("plan");
         let reusable = |h: &Harness, from: Option<u128>| -> Vec<String> {
@@ -1332,6 +1335,7 @@ mod tasks {
                 {"index": "1", "title": "a", "tool": "t"}]})
             .to_string(),
             client_request_id: Some("key-1".into()),
+            project_path: None,
         };
         match h.run(plan) {
             Err(Rejection::Task { code, message }) => {

@@ -1483,6 +1483,7 @@ mod tests {
                 task,
                 definition: definition("First"),
                 client_request_id: None,
+                project_path: None,
             })
             .expect("create");
         let mut found = store

@@ -36,6 +36,7 @@ fn task_events(n: u128, closure: &[String]) -> Vec<EventBody> {
             target: "build_plan".into(),
             model_profile: None,
             client_request_id: None,
+            project_path: None,
         },
         EventBody::RunStarted {
             task,

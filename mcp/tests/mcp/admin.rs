@@ -338,6 +338,7 @@ fn check_verifies_every_blob_the_log_names() {
             target: "intake".into(),
             model_profile: None,
             client_request_id: None,
+            project_path: None,
         },
         Cmd::StartRun {
             task,

@@ -388,6 +388,7 @@ async fn only_the_projects_named_leave_the_machine() {
             target: "report".into(),
             model_profile: None,
             client_request_id: None,
+            project_path: None,
         }],
     );
     drop(log);

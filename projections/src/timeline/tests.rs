@@ -391,6 +391,7 @@ fn a_task_at_any_cursor_equals_it_in_a_fresh_fold_with_each_steps_mark() {
             target: "report".into(),
             model_profile: None,
             client_request_id: None,
+            project_path: None,
         },
         Command::StartRun {
             task,

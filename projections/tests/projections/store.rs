@@ -79,6 +79,7 @@ fn create_task(store: &Store, task: planb_core::TaskId, prompt: &str) {
             target: "build_plan".into(),
             model_profile: None,
             client_request_id: None,
+            project_path: None,
         })
         .expect("create task");
 }
@@ -899,6 +900,7 @@ fn a_lost_tail_of_task_events_alone_is_seen_by_a_process_without_the_index() {
             target: "build_plan".into(),
             model_profile: None,
             client_request_id: None,
+            project_path: None,
         })
         .expect("a task event after the backup");
     drop(store);

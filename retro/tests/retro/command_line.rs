@@ -76,6 +76,7 @@ fn root_with_task(dir: &std::path::Path, prompt: &str) -> planb_core::TaskId {
             target: "build_plan".into(),
             model_profile: None,
             client_request_id: None,
+            project_path: None,
         })
         .expect("create");
     task

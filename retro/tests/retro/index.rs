@@ -119,6 +119,7 @@ fn fixture() -> (TempDir, DataRoot, SessionId, [TaskId; 2]) {
             target: "build_plan".into(),
             model_profile: None,
             client_request_id: None,
+            project_path: None,
         });
     }
     for command in commands {

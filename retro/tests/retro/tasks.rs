@@ -65,6 +65,7 @@ fn fixture() -> Fixture {
             target: "build_plan".into(),
             model_profile: None,
             client_request_id: None,
+            project_path: None,
         })
         .expect("create");
     store
@@ -174,6 +175,7 @@ fn plan_root(plan: serde_json::Value) -> (tempfile::TempDir, DataRoot, Store, Ta
             task,
             definition: plan.to_json().to_string(),
             client_request_id: None,
+            project_path: None,
         })
         .expect("create plan");
     (dir, root, store, task)
@@ -987,6 +989,7 @@ async fn a_re_planned_run_links_to_its_revised_plan_and_back() {
             task: revised_id,
             definition: revised.to_json().to_string(),
             client_request_id: None,
+            project_path: None,
         })
         .expect("revised plan recorded");
     let router = router(&root);
@@ -1041,6 +1044,7 @@ async fn an_edit_puts_out_of_date_every_step_the_worker_will_run_again() {
         target: "build_plan".into(),
         model_profile: None,
         client_request_id: None,
+        project_path: None,
     };
     store.execute(created).expect("create");
     let start = Command::StartRun {

@@ -122,6 +122,7 @@ fn member_root(title: &str, at: i64) -> (tempfile::TempDir, Vec<SessionId>) {
             target: "build_plan".into(),
             model_profile: None,
             client_request_id: None,
+            project_path: None,
         })
         .expect("task");
     (dir, sessions)

@@ -27,6 +27,7 @@ fn a_run_whose_worker_was_killed_is_ended_as_a_recoverable_worker_error() {
             target: "report".into(),
             model_profile: None,
             client_request_id: None,
+            project_path: None,
         })
         .expect("task");
     assert!(!worker_alive(&root, &task).expect("probe"), "no worker yet");
