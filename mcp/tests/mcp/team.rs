@@ -377,20 +377,23 @@ async fn only_the_projects_named_leave_the_machine() {
     append_sessions(root.path(), 3, "/src/shop", 1);
     append_sessions(root.path(), 2, "/src/secret-project", 2);
     let (log, _) = planb_log::open_dir(&root.path().join("log"), Default::default()).expect("log");
-    append(
-        &log,
-        vec![EventBody::TaskCreated {
-            task: TaskId::from_uuid(uuid::Uuid::now_v7()),
-            pipeline: "project-plan".into(),
-            pipeline_version: 1,
-            prompt: "a secret task".into(),
-            speed: "fast".into(),
-            target: "report".into(),
-            model_profile: None,
-            client_request_id: None,
-            project_path: None,
-        }],
-    );
+    // A task of no project, and one made in the shop, archived since.
+    let task = |prompt: &str, project: Option<&str>| EventBody::TaskCreated {
+        task: TaskId::from_uuid(uuid::Uuid::now_v7()),
+        pipeline: "project-plan".into(),
+        pipeline_version: 1,
+        prompt: prompt.into(),
+        speed: "fast".into(),
+        target: "report".into(),
+        model_profile: None,
+        client_request_id: None,
+        project_path: project.map(Into::into),
+    };
+    let shop_task = task("a shop task", Some("/src/shop"));
+    let archived = EventBody::TaskArchived {
+        task: shop_task.task().expect("a task"),
+    };
+    append(&log, vec![task("a secret task", None), shop_task, archived]);
     drop(log);
     // The URL alone ships nothing, and says so.
     let none = push_ok(root.path(), &url, "");
@@ -406,7 +409,7 @@ async fn only_the_projects_named_leave_the_machine() {
     );
     let out = push_ok(root.path(), &url, "/src/shop:/src/other/**");
     assert!(
-        out.contains("shipped 18 event(s)") && out.contains("13 kept on this machine"),
+        out.contains("shipped 20 event(s)") && out.contains("13 kept on this machine"),
         "{out}"
     );
     let rows = client
@@ -416,7 +419,7 @@ async fn only_the_projects_named_leave_the_machine() {
         )
         .await
         .expect("select");
-    assert_eq!(rows.len(), 18);
+    assert_eq!(rows.len(), 20);
     for row in &rows {
         assert_eq!(
             row.get::<_, Option<String>>(0).as_deref(),
