@@ -9,7 +9,7 @@ use planb_core::{AskId, AskStatus, Command, Delivery};
 use planb_http::Limits;
 use planb_projections::Store;
 use tempfile::TempDir;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use uuid::Uuid;
 
@@ -84,17 +84,7 @@ async fn start() -> Server {
 /// Everything the server sends until it closes the connection; panics if it
 /// has not closed it within [`BOUND`].
 async fn read_until_closed(stream: &mut TcpStream, what: &str) -> String {
-    let mut received = Vec::new();
-    let read = tokio::time::timeout(BOUND, async {
-        // A reset is a close too: the server may drop unread bytes.
-        let _ = stream.read_to_end(&mut received).await;
-    })
-    .await;
-    assert!(
-        read.is_ok(),
-        "{what}: the callback server still held the connection after {BOUND:?}"
-    );
-    String::from_utf8_lossy(&received).into_owned()
+    planb_tests::net::read_until_closed(stream, BOUND, what).await
 }
 
 fn status(server: &Server) -> AskStatus {
@@ -111,9 +101,7 @@ async fn a_half_sent_submission_is_disconnected_and_records_nothing() {
     let server = start().await;
     let port = server.port;
     let body = format!(r#"{{"sid":"{SID}","answers":{{"db":"Postgres"}}}}"#);
-    let mut stream = TcpStream::connect(("127.0.0.1", port))
-        .await
-        .expect("connect");
+    let mut stream = planb_tests::net::connect(port).await;
     let head = format!(
         "POST /submit HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nOrigin: http://127.0.0.1:{port}\r\n\
          Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
@@ -136,9 +124,7 @@ async fn a_half_sent_submission_is_disconnected_and_records_nothing() {
 async fn half_sent_headers_are_disconnected() {
     let server = start().await;
     let port = server.port;
-    let mut stream = TcpStream::connect(("127.0.0.1", port))
-        .await
-        .expect("connect");
+    let mut stream = planb_tests::net::connect(port).await;
     let head = format!("GET /ask?sid={SID} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n");
     stream.write_all(head.as_bytes()).await.expect("send");
     let response = read_until_closed(&mut stream, "half-sent headers").await;
@@ -150,9 +136,7 @@ async fn a_whole_submission_is_recorded() {
     let server = start().await;
     let port = server.port;
     let body = format!(r#"{{"sid":"{SID}","answers":{{"db":"Postgres"}}}}"#);
-    let mut stream = TcpStream::connect(("127.0.0.1", port))
-        .await
-        .expect("connect");
+    let mut stream = planb_tests::net::connect(port).await;
     let request = format!(
         "POST /submit HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nOrigin: http://127.0.0.1:{port}\r\n\
          Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
