@@ -155,6 +155,10 @@ fn status_of(root: &DataRoot, task: &Task, run: Option<&Run>, now: planb_core::T
         if let Some(at) = task.archived_at {
             map.insert("archived_at".into(), at.to_iso8601().into());
         }
+        // The project it was made for, which a team ships it with.
+        if let Some(project) = &task.project_path {
+            map.insert("project_path".into(), project.clone().into());
+        }
         if let Some(run) = run.filter(|r| r.state == RunState::Failed) {
             map.insert("error".into(), failure_of(run));
         }

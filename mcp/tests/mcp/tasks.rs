@@ -836,6 +836,13 @@ async fn a_command_backend_answers_a_ping_and_bad_input_gets_the_seed_codes() {
     let done = wait(&server, &task).await;
     assert_eq!(done["state"], "completed", "{done}");
     assert_eq!(done["steps_total"], 1);
+    // Made for the project the server was started in.
+    let project = dir.path().canonicalize().expect("the folder");
+    assert_eq!(
+        done["project_path"],
+        project.display().to_string(),
+        "{done}"
+    );
     let no_report = call(
         &server,
         "task_file_info",
