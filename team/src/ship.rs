@@ -19,6 +19,8 @@ use planb_core::time::Cursor;
 use planb_log::{LogOptions, LogReader, ReadPosition, Record};
 use planb_projections::{BlobHash, DataRoot};
 use sha2::Digest;
+use tokio_postgres::binary_copy::BinaryCopyInWriter;
+use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Transaction};
 use uuid::Uuid;
 
@@ -712,6 +714,20 @@ impl Rows<'_> {
         }
         let prev = self.prev_cursor(tx).await?;
         timed("savepoint", tx.batch_execute("SAVEPOINT rows")).await?;
+        // The usual case past the mark: no row of the batch is there yet,
+        // and one binary COPY stores them all. Any failure (a row already
+        // there, a value the database refuses) undoes it, and the rows go
+        // the way that compares and names each.
+        match self.copy_all(tx, prev).await {
+            Ok(count) => {
+                timed("release", tx.batch_execute("RELEASE SAVEPOINT rows")).await?;
+                return Ok((count, Vec::new()));
+            }
+            Err(error) => {
+                tracing::debug!("copying the batch failed, inserting it row by row: {error}");
+                timed("roll back", tx.batch_execute("ROLLBACK TO SAVEPOINT rows")).await?;
+            }
+        }
         match self.insert_some(tx, self.rows, prev).await {
             Ok(count) => {
                 timed("release", tx.batch_execute("RELEASE SAVEPOINT rows")).await?;
@@ -723,6 +739,54 @@ impl Rows<'_> {
             }
             Err(error) => Err(error),
         }
+    }
+
+    /// Stores every row with one binary `COPY` (the first following
+    /// `prev`); fails when any of them is in the database already.
+    async fn copy_all(&self, tx: &Transaction<'_>, prev: Option<i64>) -> Result<u64, DbError> {
+        const TYPES: [Type; 11] = [
+            Type::UUID,
+            Type::INT8,
+            Type::TEXT,
+            Type::TIMESTAMPTZ,
+            Type::TEXT,
+            Type::TEXT,
+            Type::INT8,
+            Type::BYTEA,
+            Type::JSONB,
+            Type::INT8,
+            Type::INT8,
+        ];
+        let copy = async {
+            let sink = tx
+                .copy_in(
+                    "COPY planb_events (origin, cursor, member, at, kind, project, checksum, \
+                     payload, body, prev_checksum, prev_cursor) FROM STDIN BINARY",
+                )
+                .await?;
+            let writer = BinaryCopyInWriter::new(sink, &TYPES);
+            let mut writer = std::pin::pin!(writer);
+            let mut prev = prev;
+            for row in self.rows {
+                let fields: [&(dyn ToSql + Sync); 11] = [
+                    &self.origin,
+                    &row.cursor,
+                    &self.member,
+                    &row.at,
+                    &row.kind,
+                    &row.project,
+                    &row.checksum,
+                    &row.payload,
+                    &row.body,
+                    &row.prev_checksum,
+                    &prev,
+                ];
+                writer.as_mut().write(&fields).await?;
+                prev = Some(row.cursor);
+            }
+            writer.finish().await
+        };
+        timed("copy events", copy).await
     }
 
     /// Each row alone, under a savepoint of its own.
