@@ -441,7 +441,9 @@ fn load_checkpoint(root: &DataRoot) -> Option<Checkpoint> {
             Err(_) => return None,
         }
     }
-    parse_checkpoint(std::str::from_utf8(&buf[..len]).ok()?)
+    // Only the first line must be text: a checkpoint of an earlier version
+    // cut by the read inside a path's character still names its cursor.
+    parse_checkpoint(&String::from_utf8_lossy(&buf[..len]))
 }
 
 fn parse_checkpoint(text: &str) -> Option<Checkpoint> {
@@ -529,5 +531,21 @@ mod tests {
         // What earlier versions wrote (no checksum, no padding) still reads.
         let older = format!("42 {}\n", boot_id());
         assert_eq!(parse_checkpoint(&older).map(|c| c.cursor), Some(Cursor(42)));
+    }
+
+    #[test]
+    fn an_earlier_checkpoint_cut_inside_a_path_s_character_still_names_its_cursor() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let root = DataRoot::new(dir.path());
+        std::fs::create_dir_all(root.sessions_dir()).expect("sessions dir");
+        // Earlier versions wrote the manifests' lines after the cursor; the
+        // read stops at 192 bytes, here in the middle of "é".
+        let first = format!("42 {}\n", boot_id());
+        let filler = "x".repeat(2 * CHECKPOINT_BYTES - 1 - first.len());
+        let text = format!("{first}{filler}é/plan.md\n");
+        assert!(!text.is_char_boundary(2 * CHECKPOINT_BYTES));
+        std::fs::write(root.sessions_checkpoint_path(), text).expect("write");
+        let read = load_checkpoint(&root).expect("the cursor is read");
+        assert_eq!((read.cursor, read.whole), (Cursor(42), false));
     }
 }
