@@ -723,10 +723,12 @@ impl Rows<'_> {
                 timed("release", tx.batch_execute("RELEASE SAVEPOINT rows")).await?;
                 return Ok((count, Vec::new()));
             }
-            Err(error) => {
-                tracing::debug!("copying the batch failed, inserting it row by row: {error}");
+            // A row already there, or a value the database refuses.
+            Err(error) if refusal(&error).is_some() => {
+                tracing::debug!("copying the batch was refused, inserting it row by row: {error}");
                 timed("roll back", tx.batch_execute("ROLLBACK TO SAVEPOINT rows")).await?;
             }
+            Err(error) => return Err(error.into()),
         }
         match self.insert_some(tx, self.rows, prev).await {
             Ok(count) => {
