@@ -209,6 +209,10 @@ impl Replanning {
         mut merged: Merged,
         mut number: u32,
     ) -> Result<PlanOutcome, PlanRunError> {
+        // Revisions are made for the project their plan was.
+        let plan_id = merged.plan_id;
+        let project =
+            (self.store).read(|s| s.task(&plan_id).and_then(|t| t.project_path.clone()))?;
         while number <= self.limit && !merged.latest.success && !merged.latest.stopped {
             let Some(failed) = merged.failed() else {
                 break;
@@ -227,14 +231,9 @@ impl Replanning {
                 }
             };
             let steps = plan.steps.len();
-            // A revision is made for the project its plan was.
-            let plan_id = merged.plan_id;
-            let read = self
-                .store
-                .read(|s| s.task(&plan_id).and_then(|t| t.project_path.clone()));
             let record_as = crate::plans::RecordAs {
                 client_request_id: None,
-                project: read.ok().flatten(),
+                project: project.clone(),
             };
             let (id, plan, _) = crate::plans::record(&self.store, plan, record_as)
                 .await
