@@ -62,7 +62,7 @@ pub struct Submitted {
 pub enum EditRefused {
     /// An edit does not apply to the plan as it is (the front door words
     /// it: [`planb_core::EditError::message`]).
-    #[error("{0:?}")]
+    #[error("{}", .0.message(false))]
     Edit(planb_core::EditError),
     /// The store failed or refused otherwise.
     #[error(transparent)]

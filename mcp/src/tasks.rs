@@ -402,6 +402,7 @@ fn app_error(e: planb_app::Error) -> Refusal {
     let next = match e.code {
         ErrorCode::TaskNotFound if e.details["tasks"] == 0 => "; create one with task_create",
         ErrorCode::RunNotFound => "; task_status gives the latest run_id",
+        ErrorCode::InvalidArtifactUri => "; task_status lists the task's files",
         ErrorCode::InternalError if e.details["still_starting"] == true => {
             " (task_status shows when)"
         }
