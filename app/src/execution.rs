@@ -105,7 +105,7 @@ impl Plans {
         client_request_id: Option<String>,
     ) -> Result<Created, Error> {
         let store = self.store().await?;
-        let downstream = self.shared.runs.downstream.get(&self.shared.servers)?;
+        let downstream = self.shared.downstream()?;
         plans::create(
             &store,
             &downstream,
@@ -127,7 +127,7 @@ impl Plans {
     ) -> Result<Created, Error> {
         let store = self.store().await?;
         let servers = &self.shared.servers;
-        let downstream = self.shared.runs.downstream.get(servers)?;
+        let downstream = self.shared.downstream()?;
         plans::create_from_goal(
             &store,
             &downstream,
@@ -154,14 +154,16 @@ impl Plans {
 
     /// Imports mcp-cli's saved plans (and their checkpoints), one at a
     /// time, while no other import runs on the data root (`waiting` is
-    /// called when one does); what came of each, in order.
+    /// called when one does); what came of each, in order, told to `each`
+    /// as it comes and returned.
     pub async fn import(
         &self,
         saved: &[crate::import::Saved],
         waiting: impl Fn() + Send + 'static,
+        mut each: impl FnMut(&crate::import::Saved, &Result<crate::import::Imported, Error>),
     ) -> Result<Vec<Result<crate::import::Imported, Error>>, Error> {
         let store = self.store().await?;
-        let downstream = self.shared.runs.downstream.get(&self.shared.servers)?;
+        let downstream = self.shared.downstream()?;
         let root = store.root().clone();
         let lock =
             crate::store::off_thread(move || planb_projections::ImportLock::take(&root, waiting))
@@ -172,7 +174,9 @@ impl Plans {
         for plan in saved {
             let project = self.shared.project.clone();
             let imported = crate::import::import(&store, &downstream, plan, &lock, project);
-            done.push(imported.await);
+            let imported = imported.await;
+            each(plan, &imported);
+            done.push(imported);
         }
         Ok(done)
     }

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use planb_engine::plans::Downstream;
 use planb_projections::{DataRoot, Environment, Store};
 
 use crate::error::Error;
@@ -32,6 +33,19 @@ impl Shared {
     /// The data root.
     pub(crate) fn root(&self) -> DataRoot {
         DataRoot::new(self.store.root())
+    }
+
+    /// The downstream servers, as configured now. A long-lived process
+    /// (a multi-thread runtime) keeps its connections between calls, on
+    /// the engine thread; a one-shot command on one thread (the `plan`
+    /// command line) connects for itself and starts no engine thread.
+    pub(crate) fn downstream(&self) -> Result<Arc<Downstream>, Error> {
+        let one_thread = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread);
+        if one_thread {
+            return crate::plans::downstream(&self.servers);
+        }
+        self.runs.downstream.get(&self.servers)
     }
 
     /// The clock and id source.

@@ -368,7 +368,7 @@ impl Tasks {
     ) -> Result<Task, Error> {
         let servers = self.shared.servers.clone();
         let downstream = match runner {
-            crate::launch::Runner::Here(_) => self.shared.runs.downstream.get(&servers).ok(),
+            crate::launch::Runner::Here(_) => self.shared.downstream().ok(),
             crate::launch::Runner::Worker => None,
         };
         let launch = crate::launch::Launch {

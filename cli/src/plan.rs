@@ -417,13 +417,17 @@ async fn import(
         return Ok(ExitCode::SUCCESS);
     }
     let waiting = || eprintln!("planb-mcp: waiting for another import into this data root to end");
-    let imported = plans.import(&saved, waiting).await.map_err(said)?;
-    let mut failed = 0;
-    for (plan, imported) in saved.iter().zip(imported) {
-        if !said_imported(&plan.id, imported, out)? {
-            failed += 1;
-        }
-    }
+    // Each plan is said as it is imported: a large directory takes a while.
+    let (mut failed, mut written) = (0, Ok(()));
+    let each = |plan: &planb_app::import::Saved, imported: &Result<_, _>| match said_imported(
+        &plan.id, imported, out,
+    ) {
+        Ok(true) => {}
+        Ok(false) => failed += 1,
+        Err(error) => written = Err(error),
+    };
+    plans.import(&saved, waiting, each).await.map_err(said)?;
+    written?;
     Ok(if failed == 0 {
         ExitCode::SUCCESS
     } else {
@@ -434,7 +438,7 @@ async fn import(
 /// Says what came of importing mcp-cli's plan `id`; whether it is in.
 fn said_imported(
     id: &str,
-    imported: Result<planb_app::import::Imported, planb_app::Error>,
+    imported: &Result<planb_app::import::Imported, planb_app::Error>,
     out: &mut dyn Write,
 ) -> anyhow::Result<bool> {
     let notes = match imported {
@@ -445,19 +449,19 @@ fn said_imported(
             run,
             notes,
         }) => {
-            let checkpoint = run.map(|r| format!("; its checkpoint: {r}"));
+            let checkpoint = run.as_ref().map(|r| format!("; its checkpoint: {r}"));
             writeln!(
                 out,
                 "{}: imported as {task}: {} ({}){}",
                 shown(id),
-                shown(&title),
-                counted(steps, "step", "steps"),
+                shown(title),
+                counted(*steps, "step", "steps"),
                 checkpoint.unwrap_or_default()
             )?;
             notes
         }
         Ok(planb_app::import::Imported::Already { task, run, notes }) => {
-            let checkpoint = run.map(|r| format!("; its checkpoint, recorded now: {r}"));
+            let checkpoint = (run.as_ref()).map(|r| format!("; its checkpoint, recorded now: {r}"));
             writeln!(
                 out,
                 "{}: imported before, as {task}{}",
@@ -477,7 +481,7 @@ fn said_imported(
         }
     };
     for note in notes {
-        writeln!(out, "  {}", shown(&note))?;
+        writeln!(out, "  {}", shown(note))?;
     }
     Ok(true)
 }

@@ -165,7 +165,7 @@ impl Plans {
         check_request(task, &plan, &request).map_err(Error::invalid)?;
         request.progress = Some(progress);
         let store = self.store().await?;
-        let downstream = self.shared.runs.downstream.get(&self.shared.servers)?;
+        let downstream = self.shared.downstream()?;
         crate::replan::run(store, downstream, request)
             .await
             .map_err(plans::run_error)

@@ -254,7 +254,11 @@ async fn a_plan_imported_twice_is_recorded_once_and_answers_to_mcp_cli_s_id() {
     let id = "e9b14d1f-5728-48f3-b6db-622c2a84bacf";
     write(from.path(), &format!("{id}.json"), &chain(id, "Chain"));
     let plans = [saved(from.path(), id)];
-    let first = app.plans().import(&plans, || {}).await.expect("imported");
+    let first = app
+        .plans()
+        .import(&plans, || {}, |_, _| {})
+        .await
+        .expect("imported");
     let task = match first.as_slice() {
         [
             Ok(Imported::New {
@@ -271,7 +275,11 @@ async fn a_plan_imported_twice_is_recorded_once_and_answers_to_mcp_cli_s_id() {
         }
         other => panic!("one new plan: {other:?}"),
     };
-    let again = app.plans().import(&plans, || {}).await.expect("imported");
+    let again = app
+        .plans()
+        .import(&plans, || {}, |_, _| {})
+        .await
+        .expect("imported");
     assert!(
         matches!(again.as_slice(), [Ok(Imported::Already { task: t, run: None, .. })] if *t == task),
         "{again:?}"
@@ -301,7 +309,11 @@ async fn a_malformed_plan_file_is_refused_naming_it_and_the_others_are_still_imp
     write(from.path(), "c-cycle.json", &cycle);
     write(from.path(), "d-good.json", &chain("d-good", "Good"));
     let listed = import::saved(from.path()).expect("listed");
-    let done = app.plans().import(&listed, || {}).await.expect("imported");
+    let done = app
+        .plans()
+        .import(&listed, || {}, |_, _| {})
+        .await
+        .expect("imported");
     assert_eq!(done.len(), 4);
     let said = |at: usize| match &done[at] {
         Err(e) => {
@@ -359,7 +371,7 @@ async fn an_import_waits_while_another_holds_the_data_root_s_import_lock() {
     let listed = vec![saved(from.path(), "held")];
     let importing = tokio::spawn(async move {
         let waiting = move || waiting.store(true, Ordering::SeqCst);
-        plans.import(&listed, waiting).await
+        plans.import(&listed, waiting, |_, _| {}).await
     });
     let deadline = Instant::now() + Duration::from_secs(10);
     while !told.load(Ordering::SeqCst) {
@@ -388,7 +400,11 @@ async fn a_plan_imported_again_after_its_copy_was_deleted_is_not_answered_with_t
     let from = tempfile::tempdir().expect("mcp-cli's plans");
     write(from.path(), "again.json", &chain("again", "Again"));
     let plans = [saved(from.path(), "again")];
-    let first = app.plans().import(&plans, || {}).await.expect("imported");
+    let first = app
+        .plans()
+        .import(&plans, || {}, |_, _| {})
+        .await
+        .expect("imported");
     let Some(Ok(Imported::New { task: deleted, .. })) = first.into_iter().next() else {
         panic!("imported");
     };
@@ -396,7 +412,11 @@ async fn a_plan_imported_again_after_its_copy_was_deleted_is_not_answered_with_t
         .delete(&deleted.to_string())
         .await
         .expect("deleted");
-    let again = app.plans().import(&plans, || {}).await.expect("imported");
+    let again = app
+        .plans()
+        .import(&plans, || {}, |_, _| {})
+        .await
+        .expect("imported");
     match again.as_slice() {
         [Err(refused)] => assert_ne!(refused.code, ErrorCode::InternalError, "{refused}"),
         [Ok(Imported::New { task, .. } | Imported::Already { task, .. })] => {
@@ -437,7 +457,7 @@ async fn an_imported_checkpoint_is_a_run_whose_resume_calls_only_what_it_had_not
     write(from.path(), "half_state.json", &checkpoint);
     let done = app
         .plans()
-        .import(&[saved(from.path(), "half")], || {})
+        .import(&[saved(from.path(), "half")], || {}, |_, _| {})
         .await;
     let done = done.expect("imported");
     let task = match done.as_slice() {
